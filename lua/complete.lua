@@ -1,0 +1,20 @@
+-- idemgate complete: store the response, only while no one else holds the record.
+-- KEYS[1] record key; ARGV[1] lock token, ARGV[2] encoded response, ARGV[3] ttl in ms,
+-- ARGV[4] fingerprint.
+-- Reply: 1 stored (also: already stored by this token, or the record had expired and
+-- nobody else had claimed it) | 0 lease lost (another token holds or completed it).
+local rec = KEYS[1]
+local v = redis.call('HMGET', rec, 's', 't')
+if not v[1] then
+  redis.call('HSET', rec, 's', 'C', 'f', ARGV[4], 't', ARGV[1], 'r', ARGV[2])
+  redis.call('PEXPIRE', rec, ARGV[3])
+  return 1
+end
+if v[2] ~= ARGV[1] then
+  return 0
+end
+if v[1] == 'L' then
+  redis.call('HSET', rec, 's', 'C', 'r', ARGV[2])
+  redis.call('PEXPIRE', rec, ARGV[3])
+end
+return 1

@@ -1,0 +1,13 @@
+-- idemgate release: drop the lease so a retry runs again, only if the caller holds it.
+-- KEYS[1] record key; ARGV[1] lock token.
+-- Reply: 1 released (or already gone) | 0 not ours (completed, or leased by another token).
+local rec = KEYS[1]
+local v = redis.call('HMGET', rec, 's', 't')
+if not v[1] then
+  return 1
+end
+if v[1] == 'L' and v[2] == ARGV[1] then
+  redis.call('DEL', rec)
+  return 1
+end
+return 0

@@ -1,0 +1,378 @@
+//! Configuration: the typed schema, its built-in defaults, and loading in layers
+//! (defaults, then a TOML file, then `IDEMGATE__SECTION__KEY` environment variables).
+//!
+//! Loading never yields a half-valid value: [`Config::load`] deserialises with
+//! unknown keys rejected and then runs [`validate`](validate::validate), so every
+//! error names the key it is about.
+
+mod validate;
+
+use std::path::Path;
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+
+pub use validate::validate;
+
+/// Prefix of the environment variables that override configuration keys.
+pub const ENV_PREFIX: &str = "IDEMGATE__";
+
+/// The whole configuration of one gateway process.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub log: LogConfig,
+    pub redis: RedisConfig,
+    pub idempotency: IdempotencyConfig,
+    pub routes: Vec<RouteConfig>,
+}
+
+/// `[server]`: listeners and limits of the HTTP edge.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address for proxied traffic.
+    pub listen: String,
+    /// Address for `/healthz` and `/readyz`.
+    pub admin_listen: String,
+    /// Largest request body read for a keyed request; larger is 413.
+    pub max_request_body: ByteSize,
+    /// Largest upstream response body the gateway buffers and stores.
+    pub max_response_body: ByteSize,
+    /// Largest request head (request line plus headers) a client may send.
+    pub max_header_size: ByteSize,
+    /// How long a client may take to send its request head (slowloris guard).
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// How long in-flight requests may take to finish after SIGTERM/SIGINT.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            admin_listen: "127.0.0.1:9090".into(),
+            max_request_body: ByteSize::mib(1),
+            max_response_body: ByteSize::mib(8),
+            max_header_size: ByteSize::kib(16),
+            header_read_timeout: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// `[log]`: log format and filter.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `text` or `json`.
+    pub format: LogFormat,
+    /// A `tracing` filter directive such as `info` or `idemgate=debug`; `RUST_LOG` wins.
+    pub filter: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Text,
+            filter: "info".into(),
+        }
+    }
+}
+
+/// Output format of the logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// `[redis]`: the claim and response store.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisConfig {
+    /// `redis://[user:password@]host:port[/db]`.
+    pub url: String,
+    /// Prefix of every key the gateway writes.
+    pub key_prefix: String,
+    /// Deadline of one Redis command; a claim that times out is treated as unknown.
+    #[serde(with = "humantime_serde")]
+    pub command_timeout: Duration,
+    /// Deadline of one connection attempt.
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// Connections to Redis; commands are pipelined over each.
+    pub pool_size: usize,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self {
+            url: "redis://127.0.0.1:6379".into(),
+            key_prefix: "idemgate".into(),
+            command_timeout: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(2),
+            pool_size: 4,
+        }
+    }
+}
+
+/// `[idempotency]`: the defaults every route starts from.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IdempotencyConfig {
+    pub header: String,
+    pub header_aliases: Vec<String>,
+    pub methods: Vec<String>,
+    pub required: bool,
+    pub max_key_length: usize,
+    #[serde(with = "humantime_serde")]
+    pub ttl: Duration,
+    #[serde(with = "humantime_serde")]
+    pub lock_ttl: Duration,
+    pub scope_header: String,
+    pub mismatch_status: u16,
+    pub release_statuses: Vec<u16>,
+}
+
+impl Default for IdempotencyConfig {
+    fn default() -> Self {
+        Self {
+            header: "Idempotency-Key".into(),
+            header_aliases: vec!["X-Idempotency-Key".into()],
+            methods: vec!["POST".into(), "PATCH".into()],
+            required: false,
+            max_key_length: 255,
+            ttl: Duration::from_secs(24 * 3600),
+            lock_ttl: Duration::from_secs(30),
+            scope_header: "Authorization".into(),
+            mismatch_status: 422,
+            release_statuses: vec![408, 425, 429, 502, 503, 504],
+        }
+    }
+}
+
+/// `[routes.idempotency]`: per-route overrides of [`IdempotencyConfig`]; absent keys inherit.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IdempotencyOverrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header_aliases: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub methods: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub required: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_key_length: Option<usize>,
+    #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<Duration>,
+    #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    pub lock_ttl: Option<Duration>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope_header: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mismatch_status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub release_statuses: Option<Vec<u16>>,
+}
+
+impl IdempotencyOverrides {
+    /// The route's effective settings: each override, else the default.
+    pub fn apply(&self, base: &IdempotencyConfig) -> IdempotencyConfig {
+        IdempotencyConfig {
+            header: self.header.clone().unwrap_or_else(|| base.header.clone()),
+            header_aliases: (self.header_aliases.clone())
+                .unwrap_or_else(|| base.header_aliases.clone()),
+            methods: self.methods.clone().unwrap_or_else(|| base.methods.clone()),
+            required: self.required.unwrap_or(base.required),
+            max_key_length: self.max_key_length.unwrap_or(base.max_key_length),
+            ttl: self.ttl.unwrap_or(base.ttl),
+            lock_ttl: self.lock_ttl.unwrap_or(base.lock_ttl),
+            scope_header: (self.scope_header.clone()).unwrap_or_else(|| base.scope_header.clone()),
+            mismatch_status: self.mismatch_status.unwrap_or(base.mismatch_status),
+            release_statuses: (self.release_statuses.clone())
+                .unwrap_or_else(|| base.release_statuses.clone()),
+        }
+    }
+}
+
+/// `[[routes]]`: one upstream and the path prefix routed to it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    pub name: String,
+    pub path_prefix: String,
+    pub upstream: String,
+    #[serde(with = "humantime_serde", default = "default_upstream_timeout")]
+    pub upstream_timeout: Duration,
+    #[serde(default)]
+    pub idempotency: IdempotencyOverrides,
+}
+
+fn default_upstream_timeout() -> Duration {
+    Duration::from_secs(20)
+}
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file or an environment variable did not parse into the schema.
+    #[error("{0}")]
+    Parse(String),
+    /// A value parsed but is not acceptable.
+    #[error("invalid configuration: `{key}`: {message}")]
+    Invalid { key: String, message: String },
+}
+
+impl ConfigError {
+    pub(crate) fn invalid(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Invalid {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+
+    fn from_figment(err: figment::Error) -> Self {
+        let lines: Vec<String> = err
+            .into_iter()
+            .map(|e| {
+                let key = if e.path.is_empty() {
+                    "(top level)".to_string()
+                } else {
+                    e.path.join(".")
+                };
+                let origin = e
+                    .metadata
+                    .as_ref()
+                    .map(|m| format!(" (from {})", m.name))
+                    .unwrap_or_default();
+                format!("invalid configuration: `{key}`: {}{origin}", e.kind)
+            })
+            .collect();
+        Self::Parse(lines.join("\n"))
+    }
+}
+
+impl Config {
+    /// Loads defaults, then `path` (if any), then `IDEMGATE__*` variables, and validates.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(path) = path {
+            if !path.is_file() {
+                return Err(ConfigError::Parse(format!(
+                    "configuration file {} does not exist or is not a file",
+                    path.display()
+                )));
+            }
+            figment = figment.merge(Toml::file_exact(path));
+        }
+        figment = figment.merge(Env::prefixed(ENV_PREFIX).split("__"));
+        let config: Config = figment.extract().map_err(ConfigError::from_figment)?;
+        validate(&config)?;
+        Ok(config)
+    }
+
+    /// Parses a TOML document on top of the defaults (no environment), and validates.
+    pub fn from_toml(toml: &str) -> Result<Self, ConfigError> {
+        let config: Config = Figment::from(Serialized::defaults(Config::default()))
+            .merge(Toml::string(toml))
+            .extract()
+            .map_err(ConfigError::from_figment)?;
+        validate(&config)?;
+        Ok(config)
+    }
+
+    /// The effective configuration as TOML, with secrets (URL passwords) redacted.
+    pub fn to_redacted_toml(&self) -> String {
+        let mut shown = self.clone();
+        shown.redis.url = redact_url(&shown.redis.url);
+        toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+    }
+}
+
+/// Replaces the password of `scheme://user:password@host` with `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((userinfo, host)) = rest.rsplit_once('@') else {
+        return url.to_string();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _password)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords_only() {
+        assert_eq!(
+            redact_url("redis://u:secret@host:6379/0"),
+            "redis://u:***@host:6379/0"
+        );
+        assert_eq!(redact_url("redis://:secret@h"), "redis://:***@h");
+        assert_eq!(redact_url("redis://host:6379"), "redis://host:6379");
+    }
+
+    #[test]
+    fn sizes_and_durations_parse_in_human_form() {
+        let c = Config::from_toml(
+            "[server]\nmax_request_body = \"2MiB\"\nshutdown_grace = \"250ms\"\n\
+             [idempotency]\nttl = \"1h\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.server.max_request_body, ByteSize::mib(2));
+        assert_eq!(c.server.shutdown_grace, Duration::from_millis(250));
+        assert_eq!(c.idempotency.ttl, Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn route_overrides_inherit_the_rest() {
+        let c = Config::from_toml(
+            "[[routes]]\nname = \"a\"\npath_prefix = \"/a/\"\nupstream = \"http://127.0.0.1:1\"\n\
+             upstream_timeout = \"1s\"\n[routes.idempotency]\nrequired = true\nttl = \"5m\"\n",
+        )
+        .unwrap();
+        let eff = c.routes[0].idempotency.apply(&c.idempotency);
+        assert!(eff.required);
+        assert_eq!(eff.ttl, Duration::from_secs(300));
+        assert_eq!(eff.lock_ttl, c.idempotency.lock_ttl);
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let err = Config::from_toml("[redis]\nurll = \"redis://x\"\n").unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("urll"), "{text}");
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let err = Config::from_toml("[server]\nshutdown_grace = \"soon\"\n").unwrap_err();
+        assert!(err.to_string().contains("server.shutdown_grace"), "{err}");
+    }
+
+    #[test]
+    fn redacted_toml_round_trips() {
+        let mut c = Config::default();
+        c.redis.url = "redis://u:pw@127.0.0.1:6379".into();
+        let text = c.to_redacted_toml();
+        assert!(!text.contains("pw@"), "{text}");
+        assert!(text.contains("u:***@"), "{text}");
+        let back = Config::from_toml(&text.replace("u:***@", "")).unwrap();
+        assert_eq!(back.idempotency.ttl, c.idempotency.ttl);
+    }
+}

@@ -1,0 +1,254 @@
+//! Start-up validation of a parsed [`Config`]: every rule names the key it checks.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::{HeaderName, Method, Uri};
+
+use super::{Config, ConfigError, IdempotencyConfig};
+
+/// Checks every value that parsed but may still be unusable.
+pub fn validate(config: &Config) -> Result<(), ConfigError> {
+    let s = &config.server;
+    socket_addr("server.listen", &s.listen)?;
+    socket_addr("server.admin_listen", &s.admin_listen)?;
+    positive_size("server.max_request_body", s.max_request_body.as_u64())?;
+    positive_size("server.max_response_body", s.max_response_body.as_u64())?;
+    if s.max_header_size.as_u64() < 8192 {
+        return Err(ConfigError::invalid(
+            "server.max_header_size",
+            "must be at least 8KiB",
+        ));
+    }
+    positive_duration("server.header_read_timeout", s.header_read_timeout)?;
+
+    let r = &config.redis;
+    if !(r.url.starts_with("redis://") || r.url.starts_with("rediss://")) {
+        return Err(ConfigError::invalid(
+            "redis.url",
+            "must start with redis:// (or rediss://)",
+        ));
+    }
+    if r.key_prefix.is_empty() || r.key_prefix.contains(['{', '}']) {
+        return Err(ConfigError::invalid(
+            "redis.key_prefix",
+            "must be non-empty and must not contain `{` or `}` (they are Redis Cluster hash tags)",
+        ));
+    }
+    positive_duration("redis.command_timeout", r.command_timeout)?;
+    positive_duration("redis.connect_timeout", r.connect_timeout)?;
+    if !(1..=64).contains(&r.pool_size) {
+        return Err(ConfigError::invalid(
+            "redis.pool_size",
+            "must be between 1 and 64",
+        ));
+    }
+
+    idempotency("idempotency", &config.idempotency)?;
+
+    let mut names = HashSet::new();
+    for (i, route) in config.routes.iter().enumerate() {
+        let at = format!("routes[{i}]");
+        let name_ok = !route.name.is_empty()
+            && route.name.len() <= 64
+            && (route.name.bytes()).all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !name_ok {
+            return Err(ConfigError::invalid(
+                format!("{at}.name"),
+                "must be 1 to 64 characters of A-Z, a-z, 0-9, `_` or `-`",
+            ));
+        }
+        if !names.insert(route.name.as_str()) {
+            return Err(ConfigError::invalid(
+                format!("{at}.name"),
+                format!("duplicate route name `{}`", route.name),
+            ));
+        }
+        if !route.path_prefix.starts_with('/') {
+            return Err(ConfigError::invalid(
+                format!("{at}.path_prefix"),
+                "must start with `/`",
+            ));
+        }
+        let uri: Uri = route.upstream.parse().map_err(|e| {
+            ConfigError::invalid(format!("{at}.upstream"), format!("not a URL: {e}"))
+        })?;
+        if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+            return Err(ConfigError::invalid(
+                format!("{at}.upstream"),
+                "must be an http://host:port URL (TLS to the upstream is not supported)",
+            ));
+        }
+        if uri.query().is_some() {
+            return Err(ConfigError::invalid(
+                format!("{at}.upstream"),
+                "must not carry a query string",
+            ));
+        }
+        positive_duration(&format!("{at}.upstream_timeout"), route.upstream_timeout)?;
+        let effective = route.idempotency.apply(&config.idempotency);
+        idempotency(&format!("{at}.idempotency"), &effective)?;
+        if effective.lock_ttl <= route.upstream_timeout {
+            return Err(ConfigError::invalid(
+                format!("{at}.idempotency.lock_ttl"),
+                format!(
+                    "the lease ({}) must exceed `{at}.upstream_timeout` ({}), or a slow upstream \
+                     call could outlive its lease and a retry could run twice",
+                    humantime::format_duration(effective.lock_ttl),
+                    humantime::format_duration(route.upstream_timeout),
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn idempotency(at: &str, c: &IdempotencyConfig) -> Result<(), ConfigError> {
+    header_name(&format!("{at}.header"), &c.header)?;
+    for (i, alias) in c.header_aliases.iter().enumerate() {
+        header_name(&format!("{at}.header_aliases[{i}]"), alias)?;
+    }
+    header_name(&format!("{at}.scope_header"), &c.scope_header)?;
+    for (i, m) in c.methods.iter().enumerate() {
+        let ok =
+            Method::from_bytes(m.as_bytes()).is_ok() && m.bytes().all(|b| !b.is_ascii_lowercase());
+        if !ok {
+            return Err(ConfigError::invalid(
+                format!("{at}.methods[{i}]"),
+                format!("`{m}` is not an upper-case HTTP method"),
+            ));
+        }
+    }
+    if c.max_key_length == 0 || c.max_key_length > 4096 {
+        return Err(ConfigError::invalid(
+            format!("{at}.max_key_length"),
+            "must be between 1 and 4096",
+        ));
+    }
+    positive_duration(&format!("{at}.ttl"), c.ttl)?;
+    positive_duration(&format!("{at}.lock_ttl"), c.lock_ttl)?;
+    if c.ttl < c.lock_ttl {
+        return Err(ConfigError::invalid(
+            format!("{at}.ttl"),
+            "must be at least `lock_ttl`: a response must be kept at least as long as its lease",
+        ));
+    }
+    if !(400..=499).contains(&c.mismatch_status) {
+        return Err(ConfigError::invalid(
+            format!("{at}.mismatch_status"),
+            "must be a 4xx status",
+        ));
+    }
+    for (i, s) in c.release_statuses.iter().enumerate() {
+        if !(100..=599).contains(s) {
+            return Err(ConfigError::invalid(
+                format!("{at}.release_statuses[{i}]"),
+                format!("{s} is not an HTTP status"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn socket_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
+    value.parse().map_err(|_| {
+        ConfigError::invalid(key, format!("`{value}` is not an IP:port socket address"))
+    })
+}
+
+fn header_name(key: &str, value: &str) -> Result<(), ConfigError> {
+    HeaderName::from_bytes(value.as_bytes())
+        .map(|_| ())
+        .map_err(|_| ConfigError::invalid(key, format!("`{value}` is not a valid header name")))
+}
+
+fn positive_duration(key: &str, d: Duration) -> Result<(), ConfigError> {
+    if d.is_zero() {
+        return Err(ConfigError::invalid(key, "must be greater than zero"));
+    }
+    Ok(())
+}
+
+fn positive_size(key: &str, bytes: u64) -> Result<(), ConfigError> {
+    if bytes == 0 {
+        return Err(ConfigError::invalid(key, "must be greater than zero"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    fn route(extra: &str) -> String {
+        format!(
+            "[[routes]]\nname = \"payments\"\npath_prefix = \"/v1/\"\n\
+             upstream = \"http://127.0.0.1:3000\"\nupstream_timeout = \"20s\"\n{extra}"
+        )
+    }
+
+    fn err(toml: &str) -> String {
+        Config::from_toml(toml).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_issue_example_is_valid() {
+        Config::from_toml(&route("")).unwrap();
+    }
+
+    #[test]
+    fn lease_must_exceed_upstream_timeout() {
+        let e = err(&route("[routes.idempotency]\nlock_ttl = \"10s\"\n"));
+        assert!(e.contains("routes[0].idempotency.lock_ttl"), "{e}");
+        let e = err(&format!("[idempotency]\nlock_ttl = \"20s\"\n{}", route("")));
+        assert!(e.contains("routes[0].idempotency.lock_ttl"), "{e}");
+    }
+
+    #[test]
+    fn each_rule_names_its_key() {
+        let cases = [
+            ("[server]\nlisten = \"nowhere\"\n", "server.listen"),
+            ("[redis]\nurl = \"http://x\"\n", "redis.url"),
+            ("[redis]\nkey_prefix = \"a{b\"\n", "redis.key_prefix"),
+            (
+                "[idempotency]\nmethods = [\"post\"]\n",
+                "idempotency.methods[0]",
+            ),
+            (
+                "[idempotency]\nmismatch_status = 500\n",
+                "idempotency.mismatch_status",
+            ),
+            (
+                "[idempotency]\nmax_key_length = 0\n",
+                "idempotency.max_key_length",
+            ),
+            (
+                "[idempotency]\nheader = \"bad header\"\n",
+                "idempotency.header",
+            ),
+            (
+                "[idempotency]\nrelease_statuses = [999]\n",
+                "idempotency.release_statuses[0]",
+            ),
+            (
+                "[server]\nmax_header_size = \"1KiB\"\n",
+                "server.max_header_size",
+            ),
+        ];
+        for (toml, key) in cases {
+            let e = err(toml);
+            assert!(e.contains(key), "{toml:?} gave {e}");
+        }
+    }
+
+    #[test]
+    fn route_rules_name_their_key() {
+        let e = err(&route("").replace("http://127.0.0.1:3000", "https://x"));
+        assert!(e.contains("routes[0].upstream"), "{e}");
+        let e = err(&route("").replace("/v1/", "v1"));
+        assert!(e.contains("routes[0].path_prefix"), "{e}");
+        let e = err(&format!("{}{}", route(""), route("")));
+        assert!(e.contains("routes[1].name"), "{e}");
+    }
+}

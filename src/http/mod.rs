@@ -1,0 +1,32 @@
+//! The HTTP edge: the two routers (proxied traffic, admin), the shared state, and
+//! problem+json rendering of every gateway-made error.
+
+pub mod admin;
+pub mod gateway;
+pub mod problem;
+
+use std::sync::Arc;
+
+use axum::routing::get;
+use axum::Router;
+
+use crate::app::App;
+
+/// State shared by every handler.
+#[derive(Clone)]
+pub struct AppState(pub Arc<App>);
+
+/// Router of the proxy listener: every path and method goes to the gateway.
+pub fn proxy_router(app: Arc<App>) -> Router {
+    Router::new()
+        .fallback(gateway::handle)
+        .with_state(AppState(app))
+}
+
+/// Router of the admin listener.
+pub fn admin_router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/healthz", get(admin::healthz))
+        .route("/readyz", get(admin::readyz))
+        .with_state(AppState(app))
+}

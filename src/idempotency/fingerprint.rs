@@ -1,0 +1,230 @@
+//! Hashes that identify a request: the tenant scope, the record id of (scope, key),
+//! and the fingerprint of what was asked.
+//!
+//! * **Scope** = SHA-256 of the route name and the `scope_header` value (or
+//!   `anonymous`), so one key under two tenants, or two routes, is two records.
+//! * **Record id** = SHA-256 of (scope, key): the only form in which a key reaches
+//!   Redis or a log line.
+//! * **Fingerprint** = SHA-256 of method, path and query, content type and body; a
+//!   JSON body is canonicalised first (keys sorted, whitespace dropped).
+
+use http::{HeaderValue, Method, Uri};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::key::IdempotencyKey;
+
+/// Which tenant (and route) a key belongs to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Scope([u8; 32]);
+
+impl Scope {
+    /// Scope of a request on `route` whose scope header is `value` (absent = anonymous).
+    pub fn new(route: &str, value: Option<&HeaderValue>) -> Self {
+        let mut h = Sha256::new();
+        field(&mut h, route.as_bytes());
+        match value {
+            Some(v) => {
+                h.update([1]);
+                field(&mut h, v.as_bytes());
+            }
+            None => h.update([0]),
+        }
+        Self(h.finalize().into())
+    }
+
+    pub fn to_hex(self) -> String {
+        hex::encode(self.0)
+    }
+}
+
+/// Identity of one idempotency record: a hash of (scope, key).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct RecordId([u8; 32]);
+
+impl RecordId {
+    pub fn new(scope: Scope, key: &IdempotencyKey) -> Self {
+        let mut h = Sha256::new();
+        h.update(scope.0);
+        field(&mut h, key.as_str().as_bytes());
+        Self(h.finalize().into())
+    }
+
+    /// Full hex form, used in store keys.
+    pub fn to_hex(self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// A 12-character prefix for log lines.
+    pub fn short(self) -> String {
+        hex::encode(&self.0[..6])
+    }
+}
+
+impl std::fmt::Debug for RecordId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RecordId({})", self.short())
+    }
+}
+
+/// What a keyed request asked for; a retry must carry the same fingerprint.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Fingerprint([u8; 32]);
+
+impl Fingerprint {
+    pub fn new(
+        method: &Method,
+        uri: &Uri,
+        content_type: Option<&HeaderValue>,
+        body: &[u8],
+    ) -> Self {
+        let mut h = Sha256::new();
+        field(&mut h, method.as_str().as_bytes());
+        let target = uri.path_and_query().map_or("/", |pq| pq.as_str());
+        field(&mut h, target.as_bytes());
+        let ct = content_type.map_or(&b""[..], HeaderValue::as_bytes);
+        field(&mut h, ct);
+        match is_json(ct)
+            .then(|| serde_json::from_slice::<Value>(body).ok())
+            .flatten()
+        {
+            Some(value) => {
+                h.update(b"json");
+                canonical_json(&mut h, &value);
+            }
+            None => {
+                h.update(b"raw");
+                field(&mut h, body);
+            }
+        }
+        Self(h.finalize().into())
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+/// A length-prefixed field, so that no two field sequences hash alike.
+fn field(h: &mut Sha256, bytes: &[u8]) {
+    h.update((bytes.len() as u64).to_be_bytes());
+    h.update(bytes);
+}
+
+/// `application/json` and any `+json` media type, parameters ignored.
+fn is_json(content_type: &[u8]) -> bool {
+    let Ok(ct) = std::str::from_utf8(content_type) else {
+        return false;
+    };
+    let essence = ct.split(';').next().unwrap_or("").trim();
+    essence.eq_ignore_ascii_case("application/json")
+        || essence.len() > 5 && essence[essence.len() - 5..].eq_ignore_ascii_case("+json")
+}
+
+/// Feeds `value` to the hasher in a canonical form: object keys sorted, no whitespace.
+fn canonical_json(h: &mut Sha256, value: &Value) {
+    match value {
+        Value::Null => h.update(b"null"),
+        Value::Bool(b) => h.update(if *b { &b"true"[..] } else { b"false" }),
+        Value::Number(n) => h.update(n.to_string().as_bytes()),
+        Value::String(s) => json_string(h, s),
+        Value::Array(items) => {
+            h.update(b"[");
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    h.update(b",");
+                }
+                canonical_json(h, item);
+            }
+            h.update(b"]");
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            h.update(b"{");
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    h.update(b",");
+                }
+                json_string(h, k);
+                h.update(b":");
+                canonical_json(h, v);
+            }
+            h.update(b"}");
+        }
+    }
+}
+
+fn json_string(h: &mut Sha256, s: &str) {
+    // serde_json's escaping of a plain string is deterministic and cannot fail.
+    let quoted = serde_json::to_string(s).unwrap_or_default();
+    h.update(quoted.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fp(ct: Option<&'static str>, body: &str) -> Fingerprint {
+        let uri: Uri = "/v1/payments?x=1".parse().unwrap();
+        let ct = ct.map(HeaderValue::from_static);
+        Fingerprint::new(&Method::POST, &uri, ct.as_ref(), body.as_bytes())
+    }
+
+    const JSON: Option<&str> = Some("application/json");
+
+    #[test]
+    fn reordered_json_keys_and_whitespace_match() {
+        assert_eq!(
+            fp(JSON, r#"{"a":1,"b":2}"#),
+            fp(JSON, r#"{ "b":2, "a":1 }"#)
+        );
+        assert_eq!(
+            fp(
+                Some("application/merge-patch+json; charset=utf-8"),
+                r#"{"x":{"d":[1,2],"c":null}}"#
+            ),
+            fp(
+                Some("application/merge-patch+json; charset=utf-8"),
+                "{\"x\":{\"c\":null,\"d\":[1, 2]}}\n"
+            ),
+        );
+    }
+
+    #[test]
+    fn different_values_or_order_of_arrays_differ() {
+        assert_ne!(fp(JSON, r#"{"a":1}"#), fp(JSON, r#"{"a":2}"#));
+        assert_ne!(fp(JSON, "[1,2]"), fp(JSON, "[2,1]"));
+    }
+
+    #[test]
+    fn non_json_bodies_are_compared_raw() {
+        assert_ne!(
+            fp(Some("text/plain"), "{\"a\":1,\"b\":2}"),
+            fp(Some("text/plain"), "{\"b\":2,\"a\":1}")
+        );
+        assert_ne!(fp(JSON, "{not json"), fp(JSON, "{not  json"));
+    }
+
+    #[test]
+    fn method_target_and_content_type_count() {
+        let uri: Uri = "/v1/payments?x=1".parse().unwrap();
+        let other: Uri = "/v1/payments?x=2".parse().unwrap();
+        let a = Fingerprint::new(&Method::POST, &uri, None, b"");
+        assert_ne!(a, Fingerprint::new(&Method::PATCH, &uri, None, b""));
+        assert_ne!(a, Fingerprint::new(&Method::POST, &other, None, b""));
+        assert_ne!(a, fp(Some("text/plain"), ""));
+    }
+
+    #[test]
+    fn scopes_separate_tenants_routes_and_anonymous() {
+        let t1 = HeaderValue::from_static("Bearer one");
+        let t2 = HeaderValue::from_static("Bearer two");
+        let anon_literal = HeaderValue::from_static("anonymous");
+        let s = Scope::new("payments", Some(&t1));
+        assert!(s == Scope::new("payments", Some(&t1)));
+        assert!(s != Scope::new("payments", Some(&t2)));
+        assert!(s != Scope::new("refunds", Some(&t1)));
+        assert!(Scope::new("payments", None) != Scope::new("payments", Some(&anon_literal)));
+    }
+}

@@ -1,0 +1,13 @@
+//! Idempotency semantics, independent of any store or transport: what a key is
+//! ([`key`]), what identifies a request ([`fingerprint`]), the outcomes of a claim
+//! and the lease guard ([`claim`]), and what is stored and replayed ([`replay`]).
+
+pub mod claim;
+pub mod fingerprint;
+pub mod key;
+pub mod replay;
+
+pub use claim::{Claim, Completion, Lease, Release};
+pub use fingerprint::{Fingerprint, RecordId, Scope};
+pub use key::{IdempotencyKey, KeyError};
+pub use replay::StoredResponse;

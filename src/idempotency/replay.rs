@@ -1,0 +1,176 @@
+//! What is stored for a completed key, its wire encoding, and the response built
+//! from it. A first execution and every replay are built by the same
+//! [`StoredResponse::to_response`], so they are byte-identical apart from
+//! `Idempotent-Replayed`.
+//!
+//! Encoding (version 1): `0x01`, status (u16 BE), header count (u16 BE), then per
+//! header its name length (u16 BE), name, value length (u32 BE), value; the rest is
+//! the body.
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::{BufMut, Bytes, BytesMut};
+use http::header::{DATE, SERVER};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+
+use crate::proxy::headers::is_hop_by_hop;
+
+/// Header that tells a client whether it got a replay.
+pub const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+const VERSION: u8 = 1;
+
+/// A response as recorded for a key: status, end-to-end headers, body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    pub status: StatusCode,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub body: Bytes,
+}
+
+impl StoredResponse {
+    /// Keeps what is worth replaying of an upstream response: end-to-end headers
+    /// (no hop-by-hop, no `Date` or `Server`), in their original order.
+    pub fn from_upstream(status: StatusCode, headers: &HeaderMap, body: Bytes) -> Self {
+        let headers = headers
+            .iter()
+            .filter(|(name, _)| **name != DATE && **name != SERVER && !is_hop_by_hop(name, headers))
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect();
+        Self {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// The response to send: stored status, headers and body, plus `Idempotent-Replayed`.
+    pub fn to_response(&self, replayed: bool) -> Response {
+        let mut response = Response::new(Body::from(self.body.clone()));
+        *response.status_mut() = self.status;
+        let headers = response.headers_mut();
+        headers.reserve(self.headers.len() + 1);
+        for (name, value) in &self.headers {
+            headers.append(name.clone(), value.clone());
+        }
+        let flag = if replayed { "true" } else { "false" };
+        headers.insert(REPLAYED, HeaderValue::from_static(flag));
+        response
+    }
+
+    /// Size of the stored form, for limits and metrics.
+    pub fn encoded_len(&self) -> usize {
+        5 + self
+            .headers
+            .iter()
+            .map(|(n, v)| 6 + n.as_str().len() + v.len())
+            .sum::<usize>()
+            + self.body.len()
+    }
+
+    pub fn encode(&self) -> Bytes {
+        let mut out = BytesMut::with_capacity(self.encoded_len());
+        out.put_u8(VERSION);
+        out.put_u16(self.status.as_u16());
+        out.put_u16(self.headers.len() as u16);
+        for (name, value) in &self.headers {
+            out.put_u16(name.as_str().len() as u16);
+            out.put_slice(name.as_str().as_bytes());
+            out.put_u32(value.len() as u32);
+            out.put_slice(value.as_bytes());
+        }
+        out.put_slice(&self.body);
+        out.freeze()
+    }
+
+    pub fn decode(mut raw: Bytes) -> Result<Self, &'static str> {
+        fn take(raw: &mut Bytes, n: usize) -> Result<Bytes, &'static str> {
+            if raw.len() < n {
+                return Err("truncated");
+            }
+            Ok(raw.split_to(n))
+        }
+        fn int(raw: &mut Bytes, n: usize) -> Result<usize, &'static str> {
+            Ok(take(raw, n)?
+                .iter()
+                .fold(0usize, |acc, b| acc << 8 | *b as usize))
+        }
+        if take(&mut raw, 1)?[0] != VERSION {
+            return Err("unknown encoding version");
+        }
+        let status = StatusCode::from_u16(int(&mut raw, 2)? as u16).map_err(|_| "bad status")?;
+        let count = int(&mut raw, 2)?;
+        let mut headers = Vec::with_capacity(count);
+        for _ in 0..count {
+            let n = int(&mut raw, 2)?;
+            let name =
+                HeaderName::from_bytes(&take(&mut raw, n)?).map_err(|_| "bad header name")?;
+            let n = int(&mut raw, 4)?;
+            let value = HeaderValue::from_maybe_shared(take(&mut raw, n)?)
+                .map_err(|_| "bad header value")?;
+            headers.push((name, value));
+        }
+        Ok(Self {
+            status,
+            headers,
+            body: raw,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> StoredResponse {
+        let mut h = HeaderMap::new();
+        h.append("content-type", HeaderValue::from_static("application/json"));
+        h.append("set-cookie", HeaderValue::from_static("a=1"));
+        h.append("set-cookie", HeaderValue::from_static("b=2"));
+        h.append(
+            "date",
+            HeaderValue::from_static("Sun, 22 Nov 2026 10:00:00 GMT"),
+        );
+        h.append("server", HeaderValue::from_static("upstream/1.0"));
+        h.append("connection", HeaderValue::from_static("close, x-private"));
+        h.append("x-private", HeaderValue::from_static("hop"));
+        h.append("transfer-encoding", HeaderValue::from_static("chunked"));
+        h.append("x-request-cost", HeaderValue::from_static("7"));
+        StoredResponse::from_upstream(StatusCode::CREATED, &h, Bytes::from_static(b"{\"id\":1}"))
+    }
+
+    #[test]
+    fn keeps_only_end_to_end_headers_in_order() {
+        let stored = sample();
+        let names: Vec<&str> = stored.headers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["content-type", "set-cookie", "set-cookie", "x-request-cost"]
+        );
+    }
+
+    #[test]
+    fn encoding_round_trips() {
+        let s = sample();
+        let encoded = s.encode();
+        assert_eq!(encoded.len(), s.encoded_len());
+        assert_eq!(StoredResponse::decode(encoded).unwrap(), s);
+    }
+
+    #[test]
+    fn decoding_refuses_garbage() {
+        assert!(StoredResponse::decode(Bytes::from_static(b"")).is_err());
+        assert!(StoredResponse::decode(Bytes::from_static(b"\x02\x00\xc8\x00\x00")).is_err());
+        assert!(
+            StoredResponse::decode(Bytes::from_static(b"\x01\x00\xc8\x00\x01\x00\x05ab")).is_err()
+        );
+    }
+
+    #[test]
+    fn response_carries_the_replay_flag() {
+        let r = sample().to_response(true);
+        assert_eq!(r.status(), StatusCode::CREATED);
+        assert_eq!(r.headers()["idempotent-replayed"], "true");
+        assert_eq!(r.headers().get_all("set-cookie").iter().count(), 2);
+    }
+}

@@ -1,0 +1,96 @@
+//! The `idemgate` command: `serve`, `check-config`.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use idemgate::{App, Config, Server};
+
+#[derive(Parser)]
+#[command(
+    name = "idemgate",
+    version,
+    about = "An idempotency gateway for HTTP APIs, backed by Redis"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Serve(ConfigArg),
+    /// Validate the configuration and print it, secrets redacted.
+    CheckConfig(ConfigArg),
+}
+
+#[derive(clap::Args)]
+struct ConfigArg {
+    /// TOML configuration file; built-in defaults and IDEMGATE__SECTION__KEY variables apply without it.
+    #[arg(long, env = "IDEMGATE_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let (Command::Serve(arg) | Command::CheckConfig(arg)) = &cli.command;
+    let config = match Config::load(arg.config.as_deref()) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("idemgate: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match cli.command {
+        Command::CheckConfig(_) => {
+            print!("{}", config.to_redacted_toml());
+            ExitCode::SUCCESS
+        }
+        Command::Serve(_) => match serve(config) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("idemgate: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+fn serve(config: Config) -> anyhow::Result<()> {
+    idemgate::telemetry::init(&config.log);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(async {
+        let app = App::build(config).await.context("building the gateway")?;
+        let server = Server::bind(app).await?;
+        server.run(shutdown_signal()).await;
+        Ok(())
+    })
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

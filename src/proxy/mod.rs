@@ -1,0 +1,185 @@
+//! The upstream side: one pooled HTTP/1 client, request forwarding, and the errors
+//! an upstream call can end in ([`UpstreamError`]).
+//!
+//! Keyed requests are forwarded fully buffered (the response is stored);
+//! other requests stream through untouched.
+
+pub mod headers;
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::Bytes;
+use http::request::Parts;
+use http::uri::PathAndQuery;
+use http::{HeaderMap, Request, Response, StatusCode, Uri};
+use http_body_util::{BodyExt, Limited};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use crate::route::Route;
+
+/// How an upstream call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// No answer within the route's `upstream_timeout`.
+    #[error("the upstream did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The connection could not be made: the request never reached the upstream.
+    #[error("could not connect to the upstream: {0}")]
+    Connect(String),
+    /// The exchange broke after the request may have reached the upstream.
+    #[error("the upstream exchange failed: {0}")]
+    Exchange(String),
+    /// The upstream answered with a body above `server.max_response_body`.
+    #[error("the upstream response body exceeds {0} bytes")]
+    ResponseTooLarge(u64),
+}
+
+/// A buffered upstream response.
+pub struct Buffered {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// The HTTP client shared by every route.
+#[derive(Clone)]
+pub struct Upstream {
+    client: Client<HttpConnector, Body>,
+}
+
+impl Default for Upstream {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Upstream {
+    pub fn new() -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(256)
+            .build(connector);
+        Self { client }
+    }
+
+    /// Sends a keyed request with its buffered body and buffers the response, all
+    /// within the route's `upstream_timeout`.
+    pub async fn forward_buffered(
+        &self,
+        route: &Route,
+        parts: Parts,
+        body: Bytes,
+        peer: IpAddr,
+        max_response: u64,
+    ) -> Result<Buffered, UpstreamError> {
+        let request = build_request(route, parts, Body::from(body), peer);
+        let exchange = async {
+            let response = self.client.request(request).await.map_err(classify)?;
+            let (parts, body) = response.into_parts();
+            let body = Limited::new(body, max_response as usize)
+                .collect()
+                .await
+                .map_err(|e| {
+                    if e.downcast_ref::<http_body_util::LengthLimitError>()
+                        .is_some()
+                    {
+                        UpstreamError::ResponseTooLarge(max_response)
+                    } else {
+                        UpstreamError::Exchange(e.to_string())
+                    }
+                })?
+                .to_bytes();
+            Ok(Buffered {
+                status: parts.status,
+                headers: parts.headers,
+                body,
+            })
+        };
+        tokio::time::timeout(route.upstream_timeout, exchange)
+            .await
+            .map_err(|_| UpstreamError::Timeout(route.upstream_timeout))?
+    }
+
+    /// Forwards a request that is not keyed, streaming both bodies. The timeout covers
+    /// the wait for the response head.
+    pub async fn forward_streaming(
+        &self,
+        route: &Route,
+        parts: Parts,
+        body: Body,
+        peer: IpAddr,
+    ) -> Result<Response<Body>, UpstreamError> {
+        let request = build_request(route, parts, body, peer);
+        let response = tokio::time::timeout(route.upstream_timeout, self.client.request(request))
+            .await
+            .map_err(|_| UpstreamError::Timeout(route.upstream_timeout))?
+            .map_err(classify)?;
+        let (mut parts, body) = response.into_parts();
+        headers::strip_hop_by_hop(&mut parts.headers);
+        Ok(Response::from_parts(parts, Body::new(body)))
+    }
+}
+
+fn classify(e: hyper_util::client::legacy::Error) -> UpstreamError {
+    if e.is_connect() {
+        UpstreamError::Connect(e.to_string())
+    } else {
+        UpstreamError::Exchange(e.to_string())
+    }
+}
+
+fn build_request(route: &Route, mut parts: Parts, body: Body, peer: IpAddr) -> Request<Body> {
+    headers::prepare_upstream_request(&mut parts.headers, peer);
+    parts.uri = upstream_uri(&route.upstream, &parts.uri);
+    parts.version = http::Version::HTTP_11;
+    Request::from_parts(parts, body)
+}
+
+/// The upstream base URL joined with the client's path and query.
+fn upstream_uri(base: &Uri, original: &Uri) -> Uri {
+    let target = original.path_and_query().map_or("/", PathAndQuery::as_str);
+    let base_path = base.path().trim_end_matches('/');
+    let mut builder = Uri::builder();
+    if let Some(scheme) = base.scheme() {
+        builder = builder.scheme(scheme.clone());
+    }
+    if let Some(authority) = base.authority() {
+        builder = builder.authority(authority.clone());
+    }
+    let joined = if base_path.is_empty() {
+        target.to_string()
+    } else {
+        format!("{base_path}{target}")
+    };
+    builder
+        .path_and_query(joined)
+        .build()
+        .unwrap_or_else(|_| base.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn joins_base_path_and_target() {
+        let o: Uri = "/v1/payments?x=1".parse().unwrap();
+        let plain: Uri = "http://127.0.0.1:3000".parse().unwrap();
+        assert_eq!(
+            upstream_uri(&plain, &o).to_string(),
+            "http://127.0.0.1:3000/v1/payments?x=1"
+        );
+        let based: Uri = "http://127.0.0.1:3000/api/".parse().unwrap();
+        assert_eq!(
+            upstream_uri(&based, &o).to_string(),
+            "http://127.0.0.1:3000/api/v1/payments?x=1"
+        );
+    }
+}

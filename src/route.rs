@@ -1,0 +1,145 @@
+//! The route table: which upstream and which idempotency policy a request path gets.
+//! Built once at start from the configuration; the longest matching `path_prefix` wins.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderName, Method, StatusCode, Uri};
+
+use crate::config::{Config, IdempotencyConfig, RouteConfig};
+
+/// One route with its effective (defaults plus overrides) idempotency policy.
+#[derive(Debug)]
+pub struct Route {
+    pub name: String,
+    pub path_prefix: String,
+    pub upstream: Uri,
+    pub upstream_timeout: Duration,
+    pub policy: Policy,
+}
+
+/// A route's idempotency settings, resolved into ready-to-use types.
+#[derive(Debug)]
+pub struct Policy {
+    /// The key header first, then its aliases.
+    pub key_headers: Vec<HeaderName>,
+    pub methods: Vec<Method>,
+    pub required: bool,
+    pub max_key_length: usize,
+    pub ttl: Duration,
+    pub lock_ttl: Duration,
+    pub scope_header: HeaderName,
+    pub mismatch_status: StatusCode,
+    release_statuses: Vec<u16>,
+}
+
+impl Policy {
+    fn new(c: &IdempotencyConfig) -> Self {
+        // The configuration was validated, so every name, method and status parses.
+        let header = |s: &str| HeaderName::from_bytes(s.as_bytes()).expect("validated header");
+        Self {
+            key_headers: std::iter::once(&c.header)
+                .chain(&c.header_aliases)
+                .map(|h| header(h))
+                .collect(),
+            methods: (c.methods.iter())
+                .map(|m| Method::from_bytes(m.as_bytes()).expect("validated method"))
+                .collect(),
+            required: c.required,
+            max_key_length: c.max_key_length,
+            ttl: c.ttl,
+            lock_ttl: c.lock_ttl,
+            scope_header: header(&c.scope_header),
+            mismatch_status: StatusCode::from_u16(c.mismatch_status).expect("validated status"),
+            release_statuses: c.release_statuses.clone(),
+        }
+    }
+
+    /// Whether this method goes through the idempotency layer at all.
+    pub fn covers(&self, method: &Method) -> bool {
+        self.methods.contains(method)
+    }
+
+    /// Whether an upstream answer with `status` releases the key instead of being stored.
+    pub fn releases(&self, status: StatusCode) -> bool {
+        self.release_statuses.contains(&status.as_u16())
+    }
+}
+
+impl Route {
+    fn new(route: &RouteConfig, defaults: &IdempotencyConfig) -> Self {
+        Self {
+            name: route.name.clone(),
+            path_prefix: route.path_prefix.clone(),
+            upstream: route.upstream.parse().expect("validated upstream"),
+            upstream_timeout: route.upstream_timeout,
+            policy: Policy::new(&route.idempotency.apply(defaults)),
+        }
+    }
+}
+
+/// All routes, longest prefix first.
+#[derive(Debug)]
+pub struct RouteTable {
+    routes: Vec<Arc<Route>>,
+}
+
+impl RouteTable {
+    /// Builds the table from a validated configuration.
+    pub fn new(config: &Config) -> Self {
+        let mut routes: Vec<Arc<Route>> = (config.routes.iter())
+            .map(|r| Arc::new(Route::new(r, &config.idempotency)))
+            .collect();
+        routes.sort_by(|a, b| b.path_prefix.len().cmp(&a.path_prefix.len()));
+        Self { routes }
+    }
+
+    /// The route whose prefix is the longest one `path` starts with.
+    pub fn find(&self, path: &str) -> Option<&Arc<Route>> {
+        self.routes
+            .iter()
+            .find(|r| path.starts_with(&r.path_prefix))
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Route>> {
+        self.routes.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn longest_prefix_wins_whatever_the_order() {
+        let config = Config::from_toml(
+            "[[routes]]\nname = \"all\"\npath_prefix = \"/\"\nupstream = \"http://127.0.0.1:1\"\n\
+             upstream_timeout = \"1s\"\n\
+             [[routes]]\nname = \"pay\"\npath_prefix = \"/v1/pay\"\nupstream = \"http://127.0.0.1:2\"\n\
+             upstream_timeout = \"1s\"\n\
+             [[routes]]\nname = \"v1\"\npath_prefix = \"/v1/\"\nupstream = \"http://127.0.0.1:3\"\n\
+             upstream_timeout = \"1s\"\n[routes.idempotency]\nrelease_statuses = [500]\n",
+        )
+        .unwrap();
+        let table = RouteTable::new(&config);
+        assert_eq!(table.find("/v1/payments").unwrap().name, "pay");
+        assert_eq!(table.find("/v1/refunds").unwrap().name, "v1");
+        assert_eq!(table.find("/health").unwrap().name, "all");
+        let v1 = &table.find("/v1/x").unwrap().policy;
+        assert!(v1.releases(StatusCode::INTERNAL_SERVER_ERROR));
+        assert!(!v1.releases(StatusCode::SERVICE_UNAVAILABLE));
+        let pay = &table.find("/v1/pay").unwrap().policy;
+        assert!(pay.releases(StatusCode::SERVICE_UNAVAILABLE));
+        assert!(pay.covers(&Method::POST) && !pay.covers(&Method::GET));
+    }
+
+    #[test]
+    fn no_route_no_match() {
+        let config = Config::from_toml(
+            "[[routes]]\nname = \"v1\"\npath_prefix = \"/v1/\"\nupstream = \"http://127.0.0.1:3\"\n\
+             upstream_timeout = \"1s\"\n",
+        )
+        .unwrap();
+        assert!(RouteTable::new(&config).find("/v2/x").is_none());
+    }
+}

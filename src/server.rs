@@ -1,0 +1,159 @@
+//! Listeners and the connection loop: hyper HTTP/1 with a header-read timeout and a
+//! bounded request head, and graceful shutdown (stop accepting, drain in-flight
+//! requests and detached tasks within `server.shutdown_grace`).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::ConnectInfo;
+use axum::Router;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+use crate::app::App;
+use crate::config::ServerConfig;
+use crate::http::{admin_router, proxy_router};
+
+/// A gateway with its listeners bound, ready to run.
+pub struct Server {
+    app: Arc<App>,
+    proxy: TcpListener,
+    admin: TcpListener,
+}
+
+impl Server {
+    /// Binds `server.listen` and `server.admin_listen`.
+    pub async fn bind(app: App) -> anyhow::Result<Self> {
+        let proxy = TcpListener::bind(&app.config.server.listen)
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot listen on server.listen {}: {e}",
+                    app.config.server.listen
+                )
+            })?;
+        let admin = TcpListener::bind(&app.config.server.admin_listen)
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot listen on server.admin_listen {}: {e}",
+                    app.config.server.admin_listen
+                )
+            })?;
+        Ok(Self::with_listeners(app, proxy, admin))
+    }
+
+    /// Uses listeners bound by the caller (tests bind port 0).
+    pub fn with_listeners(app: App, proxy: TcpListener, admin: TcpListener) -> Self {
+        Self {
+            app: Arc::new(app),
+            proxy,
+            admin,
+        }
+    }
+
+    pub fn proxy_addr(&self) -> SocketAddr {
+        self.proxy.local_addr().expect("bound listener")
+    }
+
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin.local_addr().expect("bound listener")
+    }
+
+    /// Serves until `shutdown` resolves, then drains within `server.shutdown_grace`.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let Self { app, proxy, admin } = self;
+        let limits = app.config.server.clone();
+        let stop = CancellationToken::new();
+        let graceful = Arc::new(GracefulShutdown::new());
+        let loops = [
+            tokio::spawn(accept_loop(
+                proxy,
+                proxy_router(app.clone()),
+                limits.clone(),
+                stop.clone(),
+                graceful.clone(),
+            )),
+            tokio::spawn(accept_loop(
+                admin,
+                admin_router(app.clone()),
+                limits.clone(),
+                stop.clone(),
+                graceful.clone(),
+            )),
+        ];
+        tracing::info!(listen = %limits.listen, admin = %limits.admin_listen, "idemgate serving");
+        shutdown.await;
+        let started = Instant::now();
+        tracing::info!(grace = ?limits.shutdown_grace, "shutting down: no new connections; draining");
+        stop.cancel();
+        for l in loops {
+            let _ = l.await;
+        }
+        let graceful = Arc::try_unwrap(graceful).unwrap_or_else(|_| GracefulShutdown::new());
+        if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!("connections still open after shutdown_grace; closing them");
+        }
+        app.tasks.close();
+        let left = limits.shutdown_grace.saturating_sub(started.elapsed());
+        if tokio::time::timeout(left, app.tasks.wait()).await.is_err() {
+            tracing::warn!(
+                tasks = app.tasks.len(),
+                "upstream calls still running after shutdown_grace"
+            );
+        }
+        app.redis.quit().await;
+        tracing::info!("stopped");
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    router: Router,
+    limits: ServerConfig,
+    stop: CancellationToken,
+    graceful: Arc<GracefulShutdown>,
+) {
+    let max_buf = (limits.max_header_size.as_u64() as usize).max(8192);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    // Typically EMFILE: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = stop.cancelled() => return,
+        };
+        let _ = stream.set_nodelay(true);
+        let router = router.clone();
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            router.clone().oneshot(request)
+        });
+        let connection = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout)
+            .max_buf_size(max_buf)
+            .serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+}

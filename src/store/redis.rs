@@ -1,0 +1,229 @@
+//! Redis as the claim and response store: the connection pool and one Rust function
+//! per Lua script (`lua/claim.lua`, `lua/complete.lua`, `lua/release.lua`).
+//!
+//! Every script is safe to run twice with the same arguments, because fred re-sends
+//! a command that was in flight when its connection dropped. Scripts run with
+//! `EVALSHA` and reload themselves after `NOSCRIPT` (a restarted or failed-over Redis).
+//!
+//! Keys: `<prefix>:{<record id hex>}`; the braces are a Redis Cluster hash tag, so
+//! every key of one record lands in one slot.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use fred::prelude::{
+    Builder, ClientLike, Config as FredConfig, Error as FredError, ErrorKind, Pool,
+    ReconnectPolicy, Value,
+};
+use fred::types::scripts::Script;
+
+use super::StoreError;
+use crate::config::RedisConfig;
+use crate::idempotency::{
+    Claim, Completion, Fingerprint, Lease, RecordId, Release, StoredResponse,
+};
+
+const CLAIM_LUA: &str = include_str!("../../lua/claim.lua");
+const COMPLETE_LUA: &str = include_str!("../../lua/complete.lua");
+const RELEASE_LUA: &str = include_str!("../../lua/release.lua");
+
+/// Connections to Redis plus the loaded scripts. Cheap to clone.
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    prefix: String,
+    claim: Script,
+    complete: Script,
+    release: Script,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.inner.prefix)
+            .finish()
+    }
+}
+
+impl RedisStore {
+    /// Builds the pool and starts connecting. Does not fail when Redis is down: the
+    /// pool keeps reconnecting and calls fail with [`StoreError`] until it answers.
+    pub async fn connect(config: &RedisConfig) -> Result<Self, FredError> {
+        let mut fred_config = FredConfig::from_url(&config.url)?;
+        fred_config.fail_fast = false;
+        let pool = Builder::from_config(fred_config)
+            .with_performance_config(|p| p.default_command_timeout = config.command_timeout)
+            .with_connection_config(|c| {
+                c.connection_timeout = config.connect_timeout;
+                c.internal_command_timeout = config.connect_timeout;
+                // A connection that stops answering (a paused or wedged Redis) is dropped
+                // and re-made instead of queueing behind it.
+                c.unresponsive.max_timeout = Some(config.command_timeout * 2);
+                c.unresponsive.interval =
+                    (config.command_timeout / 2).max(Duration::from_millis(50));
+            })
+            .set_policy(ReconnectPolicy::new_constant(0, 100))
+            .build_pool(config.pool_size)?;
+        pool.connect();
+        let connected = tokio::time::timeout(config.connect_timeout, pool.wait_for_connect()).await;
+        if !matches!(connected, Ok(Ok(()))) {
+            tracing::warn!(url = %crate::config::redact_url(&config.url),
+                "redis is not reachable yet; keyed requests answer 503 until it is");
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                pool,
+                prefix: config.key_prefix.clone(),
+                claim: Script::from_lua(CLAIM_LUA),
+                complete: Script::from_lua(COMPLETE_LUA),
+                release: Script::from_lua(RELEASE_LUA),
+            }),
+        })
+    }
+
+    /// The Redis key of a record.
+    pub fn record_key(&self, record: RecordId) -> String {
+        format!("{}:{{{}}}", self.inner.prefix, record.to_hex())
+    }
+
+    /// Runs `lua/claim.lua`.
+    ///
+    /// KEYS: `[record key]`. ARGV: `[fingerprint (32 bytes), lock token, lease ms]`.
+    /// Reply: `{"A"}` acquired, `{"C", encoded response}` completed with this
+    /// fingerprint, `{"I", remaining ms}` leased by another token, `{"M"}` another
+    /// fingerprint. This is the one place that reply is decoded.
+    ///
+    /// A claim that times out may have been taken: its token is released in the
+    /// background (a compare-and-delete, harmless if it never landed) and the error
+    /// returned, so the caller never forwards an unclaimed request.
+    pub async fn claim(
+        &self,
+        record: RecordId,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> Result<Claim, StoreError> {
+        let key = self.record_key(record);
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let args: Vec<Value> = vec![
+            Bytes::copy_from_slice(fingerprint.as_bytes()).into(),
+            token.as_str().into(),
+            millis(lease).into(),
+        ];
+        let reply: Result<Value, FredError> = self
+            .inner
+            .claim
+            .evalsha_with_reload(self.inner.pool.next(), key.as_str(), args)
+            .await;
+        let reply = match reply {
+            Ok(v) => v,
+            Err(e) => {
+                if e.kind() == &ErrorKind::Timeout {
+                    let store = self.clone();
+                    let (key, token) = (key.clone(), token.clone());
+                    tokio::spawn(async move { store.release(&key, &token).await });
+                }
+                return Err(e.into());
+            }
+        };
+        let bad = |detail: &str| StoreError::Protocol {
+            script: "claim",
+            detail: detail.to_string(),
+        };
+        let Value::Array(mut items) = reply else {
+            return Err(bad("not an array"));
+        };
+        let tag = items
+            .first()
+            .and_then(|v| v.as_str().map(|s| s.into_owned()));
+        match tag.as_deref() {
+            Some("A") => Ok(Claim::Acquired(Lease::new(
+                self.clone(),
+                key,
+                token,
+                record,
+                *fingerprint,
+            ))),
+            Some("C") if items.len() == 2 => {
+                let raw = items
+                    .pop()
+                    .and_then(Value::into_bytes)
+                    .ok_or_else(|| bad("no response"))?;
+                StoredResponse::decode(raw)
+                    .map(Claim::Completed)
+                    .map_err(StoreError::Corrupt)
+            }
+            Some("I") if items.len() == 2 => {
+                let ms = items[1]
+                    .as_i64()
+                    .ok_or_else(|| bad("remaining lease is not a number"))?;
+                Ok(Claim::InFlight {
+                    remaining: Duration::from_millis(ms.max(0) as u64),
+                })
+            }
+            Some("M") => Ok(Claim::Mismatch),
+            _ => Err(bad("unknown reply tag")),
+        }
+    }
+
+    /// Runs `lua/complete.lua`.
+    ///
+    /// KEYS: `[record key]`. ARGV: `[lock token, encoded response, ttl ms, fingerprint]`.
+    /// Reply: `1` stored (or already stored by this token, or the record had expired
+    /// unclaimed), `0` another token holds the record: nothing was written.
+    pub async fn complete(
+        &self,
+        key: &str,
+        token: &str,
+        encoded: Bytes,
+        ttl: Duration,
+        fingerprint: &Fingerprint,
+    ) -> Result<Completion, StoreError> {
+        let args: Vec<Value> = vec![
+            token.into(),
+            encoded.into(),
+            millis(ttl).into(),
+            Bytes::copy_from_slice(fingerprint.as_bytes()).into(),
+        ];
+        let reply: i64 = (self.inner.complete)
+            .evalsha_with_reload(self.inner.pool.next(), key, args)
+            .await?;
+        Ok(match reply {
+            1 => Completion::Stored,
+            _ => Completion::LeaseLost,
+        })
+    }
+
+    /// Runs `lua/release.lua`.
+    ///
+    /// KEYS: `[record key]`. ARGV: `[lock token]`.
+    /// Reply: `1` released (or already gone), `0` not held by this token.
+    pub async fn release(&self, key: &str, token: &str) -> Result<Release, StoreError> {
+        let reply: i64 = (self.inner.release)
+            .evalsha_with_reload(self.inner.pool.next(), key, vec![token])
+            .await?;
+        Ok(match reply {
+            1 => Release::Released,
+            _ => Release::NotHeld,
+        })
+    }
+
+    /// `PING`, for readiness.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.inner.pool.next().ping::<()>(None).await?;
+        Ok(())
+    }
+
+    /// Closes the connections.
+    pub async fn quit(&self) {
+        let _ = self.inner.pool.quit().await;
+    }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1)
+}
