@@ -90,7 +90,7 @@ impl RouteTable {
         let mut routes: Vec<Arc<Route>> = (config.routes.iter())
             .map(|r| Arc::new(Route::new(r, &config.idempotency)))
             .collect();
-        routes.sort_by(|a, b| b.path_prefix.len().cmp(&a.path_prefix.len()));
+        routes.sort_by_key(|r| std::cmp::Reverse(r.path_prefix.len()));
         Self { routes }
     }
 

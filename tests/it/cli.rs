@@ -1,0 +1,153 @@
+//! The `idemgate` binary: configuration errors, redaction, environment overrides, and
+//! graceful shutdown on SIGTERM.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::{MockUpstream, RedisServer};
+
+const BIN: &str = env!("CARGO_BIN_EXE_idemgate");
+
+fn config_file(text: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+    f
+}
+
+const ROUTE: &str = "[[routes]]\nname = \"payments\"\npath_prefix = \"/v1/\"\n\
+                     upstream = \"http://127.0.0.1:3000\"\nupstream_timeout = \"20s\"\n";
+
+fn check(file: &tempfile::NamedTempFile, env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .arg("--config")
+        .arg(file.path())
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+    (
+        out.status.code().unwrap(),
+        text(out.stdout),
+        text(out.stderr),
+    )
+}
+
+#[test]
+fn config_errors_name_the_key_and_exit_2() {
+    let cases = [
+        (
+            format!("{ROUTE}[routes.idempotency]\nlock_ttl = \"10s\"\n"),
+            "routes[0].idempotency.lock_ttl",
+        ),
+        (format!("[redis]\nurll = \"x\"\n{ROUTE}"), "urll"),
+        (
+            format!("[server]\nshutdown_grace = \"later\"\n{ROUTE}"),
+            "server.shutdown_grace",
+        ),
+    ];
+    for (text, key) in cases {
+        let (code, _, stderr) = check(&config_file(&text), &[]);
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains(key), "{key} not named in: {stderr}");
+    }
+}
+
+#[test]
+fn check_config_prints_the_effective_config_redacted() {
+    let file = config_file(&format!(
+        "[redis]\nurl = \"redis://app:hunter2@127.0.0.1:6379\"\n{ROUTE}"
+    ));
+    let (code, stdout, stderr) = check(&file, &[("IDEMGATE__IDEMPOTENCY__MAX_KEY_LENGTH", "64")]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stdout.contains("hunter2"), "{stdout}");
+    assert!(stdout.contains("app:***@"), "{stdout}");
+    assert!(
+        stdout.contains("max_key_length = 64"),
+        "environment overrides the file: {stdout}"
+    );
+    assert!(
+        stdout.contains("lock_ttl = \"30s\""),
+        "defaults are shown: {stdout}"
+    );
+}
+
+#[test]
+fn environment_values_are_validated_too() {
+    let (code, _, stderr) = check(
+        &config_file(ROUTE),
+        &[("IDEMGATE__IDEMPOTENCY__LOCK_TTL", "5s")],
+    );
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("routes[0].idempotency.lock_ttl"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_drains_in_flight_requests_then_exits_0() {
+    let redis = RedisServer::start();
+    let upstream = MockUpstream::start().await;
+    upstream.set_delay(Duration::from_millis(1200));
+    let port = |_| {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (listen, admin) = (port(0), port(1));
+    let file = config_file(&format!(
+        "[server]\nlisten = \"127.0.0.1:{listen}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
+         shutdown_grace = \"10s\"\n[redis]\nurl = \"{}\"\n[[routes]]\nname = \"p\"\n\
+         path_prefix = \"/v1/\"\nupstream = \"{}\"\nupstream_timeout = \"5s\"\n",
+        redis.url(),
+        upstream.url()
+    ));
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .env("IDEMGATE_CONFIG", file.path())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let ready = format!("http://127.0.0.1:{admin}/readyz");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !client
+        .get(&ready)
+        .send()
+        .await
+        .is_ok_and(|r| r.status() == 200)
+    {
+        assert!(Instant::now() < deadline, "gateway did not become ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let request = client
+        .post(format!("http://127.0.0.1:{listen}/v1/payments"))
+        .header("Idempotency-Key", "drain")
+        .body("{}")
+        .send();
+    let in_flight = tokio::spawn(request);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+
+    let answer = in_flight
+        .await
+        .unwrap()
+        .expect("in-flight request completes");
+    assert_eq!(answer.status(), 201);
+    let exit = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(exit.code(), Some(0));
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", listen)).is_err(),
+        "no longer accepting"
+    );
+}

@@ -1,0 +1,12 @@
+//! Integration tests: the gateway in-process against real `redis-server` processes and
+//! a counting mock upstream. One test binary, many modules, so they link once.
+
+mod support;
+
+mod cli;
+mod concurrency;
+mod keys;
+mod lease;
+mod outage;
+mod replay;
+mod upstream_failures;

@@ -1,0 +1,65 @@
+//! `spawn_app`: a gateway in-process on port 0, against a real Redis and the mock upstream.
+
+use std::net::SocketAddr;
+
+use idemgate::{App, Config, Server};
+use reqwest::{Client, RequestBuilder};
+use tokio::sync::oneshot;
+
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    pub client: Client,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+/// The route every test uses, plus `extra` TOML appended at the end.
+pub fn config(redis: &str, upstream: &str, extra: &str) -> Config {
+    let toml = format!(
+        "[redis]\nurl = \"{redis}\"\ncommand_timeout = \"300ms\"\nconnect_timeout = \"500ms\"\n\
+         [[routes]]\nname = \"payments\"\npath_prefix = \"/v1/\"\nupstream = \"{upstream}\"\n\
+         upstream_timeout = \"5s\"\n{extra}"
+    );
+    Config::from_toml(&toml).unwrap_or_else(|e| panic!("test config: {e}"))
+}
+
+impl TestApp {
+    pub async fn spawn(config: Config) -> Self {
+        let app = App::build(config).await.unwrap();
+        let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = Server::with_listeners(app, proxy, admin);
+        let (addr, admin) = (server.proxy_addr(), server.admin_addr());
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(server.run(async {
+            let _ = stopped.await;
+        }));
+        Self {
+            addr,
+            admin,
+            client: Client::new(),
+            stop: Some(stop),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// A keyed JSON POST to `/v1/payments`.
+    pub fn post(&self, key: &str, body: &str) -> RequestBuilder {
+        self.client
+            .post(self.url("/v1/payments"))
+            .header("Idempotency-Key", key)
+            .header("Content-Type", "application/json")
+            .body(body.to_string())
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}

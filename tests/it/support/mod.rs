@@ -1,0 +1,37 @@
+//! Test support: real servers (Redis), a counting mock upstream, and an in-process gateway.
+
+pub mod app;
+pub mod redis;
+pub mod upstream;
+
+pub use app::{config, TestApp};
+pub use redis::RedisServer;
+pub use upstream::MockUpstream;
+
+/// Reads a response into (status, headers, body).
+pub async fn read(r: reqwest::Response) -> (u16, reqwest::header::HeaderMap, bytes::Bytes) {
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    (status, headers, r.bytes().await.unwrap())
+}
+
+/// The `code` member of a problem+json body, asserting the content type.
+pub fn problem_code(headers: &reqwest::header::HeaderMap, body: &[u8]) -> String {
+    assert_eq!(
+        headers["content-type"], "application/problem+json",
+        "not a problem: {body:?}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(body).unwrap();
+    for field in ["type", "title", "status", "detail", "code"] {
+        assert!(!v[field].is_null(), "problem lacks {field}: {v}");
+    }
+    v["code"].as_str().unwrap().to_string()
+}
+
+/// Starts Redis, the mock upstream and a gateway configured with `extra` TOML.
+pub async fn stack(extra: &str) -> (RedisServer, MockUpstream, TestApp) {
+    let redis = RedisServer::start();
+    let upstream = MockUpstream::start().await;
+    let app = TestApp::spawn(config(&redis.url(), &upstream.url(), extra)).await;
+    (redis, upstream, app)
+}
