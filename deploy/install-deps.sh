@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages idemgate's tests and local fleet need, only when missing.
+# Usage: deploy/install-deps.sh [test|up]
+set -euo pipefail
+
+want=(redis-server:redis-server)
+
+missing=()
+for pair in "${want[@]}"; do
+  cmd=${pair%%:*}
+  pkg=${pair#*:}
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null 2>&1 || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+echo "install-deps: installing ${missing[*]}" >&2
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
