@@ -3,13 +3,14 @@
 # Usage: deploy/install-deps.sh [test|up]
 set -euo pipefail
 
-want=(redis-server:redis-server)
+# command-or-path:package
+want=(redis-server:redis-server /usr/lib/postgresql/15/bin/initdb:postgresql-15)
 
 missing=()
 for pair in "${want[@]}"; do
   cmd=${pair%%:*}
   pkg=${pair#*:}
-  command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+  if [[ $cmd == /* ]]; then [ -x "$cmd" ] || missing+=("$pkg"); else command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg"); fi
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 

@@ -1,33 +1,85 @@
-//! The application: configuration, routes and clients built once at start and shared
-//! by every request as [`crate::http::AppState`].
+//! The application: configuration, routes and store clients built once at start and
+//! shared by every request as [`crate::http::AppState`].
 
+use anyhow::Context;
 use tokio_util::task::TaskTracker;
 
-use crate::config::Config;
+use crate::config::{Config, OnRedisUnavailable};
 use crate::proxy::Upstream;
 use crate::route::RouteTable;
-use crate::store::RedisStore;
+use crate::store::postgres::writer::Writer;
+use crate::store::tiers::Durable;
+use crate::store::{PgStore, RedisStore, Stores};
 
 /// Everything a request needs, built once.
 pub struct App {
     pub config: Config,
     pub routes: RouteTable,
-    pub redis: RedisStore,
+    pub stores: Stores,
     pub upstream: Upstream,
     /// Detached forward-and-record tasks, awaited at shutdown.
     pub tasks: TaskTracker,
 }
 
 impl App {
-    /// Builds the application from a validated configuration. Redis need not be up.
+    /// Builds the application from a validated configuration: connects Redis (which
+    /// need not be up), prepares Postgres (migrating it unless told not to) and starts
+    /// the background tasks (Redis probe, write-through, reaper).
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         if config.routes.is_empty() {
             tracing::warn!("no [[routes]] configured: every proxied request answers 404");
         }
         let redis = RedisStore::connect(&config.redis).await?;
+        match redis.maxmemory_policy().await {
+            Ok(policy) if policy != "noeviction" => tracing::warn!(
+                policy,
+                "redis maxmemory-policy is not noeviction: redis may evict leases and stored \
+                 responses under memory pressure"
+            ),
+            _ => {}
+        }
+        let postgres = match &config.postgres {
+            None => {
+                tracing::warn!(
+                    "no [postgres] configured: redis-only mode; stored responses \
+                    are lost if redis loses its data"
+                );
+                if config.idempotency.on_redis_unavailable == OnRedisUnavailable::Postgres {
+                    tracing::warn!(
+                        "on_redis_unavailable = \"postgres\" without [postgres]: \
+                        keyed requests answer 503 while redis is down"
+                    );
+                }
+                None
+            }
+            Some(pg) => {
+                let store = PgStore::new(pg)?;
+                if pg.migrate_on_start {
+                    store
+                        .migrate()
+                        .await
+                        .context("migrating postgres (postgres.url)")?;
+                } else {
+                    store
+                        .check_schema()
+                        .await
+                        .context("checking the postgres schema")?;
+                }
+                let writer = Writer::spawn(store.clone(), pg.batch_max, pg.retry_queue);
+                Some(Durable {
+                    store,
+                    writer,
+                    claims: pg.claims,
+                })
+            }
+        };
+        let stores = Stores::new(&config, redis, postgres);
+        stores.probe().await;
+        let reap = (config.postgres.as_ref()).map(|p| (p.reap_interval, p.reap_batch));
+        stores.spawn_background(config.redis.probe_interval, reap);
         Ok(Self {
             routes: RouteTable::new(&config),
-            redis,
+            stores,
             upstream: Upstream::new(),
             tasks: TaskTracker::new(),
             config,

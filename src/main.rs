@@ -6,6 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use idemgate::store::postgres::migrate;
+use idemgate::store::PgStore;
 use idemgate::{App, Config, Server};
 
 #[derive(Parser)]
@@ -25,6 +27,10 @@ enum Command {
     Serve(ConfigArg),
     /// Validate the configuration and print it, secrets redacted.
     CheckConfig(ConfigArg),
+    /// Apply the database migrations (safe to run from several replicas at once).
+    Migrate(ConfigArg),
+    /// Delete expired records once (for cron); the server also reaps in the background.
+    Reap(ConfigArg),
 }
 
 #[derive(clap::Args)]
@@ -36,7 +42,10 @@ struct ConfigArg {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let (Command::Serve(arg) | Command::CheckConfig(arg)) = &cli.command;
+    let (Command::Serve(arg)
+    | Command::CheckConfig(arg)
+    | Command::Migrate(arg)
+    | Command::Reap(arg)) = &cli.command;
     let config = match Config::load(arg.config.as_deref()) {
         Ok(config) => config,
         Err(e) => {
@@ -49,14 +58,52 @@ fn main() -> ExitCode {
             print!("{}", config.to_redacted_toml());
             ExitCode::SUCCESS
         }
-        Command::Serve(_) => match serve(config) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("idemgate: {e:#}");
-                ExitCode::FAILURE
+        Command::Serve(_) => report(serve(config)),
+        Command::Migrate(_) => report(with_postgres(config, |pg, _| async move {
+            let applied = pg.migrate().await?;
+            println!(
+                "schema at version {} (applied: {applied:?})",
+                migrate::latest()
+            );
+            Ok(())
+        })),
+        Command::Reap(_) => report(with_postgres(config, |pg, batch| async move {
+            match pg.reap(batch).await? {
+                Some(n) => println!("deleted {n} expired records"),
+                None => println!("another replica is reaping; nothing done"),
             }
-        },
+            Ok(())
+        })),
     }
+}
+
+fn report(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("idemgate: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs `work` against the configured Postgres, on a small runtime.
+fn with_postgres<F, Fut>(config: Config, work: F) -> anyhow::Result<()>
+where
+    F: FnOnce(PgStore, usize) -> Fut,
+    Fut: std::future::Future<Output = Result<(), idemgate::store::StoreError>>,
+{
+    let pg = config
+        .postgres
+        .as_ref()
+        .context("no [postgres] section configured (postgres.url)")?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let store = PgStore::new(pg)?;
+    runtime.block_on(work(store, pg.reap_batch))?;
+    Ok(())
 }
 
 fn serve(config: Config) -> anyhow::Result<()> {

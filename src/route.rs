@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use http::{HeaderName, Method, StatusCode, Uri};
 
-use crate::config::{Config, IdempotencyConfig, RouteConfig};
+use crate::config::{Config, IdempotencyConfig, OnRedisUnavailable, RouteConfig};
 
 /// One route with its effective (defaults plus overrides) idempotency policy.
 #[derive(Debug)]
@@ -30,6 +30,7 @@ pub struct Policy {
     pub lock_ttl: Duration,
     pub scope_header: HeaderName,
     pub mismatch_status: StatusCode,
+    pub on_redis_unavailable: OnRedisUnavailable,
     release_statuses: Vec<u16>,
 }
 
@@ -51,6 +52,7 @@ impl Policy {
             lock_ttl: c.lock_ttl,
             scope_header: header(&c.scope_header),
             mismatch_status: StatusCode::from_u16(c.mismatch_status).expect("validated status"),
+            on_redis_unavailable: c.on_redis_unavailable,
             release_statuses: c.release_statuses.clone(),
         }
     }

@@ -112,7 +112,11 @@ impl Server {
                 "upstream calls still running after shutdown_grace"
             );
         }
-        app.redis.quit().await;
+        if let Some(pg) = &app.stores.postgres {
+            let left = limits.shutdown_grace.saturating_sub(started.elapsed());
+            pg.writer.drain(left).await;
+        }
+        app.stores.redis.quit().await;
         tracing::info!("stopped");
     }
 }

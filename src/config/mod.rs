@@ -27,6 +27,9 @@ pub struct Config {
     pub server: ServerConfig,
     pub log: LogConfig,
     pub redis: RedisConfig,
+    /// Absent: Redis-only mode (no durable tier).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub postgres: Option<PostgresConfig>,
     pub idempotency: IdempotencyConfig,
     pub routes: Vec<RouteConfig>,
 }
@@ -110,6 +113,10 @@ pub struct RedisConfig {
     pub connect_timeout: Duration,
     /// Connections to Redis; commands are pipelined over each.
     pub pool_size: usize,
+    /// How often a probe checks Redis while it is down (to close the breaker), and
+    /// its warmth marker while it is up.
+    #[serde(with = "humantime_serde")]
+    pub probe_interval: Duration,
 }
 
 impl Default for RedisConfig {
@@ -120,8 +127,86 @@ impl Default for RedisConfig {
             command_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(2),
             pool_size: 4,
+            probe_interval: Duration::from_secs(1),
         }
     }
+}
+
+/// `[postgres]`: the durable tier.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PostgresConfig {
+    /// `postgres://user:password@host:port/dbname`.
+    pub url: String,
+    pub pool_size: usize,
+    /// Apply `migrations/` at `serve` start.
+    pub migrate_on_start: bool,
+    /// When a Redis claim is acquired, whether to look the key up in Postgres first.
+    pub lookup_on_miss: LookupOnMiss,
+    /// `write_through` also writes each claim to Postgres before forwarding.
+    pub claims: ClaimDurability,
+    /// Deadline of one Postgres statement (claim, lookup, a write-through batch).
+    #[serde(with = "humantime_serde")]
+    pub statement_timeout: Duration,
+    /// Most records one write-through statement carries.
+    pub batch_max: usize,
+    /// Most records waiting for Postgres to come back; beyond it, records are dropped (and counted).
+    pub retry_queue: usize,
+    /// How often the reaper deletes expired records.
+    #[serde(with = "humantime_serde")]
+    pub reap_interval: Duration,
+    /// Most rows one reaper statement deletes.
+    pub reap_batch: usize,
+}
+
+impl Default for PostgresConfig {
+    fn default() -> Self {
+        Self {
+            url: "postgres://postgres@127.0.0.1:5432/postgres".into(),
+            pool_size: 8,
+            migrate_on_start: true,
+            lookup_on_miss: LookupOnMiss::Always,
+            claims: ClaimDurability::RedisOnly,
+            statement_timeout: Duration::from_secs(2),
+            batch_max: 256,
+            retry_queue: 10_000,
+            reap_interval: Duration::from_secs(60),
+            reap_batch: 1000,
+        }
+    }
+}
+
+/// `postgres.lookup_on_miss`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LookupOnMiss {
+    /// Every acquired Redis claim is checked against Postgres before forwarding.
+    Always,
+    /// Skip the check while Redis provably holds everything written within the longest `ttl`.
+    WhenCold,
+}
+
+/// `postgres.claims`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClaimDurability {
+    /// Claims live in Redis only; completed responses are written through.
+    #[serde(rename = "redis")]
+    RedisOnly,
+    /// Claims are also written to Postgres before the upstream call.
+    WriteThrough,
+}
+
+/// `idempotency.on_redis_unavailable`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnRedisUnavailable {
+    /// Claim in Postgres instead (needs `[postgres]`).
+    Postgres,
+    /// Answer 503 `store_unavailable`.
+    Reject,
+    /// Forward without idempotency, marked `Idempotency-Status: bypassed`.
+    PassThrough,
 }
 
 /// `[idempotency]`: the defaults every route starts from.
@@ -140,6 +225,7 @@ pub struct IdempotencyConfig {
     pub scope_header: String,
     pub mismatch_status: u16,
     pub release_statuses: Vec<u16>,
+    pub on_redis_unavailable: OnRedisUnavailable,
 }
 
 impl Default for IdempotencyConfig {
@@ -155,6 +241,7 @@ impl Default for IdempotencyConfig {
             scope_header: "Authorization".into(),
             mismatch_status: 422,
             release_statuses: vec![408, 425, 429, 502, 503, 504],
+            on_redis_unavailable: OnRedisUnavailable::Postgres,
         }
     }
 }
@@ -183,6 +270,8 @@ pub struct IdempotencyOverrides {
     pub mismatch_status: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub release_statuses: Option<Vec<u16>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_redis_unavailable: Option<OnRedisUnavailable>,
 }
 
 impl IdempotencyOverrides {
@@ -201,6 +290,9 @@ impl IdempotencyOverrides {
             mismatch_status: self.mismatch_status.unwrap_or(base.mismatch_status),
             release_statuses: (self.release_statuses.clone())
                 .unwrap_or_else(|| base.release_statuses.clone()),
+            on_redis_unavailable: self
+                .on_redis_unavailable
+                .unwrap_or(base.on_redis_unavailable),
         }
     }
 }
@@ -291,10 +383,22 @@ impl Config {
         Ok(config)
     }
 
+    /// The longest `ttl` of any route (and the default): how far back `when_cold` must trust Redis.
+    pub fn longest_ttl(&self) -> Duration {
+        (self.routes.iter())
+            .map(|r| r.idempotency.apply(&self.idempotency).ttl)
+            .chain([self.idempotency.ttl])
+            .max()
+            .unwrap_or(self.idempotency.ttl)
+    }
+
     /// The effective configuration as TOML, with secrets (URL passwords) redacted.
     pub fn to_redacted_toml(&self) -> String {
         let mut shown = self.clone();
         shown.redis.url = redact_url(&shown.redis.url);
+        if let Some(pg) = shown.postgres.as_mut() {
+            pg.url = redact_url(&pg.url);
+        }
         toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
     }
 }

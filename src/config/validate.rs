@@ -38,11 +38,53 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     }
     positive_duration("redis.command_timeout", r.command_timeout)?;
     positive_duration("redis.connect_timeout", r.connect_timeout)?;
+    positive_duration("redis.probe_interval", r.probe_interval)?;
     if !(1..=64).contains(&r.pool_size) {
         return Err(ConfigError::invalid(
             "redis.pool_size",
             "must be between 1 and 64",
         ));
+    }
+
+    if let Some(pg) = &config.postgres {
+        if !(pg.url.starts_with("postgres://") || pg.url.starts_with("postgresql://")) {
+            return Err(ConfigError::invalid(
+                "postgres.url",
+                "must start with postgres://",
+            ));
+        }
+        if pg.url.parse::<tokio_postgres::Config>().is_err() {
+            return Err(ConfigError::invalid(
+                "postgres.url",
+                "is not a valid connection URL",
+            ));
+        }
+        if !(1..=256).contains(&pg.pool_size) {
+            return Err(ConfigError::invalid(
+                "postgres.pool_size",
+                "must be between 1 and 256",
+            ));
+        }
+        positive_duration("postgres.statement_timeout", pg.statement_timeout)?;
+        positive_duration("postgres.reap_interval", pg.reap_interval)?;
+        if !(1..=10_000).contains(&pg.batch_max) {
+            return Err(ConfigError::invalid(
+                "postgres.batch_max",
+                "must be between 1 and 10000",
+            ));
+        }
+        if pg.retry_queue == 0 {
+            return Err(ConfigError::invalid(
+                "postgres.retry_queue",
+                "must be greater than zero",
+            ));
+        }
+        if pg.reap_batch == 0 {
+            return Err(ConfigError::invalid(
+                "postgres.reap_batch",
+                "must be greater than zero",
+            ));
+        }
     }
 
     idempotency("idempotency", &config.idempotency)?;

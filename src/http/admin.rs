@@ -6,34 +6,67 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use http::StatusCode;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::AppState;
+use crate::config::OnRedisUnavailable;
 
 /// 200 while the process runs.
 pub async fn healthz() -> Response {
     Json(json!({"status": "ok"})).into_response()
 }
 
-/// 200 when Redis answers a `PING`, else 503 naming what is down.
+/// Each dependency and its state; 503 when keyed requests cannot be served under the
+/// configured `on_redis_unavailable` policy.
 pub async fn readyz(State(AppState(app)): State<AppState>) -> Response {
     let deadline = app.config.redis.command_timeout.min(Duration::from_secs(2));
-    let redis = match tokio::time::timeout(deadline, app.redis.ping()).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("no answer to PING in time".to_string()),
+    let stores = &app.stores;
+    let redis = state(tokio::time::timeout(deadline, stores.redis.ping()).await);
+    let redis_up = redis["state"] == "up";
+    let (postgres, postgres_up) = match &stores.postgres {
+        None => (
+            json!({"state": "not_configured", "mode": "redis_only"}),
+            false,
+        ),
+        Some(pg) => {
+            let mut s = state(tokio::time::timeout(deadline, pg.store.ping()).await);
+            s["write_through_queue"] = json!(pg.writer.queue_depth());
+            let up = s["state"] == "up";
+            (s, up)
+        }
     };
-    match redis {
-        Ok(()) => Json(json!({"status": "ready", "dependencies": {"redis": {"state": "up"}}}))
-            .into_response(),
-        Err(error) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({
-                "status": "unavailable",
-                "down": ["redis"],
-                "dependencies": {"redis": {"state": "down", "error": error}},
-            })),
-        )
-            .into_response(),
+    let ready = redis_up
+        || match app.config.idempotency.on_redis_unavailable {
+            OnRedisUnavailable::Postgres => postgres_up,
+            OnRedisUnavailable::PassThrough => true,
+            OnRedisUnavailable::Reject => false,
+        };
+    let down: Vec<&str> = [
+        ("redis", redis_up),
+        ("postgres", postgres_up || stores.postgres.is_none()),
+    ]
+    .into_iter()
+    .filter(|(_, up)| !up)
+    .map(|(name, _)| name)
+    .collect();
+    let body = json!({
+        "status": if ready { "ready" } else { "unavailable" },
+        "down": down,
+        "claims_in": if stores.breaker.is_open() { "postgres_or_policy" } else { "redis" },
+        "dependencies": {"redis": redis, "postgres": postgres},
+    });
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
+}
+
+fn state<E: std::fmt::Display>(r: Result<Result<(), E>, tokio::time::error::Elapsed>) -> Value {
+    match r {
+        Ok(Ok(())) => json!({"state": "up"}),
+        Ok(Err(e)) => json!({"state": "down", "error": e.to_string()}),
+        Err(_) => json!({"state": "down", "error": "no answer in time"}),
     }
 }

@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::request::Parts;
+use http::{HeaderName, HeaderValue};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use super::problem::Problem;
@@ -22,6 +23,9 @@ use crate::idempotency::{
 };
 use crate::proxy::UpstreamError;
 use crate::route::Route;
+
+/// Marks a response forwarded without idempotency because no store could take the claim.
+pub const IDEMPOTENCY_STATUS: HeaderName = HeaderName::from_static("idempotency-status");
 
 /// Entry point for every request on the proxy listener.
 pub async fn handle(
@@ -65,7 +69,7 @@ pub async fn handle(
         &body,
     );
 
-    match app.redis.claim(record, &fingerprint, policy.lock_ttl).await {
+    match app.stores.claim(&route, scope, record, &fingerprint).await {
         Ok(Claim::Acquired(lease)) => {
             // Detached: a client that goes away must not cancel the upstream call or the
             // recording of its result.
@@ -79,6 +83,14 @@ pub async fn handle(
         Ok(Claim::Completed(stored)) => stored.to_response(true),
         Ok(Claim::InFlight { remaining }) => Problem::in_flight(remaining).into_response(),
         Ok(Claim::Mismatch) => Problem::mismatch(policy.mismatch_status).into_response(),
+        Ok(Claim::Bypassed) => {
+            let request = Request::from_parts(parts, Body::from(body));
+            let mut response = pass_through(&app, &route, request, peer).await;
+            response
+                .headers_mut()
+                .insert(IDEMPOTENCY_STATUS, HeaderValue::from_static("bypassed"));
+            response
+        }
         Err(e) => {
             tracing::warn!(route = %route.name, record = %record.short(), error = %e,
                 "claim failed; answering 503 without forwarding");
@@ -139,7 +151,7 @@ async fn execute(
             return Problem::from(&e).into_response();
         }
     };
-    match lease.complete(stored.encode(), route.policy.ttl).await {
+    match lease.complete(&stored, route.policy.ttl).await {
         Ok(Completion::Stored) => {}
         Ok(Completion::LeaseLost) => tracing::warn!(route = %route.name, record = %record.short(),
             "lease lost before completion: another request holds this key; not overwriting it"),

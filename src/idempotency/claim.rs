@@ -1,28 +1,44 @@
 //! The outcome of claiming a key, and the lease a winner holds until it settles.
 //!
 //! [`Claim`] is decoded from the claim script's reply in exactly one place
-//! ([`RedisStore::claim`]). A [`Lease`] is a guard: it must be completed with a
-//! response or released; one dropped unsettled releases itself in the background.
+//! ([`crate::store::RedisStore::claim`]), and from a Postgres row in one place
+//! (`store::postgres`). A [`Lease`] is a guard: it must be completed with a response
+//! or released; one dropped unsettled releases itself in the background.
 
 use std::time::Duration;
 
-use bytes::Bytes;
-
-use super::fingerprint::{Fingerprint, RecordId};
+use super::fingerprint::{Fingerprint, RecordId, Scope};
 use super::replay::StoredResponse;
-use crate::store::{RedisStore, StoreError};
+use crate::store::{StoreError, Stores};
 
-/// What the store said about a (scope, key) when this request tried to claim it.
+/// What the stores said about a (scope, key) when this request tried to claim it.
+/// `L` is what an acquired claim carries: a [`Lease`], or `()` inside one store.
 #[derive(Debug)]
-pub enum Claim {
+pub enum Claim<L = Lease> {
     /// This request holds the lease and must run the upstream call.
-    Acquired(Lease),
+    Acquired(L),
     /// A response is stored for the same fingerprint: replay it.
     Completed(StoredResponse),
     /// Another request holds the lease for `remaining`.
     InFlight { remaining: Duration },
     /// The key was used with a different request.
     Mismatch,
+    /// No store can take the claim and the route's policy is `pass_through`:
+    /// forward without idempotency.
+    Bypassed,
+}
+
+impl<L> Claim<L> {
+    /// Replaces the acquired payload, keeping every other outcome.
+    pub fn map_acquired<M>(self, f: impl FnOnce(L) -> M) -> Claim<M> {
+        match self {
+            Claim::Acquired(l) => Claim::Acquired(f(l)),
+            Claim::Completed(r) => Claim::Completed(r),
+            Claim::InFlight { remaining } => Claim::InFlight { remaining },
+            Claim::Mismatch => Claim::Mismatch,
+            Claim::Bypassed => Claim::Bypassed,
+        }
+    }
 }
 
 /// The result of completing a lease.
@@ -43,56 +59,53 @@ pub enum Release {
     NotHeld,
 }
 
+/// Where a lease was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Home {
+    /// In Redis (the normal case); with `postgres.claims = "write_through"` also in Postgres.
+    Redis { also_in_postgres: bool },
+    /// In Postgres, because Redis was unavailable.
+    Postgres,
+}
+
 /// A held claim on one record. Settle it with [`Lease::complete`] or [`Lease::release`].
 #[derive(Debug)]
 pub struct Lease {
-    store: RedisStore,
-    key: String,
-    token: String,
-    record: RecordId,
-    fingerprint: Fingerprint,
-    settled: bool,
+    pub(crate) stores: Stores,
+    pub(crate) home: Home,
+    pub(crate) redis_key: String,
+    pub(crate) token: String,
+    pub(crate) route: String,
+    pub(crate) scope: Scope,
+    pub(crate) record: RecordId,
+    pub(crate) fingerprint: Fingerprint,
+    pub(crate) settled: bool,
 }
 
 impl Lease {
-    pub(crate) fn new(
-        store: RedisStore,
-        key: String,
-        token: String,
-        record: RecordId,
-        fingerprint: Fingerprint,
-    ) -> Self {
-        Self {
-            store,
-            key,
-            token,
-            record,
-            fingerprint,
-            settled: false,
-        }
-    }
-
     pub fn record(&self) -> RecordId {
         self.record
     }
 
-    /// Stores `encoded` (a [`StoredResponse::encode`]d response) for `ttl`, if the lease
-    /// is still ours.
+    pub fn home(&self) -> Home {
+        self.home
+    }
+
+    /// Stores `response` for `ttl` if the lease is still ours (and writes it through
+    /// to Postgres when configured).
     pub async fn complete(
         mut self,
-        encoded: Bytes,
+        response: &StoredResponse,
         ttl: Duration,
     ) -> Result<Completion, StoreError> {
         self.settled = true;
-        (self.store)
-            .complete(&self.key, &self.token, encoded, ttl, &self.fingerprint)
-            .await
+        self.stores.clone().complete(&self, response, ttl).await
     }
 
     /// Drops the lease so that a retry runs the request again.
     pub async fn release(mut self) -> Result<Release, StoreError> {
         self.settled = true;
-        self.store.release(&self.key, &self.token).await
+        self.stores.clone().release(&self).await
     }
 }
 
@@ -102,14 +115,18 @@ impl Drop for Lease {
             return;
         }
         tracing::warn!(record = %self.record.short(), "lease dropped unsettled; releasing it");
-        let (store, key, token) = (
-            self.store.clone(),
-            std::mem::take(&mut self.key),
-            std::mem::take(&mut self.token),
-        );
+        self.settled = true;
+        let lease = Lease {
+            stores: self.stores.clone(),
+            redis_key: std::mem::take(&mut self.redis_key),
+            token: std::mem::take(&mut self.token),
+            route: std::mem::take(&mut self.route),
+            settled: false,
+            ..*self
+        };
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                let _ = store.release(&key, &token).await;
+                let _ = lease.release().await;
             });
         }
     }

@@ -18,6 +18,12 @@ use super::key::IdempotencyKey;
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Scope([u8; 32]);
 
+impl std::fmt::Debug for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Scope({})", hex::encode(&self.0[..6]))
+    }
+}
+
 impl Scope {
     /// Scope of a request on `route` whose scope header is `value` (absent = anonymous).
     pub fn new(route: &str, value: Option<&HeaderValue>) -> Self {
@@ -36,6 +42,10 @@ impl Scope {
     pub fn to_hex(self) -> String {
         hex::encode(self.0)
     }
+
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
 }
 
 /// Identity of one idempotency record: a hash of (scope, key).
@@ -53,6 +63,10 @@ impl RecordId {
     /// Full hex form, used in store keys.
     pub fn to_hex(self) -> String {
         hex::encode(self.0)
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
     }
 
     /// A 12-character prefix for log lines.
@@ -102,6 +116,11 @@ impl Fingerprint {
 
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
+    }
+
+    /// From its 32 stored bytes.
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        bytes.try_into().ok().map(Self)
     }
 }
 

@@ -72,6 +72,19 @@ impl StoredResponse {
         let mut out = BytesMut::with_capacity(self.encoded_len());
         out.put_u8(VERSION);
         out.put_u16(self.status.as_u16());
+        self.put_headers(&mut out);
+        out.put_slice(&self.body);
+        out.freeze()
+    }
+
+    /// The header block alone (count, then name/value pairs), as Postgres stores it.
+    pub fn encode_headers(&self) -> Bytes {
+        let mut out = BytesMut::with_capacity(self.encoded_len() - self.body.len());
+        self.put_headers(&mut out);
+        out.freeze()
+    }
+
+    fn put_headers(&self, out: &mut BytesMut) {
         out.put_u16(self.headers.len() as u16);
         for (name, value) in &self.headers {
             out.put_u16(name.as_str().len() as u16);
@@ -79,43 +92,65 @@ impl StoredResponse {
             out.put_u32(value.len() as u32);
             out.put_slice(value.as_bytes());
         }
-        out.put_slice(&self.body);
-        out.freeze()
     }
 
     pub fn decode(mut raw: Bytes) -> Result<Self, &'static str> {
-        fn take(raw: &mut Bytes, n: usize) -> Result<Bytes, &'static str> {
-            if raw.len() < n {
-                return Err("truncated");
-            }
-            Ok(raw.split_to(n))
-        }
-        fn int(raw: &mut Bytes, n: usize) -> Result<usize, &'static str> {
-            Ok(take(raw, n)?
-                .iter()
-                .fold(0usize, |acc, b| acc << 8 | *b as usize))
-        }
         if take(&mut raw, 1)?[0] != VERSION {
             return Err("unknown encoding version");
         }
-        let status = StatusCode::from_u16(int(&mut raw, 2)? as u16).map_err(|_| "bad status")?;
-        let count = int(&mut raw, 2)?;
-        let mut headers = Vec::with_capacity(count);
-        for _ in 0..count {
-            let n = int(&mut raw, 2)?;
-            let name =
-                HeaderName::from_bytes(&take(&mut raw, n)?).map_err(|_| "bad header name")?;
-            let n = int(&mut raw, 4)?;
-            let value = HeaderValue::from_maybe_shared(take(&mut raw, n)?)
-                .map_err(|_| "bad header value")?;
-            headers.push((name, value));
-        }
+        let status = int(&mut raw, 2)? as u16;
+        let headers = take_headers(&mut raw)?;
+        Self::from_parts(status, headers, raw)
+    }
+
+    /// Rebuilds a response from its status, [`encode_headers`](Self::encode_headers) block and body.
+    pub fn from_stored_parts(
+        status: u16,
+        mut headers: Bytes,
+        body: Bytes,
+    ) -> Result<Self, &'static str> {
+        let headers = take_headers(&mut headers)?;
+        Self::from_parts(status, headers, body)
+    }
+
+    fn from_parts(
+        status: u16,
+        headers: Vec<(HeaderName, HeaderValue)>,
+        body: Bytes,
+    ) -> Result<Self, &'static str> {
         Ok(Self {
-            status,
+            status: StatusCode::from_u16(status).map_err(|_| "bad status")?,
             headers,
-            body: raw,
+            body,
         })
     }
+}
+
+fn take(raw: &mut Bytes, n: usize) -> Result<Bytes, &'static str> {
+    if raw.len() < n {
+        return Err("truncated");
+    }
+    Ok(raw.split_to(n))
+}
+
+fn int(raw: &mut Bytes, n: usize) -> Result<usize, &'static str> {
+    Ok(take(raw, n)?
+        .iter()
+        .fold(0usize, |acc, b| acc << 8 | *b as usize))
+}
+
+fn take_headers(raw: &mut Bytes) -> Result<Vec<(HeaderName, HeaderValue)>, &'static str> {
+    let count = int(raw, 2)?;
+    let mut headers = Vec::with_capacity(count);
+    for _ in 0..count {
+        let n = int(raw, 2)?;
+        let name = HeaderName::from_bytes(&take(raw, n)?).map_err(|_| "bad header name")?;
+        let n = int(raw, 4)?;
+        let value =
+            HeaderValue::from_maybe_shared(take(raw, n)?).map_err(|_| "bad header value")?;
+        headers.push((name, value));
+    }
+    Ok(headers)
 }
 
 #[cfg(test)]
@@ -155,6 +190,8 @@ mod tests {
         let encoded = s.encode();
         assert_eq!(encoded.len(), s.encoded_len());
         assert_eq!(StoredResponse::decode(encoded).unwrap(), s);
+        let parts = StoredResponse::from_stored_parts(201, s.encode_headers(), s.body.clone());
+        assert_eq!(parts.unwrap(), s);
     }
 
     #[test]

@@ -1,9 +1,17 @@
-//! The stores behind the claim path. Today: Redis ([`redis::RedisStore`]), which holds
-//! leases and completed responses with TTLs. Every store failure is a [`StoreError`].
+//! The stores behind the claim path: Redis ([`redis::RedisStore`]) holds leases and
+//! completed responses with TTLs; Postgres ([`postgres::PgStore`]) is the durable tier;
+//! [`tiers::Stores`] combines them (write-through, cold-Redis lookups, the Redis
+//! circuit breaker). Every store failure is a [`StoreError`], classified by source.
 
+pub mod breaker;
+pub mod postgres;
 pub mod redis;
+pub mod tiers;
+pub mod warmth;
 
+pub use self::postgres::PgStore;
 pub use self::redis::RedisStore;
+pub use self::tiers::Stores;
 
 /// Why a store call failed. A timed-out call has an unknown outcome: the caller must
 /// assume the command may have run.
@@ -20,6 +28,46 @@ pub enum StoreError {
     },
     #[error("a stored response is corrupt: {0}")]
     Corrupt(&'static str),
+    #[error("redis is unavailable (its circuit breaker is open)")]
+    RedisDown,
+    #[error("postgres did not answer within the statement timeout")]
+    PgTimeout,
+    #[error("postgres error: {0}")]
+    Pg(#[from] tokio_postgres::Error),
+    #[error("postgres is unavailable: {0}")]
+    PgPool(String),
+    #[error(
+        "the database schema (version {database}) is newer than this binary understands \
+             (version {binary}); upgrade idemgate"
+    )]
+    SchemaTooNew { database: i32, binary: i32 },
+    #[error(
+        "the database schema (version {database}) is older than this binary needs \
+             (version {binary}); run `idemgate migrate`"
+    )]
+    SchemaTooOld { database: i32, binary: i32 },
+    #[error("the write-through retry queue is full; a record was dropped")]
+    QueueFull,
+}
+
+impl StoreError {
+    /// Whether the failure came from Redis (and so should trip the Redis breaker).
+    pub fn is_redis(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Timeout | StoreError::Unavailable(_) | StoreError::RedisDown
+        )
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for StoreError {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        match e {
+            deadpool_postgres::PoolError::Backend(e) => StoreError::Pg(e),
+            deadpool_postgres::PoolError::Timeout(_) => StoreError::PgTimeout,
+            other => StoreError::PgPool(other.to_string()),
+        }
+    }
 }
 
 impl From<fred::error::Error> for StoreError {

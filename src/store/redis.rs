@@ -13,20 +13,19 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use fred::prelude::{
-    Builder, ClientLike, Config as FredConfig, Error as FredError, ErrorKind, Pool,
+    Builder, ClientLike, Config as FredConfig, Error as FredError, ErrorKind, KeysInterface, Pool,
     ReconnectPolicy, Value,
 };
 use fred::types::scripts::Script;
 
 use super::StoreError;
 use crate::config::RedisConfig;
-use crate::idempotency::{
-    Claim, Completion, Fingerprint, Lease, RecordId, Release, StoredResponse,
-};
+use crate::idempotency::{Claim, Completion, Fingerprint, RecordId, Release, StoredResponse};
 
 const CLAIM_LUA: &str = include_str!("../../lua/claim.lua");
 const COMPLETE_LUA: &str = include_str!("../../lua/complete.lua");
 const RELEASE_LUA: &str = include_str!("../../lua/release.lua");
+const MARKER_LUA: &str = include_str!("../../lua/marker.lua");
 
 /// Connections to Redis plus the loaded scripts. Cheap to clone.
 #[derive(Clone)]
@@ -40,6 +39,7 @@ struct Inner {
     claim: Script,
     complete: Script,
     release: Script,
+    marker: Script,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -82,6 +82,7 @@ impl RedisStore {
                 claim: Script::from_lua(CLAIM_LUA),
                 complete: Script::from_lua(COMPLETE_LUA),
                 release: Script::from_lua(RELEASE_LUA),
+                marker: Script::from_lua(MARKER_LUA),
             }),
         })
     }
@@ -103,28 +104,27 @@ impl RedisStore {
     /// returned, so the caller never forwards an unclaimed request.
     pub async fn claim(
         &self,
-        record: RecordId,
+        key: &str,
         fingerprint: &Fingerprint,
+        token: &str,
         lease: Duration,
-    ) -> Result<Claim, StoreError> {
-        let key = self.record_key(record);
-        let token = uuid::Uuid::new_v4().simple().to_string();
+    ) -> Result<Claim<()>, StoreError> {
         let args: Vec<Value> = vec![
             Bytes::copy_from_slice(fingerprint.as_bytes()).into(),
-            token.as_str().into(),
+            token.into(),
             millis(lease).into(),
         ];
         let reply: Result<Value, FredError> = self
             .inner
             .claim
-            .evalsha_with_reload(self.inner.pool.next(), key.as_str(), args)
+            .evalsha_with_reload(self.inner.pool.next(), key, args)
             .await;
         let reply = match reply {
             Ok(v) => v,
             Err(e) => {
                 if e.kind() == &ErrorKind::Timeout {
                     let store = self.clone();
-                    let (key, token) = (key.clone(), token.clone());
+                    let (key, token) = (key.to_string(), token.to_string());
                     tokio::spawn(async move { store.release(&key, &token).await });
                 }
                 return Err(e.into());
@@ -141,13 +141,7 @@ impl RedisStore {
             .first()
             .and_then(|v| v.as_str().map(|s| s.into_owned()));
         match tag.as_deref() {
-            Some("A") => Ok(Claim::Acquired(Lease::new(
-                self.clone(),
-                key,
-                token,
-                record,
-                *fingerprint,
-            ))),
+            Some("A") => Ok(Claim::Acquired(())),
             Some("C") if items.len() == 2 => {
                 let raw = items
                     .pop()
@@ -209,6 +203,36 @@ impl RedisStore {
         Ok(match reply {
             1 => Release::Released,
             _ => Release::NotHeld,
+        })
+    }
+
+    /// Runs `lua/marker.lua`.
+    ///
+    /// KEYS: `[<prefix>:warm-since]`. ARGV: none.
+    /// Reply: the marker's age in ms by Redis' clock; `0` when absent (it is set now).
+    pub async fn marker_age(&self) -> Result<Duration, StoreError> {
+        let key = format!("{}:warm-since", self.inner.prefix);
+        let age: i64 = (self.inner.marker)
+            .evalsha_with_reload(self.inner.pool.next(), key, Vec::<Value>::new())
+            .await?;
+        Ok(Duration::from_millis(age.max(0) as u64))
+    }
+
+    /// Deletes the warmth marker: after an outage, Redis is not known to hold everything.
+    pub async fn reset_marker(&self) -> Result<(), StoreError> {
+        let key = format!("{}:warm-since", self.inner.prefix);
+        let _: i64 = self.inner.pool.next().del(key).await?;
+        Ok(())
+    }
+
+    /// `CONFIG GET maxmemory-policy`.
+    pub async fn maxmemory_policy(&self) -> Result<String, StoreError> {
+        let reply: Vec<String> = (self.inner.pool.next())
+            .custom(fred::cmd!("CONFIG"), vec!["GET", "maxmemory-policy"])
+            .await?;
+        reply.get(1).cloned().ok_or(StoreError::Protocol {
+            script: "CONFIG GET",
+            detail: "no maxmemory-policy".into(),
         })
     }
 

@@ -151,3 +151,40 @@ async fn sigterm_drains_in_flight_requests_then_exits_0() {
         "no longer accepting"
     );
 }
+
+#[tokio::test]
+async fn migrate_and_reap_commands_work_and_a_newer_schema_stops_serve() {
+    let pg = crate::support::PgServer::start();
+    let file = config_file(&format!("[postgres]\nurl = \"{}\"\n{ROUTE}", pg.url()));
+    let run = |cmd: &str| {
+        let out = Command::new(BIN)
+            .arg(cmd)
+            .arg("--config")
+            .arg(file.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code().unwrap(), text)
+    };
+    for _ in 0..2 {
+        let (code, text) = run("migrate");
+        assert_eq!(code, 0, "{text}");
+        assert!(text.contains("schema at version 1"), "{text}");
+    }
+    let (code, text) = run("reap");
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("deleted 0"), "{text}");
+
+    pg.client()
+        .await
+        .execute(
+            "INSERT INTO idemgate_schema (version, name) VALUES (2, 'future')",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (code, text) = run("serve");
+    assert_ne!(code, 0);
+    assert!(text.contains("newer than this binary"), "{text}");
+}

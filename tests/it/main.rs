@@ -5,8 +5,10 @@ mod support;
 
 mod cli;
 mod concurrency;
+mod durability;
 mod keys;
 mod lease;
 mod outage;
+mod pg_ops;
 mod replay;
 mod upstream_failures;

@@ -16,7 +16,7 @@ pub struct TestApp {
 /// The route every test uses, plus `extra` TOML appended at the end.
 pub fn config(redis: &str, upstream: &str, extra: &str) -> Config {
     let toml = format!(
-        "[redis]\nurl = \"{redis}\"\ncommand_timeout = \"300ms\"\nconnect_timeout = \"500ms\"\n\
+        "[redis]\nurl = \"{redis}\"\ncommand_timeout = \"300ms\"\nconnect_timeout = \"500ms\"\nprobe_interval = \"100ms\"\n\
          [[routes]]\nname = \"payments\"\npath_prefix = \"/v1/\"\nupstream = \"{upstream}\"\n\
          upstream_timeout = \"5s\"\n{extra}"
     );

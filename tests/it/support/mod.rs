@@ -1,10 +1,12 @@
 //! Test support: real servers (Redis), a counting mock upstream, and an in-process gateway.
 
 pub mod app;
+pub mod postgres;
 pub mod redis;
 pub mod upstream;
 
 pub use app::{config, TestApp};
+pub use postgres::PgServer;
 pub use redis::RedisServer;
 pub use upstream::MockUpstream;
 
@@ -26,6 +28,23 @@ pub fn problem_code(headers: &reqwest::header::HeaderMap, body: &[u8]) -> String
         assert!(!v[field].is_null(), "problem lacks {field}: {v}");
     }
     v["code"].as_str().unwrap().to_string()
+}
+
+/// Starts Redis, Postgres, the mock upstream and a gateway with `[postgres]` (plus
+/// `pg_extra` lines in that section) and `extra` TOML.
+pub async fn durable_stack(
+    pg_extra: &str,
+    extra: &str,
+) -> (RedisServer, PgServer, MockUpstream, TestApp) {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    let upstream = MockUpstream::start().await;
+    let toml = format!(
+        "[postgres]\nurl = \"{}\"\nstatement_timeout = \"1s\"\n{pg_extra}\n{extra}",
+        pg.url()
+    );
+    let app = TestApp::spawn(config(&redis.url(), &upstream.url(), &toml)).await;
+    (redis, pg, upstream, app)
 }
 
 /// Starts Redis, the mock upstream and a gateway configured with `extra` TOML.

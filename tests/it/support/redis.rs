@@ -13,7 +13,7 @@ pub struct RedisServer {
     child: Option<Child>,
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

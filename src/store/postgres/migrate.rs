@@ -1,0 +1,87 @@
+//! Schema migrations: the numbered SQL files of `migrations/`, embedded in the binary and
+//! applied in order under a Postgres advisory lock, so replicas starting together are safe.
+
+use tokio_postgres::Client;
+
+use crate::store::StoreError;
+
+/// `(version, name, sql)` of every migration this binary knows, in order.
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[(
+    1,
+    "0001_records.sql",
+    include_str!("../../../migrations/0001_records.sql"),
+)];
+
+/// Advisory lock key shared by every replica ("idemgate" in ASCII).
+const LOCK_KEY: i64 = 0x6964_656d_6761_7465;
+
+/// The newest schema version this binary understands.
+pub fn latest() -> i32 {
+    MIGRATIONS.last().map_or(0, |m| m.0)
+}
+
+/// Applies the missing migrations; returns the versions applied. Fails when the
+/// database's schema is newer than this binary.
+pub async fn run(client: &mut Client) -> Result<Vec<i32>, StoreError> {
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&LOCK_KEY])
+        .await?;
+    let result = apply(client).await;
+    let unlocked = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&LOCK_KEY])
+        .await;
+    let applied = result?;
+    unlocked?;
+    Ok(applied)
+}
+
+async fn apply(client: &mut Client) -> Result<Vec<i32>, StoreError> {
+    client
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS idemgate_schema (
+                 version    integer PRIMARY KEY,
+                 name       text NOT NULL,
+                 applied_at timestamptz NOT NULL DEFAULT now()
+             )",
+        )
+        .await?;
+    let current: i32 = client
+        .query_one("SELECT coalesce(max(version), 0) FROM idemgate_schema", &[])
+        .await?
+        .get(0);
+    if current > latest() {
+        return Err(StoreError::SchemaTooNew {
+            database: current,
+            binary: latest(),
+        });
+    }
+    let mut applied = Vec::new();
+    for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
+        let tx = client.transaction().await?;
+        tx.batch_execute(sql).await?;
+        tx.execute(
+            "INSERT INTO idemgate_schema (version, name) VALUES ($1, $2)",
+            &[version, name],
+        )
+        .await?;
+        tx.commit().await?;
+        tracing::info!(version, name, "applied migration");
+        applied.push(*version);
+    }
+    Ok(applied)
+}
+
+/// The schema version of the database (0 before any migration).
+pub async fn current(client: &Client) -> Result<i32, StoreError> {
+    let exists: bool = client
+        .query_one("SELECT to_regclass('idemgate_schema') IS NOT NULL", &[])
+        .await?
+        .get(0);
+    if !exists {
+        return Ok(0);
+    }
+    Ok(client
+        .query_one("SELECT coalesce(max(version), 0) FROM idemgate_schema", &[])
+        .await?
+        .get(0))
+}

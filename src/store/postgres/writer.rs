@@ -1,0 +1,224 @@
+//! Write-through with group commit: completed records from many requests share one
+//! multi-row statement per round, each request awaiting its own batch. When Postgres
+//! fails, records move to a bounded retry queue that drains when it returns (and at
+//! shutdown); overflow is dropped and counted, never silently.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::{CompletedRecord, PgStore};
+use crate::store::StoreError;
+
+/// How a write-through ended for one record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// Committed.
+    Written,
+    /// Another record holds the key (first writer wins, or a lost lease): not written.
+    Conflict,
+    /// Postgres is failing: the record waits in the retry queue.
+    Queued,
+}
+
+struct Job {
+    record: CompletedRecord,
+    done: oneshot::Sender<Result<WriteOutcome, StoreError>>,
+}
+
+struct Shared {
+    retry: Mutex<VecDeque<CompletedRecord>>,
+    capacity: usize,
+    /// Set while Postgres fails: new records go straight to the retry queue.
+    degraded: AtomicBool,
+    dropped: AtomicU64,
+    failures: AtomicU64,
+    /// One flusher of the retry queue at a time (the retry task, or shutdown's drain).
+    flushing: tokio::sync::Mutex<()>,
+}
+
+/// Handle to the writer tasks. Cheap to clone.
+#[derive(Clone)]
+pub struct Writer {
+    jobs: mpsc::Sender<Job>,
+    shared: Arc<Shared>,
+    pg: PgStore,
+    batch_max: usize,
+}
+
+impl Writer {
+    /// Spawns the group-commit task and the retry task.
+    pub fn spawn(pg: PgStore, batch_max: usize, capacity: usize) -> Self {
+        let (jobs, rx) = mpsc::channel(batch_max * 4);
+        let shared = Arc::new(Shared {
+            retry: Mutex::new(VecDeque::new()),
+            capacity,
+            degraded: AtomicBool::new(false),
+            dropped: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            flushing: tokio::sync::Mutex::new(()),
+        });
+        let writer = Self {
+            jobs,
+            shared,
+            pg,
+            batch_max,
+        };
+        tokio::spawn(writer.clone().group_commit(rx));
+        tokio::spawn(writer.clone().retry_loop());
+        writer
+    }
+
+    /// Writes one record, sharing a statement with whatever else is pending.
+    pub async fn write(&self, record: CompletedRecord) -> Result<WriteOutcome, StoreError> {
+        if self.shared.degraded.load(Ordering::Relaxed) {
+            return self.enqueue(record);
+        }
+        let (done, wait) = oneshot::channel();
+        if let Err(e) = self.jobs.send(Job { record, done }).await {
+            return self.enqueue(e.0.record);
+        }
+        wait.await
+            .unwrap_or_else(|_| Err(StoreError::PgPool("write-through task ended".into())))
+    }
+
+    /// Records waiting for Postgres.
+    pub fn queue_depth(&self) -> usize {
+        self.shared.retry.lock().map_or(0, |q| q.len())
+    }
+
+    /// Records dropped because the retry queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Failed write-through statements.
+    pub fn failures(&self) -> u64 {
+        self.shared.failures.load(Ordering::Relaxed)
+    }
+
+    /// Tries to empty the retry queue before `deadline`; true when empty.
+    pub async fn drain(&self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while self.queue_depth() > 0 && Instant::now() < deadline {
+            if self.flush_retry_batch().await.is_err() {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        let left = self.queue_depth();
+        if left > 0 {
+            tracing::error!(
+                records = left,
+                "postgres did not come back before shutdown; \
+                these stored responses exist only in redis"
+            );
+        }
+        left == 0
+    }
+
+    fn enqueue(&self, record: CompletedRecord) -> Result<WriteOutcome, StoreError> {
+        let mut queue = self.shared.retry.lock().unwrap_or_else(|p| p.into_inner());
+        if queue.len() >= self.shared.capacity {
+            self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(record = %record.id.short(), "write-through retry queue full; \
+                dropping the durable copy of a stored response");
+            return Err(StoreError::QueueFull);
+        }
+        queue.push_back(record);
+        Ok(WriteOutcome::Queued)
+    }
+
+    async fn group_commit(self, mut rx: mpsc::Receiver<Job>) {
+        let mut carry: Vec<Job> = Vec::new();
+        loop {
+            if carry.is_empty() {
+                match rx.recv().await {
+                    Some(job) => carry.push(job),
+                    None => return,
+                }
+            }
+            while carry.len() < self.batch_max {
+                match rx.try_recv() {
+                    Ok(job) => carry.push(job),
+                    Err(_) => break,
+                }
+            }
+            // One statement cannot touch a row twice: later duplicates wait a round.
+            let mut seen = HashSet::new();
+            let (batch, rest): (Vec<Job>, Vec<Job>) = carry
+                .drain(..)
+                .partition(|j| seen.insert(*j.record.id.as_bytes()));
+            carry = rest;
+            let records: Vec<CompletedRecord> = batch.iter().map(|j| j.record.clone()).collect();
+            match self.pg.complete_batch(&records).await {
+                Ok(written) => {
+                    for (job, ok) in batch.into_iter().zip(written) {
+                        let outcome = if ok {
+                            WriteOutcome::Written
+                        } else {
+                            WriteOutcome::Conflict
+                        };
+                        let _ = job.done.send(Ok(outcome));
+                    }
+                }
+                Err(e) => {
+                    self.shared.failures.fetch_add(1, Ordering::Relaxed);
+                    if !self.shared.degraded.swap(true, Ordering::Relaxed) {
+                        tracing::error!(error = %e, "write-through to postgres failing; \
+                            queueing records until it returns");
+                    }
+                    for job in batch {
+                        let outcome = self.enqueue(job.record);
+                        let _ = job.done.send(outcome);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn retry_loop(self) {
+        loop {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            if self.queue_depth() == 0 {
+                self.shared.degraded.store(false, Ordering::Relaxed);
+                continue;
+            }
+            while self.queue_depth() > 0 {
+                if self.flush_retry_batch().await.is_err() {
+                    break;
+                }
+            }
+            if self.queue_depth() == 0 && self.shared.degraded.swap(false, Ordering::Relaxed) {
+                tracing::info!("postgres is back; write-through queue drained");
+            }
+        }
+    }
+
+    /// Writes the oldest queued records; removes them once committed.
+    async fn flush_retry_batch(&self) -> Result<(), StoreError> {
+        let _flushing = self.shared.flushing.lock().await;
+        let batch: Vec<CompletedRecord> = {
+            let queue = self.shared.retry.lock().unwrap_or_else(|p| p.into_inner());
+            let mut seen = HashSet::new();
+            (queue.iter())
+                .take(self.batch_max)
+                .take_while(|r| seen.insert(*r.id.as_bytes()))
+                .cloned()
+                .collect()
+        };
+        if batch.is_empty() {
+            return Ok(());
+        }
+        if let Err(e) = self.pg.complete_batch(&batch).await {
+            self.shared.failures.fetch_add(1, Ordering::Relaxed);
+            return Err(e);
+        }
+        let mut queue = self.shared.retry.lock().unwrap_or_else(|p| p.into_inner());
+        let done = batch.len().min(queue.len());
+        queue.drain(..done);
+        Ok(())
+    }
+}

@@ -1,0 +1,193 @@
+//! Issue 3 operations: migrations under concurrency, schema versions, the reaper, and
+//! `lookup_on_miss = "when_cold"`.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use fred::prelude::{ClientLike, KeysInterface, Value};
+use idemgate::config::PostgresConfig;
+use idemgate::idempotency::{Fingerprint, IdempotencyKey, RecordId, Scope};
+use idemgate::store::postgres::CompletedRecord;
+use idemgate::store::{PgStore, StoreError};
+
+use crate::support::{durable_stack, PgServer};
+
+fn store(pg: &PgServer) -> PgStore {
+    PgStore::new(&PostgresConfig {
+        url: pg.url(),
+        ..PostgresConfig::default()
+    })
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_migrating_at_once_leave_one_schema() {
+    let pg = PgServer::start();
+    let stores = [store(&pg), store(&pg), store(&pg)];
+    let results = futures_util::future::join_all(stores.iter().map(|s| s.migrate())).await;
+    let applied: Vec<Vec<i32>> = results.into_iter().map(Result::unwrap).collect();
+    assert_eq!(
+        applied.iter().filter(|a| !a.is_empty()).count(),
+        1,
+        "{applied:?}"
+    );
+    let client = pg.client().await;
+    let versions: i64 = client
+        .query_one("SELECT count(*) FROM idemgate_schema", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(versions, 1);
+    stores[0].check_schema().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_a_clear_error() {
+    let pg = PgServer::start();
+    let s = store(&pg);
+    s.migrate().await.unwrap();
+    let client = pg.client().await;
+    client
+        .execute(
+            "INSERT INTO idemgate_schema (version, name) VALUES (999, 'future')",
+            &[],
+        )
+        .await
+        .unwrap();
+    let err = s.migrate().await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::SchemaTooNew { database: 999, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("newer than this binary"), "{err}");
+    assert!(s.check_schema().await.is_err());
+}
+
+fn record(key: &str, ttl_ms: i64) -> CompletedRecord {
+    let scope = Scope::new("payments", None);
+    let key = idemgate::idempotency::key::parse(key.as_bytes(), 255).unwrap();
+    let fp = Fingerprint::new(&http::Method::POST, &"/v1/x".parse().unwrap(), None, b"");
+    record_for(scope, &key, fp, ttl_ms)
+}
+
+fn record_for(scope: Scope, key: &IdempotencyKey, fp: Fingerprint, ttl_ms: i64) -> CompletedRecord {
+    CompletedRecord {
+        scope,
+        id: RecordId::new(scope, key),
+        route: "payments".into(),
+        fingerprint: fp,
+        token: "t".into(),
+        status: 201,
+        headers: Bytes::from_static(b"\x00\x00"),
+        body: Bytes::from_static(b"{}"),
+        ttl_ms,
+    }
+}
+
+#[tokio::test]
+async fn reaper_deletes_only_expired_rows_in_batches() {
+    let pg = PgServer::start();
+    let s = store(&pg);
+    s.migrate().await.unwrap();
+    let expiring: Vec<CompletedRecord> = (0..5).map(|i| record(&format!("old-{i}"), 1)).collect();
+    let keeping: Vec<CompletedRecord> = (0..3)
+        .map(|i| record(&format!("new-{i}"), 3_600_000))
+        .collect();
+    assert!(s
+        .complete_batch(&expiring)
+        .await
+        .unwrap()
+        .iter()
+        .all(|w| *w));
+    assert!(s.complete_batch(&keeping).await.unwrap().iter().all(|w| *w));
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        s.reap(2).await.unwrap(),
+        Some(5),
+        "batches of 2 until none is left"
+    );
+    assert_eq!(pg.count("true").await, 3);
+    assert_eq!(pg.count("expires_at <= now()").await, 0);
+    assert_eq!(s.reap(2).await.unwrap(), Some(0));
+}
+
+#[tokio::test]
+async fn only_one_replica_reaps_at_a_time() {
+    let pg = PgServer::start();
+    let s = store(&pg);
+    s.migrate().await.unwrap();
+    let holder = pg.client().await;
+    holder
+        .execute("SELECT pg_advisory_lock($1)", &[&0x6964_656d_7265_6170_i64])
+        .await
+        .unwrap();
+    assert_eq!(
+        s.reap(10).await.unwrap(),
+        None,
+        "another replica holds the reaper lock"
+    );
+}
+
+#[tokio::test]
+async fn when_cold_skips_lookups_while_the_marker_holds_and_looks_up_after_a_flush() {
+    let (redis, _pg, upstream, app) = durable_stack("lookup_on_miss = \"when_cold\"", "").await;
+    let admin = redis.client().await;
+    // Pretend this Redis has held its data for longer than the longest ttl (24h).
+    let long_ago: Value = admin
+        .custom(fred::cmd!("TIME"), Vec::<String>::new())
+        .await
+        .unwrap();
+    let secs: i64 = match long_ago {
+        Value::Array(v) => v[0].as_i64().unwrap(),
+        other => panic!("{other:?}"),
+    };
+    let _: () = admin
+        .set(
+            "idemgate:warm-since",
+            (secs - 2 * 86_400) * 1000,
+            None,
+            None,
+            false,
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await; // a probe or two
+
+    app.post("a", "{}").send().await.unwrap();
+    app.post("b", "{}").send().await.unwrap();
+    // Lose one record from Redis only: the marker still vouches for Redis, so no lookup.
+    let keys: Vec<String> = redis
+        .keys()
+        .await
+        .into_iter()
+        .filter(|k| k.contains('{'))
+        .collect();
+    let _: i64 = admin.del(keys[0].clone()).await.unwrap();
+    let again = futures_util::future::join_all(["a", "b"].map(|k| app.post(k, "{}").send())).await;
+    let replayed: Vec<bool> = again
+        .iter()
+        .map(|r| r.as_ref().unwrap().headers()["idempotent-replayed"] == "true")
+        .collect();
+    assert_eq!(
+        replayed.iter().filter(|r| !**r).count(),
+        1,
+        "the deleted one re-ran: no lookup"
+    );
+    assert_eq!(upstream.executions(), 3);
+
+    // A flush removes the marker: Redis is cold, so the lookup happens and replays.
+    let _: Value = admin
+        .custom(fred::cmd!("FLUSHALL"), Vec::<String>::new())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    for k in ["a", "b"] {
+        let r = app.post(k, "{}").send().await.unwrap();
+        assert_eq!(
+            r.headers()["idempotent-replayed"],
+            "true",
+            "key {k} replayed from postgres"
+        );
+    }
+    assert_eq!(upstream.executions(), 3);
+}
