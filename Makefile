@@ -9,8 +9,10 @@ up:
 down:
 	bash deploy/local/down.sh
 
-# Install missing Debian packages, then run every test (unit and integration).
+# Install missing Debian packages, then run every test (unit, integration, alert rules).
 test: deps
+	promtool check rules deploy/prometheus/alerts.yml
+	promtool test rules deploy/prometheus/alerts_test.yml
 	cargo test --all-targets
 
 # Formatting and lints, as CI runs them.

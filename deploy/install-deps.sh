@@ -4,7 +4,7 @@
 set -euo pipefail
 
 # command-or-path:package
-want=(redis-server:redis-server /usr/lib/postgresql/15/bin/initdb:postgresql-15)
+want=(redis-server:redis-server /usr/lib/postgresql/15/bin/initdb:postgresql-15 promtool:prometheus)
 
 missing=()
 for pair in "${want[@]}"; do

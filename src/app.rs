@@ -2,6 +2,7 @@
 //! shared by every request as [`crate::http::AppState`].
 
 use anyhow::Context;
+use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, OnRedisUnavailable};
@@ -19,6 +20,8 @@ pub struct App {
     pub upstream: Upstream,
     /// Detached forward-and-record tasks, awaited at shutdown.
     pub tasks: TaskTracker,
+    /// Renders `/metrics`.
+    pub metrics: PrometheusHandle,
 }
 
 impl App {
@@ -29,6 +32,8 @@ impl App {
         if config.routes.is_empty() {
             tracing::warn!("no [[routes]] configured: every proxied request answers 404");
         }
+        let metrics = crate::metrics::install();
+        crate::metrics::spawn_upkeep(metrics.clone());
         let redis = RedisStore::connect(&config.redis).await?;
         match redis.maxmemory_policy().await {
             Ok(policy) if policy != "noeviction" => tracing::warn!(
@@ -82,6 +87,7 @@ impl App {
             stores,
             upstream: Upstream::new(),
             tasks: TaskTracker::new(),
+            metrics,
             config,
         })
     }

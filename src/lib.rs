@@ -14,6 +14,7 @@
 //! - [`proxy`]: the upstream client and hop-by-hop header rules.
 //! - [`http`]: routers, the gateway handler, admin endpoints, problem+json errors.
 //! - [`app`] and [`server`]: the shared application state, listeners, shutdown.
+//! - [`metrics`]: Prometheus metric names and recording.
 //! - [`telemetry`]: log set-up.
 #![forbid(unsafe_code)]
 
@@ -21,6 +22,7 @@ pub mod app;
 pub mod config;
 pub mod http;
 pub mod idempotency;
+pub mod metrics;
 pub mod proxy;
 pub mod route;
 pub mod server;

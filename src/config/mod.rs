@@ -26,6 +26,7 @@ pub const ENV_PREFIX: &str = "IDEMGATE__";
 pub struct Config {
     pub server: ServerConfig,
     pub log: LogConfig,
+    pub admin: AdminConfig,
     pub redis: RedisConfig,
     /// Absent: Redis-only mode (no durable tier).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -51,6 +52,9 @@ pub struct ServerConfig {
     /// How long a client may take to send its request head (slowloris guard).
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
+    /// How long a client may take to send the body of a keyed request; slower is 408.
+    #[serde(with = "humantime_serde")]
+    pub body_read_timeout: Duration,
     /// How long in-flight requests may take to finish after SIGTERM/SIGINT.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -65,6 +69,7 @@ impl Default for ServerConfig {
             max_response_body: ByteSize::mib(8),
             max_header_size: ByteSize::kib(16),
             header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(30),
         }
     }
@@ -95,6 +100,15 @@ impl Default for LogConfig {
 pub enum LogFormat {
     Text,
     Json,
+}
+
+/// `[admin]`: the admin API on the admin listener.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Bearer token for `/admin/*`; absent means the admin API is off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
 }
 
 /// `[redis]`: the claim and response store.
@@ -398,6 +412,9 @@ impl Config {
         shown.redis.url = redact_url(&shown.redis.url);
         if let Some(pg) = shown.postgres.as_mut() {
             pg.url = redact_url(&pg.url);
+        }
+        if shown.admin.token.is_some() {
+            shown.admin.token = Some("***".into());
         }
         toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
     }

@@ -22,6 +22,16 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         ));
     }
     positive_duration("server.header_read_timeout", s.header_read_timeout)?;
+    positive_duration("server.body_read_timeout", s.body_read_timeout)?;
+
+    if let Some(token) = &config.admin.token {
+        if token.len() < 16 {
+            return Err(ConfigError::invalid(
+                "admin.token",
+                "must be at least 16 characters (or absent to turn the admin API off)",
+            ));
+        }
+    }
 
     let r = &config.redis;
     if !(r.url.starts_with("redis://") || r.url.starts_with("rediss://")) {

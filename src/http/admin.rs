@@ -16,6 +16,21 @@ pub async fn healthz() -> Response {
     Json(json!({"status": "ok"})).into_response()
 }
 
+/// Prometheus text exposition of every metric.
+pub async fn metrics(State(AppState(app)): State<AppState>) -> Response {
+    let queue = app
+        .stores
+        .postgres
+        .as_ref()
+        .map_or(0, |pg| pg.writer.queue_depth());
+    crate::metrics::queue_depth(queue);
+    (
+        [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        app.metrics.render(),
+    )
+        .into_response()
+}
+
 /// Each dependency and its state; 503 when keyed requests cannot be served under the
 /// configured `on_redis_unavailable` policy.
 pub async fn readyz(State(AppState(app)): State<AppState>) -> Response {

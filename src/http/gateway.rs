@@ -2,9 +2,11 @@
 //!
 //! route -> method covered? -> key -> bounded body -> scope, record, fingerprint ->
 //! claim -> (acquired) forward and record in a detached task | replay | 409 | mismatch.
+//! Every keyed request ends in one [`Outcome`], counted and logged once, here.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
@@ -21,24 +23,82 @@ use crate::app::App;
 use crate::idempotency::{
     key, Claim, Completion, Fingerprint, KeyError, Lease, RecordId, Scope, StoredResponse,
 };
+use crate::metrics::{self, InFlightGuard, Outcome};
 use crate::proxy::UpstreamError;
 use crate::route::Route;
 
 /// Marks a response forwarded without idempotency because no store could take the claim.
 pub const IDEMPOTENCY_STATUS: HeaderName = HeaderName::from_static("idempotency-status");
+/// Correlates a request across client, gateway logs and upstream.
+pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// What one request came to, for the metrics and the log line.
+#[derive(Default)]
+struct Trace {
+    route: Option<Arc<Route>>,
+    outcome: Option<Outcome>,
+    scope: Option<Scope>,
+    record: Option<RecordId>,
+}
 
 /// Entry point for every request on the proxy listener.
 pub async fn handle(
     State(AppState(app)): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    request: Request,
+    mut request: Request,
 ) -> Response {
+    let started = Instant::now();
+    let request_id = request_id(request.headers().get(&X_REQUEST_ID));
+    request
+        .headers_mut()
+        .insert(X_REQUEST_ID, request_id.clone());
+    let mut trace = Trace::default();
+    let mut response = serve(&app, peer, request, &mut trace).await;
+    response
+        .headers_mut()
+        .insert(X_REQUEST_ID, request_id.clone());
+
+    let route = trace
+        .route
+        .as_ref()
+        .map_or("_unmatched", |r| r.name.as_str());
+    match trace.outcome {
+        Some(outcome) => metrics::request(route, outcome, started),
+        None => metrics::unkeyed(route),
+    }
+    tracing::info!(
+        request_id = request_id.to_str().unwrap_or(""),
+        route,
+        outcome = trace.outcome.map_or("unkeyed", Outcome::as_str),
+        status = response.status().as_u16(),
+        duration_ms = started.elapsed().as_secs_f64() * 1000.0,
+        key_hash = trace.record.map(RecordId::short).unwrap_or_default(),
+        scope_hash = trace.scope.map(Scope::to_hex).unwrap_or_default(),
+        "request"
+    );
+    response
+}
+
+/// The client's `X-Request-Id` when it is sane (1 to 128 visible ASCII), else a new one.
+fn request_id(given: Option<&HeaderValue>) -> HeaderValue {
+    given
+        .filter(|v| (1..=128).contains(&v.len()) && v.as_bytes().iter().all(u8::is_ascii_graphic))
+        .cloned()
+        .unwrap_or_else(|| {
+            let id = uuid::Uuid::new_v4().simple().to_string();
+            HeaderValue::from_str(&id).expect("hex is a valid header value")
+        })
+}
+
+async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut Trace) -> Response {
     let Some(route) = app.routes.find(request.uri().path()).cloned() else {
+        trace.outcome = Some(Outcome::Rejected);
         return Problem::no_route(request.uri().path().len()).into_response();
     };
+    trace.route = Some(route.clone());
     let policy = &route.policy;
     if !policy.covers(request.method()) {
-        return pass_through(&app, &route, request, peer).await;
+        return pass_through(app, &route, request, peer).await;
     }
     let key = match key::extract(
         request.headers(),
@@ -47,21 +107,28 @@ pub async fn handle(
     ) {
         Ok(Some(key)) => key,
         Ok(None) if policy.required => {
+            trace.outcome = Some(Outcome::MissingKey);
             let header = policy.key_headers[0].to_string();
             return Problem::from(KeyError::Missing(header)).into_response();
         }
-        Ok(None) => return pass_through(&app, &route, request, peer).await,
-        Err(e) => return Problem::from(e).into_response(),
+        Ok(None) => return pass_through(app, &route, request, peer).await,
+        Err(e) => {
+            trace.outcome = Some(Outcome::InvalidKey);
+            return Problem::from(e).into_response();
+        }
     };
 
     let (parts, body) = request.into_parts();
-    let limit = app.config.server.max_request_body.as_u64();
-    let body = match read_bounded(&parts, body, limit).await {
+    let body = match read_bounded(app, &parts, body).await {
         Ok(body) => body,
-        Err(problem) => return problem.into_response(),
+        Err(problem) => {
+            trace.outcome = Some(Outcome::Rejected);
+            return problem.into_response();
+        }
     };
     let scope = Scope::new(&route.name, parts.headers.get(&policy.scope_header));
     let record = RecordId::new(scope, &key);
+    (trace.scope, trace.record) = (Some(scope), Some(record));
     let fingerprint = Fingerprint::new(
         &parts.method,
         &parts.uri,
@@ -69,7 +136,7 @@ pub async fn handle(
         &body,
     );
 
-    match app.stores.claim(&route, scope, record, &fingerprint).await {
+    let (outcome, response) = match app.stores.claim(&route, scope, record, &fingerprint).await {
         Ok(Claim::Acquired(lease)) => {
             // Detached: a client that goes away must not cancel the upstream call or the
             // recording of its result.
@@ -77,42 +144,60 @@ pub async fn handle(
                 .tasks
                 .spawn(execute(app.clone(), route, lease, parts, body, peer.ip()));
             task.await.unwrap_or_else(|e| {
-                Problem::internal(format!("request task failed: {e}")).into_response()
+                let problem = Problem::internal(format!("request task failed: {e}"));
+                (Outcome::UpstreamError, problem.into_response())
             })
         }
-        Ok(Claim::Completed(stored)) => stored.to_response(true),
-        Ok(Claim::InFlight { remaining }) => Problem::in_flight(remaining).into_response(),
-        Ok(Claim::Mismatch) => Problem::mismatch(policy.mismatch_status).into_response(),
+        Ok(Claim::Completed(stored)) => (Outcome::Replayed, stored.to_response(true)),
+        Ok(Claim::InFlight { remaining }) => (
+            Outcome::InFlight,
+            Problem::in_flight(remaining).into_response(),
+        ),
+        Ok(Claim::Mismatch) => (
+            Outcome::Mismatch,
+            Problem::mismatch(policy.mismatch_status).into_response(),
+        ),
         Ok(Claim::Bypassed) => {
             let request = Request::from_parts(parts, Body::from(body));
-            let mut response = pass_through(&app, &route, request, peer).await;
-            response
-                .headers_mut()
+            let mut response = pass_through(app, &route, request, peer).await;
+            (response.headers_mut())
                 .insert(IDEMPOTENCY_STATUS, HeaderValue::from_static("bypassed"));
-            response
+            (Outcome::Bypassed, response)
         }
         Err(e) => {
-            tracing::warn!(route = %route.name, record = %record.short(), error = %e,
-                "claim failed; answering 503 without forwarding");
-            Problem::from(&e).into_response()
+            tracing::warn!(route = %route.name, key_hash = %record.short(), error = %e,
+                "claim failed; answering without forwarding");
+            let problem = Problem::from(&e);
+            let outcome = if problem.code == "store_unavailable" {
+                Outcome::StoreUnavailable
+            } else {
+                Outcome::Rejected
+            };
+            (outcome, problem.into_response())
         }
-    }
+    };
+    trace.outcome = Some(outcome);
+    response
 }
 
-/// Reads the whole body, refusing more than `limit` bytes (declared or actual).
-async fn read_bounded(parts: &Parts, body: Body, limit: u64) -> Result<Bytes, Problem> {
+/// Reads the whole body within `server.body_read_timeout`, refusing more than
+/// `server.max_request_body` bytes (declared or actual).
+async fn read_bounded(app: &App, parts: &Parts, body: Body) -> Result<Bytes, Problem> {
+    let limit = app.config.server.max_request_body.as_u64();
     let declared = (parts.headers.get(CONTENT_LENGTH))
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > limit) {
         return Err(Problem::body_too_large(limit));
     }
-    match Limited::new(body, limit as usize).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+    let deadline = app.config.server.body_read_timeout;
+    match tokio::time::timeout(deadline, Limited::new(body, limit as usize).collect()).await {
+        Err(_) => Err(Problem::body_timeout(deadline)),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
             Err(Problem::body_too_large(limit))
         }
-        Err(e) => Err(Problem::body_unreadable(e)),
+        Ok(Err(e)) => Err(Problem::body_unreadable(e)),
     }
 }
 
@@ -124,52 +209,59 @@ async fn execute(
     parts: Parts,
     body: Bytes,
     peer: std::net::IpAddr,
-) -> Response {
+) -> (Outcome, Response) {
+    let _in_flight = InFlightGuard::new();
     let record = lease.record();
     let max_response = app.config.server.max_response_body.as_u64();
-    let stored = match app
+    let started = Instant::now();
+    let answer = app
         .upstream
         .forward_buffered(&route, parts, body, peer, max_response)
-        .await
-    {
+        .await;
+    metrics::upstream(&route.name, started);
+    let stored = match answer {
         Ok(answer) if route.policy.releases(answer.status) => {
             release(lease, &route).await;
-            return StoredResponse::from_upstream(answer.status, &answer.headers, answer.body)
-                .to_response(false);
+            let response =
+                StoredResponse::from_upstream(answer.status, &answer.headers, answer.body);
+            return (Outcome::UpstreamError, response.to_response(false));
         }
         Ok(answer) => StoredResponse::from_upstream(answer.status, &answer.headers, answer.body),
         Err(e @ UpstreamError::ResponseTooLarge(_)) => {
             // The upstream acted; a retry must not run it again. Store the problem instead.
-            tracing::warn!(route = %route.name, record = %record.short(), error = %e,
+            tracing::warn!(route = %route.name, key_hash = %record.short(), error = %e,
                 "upstream response too large to store; storing a 502 problem for this key");
             Problem::from(&e).to_stored()
         }
         Err(e) => {
-            tracing::warn!(route = %route.name, record = %record.short(), error = %e,
+            tracing::warn!(route = %route.name, key_hash = %record.short(), error = %e,
                 "upstream call failed; releasing the key");
             release(lease, &route).await;
-            return Problem::from(&e).into_response();
+            return (Outcome::UpstreamError, Problem::from(&e).into_response());
         }
     };
     match lease.complete(&stored, route.policy.ttl).await {
-        Ok(Completion::Stored) => {}
-        Ok(Completion::LeaseLost) => tracing::warn!(route = %route.name, record = %record.short(),
-            "lease lost before completion: another request holds this key; not overwriting it"),
-        Err(e) => tracing::error!(route = %route.name, record = %record.short(), error = %e,
+        Ok(Completion::Stored) => metrics::stored_bytes(stored.encoded_len()),
+        Ok(Completion::LeaseLost) => {
+            metrics::lease_lost();
+            tracing::warn!(route = %route.name, key_hash = %record.short(),
+                "lease lost before completion: another request holds this key; not overwriting it");
+        }
+        Err(e) => tracing::error!(route = %route.name, key_hash = %record.short(), error = %e,
             "could not store the response; a retry after the lease expires will run again"),
     }
-    stored.to_response(false)
+    (Outcome::Executed, stored.to_response(false))
 }
 
 async fn release(lease: Lease, route: &Route) {
     let record = lease.record();
     if let Err(e) = lease.release().await {
-        tracing::warn!(route = %route.name, record = %record.short(), error = %e,
+        tracing::warn!(route = %route.name, key_hash = %record.short(), error = %e,
             "could not release the key; it frees itself when the lease expires");
     }
 }
 
-/// Forwards a request that the idempotency layer does not cover, without touching Redis.
+/// Forwards a request without idempotency, and without touching any store.
 async fn pass_through(app: &App, route: &Route, request: Request, peer: SocketAddr) -> Response {
     let (parts, body) = request.into_parts();
     match app

@@ -2,6 +2,7 @@
 //! problem+json rendering of every gateway-made error.
 
 pub mod admin;
+pub mod admin_keys;
 pub mod gateway;
 pub mod problem;
 
@@ -23,10 +24,17 @@ pub fn proxy_router(app: Arc<App>) -> Router {
         .with_state(AppState(app))
 }
 
-/// Router of the admin listener.
+/// Router of the admin listener; `/admin/keys` only when `admin.token` is set.
 pub fn admin_router(app: Arc<App>) -> Router {
-    Router::new()
+    let mut router = Router::new()
         .route("/healthz", get(admin::healthz))
         .route("/readyz", get(admin::readyz))
-        .with_state(AppState(app))
+        .route("/metrics", get(admin::metrics));
+    if app.config.admin.token.is_some() {
+        router = router.route(
+            "/admin/keys/{route}/{key}",
+            get(admin_keys::show).delete(admin_keys::invalidate),
+        );
+    }
+    router.with_state(AppState(app))
 }

@@ -76,6 +76,15 @@ impl Problem {
         )
     }
 
+    pub fn body_timeout(after: Duration) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_body_timeout",
+            "Request body too slow",
+            format!("the request body did not arrive within {after:?}; nothing was claimed"),
+        )
+    }
+
     pub fn body_unreadable(reason: impl std::fmt::Display) -> Self {
         Self::new(
             StatusCode::BAD_REQUEST,
@@ -157,19 +166,25 @@ impl From<KeyError> for Problem {
 
 impl From<&StoreError> for Problem {
     fn from(e: &StoreError) -> Self {
-        Self::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "store_unavailable",
-            "Idempotency store unavailable",
-            match e {
-                StoreError::Timeout => "the idempotency store did not answer in time; the request \
-                                        was not forwarded"
-                    .to_string(),
-                _ => "the idempotency store is unavailable; the request was not forwarded"
-                    .to_string(),
-            },
-        )
-        .retry_after(Duration::from_secs(1))
+        match e {
+            StoreError::Corrupt(_) | StoreError::Protocol { .. } => Self::internal(
+                "the idempotency store returned something unexpected; the request was not forwarded",
+            ),
+            StoreError::Timeout | StoreError::PgTimeout => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                "Idempotency store unavailable",
+                "the idempotency store did not answer in time; the request was not forwarded",
+            )
+            .retry_after(Duration::from_secs(1)),
+            _ => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                "Idempotency store unavailable",
+                "the idempotency store is unavailable; the request was not forwarded",
+            )
+            .retry_after(Duration::from_secs(1)),
+        }
     }
 }
 

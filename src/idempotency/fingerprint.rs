@@ -43,6 +43,12 @@ impl Scope {
         hex::encode(self.0)
     }
 
+    /// From the hex form that log lines carry as `scope_hash`.
+    pub fn from_hex(hex_str: &str) -> Option<Self> {
+        let bytes = hex::decode(hex_str).ok()?;
+        bytes.try_into().ok().map(Self)
+    }
+
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
     }

@@ -9,11 +9,11 @@
 //! every key of one record lands in one slot.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use fred::prelude::{
-    Builder, ClientLike, Config as FredConfig, Error as FredError, ErrorKind, KeysInterface, Pool,
+    Builder, ClientLike, Config as FredConfig, Error as FredError, KeysInterface, Pool,
     ReconnectPolicy, Value,
 };
 use fred::types::scripts::Script;
@@ -21,11 +21,23 @@ use fred::types::scripts::Script;
 use super::StoreError;
 use crate::config::RedisConfig;
 use crate::idempotency::{Claim, Completion, Fingerprint, RecordId, Release, StoredResponse};
+use crate::metrics;
 
 const CLAIM_LUA: &str = include_str!("../../lua/claim.lua");
 const COMPLETE_LUA: &str = include_str!("../../lua/complete.lua");
 const RELEASE_LUA: &str = include_str!("../../lua/release.lua");
 const MARKER_LUA: &str = include_str!("../../lua/marker.lua");
+
+/// A record as Redis holds it, for the admin API.
+#[derive(Debug, Clone, Copy)]
+pub struct RedisRecord {
+    /// Completed (else leased).
+    pub completed: bool,
+    /// Time to live: the lease left, or the replay window left.
+    pub ttl_ms: i64,
+    /// Size of the stored response (0 while leased).
+    pub stored_bytes: i64,
+}
 
 /// Connections to Redis plus the loaded scripts. Cheap to clone.
 #[derive(Clone)]
@@ -114,19 +126,29 @@ impl RedisStore {
             token.into(),
             millis(lease).into(),
         ];
+        let started = Instant::now();
+        let client = self.inner.pool.next();
         let reply: Result<Value, FredError> = self
             .inner
             .claim
-            .evalsha_with_reload(self.inner.pool.next(), key, args)
+            .evalsha_with_reload(client, key, args)
             .await;
+        metrics::redis_op("claim", started);
         let reply = match reply {
             Ok(v) => v,
             Err(e) => {
-                if e.kind() == &ErrorKind::Timeout {
-                    let store = self.clone();
-                    let (key, token) = (key.to_string(), token.to_string());
-                    tokio::spawn(async move { store.release(&key, &token).await });
-                }
+                // The claim may have landed. Release our token on the same connection,
+                // so Redis runs it after the claim (a compare-and-delete: harmless if
+                // the claim never ran).
+                let (client, script) = (client.clone(), self.inner.release.clone());
+                let (key, token) = (key.to_string(), token.to_string());
+                tokio::spawn(async move {
+                    let released: Result<i64, FredError> =
+                        script.evalsha_with_reload(&client, key, vec![token]).await;
+                    if let Err(e) = released {
+                        tracing::debug!(error = %e, "could not release a claim of unknown outcome");
+                    }
+                });
                 return Err(e.into());
             }
         };
@@ -183,9 +205,11 @@ impl RedisStore {
             millis(ttl).into(),
             Bytes::copy_from_slice(fingerprint.as_bytes()).into(),
         ];
+        let started = Instant::now();
         let reply: i64 = (self.inner.complete)
             .evalsha_with_reload(self.inner.pool.next(), key, args)
             .await?;
+        metrics::redis_op("complete", started);
         Ok(match reply {
             1 => Completion::Stored,
             _ => Completion::LeaseLost,
@@ -197,9 +221,11 @@ impl RedisStore {
     /// KEYS: `[record key]`. ARGV: `[lock token]`.
     /// Reply: `1` released (or already gone), `0` not held by this token.
     pub async fn release(&self, key: &str, token: &str) -> Result<Release, StoreError> {
+        let started = Instant::now();
         let reply: i64 = (self.inner.release)
             .evalsha_with_reload(self.inner.pool.next(), key, vec![token])
             .await?;
+        metrics::redis_op("release", started);
         Ok(match reply {
             1 => Release::Released,
             _ => Release::NotHeld,
@@ -234,6 +260,28 @@ impl RedisStore {
             script: "CONFIG GET",
             detail: "no maxmemory-policy".into(),
         })
+    }
+
+    /// What Redis holds for a record key (admin API; not on the request path).
+    pub async fn inspect(&self, key: &str) -> Result<Option<RedisRecord>, StoreError> {
+        let client = self.inner.pool.next();
+        let state: Option<String> = client.custom(fred::cmd!("HGET"), vec![key, "s"]).await?;
+        let Some(state) = state else {
+            return Ok(None);
+        };
+        let ttl_ms: i64 = client.pttl(key).await?;
+        let bytes: i64 = client.custom(fred::cmd!("HSTRLEN"), vec![key, "r"]).await?;
+        Ok(Some(RedisRecord {
+            completed: state == "C",
+            ttl_ms,
+            stored_bytes: bytes,
+        }))
+    }
+
+    /// Deletes a record key (admin API); true if it existed.
+    pub async fn delete(&self, key: &str) -> Result<bool, StoreError> {
+        let n: i64 = self.inner.pool.next().del(key).await?;
+        Ok(n > 0)
     }
 
     /// `PING`, for readiness.

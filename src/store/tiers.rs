@@ -21,6 +21,7 @@ use crate::idempotency::claim::Home;
 use crate::idempotency::{
     Claim, Completion, Fingerprint, Lease, RecordId, Release, Scope, StoredResponse,
 };
+use crate::metrics;
 use crate::route::Route;
 
 /// The durable tier, when `[postgres]` is configured.
@@ -102,6 +103,7 @@ impl Stores {
             Err(e) if e.is_redis() => {
                 if self.breaker.trip() {
                     self.warmth.set_cold();
+                    metrics::redis_up(false);
                     tracing::error!(error = %e, "redis failing: claims follow on_redis_unavailable \
                         until it answers again");
                 }
@@ -166,6 +168,7 @@ impl Stores {
                 response,
                 remaining,
             } if fingerprint == lease.fingerprint => {
+                metrics::fallback("cold_lookup_hit");
                 tracing::info!(record = %lease.record.short(), "replaying from postgres; re-warming redis");
                 if let Err(e) = (self.redis)
                     .complete(
@@ -182,6 +185,10 @@ impl Stores {
                 Ok(Claim::Completed(response))
             }
             other => {
+                metrics::fallback(match other {
+                    Found::Leased { .. } => "cold_lookup_in_flight",
+                    Found::Completed { .. } => "cold_lookup_mismatch",
+                });
                 let _ = self.redis.release(&lease.redis_key, &lease.token).await;
                 Ok(found_to_claim(other, &lease.fingerprint))
             }
@@ -197,6 +204,7 @@ impl Stores {
     ) -> Result<Claim, StoreError> {
         match (route.policy.on_redis_unavailable, &self.postgres) {
             (OnRedisUnavailable::Postgres, Some(pg)) => {
+                metrics::fallback("redis_unavailable");
                 let rec = lease_ref(&lease);
                 match (pg.store)
                     .claim(rec, &lease.fingerprint, &lease.token, route.policy.lock_ttl)
@@ -210,8 +218,14 @@ impl Stores {
                     Some(found) => Ok(found_to_claim(found, &lease.fingerprint)),
                 }
             }
-            (OnRedisUnavailable::PassThrough, _) => Ok(Claim::Bypassed),
-            _ => Err(cause),
+            (OnRedisUnavailable::PassThrough, _) => {
+                metrics::fallback("pass_through");
+                Ok(Claim::Bypassed)
+            }
+            _ => {
+                metrics::fallback("rejected");
+                Err(cause)
+            }
         }
     }
 
@@ -326,6 +340,7 @@ impl Stores {
                 let _ = self.redis.reset_marker().await;
                 self.warmth.set_cold();
                 self.breaker.close();
+                metrics::redis_up(true);
                 tracing::info!("redis answers again: claims are back in redis");
             }
             return;

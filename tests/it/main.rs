@@ -8,6 +8,7 @@ mod concurrency;
 mod durability;
 mod keys;
 mod lease;
+mod observability;
 mod outage;
 mod pg_ops;
 mod replay;

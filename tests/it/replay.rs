@@ -1,17 +1,6 @@
 //! Behaviours 3 (scope and fingerprint), 6 (replay) and 8 (mismatch).
 
-use crate::support::{problem_code, read, stack};
-
-/// Headers that must match between the first answer and its replays.
-fn comparable(h: &reqwest::header::HeaderMap) -> Vec<(String, Vec<u8>)> {
-    let mut v: Vec<(String, Vec<u8>)> = h
-        .iter()
-        .filter(|(n, _)| *n != "date" && *n != "idempotent-replayed")
-        .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
-        .collect();
-    v.sort();
-    v
-}
+use crate::support::{comparable, problem_code, read, stack};
 
 #[tokio::test]
 async fn replay_is_byte_identical_including_headers() {

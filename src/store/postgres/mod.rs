@@ -8,7 +8,7 @@ pub mod writer;
 
 use std::collections::HashSet;
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
@@ -17,6 +17,7 @@ use tokio_postgres::{NoTls, Row};
 use super::StoreError;
 use crate::config::PostgresConfig;
 use crate::idempotency::{Fingerprint, RecordId, Release, Scope, StoredResponse};
+use crate::metrics;
 
 /// Advisory lock key of the reaper ("idemreap" in ASCII).
 const REAP_LOCK: i64 = 0x6964_656d_7265_6170;
@@ -43,6 +44,16 @@ pub enum Found {
         /// Time left on the lease.
         remaining: Duration,
     },
+}
+
+/// A record as Postgres holds it, for the admin API.
+#[derive(Debug, Clone, Copy)]
+pub struct PgRecord {
+    pub completed: bool,
+    pub status: Option<i16>,
+    pub stored_bytes: i32,
+    pub expires_in_ms: i64,
+    pub lease_remaining_ms: Option<i64>,
 }
 
 /// A completed response on its way to Postgres.
@@ -103,11 +114,13 @@ impl PgStore {
     /// Runs `work` under the statement timeout.
     async fn timed<T>(
         &self,
+        op: &'static str,
         work: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        tokio::time::timeout(self.timeout, work)
-            .await
-            .map_err(|_| StoreError::PgTimeout)?
+        let started = Instant::now();
+        let result = tokio::time::timeout(self.timeout, work).await;
+        metrics::postgres_op(op, started);
+        result.map_err(|_| StoreError::PgTimeout)?
     }
 
     /// Applies missing migrations (see [`migrate::run`]).
@@ -129,7 +142,7 @@ impl PgStore {
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {
-        self.timed(async {
+        self.timed("ping", async {
             self.pool.get().await?.simple_query("SELECT 1").await?;
             Ok(())
         })
@@ -138,7 +151,7 @@ impl PgStore {
 
     /// The unexpired record for `rec`, if any; an expired lease counts as none.
     pub async fn lookup(&self, rec: RecordRef<'_>) -> Result<Option<Found>, StoreError> {
-        self.timed(async {
+        self.timed("lookup", async {
             let client = self.pool.get().await?;
             let stmt = client
                 .prepare_cached(
@@ -173,7 +186,7 @@ impl PgStore {
         let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
         for _ in 0..3 {
             let acquired = self
-                .timed(async {
+                .timed("claim", async {
                     let client = self.pool.get().await?;
                     let stmt = client
                         .prepare_cached(
@@ -242,7 +255,7 @@ impl PgStore {
         let statuses: Vec<i16> = records.iter().map(|r| r.status).collect();
         let ttls: Vec<i64> = records.iter().map(|r| r.ttl_ms).collect();
         let written: HashSet<Vec<u8>> = self
-            .timed(async {
+            .timed("write_through", async {
                 let client = self.pool.get().await?;
                 let stmt = client
                     .prepare_cached(
@@ -291,9 +304,48 @@ impl PgStore {
             .collect())
     }
 
+    /// What Postgres holds for `rec`, expired or not (admin API; not on the request path).
+    pub async fn inspect(&self, rec: RecordRef<'_>) -> Result<Option<PgRecord>, StoreError> {
+        self.timed("inspect", async {
+            let client = self.pool.get().await?;
+            let row = client
+                .query_opt(
+                    "SELECT state, status, coalesce(octet_length(body), 0) + coalesce(octet_length(headers), 0),
+                        (EXTRACT(EPOCH FROM (expires_at - now())) * 1000)::bigint,
+                        (EXTRACT(EPOCH FROM (lease_expires_at - now())) * 1000)::bigint
+                     FROM idemgate_records WHERE scope = $1 AND key_hash = $2",
+                    &[&&rec.scope.as_bytes()[..], &&rec.id.as_bytes()[..]],
+                )
+                .await?;
+            Ok(row.map(|r| PgRecord {
+                completed: r.get::<_, &str>(0) == "completed",
+                status: r.get(1),
+                stored_bytes: r.get(2),
+                expires_in_ms: r.get(3),
+                lease_remaining_ms: r.get(4),
+            }))
+        })
+        .await
+    }
+
+    /// Deletes `rec` whatever its state (admin API); true if it existed.
+    pub async fn delete(&self, rec: RecordRef<'_>) -> Result<bool, StoreError> {
+        self.timed("delete", async {
+            let client = self.pool.get().await?;
+            let n = client
+                .execute(
+                    "DELETE FROM idemgate_records WHERE scope = $1 AND key_hash = $2",
+                    &[&&rec.scope.as_bytes()[..], &&rec.id.as_bytes()[..]],
+                )
+                .await?;
+            Ok(n > 0)
+        })
+        .await
+    }
+
     /// Deletes `rec`'s lease if `token` holds it.
     pub async fn release(&self, rec: RecordRef<'_>, token: &str) -> Result<Release, StoreError> {
-        self.timed(async {
+        self.timed("release", async {
             let client = self.pool.get().await?;
             let stmt = client
                 .prepare_cached(
@@ -319,6 +371,7 @@ impl PgStore {
     /// One reaper pass: deletes expired records in batches of `batch`, unless another
     /// replica is reaping (advisory lock). Returns rows deleted, or `None` if skipped.
     pub async fn reap(&self, batch: usize) -> Result<Option<u64>, StoreError> {
+        let started = Instant::now();
         let client = self.pool.get().await?;
         let locked: bool = (client.query_one("SELECT pg_try_advisory_lock($1)", &[&REAP_LOCK]))
             .await?
@@ -347,6 +400,8 @@ impl PgStore {
         client
             .execute("SELECT pg_advisory_unlock($1)", &[&REAP_LOCK])
             .await?;
+        metrics::postgres_op("reap", started);
+        metrics::reaped(total);
         result.map(|()| Some(total))
     }
 }

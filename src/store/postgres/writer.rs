@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{CompletedRecord, PgStore};
+use crate::metrics;
 use crate::store::StoreError;
 
 /// How a write-through ended for one record.
@@ -123,11 +124,13 @@ impl Writer {
         let mut queue = self.shared.retry.lock().unwrap_or_else(|p| p.into_inner());
         if queue.len() >= self.shared.capacity {
             self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+            metrics::write_dropped();
             tracing::error!(record = %record.id.short(), "write-through retry queue full; \
                 dropping the durable copy of a stored response");
             return Err(StoreError::QueueFull);
         }
         queue.push_back(record);
+        metrics::queue_depth(queue.len());
         Ok(WriteOutcome::Queued)
     }
 
@@ -166,6 +169,7 @@ impl Writer {
                 }
                 Err(e) => {
                     self.shared.failures.fetch_add(1, Ordering::Relaxed);
+                    metrics::write_failure();
                     if !self.shared.degraded.swap(true, Ordering::Relaxed) {
                         tracing::error!(error = %e, "write-through to postgres failing; \
                             queueing records until it returns");
@@ -214,11 +218,13 @@ impl Writer {
         }
         if let Err(e) = self.pg.complete_batch(&batch).await {
             self.shared.failures.fetch_add(1, Ordering::Relaxed);
+            metrics::write_failure();
             return Err(e);
         }
         let mut queue = self.shared.retry.lock().unwrap_or_else(|p| p.into_inner());
         let done = batch.len().min(queue.len());
         queue.drain(..done);
+        metrics::queue_depth(queue.len());
         Ok(())
     }
 }

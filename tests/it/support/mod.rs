@@ -17,6 +17,15 @@ pub async fn read(r: reqwest::Response) -> (u16, reqwest::header::HeaderMap, byt
     (status, headers, r.bytes().await.unwrap())
 }
 
+/// A response's headers in order, without the per-exchange ones (`Date`,
+/// `Idempotent-Replayed`, `X-Request-Id`): what a replay must reproduce byte for byte.
+pub fn comparable(h: &reqwest::header::HeaderMap) -> Vec<(String, Vec<u8>)> {
+    h.iter()
+        .filter(|(n, _)| !["date", "idempotent-replayed", "x-request-id"].contains(&n.as_str()))
+        .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+        .collect()
+}
+
 /// The `code` member of a problem+json body, asserting the content type.
 pub fn problem_code(headers: &reqwest::header::HeaderMap, body: &[u8]) -> String {
     assert_eq!(

@@ -1,0 +1,234 @@
+//! The admin API over idempotency records: show one (`GET`) or invalidate it in both
+//! tiers (`DELETE`), addressed by route, raw key and tenant (the scope header's value)
+//! or the `scope_hash` that request logs carry. Bearer token from `admin.token`.
+
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use http::header::AUTHORIZATION;
+use http::{HeaderMap, HeaderValue, StatusCode};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use super::problem::Problem;
+use super::AppState;
+use crate::app::App;
+use crate::idempotency::{key, RecordId, Scope};
+use crate::store::postgres::RecordRef;
+
+#[derive(Debug, Deserialize)]
+pub struct Which {
+    /// The scope header's value, as the client sent it.
+    tenant: Option<String>,
+    /// The scope's hex hash, as logged.
+    scope_hash: Option<String>,
+    #[serde(default)]
+    force: bool,
+}
+
+/// A record addressed by the request, resolved.
+struct Target {
+    route: String,
+    scope: Scope,
+    record: RecordId,
+    redis_key: String,
+}
+
+fn authorize(app: &App, headers: &HeaderMap) -> Result<(), Problem> {
+    let expected = app.config.admin.token.as_deref().unwrap_or_default();
+    let given = (headers.get(AUTHORIZATION))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    // Compare digests, so the comparison time says nothing about the token.
+    if Sha256::digest(given.as_bytes()) != Sha256::digest(expected.as_bytes()) || given.is_empty() {
+        return Err(Problem::new(
+            StatusCode::UNAUTHORIZED,
+            "admin_unauthorized",
+            "Admin token required",
+            "send `Authorization: Bearer <admin.token>`",
+        ));
+    }
+    Ok(())
+}
+
+fn resolve(app: &App, route: &str, raw_key: &str, which: &Which) -> Result<Target, Problem> {
+    let not_found = || {
+        Problem::new(
+            StatusCode::NOT_FOUND,
+            "route_not_found",
+            "No such route",
+            "no route has this name",
+        )
+    };
+    let route = app
+        .routes
+        .iter()
+        .find(|r| r.name == route)
+        .ok_or_else(not_found)?;
+    let key = key::parse(raw_key.as_bytes(), route.policy.max_key_length).map_err(Problem::from)?;
+    let scope = match (&which.tenant, &which.scope_hash) {
+        (Some(_), Some(_)) => return Err(bad_query("give either tenant or scope_hash, not both")),
+        (Some(tenant), None) => {
+            let value = HeaderValue::from_str(tenant)
+                .map_err(|_| bad_query("tenant is not a valid header value"))?;
+            Scope::new(&route.name, Some(&value))
+        }
+        (None, Some(hash)) => {
+            Scope::from_hex(hash).ok_or_else(|| bad_query("scope_hash is not 64 hex digits"))?
+        }
+        (None, None) => Scope::new(&route.name, None),
+    };
+    let record = RecordId::new(scope, &key);
+    Ok(Target {
+        route: route.name.clone(),
+        scope,
+        record,
+        redis_key: app.stores.redis.record_key(record),
+    })
+}
+
+fn bad_query(detail: &'static str) -> Problem {
+    Problem::new(
+        StatusCode::BAD_REQUEST,
+        "admin_bad_query",
+        "Bad admin query",
+        detail,
+    )
+}
+
+fn unavailable(e: crate::store::StoreError) -> Problem {
+    Problem::from(&e)
+}
+
+/// `GET /admin/keys/{route}/{key}`: the record's state in Redis and Postgres.
+pub async fn show(
+    State(AppState(app)): State<AppState>,
+    Path((route, raw_key)): Path<(String, String)>,
+    Query(which): Query<Which>,
+    headers: HeaderMap,
+) -> Response {
+    match show_inner(&app, &route, &raw_key, &which, &headers).await {
+        Ok(body) => Json(body).into_response(),
+        Err(problem) => problem.into_response(),
+    }
+}
+
+async fn show_inner(
+    app: &App,
+    route: &str,
+    raw_key: &str,
+    which: &Which,
+    headers: &HeaderMap,
+) -> Result<Value, Problem> {
+    authorize(app, headers)?;
+    let t = resolve(app, route, raw_key, which)?;
+    let (redis, postgres) = states(app, &t).await?;
+    Ok(json!({
+        "route": t.route,
+        "key_hash": t.record.short(),
+        "scope_hash": t.scope.to_hex(),
+        "redis": redis,
+        "postgres": postgres,
+    }))
+}
+
+async fn states(app: &App, t: &Target) -> Result<(Value, Value), Problem> {
+    let redis = match app
+        .stores
+        .redis
+        .inspect(&t.redis_key)
+        .await
+        .map_err(unavailable)?
+    {
+        None => json!({"state": "absent"}),
+        Some(r) if r.completed => json!({
+            "state": "completed", "stored_bytes": r.stored_bytes, "expires_in_ms": r.ttl_ms,
+        }),
+        Some(r) => json!({"state": "in_flight", "lease_remaining_ms": r.ttl_ms}),
+    };
+    let postgres = match &app.stores.postgres {
+        None => json!({"state": "not_configured"}),
+        Some(pg) => {
+            let rec = RecordRef {
+                scope: t.scope,
+                id: t.record,
+                route: &t.route,
+            };
+            match pg.store.inspect(rec).await.map_err(unavailable)? {
+                None => json!({"state": "absent"}),
+                Some(r) if r.expires_in_ms <= 0 => json!({"state": "expired"}),
+                Some(r) if r.completed => json!({
+                    "state": "completed", "status": r.status, "stored_bytes": r.stored_bytes,
+                    "expires_in_ms": r.expires_in_ms,
+                }),
+                Some(r) => match r.lease_remaining_ms {
+                    Some(ms) if ms > 0 => json!({"state": "in_flight", "lease_remaining_ms": ms}),
+                    _ => json!({"state": "lease_expired"}),
+                },
+            }
+        }
+    };
+    Ok((redis, postgres))
+}
+
+/// `DELETE /admin/keys/{route}/{key}`: invalidates the record in both tiers; refuses
+/// while a lease is held unless `?force=true`.
+pub async fn invalidate(
+    State(AppState(app)): State<AppState>,
+    Path((route, raw_key)): Path<(String, String)>,
+    Query(which): Query<Which>,
+    headers: HeaderMap,
+) -> Response {
+    match invalidate_inner(&app, &route, &raw_key, &which, &headers).await {
+        Ok(body) => Json(body).into_response(),
+        Err(problem) => problem.into_response(),
+    }
+}
+
+async fn invalidate_inner(
+    app: &App,
+    route: &str,
+    raw_key: &str,
+    which: &Which,
+    headers: &HeaderMap,
+) -> Result<Value, Problem> {
+    authorize(app, headers)?;
+    let t = resolve(app, route, raw_key, which)?;
+    let (redis, postgres) = states(app, &t).await?;
+    let leased = redis["state"] == "in_flight" || postgres["state"] == "in_flight";
+    if leased && !which.force {
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            "record_leased",
+            "Record is in flight",
+            "a request holds this key's lease; deleting it could let a duplicate run. \
+             Retry later, or add ?force=true",
+        ));
+    }
+    let in_redis = app
+        .stores
+        .redis
+        .delete(&t.redis_key)
+        .await
+        .map_err(unavailable)?;
+    let in_postgres = match &app.stores.postgres {
+        None => false,
+        Some(pg) => {
+            let rec = RecordRef {
+                scope: t.scope,
+                id: t.record,
+                route: &t.route,
+            };
+            pg.store.delete(rec).await.map_err(unavailable)?
+        }
+    };
+    tracing::warn!(route = %t.route, key_hash = %t.record.short(), forced = which.force,
+        "record invalidated through the admin API");
+    Ok(json!({
+        "route": t.route,
+        "key_hash": t.record.short(),
+        "deleted": {"redis": in_redis, "postgres": in_postgres},
+    }))
+}

@@ -1,0 +1,229 @@
+//! Prometheus metrics: the recorder, the metric names (a contract with dashboards and
+//! alerts), and one small function per thing measured. Labels are bounded: route
+//! name, outcome, operation or reason; never a key, a tenant or a raw path.
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+pub const REQUESTS: &str = "idemgate_requests_total";
+pub const REQUEST_DURATION: &str = "idemgate_request_duration_seconds";
+pub const UNKEYED_REQUESTS: &str = "idemgate_unkeyed_requests_total";
+pub const UPSTREAM_DURATION: &str = "idemgate_upstream_duration_seconds";
+pub const REDIS_DURATION: &str = "idemgate_redis_duration_seconds";
+pub const POSTGRES_DURATION: &str = "idemgate_postgres_duration_seconds";
+pub const FALLBACK: &str = "idemgate_fallback_total";
+pub const LEASE_LOST: &str = "idemgate_lease_lost_total";
+pub const QUEUE_DEPTH: &str = "idemgate_write_through_queue_depth";
+pub const WRITE_FAILURES: &str = "idemgate_write_through_failures_total";
+pub const WRITE_DROPPED: &str = "idemgate_write_through_dropped_total";
+pub const REAPED: &str = "idemgate_reaped_total";
+pub const IN_FLIGHT: &str = "idemgate_in_flight";
+pub const STORED_BYTES: &str = "idemgate_stored_response_bytes";
+pub const REDIS_UP: &str = "idemgate_redis_up";
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+const SIZE_BUCKETS: &[f64] = &[
+    256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0,
+];
+
+/// How a keyed request ended, as counted in `idemgate_requests_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Executed,
+    Replayed,
+    InFlight,
+    Mismatch,
+    InvalidKey,
+    MissingKey,
+    Bypassed,
+    UpstreamError,
+    StoreUnavailable,
+    Rejected,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Executed => "executed",
+            Outcome::Replayed => "replayed",
+            Outcome::InFlight => "in_flight",
+            Outcome::Mismatch => "mismatch",
+            Outcome::InvalidKey => "invalid_key",
+            Outcome::MissingKey => "missing_key",
+            Outcome::Bypassed => "bypassed",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::StoreUnavailable => "store_unavailable",
+            Outcome::Rejected => "rejected",
+        }
+    }
+}
+
+/// Installs the process-wide recorder once and returns its handle for `/metrics`.
+pub fn install() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("duration_seconds".into()), LATENCY_BUCKETS)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(STORED_BYTES.into()), SIZE_BUCKETS)
+                })
+                .expect("static buckets are valid");
+            let recorder = builder.build_recorder();
+            let handle = recorder.handle();
+            if metrics::set_global_recorder(recorder).is_err() {
+                tracing::warn!("a metrics recorder was already installed; /metrics stays empty");
+            }
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(REQUESTS, "Keyed requests by route and outcome.");
+    describe_histogram!(
+        REQUEST_DURATION,
+        Unit::Seconds,
+        "End-to-end duration of keyed requests."
+    );
+    describe_counter!(
+        UNKEYED_REQUESTS,
+        "Requests proxied without idempotency (method not covered, or no key)."
+    );
+    describe_histogram!(UPSTREAM_DURATION, Unit::Seconds, "Upstream call duration.");
+    describe_histogram!(
+        REDIS_DURATION,
+        Unit::Seconds,
+        "Redis operation duration by op."
+    );
+    describe_histogram!(
+        POSTGRES_DURATION,
+        Unit::Seconds,
+        "Postgres operation duration by op."
+    );
+    describe_counter!(
+        FALLBACK,
+        "Requests served through a fallback path, by reason."
+    );
+    describe_counter!(
+        LEASE_LOST,
+        "Completions refused because the lease had been taken over."
+    );
+    describe_gauge!(QUEUE_DEPTH, "Completed records waiting for Postgres.");
+    describe_counter!(WRITE_FAILURES, "Failed write-through statements.");
+    describe_counter!(
+        WRITE_DROPPED,
+        "Durable copies dropped because the retry queue was full."
+    );
+    describe_counter!(REAPED, "Expired records deleted from Postgres.");
+    describe_gauge!(IN_FLIGHT, "Upstream calls running under a lease.");
+    describe_histogram!(STORED_BYTES, Unit::Bytes, "Size of stored responses.");
+    describe_gauge!(
+        REDIS_UP,
+        "1 while claims go to Redis, 0 while its breaker is open."
+    );
+    // Present from the start, so that the first increment shows in increase().
+    for name in [LEASE_LOST, WRITE_FAILURES, WRITE_DROPPED, REAPED] {
+        counter!(name).absolute(0);
+    }
+    gauge!(IN_FLIGHT).set(0.0);
+    gauge!(QUEUE_DEPTH).set(0.0);
+    gauge!(REDIS_UP).set(1.0);
+}
+
+/// Drains histogram buckets now and then, as the recorder requires.
+pub fn spawn_upkeep(handle: PrometheusHandle) {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            handle.run_upkeep();
+        }
+    });
+}
+
+pub fn request(route: &str, outcome: Outcome, started: Instant) {
+    let labels = [
+        ("route", route.to_string()),
+        ("outcome", outcome.as_str().to_string()),
+    ];
+    counter!(REQUESTS, &labels).increment(1);
+    histogram!(REQUEST_DURATION, &labels).record(started.elapsed().as_secs_f64());
+}
+
+pub fn unkeyed(route: &str) {
+    counter!(UNKEYED_REQUESTS, "route" => route.to_string()).increment(1);
+}
+
+pub fn upstream(route: &str, started: Instant) {
+    histogram!(UPSTREAM_DURATION, "route" => route.to_string())
+        .record(started.elapsed().as_secs_f64());
+}
+
+pub fn redis_op(op: &'static str, started: Instant) {
+    histogram!(REDIS_DURATION, "op" => op).record(started.elapsed().as_secs_f64());
+}
+
+pub fn postgres_op(op: &'static str, started: Instant) {
+    histogram!(POSTGRES_DURATION, "op" => op).record(started.elapsed().as_secs_f64());
+}
+
+pub fn fallback(reason: &'static str) {
+    counter!(FALLBACK, "reason" => reason).increment(1);
+}
+
+pub fn lease_lost() {
+    counter!(LEASE_LOST).increment(1);
+}
+
+pub fn queue_depth(depth: usize) {
+    gauge!(QUEUE_DEPTH).set(depth as f64);
+}
+
+pub fn write_failure() {
+    counter!(WRITE_FAILURES).increment(1);
+}
+
+pub fn write_dropped() {
+    counter!(WRITE_DROPPED).increment(1);
+}
+
+pub fn reaped(n: u64) {
+    counter!(REAPED).increment(n);
+}
+
+pub fn stored_bytes(n: usize) {
+    histogram!(STORED_BYTES).record(n as f64);
+}
+
+pub fn redis_up(up: bool) {
+    gauge!(REDIS_UP).set(if up { 1.0 } else { 0.0 });
+}
+
+/// Counts an upstream call under a lease for as long as it lives.
+pub struct InFlightGuard(());
+
+impl InFlightGuard {
+    pub fn new() -> Self {
+        gauge!(IN_FLIGHT).increment(1.0);
+        Self(())
+    }
+}
+
+impl Default for InFlightGuard {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        gauge!(IN_FLIGHT).decrement(1.0);
+    }
+}
