@@ -86,30 +86,34 @@ fn environment_values_are_validated_too() {
     );
 }
 
-#[tokio::test]
-async fn sigterm_drains_in_flight_requests_then_exits_0() {
-    let redis = RedisServer::start();
-    let upstream = MockUpstream::start().await;
-    upstream.set_delay(Duration::from_millis(1200));
-    let port = |_| {
+/// A running `idemgate serve` on free ports; `extra` TOML is appended.
+struct Served {
+    child: std::process::Child,
+    listen: u16,
+    _file: tempfile::NamedTempFile,
+}
+
+async fn serve(redis: &RedisServer, upstream: &MockUpstream, extra: &str, stderr: Stdio) -> Served {
+    let port = || {
         std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port()
     };
-    let (listen, admin) = (port(0), port(1));
+    let (listen, admin) = (port(), port());
     let file = config_file(&format!(
         "[server]\nlisten = \"127.0.0.1:{listen}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
-         shutdown_grace = \"10s\"\n[redis]\nurl = \"{}\"\n[[routes]]\nname = \"p\"\n\
+         shutdown_grace = \"10s\"\n[redis]\nurl = \"{}\"\n{extra}\n[[routes]]\nname = \"p\"\n\
          path_prefix = \"/v1/\"\nupstream = \"{}\"\nupstream_timeout = \"5s\"\n",
         redis.url(),
         upstream.url()
     ));
-    let mut child = Command::new(BIN)
+    let child = Command::new(BIN)
         .arg("serve")
         .env("IDEMGATE_CONFIG", file.path())
-        .stderr(Stdio::null())
+        .env_remove("RUST_LOG")
+        .stderr(stderr)
         .spawn()
         .unwrap();
     let client = reqwest::Client::new();
@@ -124,18 +128,39 @@ async fn sigterm_drains_in_flight_requests_then_exits_0() {
         assert!(Instant::now() < deadline, "gateway did not become ready");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let request = client
+    Served {
+        child,
+        listen,
+        _file: file,
+    }
+}
+
+fn sigterm(child: &std::process::Child) {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn sigterm_drains_in_flight_requests_then_exits_0() {
+    let redis = RedisServer::start();
+    let upstream = MockUpstream::start().await;
+    upstream.set_delay(Duration::from_millis(1200));
+    let Served {
+        mut child,
+        listen,
+        _file,
+    } = serve(&redis, &upstream, "", Stdio::null()).await;
+    let request = reqwest::Client::new()
         .post(format!("http://127.0.0.1:{listen}/v1/payments"))
         .header("Idempotency-Key", "drain")
         .body("{}")
         .send();
     let in_flight = tokio::spawn(request);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    sigterm(&child);
 
     let answer = in_flight
         .await
@@ -150,6 +175,58 @@ async fn sigterm_drains_in_flight_requests_then_exits_0() {
         std::net::TcpStream::connect(("127.0.0.1", listen)).is_err(),
         "no longer accepting"
     );
+}
+
+#[tokio::test]
+async fn json_logs_have_one_line_per_request_and_never_the_raw_key() {
+    let redis = RedisServer::start();
+    let upstream = MockUpstream::start().await;
+    let served = serve(
+        &redis,
+        &upstream,
+        "[log]\nformat = \"json\"\n",
+        Stdio::piped(),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    for _ in 0..2 {
+        client
+            .post(format!("http://127.0.0.1:{}/v1/payments", served.listen))
+            .header("Idempotency-Key", "secret-key-zzz")
+            .header("Authorization", "Bearer top-secret-token")
+            .body("{\"card\":\"4242-very-private\"}")
+            .send()
+            .await
+            .unwrap();
+    }
+    sigterm(&served.child);
+    let out = tokio::task::spawn_blocking(move || served.child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let logs = String::from_utf8(out.stderr).unwrap();
+    for secret in ["secret-key-zzz", "top-secret-token", "4242-very-private"] {
+        assert!(
+            !logs.contains(secret),
+            "{secret} leaked into the logs:\n{logs}"
+        );
+    }
+    let lines: Vec<serde_json::Value> = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|v: &serde_json::Value| v["message"] == "request")
+        .collect();
+    assert_eq!(lines.len(), 2, "one line per request:\n{logs}");
+    assert_eq!(lines[0]["outcome"], "executed");
+    assert_eq!(lines[1]["outcome"], "replayed");
+    for line in &lines {
+        assert_eq!(line["level"], "INFO");
+        assert_eq!(line["route"], "p");
+        assert_eq!(line["status"], 201);
+        assert!(line["duration_ms"].is_number());
+        assert_eq!(line["key_hash"].as_str().unwrap().len(), 12);
+        assert_eq!(line["scope_hash"].as_str().unwrap().len(), 64);
+        assert_eq!(line["request_id"].as_str().unwrap().len(), 32);
+    }
 }
 
 #[tokio::test]
