@@ -1,13 +1,25 @@
 -- idemgate claim: take the lease on a record, or report what holds it.
--- KEYS[1] record key; ARGV[1] fingerprint, ARGV[2] lock token, ARGV[3] lease in ms.
--- Record: a hash {s = "L" (leased) | "C" (completed), f = fingerprint, t = token, r = response}.
--- Reply: {"A"} acquired | {"C", response} | {"I", remaining_ms} | {"M"} mismatch.
+-- KEYS[1] record key, KEYS[2] fence key (same hash tag).
+-- ARGV[1] fingerprint, ARGV[2] lock token, ARGV[3] lease in ms, ARGV[4] fence key ttl in ms.
+-- Record: a hash {s = "L" (leased) | "C" (completed), f = fingerprint, t = token,
+--                 n = fencing token, r = response}.
+-- Reply: {"A", fence} acquired | {"C", response} | {"I", remaining_ms} | {"M"} mismatch.
 local rec = KEYS[1]
-local v = redis.call('HMGET', rec, 's', 'f', 't')
+local v = redis.call('HMGET', rec, 's', 'f', 't', 'n')
 if not v[1] then
-  redis.call('HSET', rec, 's', 'L', 'f', ARGV[1], 't', ARGV[2])
+  -- Fencing token: grows per key across takeovers, and across a lost fence key too
+  -- (it is at least Redis' clock in microseconds; takeovers are a lease apart).
+  local t = redis.call('TIME')
+  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local n = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
+  if n < now_us then
+    n = now_us
+  end
+  local ns = string.format('%d', n)
+  redis.call('SET', KEYS[2], ns, 'PX', ARGV[4])
+  redis.call('HSET', rec, 's', 'L', 'f', ARGV[1], 't', ARGV[2], 'n', ns)
   redis.call('PEXPIRE', rec, ARGV[3])
-  return {'A'}
+  return {'A', ns}
 end
 if v[2] ~= ARGV[1] then
   return {'M'}
@@ -17,6 +29,6 @@ if v[1] == 'C' then
 end
 if v[3] == ARGV[2] then
   -- Our own claim, re-sent after a dropped connection: still ours.
-  return {'A'}
+  return {'A', v[4]}
 end
 return {'I', redis.call('PTTL', rec)}

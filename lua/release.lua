@@ -1,5 +1,6 @@
--- idemgate release: drop the lease so a retry runs again, only if the caller holds it.
--- KEYS[1] record key; ARGV[1] lock token.
+-- idemgate release: drop the lease so a retry runs again, only if the caller holds it,
+-- and wake the duplicates waiting on it (one of them may now take the key).
+-- KEYS[1] record key; ARGV[1] lock token, ARGV[2] completion channel.
 -- Reply: 1 released (or already gone) | 0 not ours (completed, or leased by another token).
 local rec = KEYS[1]
 local v = redis.call('HMGET', rec, 's', 't')
@@ -8,6 +9,7 @@ if not v[1] then
 end
 if v[1] == 'L' and v[2] == ARGV[1] then
   redis.call('DEL', rec)
+  redis.call('PUBLISH', ARGV[2], 'R')
   return 1
 end
 return 0

@@ -5,11 +5,12 @@ use anyhow::Context;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Config, OnRedisUnavailable};
+use crate::config::{Config, InFlightPolicy, OnRedisUnavailable};
 use crate::proxy::Upstream;
 use crate::route::RouteTable;
 use crate::store::postgres::writer::Writer;
 use crate::store::tiers::Durable;
+use crate::store::waiters::Waiters;
 use crate::store::{PgStore, RedisStore, Stores};
 
 /// Everything a request needs, built once.
@@ -78,7 +79,15 @@ impl App {
                 })
             }
         };
-        let stores = Stores::new(&config, redis, postgres);
+        let waiting = (config.routes.iter())
+            .map(|r| r.idempotency.apply(&config.idempotency).in_flight)
+            .any(|p| p == InFlightPolicy::Wait);
+        let waiters = if waiting {
+            Some(Waiters::start(&config.redis, redis.channel_pattern())?)
+        } else {
+            None
+        };
+        let stores = Stores::new(&config, redis, postgres, waiters);
         stores.probe().await;
         let reap = (config.postgres.as_ref()).map(|p| (p.reap_interval, p.reap_batch));
         stores.spawn_background(config.redis.probe_interval, reap);

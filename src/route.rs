@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use http::{HeaderName, Method, StatusCode, Uri};
 
-use crate::config::{Config, IdempotencyConfig, OnRedisUnavailable, RouteConfig};
+use crate::config::{
+    Config, IdempotencyConfig, InFlightPolicy, OnAmbiguous, OnRedisUnavailable, RouteConfig,
+};
 
 /// One route with its effective (defaults plus overrides) idempotency policy.
 #[derive(Debug)]
@@ -31,6 +33,10 @@ pub struct Policy {
     pub scope_header: HeaderName,
     pub mismatch_status: StatusCode,
     pub on_redis_unavailable: OnRedisUnavailable,
+    pub in_flight: InFlightPolicy,
+    pub wait_timeout: Duration,
+    pub max_waiters: u32,
+    pub on_ambiguous: OnAmbiguous,
     release_statuses: Vec<u16>,
 }
 
@@ -53,6 +59,10 @@ impl Policy {
             scope_header: header(&c.scope_header),
             mismatch_status: StatusCode::from_u16(c.mismatch_status).expect("validated status"),
             on_redis_unavailable: c.on_redis_unavailable,
+            in_flight: c.in_flight,
+            wait_timeout: c.wait_timeout,
+            max_waiters: c.max_waiters,
+            on_ambiguous: c.on_ambiguous,
             release_statuses: c.release_statuses.clone(),
         }
     }

@@ -240,6 +240,35 @@ pub struct IdempotencyConfig {
     pub mismatch_status: u16,
     pub release_statuses: Vec<u16>,
     pub on_redis_unavailable: OnRedisUnavailable,
+    /// What a duplicate of an in-flight request gets: 409 at once, or a wait for the result.
+    pub in_flight: InFlightPolicy,
+    /// How long a waiting duplicate waits before its 409.
+    #[serde(with = "humantime_serde")]
+    pub wait_timeout: Duration,
+    /// Most duplicates waiting on one key across the fleet; more get 409 at once.
+    pub max_waiters: u32,
+    /// A timeout or reset after the request may have reached the upstream.
+    pub on_ambiguous: OnAmbiguous,
+}
+
+/// `idempotency.in_flight`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InFlightPolicy {
+    /// 409 `idempotency_key_in_flight` with `Retry-After`.
+    Reject,
+    /// Wait up to `wait_timeout` for the holder, then replay (or 409).
+    Wait,
+}
+
+/// `idempotency.on_ambiguous`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnAmbiguous {
+    /// Release the key: a retry runs again (the upstream deduplicates on the forwarded key).
+    Release,
+    /// Store a 502/504 `upstream_outcome_unknown` problem and replay it.
+    Store,
 }
 
 impl Default for IdempotencyConfig {
@@ -256,6 +285,10 @@ impl Default for IdempotencyConfig {
             mismatch_status: 422,
             release_statuses: vec![408, 425, 429, 502, 503, 504],
             on_redis_unavailable: OnRedisUnavailable::Postgres,
+            in_flight: InFlightPolicy::Reject,
+            wait_timeout: Duration::from_secs(10),
+            max_waiters: 100,
+            on_ambiguous: OnAmbiguous::Release,
         }
     }
 }
@@ -286,6 +319,14 @@ pub struct IdempotencyOverrides {
     pub release_statuses: Option<Vec<u16>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub on_redis_unavailable: Option<OnRedisUnavailable>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<InFlightPolicy>,
+    #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    pub wait_timeout: Option<Duration>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_waiters: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_ambiguous: Option<OnAmbiguous>,
 }
 
 impl IdempotencyOverrides {
@@ -307,6 +348,10 @@ impl IdempotencyOverrides {
             on_redis_unavailable: self
                 .on_redis_unavailable
                 .unwrap_or(base.on_redis_unavailable),
+            in_flight: self.in_flight.unwrap_or(base.in_flight),
+            wait_timeout: self.wait_timeout.unwrap_or(base.wait_timeout),
+            max_waiters: self.max_waiters.unwrap_or(base.max_waiters),
+            on_ambiguous: self.on_ambiguous.unwrap_or(base.on_ambiguous),
         }
     }
 }

@@ -141,14 +141,17 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         positive_duration(&format!("{at}.upstream_timeout"), route.upstream_timeout)?;
         let effective = route.idempotency.apply(&config.idempotency);
         idempotency(&format!("{at}.idempotency"), &effective)?;
-        if effective.lock_ttl <= route.upstream_timeout {
+        // The holder's heartbeat extends the lease every third of it, so the upstream
+        // call may outlive `lock_ttl`; each extension must have time to land.
+        let floor = config.redis.command_timeout * 3;
+        if effective.lock_ttl < floor {
             return Err(ConfigError::invalid(
                 format!("{at}.idempotency.lock_ttl"),
                 format!(
-                    "the lease ({}) must exceed `{at}.upstream_timeout` ({}), or a slow upstream \
-                     call could outlive its lease and a retry could run twice",
+                    "the lease ({}) must be at least 3 x redis.command_timeout ({}), so that \
+                     its heartbeat (every third of the lease) can land before it expires",
                     humantime::format_duration(effective.lock_ttl),
-                    humantime::format_duration(route.upstream_timeout),
+                    humantime::format_duration(floor),
                 ),
             ));
         }
@@ -184,6 +187,13 @@ fn idempotency(at: &str, c: &IdempotencyConfig) -> Result<(), ConfigError> {
         return Err(ConfigError::invalid(
             format!("{at}.ttl"),
             "must be at least `lock_ttl`: a response must be kept at least as long as its lease",
+        ));
+    }
+    positive_duration(&format!("{at}.wait_timeout"), c.wait_timeout)?;
+    if c.max_waiters == 0 {
+        return Err(ConfigError::invalid(
+            format!("{at}.max_waiters"),
+            "must be greater than zero",
         ));
     }
     if !(400..=499).contains(&c.mismatch_status) {
@@ -250,10 +260,16 @@ mod tests {
     }
 
     #[test]
-    fn lease_must_exceed_upstream_timeout() {
-        let e = err(&route("[routes.idempotency]\nlock_ttl = \"10s\"\n"));
+    fn lease_must_leave_room_for_its_heartbeat() {
+        // The heartbeat lets the upstream call outlive the lease.
+        Config::from_toml(&route("[routes.idempotency]\nlock_ttl = \"10s\"\n")).unwrap();
+        let e = err(&route("[routes.idempotency]\nlock_ttl = \"2s\"\n"));
         assert!(e.contains("routes[0].idempotency.lock_ttl"), "{e}");
-        let e = err(&format!("[idempotency]\nlock_ttl = \"20s\"\n{}", route("")));
+        assert!(e.contains("redis.command_timeout"), "{e}");
+        let e = err(&format!(
+            "[redis]\ncommand_timeout = \"5s\"\n[idempotency]\nlock_ttl = \"10s\"\n{}",
+            route("")
+        ));
         assert!(e.contains("routes[0].idempotency.lock_ttl"), "{e}");
     }
 

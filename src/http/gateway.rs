@@ -20,6 +20,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use super::problem::Problem;
 use super::AppState;
 use crate::app::App;
+use crate::config::{InFlightPolicy, OnAmbiguous};
 use crate::idempotency::{
     key, Claim, Completion, Fingerprint, KeyError, Lease, RecordId, Scope, StoredResponse,
 };
@@ -29,6 +30,8 @@ use crate::route::Route;
 
 /// Marks a response forwarded without idempotency because no store could take the claim.
 pub const IDEMPOTENCY_STATUS: HeaderName = HeaderName::from_static("idempotency-status");
+/// Grows with every acquisition of a key, so an upstream can refuse a stale holder.
+pub const FENCING_TOKEN: HeaderName = HeaderName::from_static("idempotency-fencing-token");
 /// Correlates a request across client, gateway logs and upstream.
 pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -136,7 +139,15 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
         &body,
     );
 
-    let (outcome, response) = match app.stores.claim(&route, scope, record, &fingerprint).await {
+    let claim = match app.stores.claim(&route, scope, record, &fingerprint).await {
+        Ok(Claim::InFlight { remaining }) if policy.in_flight == InFlightPolicy::Wait => {
+            (app.stores)
+                .wait(&route, scope, record, &fingerprint, remaining)
+                .await
+        }
+        other => other,
+    };
+    let (outcome, response) = match claim {
         Ok(Claim::Acquired(lease)) => {
             // Detached: a client that goes away must not cancel the upstream call or the
             // recording of its result.
@@ -213,11 +224,13 @@ async fn execute(
     let _in_flight = InFlightGuard::new();
     let record = lease.record();
     let max_response = app.config.server.max_response_body.as_u64();
+    let mut parts = parts;
+    parts
+        .headers
+        .insert(FENCING_TOKEN, HeaderValue::from(lease.fence()));
     let started = Instant::now();
-    let answer = app
-        .upstream
-        .forward_buffered(&route, parts, body, peer, max_response)
-        .await;
+    let forward = (app.upstream).forward_buffered(&route, parts, body, peer, max_response);
+    let answer = with_heartbeat(forward, &lease, &route).await;
     metrics::upstream(&route.name, started);
     let stored = match answer {
         Ok(answer) if route.policy.releases(answer.status) => {
@@ -232,6 +245,12 @@ async fn execute(
             tracing::warn!(route = %route.name, key_hash = %record.short(), error = %e,
                 "upstream response too large to store; storing a 502 problem for this key");
             Problem::from(&e).to_stored()
+        }
+        Err(e) if e.is_ambiguous() && route.policy.on_ambiguous == OnAmbiguous::Store => {
+            // The upstream may have acted: answer every retry with the same "unknown".
+            tracing::warn!(route = %route.name, key_hash = %record.short(), error = %e,
+                "upstream outcome unknown; storing it for this key (on_ambiguous = store)");
+            Problem::outcome_unknown(&e).to_stored()
         }
         Err(e) => {
             tracing::warn!(route = %route.name, key_hash = %record.short(), error = %e,
@@ -251,6 +270,37 @@ async fn execute(
             "could not store the response; a retry after the lease expires will run again"),
     }
     (Outcome::Executed, stored.to_response(false))
+}
+
+/// Drives the upstream call while extending the lease every third of `lock_ttl`, so a
+/// slow upstream never lets a duplicate start; if this process dies, the lease ends.
+async fn with_heartbeat<T>(
+    call: impl std::future::Future<Output = T>,
+    lease: &Lease,
+    route: &Route,
+) -> T {
+    let lock_ttl = route.policy.lock_ttl;
+    let every = lock_ttl / 3;
+    let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::pin!(call);
+    let mut lost = false;
+    loop {
+        tokio::select! {
+            answer = &mut call => return answer,
+            _ = beat.tick() => match lease.extend(lock_ttl).await {
+                Ok(true) => {}
+                Ok(false) if !lost => {
+                    lost = true;
+                    tracing::warn!(route = %route.name, key_hash = %lease.record().short(),
+                        "lease lost during the upstream call; its result will not overwrite");
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(route = %route.name, key_hash = %lease.record().short(),
+                    error = %e, "could not extend the lease; retrying at the next beat"),
+            },
+        }
+    }
 }
 
 async fn release(lease: Lease, route: &Route) {

@@ -114,6 +114,23 @@ impl Problem {
         )
     }
 
+    /// The upstream may or may not have acted (`on_ambiguous = "store"`).
+    pub fn outcome_unknown(e: &UpstreamError) -> Self {
+        let status = match e {
+            UpstreamError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            _ => StatusCode::BAD_GATEWAY,
+        };
+        Self::new(
+            status,
+            "upstream_outcome_unknown",
+            "Upstream outcome unknown",
+            format!(
+                "{e}; the upstream may have acted, so this answer is stored and replayed for \
+                 this key. Check with the upstream before using a new key"
+            ),
+        )
+    }
+
     pub fn internal(detail: impl Into<String>) -> Self {
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,

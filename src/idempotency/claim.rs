@@ -79,6 +79,8 @@ pub struct Lease {
     pub(crate) scope: Scope,
     pub(crate) record: RecordId,
     pub(crate) fingerprint: Fingerprint,
+    /// Grows with every acquisition of this key; forwarded as `Idempotency-Fencing-Token`.
+    pub(crate) fence: i64,
     pub(crate) settled: bool,
 }
 
@@ -89,6 +91,15 @@ impl Lease {
 
     pub fn home(&self) -> Home {
         self.home
+    }
+
+    pub fn fence(&self) -> i64 {
+        self.fence
+    }
+
+    /// Pushes the lease out by `lease` (the heartbeat); false if it is not ours any more.
+    pub async fn extend(&self, lease: Duration) -> Result<bool, StoreError> {
+        self.stores.extend(self, lease).await
     }
 
     /// Stores `response` for `ttl` if the lease is still ours (and writes it through

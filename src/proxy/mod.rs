@@ -38,6 +38,13 @@ pub enum UpstreamError {
     ResponseTooLarge(u64),
 }
 
+impl UpstreamError {
+    /// Whether the request may have reached the upstream and been acted on.
+    pub fn is_ambiguous(&self) -> bool {
+        matches!(self, UpstreamError::Timeout(_) | UpstreamError::Exchange(_))
+    }
+}
+
 /// A buffered upstream response.
 pub struct Buffered {
     pub status: StatusCode,

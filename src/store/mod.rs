@@ -7,6 +7,7 @@ pub mod breaker;
 pub mod postgres;
 pub mod redis;
 pub mod tiers;
+pub mod waiters;
 pub mod warmth;
 
 pub use self::postgres::PgStore;

@@ -27,6 +27,8 @@ const CLAIM_LUA: &str = include_str!("../../lua/claim.lua");
 const COMPLETE_LUA: &str = include_str!("../../lua/complete.lua");
 const RELEASE_LUA: &str = include_str!("../../lua/release.lua");
 const MARKER_LUA: &str = include_str!("../../lua/marker.lua");
+const EXTEND_LUA: &str = include_str!("../../lua/extend.lua");
+const WAIT_LUA: &str = include_str!("../../lua/wait.lua");
 
 /// A record as Redis holds it, for the admin API.
 #[derive(Debug, Clone, Copy)]
@@ -52,6 +54,8 @@ struct Inner {
     complete: Script,
     release: Script,
     marker: Script,
+    extend: Script,
+    wait: Script,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -95,6 +99,8 @@ impl RedisStore {
                 complete: Script::from_lua(COMPLETE_LUA),
                 release: Script::from_lua(RELEASE_LUA),
                 marker: Script::from_lua(MARKER_LUA),
+                extend: Script::from_lua(EXTEND_LUA),
+                wait: Script::from_lua(WAIT_LUA),
             }),
         })
     }
@@ -106,45 +112,47 @@ impl RedisStore {
 
     /// Runs `lua/claim.lua`.
     ///
-    /// KEYS: `[record key]`. ARGV: `[fingerprint (32 bytes), lock token, lease ms]`.
-    /// Reply: `{"A"}` acquired, `{"C", encoded response}` completed with this
-    /// fingerprint, `{"I", remaining ms}` leased by another token, `{"M"}` another
-    /// fingerprint. This is the one place that reply is decoded.
+    /// KEYS: `[record key, fence key]`. ARGV: `[fingerprint (32 bytes), lock token,
+    /// lease ms, fence key ttl ms]`.
+    /// Reply: `{"A", fence}` acquired with its fencing token, `{"C", encoded response}`
+    /// completed with this fingerprint, `{"I", remaining ms}` leased by another token,
+    /// `{"M"}` another fingerprint. This is the one place that reply is decoded.
     ///
-    /// A claim that times out may have been taken: its token is released in the
-    /// background (a compare-and-delete, harmless if it never landed) and the error
-    /// returned, so the caller never forwards an unclaimed request.
+    /// A claim that fails may still have landed: its token is released in the
+    /// background on the same connection (a compare-and-delete, harmless if it never
+    /// ran) and the error returned, so the caller never forwards an unclaimed request.
     pub async fn claim(
         &self,
         key: &str,
         fingerprint: &Fingerprint,
         token: &str,
         lease: Duration,
-    ) -> Result<Claim<()>, StoreError> {
+        fence_ttl: Duration,
+    ) -> Result<Claim<i64>, StoreError> {
         let args: Vec<Value> = vec![
             Bytes::copy_from_slice(fingerprint.as_bytes()).into(),
             token.into(),
             millis(lease).into(),
+            millis(fence_ttl).into(),
         ];
+        let keys = vec![key.to_string(), fence_key(key)];
         let started = Instant::now();
         let client = self.inner.pool.next();
         let reply: Result<Value, FredError> = self
             .inner
             .claim
-            .evalsha_with_reload(client, key, args)
+            .evalsha_with_reload(client, keys, args)
             .await;
         metrics::redis_op("claim", started);
         let reply = match reply {
             Ok(v) => v,
             Err(e) => {
-                // The claim may have landed. Release our token on the same connection,
-                // so Redis runs it after the claim (a compare-and-delete: harmless if
-                // the claim never ran).
                 let (client, script) = (client.clone(), self.inner.release.clone());
-                let (key, token) = (key.to_string(), token.to_string());
+                let args = vec![token.to_string(), channel(key)];
+                let key = key.to_string();
                 tokio::spawn(async move {
                     let released: Result<i64, FredError> =
-                        script.evalsha_with_reload(&client, key, vec![token]).await;
+                        script.evalsha_with_reload(&client, key, args).await;
                     if let Err(e) = released {
                         tracing::debug!(error = %e, "could not release a claim of unknown outcome");
                     }
@@ -159,14 +167,16 @@ impl RedisStore {
         let Value::Array(mut items) = reply else {
             return Err(bad("not an array"));
         };
-        let tag = items
-            .first()
-            .and_then(|v| v.as_str().map(|s| s.into_owned()));
+        let tag = items.first().and_then(|v| v.as_bytes_str());
         match tag.as_deref() {
-            Some("A") => Ok(Claim::Acquired(())),
+            Some("A") if items.len() == 2 => {
+                let fence = items[1]
+                    .as_i64()
+                    .ok_or_else(|| bad("fence is not a number"))?;
+                Ok(Claim::Acquired(fence))
+            }
             Some("C") if items.len() == 2 => {
-                let raw = items
-                    .pop()
+                let raw = (items.pop())
                     .and_then(Value::into_bytes)
                     .ok_or_else(|| bad("no response"))?;
                 StoredResponse::decode(raw)
@@ -174,9 +184,8 @@ impl RedisStore {
                     .map_err(StoreError::Corrupt)
             }
             Some("I") if items.len() == 2 => {
-                let ms = items[1]
-                    .as_i64()
-                    .ok_or_else(|| bad("remaining lease is not a number"))?;
+                let ms =
+                    (items[1].as_i64()).ok_or_else(|| bad("remaining lease is not a number"))?;
                 Ok(Claim::InFlight {
                     remaining: Duration::from_millis(ms.max(0) as u64),
                 })
@@ -188,7 +197,8 @@ impl RedisStore {
 
     /// Runs `lua/complete.lua`.
     ///
-    /// KEYS: `[record key]`. ARGV: `[lock token, encoded response, ttl ms, fingerprint]`.
+    /// KEYS: `[record key]`. ARGV: `[lock token, encoded response, ttl ms, fingerprint,
+    /// completion channel]`.
     /// Reply: `1` stored (or already stored by this token, or the record had expired
     /// unclaimed), `0` another token holds the record: nothing was written.
     pub async fn complete(
@@ -204,6 +214,7 @@ impl RedisStore {
             encoded.into(),
             millis(ttl).into(),
             Bytes::copy_from_slice(fingerprint.as_bytes()).into(),
+            channel(key).into(),
         ];
         let started = Instant::now();
         let reply: i64 = (self.inner.complete)
@@ -218,18 +229,74 @@ impl RedisStore {
 
     /// Runs `lua/release.lua`.
     ///
-    /// KEYS: `[record key]`. ARGV: `[lock token]`.
+    /// KEYS: `[record key]`. ARGV: `[lock token, completion channel]`.
     /// Reply: `1` released (or already gone), `0` not held by this token.
     pub async fn release(&self, key: &str, token: &str) -> Result<Release, StoreError> {
         let started = Instant::now();
         let reply: i64 = (self.inner.release)
-            .evalsha_with_reload(self.inner.pool.next(), key, vec![token])
+            .evalsha_with_reload(
+                self.inner.pool.next(),
+                key,
+                vec![token.to_string(), channel(key)],
+            )
             .await?;
         metrics::redis_op("release", started);
         Ok(match reply {
             1 => Release::Released,
             _ => Release::NotHeld,
         })
+    }
+
+    /// Runs `lua/extend.lua`: the lease holder's heartbeat.
+    ///
+    /// KEYS: `[record key]`. ARGV: `[lock token, lease ms]`.
+    /// Reply: `1` extended, `0` the lease is not ours any more.
+    pub async fn extend(
+        &self,
+        key: &str,
+        token: &str,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        let started = Instant::now();
+        let args: Vec<Value> = vec![token.into(), millis(lease).into()];
+        let reply: i64 = (self.inner.extend)
+            .evalsha_with_reload(self.inner.pool.next(), key, args)
+            .await?;
+        metrics::redis_op("extend", started);
+        Ok(reply == 1)
+    }
+
+    /// Runs `lua/wait.lua`: joins the fleet-wide waiters of a record.
+    ///
+    /// KEYS: `[waiters counter key]`. ARGV: `[max waiters, counter ttl ms]`.
+    /// Reply: `1` joined (leave with [`RedisStore::leave_waiters`]), `0` cap reached.
+    pub async fn join_waiters(
+        &self,
+        key: &str,
+        max: u32,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let args: Vec<Value> = vec![i64::from(max).into(), millis(ttl).into()];
+        let reply: i64 = (self.inner.wait)
+            .evalsha_with_reload(self.inner.pool.next(), waiters_key(key), args)
+            .await?;
+        Ok(reply == 1)
+    }
+
+    /// Leaves the waiters of a record (`DECR`).
+    pub async fn leave_waiters(&self, key: &str) -> Result<(), StoreError> {
+        let _: i64 = self.inner.pool.next().decr(waiters_key(key)).await?;
+        Ok(())
+    }
+
+    /// The pattern every completion channel matches, for the waiters' subscription.
+    pub fn channel_pattern(&self) -> String {
+        format!("{}:{{*}}:done", self.inner.prefix)
+    }
+
+    /// Completion channel of a record key.
+    pub fn channel(&self, key: &str) -> String {
+        channel(key)
     }
 
     /// Runs `lua/marker.lua`.
@@ -294,6 +361,21 @@ impl RedisStore {
     pub async fn quit(&self) {
         let _ = self.inner.pool.quit().await;
     }
+}
+
+/// The record's fencing counter: same hash tag, so the same cluster slot.
+fn fence_key(record_key: &str) -> String {
+    format!("{record_key}:n")
+}
+
+/// The fleet-wide count of duplicates waiting on a record.
+fn waiters_key(record_key: &str) -> String {
+    format!("{record_key}:w")
+}
+
+/// Where completion and release of a record are published.
+fn channel(record_key: &str) -> String {
+    format!("{record_key}:done")
 }
 
 fn millis(d: Duration) -> i64 {

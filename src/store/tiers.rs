@@ -9,11 +9,12 @@
 //!   semantics, answer 503, or forward without idempotency.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::breaker::Breaker;
 use super::postgres::writer::{WriteOutcome, Writer};
-use super::postgres::{CompletedRecord, Found, RecordRef};
+use super::postgres::{CompletedRecord, Found, PgClaim, RecordRef};
+use super::waiters::Waiters;
 use super::warmth::Warmth;
 use super::{PgStore, RedisStore, StoreError};
 use crate::config::{ClaimDurability, Config, OnRedisUnavailable};
@@ -40,6 +41,8 @@ pub struct Inner {
     pub postgres: Option<Durable>,
     pub breaker: Breaker,
     pub warmth: Warmth,
+    /// Present when some route lets duplicates wait.
+    pub waiters: Option<Arc<Waiters>>,
     longest_ttl: Duration,
 }
 
@@ -57,11 +60,17 @@ impl std::ops::Deref for Stores {
 }
 
 impl Stores {
-    pub fn new(config: &Config, redis: RedisStore, postgres: Option<Durable>) -> Self {
+    pub fn new(
+        config: &Config,
+        redis: RedisStore,
+        postgres: Option<Durable>,
+        waiters: Option<Arc<Waiters>>,
+    ) -> Self {
         let lookup = config.postgres.as_ref().map(|p| p.lookup_on_miss);
         Self(Arc::new(Inner {
             redis,
             postgres,
+            waiters,
             breaker: Breaker::default(),
             warmth: Warmth::new(lookup.unwrap_or(crate::config::LookupOnMiss::Always)),
             longest_ttl: config.longest_ttl(),
@@ -76,7 +85,7 @@ impl Stores {
         record: RecordId,
         fingerprint: &Fingerprint,
     ) -> Result<Claim, StoreError> {
-        let lease = Lease {
+        let mut lease = Lease {
             stores: self.clone(),
             home: Home::Redis {
                 also_in_postgres: false,
@@ -87,19 +96,29 @@ impl Stores {
             scope,
             record,
             fingerprint: *fingerprint,
+            fence: 0,
             // Nothing is held until a store says so.
             settled: true,
         };
         if self.breaker.is_open() {
             return self.fallback(route, lease, StoreError::RedisDown).await;
         }
-        let lease_ttl = route.policy.lock_ttl;
+        let policy = &route.policy;
         match (self.redis)
-            .claim(&lease.redis_key, fingerprint, &lease.token, lease_ttl)
+            .claim(
+                &lease.redis_key,
+                fingerprint,
+                &lease.token,
+                policy.lock_ttl,
+                policy.ttl + policy.lock_ttl,
+            )
             .await
         {
-            Ok(Claim::Acquired(())) => self.after_redis_acquire(route, lease).await,
-            Ok(other) => Ok(other.map_acquired(|()| unreachable!("handled above"))),
+            Ok(Claim::Acquired(fence)) => {
+                lease.fence = fence;
+                self.after_redis_acquire(route, lease).await
+            }
+            Ok(other) => Ok(other.map_acquired(|_| unreachable!("handled above"))),
             Err(e) if e.is_redis() => {
                 if self.breaker.trip() {
                     self.warmth.set_cold();
@@ -110,6 +129,77 @@ impl Stores {
                 self.fallback(route, lease, e).await
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// A duplicate found the key in flight and may wait (`in_flight = "wait"`): joins the
+    /// key's waiters (capped fleet-wide) and re-claims whenever the holder completes or
+    /// releases (pub/sub) or its lease runs out, until `wait_timeout`.
+    pub async fn wait(
+        &self,
+        route: &Route,
+        scope: Scope,
+        record: RecordId,
+        fingerprint: &Fingerprint,
+        remaining: Duration,
+    ) -> Result<Claim, StoreError> {
+        let in_flight = Claim::InFlight { remaining };
+        let Some(waiters) = &self.waiters else {
+            return Ok(in_flight);
+        };
+        let policy = &route.policy;
+        let key = self.redis.record_key(record);
+        match (self.redis)
+            .join_waiters(&key, policy.max_waiters, policy.wait_timeout * 2)
+            .await
+        {
+            Ok(true) => {}
+            _ => return Ok(in_flight),
+        }
+        let watch = waiters.watch(self.redis.channel(&key));
+        let deadline = Instant::now() + policy.wait_timeout;
+        let result = loop {
+            let notified = watch.notify().notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match self.claim(route, scope, record, fingerprint).await {
+                Ok(Claim::InFlight { remaining }) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break Ok(Claim::InFlight { remaining });
+                    }
+                    // Woken by the holder, or when its lease runs out, whichever is first.
+                    let nap = (remaining + Duration::from_millis(10)).min(left);
+                    tokio::select! {
+                        () = &mut notified => {}
+                        () = tokio::time::sleep(nap) => {}
+                    }
+                }
+                other => break other,
+            }
+        };
+        if let Err(e) = self.redis.leave_waiters(&key).await {
+            tracing::debug!(error = %e, "could not leave the waiters count; it expires");
+        }
+        result
+    }
+
+    /// The holder's heartbeat: extends the lease in every tier that holds it.
+    pub(crate) async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {
+        let rec = lease_ref(lease);
+        match (lease.home, &self.postgres) {
+            (Home::Postgres, Some(pg)) => pg.store.extend(rec, &lease.token, ttl).await,
+            (Home::Redis { also_in_postgres }, pg) => {
+                let held = self
+                    .redis
+                    .extend(&lease.redis_key, &lease.token, ttl)
+                    .await?;
+                if let (true, Some(pg)) = (also_in_postgres, pg) {
+                    pg.store.extend(rec, &lease.token, ttl).await?;
+                }
+                Ok(held)
+            }
+            (Home::Postgres, None) => Ok(false),
         }
     }
 
@@ -129,13 +219,13 @@ impl Stores {
                 .claim(rec, &lease.fingerprint, &lease.token, route.policy.lock_ttl)
                 .await
             {
-                Ok(None) => {
+                Ok(PgClaim::Acquired { .. }) => {
                     lease.home = Home::Redis {
                         also_in_postgres: true,
                     };
                     return Ok(Claim::Acquired(lease));
                 }
-                Ok(Some(found)) => found,
+                Ok(PgClaim::Held(found)) => found,
                 Err(e) => {
                     // The stricter mode promises a durable claim before forwarding.
                     let _ = lease.release().await;
@@ -210,12 +300,13 @@ impl Stores {
                     .claim(rec, &lease.fingerprint, &lease.token, route.policy.lock_ttl)
                     .await?
                 {
-                    None => {
+                    PgClaim::Acquired { fence } => {
                         lease.home = Home::Postgres;
+                        lease.fence = fence;
                         lease.settled = false;
                         Ok(Claim::Acquired(lease))
                     }
-                    Some(found) => Ok(found_to_claim(found, &lease.fingerprint)),
+                    PgClaim::Held(found) => Ok(found_to_claim(found, &lease.fingerprint)),
                 }
             }
             (OnRedisUnavailable::PassThrough, _) => {

@@ -38,7 +38,7 @@ fn check(file: &tempfile::NamedTempFile, env: &[(&str, &str)]) -> (i32, String, 
 fn config_errors_name_the_key_and_exit_2() {
     let cases = [
         (
-            format!("{ROUTE}[routes.idempotency]\nlock_ttl = \"10s\"\n"),
+            format!("{ROUTE}[routes.idempotency]\nlock_ttl = \"2s\"\n"),
             "routes[0].idempotency.lock_ttl",
         ),
         (format!("[redis]\nurll = \"x\"\n{ROUTE}"), "urll"),
@@ -77,7 +77,7 @@ fn check_config_prints_the_effective_config_redacted() {
 fn environment_values_are_validated_too() {
     let (code, _, stderr) = check(
         &config_file(ROUTE),
-        &[("IDEMGATE__IDEMPOTENCY__LOCK_TTL", "5s")],
+        &[("IDEMGATE__IDEMPOTENCY__LOCK_TTL", "1s")],
     );
     assert_eq!(code, 2);
     assert!(
@@ -247,7 +247,7 @@ async fn migrate_and_reap_commands_work_and_a_newer_schema_stops_serve() {
     for _ in 0..2 {
         let (code, text) = run("migrate");
         assert_eq!(code, 0, "{text}");
-        assert!(text.contains("schema at version 1"), "{text}");
+        assert!(text.contains("schema at version 2"), "{text}");
     }
     let (code, text) = run("reap");
     assert_eq!(code, 0, "{text}");
@@ -256,7 +256,7 @@ async fn migrate_and_reap_commands_work_and_a_newer_schema_stops_serve() {
     pg.client()
         .await
         .execute(
-            "INSERT INTO idemgate_schema (version, name) VALUES (2, 'future')",
+            "INSERT INTO idemgate_schema (version, name) VALUES (999, 'future')",
             &[],
         )
         .await

@@ -117,7 +117,7 @@ async fn oversized_body_is_413_and_claims_nothing() {
         .unwrap();
     assert_eq!(r.status(), 413);
     assert_eq!(upstream.executions(), 0);
-    assert!(redis.keys().await.is_empty(), "nothing may be claimed");
+    assert!(redis.records().await.is_empty(), "nothing may be claimed");
     // The key is still free.
     assert_eq!(app.post("big", "{}").send().await.unwrap().status(), 201);
 }

@@ -2,23 +2,29 @@
 
 use std::time::Duration;
 
-use fred::prelude::{LuaInterface, Value};
+use fred::prelude::{KeysInterface, LuaInterface, Value};
 
 use crate::support::{config, read, MockUpstream, RedisServer, TestApp};
+
+/// Ends a lease behind its holder's back, as its expiry would (the heartbeat keeps a
+/// live holder's lease from expiring on its own).
+async fn expire_lease(redis: &RedisServer) {
+    let client = redis.client().await;
+    for key in redis.records().await {
+        let _: i64 = client.del(key).await.unwrap();
+    }
+}
 
 #[tokio::test]
 async fn expired_lease_lets_a_retry_run_and_the_late_completion_does_not_overwrite() {
     let redis = RedisServer::start();
     let upstream = MockUpstream::start().await;
-    // Validation would refuse a lease shorter than the upstream timeout; bypass it to
-    // force the expiry the validation exists to prevent.
-    let mut cfg = config(&redis.url(), &upstream.url(), "");
-    cfg.routes[0].idempotency.lock_ttl = Some(Duration::from_millis(300));
-    let app = TestApp::spawn(cfg).await;
+    let app = TestApp::spawn(config(&redis.url(), &upstream.url(), "")).await;
     upstream.set_delay(Duration::from_millis(1000));
 
     let late = tokio::spawn(app.post("takeover", "{}").send());
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    expire_lease(&redis).await;
     // The retry is quick: it completes while the first holder is still at work.
     upstream.set_delay(Duration::ZERO);
     let (s2, h2, b2) = read(app.post("takeover", "{}").send().await.unwrap()).await;
@@ -32,6 +38,17 @@ async fn expired_lease_lets_a_retry_run_and_the_late_completion_does_not_overwri
         "the lease had expired, so the retry ran"
     );
     assert_ne!(b1, b2);
+    let fence = |i: usize| -> u64 {
+        upstream.seen()[i].headers["idempotency-fencing-token"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(
+        fence(1) > fence(0),
+        "the takeover carries a larger fencing token"
+    );
 
     // The first holder finished last, having lost its lease: the store keeps the second.
     let (_, h3, b3) = read(app.post("takeover", "{}").send().await.unwrap()).await;
@@ -46,11 +63,12 @@ async fn expired_lease_lets_a_retry_run_and_the_late_completion_does_not_overwri
 async fn a_late_completion_is_stored_when_nobody_took_the_key_over() {
     let redis = RedisServer::start();
     let upstream = MockUpstream::start().await;
-    let mut cfg = config(&redis.url(), &upstream.url(), "");
-    cfg.routes[0].idempotency.lock_ttl = Some(Duration::from_millis(300));
-    let app = TestApp::spawn(cfg).await;
-    upstream.set_delay(Duration::from_millis(800));
-    let (status, _, first) = read(app.post("late", "{}").send().await.unwrap()).await;
+    let app = TestApp::spawn(config(&redis.url(), &upstream.url(), "")).await;
+    upstream.set_delay(Duration::from_millis(600));
+    let first = tokio::spawn(app.post("late", "{}").send());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    expire_lease(&redis).await;
+    let (status, _, first) = read(first.await.unwrap().unwrap()).await;
     assert_eq!(status, 201);
     let (_, headers, again) = read(app.post("late", "{}").send().await.unwrap()).await;
     assert_eq!(headers["idempotent-replayed"], "true");
@@ -65,48 +83,79 @@ async fn scripts_are_safe_to_resend_with_the_same_token() {
     let claim = include_str!("../../lua/claim.lua");
     let complete = include_str!("../../lua/complete.lua");
     let release = include_str!("../../lua/release.lua");
-    let tag = |v: &Value| match v {
-        Value::Array(items) => items[0].as_string().unwrap(),
+    let extend = include_str!("../../lua/extend.lua");
+    let keys = || vec!["{r}", "{r}:n"];
+    let reply = |v: &Value| match v {
+        Value::Array(items) => (
+            items[0].as_string().unwrap(),
+            items.get(1).and_then(Value::as_i64),
+        ),
         other => panic!("{other:?}"),
     };
-    let args = vec!["fp", "token-1", "5000"];
-    let a: Value = client.eval(claim, "rec", args.clone()).await.unwrap();
-    let b: Value = client.eval(claim, "rec", args.clone()).await.unwrap();
+    let args = vec!["fp", "token-1", "5000", "60000"];
+    let a: Value = client.eval(claim, keys(), args.clone()).await.unwrap();
+    let b: Value = client.eval(claim, keys(), args.clone()).await.unwrap();
+    let (tag_a, fence_a) = reply(&a);
     assert_eq!(
-        (tag(&a), tag(&b)),
-        ("A".into(), "A".into()),
-        "own token: still acquired"
+        (tag_a.as_str(), reply(&b)),
+        ("A", ("A".to_string(), fence_a)),
+        "own token: same claim"
     );
     let other: Value = client
-        .eval(claim, "rec", vec!["fp", "token-2", "5000"])
+        .eval(claim, keys(), vec!["fp", "token-2", "5000", "60000"])
         .await
         .unwrap();
-    assert_eq!(tag(&other), "I");
+    assert_eq!(reply(&other).0, "I");
+    let extended: i64 = client
+        .eval(extend, "{r}", vec!["token-1", "9000"])
+        .await
+        .unwrap();
+    let not_ours: i64 = client
+        .eval(extend, "{r}", vec!["token-2", "9000"])
+        .await
+        .unwrap();
+    assert_eq!((extended, not_ours), (1, 0));
 
-    let done = vec!["token-1", "resp", "5000", "fp"];
-    let c1: i64 = client.eval(complete, "rec", done.clone()).await.unwrap();
-    let c2: i64 = client.eval(complete, "rec", done).await.unwrap();
+    let done = vec!["token-1", "resp", "5000", "fp", "{r}:done"];
+    let c1: i64 = client.eval(complete, "{r}", done.clone()).await.unwrap();
+    let c2: i64 = client.eval(complete, "{r}", done).await.unwrap();
     assert_eq!((c1, c2), (1, 1));
     let stolen: i64 = client
-        .eval(complete, "rec", vec!["token-2", "other", "5000", "fp"])
+        .eval(
+            complete,
+            "{r}",
+            vec!["token-2", "other", "5000", "fp", "{r}:done"],
+        )
         .await
         .unwrap();
     assert_eq!(stolen, 0, "another token cannot overwrite");
     let replay: Value = client
-        .eval(claim, "rec", vec!["fp", "token-3", "5000"])
+        .eval(claim, keys(), vec!["fp", "token-3", "5000", "60000"])
         .await
         .unwrap();
     assert_eq!(replay, Value::Array(vec!["C".into(), "resp".into()]));
-
-    let _: Value = client
-        .eval(claim, "rec2", vec!["fp", "t", "5000"])
+    let not_held: i64 = client
+        .eval(release, "{r}", vec!["token-1", "{r}:done"])
         .await
         .unwrap();
-    let r1: i64 = client.eval(release, "rec2", vec!["t"]).await.unwrap();
-    let r2: i64 = client.eval(release, "rec2", vec!["t"]).await.unwrap();
+    assert_eq!(not_held, 0, "a completed record is never released");
+
+    // A new claim after the record is gone gets a larger fencing token.
+    let _: i64 = client.del("{r}").await.unwrap();
+    let again: Value = client
+        .eval(claim, keys(), vec!["fp", "token-4", "5000", "60000"])
+        .await
+        .unwrap();
+    assert!(reply(&again).1.unwrap() > fence_a.unwrap());
+    let r1: i64 = client
+        .eval(release, "{r}", vec!["token-4", "{r}:done"])
+        .await
+        .unwrap();
+    let r2: i64 = client
+        .eval(release, "{r}", vec!["token-4", "{r}:done"])
+        .await
+        .unwrap();
     assert_eq!((r1, r2), (1, 1));
-    let not_ours: i64 = client.eval(release, "rec", vec!["token-1"]).await.unwrap();
-    assert_eq!(not_ours, 0, "a completed record is never released");
 }
 
 #[tokio::test]

@@ -6,6 +6,7 @@ mod support;
 mod cli;
 mod concurrency;
 mod durability;
+mod faults;
 mod keys;
 mod lease;
 mod observability;

@@ -37,7 +37,10 @@ async fn three_replicas_migrating_at_once_leave_one_schema() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(versions, 1);
+    assert_eq!(
+        versions as usize,
+        idemgate::store::postgres::migrate::MIGRATIONS.len()
+    );
     stores[0].check_schema().await.unwrap();
 }
 

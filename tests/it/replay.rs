@@ -106,9 +106,13 @@ async fn redis_keys_are_hashed_and_hash_tagged() {
         .send()
         .await
         .unwrap();
-    let keys = redis.keys().await;
+    let keys = redis.records().await;
     assert_eq!(keys.len(), 1);
     let key = &keys[0];
+    assert!(
+        redis.keys().await.contains(&format!("{key}:n")),
+        "fence key in the same slot"
+    );
     assert!(
         !key.contains("customer-42"),
         "raw key leaked into Redis: {key}"
@@ -133,14 +137,14 @@ async fn stored_response_expires_after_ttl() {
     let redis = crate::support::RedisServer::start();
     let upstream = crate::support::MockUpstream::start().await;
     let toml = format!(
-        "[redis]\nurl = \"{}\"\n[[routes]]\nname = \"p\"\npath_prefix = \"/v1/\"\nupstream = \"{}\"\n\
+        "[redis]\nurl = \"{}\"\ncommand_timeout = \"300ms\"\n[[routes]]\nname = \"p\"\npath_prefix = \"/v1/\"\nupstream = \"{}\"\n\
          upstream_timeout = \"500ms\"\n[routes.idempotency]\nttl = \"1s\"\nlock_ttl = \"1s\"\n",
         redis.url(),
         upstream.url()
     );
     let app = crate::support::TestApp::spawn(idemgate::Config::from_toml(&toml).unwrap()).await;
     app.post("ttl", "{}").send().await.unwrap();
-    let key = &redis.keys().await[0];
+    let key = &redis.records().await[0];
     let pttl = redis.pttl(key).await;
     assert!(
         pttl > 0 && pttl <= 1000,

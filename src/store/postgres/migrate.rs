@@ -6,11 +6,18 @@ use tokio_postgres::Client;
 use crate::store::StoreError;
 
 /// `(version, name, sql)` of every migration this binary knows, in order.
-pub const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "0001_records.sql",
-    include_str!("../../../migrations/0001_records.sql"),
-)];
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "0001_records.sql",
+        include_str!("../../../migrations/0001_records.sql"),
+    ),
+    (
+        2,
+        "0002_fencing.sql",
+        include_str!("../../../migrations/0002_fencing.sql"),
+    ),
+];
 
 /// Advisory lock key shared by every replica ("idemgate" in ASCII).
 const LOCK_KEY: i64 = 0x6964_656d_6761_7465;

@@ -46,6 +46,15 @@ pub enum Found {
     },
 }
 
+/// The result of a claim in Postgres.
+#[derive(Debug)]
+pub enum PgClaim {
+    /// This token holds the lease; `fence` is its fencing token.
+    Acquired { fence: i64 },
+    /// Another record holds the key.
+    Held(Found),
+}
+
 /// A record as Postgres holds it, for the admin API.
 #[derive(Debug, Clone, Copy)]
 pub struct PgRecord {
@@ -174,15 +183,16 @@ impl PgStore {
     }
 
     /// Claims `rec` in Postgres with `token` for `lease`: inserts a leased row, or takes
-    /// over an expired one (or one leased by this same token). `None` means acquired;
-    /// otherwise what holds the key.
+    /// over an expired one (or one leased by this same token). Acquired carries the
+    /// fencing token (at least the database clock in microseconds, and above the
+    /// previous one); otherwise what holds the key.
     pub async fn claim(
         &self,
         rec: RecordRef<'_>,
         fingerprint: &Fingerprint,
         token: &str,
         lease: Duration,
-    ) -> Result<Option<Found>, StoreError> {
+    ) -> Result<PgClaim, StoreError> {
         let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
         for _ in 0..3 {
             let acquired = self
@@ -192,11 +202,14 @@ impl PgStore {
                         .prepare_cached(
                             "INSERT INTO idemgate_records AS r
                                (scope, key_hash, route, fingerprint, state, lock_token,
-                                lease_expires_at, created_at, expires_at)
+                                lease_expires_at, created_at, expires_at, fence)
                              VALUES ($1, $2, $3, $4, 'leased', $5,
                                      now() + interval '1 millisecond' * $6::float8, now(),
-                                     now() + interval '1 millisecond' * $6::float8)
+                                     now() + interval '1 millisecond' * $6::float8,
+                                     (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
                              ON CONFLICT (scope, key_hash) DO UPDATE SET
+                               fence = CASE WHEN r.lock_token = EXCLUDED.lock_token THEN r.fence
+                                            ELSE greatest(r.fence + 1, EXCLUDED.fence) END,
                                route = EXCLUDED.route, fingerprint = EXCLUDED.fingerprint,
                                state = 'leased', lock_token = EXCLUDED.lock_token,
                                lease_expires_at = EXCLUDED.lease_expires_at, status = NULL,
@@ -205,7 +218,7 @@ impl PgStore {
                              WHERE r.expires_at <= now()
                                 OR (r.state = 'leased' AND (r.lease_expires_at <= now()
                                     OR r.lock_token = EXCLUDED.lock_token))
-                             RETURNING 1",
+                             RETURNING fence",
                         )
                         .await?;
                     let rows = client
@@ -221,15 +234,15 @@ impl PgStore {
                             ],
                         )
                         .await?;
-                    Ok(!rows.is_empty())
+                    Ok(rows.first().map(|r| r.get::<_, i64>(0)))
                 })
                 .await?;
-            if acquired {
-                return Ok(None);
+            if let Some(fence) = acquired {
+                return Ok(PgClaim::Acquired { fence });
             }
             // Held by someone else; read what holds it. Gone meanwhile (reaped): try again.
             if let Some(found) = self.lookup(rec).await? {
-                return Ok(Some(found));
+                return Ok(PgClaim::Held(found));
             }
         }
         Err(StoreError::PgPool(
@@ -339,6 +352,32 @@ impl PgStore {
                 )
                 .await?;
             Ok(n > 0)
+        })
+        .await
+    }
+
+    /// Pushes out `rec`'s lease if `token` still holds it (the holder's heartbeat).
+    pub async fn extend(
+        &self,
+        rec: RecordRef<'_>,
+        token: &str,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        let lease_ms = lease.as_millis() as f64;
+        self.timed("extend", async {
+            let client = self.pool.get().await?;
+            let stmt = client
+                .prepare_cached(
+                    "UPDATE idemgate_records
+                     SET lease_expires_at = now() + interval '1 millisecond' * $4::float8,
+                         expires_at = greatest(expires_at, now() + interval '1 millisecond' * $4::float8)
+                     WHERE scope = $1 AND key_hash = $2 AND state = 'leased' AND lock_token = $3",
+                )
+                .await?;
+            let n = client
+                .execute(&stmt, &[&&rec.scope.as_bytes()[..], &&rec.id.as_bytes()[..], &token, &lease_ms])
+                .await?;
+            Ok(n == 1)
         })
         .await
     }

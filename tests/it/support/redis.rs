@@ -102,6 +102,13 @@ impl RedisServer {
         keys
     }
 
+    /// The record keys (`idemgate:{<64 hex>}`), without fence and waiter keys.
+    pub async fn records(&self) -> Vec<String> {
+        (self.keys().await.into_iter())
+            .filter(|k| k.starts_with("idemgate:{") && k.ends_with('}'))
+            .collect()
+    }
+
     /// Milliseconds to live of `key`.
     pub async fn pttl(&self, key: &str) -> i64 {
         let client = self.client().await;

@@ -1,0 +1,115 @@
+//! Waiting duplicates (`in_flight = "wait"`): one Redis pub/sub subscription per
+//! replica to every record's completion channel, fanned out to the local requests
+//! waiting on that record. The completion and release scripts publish; nothing polls.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use fred::clients::SubscriberClient;
+use fred::prelude::{
+    Builder, ClientLike, Config as FredConfig, EventInterface, PubsubInterface, ReconnectPolicy,
+};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::Notify;
+
+use crate::config::RedisConfig;
+
+/// Local waiters by channel, woken by the subscription.
+pub struct Waiters {
+    local: Mutex<HashMap<String, Arc<Notify>>>,
+}
+
+/// A registration on one channel; the entry goes away with its last guard.
+pub struct Watch {
+    waiters: Arc<Waiters>,
+    channel: String,
+    notify: Arc<Notify>,
+}
+
+impl Watch {
+    /// The wake-up of this channel. Create (and enable) it before checking the state,
+    /// so a completion between the check and the wait is not missed.
+    pub fn notify(&self) -> &Notify {
+        &self.notify
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let mut local = self.waiters.local.lock().unwrap_or_else(|p| p.into_inner());
+        // Ours plus the map's: nobody else waits here any more.
+        if Arc::strong_count(&self.notify) <= 2 {
+            local.remove(&self.channel);
+        }
+    }
+}
+
+impl Waiters {
+    /// Starts the subscriber (it reconnects and resubscribes by itself).
+    pub fn start(config: &RedisConfig, pattern: String) -> Result<Arc<Self>, fred::error::Error> {
+        let mut fred_config = FredConfig::from_url(&config.url)?;
+        fred_config.fail_fast = false;
+        let subscriber: SubscriberClient = Builder::from_config(fred_config)
+            .with_performance_config(|p| p.broadcast_channel_capacity = 4096)
+            .with_connection_config(|c| c.connection_timeout = config.connect_timeout)
+            .set_policy(ReconnectPolicy::new_constant(0, 100))
+            .build_subscriber_client()?;
+        let waiters = Arc::new(Self {
+            local: Mutex::new(HashMap::new()),
+        });
+        let mut messages = subscriber.message_rx();
+        let fan_out = waiters.clone();
+        tokio::spawn(async move {
+            loop {
+                match messages.recv().await {
+                    Ok(message) => fan_out.wake(&message.channel),
+                    // Missed some: wake everyone; each re-checks its record.
+                    Err(RecvError::Lagged(_)) => fan_out.wake_all(),
+                    Err(RecvError::Closed) => return,
+                }
+            }
+        });
+        subscriber.connect();
+        let _resubscribe = subscriber.manage_subscriptions();
+        tokio::spawn(async move {
+            // The first subscription may meet a Redis that is down: keep trying.
+            loop {
+                if subscriber.wait_for_connect().await.is_ok()
+                    && subscriber.psubscribe(pattern.clone()).await.is_ok()
+                {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            // Keep the client alive for the life of the process.
+            std::future::pending::<()>().await;
+            drop(subscriber);
+        });
+        Ok(waiters)
+    }
+
+    /// Registers interest in `channel`.
+    pub fn watch(self: &Arc<Self>, channel: String) -> Watch {
+        let mut local = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        let notify = local.entry(channel.clone()).or_default().clone();
+        Watch {
+            waiters: self.clone(),
+            channel,
+            notify,
+        }
+    }
+
+    fn wake(&self, channel: &str) {
+        let local = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(notify) = local.get(channel) {
+            notify.notify_waiters();
+        }
+    }
+
+    fn wake_all(&self) {
+        let local = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        for notify in local.values() {
+            notify.notify_waiters();
+        }
+    }
+}

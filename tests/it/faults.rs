@@ -1,0 +1,200 @@
+//! Issue 6 behaviours: the lease heartbeat, fencing tokens, waiting duplicates and
+//! ambiguous upstream outcomes.
+
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+
+use crate::support::{config, problem_code, read, stack, MockUpstream, RedisServer, TestApp};
+
+fn fence(upstream: &MockUpstream, i: usize) -> u64 {
+    let seen = upstream.seen();
+    seen[i].headers["idempotency-fencing-token"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn heartbeat_keeps_a_slow_upstream_call_exclusive_past_lock_ttl() {
+    // lock_ttl 900ms (3 x the 300ms command timeout); the upstream takes 2.5 s.
+    let (redis, upstream, app) = stack("[idempotency]\nlock_ttl = \"900ms\"\nttl = \"1h\"\n").await;
+    upstream.set_delay(Duration::from_millis(2500));
+    let first = tokio::spawn(app.post("slow", "{}").send());
+    for wait in [600, 700, 700] {
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        let (status, headers, body) = read(app.post("slow", "{}").send().await.unwrap()).await;
+        assert_eq!(status, 409, "still leased after {wait} ms more");
+        assert_eq!(problem_code(&headers, &body), "idempotency_key_in_flight");
+    }
+    let key = &redis.records().await[0];
+    let left = redis.pttl(key).await;
+    assert!(
+        left > 0 && left <= 900,
+        "the lease is extended in steps of lock_ttl, got {left}"
+    );
+    assert_eq!(first.await.unwrap().unwrap().status(), 201);
+    assert_eq!(
+        upstream.executions(),
+        1,
+        "no duplicate started while the holder lived"
+    );
+}
+
+#[tokio::test]
+async fn fencing_tokens_grow_across_acquisitions_and_tiers() {
+    let (mut redis, _pg, upstream, app) = crate::support::durable_stack("", "").await;
+    upstream.push_statuses(&[503, 503]);
+    for _ in 0..3 {
+        app.post("fenced", "{}").send().await.unwrap();
+    }
+    assert_eq!(
+        upstream.executions(),
+        3,
+        "two releases, then a stored answer"
+    );
+    assert!(fence(&upstream, 0) < fence(&upstream, 1) && fence(&upstream, 1) < fence(&upstream, 2));
+    // Claims in Postgres (Redis down) carry tokens from the same ordering.
+    redis.stop();
+    upstream.push_statuses(&[503]);
+    app.post("pg-fenced", "{}").send().await.unwrap();
+    app.post("pg-fenced", "{}").send().await.unwrap();
+    assert_eq!(upstream.executions(), 5);
+    assert!(
+        fence(&upstream, 2) < fence(&upstream, 3),
+        "postgres tokens follow redis ones"
+    );
+    assert!(fence(&upstream, 3) < fence(&upstream, 4));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_duplicates_get_the_replay_woken_by_pubsub_across_replicas() {
+    let redis = RedisServer::start();
+    let upstream = MockUpstream::start().await;
+    let extra = "[idempotency]\nin_flight = \"wait\"\nwait_timeout = \"10s\"\n";
+    let one = TestApp::spawn(config(&redis.url(), &upstream.url(), extra)).await;
+    let two = TestApp::spawn(config(&redis.url(), &upstream.url(), extra)).await;
+    tokio::time::sleep(Duration::from_millis(200)).await; // subscriptions settle
+    upstream.set_delay(Duration::from_millis(700));
+    let holder = tokio::spawn(one.post("w", "{\"a\":1}").send());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let started = Instant::now();
+    let waiters = join_all((0..5).map(|i| {
+        let app = if i % 2 == 0 { &one } else { &two };
+        async move { read(app.post("w", "{\"a\":1}").send().await.unwrap()).await }
+    }))
+    .await;
+    let waited = started.elapsed();
+    let (_, _, original) = read(holder.await.unwrap().unwrap()).await;
+    for (status, headers, body) in &waiters {
+        assert_eq!(*status, 201);
+        assert_eq!(headers["idempotent-replayed"], "true");
+        assert_eq!(body, &original);
+    }
+    assert_eq!(upstream.executions(), 1);
+    // Woken by the completion, not by the 30 s lease running out, nor by polling late.
+    assert!(waited < Duration::from_millis(1500), "waited {waited:?}");
+}
+
+#[tokio::test]
+async fn waiting_is_bounded_by_wait_timeout_and_max_waiters() {
+    let extra = "[idempotency]\nin_flight = \"wait\"\nwait_timeout = \"400ms\"\nmax_waiters = 1\n";
+    let (_redis, upstream, app) = stack(extra).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    upstream.set_delay(Duration::from_millis(1500));
+    let holder = tokio::spawn(app.post("cap", "{}").send());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let started = Instant::now();
+    let (a, b) = tokio::join!(
+        async {
+            (
+                read(app.post("cap", "{}").send().await.unwrap()).await,
+                started.elapsed(),
+            )
+        },
+        async {
+            (
+                read(app.post("cap", "{}").send().await.unwrap()).await,
+                started.elapsed(),
+            )
+        },
+    );
+    let mut times: Vec<Duration> = [&a, &b]
+        .iter()
+        .map(|((status, headers, body), t)| {
+            assert_eq!(*status, 409);
+            assert_eq!(problem_code(headers, body), "idempotency_key_in_flight");
+            *t
+        })
+        .collect();
+    times.sort();
+    assert!(
+        times[0] < Duration::from_millis(250),
+        "over the cap: 409 at once ({:?})",
+        times[0]
+    );
+    assert!(
+        times[1] >= Duration::from_millis(400),
+        "the waiter waited wait_timeout ({:?})",
+        times[1]
+    );
+    assert!(times[1] < Duration::from_millis(1200));
+    holder.await.unwrap().unwrap();
+    assert_eq!(upstream.executions(), 1);
+}
+
+#[tokio::test]
+async fn a_waiter_takes_over_when_the_holder_releases() {
+    let (_redis, upstream, app) = stack("[idempotency]\nin_flight = \"wait\"\n").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    upstream.set_delay(Duration::from_millis(500));
+    upstream.push_statuses(&[503]);
+    let holder = tokio::spawn(app.post("handoff", "{}").send());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let (status, headers, _) = read(app.post("handoff", "{}").send().await.unwrap()).await;
+    assert_eq!(holder.await.unwrap().unwrap().status(), 503);
+    assert_eq!(
+        (status, &headers["idempotent-replayed"]),
+        (201, &"false".parse().unwrap())
+    );
+    assert_eq!(upstream.executions(), 2, "released, so the waiter ran it");
+}
+
+#[tokio::test]
+async fn ambiguous_outcomes_release_by_default_or_are_stored() {
+    let redis = RedisServer::start();
+    let upstream = MockUpstream::start().await;
+    let mut cfg = config(&redis.url(), &upstream.url(), "");
+    cfg.routes[0].upstream_timeout = Duration::from_millis(300);
+    let release = TestApp::spawn(cfg.clone()).await;
+    upstream.set_delay(Duration::from_millis(600));
+    let (status, headers, body) = read(release.post("amb", "{}").send().await.unwrap()).await;
+    assert_eq!(
+        (status, problem_code(&headers, &body).as_str()),
+        (504, "upstream_timeout")
+    );
+    upstream.set_delay(Duration::ZERO);
+    assert_eq!(
+        release.post("amb", "{}").send().await.unwrap().status(),
+        201,
+        "release: runs again"
+    );
+    assert_eq!(upstream.executions(), 2);
+
+    cfg.routes[0].idempotency.on_ambiguous = Some(idemgate::config::OnAmbiguous::Store);
+    cfg.routes[0].name = "stored".into();
+    let store = TestApp::spawn(cfg).await;
+    upstream.set_delay(Duration::from_millis(600));
+    let (status, headers, first) = read(store.post("amb2", "{}").send().await.unwrap()).await;
+    assert_eq!(
+        (status, problem_code(&headers, &first).as_str()),
+        (504, "upstream_outcome_unknown")
+    );
+    upstream.set_delay(Duration::ZERO);
+    let (status, headers, again) = read(store.post("amb2", "{}").send().await.unwrap()).await;
+    assert_eq!(status, 504);
+    assert_eq!(headers["idempotent-replayed"], "true");
+    assert_eq!(again, first);
+    assert_eq!(upstream.executions(), 3, "store: the retry is not run");
+}
