@@ -9,9 +9,9 @@
 //!   JSON body is canonicalised first (keys sorted, whitespace dropped).
 
 use http::{HeaderValue, Method, Uri};
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::canonical::canonicalize;
 use super::key::IdempotencyKey;
 
 /// Which tenant (and route) a key belongs to.
@@ -104,13 +104,10 @@ impl Fingerprint {
         field(&mut h, target.as_bytes());
         let ct = content_type.map_or(&b""[..], HeaderValue::as_bytes);
         field(&mut h, ct);
-        match is_json(ct)
-            .then(|| serde_json::from_slice::<Value>(body).ok())
-            .flatten()
-        {
-            Some(value) => {
+        match is_json(ct).then(|| canonicalize(body)).flatten() {
+            Some(canonical) => {
                 h.update(b"json");
-                canonical_json(&mut h, &value);
+                field(&mut h, &canonical);
             }
             None => {
                 h.update(b"raw");
@@ -144,46 +141,6 @@ fn is_json(content_type: &[u8]) -> bool {
     let essence = ct.split(';').next().unwrap_or("").trim();
     essence.eq_ignore_ascii_case("application/json")
         || essence.len() > 5 && essence[essence.len() - 5..].eq_ignore_ascii_case("+json")
-}
-
-/// Feeds `value` to the hasher in a canonical form: object keys sorted, no whitespace.
-fn canonical_json(h: &mut Sha256, value: &Value) {
-    match value {
-        Value::Null => h.update(b"null"),
-        Value::Bool(b) => h.update(if *b { &b"true"[..] } else { b"false" }),
-        Value::Number(n) => h.update(n.to_string().as_bytes()),
-        Value::String(s) => json_string(h, s),
-        Value::Array(items) => {
-            h.update(b"[");
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    h.update(b",");
-                }
-                canonical_json(h, item);
-            }
-            h.update(b"]");
-        }
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            h.update(b"{");
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    h.update(b",");
-                }
-                json_string(h, k);
-                h.update(b":");
-                canonical_json(h, v);
-            }
-            h.update(b"}");
-        }
-    }
-}
-
-fn json_string(h: &mut Sha256, s: &str) {
-    // serde_json's escaping of a plain string is deterministic and cannot fail.
-    let quoted = serde_json::to_string(s).unwrap_or_default();
-    h.update(quoted.as_bytes());
 }
 
 #[cfg(test)]
@@ -220,6 +177,18 @@ mod tests {
     fn different_values_or_order_of_arrays_differ() {
         assert_ne!(fp(JSON, r#"{"a":1}"#), fp(JSON, r#"{"a":2}"#));
         assert_ne!(fp(JSON, "[1,2]"), fp(JSON, "[2,1]"));
+    }
+
+    #[test]
+    fn precision_and_repeated_keys_are_not_blurred() {
+        assert_ne!(
+            fp(JSON, r#"{"amount":18446744073709551617}"#),
+            fp(JSON, r#"{"amount":18446744073709551616}"#)
+        );
+        assert_ne!(
+            fp(JSON, r#"{"to":"alice","to":"bob"}"#),
+            fp(JSON, r#"{"to":"bob"}"#)
+        );
     }
 
     #[test]

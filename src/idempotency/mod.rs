@@ -1,7 +1,9 @@
 //! Idempotency semantics, independent of any store or transport: what a key is
-//! ([`key`]), what identifies a request ([`fingerprint`]), the outcomes of a claim
-//! and the lease guard ([`claim`]), and what is stored and replayed ([`replay`]).
+//! ([`key`]), what identifies a request ([`fingerprint`], with [`canonical`] JSON),
+//! the outcomes of a claim and the lease guard ([`claim`]), and what is stored and
+//! replayed ([`replay`]).
 
+pub mod canonical;
 pub mod claim;
 pub mod fingerprint;
 pub mod key;
