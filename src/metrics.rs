@@ -5,7 +5,7 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use metrics::{counter, gauge, histogram};
+use metrics::{counter, gauge, histogram, Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub const REQUESTS: &str = "idemgate_requests_total";
@@ -31,8 +31,23 @@ const SIZE_BUCKETS: &[f64] = &[
     256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0,
 ];
 
+/// Every outcome, in [`Outcome`] order.
+pub const OUTCOMES: [Outcome; 10] = [
+    Outcome::Executed,
+    Outcome::Replayed,
+    Outcome::InFlight,
+    Outcome::Mismatch,
+    Outcome::InvalidKey,
+    Outcome::MissingKey,
+    Outcome::Bypassed,
+    Outcome::UpstreamError,
+    Outcome::StoreUnavailable,
+    Outcome::Rejected,
+];
+
 /// How a keyed request ended, as counted in `idemgate_requests_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
 pub enum Outcome {
     Executed,
     Replayed,
@@ -148,22 +163,62 @@ pub fn spawn_upkeep(handle: PrometheusHandle) {
     });
 }
 
-pub fn request(route: &str, outcome: Outcome, started: Instant) {
+/// One route's metric handles, registered once at start so that a request records
+/// without building label sets or looking anything up.
+pub struct RouteMetrics {
+    requests: [(Counter, Histogram); 10],
+    unkeyed: Counter,
+    upstream: Histogram,
+}
+
+impl RouteMetrics {
+    pub fn new(route: &str) -> Self {
+        let route = route.to_string();
+        Self {
+            requests: OUTCOMES.map(|o| {
+                let labels = [
+                    ("route", route.clone()),
+                    ("outcome", o.as_str().to_string()),
+                ];
+                (
+                    counter!(REQUESTS, &labels),
+                    histogram!(REQUEST_DURATION, &labels),
+                )
+            }),
+            unkeyed: counter!(UNKEYED_REQUESTS, "route" => route.clone()),
+            upstream: histogram!(UPSTREAM_DURATION, "route" => route),
+        }
+    }
+
+    pub fn request(&self, outcome: Outcome, started: Instant) {
+        let (count, duration) = &self.requests[outcome as usize];
+        count.increment(1);
+        duration.record(started.elapsed().as_secs_f64());
+    }
+
+    pub fn unkeyed(&self) {
+        self.unkeyed.increment(1);
+    }
+
+    pub fn upstream(&self, started: Instant) {
+        self.upstream.record(started.elapsed().as_secs_f64());
+    }
+}
+
+impl std::fmt::Debug for RouteMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RouteMetrics")
+    }
+}
+
+/// Requests that matched no route.
+pub fn unmatched(started: Instant) {
     let labels = [
-        ("route", route.to_string()),
-        ("outcome", outcome.as_str().to_string()),
+        ("route", "_unmatched"),
+        ("outcome", Outcome::Rejected.as_str()),
     ];
     counter!(REQUESTS, &labels).increment(1);
     histogram!(REQUEST_DURATION, &labels).record(started.elapsed().as_secs_f64());
-}
-
-pub fn unkeyed(route: &str) {
-    counter!(UNKEYED_REQUESTS, "route" => route.to_string()).increment(1);
-}
-
-pub fn upstream(route: &str, started: Instant) {
-    histogram!(UPSTREAM_DURATION, "route" => route.to_string())
-        .record(started.elapsed().as_secs_f64());
 }
 
 pub fn redis_op(op: &'static str, started: Instant) {

@@ -9,6 +9,7 @@ use http::{HeaderName, Method, StatusCode, Uri};
 use crate::config::{
     Config, IdempotencyConfig, InFlightPolicy, OnAmbiguous, OnRedisUnavailable, RouteConfig,
 };
+use crate::metrics::RouteMetrics;
 
 /// One route with its effective (defaults plus overrides) idempotency policy.
 #[derive(Debug)]
@@ -18,6 +19,7 @@ pub struct Route {
     pub upstream: Uri,
     pub upstream_timeout: Duration,
     pub policy: Policy,
+    pub metrics: RouteMetrics,
 }
 
 /// A route's idempotency settings, resolved into ready-to-use types.
@@ -86,6 +88,7 @@ impl Route {
             upstream: route.upstream.parse().expect("validated upstream"),
             upstream_timeout: route.upstream_timeout,
             policy: Policy::new(&route.idempotency.apply(defaults)),
+            metrics: RouteMetrics::new(&route.name),
         }
     }
 }

@@ -65,9 +65,10 @@ pub async fn handle(
         .route
         .as_ref()
         .map_or("_unmatched", |r| r.name.as_str());
-    match trace.outcome {
-        Some(outcome) => metrics::request(route, outcome, started),
-        None => metrics::unkeyed(route),
+    match (&trace.route, trace.outcome) {
+        (Some(r), Some(outcome)) => r.metrics.request(outcome, started),
+        (Some(r), None) => r.metrics.unkeyed(),
+        (None, _) => metrics::unmatched(started),
     }
     tracing::info!(
         request_id = request_id.to_str().unwrap_or(""),
@@ -231,7 +232,7 @@ async fn execute(
     let started = Instant::now();
     let forward = (app.upstream).forward_buffered(&route, parts, body, peer, max_response);
     let answer = with_heartbeat(forward, &lease, &route).await;
-    metrics::upstream(&route.name, started);
+    route.metrics.upstream(started);
     let stored = match answer {
         Ok(answer) if route.policy.releases(answer.status) => {
             release(lease, &route).await;
