@@ -348,15 +348,17 @@ impl Stores {
                 }
             }
             Home::Redis { .. } => {
-                let in_redis = (self.redis)
-                    .complete(
+                let encoded = response.encode();
+                let in_redis = retry_redis(|| {
+                    (self.redis).complete(
                         &lease.redis_key,
                         &lease.token,
-                        response.encode(),
+                        encoded.clone(),
                         ttl,
                         &lease.fingerprint,
                     )
-                    .await;
+                })
+                .await;
                 if matches!(in_redis, Ok(Completion::LeaseLost)) {
                     return in_redis;
                 }
@@ -385,7 +387,8 @@ impl Stores {
         match (lease.home, &self.postgres) {
             (Home::Postgres, Some(pg)) => pg.store.release(rec, &lease.token).await,
             (Home::Redis { also_in_postgres }, pg) => {
-                let released = self.redis.release(&lease.redis_key, &lease.token).await;
+                let released =
+                    retry_redis(|| self.redis.release(&lease.redis_key, &lease.token)).await;
                 if let (true, Some(pg)) = (also_in_postgres, pg) {
                     pg.store.release(rec, &lease.token).await?;
                 }
@@ -438,6 +441,27 @@ impl Stores {
         }
         self.warmth.refresh(&self.redis, self.longest_ttl).await;
     }
+}
+
+/// Runs a settling script up to three times on Redis errors (50 ms, then 150 ms apart):
+/// every script is safe to run twice with the same token, and one lost completion
+/// would let a retry run again after the lease.
+async fn retry_redis<T, F, Fut>(mut call: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut result = call().await;
+    for pause in [50, 150] {
+        match &result {
+            Err(e) if e.is_redis() => {
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+                result = call().await;
+            }
+            _ => break,
+        }
+    }
+    result
 }
 
 fn lease_ref(lease: &Lease) -> RecordRef<'_> {

@@ -198,3 +198,30 @@ async fn ambiguous_outcomes_release_by_default_or_are_stored() {
     assert_eq!(again, first);
     assert_eq!(upstream.executions(), 3, "store: the retry is not run");
 }
+
+#[tokio::test]
+async fn a_completion_that_meets_a_redis_blip_is_retried() {
+    // Redis-only mode: without the retry the response would be lost and the key
+    // would answer 409 until its lease ran out.
+    let (redis, upstream, app) = stack("").await;
+    upstream.set_delay(Duration::from_millis(500));
+    let first = tokio::spawn(app.post("blip", "{}").send());
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let admin = redis.client().await;
+    let _: fred::prelude::Value = fred::prelude::ClientLike::custom(
+        &admin,
+        fred::cmd!("CLIENT"),
+        vec!["PAUSE", "450", "WRITE"],
+    )
+    .await
+    .unwrap();
+    let (status, _, body) = read(first.await.unwrap().unwrap()).await;
+    assert_eq!(status, 201);
+    let (_, headers, again) = read(app.post("blip", "{}").send().await.unwrap()).await;
+    assert_eq!(
+        headers["idempotent-replayed"], "true",
+        "stored despite the blip"
+    );
+    assert_eq!(again, body);
+    assert_eq!(upstream.executions(), 1);
+}
