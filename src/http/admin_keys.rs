@@ -2,10 +2,10 @@
 //! tiers (`DELETE`), addressed by route, raw key and tenant (the scope header's value)
 //! or the `scope_hash` that request logs carry. Bearer token from `admin.token`.
 
-use axum::extract::{Path, Query, State};
-use axum::response::{IntoResponse, Response};
+use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::Json;
 use http::header::AUTHORIZATION;
+use http::request::Parts;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -27,8 +27,9 @@ pub struct Which {
     force: bool,
 }
 
-/// A record addressed by the request, resolved.
-struct Target {
+/// A record addressed by the request, resolved (and the caller authorised).
+pub struct Target {
+    force: bool,
     route: String,
     scope: Scope,
     record: RecordId,
@@ -82,6 +83,7 @@ fn resolve(app: &App, route: &str, raw_key: &str, which: &Which) -> Result<Targe
     };
     let record = RecordId::new(scope, &key);
     Ok(Target {
+        force: which.force,
         route: route.name.clone(),
         scope,
         record,
@@ -102,36 +104,36 @@ fn unavailable(e: crate::store::StoreError) -> Problem {
     Problem::from(&e)
 }
 
-/// `GET /admin/keys/{route}/{key}`: the record's state in Redis and Postgres.
-pub async fn show(
-    State(AppState(app)): State<AppState>,
-    Path((route, raw_key)): Path<(String, String)>,
-    Query(which): Query<Which>,
-    headers: HeaderMap,
-) -> Response {
-    match show_inner(&app, &route, &raw_key, &which, &headers).await {
-        Ok(body) => Json(body).into_response(),
-        Err(problem) => problem.into_response(),
+impl FromRequestParts<AppState> for Target {
+    type Rejection = Problem;
+
+    /// Authorises the caller and resolves route, key and scope into a record.
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Problem> {
+        let app = &state.0;
+        authorize(app, &parts.headers)?;
+        let Path((route, raw_key)) = Path::<(String, String)>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| bad_query("the path must be /admin/keys/{route}/{key}"))?;
+        let Query(which) = Query::<Which>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| bad_query("unknown or malformed query parameters"))?;
+        resolve(app, &route, &raw_key, &which)
     }
 }
 
-async fn show_inner(
-    app: &App,
-    route: &str,
-    raw_key: &str,
-    which: &Which,
-    headers: &HeaderMap,
-) -> Result<Value, Problem> {
-    authorize(app, headers)?;
-    let t = resolve(app, route, raw_key, which)?;
-    let (redis, postgres) = states(app, &t).await?;
-    Ok(json!({
+/// `GET /admin/keys/{route}/{key}`: the record's state in Redis and Postgres.
+pub async fn show(
+    State(AppState(app)): State<AppState>,
+    t: Target,
+) -> Result<Json<Value>, Problem> {
+    let (redis, postgres) = states(&app, &t).await?;
+    Ok(Json(json!({
         "route": t.route,
         "key_hash": t.record.short(),
         "scope_hash": t.scope.to_hex(),
         "redis": redis,
         "postgres": postgres,
-    }))
+    })))
 }
 
 async fn states(app: &App, t: &Target) -> Result<(Value, Value), Problem> {
@@ -177,28 +179,11 @@ async fn states(app: &App, t: &Target) -> Result<(Value, Value), Problem> {
 /// while a lease is held unless `?force=true`.
 pub async fn invalidate(
     State(AppState(app)): State<AppState>,
-    Path((route, raw_key)): Path<(String, String)>,
-    Query(which): Query<Which>,
-    headers: HeaderMap,
-) -> Response {
-    match invalidate_inner(&app, &route, &raw_key, &which, &headers).await {
-        Ok(body) => Json(body).into_response(),
-        Err(problem) => problem.into_response(),
-    }
-}
-
-async fn invalidate_inner(
-    app: &App,
-    route: &str,
-    raw_key: &str,
-    which: &Which,
-    headers: &HeaderMap,
-) -> Result<Value, Problem> {
-    authorize(app, headers)?;
-    let t = resolve(app, route, raw_key, which)?;
-    let (redis, postgres) = states(app, &t).await?;
+    t: Target,
+) -> Result<Json<Value>, Problem> {
+    let (redis, postgres) = states(&app, &t).await?;
     let leased = redis["state"] == "in_flight" || postgres["state"] == "in_flight";
-    if leased && !which.force {
+    if leased && !t.force {
         return Err(Problem::new(
             StatusCode::CONFLICT,
             "record_leased",
@@ -224,11 +209,11 @@ async fn invalidate_inner(
             pg.store.delete(rec).await.map_err(unavailable)?
         }
     };
-    tracing::warn!(route = %t.route, key_hash = %t.record.short(), forced = which.force,
+    tracing::warn!(route = %t.route, key_hash = %t.record.short(), forced = t.force,
         "record invalidated through the admin API");
-    Ok(json!({
+    Ok(Json(json!({
         "route": t.route,
         "key_hash": t.record.short(),
         "deleted": {"redis": in_redis, "postgres": in_postgres},
-    }))
+    })))
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use crate::support::{problem_code, read, stack};
+use crate::support::{problem_code, read, stack, tally};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_concurrent_duplicates_execute_once() {
@@ -15,27 +15,9 @@ async fn fifty_concurrent_duplicates_execute_once() {
     let answers = join_all(requests).await;
 
     assert_eq!(upstream.executions(), 1, "exactly one upstream execution");
-    let mut first = 0;
-    let mut in_flight = 0;
-    let mut replayed = 0;
-    for (status, headers, body) in &answers {
-        match (
-            *status,
-            headers
-                .get("idempotent-replayed")
-                .map(|v| v.to_str().unwrap()),
-        ) {
-            (201, Some("false")) => first += 1,
-            (201, Some("true")) => replayed += 1,
-            (409, _) => {
-                assert_eq!(problem_code(headers, body), "idempotency_key_in_flight");
-                in_flight += 1;
-            }
-            other => panic!("unexpected answer {other:?}"),
-        }
-    }
-    assert_eq!(first, 1);
-    assert_eq!(first + in_flight + replayed, 50);
+    let t = tally(&answers);
+    assert_eq!(t.first, 1);
+    assert_eq!(t.first + t.in_flight + t.replayed, 50);
     // Once settled, every duplicate is a replay.
     let again = join_all((0..10).map(|_| app.post("burst", r#"{"amount":5}"#).send())).await;
     for r in again {

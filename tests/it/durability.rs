@@ -1,23 +1,11 @@
 //! Issue 3: Postgres write-through, cold-Redis fallback, Redis-outage policies,
 //! stricter claims, migrations and the reaper, against real Redis and Postgres.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use crate::support::{comparable, durable_stack, problem_code, read};
-
-/// Retries `f` until it returns true or `within` passes.
-async fn eventually(within: Duration, mut f: impl AsyncFnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if f().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    false
-}
+use crate::support::{comparable, durable_stack, eventually, problem_code, read, tally};
 
 #[tokio::test]
 async fn redis_restarted_empty_replays_from_postgres_and_rewarms() {
@@ -79,21 +67,7 @@ async fn redis_down_moves_claims_to_postgres_with_one_execution() {
         1,
         "exactly one execution with claims in postgres"
     );
-    let mut first = 0;
-    for (status, headers, body) in &answers {
-        match (
-            *status,
-            headers
-                .get("idempotent-replayed")
-                .map(|v| v.to_str().unwrap()),
-        ) {
-            (201, Some("false")) => first += 1,
-            (201, Some("true")) => {}
-            (409, _) => assert_eq!(problem_code(headers, body), "idempotency_key_in_flight"),
-            other => panic!("unexpected {other:?}"),
-        }
-    }
-    assert_eq!(first, 1);
+    assert_eq!(tally(&answers).first, 1);
     assert_eq!(pg.count("state = 'completed'").await, 1);
 
     // Redis returns: claims go back to it, and the key completed meanwhile replays.
@@ -147,12 +121,7 @@ async fn policy_reject_answers_503_and_pass_through_bypasses() {
     assert_eq!(status, 503);
     assert_eq!(problem_code(&headers, &body), "store_unavailable");
     assert_eq!(upstream.executions(), 0);
-    let ready = app
-        .client
-        .get(format!("http://{}/readyz", app.admin))
-        .send()
-        .await
-        .unwrap();
+    let ready = app.readyz().await;
     assert_eq!(
         ready.status(),
         503,

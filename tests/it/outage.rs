@@ -28,12 +28,7 @@ async fn redis_killed_gives_503_and_recovers_when_it_returns() {
         1,
         "an unclaimed request is never forwarded"
     );
-    let ready = app
-        .client
-        .get(format!("http://{}/readyz", app.admin))
-        .send()
-        .await
-        .unwrap();
+    let ready = app.readyz().await;
     assert_eq!(ready.status(), 503);
     let v: serde_json::Value = ready.json().await.unwrap();
     assert_eq!(v["dependencies"]["redis"]["state"], "down");
@@ -51,12 +46,7 @@ async fn redis_killed_gives_503_and_recovers_when_it_returns() {
         assert!(Instant::now() < deadline, "gateway did not recover");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let ready = app
-        .client
-        .get(format!("http://{}/readyz", app.admin))
-        .send()
-        .await
-        .unwrap();
+    let ready = app.readyz().await;
     assert_eq!(ready.status(), 200);
     assert_eq!(upstream.executions(), 2);
 }
@@ -99,12 +89,7 @@ async fn healthz_is_up_whatever_redis_does() {
     let (mut redis, _upstream, app) = stack("").await;
     let url = format!("http://{}/healthz", app.admin);
     assert_eq!(app.client.get(&url).send().await.unwrap().status(), 200);
-    let ready = app
-        .client
-        .get(format!("http://{}/readyz", app.admin))
-        .send()
-        .await
-        .unwrap();
+    let ready = app.readyz().await;
     assert_eq!(ready.status(), 200);
     redis.stop();
     assert_eq!(app.client.get(&url).send().await.unwrap().status(), 200);

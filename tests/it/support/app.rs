@@ -46,6 +46,12 @@ impl TestApp {
         format!("http://{}{path}", self.addr)
     }
 
+    /// `GET /readyz` on the admin listener.
+    pub async fn readyz(&self) -> reqwest::Response {
+        let url = format!("http://{}/readyz", self.admin);
+        self.client.get(url).send().await.unwrap()
+    }
+
     /// A keyed JSON POST to `/v1/payments`.
     pub fn post(&self, key: &str, body: &str) -> RequestBuilder {
         self.client

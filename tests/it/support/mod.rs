@@ -26,6 +26,46 @@ pub fn comparable(h: &reqwest::header::HeaderMap) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
+/// How a burst of identical requests was answered.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub first: usize,
+    pub replayed: usize,
+    pub in_flight: usize,
+}
+
+/// Counts first executions, replays and 409s; panics on any other answer.
+pub fn tally(answers: &[(u16, reqwest::header::HeaderMap, bytes::Bytes)]) -> Tally {
+    let mut t = Tally::default();
+    for (status, headers, body) in answers {
+        let replayed = headers
+            .get("idempotent-replayed")
+            .map(|v| v.to_str().unwrap());
+        match (*status, replayed) {
+            (201, Some("false")) => t.first += 1,
+            (201, Some("true")) => t.replayed += 1,
+            (409, _) => {
+                assert_eq!(problem_code(headers, body), "idempotency_key_in_flight");
+                t.in_flight += 1;
+            }
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+    t
+}
+
+/// Retries `f` until it returns true or `within` passes.
+pub async fn eventually(within: std::time::Duration, mut f: impl AsyncFnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if f().await {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    false
+}
+
 /// The `code` member of a problem+json body, asserting the content type.
 pub fn problem_code(headers: &reqwest::header::HeaderMap, body: &[u8]) -> String {
     assert_eq!(
