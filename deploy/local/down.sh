@@ -1,67 +1,49 @@
 #!/usr/bin/env bash
-# Stop the local idemgate stack started by deploy/local/up.sh (`make down`).
-# Each process named in a .state/*.pid file gets SIGTERM, up to 10 s to exit,
-# then SIGKILL; pid files are removed. Safe to run when nothing is running.
+# Stop the local idemgate fleet started by deploy/local/up.sh (`make down`).
+# Order: the gateway replicas first (SIGTERM, all at once, so they drain their
+# in-flight requests and flush the Postgres write-through queue while Redis and
+# Postgres are still up), then the demo upstream, HAProxy, Prometheus, Postgres
+# (`pg_ctl stop -m fast`) and Redis. Each process named in a .state/*.pid file
+# gets SIGTERM and a grace period, then SIGKILL; pid files are removed.
+# Postgres data (.state/pg) is kept; Redis has no persistence.
+# Safe to run when nothing is running.
+#
+# Environment:
+#   GRACE_SECONDS          grace for each component (default 10)
+#   GATEWAY_GRACE_SECONDS  grace for the replicas (default 35: above their
+#                          server.shutdown_grace of 30s)
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-STATE="$ROOT/.state"
+# shellcheck source=deploy/local/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
 GRACE_SECONDS="${GRACE_SECONDS:-10}"
+GATEWAY_GRACE_SECONDS="${GATEWAY_GRACE_SECONDS:-35}"
 
-log() { printf '==> %s\n' "$*"; }
+mapfile -t gateways < <(gateway_pidfiles)
+if ((${#gateways[@]})); then
+    stop_gateways "$GATEWAY_GRACE_SECONDS" "${gateways[@]}"
+else
+    log "idemgate not running"
+fi
+stop demo-upstream "$STATE/upstream.pid" "$GRACE_SECONDS"
+stop haproxy "$STATE/haproxy.pid" "$GRACE_SECONDS"
+[[ -f $STATE/haproxy-old.pid ]] && stop haproxy "$STATE/haproxy-old.pid" "$GRACE_SECONDS"
+stop prometheus "$STATE/prometheus.pid" "$GRACE_SECONDS"
 
-# pid_alive PID: a live, non-zombie process.
-pid_alive() {
-    kill -0 "$1" 2>/dev/null || return 1
-    [[ "$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" != Z ]]
-}
+if [[ -x $PG_BIN/pg_ctl ]] && pg_running; then
+    log "stopping postgres (pg_ctl stop -m fast)"
+    as_pg "$PG_BIN/pg_ctl" stop -D "$PGDATA" -m fast -w -t "$GRACE_SECONDS" -s ||
+        {
+            pid=$(head -n1 "$PGDATA/postmaster.pid" 2>/dev/null || true)
+            if [[ -n $pid ]] && pid_alive "$pid" && program_is "$pid" postgres; then
+                warn "postgres did not stop within ${GRACE_SECONDS}s; pg_ctl stop -m immediate"
+                as_pg "$PG_BIN/pg_ctl" stop -D "$PGDATA" -m immediate -w -t "$GRACE_SECONDS" -s || true
+            fi
+        }
+else
+    log "postgres not running"
+fi
 
-# program_is PID NAME: the program name of PID is NAME (guards against pid reuse).
-program_is() {
-    local argv0
-    argv0=$(tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null | head -n1) || return 1
-    argv0=${argv0%% *}
-    [[ ${argv0##*/} == "$2" ]]
-}
-
-# stop NAME PIDFILE
-stop() {
-    local name=$1 pidfile=$2 pid i
-    if [[ ! -f $pidfile ]]; then
-        log "$name not running (no pid file)"
-        return 0
-    fi
-    pid=$(<"$pidfile")
-    if ! [[ $pid =~ ^[0-9]+$ ]] || ! pid_alive "$pid"; then
-        log "$name not running (stale pid file)"
-        rm -f "$pidfile"
-        return 0
-    fi
-    if ! program_is "$pid" "$name"; then
-        log "$name: pid $pid now belongs to another program; leaving it alone"
-        rm -f "$pidfile"
-        return 0
-    fi
-    log "stopping $name (pid $pid)"
-    kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < GRACE_SECONDS * 10; i++)); do
-        pid_alive "$pid" || break
-        sleep 0.1
-    done
-    if pid_alive "$pid"; then
-        log "$name did not exit within ${GRACE_SECONDS}s; sending SIGKILL"
-        kill -KILL "$pid" 2>/dev/null || true
-        for ((i = 0; i < 20; i++)); do
-            pid_alive "$pid" || break
-            sleep 0.1
-        done
-    fi
-    rm -f "$pidfile"
-}
-
-# Reverse start order: gateway first, so it never sees its backends vanish
-# while still accepting traffic.
-stop idemgate "$STATE/gateway.pid"
-stop demo-upstream "$STATE/upstream.pid"
-stop redis-server "$STATE/redis.pid"
-log "local stack stopped"
+stop redis-server "$STATE/redis.pid" "$GRACE_SECONDS"
+log "local fleet stopped"
