@@ -3,7 +3,7 @@
 -- ARGV[1] fingerprint, ARGV[2] lock token, ARGV[3] lease in ms, ARGV[4] fence key ttl in ms.
 -- Record: a hash {s = "L" (leased) | "C" (completed), f = fingerprint, t = token,
 --                 n = fencing token, r = response}.
--- Reply: {"A", fence} acquired | {"C", response} | {"I", remaining_ms} | {"M"} mismatch.
+-- Reply: {"A", fence} acquired | {"C", response, remaining_ms} | {"I", remaining_ms} | {"M"} mismatch.
 local rec = KEYS[1]
 local v = redis.call('HMGET', rec, 's', 'f', 't', 'n')
 if not v[1] then
@@ -25,7 +25,7 @@ if v[2] ~= ARGV[1] then
   return {'M'}
 end
 if v[1] == 'C' then
-  return {'C', redis.call('HGET', rec, 'r')}
+  return {'C', redis.call('HGET', rec, 'r'), redis.call('PTTL', rec)}
 end
 if v[3] == ARGV[2] then
   -- Our own claim, re-sent after a dropped connection: still ours.

@@ -1,6 +1,8 @@
 //! The application: configuration, routes and store clients built once at start and
 //! shared by every request as [`crate::http::AppState`].
 
+use std::sync::Arc;
+
 use anyhow::Context;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::task::TaskTracker;
@@ -8,6 +10,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::{Config, InFlightPolicy, OnRedisUnavailable};
 use crate::proxy::Upstream;
 use crate::route::RouteTable;
+use crate::store::memory::ReplayCache;
 use crate::store::postgres::writer::Writer;
 use crate::store::tiers::Durable;
 use crate::store::waiters::Waiters;
@@ -82,12 +85,18 @@ impl App {
         let waiting = (config.routes.iter())
             .map(|r| r.idempotency.apply(&config.idempotency).in_flight)
             .any(|p| p == InFlightPolicy::Wait);
-        let waiters = if waiting {
-            Some(Waiters::start(&config.redis, redis.channel_pattern())?)
+        let rc = &config.replay_cache;
+        let cache = ReplayCache::new(rc.max_bytes.as_u64(), rc.max_age).map(Arc::new);
+        let waiters = if waiting || cache.is_some() {
+            Some(Waiters::start(
+                &config.redis,
+                redis.channel_pattern(),
+                cache.clone(),
+            )?)
         } else {
             None
         };
-        let stores = Stores::new(&config, redis, postgres, waiters);
+        let stores = Stores::new(&config, redis, postgres, waiters, cache);
         stores.probe().await;
         let reap = (config.postgres.as_ref()).map(|p| (p.reap_interval, p.reap_batch));
         stores.spawn_background(config.redis.probe_interval, reap);

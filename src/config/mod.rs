@@ -27,6 +27,7 @@ pub struct Config {
     pub server: ServerConfig,
     pub log: LogConfig,
     pub admin: AdminConfig,
+    pub replay_cache: ReplayCacheConfig,
     pub redis: RedisConfig,
     /// Absent: Redis-only mode (no durable tier).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -109,6 +110,27 @@ pub struct AdminConfig {
     /// Bearer token for `/admin/*`; absent means the admin API is off.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+}
+
+/// `[replay_cache]`: completed records kept in each replica's memory, so replays skip Redis.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReplayCacheConfig {
+    /// Memory for cached responses; `0` turns the cache off.
+    pub max_bytes: ByteSize,
+    /// Longest an entry is served from memory (bounds how long a missed admin
+    /// invalidation can go unnoticed); entries also expire with their record.
+    #[serde(with = "humantime_serde")]
+    pub max_age: Duration,
+}
+
+impl Default for ReplayCacheConfig {
+    fn default() -> Self {
+        Self {
+            max_bytes: ByteSize::mib(16),
+            max_age: Duration::from_secs(60),
+        }
+    }
 }
 
 /// `[redis]`: the claim and response store.

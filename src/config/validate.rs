@@ -33,6 +33,8 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         }
     }
 
+    positive_duration("replay_cache.max_age", config.replay_cache.max_age)?;
+
     let r = &config.redis;
     if !(r.url.starts_with("redis://") || r.url.starts_with("rediss://")) {
         return Err(ConfigError::invalid(

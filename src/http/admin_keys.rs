@@ -209,6 +209,13 @@ pub async fn invalidate(
             pg.store.delete(rec).await.map_err(unavailable)?
         }
     };
+    if let Some(cache) = &app.stores.cache {
+        cache.remove(t.record);
+    }
+    // Other replicas drop it from their replay caches too.
+    if let Err(e) = app.stores.redis.publish_invalidation(&t.redis_key).await {
+        tracing::warn!(error = %e, "could not publish the invalidation to other replicas");
+    }
     tracing::warn!(route = %t.route, key_hash = %t.record.short(), forced = t.force,
         "record invalidated through the admin API");
     Ok(Json(json!({

@@ -140,6 +140,17 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
         &body,
     );
 
+    // A completed record this replica has seen never changes: answer from memory.
+    if let Some(hit) = app.stores.cache.as_ref().and_then(|c| c.get(record)) {
+        let (outcome, response) = if hit.fingerprint == fingerprint {
+            (Outcome::Replayed, hit.response.to_response(true))
+        } else {
+            let problem = Problem::mismatch(policy.mismatch_status);
+            (Outcome::Mismatch, problem.into_response())
+        };
+        trace.outcome = Some(outcome);
+        return response;
+    }
     let claim = match app.stores.claim(&route, scope, record, &fingerprint).await {
         Ok(Claim::InFlight { remaining }) if policy.in_flight == InFlightPolicy::Wait => {
             (app.stores)
@@ -160,7 +171,16 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
                 (Outcome::UpstreamError, problem.into_response())
             })
         }
-        Ok(Claim::Completed(stored)) => (Outcome::Replayed, stored.to_response(true)),
+        Ok(Claim::Completed {
+            response,
+            remaining,
+        }) => {
+            let replay = response.to_response(true);
+            if let Some(cache) = &app.stores.cache {
+                cache.insert(record, fingerprint, response, remaining);
+            }
+            (Outcome::Replayed, replay)
+        }
         Ok(Claim::InFlight { remaining }) => (
             Outcome::InFlight,
             Problem::in_flight(remaining).into_response(),
@@ -224,6 +244,7 @@ async fn execute(
 ) -> (Outcome, Response) {
     let _in_flight = InFlightGuard::new();
     let record = lease.record();
+    let lease_fingerprint = lease.fingerprint();
     let max_response = app.config.server.max_response_body.as_u64();
     let mut parts = parts;
     parts
@@ -261,7 +282,12 @@ async fn execute(
         }
     };
     match lease.complete(&stored, route.policy.ttl).await {
-        Ok(Completion::Stored) => metrics::stored_bytes(stored.encoded_len()),
+        Ok(Completion::Stored) => {
+            metrics::stored_bytes(stored.encoded_len());
+            if let Some(cache) = &app.stores.cache {
+                cache.insert(record, lease_fingerprint, stored.clone(), route.policy.ttl);
+            }
+        }
         Ok(Completion::LeaseLost) => {
             metrics::lease_lost();
             tracing::warn!(route = %route.name, key_hash = %record.short(),

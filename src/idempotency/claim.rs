@@ -17,8 +17,11 @@ use crate::store::{StoreError, Stores};
 pub enum Claim<L = Lease> {
     /// This request holds the lease and must run the upstream call.
     Acquired(L),
-    /// A response is stored for the same fingerprint: replay it.
-    Completed(StoredResponse),
+    /// A response is stored for the same fingerprint: replay it. It lives `remaining` more.
+    Completed {
+        response: StoredResponse,
+        remaining: Duration,
+    },
     /// Another request holds the lease for `remaining`.
     InFlight { remaining: Duration },
     /// The key was used with a different request.
@@ -33,7 +36,13 @@ impl<L> Claim<L> {
     pub fn map_acquired<M>(self, f: impl FnOnce(L) -> M) -> Claim<M> {
         match self {
             Claim::Acquired(l) => Claim::Acquired(f(l)),
-            Claim::Completed(r) => Claim::Completed(r),
+            Claim::Completed {
+                response,
+                remaining,
+            } => Claim::Completed {
+                response,
+                remaining,
+            },
             Claim::InFlight { remaining } => Claim::InFlight { remaining },
             Claim::Mismatch => Claim::Mismatch,
             Claim::Bypassed => Claim::Bypassed,
@@ -91,6 +100,10 @@ impl Lease {
 
     pub fn home(&self) -> Home {
         self.home
+    }
+
+    pub fn fingerprint(&self) -> Fingerprint {
+        self.fingerprint
     }
 
     pub fn fence(&self) -> i64 {

@@ -75,6 +75,11 @@ impl RecordId {
         &self.0
     }
 
+    /// From its full hex form (as in store keys).
+    pub fn from_hex(hex_str: &str) -> Option<Self> {
+        hex::decode(hex_str).ok()?.try_into().ok().map(Self)
+    }
+
     /// A 12-character prefix for log lines.
     pub fn short(self) -> String {
         hex::encode(&self.0[..6])

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use fred::prelude::{
     Builder, ClientLike, Config as FredConfig, Error as FredError, KeysInterface, Pool,
-    ReconnectPolicy, Value,
+    PubsubInterface, ReconnectPolicy, Value,
 };
 use fred::types::scripts::Script;
 
@@ -114,8 +114,8 @@ impl RedisStore {
     ///
     /// KEYS: `[record key, fence key]`. ARGV: `[fingerprint (32 bytes), lock token,
     /// lease ms, fence key ttl ms]`.
-    /// Reply: `{"A", fence}` acquired with its fencing token, `{"C", encoded response}`
-    /// completed with this fingerprint, `{"I", remaining ms}` leased by another token,
+    /// Reply: `{"A", fence}` acquired with its fencing token, `{"C", encoded response,
+    /// remaining ms}` completed with this fingerprint, `{"I", remaining ms}` leased by another token,
     /// `{"M"}` another fingerprint. This is the one place that reply is decoded.
     ///
     /// A claim that fails may still have landed: its token is released in the
@@ -175,13 +175,14 @@ impl RedisStore {
                     .ok_or_else(|| bad("fence is not a number"))?;
                 Ok(Claim::Acquired(fence))
             }
-            Some("C") if items.len() == 2 => {
-                let raw = (items.pop())
-                    .and_then(Value::into_bytes)
-                    .ok_or_else(|| bad("no response"))?;
-                StoredResponse::decode(raw)
-                    .map(Claim::Completed)
-                    .map_err(StoreError::Corrupt)
+            Some("C") if items.len() == 3 => {
+                let ms = (items[2].as_i64()).ok_or_else(|| bad("remaining ttl is not a number"))?;
+                let raw = (items.swap_remove(1).into_bytes()).ok_or_else(|| bad("no response"))?;
+                let response = StoredResponse::decode(raw).map_err(StoreError::Corrupt)?;
+                Ok(Claim::Completed {
+                    response,
+                    remaining: Duration::from_millis(ms.max(0) as u64),
+                })
             }
             Some("I") if items.len() == 2 => {
                 let ms =
@@ -292,6 +293,13 @@ impl RedisStore {
     /// The pattern every completion channel matches, for the waiters' subscription.
     pub fn channel_pattern(&self) -> String {
         format!("{}:{{*}}:done", self.inner.prefix)
+    }
+
+    /// Tells every replica that a record was invalidated (admin API), so that their
+    /// replay caches drop it.
+    pub async fn publish_invalidation(&self, key: &str) -> Result<(), StoreError> {
+        let _: i64 = self.inner.pool.next().publish(channel(key), "I").await?;
+        Ok(())
     }
 
     /// Completion channel of a record key.

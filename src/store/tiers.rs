@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::breaker::Breaker;
+use super::memory::ReplayCache;
 use super::postgres::writer::{WriteOutcome, Writer};
 use super::postgres::{CompletedRecord, Found, PgClaim, RecordRef};
 use super::waiters::Waiters;
@@ -41,8 +42,10 @@ pub struct Inner {
     pub postgres: Option<Durable>,
     pub breaker: Breaker,
     pub warmth: Warmth,
-    /// Present when some route lets duplicates wait.
+    /// Present when some route lets duplicates wait, or the replay cache is on.
     pub waiters: Option<Arc<Waiters>>,
+    /// Completed records this replica has seen (`replay_cache`).
+    pub cache: Option<Arc<ReplayCache>>,
     longest_ttl: Duration,
 }
 
@@ -65,12 +68,14 @@ impl Stores {
         redis: RedisStore,
         postgres: Option<Durable>,
         waiters: Option<Arc<Waiters>>,
+        cache: Option<Arc<ReplayCache>>,
     ) -> Self {
         let lookup = config.postgres.as_ref().map(|p| p.lookup_on_miss);
         Self(Arc::new(Inner {
             redis,
             postgres,
             waiters,
+            cache,
             breaker: Breaker::default(),
             warmth: Warmth::new(lookup.unwrap_or(crate::config::LookupOnMiss::Always)),
             longest_ttl: config.longest_ttl(),
@@ -272,7 +277,10 @@ impl Stores {
                 {
                     tracing::warn!(error = %e, "could not re-warm redis");
                 }
-                Ok(Claim::Completed(response))
+                Ok(Claim::Completed {
+                    response,
+                    remaining,
+                })
             }
             other => {
                 metrics::fallback(match other {
@@ -478,8 +486,11 @@ fn found_to_claim(found: Found, fingerprint: &Fingerprint) -> Claim {
         Found::Completed {
             fingerprint: stored,
             response,
-            ..
-        } if stored == *fingerprint => Claim::Completed(response),
+            remaining,
+        } if stored == *fingerprint => Claim::Completed {
+            response,
+            remaining,
+        },
         Found::Leased {
             fingerprint: stored,
             remaining,

@@ -1,6 +1,7 @@
 //! Waiting duplicates (`in_flight = "wait"`): one Redis pub/sub subscription per
 //! replica to every record's completion channel, fanned out to the local requests
 //! waiting on that record. The completion and release scripts publish; nothing polls.
+//! The same subscription carries admin invalidations to the replay cache.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -12,7 +13,9 @@ use fred::prelude::{
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::Notify;
 
+use super::memory::ReplayCache;
 use crate::config::RedisConfig;
+use crate::idempotency::RecordId;
 
 /// Local waiters by channel, woken by the subscription.
 pub struct Waiters {
@@ -44,9 +47,20 @@ impl Drop for Watch {
     }
 }
 
+/// The record a channel (`<prefix>:{<record hex>}:done`) is about.
+fn record_of(channel: &str) -> Option<RecordId> {
+    let hex = channel.split_once('{')?.1.split_once('}')?.0;
+    RecordId::from_hex(hex)
+}
+
 impl Waiters {
     /// Starts the subscriber (it reconnects and resubscribes by itself).
-    pub fn start(config: &RedisConfig, pattern: String) -> Result<Arc<Self>, fred::error::Error> {
+    /// `cache` loses the records that an admin invalidation names.
+    pub fn start(
+        config: &RedisConfig,
+        pattern: String,
+        cache: Option<Arc<ReplayCache>>,
+    ) -> Result<Arc<Self>, fred::error::Error> {
         let mut fred_config = FredConfig::from_url(&config.url)?;
         fred_config.fail_fast = false;
         let subscriber: SubscriberClient = Builder::from_config(fred_config)
@@ -62,7 +76,16 @@ impl Waiters {
         tokio::spawn(async move {
             loop {
                 match messages.recv().await {
-                    Ok(message) => fan_out.wake(&message.channel),
+                    Ok(message) => {
+                        if let (Some(cache), Some("I")) =
+                            (&cache, message.value.as_str().as_deref())
+                        {
+                            if let Some(record) = record_of(&message.channel) {
+                                cache.remove(record);
+                            }
+                        }
+                        fan_out.wake(&message.channel);
+                    }
                     // Missed some: wake everyone; each re-checks its record.
                     Err(RecvError::Lagged(_)) => fan_out.wake_all(),
                     Err(RecvError::Closed) => return,

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod cache;
 mod cli;
 mod concurrency;
 mod durability;

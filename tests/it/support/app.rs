@@ -13,10 +13,12 @@ pub struct TestApp {
     stop: Option<oneshot::Sender<()>>,
 }
 
-/// The route every test uses, plus `extra` TOML appended at the end.
+/// The route every test uses, plus `extra` TOML appended at the end. The replay cache
+/// is off, so that tests see what the stores do; `tests/it/cache.rs` turns it on.
 pub fn config(redis: &str, upstream: &str, extra: &str) -> Config {
     let toml = format!(
-        "[redis]\nurl = \"{redis}\"\ncommand_timeout = \"300ms\"\nconnect_timeout = \"500ms\"\nprobe_interval = \"100ms\"\n\
+        "[replay_cache]\nmax_bytes = \"0B\"\n\
+         [redis]\nurl = \"{redis}\"\ncommand_timeout = \"300ms\"\nconnect_timeout = \"500ms\"\nprobe_interval = \"100ms\"\n\
          [[routes]]\nname = \"payments\"\npath_prefix = \"/v1/\"\nupstream = \"{upstream}\"\n\
          upstream_timeout = \"5s\"\n{extra}"
     );

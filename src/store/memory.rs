@@ -1,0 +1,143 @@
+//! The in-process replay cache: completed records this replica has seen, so that a
+//! replay is answered without a Redis round trip.
+//!
+//! Safe because a completed record never changes until it expires: the completion
+//! script and the Postgres upsert only write a free, leased-by-the-same-token or
+//! expired record. Each entry expires with its record (the remaining TTL Redis or
+//! Postgres reported), and at most `replay_cache.max_age` after it was cached, which
+//! bounds how long an admin invalidation that this replica missed can go unnoticed
+//! (invalidations are published to every replica). Entries are weighed by their
+//! stored size, up to `replay_cache.max_bytes`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quick_cache::sync::Cache;
+use quick_cache::Weighter;
+
+use crate::idempotency::{Fingerprint, RecordId, StoredResponse};
+
+/// A completed record as cached.
+#[derive(Debug)]
+pub struct Entry {
+    pub fingerprint: Fingerprint,
+    pub response: StoredResponse,
+    expires: Instant,
+}
+
+#[derive(Clone)]
+struct BySize;
+
+impl Weighter<[u8; 32], Arc<Entry>> for BySize {
+    fn weight(&self, _key: &[u8; 32], entry: &Arc<Entry>) -> u64 {
+        // The key, the entry's fixed part, and the stored response.
+        (32 + 96 + entry.response.encoded_len()) as u64
+    }
+}
+
+/// Bounded in bytes and in age.
+pub struct ReplayCache {
+    cache: Cache<[u8; 32], Arc<Entry>, BySize>,
+    max_age: Duration,
+}
+
+impl ReplayCache {
+    /// `None` when `max_bytes` is 0 (the cache is off).
+    pub fn new(max_bytes: u64, max_age: Duration) -> Option<Self> {
+        (max_bytes > 0).then(|| Self {
+            cache: Cache::with_weighter((max_bytes / 1024).max(16) as usize, max_bytes, BySize),
+            max_age,
+        })
+    }
+
+    /// The unexpired entry for `record`.
+    pub fn get(&self, record: RecordId) -> Option<Arc<Entry>> {
+        let entry = self.cache.get(record.as_bytes())?;
+        if entry.expires <= Instant::now() {
+            self.cache.remove(record.as_bytes());
+            return None;
+        }
+        Some(entry)
+    }
+
+    /// Caches a completed record that has `remaining` left to live.
+    pub fn insert(
+        &self,
+        record: RecordId,
+        fingerprint: Fingerprint,
+        response: StoredResponse,
+        remaining: Duration,
+    ) {
+        let entry = Entry {
+            fingerprint,
+            response,
+            expires: Instant::now() + remaining.min(self.max_age),
+        };
+        self.cache.insert(*record.as_bytes(), Arc::new(entry));
+    }
+
+    /// Forgets `record` (an admin invalidation).
+    pub fn remove(&self, record: RecordId) {
+        self.cache.remove(record.as_bytes());
+    }
+
+    /// Cached bytes, for tests and metrics.
+    pub fn weight(&self) -> u64 {
+        self.cache.weight()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::idempotency::{IdempotencyKey, Scope};
+    use bytes::Bytes;
+    use http::{HeaderMap, Method, StatusCode};
+
+    fn record(key: &str) -> RecordId {
+        let key: IdempotencyKey = crate::idempotency::key::parse(key.as_bytes(), 255).unwrap();
+        RecordId::new(Scope::new("r", None), &key)
+    }
+
+    fn response(body: &'static [u8]) -> StoredResponse {
+        StoredResponse::from_upstream(
+            StatusCode::CREATED,
+            &HeaderMap::new(),
+            Bytes::from_static(body),
+        )
+    }
+
+    fn fp() -> Fingerprint {
+        Fingerprint::new(&Method::POST, &"/x".parse().unwrap(), None, b"")
+    }
+
+    #[test]
+    fn entries_expire_with_their_record_and_max_age() {
+        let cache = ReplayCache::new(1 << 20, Duration::from_millis(50)).unwrap();
+        cache.insert(record("a"), fp(), response(b"a"), Duration::from_secs(3600));
+        cache.insert(record("b"), fp(), response(b"b"), Duration::from_millis(1));
+        assert_eq!(cache.get(record("a")).unwrap().response.body, "a");
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(cache.get(record("b")).is_none(), "expired with its record");
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(cache.get(record("a")).is_none(), "expired at max_age");
+    }
+
+    #[test]
+    fn bounded_in_bytes_and_can_be_off() {
+        assert!(ReplayCache::new(0, Duration::from_secs(1)).is_none());
+        let cache = ReplayCache::new(64 * 1024, Duration::from_secs(60)).unwrap();
+        static BODY: [u8; 4096] = [b'x'; 4096];
+        for i in 0..100 {
+            cache.insert(
+                record(&format!("k{i}")),
+                fp(),
+                response(&BODY),
+                Duration::from_secs(60),
+            );
+        }
+        assert!(cache.weight() <= 64 * 1024, "weight {}", cache.weight());
+        cache.remove(record("k99"));
+        assert!(cache.get(record("k99")).is_none());
+    }
+}
