@@ -355,7 +355,7 @@ impl Stores {
                     WriteOutcome::Conflict => Ok(Completion::LeaseLost),
                 }
             }
-            Home::Redis { .. } => {
+            Home::Redis { also_in_postgres } => {
                 let encoded = response.encode();
                 let in_redis = retry_redis(|| {
                     (self.redis).complete(
@@ -367,7 +367,11 @@ impl Stores {
                     )
                 })
                 .await;
-                if matches!(in_redis, Ok(Completion::LeaseLost)) {
+                // Lost in Redis: with claims only in Redis, the other holder's answer is
+                // the one to keep. With claims written through, Postgres is the
+                // authority: its token check decides (another request may have taken
+                // the Redis key only because Redis lost ours).
+                if matches!(in_redis, Ok(Completion::LeaseLost)) && !also_in_postgres {
                     return in_redis;
                 }
                 let Some(pg) = &self.postgres else {
@@ -382,7 +386,12 @@ impl Stores {
                     _ => {}
                 }
                 match (in_redis, durable) {
-                    (Err(_), Ok(WriteOutcome::Written)) => Ok(Completion::Stored),
+                    (Err(_) | Ok(Completion::LeaseLost), Ok(WriteOutcome::Written)) => {
+                        Ok(Completion::Stored)
+                    }
+                    (_, Ok(WriteOutcome::Conflict)) if also_in_postgres => {
+                        Ok(Completion::LeaseLost)
+                    }
                     (result, _) => result,
                 }
             }

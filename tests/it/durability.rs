@@ -187,3 +187,34 @@ async fn without_write_through_claims_the_same_fault_runs_twice() {
     first.await.unwrap().unwrap();
     assert_eq!(upstream.executions(), 2);
 }
+
+#[tokio::test]
+async fn write_through_claims_keep_a_completion_that_redis_refused() {
+    // Redis lost the lease and another request holds the Redis key when the first
+    // holder completes: Postgres (which holds the first holder's lease) decides.
+    let (redis, _pg, upstream, app) = durable_stack("claims = \"write_through\"", "").await;
+    upstream.set_delay(Duration::from_millis(800));
+    let first = tokio::spawn(app.post("refused", "{}").send());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let key = redis.records().await.pop().unwrap();
+    let admin = redis.client().await;
+    let _: fred::prelude::Value = fred::prelude::ClientLike::custom(
+        &admin,
+        fred::cmd!("HSET"),
+        vec![key.as_str(), "s", "L", "t", "someone-else"],
+    )
+    .await
+    .unwrap();
+    let (status, _, body) = read(first.await.unwrap().unwrap()).await;
+    assert_eq!(status, 201);
+    let _: i64 = fred::prelude::KeysInterface::del(&admin, key.as_str())
+        .await
+        .unwrap();
+    let (_, headers, again) = read(app.post("refused", "{}").send().await.unwrap()).await;
+    assert_eq!(
+        headers["idempotent-replayed"], "true",
+        "the acknowledged response was kept"
+    );
+    assert_eq!(again, body);
+    assert_eq!(upstream.executions(), 1);
+}

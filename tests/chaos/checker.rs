@@ -1,0 +1,437 @@
+//! The checker: after the run, the invariants over every recorded exchange and the
+//! demo upstream's execution ledger.
+//!
+//! * executions per key as promised (one per tenant using the key; none for keys the
+//!   upstream refuses; two for a key taken over from a frozen holder);
+//! * every replay (`Idempotent-Replayed: true`) byte-identical (status, headers minus
+//!   `Date`/`X-Request-Id`, body) to the original first response of its (tenant, key);
+//! * no replay across tenants (an execution number seen by two tenants), nor across
+//!   keys (a body naming another key);
+//! * no acknowledged response lost: every (tenant, key) that got a 2xx first execution
+//!   replays it in the final pass (and, with Postgres, again after Redis is flushed).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use crate::cluster::Ledger;
+use crate::driver::{Exchange, Got, KeyClass, Phase, Plan, Req, Resp};
+
+/// What the scenario promises.
+#[derive(Clone, Copy, Debug)]
+pub struct Expect {
+    /// Extra executions are a failure (else they are measured and reported).
+    pub exactly_once: bool,
+    /// A lost acknowledged response is a failure (else it is measured).
+    pub durable: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct Report {
+    pub scenario: String,
+    pub requests: usize,
+    pub executions: u64,
+    pub duplicates: u64,
+    pub lost: usize,
+    /// Broken invariants, with evidence: the verdict is FAIL.
+    pub violations: Vec<String>,
+    /// Deviations the scenario's mode allows (its window): the verdict is MEASURED.
+    pub measured: Vec<String>,
+    /// Short facts for the table.
+    pub notes: Vec<String>,
+    /// Longer evidence printed with the row.
+    pub details: Vec<String>,
+}
+
+impl Report {
+    pub fn verdict(&self) -> &'static str {
+        if !self.violations.is_empty() {
+            "FAIL"
+        } else if !self.measured.is_empty() {
+            "MEASURED"
+        } else {
+            "PASS"
+        }
+    }
+
+    pub fn fail(&mut self, why: impl Into<String>) {
+        self.violations.push(why.into());
+    }
+}
+
+/// A response the gateway stores (so a replay must reproduce it): a 2xx, or the 502/504
+/// problems stored for an upstream that acted (response too large, `on_ambiguous = "store"`).
+fn storable(r: &Resp) -> bool {
+    (200..300).contains(&r.status)
+        || matches!(
+            r.problem_code().as_deref(),
+            Some("upstream_outcome_unknown" | "upstream_response_too_large")
+        )
+}
+
+fn short(r: &Resp) -> String {
+    let exec = r
+        .execution()
+        .map(|(n, _)| format!(" exec#{n}"))
+        .unwrap_or_default();
+    let code = r
+        .problem_code()
+        .map(|c| format!(" {c}"))
+        .unwrap_or_default();
+    format!(
+        "{}{}{exec}{code}",
+        r.status,
+        if r.is_replay() { " replay" } else { "" }
+    )
+}
+
+fn list<T: std::fmt::Display>(items: impl IntoIterator<Item = T>, max: usize) -> String {
+    let items: Vec<String> = items.into_iter().map(|i| i.to_string()).collect();
+    let n = items.len();
+    let mut s = items.into_iter().take(max).collect::<Vec<_>>().join(", ");
+    if n > max {
+        let _ = write!(s, ", ... ({n} in all)");
+    }
+    s
+}
+
+/// Runs every check. `ledger` is read after the final passes.
+pub fn check(
+    scenario: &str,
+    expect: Expect,
+    plans: &[Plan],
+    exchanges: &[Exchange],
+    ledger: &Ledger,
+    requests: usize,
+) -> Report {
+    let mut report = Report {
+        scenario: scenario.to_string(),
+        requests,
+        executions: ledger.total,
+        ..Default::default()
+    };
+
+    // Exchanges per (tenant, key).
+    let mut groups: BTreeMap<(usize, String), Vec<&Exchange>> = BTreeMap::new();
+    for e in exchanges {
+        groups
+            .entry((e.req.tenant, e.req.key.clone()))
+            .or_default()
+            .push(e);
+    }
+    let classes: HashMap<&str, (KeyClass, usize)> = plans
+        .iter()
+        .map(|p| (p.key.as_str(), (p.class, p.reqs.len())))
+        .collect();
+
+    // Load-phase status mix, for the notes.
+    let mut mix: BTreeMap<String, usize> = BTreeMap::new();
+    for e in exchanges.iter().filter(|e| e.phase == Phase::Load) {
+        let k = match &e.got {
+            Got::Resp(r) if r.is_replay() => "replay".to_string(),
+            Got::Resp(r) => r.status.to_string(),
+            Got::Timeout => "timeout".to_string(),
+            Got::Error(_) => "conn-error".to_string(),
+        };
+        *mix.entry(k).or_default() += 1;
+    }
+
+    let mut acked = 0usize;
+    let mut replay_mismatch = Vec::new();
+    let mut dup_mismatch = Vec::new();
+    let mut cross_key = Vec::new();
+    let mut lost = Vec::new();
+    let mut replaced = Vec::new();
+    let mut executions_by_tenant: HashMap<u64, HashSet<usize>> = HashMap::new();
+    let mut never_stored = Vec::new();
+
+    for ((tenant, key), ex) in &groups {
+        let mut ex = ex.clone();
+        ex.sort_by_key(|e| e.done_ms);
+        let resps: Vec<(&Exchange, &Resp)> = ex
+            .iter()
+            .filter_map(|e| match &e.got {
+                Got::Resp(r) => Some((*e, r)),
+                _ => None,
+            })
+            .collect();
+        for (_, r) in &resps {
+            if (200..300).contains(&r.status) {
+                match r.execution() {
+                    Some((n, k)) => {
+                        if &k != key {
+                            cross_key.push(format!(
+                                "tenant-{tenant} key {key} got a body for key {k} (exec#{n})"
+                            ));
+                        }
+                        executions_by_tenant.entry(n).or_default().insert(*tenant);
+                    }
+                    None => cross_key.push(format!(
+                        "tenant-{tenant} key {key}: 2xx body is not the upstream's: {:?}",
+                        String::from_utf8_lossy(&r.body)
+                    )),
+                }
+            }
+        }
+        let firsts: Vec<&Resp> = resps
+            .iter()
+            .filter(|(_, r)| !r.is_replay() && storable(r))
+            .map(|(_, r)| *r)
+            .collect();
+        let original = firsts.first().copied();
+        let replays: Vec<(&Exchange, &Resp)> = resps
+            .iter()
+            .filter(|(_, r)| r.is_replay())
+            .copied()
+            .collect();
+        if classes.get(key.as_str()).map(|c| c.0) == Some(KeyClass::NeverExecutes)
+            && !replays.is_empty()
+        {
+            never_stored.push(format!(
+                "tenant-{tenant} key {key}: {} replays of a response that must not be stored",
+                replays.len()
+            ));
+        }
+        for (e, r) in &replays {
+            let reference = original.or(replays.first().map(|x| x.1));
+            let Some(reference) = reference else { continue };
+            if r.same_as(reference) {
+                continue;
+            }
+            let what = format!(
+                "tenant-{tenant} key {key} ({:?} at {} ms): replay {} differs from the original {}",
+                e.phase,
+                e.done_ms,
+                short(r),
+                short(reference)
+            );
+            if firsts.iter().any(|f| r.same_as(f)) {
+                dup_mismatch.push(what);
+            } else {
+                replay_mismatch.push(what);
+            }
+        }
+        // Acknowledged: a 2xx first execution reached this tenant during the run.
+        let acks: Vec<&Resp> = ex
+            .iter()
+            .filter(|e| e.phase == Phase::Load)
+            .filter_map(|e| match &e.got {
+                Got::Resp(r) if !r.is_replay() && (200..300).contains(&r.status) => Some(r),
+                _ => None,
+            })
+            .collect();
+        if acks.is_empty() {
+            continue;
+        }
+        acked += 1;
+        // The original acknowledged response must be what the final passes replay. A
+        // replay of a later acknowledged execution means the original was replaced by
+        // a duplicate (counted as lost, attributed to the duplicate); a replay of
+        // nothing acknowledged (or no replay) is lost outright.
+        let original_ack = acks[0];
+        for phase in [Phase::Final, Phase::Durable] {
+            let last = ex.iter().rev().find(|e| e.phase == phase);
+            let Some(last) = last else {
+                continue; // that pass did not run
+            };
+            let got = match &last.got {
+                Got::Resp(r) => short(r),
+                other => format!("{other:?}"),
+            };
+            let what = format!(
+                "tenant-{tenant} key {key}: acknowledged {}, {phase:?} pass got {got}",
+                list(acks.iter().map(|a| short(a)), 3)
+            );
+            match &last.got {
+                Got::Resp(r) if r.is_replay() && r.same_as(original_ack) => continue,
+                Got::Resp(r) if r.is_replay() && acks.iter().any(|a| r.same_as(a)) => {
+                    replaced.push(what)
+                }
+                _ => lost.push(what),
+            }
+            break;
+        }
+    }
+
+    // Cross-tenant: one execution's body seen by two tenants.
+    let mut cross_tenant: Vec<String> = executions_by_tenant
+        .iter()
+        .filter(|(_, t)| t.len() > 1)
+        .map(|(n, t)| format!("exec#{n} seen by tenants {t:?}"))
+        .collect();
+    cross_tenant.sort();
+
+    // Executions per key against the plan.
+    let mut dups = Vec::new();
+    let mut takeovers = 0u64;
+    let mut unknown = Vec::new();
+    for (key, &count) in &ledger.keys {
+        let Some(&(class, tenants)) = classes.get(key.as_str()) else {
+            unknown.push(format!("{key} x{count}"));
+            continue;
+        };
+        let expected = match class {
+            KeyClass::Normal => tenants as u64,
+            KeyClass::NeverExecutes => 0,
+            KeyClass::Takeover => {
+                takeovers += count.saturating_sub(tenants as u64).min(1);
+                tenants as u64 + 1
+            }
+        };
+        if count > expected {
+            report.duplicates += count - expected;
+            dups.push(format!("{key} executed {count}x (expected {expected})"));
+        }
+    }
+    dups.sort();
+    report.lost = lost.len() + replaced.len();
+
+    report.notes.push(format!(
+        "keys {} acked {}",
+        plans.iter().map(|p| p.reqs.len()).sum::<usize>(),
+        acked
+    ));
+    let interesting: Vec<String> = mix
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "201" | "replay"))
+        .map(|(k, v)| format!("{k}:{v}"))
+        .collect();
+    if !interesting.is_empty() {
+        report.notes.push(interesting.join(" "));
+    }
+    if takeovers > 0 {
+        report.notes.push(format!("takeovers {takeovers}"));
+    }
+    if acked == 0 {
+        report.fail("no key was acknowledged: the run made no progress");
+    }
+
+    // Evidence: the timeline of the first few keys behind any deviation.
+    let mut suspects: Vec<&str> = Vec::new();
+    for line in dups
+        .iter()
+        .chain(&replay_mismatch)
+        .chain(&lost)
+        .chain(&replaced)
+    {
+        if let Some(key) = groups
+            .keys()
+            .map(|(_, k)| k.as_str())
+            .find(|k| line.contains(&format!("{k} ")) || line.contains(&format!("{k}:")))
+        {
+            if !suspects.contains(&key) {
+                suspects.push(key);
+            }
+        }
+        if suspects.len() >= 3 {
+            break;
+        }
+    }
+    for key in suspects {
+        let mut lines = vec![format!(
+            "timeline of {key} (executions: {}):",
+            ledger.keys.get(key).copied().unwrap_or(0)
+        )];
+        let mut ex: Vec<&Exchange> = groups
+            .iter()
+            .filter(|((_, k), _)| k == key)
+            .flat_map(|(_, v)| v.iter().copied())
+            .collect();
+        ex.sort_by_key(|e| e.sent_ms);
+        // Runs of the same answer (409s while a lease is held) collapse into one line.
+        let mut last: Option<(String, u64, u64, usize)> = None;
+        let mut rows = Vec::new();
+        for e in ex {
+            let got = match &e.got {
+                Got::Resp(r) => short(r),
+                Got::Timeout => "timeout".into(),
+                Got::Error(_) => "connection error".into(),
+            };
+            let label = format!("tenant-{} {:?} {got}", e.req.tenant, e.phase);
+            match &mut last {
+                Some((l, _, end, n)) if *l == label => {
+                    *end = e.done_ms;
+                    *n += 1;
+                }
+                _ => {
+                    rows.extend(last.take());
+                    last = Some((label, e.sent_ms, e.done_ms, 1));
+                }
+            }
+        }
+        rows.extend(last);
+        for (label, from, to, n) in rows.into_iter().take(60) {
+            let times = if n > 1 {
+                format!(" x{n}")
+            } else {
+                String::new()
+            };
+            lines.push(format!("    {from:>6}-{to:>6} ms  {label}{times}"));
+        }
+        report.details.push(lines.join("\n"));
+    }
+
+    let flag = |items: &Vec<String>, label: &str, fatal: bool, report: &mut Report| {
+        if items.is_empty() {
+            return;
+        }
+        let line = format!("{label}: {}", list(items.iter(), 8));
+        if fatal {
+            report.violations.push(line);
+        } else {
+            report.measured.push(line);
+        }
+    };
+    flag(&cross_tenant, "replay across tenants", true, &mut report);
+    flag(&cross_key, "response for another key", true, &mut report);
+    flag(
+        &replay_mismatch,
+        "replay not byte-identical",
+        true,
+        &mut report,
+    );
+    flag(&never_stored, "release status stored", true, &mut report);
+    flag(&unknown, "executions of keys never sent", true, &mut report);
+    flag(
+        &dups,
+        "duplicate executions",
+        expect.exactly_once,
+        &mut report,
+    );
+    flag(
+        &dup_mismatch,
+        "replays switching between duplicate executions",
+        expect.exactly_once,
+        &mut report,
+    );
+    flag(
+        &lost,
+        "acknowledged responses lost",
+        expect.durable,
+        &mut report,
+    );
+    flag(
+        &replaced,
+        "acknowledged responses replaced by a duplicate execution",
+        expect.exactly_once,
+        &mut report,
+    );
+    report
+}
+
+/// The (tenant, key) requests that got a 2xx first execution during the run.
+pub fn acknowledged(exchanges: &[Exchange]) -> Vec<Arc<Req>> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for e in exchanges.iter().filter(|e| e.phase == Phase::Load) {
+        if let Got::Resp(r) = &e.got {
+            if !r.is_replay()
+                && (200..300).contains(&r.status)
+                && seen.insert((e.req.tenant, e.req.key.clone()))
+            {
+                out.push(e.req.clone());
+            }
+        }
+    }
+    out
+}

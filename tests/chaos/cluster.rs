@@ -1,0 +1,571 @@
+//! One scenario's fleet, all on free loopback ports, all real processes: redis-server,
+//! PostgreSQL (`initdb` + `postgres`, optional), the demo upstream binary, N gateway
+//! replicas (`idemgate serve` with a generated TOML file each) and HAProxy in front
+//! (round robin, health check on each replica's admin `/readyz`). Everything is
+//! killed when the [`Stack`] is dropped.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use crate::faultproxy::FaultProxy;
+use crate::postgres::PgServer;
+use crate::redis::{free_port, RedisProc};
+
+pub const IDEMGATE: &str = env!("CARGO_BIN_EXE_idemgate");
+pub const DEMO_UPSTREAM: &str = env!("CARGO_BIN_EXE_demo-upstream");
+
+/// Where claims and completed responses live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// No `[postgres]`.
+    RedisOnly,
+    /// `[postgres]` with the default `claims = "redis"`.
+    Postgres,
+    /// `[postgres]` with `claims = "write_through"`.
+    WriteThrough,
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub replicas: usize,
+    pub durability: Durability,
+    /// Extra `redis-server` arguments.
+    pub redis_args: Vec<String>,
+    pub lock_ttl: String,
+    pub upstream_timeout: String,
+    /// Extra lines in `[idempotency]`.
+    pub idempotency: String,
+    /// Environment of the demo upstream (`DEMO_FAIL_RATE`, `DEMO_RESET_RATE`, ...).
+    pub upstream_env: Vec<(String, String)>,
+    /// Replicas whose Redis traffic goes through the fault proxy.
+    pub via_fault_proxy: Vec<usize>,
+    pub shutdown_grace: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            replicas: 3,
+            durability: Durability::Postgres,
+            redis_args: Vec::new(),
+            // Valid with and without the lease heartbeat: lock_ttl > upstream_timeout
+            // (without it) and lock_ttl >= 3 x command_timeout (with it).
+            lock_ttl: "3s".into(),
+            upstream_timeout: "2s".into(),
+            idempotency: String::new(),
+            upstream_env: Vec::new(),
+            via_fault_proxy: Vec::new(),
+            shutdown_grace: "5s".into(),
+        }
+    }
+}
+
+/// The demo upstream process.
+pub struct Upstream {
+    pub port: u16,
+    child: Child,
+}
+
+/// `GET /_demo/executions`: executions per `Idempotency-Key`.
+#[derive(Debug, Default, Clone)]
+pub struct Ledger {
+    pub total: u64,
+    pub keys: HashMap<String, u64>,
+}
+
+impl Upstream {
+    fn start(dir: &std::path::Path, env: &[(String, String)]) -> Self {
+        let port = free_port();
+        let log = std::fs::File::create(dir.join("upstream.log")).unwrap();
+        let child = Command::new(DEMO_UPSTREAM)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("demo-upstream binary");
+        wait_port(port, Duration::from_secs(10));
+        Self { port, child }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One `idemgate serve` process.
+pub struct Replica {
+    pub index: usize,
+    pub port: u16,
+    pub admin: u16,
+    pub config: PathBuf,
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Replica {
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(IDEMGATE)
+            .arg("serve")
+            .arg("--config")
+            .arg(&self.config)
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("idemgate binary");
+        self.child = Some(child);
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether the process is alive (a stopped one counts); reaps it if it exited.
+    pub fn running(&mut self) -> bool {
+        match self.child.as_mut().map(|c| c.try_wait()) {
+            Some(Ok(None)) => true,
+            Some(_) => {
+                self.child = None;
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Sends a signal by name (`STOP`, `CONT`, `TERM`, `KILL`).
+    pub fn signal(&self, sig: &str) {
+        if let Some(pid) = self.pid() {
+            let ok = Command::new("kill")
+                .args([&format!("-{sig}"), &pid.to_string()])
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            assert!(ok, "kill -{sig} {pid} failed");
+        }
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again (same ports, same configuration).
+    pub fn start(&mut self) {
+        assert!(self.child.is_none(), "replica {} still running", self.index);
+        self.spawn();
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub async fn ready(&self, http: &reqwest::Client) -> bool {
+        let url = format!("http://127.0.0.1:{}/readyz", self.admin);
+        matches!(
+            http.get(url).timeout(Duration::from_millis(500)).send().await,
+            Ok(r) if r.status() == 200
+        )
+    }
+
+    pub async fn wait_ready(&self, http: &reqwest::Client, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if self.ready(http).await {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
+    /// Sum of a metric over its label sets (`None` if the scrape failed).
+    pub async fn metric(&self, http: &reqwest::Client, name: &str) -> Option<f64> {
+        let url = format!("http://127.0.0.1:{}/metrics", self.admin);
+        let text = http
+            .get(url)
+            .timeout(Duration::from_secs(1))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        Some(
+            text.lines()
+                .filter(|l| {
+                    l.strip_prefix(name)
+                        .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum(),
+        )
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid() {
+            // A stopped process must be continued to die promptly.
+            let _ = Command::new("kill")
+                .args(["-CONT", &pid.to_string()])
+                .status();
+        }
+        self.kill();
+    }
+}
+
+/// HAProxy in front of the replicas.
+pub struct HaProxy {
+    pub port: u16,
+    child: Child,
+}
+
+impl HaProxy {
+    fn start(dir: &std::path::Path, replicas: &[Replica]) -> Self {
+        let port = free_port();
+        let servers: String = replicas
+            .iter()
+            .map(|r| {
+                format!(
+                    "  server r{} 127.0.0.1:{} check port {}\n",
+                    r.index, r.port, r.admin
+                )
+            })
+            .collect();
+        let cfg = format!(
+            "global\n  maxconn 8000\n\
+             defaults\n  mode http\n  timeout connect 500ms\n  timeout client 30s\n  \
+             timeout server 30s\n  timeout check 300ms\n  retries 2\n  option redispatch\n\
+             frontend front\n  bind 127.0.0.1:{port}\n  default_backend replicas\n\
+             backend replicas\n  balance roundrobin\n  option httpchk GET /readyz\n  \
+             http-check expect status 200\n  default-server inter 200ms fall 2 rise 2\n{servers}"
+        );
+        let path = dir.join("haproxy.cfg");
+        std::fs::write(&path, cfg).unwrap();
+        let log = std::fs::File::create(dir.join("haproxy.log")).unwrap();
+        let bin = if std::path::Path::new("/usr/sbin/haproxy").exists() {
+            "/usr/sbin/haproxy"
+        } else {
+            "haproxy"
+        };
+        let child = Command::new(bin)
+            .arg("-f")
+            .arg(&path)
+            .arg("-db")
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("haproxy must be installed (apt-get install haproxy)");
+        wait_port(port, Duration::from_secs(10));
+        Self { port, child }
+    }
+}
+
+impl Drop for HaProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_port(port: u16, within: Duration) {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("nothing listens on 127.0.0.1:{port}");
+}
+
+/// The gateway configuration of one replica.
+fn replica_toml(
+    opts: &Options,
+    port: u16,
+    admin: u16,
+    redis: &str,
+    pg: Option<&str>,
+    upstream: &str,
+) -> String {
+    let postgres = match (opts.durability, pg) {
+        (Durability::RedisOnly, _) | (_, None) => String::new(),
+        (d, Some(url)) => format!(
+            "[postgres]\nurl = \"{url}\"\nstatement_timeout = \"1s\"\npool_size = 8\n\
+             claims = \"{}\"\n",
+            if d == Durability::WriteThrough {
+                "write_through"
+            } else {
+                "redis"
+            }
+        ),
+    };
+    format!(
+        "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
+         shutdown_grace = \"{grace}\"\n\
+         [log]\nformat = \"text\"\nfilter = \"info\"\n\
+         [redis]\nurl = \"{redis}\"\ncommand_timeout = \"300ms\"\nconnect_timeout = \"500ms\"\n\
+         probe_interval = \"100ms\"\n\
+         {postgres}\
+         [idempotency]\nttl = \"1h\"\nlock_ttl = \"{lock}\"\n{extra}\n\
+         [[routes]]\nname = \"payments\"\npath_prefix = \"/v1/\"\nupstream = \"{upstream}\"\n\
+         upstream_timeout = \"{ut}\"\n",
+        grace = opts.shutdown_grace,
+        lock = opts.lock_ttl,
+        extra = opts.idempotency,
+        ut = opts.upstream_timeout,
+    )
+}
+
+/// Whether this build of `idemgate` accepts a configuration (`check-config`): used to
+/// find out if a behaviour (lease heartbeat, `on_ambiguous`) is present.
+pub fn config_accepted(opts: &Options) -> Result<(), String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("check.toml");
+    let toml = replica_toml(
+        opts,
+        8080,
+        9090,
+        "redis://127.0.0.1:6379",
+        Some("postgres://postgres@127.0.0.1:5432/postgres"),
+        "http://127.0.0.1:3000",
+    );
+    std::fs::write(&path, toml).unwrap();
+    let out = Command::new(IDEMGATE)
+        .arg("check-config")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+pub struct Stack {
+    pub haproxy: Option<HaProxy>,
+    pub replicas: Vec<Replica>,
+    pub upstream: Upstream,
+    pub fault: Option<FaultProxy>,
+    pub pg: Option<PgServer>,
+    pub redis: RedisProc,
+    pub http: reqwest::Client,
+    pub dir: TempDir,
+}
+
+impl Stack {
+    pub async fn start(opts: Options) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let redis_args: Vec<&str> = opts.redis_args.iter().map(String::as_str).collect();
+        let redis = RedisProc::start(&redis_args);
+        let pg = (opts.durability != Durability::RedisOnly).then(PgServer::start);
+        let upstream = Upstream::start(dir.path(), &opts.upstream_env);
+        let fault = if opts.via_fault_proxy.is_empty() {
+            None
+        } else {
+            Some(FaultProxy::start(([127, 0, 0, 1], redis.port).into()).await)
+        };
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .unwrap();
+        let mut replicas = Vec::new();
+        for index in 0..opts.replicas {
+            let (port, admin) = (free_port(), free_port());
+            let redis_url = match &fault {
+                Some(f) if opts.via_fault_proxy.contains(&index) => f.redis_url(),
+                _ => redis.url(),
+            };
+            let pg_url = pg.as_ref().map(PgServer::url);
+            let toml = replica_toml(
+                &opts,
+                port,
+                admin,
+                &redis_url,
+                pg_url.as_deref(),
+                &upstream.url(),
+            );
+            let config = dir.path().join(format!("replica{index}.toml"));
+            std::fs::write(&config, toml).unwrap();
+            let mut r = Replica {
+                index,
+                port,
+                admin,
+                config,
+                log: dir.path().join(format!("replica{index}.log")),
+                child: None,
+            };
+            r.spawn();
+            // One at a time: migrations on start take an advisory lock anyway.
+            if !r.wait_ready(&http, Duration::from_secs(20)).await {
+                panic!("replica {index} not ready; its log:\n{}", r.log_text());
+            }
+            replicas.push(r);
+        }
+        let haproxy = HaProxy::start(dir.path(), &replicas);
+        let stack = Self {
+            haproxy: Some(haproxy),
+            replicas,
+            upstream,
+            fault,
+            pg,
+            redis,
+            http,
+            dir,
+        };
+        stack.wait_front(Duration::from_secs(10)).await;
+        stack
+    }
+
+    /// HAProxy's address: what the driver talks to.
+    pub fn front(&self) -> String {
+        format!("http://127.0.0.1:{}", self.haproxy.as_ref().unwrap().port)
+    }
+
+    pub fn replica_urls(&self) -> Vec<String> {
+        self.replicas.iter().map(Replica::url).collect()
+    }
+
+    /// Until an unkeyed GET through the front reaches the upstream.
+    pub async fn wait_front(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            let r = self
+                .http
+                .get(format!("{}/v1/ping", self.front()))
+                .send()
+                .await;
+            if matches!(r, Ok(r) if r.status() == 200) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("front (HAProxy) does not reach the upstream");
+    }
+
+    /// Until every running replica says ready.
+    pub async fn wait_all_ready(&mut self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        for i in 0..self.replicas.len() {
+            if !self.replicas[i].running() {
+                continue;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !self.replicas[i].wait_ready(&self.http, left).await {
+                return false;
+            }
+        }
+        true
+    }
+
+    pub async fn ledger(&self) -> Ledger {
+        let v: serde_json::Value = self
+            .http
+            .get(format!("{}/_demo/executions", self.upstream.url()))
+            .send()
+            .await
+            .expect("demo upstream answers")
+            .json()
+            .await
+            .unwrap();
+        let keys = v["keys"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, n)| (k.clone(), n.as_u64().unwrap()))
+            .collect();
+        Ledger {
+            total: v["total"].as_u64().unwrap(),
+            keys,
+        }
+    }
+
+    /// Until every running replica's write-through retry queue is empty.
+    pub async fn wait_queues_drained(&mut self, within: Duration) -> bool {
+        if self.pg.is_none() {
+            return true;
+        }
+        let deadline = Instant::now() + within;
+        loop {
+            let mut pending = 0.0;
+            for i in 0..self.replicas.len() {
+                if !self.replicas[i].running() {
+                    continue;
+                }
+                let depth = self.replicas[i]
+                    .metric(&self.http, "idemgate_write_through_queue_depth")
+                    .await;
+                pending += depth.unwrap_or(1.0);
+            }
+            if pending == 0.0 {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Sum of a metric over the running replicas.
+    pub async fn metric_sum(&mut self, name: &str) -> f64 {
+        let mut sum = 0.0;
+        for i in 0..self.replicas.len() {
+            if self.replicas[i].running() {
+                sum += self.replicas[i]
+                    .metric(&self.http, name)
+                    .await
+                    .unwrap_or(0.0);
+            }
+        }
+        sum
+    }
+
+    /// Every replica's log, concatenated.
+    pub fn logs(&self) -> String {
+        self.replicas
+            .iter()
+            .map(|r| format!("=== replica {} ===\n{}", r.index, r.log_text()))
+            .collect()
+    }
+
+    /// Keeps the logs of a failed scenario under target/tmp for inspection.
+    pub fn keep_logs(&self, scenario: &str) -> PathBuf {
+        let dest = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join("chaos-logs")
+            .join(scenario.replace(['[', ']', '=', ' '], "_"));
+        let _ = std::fs::remove_dir_all(&dest);
+        std::fs::create_dir_all(&dest).unwrap();
+        for entry in std::fs::read_dir(self.dir.path()).unwrap().flatten() {
+            let _ = std::fs::copy(entry.path(), dest.join(entry.file_name()));
+        }
+        dest
+    }
+}
