@@ -4,7 +4,7 @@
 set -euo pipefail
 
 # command-or-path:package
-want=(redis-server:redis-server /usr/lib/postgresql/15/bin/initdb:postgresql-15 promtool:prometheus)
+want=(redis-server:redis-server /usr/lib/postgresql/15/bin/initdb:postgresql-15 promtool:prometheus /usr/sbin/haproxy:haproxy)
 
 missing=()
 for pair in "${want[@]}"; do
