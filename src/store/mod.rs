@@ -19,6 +19,7 @@ pub use self::tiers::Stores;
 /// assume the command may have run.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// Redis is connected but did not answer in time (slow, paused, overloaded).
     #[error("redis did not answer within the command timeout; the outcome is unknown")]
     Timeout,
     #[error("redis is unavailable: {0}")]

@@ -147,6 +147,10 @@ impl RedisStore {
         let reply = match reply {
             Ok(v) => v,
             Err(e) => {
+                // A slow answer on a live connection is not an outage: the caller answers
+                // 503 for this request but keeps claims in Redis. Only a lost connection
+                // counts as Redis being unavailable (and may move claims elsewhere).
+                let slow = e.kind() == &fred::error::ErrorKind::Timeout && client.is_connected();
                 let (client, script) = (client.clone(), self.inner.release.clone());
                 let args = vec![token.to_string(), channel(key)];
                 let key = key.to_string();
@@ -157,7 +161,11 @@ impl RedisStore {
                         tracing::debug!(error = %e, "could not release a claim of unknown outcome");
                     }
                 });
-                return Err(e.into());
+                return Err(if slow {
+                    StoreError::Timeout
+                } else {
+                    StoreError::Unavailable(e)
+                });
             }
         };
         let bad = |detail: &str| StoreError::Protocol {

@@ -124,7 +124,7 @@ impl Stores {
                 self.after_redis_acquire(route, lease).await
             }
             Ok(other) => Ok(other.map_acquired(|_| unreachable!("handled above"))),
-            Err(e) if e.is_redis() => {
+            Err(e @ StoreError::Unavailable(_)) => {
                 if self.breaker.trip() {
                     self.warmth.set_cold();
                     metrics::redis_up(false);

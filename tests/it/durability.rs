@@ -218,3 +218,31 @@ async fn write_through_claims_keep_a_completion_that_redis_refused() {
     assert_eq!(again, body);
     assert_eq!(upstream.executions(), 1);
 }
+
+#[tokio::test]
+async fn a_slow_redis_is_not_an_outage_so_claims_do_not_move_to_postgres() {
+    // A claim that times out on a live connection answers 503; it must not send claims
+    // to Postgres, which cannot see the Redis lease of the request already running.
+    let (redis, _pg, upstream, app) = durable_stack("", "").await;
+    upstream.set_delay(Duration::from_millis(1200));
+    let first = tokio::spawn(app.post("slow-redis", "{}").send());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let admin = redis.client().await;
+    let _: fred::prelude::Value = fred::prelude::ClientLike::custom(
+        &admin,
+        fred::cmd!("CLIENT"),
+        vec!["PAUSE", "500", "ALL"],
+    )
+    .await
+    .unwrap();
+    let (status, headers, body) = read(app.post("slow-redis", "{}").send().await.unwrap()).await;
+    assert_eq!(
+        (status, problem_code(&headers, &body).as_str()),
+        (503, "store_unavailable")
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (status, _, _) = read(app.post("slow-redis", "{}").send().await.unwrap()).await;
+    assert_eq!(status, 409, "the running request still holds the key");
+    assert_eq!(first.await.unwrap().unwrap().status(), 201);
+    assert_eq!(upstream.executions(), 1);
+}
