@@ -1,5 +1,5 @@
 # idemgate: developer entry points. `make up` and `make test` install what is missing.
-.PHONY: up down loadtest test lint deps
+.PHONY: up down loadtest bench test chaos lint deps
 
 # Start the local fleet on loopback: Redis, Postgres, the demo upstream, REPLICAS
 # gateway replicas (default 3) behind HAProxy on :8080, Prometheus on :9099;
@@ -16,11 +16,32 @@ down:
 loadtest:
 	bash loadtest/run.sh
 
+# Benchmark against the direct upstream and nginx on this machine (about 8 minutes
+# after the build; installs wrk, nginx, k6... if missing): writes deploy/bench/results/
+# and regenerates the table in BENCHMARKS.md; see deploy/bench/run.sh.
+bench:
+	bash deploy/bench/run.sh
+
 # Install missing Debian packages, then run every test (unit, integration, alert rules).
 test: deps
 	promtool check rules deploy/prometheus/alerts.yml
 	promtool test rules deploy/prometheus/alerts_test.yml
 	cargo test --all-targets
+
+# Chaos suite: every fault scenario against a real fleet on loopback (Redis, Postgres,
+# the demo upstream, 3 replicas behind HAProxy), one at a time, then the verdict
+# table (see RELIABILITY.md). `cargo test` runs only the fast scenarios.
+chaos: deps
+	cargo test --release --test chaos --no-run
+	@rm -f $(CURDIR)/target/chaos-report.md
+	@status=0; CHAOS_REPORT=$(CURDIR)/target/chaos-report.md timeout 900 \
+		cargo test --release --test chaos -- --include-ignored --test-threads=1 --nocapture \
+		|| status=$$?; \
+	echo; echo "chaos suite ($$(nproc) CPUs):"; \
+	echo "| scenario | requests | executions | duplicates | lost | verdict | notes |"; \
+	echo "|---|---:|---:|---:|---:|---|---|"; \
+	cat $(CURDIR)/target/chaos-report.md 2>/dev/null; \
+	exit $$status
 
 # Formatting and lints, as CI runs them.
 lint:

