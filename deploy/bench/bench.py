@@ -1027,7 +1027,24 @@ def main():
     log(f"done in {results['elapsed_s']} s; results in deploy/bench/results/, raw outputs in .state/bench/raw/")
 
 
+def rerender():
+    """`bench.py --render`: the table section again from results/results.json."""
+    results = json.loads((RESULTS_DIR / "results.json").read_text())
+    s = results.get("settings", {})
+    global RUNS, DURATION, WARMUP, THREADS, CONNS, LAT_RATE, LAT_DURATION
+    RUNS, DURATION, WARMUP = s.get("runs", RUNS), s.get("duration_s", DURATION), s.get("warmup_s", WARMUP)
+    THREADS, CONNS = s.get("threads", THREADS), s.get("connections", CONNS)
+    LAT_RATE, LAT_DURATION = s.get("lat_rate", LAT_RATE), s.get("lat_duration_s", LAT_DURATION)
+    section = render(results)
+    (RESULTS_DIR / "table.md").write_text(section)
+    print(section)
+    write_benchmarks(section)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--render"]:
+        rerender()
+        sys.exit(0)
     try:
         main()
     except KeyboardInterrupt as e:

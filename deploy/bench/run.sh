@@ -10,6 +10,9 @@
 # QUIET_WAIT; the build before it is not counted). Every process it started is stopped on
 # exit, failure, Ctrl-C or SIGTERM (trap below, plus bench.py's own cleanup).
 #
+# `python3 deploy/bench/bench.py --render` redoes the table section of BENCHMARKS.md
+# from deploy/bench/results/results.json without measuring anything.
+#
 # Environment (all optional):
 #   NO_BUILD=1                    skip `cargo build --release --bins`
 #   IDEMGATE_BIN, UPSTREAM_BIN    binaries to measure (default target/release/...)
