@@ -50,7 +50,7 @@ required=(wrk:wrk nginx:nginx-light haproxy:haproxy redis-server:redis-server re
 missing=()
 for pair in "${required[@]}"; do
     cmd=${pair%%:*} pkg=${pair#*:}
-    if [[ $cmd == /* ]]; then [[ -x $cmd ]] || missing+=("$pkg"); else command -v "$cmd" >/dev/null || missing+=("$pkg"); fi
+    if [[ $cmd == /* ]]; then [[ -e $cmd ]] || missing+=("$pkg"); else command -v "$cmd" >/dev/null || missing+=("$pkg"); fi
 done
 if ((${#missing[@]})); then
     log "installing missing Debian packages: ${missing[*]}"
