@@ -58,6 +58,18 @@ impl StoredResponse {
         response
     }
 
+    /// A copy held in one allocation of exactly [`encoded_len`](Self::encoded_len) bytes.
+    ///
+    /// Header values and bodies read off a connection (hyper, fred, tokio-postgres) are
+    /// slices of that connection's read buffer, so keeping one alive keeps the whole
+    /// buffer alive: a few hundred bytes of response can pin kilobytes. Anything kept
+    /// past the request (the replay cache) keeps this copy instead.
+    pub fn compacted(&self) -> Self {
+        // Decoding what `encode` wrote cannot fail; if it ever did, the original is still
+        // a correct response, only a larger one.
+        Self::decode(self.encode()).unwrap_or_else(|_| self.clone())
+    }
+
     /// Size of the stored form, for limits and metrics.
     pub fn encoded_len(&self) -> usize {
         5 + self

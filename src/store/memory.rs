@@ -7,7 +7,8 @@
 //! Postgres reported), and at most `replay_cache.max_age` after it was cached, which
 //! bounds how long an admin invalidation that this replica missed can go unnoticed
 //! (invalidations are published to every replica). Entries are weighed by their
-//! stored size, up to `replay_cache.max_bytes`.
+//! stored size, up to `replay_cache.max_bytes`, and hold a compact copy of the response
+//! (never a slice of a connection's read buffer), so that weight is what they occupy.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -70,7 +71,7 @@ impl ReplayCache {
     ) {
         let entry = Entry {
             fingerprint,
-            response,
+            response: response.compacted(),
             expires: Instant::now() + remaining.min(self.max_age),
         };
         self.cache.insert(*record.as_bytes(), Arc::new(entry));
@@ -92,7 +93,7 @@ mod tests {
     use super::*;
     use crate::idempotency::{IdempotencyKey, Scope};
     use bytes::Bytes;
-    use http::{HeaderMap, Method, StatusCode};
+    use http::{HeaderMap, HeaderValue, Method, StatusCode};
 
     fn record(key: &str) -> RecordId {
         let key: IdempotencyKey = crate::idempotency::key::parse(key.as_bytes(), 255).unwrap();
@@ -139,5 +140,49 @@ mod tests {
         assert!(cache.weight() <= 64 * 1024, "weight {}", cache.weight());
         cache.remove(record("k99"));
         assert!(cache.get(record("k99")).is_none());
+    }
+
+    /// Tells when the buffer it stands for is freed.
+    struct ReadBuffer(Arc<std::sync::atomic::AtomicBool>, Vec<u8>);
+
+    impl AsRef<[u8]> for ReadBuffer {
+        fn as_ref(&self) -> &[u8] {
+            &self.1
+        }
+    }
+
+    impl Drop for ReadBuffer {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn entries_do_not_pin_the_buffer_they_were_read_from() {
+        // A 64 KiB read buffer holding a short header value and body, as hyper,
+        // fred and tokio-postgres hand them out.
+        let freed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut raw = vec![b' '; 64 * 1024];
+        raw[..10].copy_from_slice(b"req_1{\"a\"}");
+        let buffer = Bytes::from_owner(ReadBuffer(freed.clone(), raw));
+        let mut headers = HeaderMap::new();
+        let value = HeaderValue::from_maybe_shared(buffer.slice(0..5)).unwrap();
+        headers.insert("x-request-id", value);
+        let stored = StoredResponse::from_upstream(StatusCode::OK, &headers, buffer.slice(5..10));
+        drop(headers);
+        drop(buffer);
+        assert!(!freed.load(std::sync::atomic::Ordering::SeqCst));
+
+        let cache = ReplayCache::new(1 << 20, Duration::from_secs(60)).unwrap();
+        cache.insert(record("a"), fp(), stored.clone(), Duration::from_secs(60));
+        drop(stored);
+        assert!(
+            freed.load(std::sync::atomic::Ordering::SeqCst),
+            "the cached entry keeps the 64 KiB read buffer alive"
+        );
+        let entry = cache.get(record("a")).unwrap();
+        assert_eq!(entry.response.body, "{\"a\"}");
+        assert_eq!(entry.response.headers[0].1, "req_1");
+        assert!(cache.weight() < 1024, "weight {}", cache.weight());
     }
 }
