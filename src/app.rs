@@ -11,6 +11,7 @@ use crate::config::{Config, InFlightPolicy, OnRedisUnavailable};
 use crate::proxy::Upstream;
 use crate::route::RouteTable;
 use crate::store::memory::ReplayCache;
+use crate::store::postgres::lookups::Lookups;
 use crate::store::postgres::writer::Writer;
 use crate::store::tiers::Durable;
 use crate::store::waiters::Waiters;
@@ -75,9 +76,11 @@ impl App {
                         .context("checking the postgres schema")?;
                 }
                 let writer = Writer::spawn(store.clone(), pg.batch_max, pg.retry_queue);
+                let lookups = Lookups::spawn(store.clone(), pg.batch_max);
                 Some(Durable {
                     store,
                     writer,
+                    lookups,
                     claims: pg.claims,
                 })
             }

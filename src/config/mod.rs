@@ -184,7 +184,8 @@ pub struct PostgresConfig {
     /// Deadline of one Postgres statement (claim, lookup, a write-through batch).
     #[serde(with = "humantime_serde")]
     pub statement_timeout: Duration,
-    /// Most records one write-through statement carries.
+    /// Most records one write-through statement carries, and most keys one batched
+    /// lookup statement reads.
     pub batch_max: usize,
     /// Most records waiting for Postgres to come back; beyond it, records are dropped (and counted).
     pub retry_queue: usize,

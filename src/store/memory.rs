@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use http::{HeaderName, HeaderValue};
 use quick_cache::sync::Cache;
 use quick_cache::Weighter;
 
@@ -29,10 +30,17 @@ pub struct Entry {
 #[derive(Clone)]
 struct BySize;
 
+/// Per entry, beyond what `size_of` sees: the cache's slot, the `Arc`'s counts and the
+/// shared buffer's header.
+const OVERHEAD: usize = 64;
+
 impl Weighter<[u8; 32], Arc<Entry>> for BySize {
-    fn weight(&self, _key: &[u8; 32], entry: &Arc<Entry>) -> u64 {
-        // The key, the entry's fixed part, and the stored response.
-        (32 + 96 + entry.response.encoded_len()) as u64
+    fn weight(&self, key: &[u8; 32], entry: &Arc<Entry>) -> u64 {
+        // What the entry occupies: its key and fixed part, the header list, and the
+        // one compact buffer of header values and body (see `insert`).
+        let response = &entry.response;
+        let list = response.headers.capacity() * size_of::<(HeaderName, HeaderValue)>();
+        (key.len() + OVERHEAD + size_of::<Entry>() + list + response.encoded_len()) as u64
     }
 }
 
@@ -93,7 +101,7 @@ mod tests {
     use super::*;
     use crate::idempotency::{IdempotencyKey, Scope};
     use bytes::Bytes;
-    use http::{HeaderMap, HeaderValue, Method, StatusCode};
+    use http::{HeaderMap, Method, StatusCode};
 
     fn record(key: &str) -> RecordId {
         let key: IdempotencyKey = crate::idempotency::key::parse(key.as_bytes(), 255).unwrap();

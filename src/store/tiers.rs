@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::breaker::Breaker;
 use super::memory::ReplayCache;
+use super::postgres::lookups::Lookups;
 use super::postgres::writer::{WriteOutcome, Writer};
 use super::postgres::{CompletedRecord, Found, PgClaim, RecordRef};
 use super::waiters::Waiters;
@@ -30,6 +31,8 @@ use crate::route::Route;
 pub struct Durable {
     pub store: PgStore,
     pub writer: Writer,
+    /// Cold-Redis lookups, batched.
+    pub lookups: Lookups,
     pub claims: ClaimDurability,
 }
 
@@ -238,7 +241,7 @@ impl Stores {
                 }
             }
         } else if self.warmth.must_lookup() {
-            match pg.store.lookup(rec).await {
+            match pg.lookups.lookup(rec).await {
                 Ok(None) => return Ok(Claim::Acquired(lease)),
                 Ok(Some(found)) => found,
                 Err(e) => {

@@ -246,3 +246,71 @@ async fn a_slow_redis_is_not_an_outage_so_claims_do_not_move_to_postgres() {
     assert_eq!(first.await.unwrap().unwrap().status(), 201);
     assert_eq!(upstream.executions(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_cold_lookups_replay_each_key_its_own_response_once() {
+    // Claim path with batched Postgres lookups: Redis comes back empty, then stored keys
+    // and new keys arrive all at once; their lookups share statements.
+    let (mut redis, pg, upstream, app) = durable_stack("", "").await;
+    let app = &app;
+    let body = |i: usize| format!(r#"{{"amount":{i}}}"#);
+    let first = join_all((0..20).map(|i| async move {
+        read(
+            app.post(&format!("old-{i}"), &body(i))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
+    }))
+    .await;
+    assert!(first.iter().all(|(s, _, _)| *s == 201));
+    assert_eq!(pg.count("state = 'completed'").await, 20);
+    redis.restart();
+    assert!(
+        eventually(Duration::from_secs(10), async || app
+            .readyz()
+            .await
+            .status()
+            == 200)
+        .await
+    );
+    upstream.set_delay(Duration::from_millis(100));
+
+    let keys: Vec<String> = (0..20)
+        .flat_map(|i| [format!("old-{i}"), format!("new-{i}")])
+        .collect();
+    let answers = join_all(keys.iter().map(|key| {
+        let i: usize = key[4..].parse().unwrap();
+        async move { read(app.post(key, &body(i)).send().await.unwrap()).await }
+    }))
+    .await;
+
+    for (key, (status, headers, bytes)) in keys.iter().zip(&answers) {
+        assert_eq!(*status, 201, "{key}");
+        let replayed = headers["idempotent-replayed"] == "true";
+        match key[4..]
+            .parse::<usize>()
+            .ok()
+            .filter(|_| key.starts_with("old-"))
+        {
+            Some(i) => {
+                assert!(replayed, "{key} was stored before Redis lost it");
+                let (_, h1, b1) = &first[i];
+                assert_eq!(bytes, b1, "{key} replays its own body");
+                assert_eq!(comparable(headers), comparable(h1), "{key}");
+            }
+            None => assert!(!replayed, "{key} is new"),
+        }
+    }
+    // 20 first executions before, 20 new keys now, no stored key run again.
+    assert_eq!(upstream.executions(), 40);
+    let mut executed: Vec<String> = (upstream.seen().iter())
+        .map(|s| s.headers["idempotency-key"].to_str().unwrap().to_string())
+        .collect();
+    executed.sort();
+    executed.dedup();
+    assert_eq!(executed.len(), 40, "every key executed exactly once");
+    let t = tally(&answers);
+    assert_eq!((t.first, t.replayed), (20, 20));
+}

@@ -7,7 +7,8 @@ use bytes::Bytes;
 use fred::prelude::{ClientLike, KeysInterface, Value};
 use idemgate::config::PostgresConfig;
 use idemgate::idempotency::{Fingerprint, IdempotencyKey, RecordId, Scope};
-use idemgate::store::postgres::CompletedRecord;
+use idemgate::store::postgres::lookups::Lookups;
+use idemgate::store::postgres::{CompletedRecord, Found, RecordRef};
 use idemgate::store::{PgStore, StoreError};
 
 use crate::support::{durable_stack, PgServer};
@@ -188,4 +189,67 @@ async fn when_cold_skips_lookups_while_the_marker_holds_and_looks_up_after_a_flu
         );
     }
     assert_eq!(upstream.executions(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_lookups_answer_each_key_with_its_own_record() {
+    let pg = PgServer::start();
+    let s = store(&pg);
+    s.migrate().await.unwrap();
+    // 40 keys stored, each with its own body and status; 40 more never stored; one
+    // stored in another tenant's scope only.
+    let stored: Vec<CompletedRecord> = (0..40)
+        .map(|i| {
+            let mut r = record(&format!("stored-{i}"), 60_000);
+            r.body = Bytes::from(format!("{{\"n\":{i}}}"));
+            r.status = 200 + i;
+            r
+        })
+        .collect();
+    assert!(s.complete_batch(&stored).await.unwrap().iter().all(|w| *w));
+    let other_tenant = Scope::new(
+        "payments",
+        Some(&http::HeaderValue::from_static("tenant-b")),
+    );
+    let key = idemgate::idempotency::key::parse(b"tenant-only", 255).unwrap();
+    let fp = Fingerprint::new(&http::Method::POST, &"/v1/x".parse().unwrap(), None, b"");
+    s.complete_batch(&[record_for(other_tenant, &key, fp, 60_000)])
+        .await
+        .unwrap();
+
+    let lookups = Lookups::spawn(s.clone(), 256);
+    let asks = (0..40).flat_map(|i| [format!("stored-{i}"), format!("new-{i}")]);
+    let asks: Vec<String> = asks.chain(["tenant-only".to_string()]).collect();
+    let answers = futures_util::future::join_all(asks.iter().map(|key| {
+        let lookups = lookups.clone();
+        let rec = record(key, 1);
+        async move {
+            let r = RecordRef {
+                scope: rec.scope,
+                id: rec.id,
+                route: "payments",
+            };
+            lookups.lookup(r).await
+        }
+    }))
+    .await;
+
+    for (key, answer) in asks.iter().zip(answers) {
+        let found = answer.unwrap_or_else(|e| panic!("{key}: {e}"));
+        match key.strip_prefix("stored-") {
+            Some(i) => match found {
+                Some(Found::Completed { response, .. }) => {
+                    assert_eq!(response.body, format!("{{\"n\":{i}}}"), "{key}");
+                    assert_eq!(response.status.as_u16(), 200 + i.parse::<u16>().unwrap());
+                }
+                other => panic!("{key}: {other:?}"),
+            },
+            None => assert!(found.is_none(), "{key}: {found:?}"),
+        }
+    }
+    let statements = lookups.statements();
+    assert!(
+        (1..81).contains(&statements),
+        "81 lookups at once share statements, ran {statements}"
+    );
 }

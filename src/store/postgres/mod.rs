@@ -1,8 +1,10 @@
-//! Postgres as the durable tier: a pool, the record table's statements (lookup, claim,
-//! batched completion, release, reap) and schema migrations ([`migrate`]).
+//! Postgres as the durable tier: a pool, the record table's statements (claim, batched
+//! completion, release, reap), batched lookups ([`lookups`]) and schema migrations
+//! ([`migrate`]).
 //!
 //! Time is always Postgres' `now()`, so replicas with skewed clocks agree on expiry.
 
+pub mod lookups;
 pub mod migrate;
 pub mod writer;
 
@@ -12,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::{NoTls, Row};
+use tokio_postgres::NoTls;
 
 use super::StoreError;
 use crate::config::PostgresConfig;
@@ -154,30 +156,6 @@ impl PgStore {
         self.timed("ping", async {
             self.pool.get().await?.simple_query("SELECT 1").await?;
             Ok(())
-        })
-        .await
-    }
-
-    /// The unexpired record for `rec`, if any; an expired lease counts as none.
-    pub async fn lookup(&self, rec: RecordRef<'_>) -> Result<Option<Found>, StoreError> {
-        self.timed("lookup", async {
-            let client = self.pool.get().await?;
-            let stmt = client
-                .prepare_cached(
-                    "SELECT fingerprint, state, status, headers, body,
-                        (EXTRACT(EPOCH FROM (expires_at - now())) * 1000)::bigint,
-                        (EXTRACT(EPOCH FROM (lease_expires_at - now())) * 1000)::bigint
-                     FROM idemgate_records
-                     WHERE scope = $1 AND key_hash = $2 AND expires_at > now()",
-                )
-                .await?;
-            let row = client
-                .query_opt(
-                    &stmt,
-                    &[&&rec.scope.as_bytes()[..], &&rec.id.as_bytes()[..]],
-                )
-                .await?;
-            row.map(decode_found).transpose().map(Option::flatten)
         })
         .await
     }
@@ -442,39 +420,5 @@ impl PgStore {
         metrics::postgres_op("reap", started);
         metrics::reaped(total);
         result.map(|()| Some(total))
-    }
-}
-
-/// Decodes a lookup row; an expired lease is `None`. The one place rows become [`Found`].
-fn decode_found(row: Row) -> Result<Option<Found>, StoreError> {
-    let fingerprint: Vec<u8> = row.get(0);
-    let fingerprint =
-        Fingerprint::from_bytes(&fingerprint).ok_or(StoreError::Corrupt("fingerprint"))?;
-    let state: &str = row.get(1);
-    let remaining = |ms: Option<i64>| Duration::from_millis(ms.unwrap_or(0).max(0) as u64);
-    match state {
-        "completed" => {
-            let status: i16 = row.get(2);
-            let headers: Vec<u8> = row.get(3);
-            let body: Vec<u8> = row.get(4);
-            let response =
-                StoredResponse::from_stored_parts(status as u16, headers.into(), body.into())
-                    .map_err(StoreError::Corrupt)?;
-            Ok(Some(Found::Completed {
-                fingerprint,
-                response,
-                remaining: remaining(row.get(5)),
-            }))
-        }
-        _ => {
-            let lease: Option<i64> = row.get(6);
-            if lease.unwrap_or(0) <= 0 {
-                return Ok(None);
-            }
-            Ok(Some(Found::Leased {
-                fingerprint,
-                remaining: remaining(lease),
-            }))
-        }
     }
 }

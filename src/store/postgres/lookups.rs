@@ -1,0 +1,164 @@
+//! Lookups of records in Postgres, batched: the cold-Redis lookups of concurrent first
+//! executions share one `SELECT ... FROM UNNEST(...)` per round, the way
+//! [`writer`](super::writer) shares one statement among completions.
+//!
+//! A request queues its lookup only once it holds the Redis lease, and the statement
+//! that answers it starts after it was queued, so it sees every record that was
+//! committed before the lease was taken: batching changes no outcome, only how many
+//! statements Postgres runs (about one per round instead of one per request).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::Row;
+
+use super::{Found, PgStore, RecordRef};
+use crate::idempotency::{Fingerprint, RecordId, Scope, StoredResponse};
+use crate::store::StoreError;
+
+/// Unexpired records for many keys; `u.i` says which key (1-based) a row answers.
+const LOOKUP: &str = "SELECT r.fingerprint, r.state, r.status, r.headers, r.body,
+        (EXTRACT(EPOCH FROM (r.expires_at - now())) * 1000)::bigint,
+        (EXTRACT(EPOCH FROM (r.lease_expires_at - now())) * 1000)::bigint,
+        u.i
+     FROM UNNEST($1::bytea[], $2::bytea[]) WITH ORDINALITY AS u(scope, key_hash, i)
+     JOIN idemgate_records r ON r.scope = u.scope AND r.key_hash = u.key_hash
+     WHERE r.expires_at > now()";
+
+/// One key's answer: its record, none, or why it could not be read.
+pub type Lookup = Result<Option<Found>, StoreError>;
+
+impl PgStore {
+    /// The unexpired record for `rec`, if any; an expired lease counts as none.
+    pub async fn lookup(&self, rec: RecordRef<'_>) -> Result<Option<Found>, StoreError> {
+        let mut found = self.lookup_many(&[(rec.scope, rec.id)]).await?;
+        found.pop().unwrap_or(Ok(None))
+    }
+
+    /// The unexpired record of each key, in the order given, in one statement. A record
+    /// that cannot be decoded fails its own key only.
+    pub async fn lookup_many(&self, keys: &[(Scope, RecordId)]) -> Result<Vec<Lookup>, StoreError> {
+        let scopes: Vec<&[u8]> = keys.iter().map(|(s, _)| &s.as_bytes()[..]).collect();
+        let ids: Vec<&[u8]> = keys.iter().map(|(_, id)| &id.as_bytes()[..]).collect();
+        let rows = self
+            .timed("lookup", async {
+                let client = self.pool.get().await?;
+                let stmt = client.prepare_cached(LOOKUP).await?;
+                Ok(client.query(&stmt, &[&scopes, &ids]).await?)
+            })
+            .await?;
+        let mut out: Vec<Lookup> = keys.iter().map(|_| Ok(None)).collect();
+        for row in rows {
+            let i: i64 = row.get(7);
+            let slot = usize::try_from(i - 1).ok().and_then(|i| out.get_mut(i));
+            if let Some(slot) = slot {
+                *slot = decode_found(&row);
+            }
+        }
+        Ok(out)
+    }
+}
+
+struct Job {
+    key: (Scope, RecordId),
+    done: oneshot::Sender<Lookup>,
+}
+
+/// Handle to the lookup task. Cheap to clone.
+#[derive(Clone)]
+pub struct Lookups {
+    jobs: mpsc::Sender<Job>,
+    statements: Arc<AtomicU64>,
+}
+
+impl Lookups {
+    /// Spawns the task that runs up to `batch_max` queued lookups per statement.
+    pub fn spawn(pg: PgStore, batch_max: usize) -> Self {
+        let batch_max = batch_max.max(1);
+        let (jobs, rx) = mpsc::channel(batch_max * 4);
+        let statements = Arc::new(AtomicU64::new(0));
+        tokio::spawn(run(pg, rx, batch_max, statements.clone()));
+        Self { jobs, statements }
+    }
+
+    /// Looks `rec` up, sharing a statement with whatever else is queued.
+    pub async fn lookup(&self, rec: RecordRef<'_>) -> Lookup {
+        let ended = || StoreError::PgPool("the lookup task ended".into());
+        let (done, answer) = oneshot::channel();
+        let job = Job {
+            key: (rec.scope, rec.id),
+            done,
+        };
+        self.jobs.send(job).await.map_err(|_| ended())?;
+        answer.await.unwrap_or_else(|_| Err(ended()))
+    }
+
+    /// Statements run so far (each answers one or more lookups).
+    pub fn statements(&self) -> u64 {
+        self.statements.load(Ordering::Relaxed)
+    }
+}
+
+async fn run(pg: PgStore, mut rx: mpsc::Receiver<Job>, batch_max: usize, count: Arc<AtomicU64>) {
+    let mut batch: Vec<Job> = Vec::with_capacity(batch_max);
+    let mut keys = Vec::with_capacity(batch_max);
+    while rx.recv_many(&mut batch, batch_max).await > 0 {
+        keys.clear();
+        keys.extend(batch.iter().map(|job| job.key));
+        count.fetch_add(1, Ordering::Relaxed);
+        match pg.lookup_many(&keys).await {
+            Ok(found) => {
+                for (job, found) in batch.drain(..).zip(found) {
+                    let _ = job.done.send(found);
+                }
+            }
+            Err(e) => {
+                // Every request of the round gets the failure (the caller logs it).
+                let detail = e.to_string();
+                for job in batch.drain(..) {
+                    let _ = job.done.send(Err(match e {
+                        StoreError::PgTimeout => StoreError::PgTimeout,
+                        _ => StoreError::PgPool(detail.clone()),
+                    }));
+                }
+            }
+        }
+    }
+}
+
+/// Decodes a row of [`LOOKUP`]; an expired lease is `None`. The one place rows become
+/// [`Found`].
+pub(super) fn decode_found(row: &Row) -> Result<Option<Found>, StoreError> {
+    let fingerprint: &[u8] = row.get(0);
+    let fingerprint =
+        Fingerprint::from_bytes(fingerprint).ok_or(StoreError::Corrupt("fingerprint"))?;
+    let state: &str = row.get(1);
+    let remaining = |ms: Option<i64>| Duration::from_millis(ms.unwrap_or(0).max(0) as u64);
+    match state {
+        "completed" => {
+            let status: i16 = row.get(2);
+            let headers: Vec<u8> = row.get(3);
+            let body: Vec<u8> = row.get(4);
+            let response =
+                StoredResponse::from_stored_parts(status as u16, headers.into(), body.into())
+                    .map_err(StoreError::Corrupt)?;
+            Ok(Some(Found::Completed {
+                fingerprint,
+                response,
+                remaining: remaining(row.get(5)),
+            }))
+        }
+        _ => {
+            let lease: Option<i64> = row.get(6);
+            if lease.unwrap_or(0) <= 0 {
+                return Ok(None);
+            }
+            Ok(Some(Found::Leased {
+                fingerprint,
+                remaining: remaining(lease),
+            }))
+        }
+    }
+}
