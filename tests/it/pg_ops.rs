@@ -253,3 +253,33 @@ async fn batched_lookups_answer_each_key_with_its_own_record() {
         "81 lookups at once share statements, ran {statements}"
     );
 }
+
+#[tokio::test]
+async fn lookup_plan_is_index_scans_even_when_planned_on_an_empty_table() {
+    // Postgres caches a generic plan for a prepared statement; made while the table is
+    // empty, it must still read by primary key, not scan the table the table grows into.
+    let pg = PgServer::start();
+    store(&pg).migrate().await.unwrap();
+    let client = pg.client().await;
+    let lookup = idemgate::store::postgres::lookups::LOOKUP;
+    client
+        .batch_execute(&format!(
+            "SET plan_cache_mode = force_generic_plan;
+             PREPARE lookup(bytea[], bytea[]) AS {lookup}"
+        ))
+        .await
+        .unwrap();
+    let explain = "EXPLAIN EXECUTE lookup(ARRAY['\\x00'::bytea], ARRAY['\\x01'::bytea])";
+    let plan: Vec<String> = (client.simple_query(explain).await.unwrap())
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
+            _ => None,
+        })
+        .collect();
+    let plan = plan.join("\n");
+    assert!(
+        plan.contains("Index Scan using idemgate_records_pkey") && !plan.contains("Seq Scan"),
+        "{plan}"
+    );
+}

@@ -19,13 +19,21 @@ use crate::idempotency::{Fingerprint, RecordId, Scope, StoredResponse};
 use crate::store::StoreError;
 
 /// Unexpired records for many keys; `u.i` says which key (1-based) a row answers.
-const LOOKUP: &str = "SELECT r.fingerprint, r.state, r.status, r.headers, r.body,
+///
+/// The `LATERAL ... LIMIT 1` (the primary key allows one row anyway) keeps the plan a
+/// nested loop over primary-key index scans. As a plain join, the generic plan that
+/// Postgres caches for a prepared statement, when made while the table is still small,
+/// is a hash join over a sequential scan, which then reads the whole table per lookup
+/// as it grows (measured: 7 ms per statement at 50,000 rows).
+pub const LOOKUP: &str = "SELECT r.fingerprint, r.state, r.status, r.headers, r.body,
         (EXTRACT(EPOCH FROM (r.expires_at - now())) * 1000)::bigint,
         (EXTRACT(EPOCH FROM (r.lease_expires_at - now())) * 1000)::bigint,
         u.i
      FROM UNNEST($1::bytea[], $2::bytea[]) WITH ORDINALITY AS u(scope, key_hash, i)
-     JOIN idemgate_records r ON r.scope = u.scope AND r.key_hash = u.key_hash
-     WHERE r.expires_at > now()";
+     CROSS JOIN LATERAL (
+        SELECT * FROM idemgate_records r
+        WHERE r.scope = u.scope AND r.key_hash = u.key_hash AND r.expires_at > now()
+        LIMIT 1) r";
 
 /// One key's answer: its record, none, or why it could not be read.
 pub type Lookup = Result<Option<Found>, StoreError>;
