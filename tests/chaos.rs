@@ -14,6 +14,9 @@
 #[path = "it/support/postgres.rs"]
 #[allow(dead_code)]
 mod postgres;
+#[path = "it/support/redis.rs"]
+#[allow(dead_code)]
+mod redis;
 
 #[path = "chaos/checker.rs"]
 mod checker;
@@ -25,8 +28,6 @@ mod driver;
 mod faultproxy;
 #[path = "chaos/harness.rs"]
 mod harness;
-#[path = "chaos/redis.rs"]
-mod redis;
 #[path = "chaos/report.rs"]
 mod report;
 #[path = "chaos/scenarios.rs"]

@@ -13,7 +13,7 @@ use tempfile::TempDir;
 
 use crate::faultproxy::FaultProxy;
 use crate::postgres::PgServer;
-use crate::redis::{free_port, RedisProc};
+use crate::redis::{free_port, RedisServer};
 
 pub const IDEMGATE: &str = env!("CARGO_BIN_EXE_idemgate");
 pub const DEMO_UPSTREAM: &str = env!("CARGO_BIN_EXE_demo-upstream");
@@ -375,7 +375,7 @@ pub struct Stack {
     pub upstream: Upstream,
     pub fault: Option<FaultProxy>,
     pub pg: Option<PgServer>,
-    pub redis: RedisProc,
+    pub redis: RedisServer,
     pub http: reqwest::Client,
     pub dir: TempDir,
 }
@@ -384,7 +384,7 @@ impl Stack {
     pub async fn start(opts: Options) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let redis_args: Vec<&str> = opts.redis_args.iter().map(String::as_str).collect();
-        let redis = RedisProc::start(&redis_args);
+        let redis = RedisServer::start_with(&redis_args);
         let pg = (opts.durability != Durability::RedisOnly).then(PgServer::start);
         let upstream = Upstream::start(dir.path(), &opts.upstream_env);
         let fault = if opts.via_fault_proxy.is_empty() {

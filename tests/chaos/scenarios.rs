@@ -86,7 +86,7 @@ pub async fn redis_down(name: String, d: Durability) -> Report {
     let mut stack = Stack::start(opts).await;
     let mut run = start(in_flight_heavy(&name, &stack));
     run.at(2500).await;
-    stack.redis.kill();
+    stack.redis.stop();
     run.at(5500).await;
     stack.redis.start_again();
     let plans = run.plans().await;
