@@ -107,7 +107,7 @@ where
 }
 
 fn serve(config: Config) -> anyhow::Result<()> {
-    idemgate::telemetry::init(&config.log);
+    let _log = idemgate::telemetry::init(&config.log);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -17,6 +17,7 @@ pub const POSTGRES_DURATION: &str = "idemgate_postgres_duration_seconds";
 pub const FALLBACK: &str = "idemgate_fallback_total";
 pub const LEASE_LOST: &str = "idemgate_lease_lost_total";
 pub const QUEUE_DEPTH: &str = "idemgate_write_through_queue_depth";
+pub const LOG_DROPPED: &str = "idemgate_log_lines_dropped_total";
 pub const WRITE_FAILURES: &str = "idemgate_write_through_failures_total";
 pub const WRITE_DROPPED: &str = "idemgate_write_through_dropped_total";
 pub const REAPED: &str = "idemgate_reaped_total";
@@ -138,6 +139,10 @@ fn describe() {
         "Durable copies dropped because the retry queue was full."
     );
     describe_counter!(REAPED, "Expired records deleted from Postgres.");
+    describe_counter!(
+        LOG_DROPPED,
+        "Log lines dropped because stderr could not keep up."
+    );
     describe_gauge!(IN_FLIGHT, "Upstream calls running under a lease.");
     describe_histogram!(STORED_BYTES, Unit::Bytes, "Size of stored responses.");
     describe_gauge!(
@@ -145,7 +150,13 @@ fn describe() {
         "1 while claims go to Redis, 0 while its breaker is open."
     );
     // Present from the start, so that the first increment shows in increase().
-    for name in [LEASE_LOST, WRITE_FAILURES, WRITE_DROPPED, REAPED] {
+    for name in [
+        LEASE_LOST,
+        WRITE_FAILURES,
+        WRITE_DROPPED,
+        REAPED,
+        LOG_DROPPED,
+    ] {
         counter!(name).absolute(0);
     }
     gauge!(IN_FLIGHT).set(0.0);
@@ -239,6 +250,11 @@ pub fn lease_lost() {
 
 pub fn queue_depth(depth: usize) {
     gauge!(QUEUE_DEPTH).set(depth as f64);
+}
+
+/// Sets the dropped log lines counter (the writer thread counts them).
+pub fn log_lines_dropped(total: u64) {
+    counter!(LOG_DROPPED).absolute(total);
 }
 
 pub fn write_failure() {

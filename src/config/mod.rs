@@ -84,6 +84,9 @@ pub struct LogConfig {
     pub format: LogFormat,
     /// A `tracing` filter directive such as `info` or `idemgate=debug`; `RUST_LOG` wins.
     pub filter: String,
+    /// Lines the log writer thread may fall behind stderr by; beyond, lines are dropped
+    /// (and counted) instead of making requests wait.
+    pub queue_lines: usize,
 }
 
 impl Default for LogConfig {
@@ -91,6 +94,7 @@ impl Default for LogConfig {
         Self {
             format: LogFormat::Text,
             filter: "info".into(),
+            queue_lines: 64 * 1024,
         }
     }
 }
@@ -552,6 +556,8 @@ mod tests {
     fn bad_values_are_named() {
         let err = Config::from_toml("[server]\nshutdown_grace = \"soon\"\n").unwrap_err();
         assert!(err.to_string().contains("server.shutdown_grace"), "{err}");
+        let err = Config::from_toml("[log]\nqueue_lines = 0\n").unwrap_err();
+        assert!(err.to_string().contains("log.queue_lines"), "{err}");
     }
 
     #[test]

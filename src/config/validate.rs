@@ -35,6 +35,13 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
 
     positive_duration("replay_cache.max_age", config.replay_cache.max_age)?;
 
+    if !(1..=1 << 24).contains(&config.log.queue_lines) {
+        return Err(ConfigError::invalid(
+            "log.queue_lines",
+            "must be between 1 and 16777216",
+        ));
+    }
+
     let r = &config.redis;
     if !(r.url.starts_with("redis://") || r.url.starts_with("rediss://")) {
         return Err(ConfigError::invalid(

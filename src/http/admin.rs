@@ -24,6 +24,7 @@ pub async fn metrics(State(AppState(app)): State<AppState>) -> Response {
         .as_ref()
         .map_or(0, |pg| pg.writer.queue_depth());
     crate::metrics::queue_depth(queue);
+    crate::metrics::log_lines_dropped(crate::telemetry::dropped_lines());
     (
         [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         app.metrics.render(),

@@ -90,6 +90,7 @@ fn environment_values_are_validated_too() {
 struct Served {
     child: std::process::Child,
     listen: u16,
+    admin: u16,
     _file: tempfile::NamedTempFile,
 }
 
@@ -131,6 +132,7 @@ async fn serve(redis: &RedisServer, upstream: &MockUpstream, extra: &str, stderr
     Served {
         child,
         listen,
+        admin,
         _file: file,
     }
 }
@@ -152,6 +154,7 @@ async fn sigterm_drains_in_flight_requests_then_exits_0() {
         mut child,
         listen,
         _file,
+        ..
     } = serve(&redis, &upstream, "", Stdio::null()).await;
     let request = reqwest::Client::new()
         .post(format!("http://127.0.0.1:{listen}/v1/payments"))
@@ -264,4 +267,59 @@ async fn migrate_and_reap_commands_work_and_a_newer_schema_stops_serve() {
     let (code, text) = run("serve");
     assert_ne!(code, 0);
     assert!(text.contains("newer than this binary"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_stderr_drops_log_lines_but_never_stalls_requests() {
+    // stderr is a pipe nobody reads: it fills after a few hundred lines. Requests must
+    // keep being served; the lines that do not fit are dropped and counted.
+    let redis = RedisServer::start();
+    let upstream = MockUpstream::start().await;
+    let served = serve(
+        &redis,
+        &upstream,
+        "[log]\nqueue_lines = 16\n",
+        Stdio::piped(),
+    )
+    .await;
+    let (listen, admin) = (served.listen, served.admin);
+    let _killed_on_drop = KillOnDrop(served.child);
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    for i in 0..1500 {
+        let answer = client
+            .post(format!("http://127.0.0.1:{listen}/v1/payments"))
+            .header("Idempotency-Key", format!("stuck-stderr-{i}"))
+            .body("{}")
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("request {i} with stderr full: {e}"));
+        assert_eq!(answer.status(), 201, "request {i}");
+    }
+    let metrics = client
+        .get(format!("http://127.0.0.1:{admin}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let dropped: u64 = (metrics.lines())
+        .find_map(|l| l.strip_prefix("idemgate_log_lines_dropped_total "))
+        .expect("dropped lines counter on /metrics")
+        .parse()
+        .unwrap();
+    assert!(dropped > 0, "a full pipe drops lines: {dropped}");
+}
+
+/// Kills the gateway even when the test fails half way.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
