@@ -177,7 +177,7 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
         }) => {
             let replay = response.to_response(true);
             if let Some(cache) = &app.stores.cache {
-                cache.insert(record, fingerprint, response, remaining);
+                cache.insert(record, fingerprint, &response, remaining);
             }
             (Outcome::Replayed, replay)
         }
@@ -285,7 +285,7 @@ async fn execute(
         Ok(Completion::Stored) => {
             metrics::stored_bytes(stored.encoded_len());
             if let Some(cache) = &app.stores.cache {
-                cache.insert(record, lease_fingerprint, stored.clone(), route.policy.ttl);
+                cache.insert(record, lease_fingerprint, &stored, route.policy.ttl);
             }
         }
         Ok(Completion::LeaseLost) => {

@@ -69,12 +69,12 @@ impl ReplayCache {
         Some(entry)
     }
 
-    /// Caches a completed record that has `remaining` left to live.
+    /// Caches a compact copy of a completed record that has `remaining` left to live.
     pub fn insert(
         &self,
         record: RecordId,
         fingerprint: Fingerprint,
-        response: StoredResponse,
+        response: &StoredResponse,
         remaining: Duration,
     ) {
         let entry = Entry {
@@ -123,8 +123,13 @@ mod tests {
     #[test]
     fn entries_expire_with_their_record_and_max_age() {
         let cache = ReplayCache::new(1 << 20, Duration::from_millis(50)).unwrap();
-        cache.insert(record("a"), fp(), response(b"a"), Duration::from_secs(3600));
-        cache.insert(record("b"), fp(), response(b"b"), Duration::from_millis(1));
+        cache.insert(
+            record("a"),
+            fp(),
+            &response(b"a"),
+            Duration::from_secs(3600),
+        );
+        cache.insert(record("b"), fp(), &response(b"b"), Duration::from_millis(1));
         assert_eq!(cache.get(record("a")).unwrap().response.body, "a");
         std::thread::sleep(Duration::from_millis(5));
         assert!(cache.get(record("b")).is_none(), "expired with its record");
@@ -141,7 +146,7 @@ mod tests {
             cache.insert(
                 record(&format!("k{i}")),
                 fp(),
-                response(&BODY),
+                &response(&BODY),
                 Duration::from_secs(60),
             );
         }
@@ -182,7 +187,7 @@ mod tests {
         assert!(!freed.load(std::sync::atomic::Ordering::SeqCst));
 
         let cache = ReplayCache::new(1 << 20, Duration::from_secs(60)).unwrap();
-        cache.insert(record("a"), fp(), stored.clone(), Duration::from_secs(60));
+        cache.insert(record("a"), fp(), &stored, Duration::from_secs(60));
         drop(stored);
         assert!(
             freed.load(std::sync::atomic::Ordering::SeqCst),

@@ -10,7 +10,7 @@ use crate::checker::{Expect, Report};
 use crate::cluster::{config_accepted, Durability, Options, Stack};
 use crate::driver::{self, KeyClass, Phase, Plan, Req, Workload};
 use crate::faultproxy::Fault;
-use crate::harness::{finish, start};
+use crate::harness::{finish, start, Running};
 
 const EXACTLY_ONCE: Expect = Expect {
     exactly_once: true,
@@ -153,11 +153,11 @@ pub async fn postgres_slow(name: String, d: Durability) -> Report {
     report
 }
 
-/// A replica killed with SIGKILL while holding leases (upstream calls of 200-600 ms),
-/// started again 3 s later.
-pub async fn replica_sigkill(name: String) -> Report {
-    let mut stack = Stack::start(Options::default()).await;
-    let mut w = Workload::new(&name, vec![stack.front()]);
+/// Load through the front with upstream calls of 200-600 ms, run for 3 s, so that a
+/// replica fault lands on calls in flight. Returns the run and replica 1's calls in
+/// flight at that moment (-1 if unknown).
+async fn calls_in_flight(stack: &Stack, name: &str) -> (Running, f64) {
+    let mut w = Workload::new(name, vec![stack.front()]);
     w.shape = Arc::new(|n| {
         (
             format!("?latency_ms={}", 200 + n % 5 * 100),
@@ -165,12 +165,20 @@ pub async fn replica_sigkill(name: String) -> Report {
         )
     });
     w.workers = 30;
-    let mut run = start(w);
+    let run = start(w);
     run.at(3000).await;
     let in_flight = stack.replicas[1]
         .metric(&stack.http, "idemgate_in_flight")
         .await
         .unwrap_or(-1.0);
+    (run, in_flight)
+}
+
+/// A replica killed with SIGKILL while holding leases (upstream calls of 200-600 ms),
+/// started again 3 s later.
+pub async fn replica_sigkill(name: String) -> Report {
+    let mut stack = Stack::start(Options::default()).await;
+    let (mut run, in_flight) = calls_in_flight(&stack, &name).await;
     stack.replicas[1].kill();
     run.at(6000).await;
     stack.replicas[1].start();
@@ -186,20 +194,7 @@ pub async fn replica_sigkill(name: String) -> Report {
 /// `shutdown_grace` and exit; started again afterwards.
 pub async fn replica_sigterm(name: String) -> Report {
     let mut stack = Stack::start(Options::default()).await;
-    let mut w = Workload::new(&name, vec![stack.front()]);
-    w.shape = Arc::new(|n| {
-        (
-            format!("?latency_ms={}", 200 + n % 5 * 100),
-            KeyClass::Normal,
-        )
-    });
-    w.workers = 30;
-    let mut run = start(w);
-    run.at(3000).await;
-    let in_flight = stack.replicas[1]
-        .metric(&stack.http, "idemgate_in_flight")
-        .await
-        .unwrap_or(-1.0);
+    let (mut run, in_flight) = calls_in_flight(&stack, &name).await;
     let t = Instant::now();
     stack.replicas[1].signal("TERM");
     let mut exited = None;
