@@ -32,6 +32,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -264,8 +265,26 @@ def wait_quiet(max_wait):
 
 def as_pg(argv):
     if os.geteuid() == 0:
-        return ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--"] + argv
+        # From /, which `postgres` can always enter (it may not enter the checkout).
+        return ["env", "--chdir=/", "setpriv", "--reuid=postgres", "--regid=postgres",
+                "--init-groups", "--"] + argv
     return argv
+
+
+PG_TMP = None  # the cluster's directory under /var/tmp, when .state is out of postgres' reach
+
+
+def pg_dir():
+    """The bench cluster's data directory: .state/bench/pg, unless root runs the bench from
+    a checkout the `postgres` account cannot reach (a private home or `mktemp -d` parent):
+    then a fresh directory under /var/tmp, removed when the bench ends."""
+    global PG_TMP
+    if os.geteuid() != 0 or subprocess.run(as_pg(["test", "-x", str(STATE)])).returncode == 0:
+        return STATE / "pg"
+    PG_TMP = Path(tempfile.mkdtemp(prefix="idemgate-bench-pg.", dir="/var/tmp"))
+    shutil.chown(PG_TMP, "postgres", "postgres")
+    log(f"the postgres account cannot reach {STATE}; the bench cluster goes to {PG_TMP}")
+    return PG_TMP / "pg"
 
 
 def start_redis():
@@ -285,7 +304,7 @@ def start_redis():
 
 
 def start_postgres():
-    pgdata = STATE / "pg"
+    pgdata = pg_dir()
     if pgdata.exists():
         shutil.rmtree(pgdata)
     pgdata.mkdir(parents=True)
@@ -1021,6 +1040,8 @@ def main():
         complete = True
     finally:
         PROCS.stop_all()
+        if PG_TMP:
+            shutil.rmtree(PG_TMP, ignore_errors=True)
         results["elapsed_s"] = round(time.time() - started, 1)
         # Every run's results stay in .state/bench/history/; only a complete run of every
         # row replaces deploy/bench/results/ and the table in BENCHMARKS.md.

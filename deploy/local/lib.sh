@@ -16,7 +16,13 @@ ADMIN_BASE=9090     # and has its admin listener on ADMIN_BASE+i (9091, 9092, ..
 MAX_REPLICAS=8      # replica 9 would take 9099, Prometheus' port
 
 PG_BIN=/usr/lib/postgresql/15/bin
-PGDATA="$STATE/pg"
+# Where the cluster and its server log live: .state, or, when root runs the fleet from a
+# checkout the `postgres` account cannot reach (a private home or `mktemp -d` parent),
+# the directory that up.sh made for it under /var/tmp and named in .state/pg.home.
+PG_HOME="$STATE"
+[[ -f $STATE/pg.home ]] && PG_HOME=$(<"$STATE/pg.home")
+PGDATA="$PG_HOME/pg"
+PG_LOG="$PG_HOME/postgres.log"
 
 log() { printf '==> %s\n' "$*"; }
 warn() { printf 'warning: %s\n' "$*" >&2; }
@@ -34,10 +40,11 @@ as_root() {
 # account when we are root (Postgres refuses to run as root); as ourselves otherwise.
 as_pg() {
     if [[ $EUID -eq 0 ]]; then
+        # From /, which `postgres` can always enter (it may not enter the checkout).
         if command -v runuser >/dev/null; then
-            runuser -u postgres -- "$@"
+            (cd / && runuser -u postgres -- "$@")
         else
-            setpriv --reuid=postgres --regid=postgres --init-groups -- "$@"
+            (cd / && setpriv --reuid=postgres --regid=postgres --init-groups -- "$@")
         fi
     else
         "$@"

@@ -3,6 +3,7 @@
 #   redis-server    127.0.0.1:6390   no persistence, maxmemory-policy noeviction
 #   postgres 15     127.0.0.1:5490   data in .state/pg (initdb on first run, kept
 #                                    across `make down`); runs as `postgres` under root
+#                                    (data under /var/tmp if it cannot reach .state)
 #   demo-upstream   127.0.0.1:3000   fake payments API (src/bin/demo-upstream.rs)
 #   idemgate x N    127.0.0.1:8081.. proxy, 127.0.0.1:9091.. admin (/readyz, /metrics)
 #   haproxy         127.0.0.1:8080   round robin over the replicas, health check
@@ -154,7 +155,13 @@ start redis-server "$STATE/redis.pid" "$STATE/redis.log" "$REDIS_PORT" \
 wait_ready redis-server "$STATE/redis.pid" "$STATE/redis.log" redis_ready
 
 # --- postgres --------------------------------------------------------------
-PG_LOG="$STATE/postgres.log"
+if [[ ! -f $PGDATA/PG_VERSION && $EUID -eq 0 && $PG_HOME == "$STATE" ]] && ! as_pg test -x "$STATE"; then
+    PG_HOME=$(mktemp -d /var/tmp/idemgate-pg.XXXXXX)
+    chown postgres:postgres "$PG_HOME"
+    printf '%s\n' "$PG_HOME" >"$STATE/pg.home"
+    PGDATA="$PG_HOME/pg" PG_LOG="$PG_HOME/postgres.log"
+    log "the postgres account cannot reach $STATE (a parent directory is private); the cluster goes to $PG_HOME"
+fi
 if [[ ! -f $PGDATA/PG_VERSION ]]; then
     if [[ -d $PGDATA ]] && [[ -n "$(ls -A "$PGDATA")" ]]; then
         die "$PGDATA exists but holds no Postgres cluster; remove it to let make up initdb afresh"
@@ -176,7 +183,7 @@ else
     # TCP on loopback only; no Unix socket (its path could exceed the 107-byte limit).
     as_pg "$PG_BIN/pg_ctl" start -D "$PGDATA" -l "$PG_LOG" -w -t "$READY_TIMEOUT" -s \
         -o "-c port=$PG_PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=''" ||
-        { tail -n 20 "$PG_LOG" >&2; die "postgres did not start (log: .state/postgres.log)"; }
+        { tail -n 20 "$PG_LOG" >&2; die "postgres did not start (log: $PG_LOG)"; }
 fi
 wait_ready postgres "" "$PG_LOG" pg_ready
 
@@ -331,7 +338,7 @@ idemgate local fleet is up ($REPLICAS replicas):
 $prom_line
   upstream   http://127.0.0.1:$UPSTREAM_PORT   (GET /_demo/executions, POST /_demo/reset)
   redis      redis://127.0.0.1:$REDIS_PORT
-  postgres   postgres://postgres@127.0.0.1:$PG_PORT/postgres   (data in .state/pg)
+  postgres   postgres://postgres@127.0.0.1:$PG_PORT/postgres   (data in ${PGDATA#"$ROOT"/})
   logs       .state/*.log
   stop with  make down
 
