@@ -1,16 +1,33 @@
 -- idemgate claim: take the lease on a record, or report what holds it.
--- KEYS[1] record key, KEYS[2] fence key (same hash tag).
+-- KEYS[1] record key, KEYS[2] fence key (same hash tag), KEYS[3] warmth marker.
 -- ARGV[1] fingerprint, ARGV[2] lock token, ARGV[3] lease in ms, ARGV[4] fence key ttl in ms.
 -- Record: a hash {s = "L" (leased) | "C" (completed), f = fingerprint, t = token,
 --                 n = fencing token, r = response}.
--- Reply: {"A", fence} acquired | {"C", response, remaining_ms} | {"I", remaining_ms} | {"M"} mismatch.
+-- Marker: Redis' clock (ms) when this Redis was first seen without it (new, restarted,
+-- flushed, or reset by a replica that knows Redis lacks a record). Read here, in the
+-- same atomic step as the claim, so no probe interval separates a flush from the
+-- claims that must notice it.
+-- Reply: {"A", fence, marker_age_ms} acquired | {"C", response, remaining_ms} |
+--        {"I", remaining_ms} | {"M"} mismatch.
 local rec = KEYS[1]
+local function clock_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function marker_age(now_us)
+  local now_ms = math.floor(now_us / 1000)
+  local since = redis.call('GET', KEYS[3])
+  if not since then
+    redis.call('SET', KEYS[3], string.format('%d', now_ms))
+    return 0
+  end
+  return now_ms - tonumber(since)
+end
 local v = redis.call('HMGET', rec, 's', 'f', 't', 'n')
 if not v[1] then
   -- Fencing token: grows per key across takeovers, and across a lost fence key too
   -- (it is at least Redis' clock in microseconds; takeovers are a lease apart).
-  local t = redis.call('TIME')
-  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local now_us = clock_us()
   local n = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
   if n < now_us then
     n = now_us
@@ -19,7 +36,7 @@ if not v[1] then
   redis.call('SET', KEYS[2], ns, 'PX', ARGV[4])
   redis.call('HSET', rec, 's', 'L', 'f', ARGV[1], 't', ARGV[2], 'n', ns)
   redis.call('PEXPIRE', rec, ARGV[3])
-  return {'A', ns}
+  return {'A', ns, marker_age(now_us)}
 end
 if v[2] ~= ARGV[1] then
   return {'M'}
@@ -29,6 +46,6 @@ if v[1] == 'C' then
 end
 if v[3] == ARGV[2] then
   -- Our own claim, re-sent after a dropped connection: still ours.
-  return {'A', v[4]}
+  return {'A', v[4], marker_age(clock_us())}
 end
 return {'I', redis.call('PTTL', rec)}

@@ -1,10 +1,19 @@
 -- idemgate wait: join the fleet-wide waiters of a key, unless there are too many.
--- KEYS[1] waiters counter key; ARGV[1] max waiters, ARGV[2] counter ttl in ms.
--- Reply: 1 joined (leave with DECR) | 0 refused (cap reached).
-local n = redis.call('INCR', KEYS[1])
-if n > tonumber(ARGV[1]) then
-  redis.call('DECR', KEYS[1])
+-- KEYS[1] waiters set (a sorted set: member = waiter id, score = when it lapses, ms).
+-- ARGV[1] max waiters, ARGV[2] waiter id, ARGV[3] how long a member may stay, ms.
+-- Members that lapsed (their replica died before leaving) are dropped first, so a
+-- waiter that never left costs a slot for ARGV[3] at most, and nothing goes negative.
+-- Reply: 1 joined (leave with ZREM of the id) | 0 refused (cap reached).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
   return 0
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local lapse = now + tonumber(ARGV[3])
+redis.call('ZADD', KEYS[1], lapse, ARGV[2])
+-- The set lives as long as its longest-lived member.
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+end
 return 1

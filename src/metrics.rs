@@ -24,6 +24,7 @@ pub const REAPED: &str = "idemgate_reaped_total";
 pub const IN_FLIGHT: &str = "idemgate_in_flight";
 pub const STORED_BYTES: &str = "idemgate_stored_response_bytes";
 pub const REDIS_UP: &str = "idemgate_redis_up";
+pub const TIER_DISAGREEMENTS: &str = "idemgate_tier_disagreements_total";
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -145,6 +146,10 @@ fn describe() {
     );
     describe_gauge!(IN_FLIGHT, "Upstream calls running under a lease.");
     describe_histogram!(STORED_BYTES, Unit::Bytes, "Size of stored responses.");
+    describe_counter!(
+        TIER_DISAGREEMENTS,
+        "Completions where Redis and Postgres disagreed about who holds a key, by kind."
+    );
     describe_gauge!(
         REDIS_UP,
         "1 while claims go to Redis, 0 while its breaker is open."
@@ -242,6 +247,10 @@ pub fn postgres_op(op: &'static str, started: Instant) {
 
 pub fn fallback(reason: &'static str) {
     counter!(FALLBACK, "reason" => reason).increment(1);
+}
+
+pub fn tier_disagreement(kind: &'static str) {
+    counter!(TIER_DISAGREEMENTS, "kind" => kind).increment(1);
 }
 
 pub fn lease_lost() {

@@ -291,7 +291,18 @@ async fn execute(
         Ok(Completion::LeaseLost) => {
             metrics::lease_lost();
             tracing::warn!(route = %route.name, key_hash = %record.short(),
-                "lease lost before completion: another request holds this key; not overwriting it");
+                "lease lost before completion: another execution holds this key; \
+                answering with its outcome, not ours");
+            // Every retry gets the other execution's outcome: so does this client.
+            return match app.stores.peek(record, &lease_fingerprint).await {
+                Ok(Some(Claim::Completed { response, .. })) => {
+                    (Outcome::Replayed, response.to_response(true))
+                }
+                _ => (
+                    Outcome::InFlight,
+                    Problem::superseded(route.policy.lock_ttl).into_response(),
+                ),
+            };
         }
         Err(e) => tracing::error!(route = %route.name, key_hash = %record.short(), error = %e,
             "could not store the response; a retry after the lease expires will run again"),

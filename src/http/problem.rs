@@ -104,6 +104,19 @@ impl Problem {
         .retry_after(remaining)
     }
 
+    /// This request ran, but its lease ran out first and another execution took the
+    /// key over: the key's outcome is that execution's, which is not stored yet.
+    pub fn superseded(retry_after: Duration) -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "idempotency_outcome_superseded",
+            "Outcome belongs to another execution",
+            "this request's lease ran out before it completed and another execution took \
+             the key over; retry to get that execution's outcome",
+        )
+        .retry_after(retry_after)
+    }
+
     pub fn mismatch(status: StatusCode) -> Self {
         Self::new(
             status,

@@ -85,6 +85,8 @@ pub struct Lease {
     pub(crate) redis_key: String,
     pub(crate) token: String,
     pub(crate) route: String,
+    /// The route's `lock_ttl`: how long the lease lasts without a heartbeat.
+    pub(crate) lock_ttl: Duration,
     pub(crate) scope: Scope,
     pub(crate) record: RecordId,
     pub(crate) fingerprint: Fingerprint,
@@ -140,17 +142,20 @@ impl Drop for Lease {
         }
         tracing::warn!(record = %self.record.short(), "lease dropped unsettled; releasing it");
         self.settled = true;
+        // The copy that travels to the task counts as settled: if the task is dropped
+        // unpolled (a runtime shutting down drops what it is handed), dropping the copy
+        // must not spawn again, and again, until the stack overflows.
         let lease = Lease {
             stores: self.stores.clone(),
             redis_key: std::mem::take(&mut self.redis_key),
             token: std::mem::take(&mut self.token),
             route: std::mem::take(&mut self.route),
-            settled: false,
+            settled: true,
             ..*self
         };
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                let _ = lease.release().await;
+                let _ = lease.stores.clone().release(&lease).await;
             });
         }
     }

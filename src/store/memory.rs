@@ -90,6 +90,12 @@ impl ReplayCache {
         self.cache.remove(record.as_bytes());
     }
 
+    /// Forgets everything: invalidations may have been missed (the subscription that
+    /// carries them reconnected, or fell behind).
+    pub fn clear(&self) {
+        self.cache.clear();
+    }
+
     /// Cached bytes, for tests and metrics.
     pub fn weight(&self) -> u64 {
         self.cache.weight()

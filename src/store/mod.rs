@@ -22,8 +22,13 @@ pub enum StoreError {
     /// Redis is connected but did not answer in time (slow, paused, overloaded).
     #[error("redis did not answer within the command timeout; the outcome is unknown")]
     Timeout,
+    /// The connection to Redis is gone or cannot be made: trips the breaker.
     #[error("redis is unavailable: {0}")]
     Unavailable(#[source] fred::error::Error),
+    /// Redis is there but answered with an error (OOM, READONLY, BUSY, MISCONF...):
+    /// this request gets a 503, but claims stay in Redis (no breaker trip, no fallback).
+    #[error("redis refused the command: {0}")]
+    Refused(#[source] fred::error::Error),
     #[error("unexpected reply from the {script} script: {detail}")]
     Protocol {
         script: &'static str,
@@ -51,14 +56,24 @@ pub enum StoreError {
     SchemaTooOld { database: i32, binary: i32 },
     #[error("the write-through retry queue is full; a record was dropped")]
     QueueFull,
+    /// A cold-Redis lookup could not tell whether Postgres holds the key: the claim
+    /// fails closed (its lease released) instead of guessing "not found".
+    #[error("postgres could not say whether the key is stored: {0}")]
+    LookupFailed(#[source] Box<StoreError>),
+    /// The task running a claim ended abnormally (a panic, or the runtime stopping).
+    #[error("the claim task ended abnormally: {0}")]
+    ClaimTask(#[source] tokio::task::JoinError),
 }
 
 impl StoreError {
-    /// Whether the failure came from Redis (and so should trip the Redis breaker).
+    /// Whether the failure came from Redis (settling scripts retry on it).
     pub fn is_redis(&self) -> bool {
         matches!(
             self,
-            StoreError::Timeout | StoreError::Unavailable(_) | StoreError::RedisDown
+            StoreError::Timeout
+                | StoreError::Unavailable(_)
+                | StoreError::Refused(_)
+                | StoreError::RedisDown
         )
     }
 }
@@ -74,9 +89,20 @@ impl From<deadpool_postgres::PoolError> for StoreError {
 }
 
 impl From<fred::error::Error> for StoreError {
+    /// Classifies a fred error by source: a deadline, a lost connection, or an error
+    /// reply from a Redis that is up. fred maps server replies (`-OOM`, `-READONLY`,
+    /// `-BUSY`, `-MISCONF`, `-ERR`, `-NOAUTH`, `-WRONGTYPE`, `-MOVED`...) to the kinds
+    /// below; everything else (IO, cancelled, routing, TLS...) is the connection.
     fn from(e: fred::error::Error) -> Self {
+        use fred::error::ErrorKind;
         match e.kind() {
-            fred::error::ErrorKind::Timeout => StoreError::Timeout,
+            ErrorKind::Timeout => StoreError::Timeout,
+            ErrorKind::Unknown
+            | ErrorKind::InvalidArgument
+            | ErrorKind::InvalidCommand
+            | ErrorKind::Auth
+            | ErrorKind::Cluster
+            | ErrorKind::NotFound => StoreError::Refused(e),
             _ => StoreError::Unavailable(e),
         }
     }

@@ -1,5 +1,6 @@
 //! Redis as the claim and response store: the connection pool and one Rust function
-//! per Lua script (`lua/claim.lua`, `lua/complete.lua`, `lua/release.lua`).
+//! per Lua script (`lua/claim.lua`, `complete.lua`, `release.lua`, `extend.lua`,
+//! `wait.lua`, `peek.lua`).
 //!
 //! Every script is safe to run twice with the same arguments, because fred re-sends
 //! a command that was in flight when its connection dropped. Scripts run with
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use fred::prelude::{
     Builder, ClientLike, Config as FredConfig, Error as FredError, KeysInterface, Pool,
-    PubsubInterface, ReconnectPolicy, Value,
+    PubsubInterface, ReconnectPolicy, SortedSetsInterface, Value,
 };
 use fred::types::scripts::Script;
 
@@ -26,9 +27,19 @@ use crate::metrics;
 const CLAIM_LUA: &str = include_str!("../../lua/claim.lua");
 const COMPLETE_LUA: &str = include_str!("../../lua/complete.lua");
 const RELEASE_LUA: &str = include_str!("../../lua/release.lua");
-const MARKER_LUA: &str = include_str!("../../lua/marker.lua");
+const PEEK_LUA: &str = include_str!("../../lua/peek.lua");
 const EXTEND_LUA: &str = include_str!("../../lua/extend.lua");
 const WAIT_LUA: &str = include_str!("../../lua/wait.lua");
+
+/// What an acquired Redis claim carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acquired {
+    /// The record's fencing token for this acquisition.
+    pub fence: i64,
+    /// Age of the warmth marker, read in the same script: how long this Redis has
+    /// provably held every write (0 when it was absent and set just now).
+    pub marker_age: Duration,
+}
 
 /// A record as Redis holds it, for the admin API.
 #[derive(Debug, Clone, Copy)]
@@ -53,7 +64,7 @@ struct Inner {
     claim: Script,
     complete: Script,
     release: Script,
-    marker: Script,
+    peek: Script,
     extend: Script,
     wait: Script,
 }
@@ -98,7 +109,7 @@ impl RedisStore {
                 claim: Script::from_lua(CLAIM_LUA),
                 complete: Script::from_lua(COMPLETE_LUA),
                 release: Script::from_lua(RELEASE_LUA),
-                marker: Script::from_lua(MARKER_LUA),
+                peek: Script::from_lua(PEEK_LUA),
                 extend: Script::from_lua(EXTEND_LUA),
                 wait: Script::from_lua(WAIT_LUA),
             }),
@@ -112,11 +123,12 @@ impl RedisStore {
 
     /// Runs `lua/claim.lua`.
     ///
-    /// KEYS: `[record key, fence key]`. ARGV: `[fingerprint (32 bytes), lock token,
-    /// lease ms, fence key ttl ms]`.
-    /// Reply: `{"A", fence}` acquired with its fencing token, `{"C", encoded response,
-    /// remaining ms}` completed with this fingerprint, `{"I", remaining ms}` leased by another token,
-    /// `{"M"}` another fingerprint. This is the one place that reply is decoded.
+    /// KEYS: `[record key, fence key, warmth marker key]`. ARGV: `[fingerprint (32
+    /// bytes), lock token, lease ms, fence key ttl ms]`.
+    /// Reply: `{"A", fence, marker age ms}` acquired with its fencing token,
+    /// `{"C", encoded response, remaining ms}` completed with this fingerprint,
+    /// `{"I", remaining ms}` leased by another token, `{"M"}` another fingerprint;
+    /// decoded by [`decode_record_reply`], the one decoder of record replies.
     ///
     /// A claim that fails may still have landed: its token is released in the
     /// background on the same connection (a compare-and-delete, harmless if it never
@@ -128,14 +140,14 @@ impl RedisStore {
         token: &str,
         lease: Duration,
         fence_ttl: Duration,
-    ) -> Result<Claim<i64>, StoreError> {
+    ) -> Result<Claim<Acquired>, StoreError> {
         let args: Vec<Value> = vec![
             Bytes::copy_from_slice(fingerprint.as_bytes()).into(),
             token.into(),
             millis(lease).into(),
             millis(fence_ttl).into(),
         ];
-        let keys = vec![key.to_string(), fence_key(key)];
+        let keys = vec![key.to_string(), fence_key(key), self.marker_key()];
         let started = Instant::now();
         let client = self.inner.pool.next();
         let reply: Result<Value, FredError> = self
@@ -161,47 +173,35 @@ impl RedisStore {
                         tracing::debug!(error = %e, "could not release a claim of unknown outcome");
                     }
                 });
-                return Err(if slow {
-                    StoreError::Timeout
-                } else {
-                    StoreError::Unavailable(e)
+                return Err(match e.kind() {
+                    fred::error::ErrorKind::Timeout if !slow => StoreError::Unavailable(e),
+                    _ => StoreError::from(e),
                 });
             }
         };
-        let bad = |detail: &str| StoreError::Protocol {
-            script: "claim",
-            detail: detail.to_string(),
-        };
-        let Value::Array(mut items) = reply else {
-            return Err(bad("not an array"));
-        };
-        let tag = items.first().and_then(|v| v.as_bytes_str());
-        match tag.as_deref() {
-            Some("A") if items.len() == 2 => {
-                let fence = items[1]
-                    .as_i64()
-                    .ok_or_else(|| bad("fence is not a number"))?;
-                Ok(Claim::Acquired(fence))
-            }
-            Some("C") if items.len() == 3 => {
-                let ms = (items[2].as_i64()).ok_or_else(|| bad("remaining ttl is not a number"))?;
-                let raw = (items.swap_remove(1).into_bytes()).ok_or_else(|| bad("no response"))?;
-                let response = StoredResponse::decode(raw).map_err(StoreError::Corrupt)?;
-                Ok(Claim::Completed {
-                    response,
-                    remaining: Duration::from_millis(ms.max(0) as u64),
-                })
-            }
-            Some("I") if items.len() == 2 => {
-                let ms =
-                    (items[1].as_i64()).ok_or_else(|| bad("remaining lease is not a number"))?;
-                Ok(Claim::InFlight {
-                    remaining: Duration::from_millis(ms.max(0) as u64),
-                })
-            }
-            Some("M") => Ok(Claim::Mismatch),
-            _ => Err(bad("unknown reply tag")),
+        match decode_record_reply("claim", reply)? {
+            Record::Acquired(acquired) => Ok(Claim::Acquired(acquired)),
+            Record::Known(claim) => Ok(claim),
+            Record::Absent => Err(StoreError::Protocol {
+                script: "claim",
+                detail: "absent is not a claim reply".into(),
+            }),
         }
+    }
+
+    /// Runs `lua/peek.lua`: what a record holds, without claiming it.
+    ///
+    /// KEYS: `[record key]`. ARGV: `[fingerprint (32 bytes)]`.
+    /// Reply: `{"C", encoded response, remaining ms}`, `{"I", remaining ms}`, `{"M"}`,
+    /// or `{"N"}` absent; decoded by [`decode_record_reply`].
+    pub async fn peek(&self, key: &str, fingerprint: &Fingerprint) -> Result<Record, StoreError> {
+        let args: Vec<Value> = vec![Bytes::copy_from_slice(fingerprint.as_bytes()).into()];
+        let started = Instant::now();
+        let reply: Value = (self.inner.peek)
+            .evalsha_with_reload(self.inner.pool.next(), key, args)
+            .await?;
+        metrics::redis_op("peek", started);
+        decode_record_reply("peek", reply)
     }
 
     /// Runs `lua/complete.lua`.
@@ -275,27 +275,34 @@ impl RedisStore {
         Ok(reply == 1)
     }
 
-    /// Runs `lua/wait.lua`: joins the fleet-wide waiters of a record.
+    /// Runs `lua/wait.lua`: joins the fleet-wide waiters of a record as `id`.
     ///
-    /// KEYS: `[waiters counter key]`. ARGV: `[max waiters, counter ttl ms]`.
+    /// KEYS: `[waiters set key]`. ARGV: `[max waiters, waiter id, member lifetime ms]`.
     /// Reply: `1` joined (leave with [`RedisStore::leave_waiters`]), `0` cap reached.
     pub async fn join_waiters(
         &self,
         key: &str,
         max: u32,
-        ttl: Duration,
+        id: &str,
+        lifetime: Duration,
     ) -> Result<bool, StoreError> {
-        let args: Vec<Value> = vec![i64::from(max).into(), millis(ttl).into()];
+        let args: Vec<Value> = vec![i64::from(max).into(), id.into(), millis(lifetime).into()];
         let reply: i64 = (self.inner.wait)
             .evalsha_with_reload(self.inner.pool.next(), waiters_key(key), args)
             .await?;
         Ok(reply == 1)
     }
 
-    /// Leaves the waiters of a record (`DECR`).
-    pub async fn leave_waiters(&self, key: &str) -> Result<(), StoreError> {
-        let _: i64 = self.inner.pool.next().decr(waiters_key(key)).await?;
+    /// Leaves the waiters of a record (`ZREM` of the id; harmless when already gone).
+    pub async fn leave_waiters(&self, key: &str, id: &str) -> Result<(), StoreError> {
+        let _: i64 = self.inner.pool.next().zrem(waiters_key(key), id).await?;
         Ok(())
+    }
+
+    /// How many duplicates wait on a record now, fleet-wide (lapsed members included
+    /// until the next join drops them).
+    pub async fn waiting(&self, key: &str) -> Result<u64, StoreError> {
+        Ok(self.inner.pool.next().zcard(waiters_key(key)).await?)
     }
 
     /// The pattern every completion channel matches, for the waiters' subscription.
@@ -315,22 +322,17 @@ impl RedisStore {
         channel(key)
     }
 
-    /// Runs `lua/marker.lua`.
-    ///
-    /// KEYS: `[<prefix>:warm-since]`. ARGV: none.
-    /// Reply: the marker's age in ms by Redis' clock; `0` when absent (it is set now).
-    pub async fn marker_age(&self) -> Result<Duration, StoreError> {
-        let key = format!("{}:warm-since", self.inner.prefix);
-        let age: i64 = (self.inner.marker)
-            .evalsha_with_reload(self.inner.pool.next(), key, Vec::<Value>::new())
-            .await?;
-        Ok(Duration::from_millis(age.max(0) as u64))
+    /// The warmth marker, read by the claim script (see `lua/claim.lua`).
+    fn marker_key(&self) -> String {
+        format!("{}:warm-since", self.inner.prefix)
     }
 
-    /// Deletes the warmth marker: after an outage, Redis is not known to hold everything.
+    /// Deletes the warmth marker: Redis is not known to hold every record Postgres
+    /// has (after an outage, or a completion Redis refused). Every replica's next claim
+    /// sees the marker young and looks keys up until it is older than the longest ttl.
+    /// A write, so it also proves that Redis accepts writes (the breaker's probe).
     pub async fn reset_marker(&self) -> Result<(), StoreError> {
-        let key = format!("{}:warm-since", self.inner.prefix);
-        let _: i64 = self.inner.pool.next().del(key).await?;
+        let _: i64 = self.inner.pool.next().del(self.marker_key()).await?;
         Ok(())
     }
 
@@ -384,9 +386,10 @@ fn fence_key(record_key: &str) -> String {
     format!("{record_key}:n")
 }
 
-/// The fleet-wide count of duplicates waiting on a record.
+/// The fleet-wide set of duplicates waiting on a record (`:ws`: a sorted set; `:w`
+/// was the counter of earlier versions, left to expire on its own).
 fn waiters_key(record_key: &str) -> String {
-    format!("{record_key}:w")
+    format!("{record_key}:ws")
 }
 
 /// Where completion and release of a record are published.
@@ -396,4 +399,53 @@ fn channel(record_key: &str) -> String {
 
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1)
+}
+
+/// A record reply of the claim or peek script, decoded.
+#[derive(Debug)]
+pub enum Record {
+    /// The claim script took the lease.
+    Acquired(Acquired),
+    /// Completed, leased by another token, or another fingerprint.
+    Known(Claim<Acquired>),
+    /// No record (peek only).
+    Absent,
+}
+
+/// The one decoder of the replies of `claim.lua` and `peek.lua`.
+fn decode_record_reply(script: &'static str, reply: Value) -> Result<Record, StoreError> {
+    let bad = |detail: &str| StoreError::Protocol {
+        script,
+        detail: detail.to_string(),
+    };
+    let ms = |v: &Value, what: &str| {
+        (v.as_i64())
+            .map(|ms| Duration::from_millis(ms.max(0) as u64))
+            .ok_or_else(|| bad(what))
+    };
+    let Value::Array(mut items) = reply else {
+        return Err(bad("not an array"));
+    };
+    let tag = items.first().and_then(|v| v.as_bytes_str());
+    match tag.as_deref() {
+        Some("A") if items.len() == 3 => Ok(Record::Acquired(Acquired {
+            fence: (items[1].as_i64()).ok_or_else(|| bad("fence is not a number"))?,
+            marker_age: ms(&items[2], "marker age is not a number")?,
+        })),
+        Some("C") if items.len() == 3 => {
+            let remaining = ms(&items[2], "remaining ttl is not a number")?;
+            let raw = (items.swap_remove(1).into_bytes()).ok_or_else(|| bad("no response"))?;
+            let response = StoredResponse::decode(raw).map_err(StoreError::Corrupt)?;
+            Ok(Record::Known(Claim::Completed {
+                response,
+                remaining,
+            }))
+        }
+        Some("I") if items.len() == 2 => Ok(Record::Known(Claim::InFlight {
+            remaining: ms(&items[1], "remaining lease is not a number")?,
+        })),
+        Some("M") => Ok(Record::Known(Claim::Mismatch)),
+        Some("N") => Ok(Record::Absent),
+        _ => Err(bad("unknown reply tag")),
+    }
 }

@@ -16,6 +16,7 @@ use super::memory::ReplayCache;
 use super::postgres::lookups::Lookups;
 use super::postgres::writer::{WriteOutcome, Writer};
 use super::postgres::{CompletedRecord, Found, PgClaim, RecordRef};
+use super::redis::Record;
 use super::waiters::Waiters;
 use super::warmth::Warmth;
 use super::{PgStore, RedisStore, StoreError};
@@ -49,7 +50,6 @@ pub struct Inner {
     pub waiters: Option<Arc<Waiters>>,
     /// Completed records this replica has seen (`replay_cache`).
     pub cache: Option<Arc<ReplayCache>>,
-    longest_ttl: Duration,
 }
 
 impl std::fmt::Debug for Stores {
@@ -80,51 +80,68 @@ impl Stores {
             waiters,
             cache,
             breaker: Breaker::default(),
-            warmth: Warmth::new(lookup.unwrap_or(crate::config::LookupOnMiss::Always)),
-            longest_ttl: config.longest_ttl(),
+            warmth: Warmth::new(
+                lookup.unwrap_or(crate::config::LookupOnMiss::Always),
+                config.longest_ttl(),
+            ),
         }))
     }
 
     /// Claims (scope, key) for a request on `route`.
+    ///
+    /// The lease belongs to the gateway, not to the caller's connection: the claim runs
+    /// as a task of its own, so a caller that goes away while the claim is on its way
+    /// (a client timeout, a reset) cannot strand a lease that landed. Its [`Claim`] is
+    /// then dropped with nobody to take it, and a dropped [`Lease`] releases itself.
     pub async fn claim(
         &self,
-        route: &Route,
+        route: &Arc<Route>,
         scope: Scope,
         record: RecordId,
         fingerprint: &Fingerprint,
     ) -> Result<Claim, StoreError> {
-        let mut lease = Lease {
-            stores: self.clone(),
-            home: Home::Redis {
-                also_in_postgres: false,
-            },
+        let (stores, route, fingerprint) = (self.clone(), route.clone(), *fingerprint);
+        tokio::spawn(async move { stores.claim_here(&route, scope, record, fingerprint).await })
+            .await
+            .unwrap_or_else(|e| Err(StoreError::ClaimTask(e)))
+    }
+
+    /// The claim itself; runs to the end once started (see [`Stores::claim`]).
+    async fn claim_here(
+        &self,
+        route: &Route,
+        scope: Scope,
+        record: RecordId,
+        fingerprint: Fingerprint,
+    ) -> Result<Claim, StoreError> {
+        let ask = Ask {
             redis_key: self.redis.record_key(record),
             token: uuid::Uuid::new_v4().simple().to_string(),
-            route: route.name.clone(),
             scope,
             record,
-            fingerprint: *fingerprint,
-            fence: 0,
-            // Nothing is held until a store says so.
-            settled: true,
+            fingerprint,
         };
         if self.breaker.is_open() {
-            return self.fallback(route, lease, StoreError::RedisDown).await;
+            return self.fallback(route, ask, StoreError::RedisDown).await;
         }
         let policy = &route.policy;
-        match (self.redis)
+        let claimed = (self.redis)
             .claim(
-                &lease.redis_key,
-                fingerprint,
-                &lease.token,
+                &ask.redis_key,
+                &fingerprint,
+                &ask.token,
                 policy.lock_ttl,
                 policy.ttl + policy.lock_ttl,
             )
-            .await
-        {
-            Ok(Claim::Acquired(fence)) => {
-                lease.fence = fence;
-                self.after_redis_acquire(route, lease).await
+            .await;
+        match claimed {
+            Ok(Claim::Acquired(acquired)) => {
+                let home = Home::Redis {
+                    also_in_postgres: false,
+                };
+                let lease = self.lease(route, ask, home, acquired.fence);
+                self.after_redis_acquire(route, lease, acquired.marker_age)
+                    .await
             }
             Ok(other) => Ok(other.map_acquired(|_| unreachable!("handled above"))),
             Err(e @ StoreError::Unavailable(_)) => {
@@ -134,9 +151,28 @@ impl Stores {
                     tracing::error!(error = %e, "redis failing: claims follow on_redis_unavailable \
                         until it answers again");
                 }
-                self.fallback(route, lease, e).await
+                self.fallback(route, ask, e).await
             }
+            // A Redis that answers with an error (OOM, READONLY...) or slowly is still
+            // the authority: this request fails, claims stay in Redis.
             Err(e) => Err(e),
+        }
+    }
+
+    /// A held lease, unsettled from here on: it must be completed or released.
+    fn lease(&self, route: &Route, ask: Ask, home: Home, fence: i64) -> Lease {
+        Lease {
+            stores: self.clone(),
+            home,
+            redis_key: ask.redis_key,
+            token: ask.token,
+            route: route.name.clone(),
+            lock_ttl: route.policy.lock_ttl,
+            scope: ask.scope,
+            record: ask.record,
+            fingerprint: ask.fingerprint,
+            fence,
+            settled: false,
         }
     }
 
@@ -145,7 +181,7 @@ impl Stores {
     /// releases (pub/sub) or its lease runs out, until `wait_timeout`.
     pub async fn wait(
         &self,
-        route: &Route,
+        route: &Arc<Route>,
         scope: Scope,
         record: RecordId,
         fingerprint: &Fingerprint,
@@ -157,14 +193,21 @@ impl Stores {
         };
         let policy = &route.policy;
         let key = self.redis.record_key(record);
+        let id = uuid::Uuid::new_v4().simple().to_string();
         match (self.redis)
-            .join_waiters(&key, policy.max_waiters, policy.wait_timeout * 2)
+            .join_waiters(&key, policy.max_waiters, &id, policy.wait_timeout * 2)
             .await
         {
             Ok(true) => {}
             _ => return Ok(in_flight),
         }
-        let watch = waiters.watch(self.redis.channel(&key));
+        // Leaves the waiters however this ends, a caller hanging up included.
+        let _slot = WaiterSlot {
+            redis: self.redis.clone(),
+            key,
+            id,
+        };
+        let watch = waiters.watch(self.redis.channel(&_slot.key));
         let deadline = Instant::now() + policy.wait_timeout;
         let result = loop {
             let notified = watch.notify().notified();
@@ -186,10 +229,23 @@ impl Stores {
                 other => break other,
             }
         };
-        if let Err(e) = self.redis.leave_waiters(&key).await {
-            tracing::debug!(error = %e, "could not leave the waiters count; it expires");
-        }
         result
+    }
+
+    /// What Redis holds for a record now, without claiming it; `None` when nothing.
+    /// For a holder whose completion found its lease taken over.
+    pub async fn peek(
+        &self,
+        record: RecordId,
+        fingerprint: &Fingerprint,
+    ) -> Result<Option<Claim>, StoreError> {
+        let key = self.redis.record_key(record);
+        Ok(match self.redis.peek(&key, fingerprint).await? {
+            Record::Known(claim) => {
+                Some(claim.map_acquired(|_| unreachable!("peek never acquires")))
+            }
+            Record::Acquired(_) | Record::Absent => None,
+        })
     }
 
     /// The holder's heartbeat: extends the lease in every tier that holds it.
@@ -216,8 +272,8 @@ impl Stores {
         &self,
         route: &Route,
         mut lease: Lease,
+        marker_age: Duration,
     ) -> Result<Claim, StoreError> {
-        lease.settled = false;
         let Some(pg) = &self.postgres else {
             return Ok(Claim::Acquired(lease));
         };
@@ -240,14 +296,22 @@ impl Stores {
                     return Err(e);
                 }
             }
-        } else if self.warmth.must_lookup() {
+        } else if self.warmth.must_lookup(marker_age) {
             match pg.lookups.lookup(rec).await {
                 Ok(None) => return Ok(Claim::Acquired(lease)),
                 Ok(Some(found)) => found,
-                Err(e) => {
+                Err(e) if self.warmth.vouches(marker_age) => {
                     tracing::warn!(record = %lease.record.short(), error = %e,
-                        "postgres lookup failed; trusting redis, which holds the claim");
+                        "postgres lookup failed; redis provably holds every recent record \
+                        (warm), so its claim stands");
                     return Ok(Claim::Acquired(lease));
+                }
+                Err(e) => {
+                    // Redis may have lost this key, and Postgres cannot say whether it
+                    // completed: fail closed rather than risk running it twice.
+                    metrics::fallback("lookup_failed");
+                    let _ = lease.release().await;
+                    return Err(StoreError::LookupFailed(Box::new(e)));
                 }
             }
         } else {
@@ -278,7 +342,10 @@ impl Stores {
                     )
                     .await
                 {
+                    // Not re-warmed: free the key in Redis now rather than leave our lease
+                    // to answer "in flight" for lock_ttl; the next claim looks up again.
                     tracing::warn!(error = %e, "could not re-warm redis");
+                    let _ = self.redis.release(&lease.redis_key, &lease.token).await;
                 }
                 Ok(Claim::Completed {
                     response,
@@ -300,24 +367,26 @@ impl Stores {
     async fn fallback(
         &self,
         route: &Route,
-        mut lease: Lease,
+        ask: Ask,
         cause: StoreError,
     ) -> Result<Claim, StoreError> {
         match (route.policy.on_redis_unavailable, &self.postgres) {
             (OnRedisUnavailable::Postgres, Some(pg)) => {
                 metrics::fallback("redis_unavailable");
-                let rec = lease_ref(&lease);
-                match (pg.store)
-                    .claim(rec, &lease.fingerprint, &lease.token, route.policy.lock_ttl)
-                    .await?
-                {
+                let rec = RecordRef {
+                    scope: ask.scope,
+                    id: ask.record,
+                    route: &route.name,
+                };
+                let claimed = (pg.store)
+                    .claim(rec, &ask.fingerprint, &ask.token, route.policy.lock_ttl)
+                    .await?;
+                match claimed {
                     PgClaim::Acquired { fence } => {
-                        lease.home = Home::Postgres;
-                        lease.fence = fence;
-                        lease.settled = false;
+                        let lease = self.lease(route, ask, Home::Postgres, fence);
                         Ok(Claim::Acquired(lease))
                     }
-                    PgClaim::Held(found) => Ok(found_to_claim(found, &lease.fingerprint)),
+                    PgClaim::Held(found) => Ok(found_to_claim(found, &ask.fingerprint)),
                 }
             }
             (OnRedisUnavailable::PassThrough, _) => {
@@ -353,10 +422,7 @@ impl Stores {
         match lease.home {
             Home::Postgres => {
                 let pg = self.postgres.as_ref().ok_or(StoreError::RedisDown)?;
-                match pg.writer.write(record()).await? {
-                    WriteOutcome::Written | WriteOutcome::Queued => Ok(Completion::Stored),
-                    WriteOutcome::Conflict => Ok(Completion::LeaseLost),
-                }
+                self.complete_in_postgres(pg, lease, record()).await
             }
             Home::Redis { also_in_postgres } => {
                 let encoded = response.encode();
@@ -390,15 +456,76 @@ impl Stores {
                 }
                 match (in_redis, durable) {
                     (Err(_) | Ok(Completion::LeaseLost), Ok(WriteOutcome::Written)) => {
+                        // Stored, but Redis lacks it while our lease there runs out: with
+                        // when_cold, a retry after that must look it up, on every replica.
+                        self.redis_lacks_record(lease);
                         Ok(Completion::Stored)
                     }
                     (_, Ok(WriteOutcome::Conflict)) if also_in_postgres => {
                         Ok(Completion::LeaseLost)
                     }
+                    (Ok(Completion::Stored), Ok(WriteOutcome::Conflict)) => {
+                        // claims = "redis": Redis decides who holds a key; Postgres held
+                        // another record for it (a claim taken while Redis was away).
+                        metrics::tier_disagreement("stored_in_redis_conflict_in_postgres");
+                        tracing::warn!(record = %lease.record.short(),
+                            "tiers disagree: stored in redis, but postgres holds another \
+                            record for this key (redis decides with claims = \"redis\")");
+                        Ok(Completion::Stored)
+                    }
                     (result, _) => result,
                 }
             }
         }
+    }
+
+    /// Completes a lease held in Postgres (Redis was unavailable when it was taken).
+    /// The client is answered only once the record is durable: while Postgres fails,
+    /// keep the lease alive and retry, and never count a record that merely waits in
+    /// the retry queue as stored (its lease could run out, a retry take the key over
+    /// and run it again, and the queued copy then lose to that execution).
+    async fn complete_in_postgres(
+        &self,
+        pg: &Durable,
+        lease: &Lease,
+        record: CompletedRecord,
+    ) -> Result<Completion, StoreError> {
+        // While Postgres does not answer, nobody can take the lease over; once it answers
+        // we are first in line: retrying every 100 ms, with the heartbeat in between.
+        let give_up = Instant::now() + lease.lock_ttl;
+        loop {
+            let failed = match pg.store.complete_batch(std::slice::from_ref(&record)).await {
+                Ok(written) if written.first() == Some(&true) => return Ok(Completion::Stored),
+                Ok(_) => return Ok(Completion::LeaseLost),
+                Err(e) => e,
+            };
+            if Instant::now() >= give_up {
+                // Not acknowledged as stored; the retry queue may still land it.
+                let queued = pg.writer.write(record).await;
+                tracing::error!(record = %lease.record.short(), error = %failed, ?queued,
+                    "postgres did not come back within the lease: the response is not \
+                    stored; a retry after the lease may run again");
+                return Err(failed);
+            }
+            let _ = pg
+                .store
+                .extend(lease_ref(lease), &lease.token, lease.lock_ttl)
+                .await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Postgres holds a record that Redis does not: make Redis cold for lookups
+    /// (here at once; on every replica once the marker reset lands, retried by the probe).
+    fn redis_lacks_record(&self, lease: &Lease) {
+        metrics::fallback("redis_lacks_record");
+        tracing::warn!(record = %lease.record.short(), "stored in postgres only: \
+            redis counts as cold until the warmth marker is reset");
+        self.warmth.set_cold();
+        let stores = self.clone();
+        tokio::spawn(async move {
+            stores.warmth.reset(&stores.redis).await;
+        });
     }
 
     /// Releases a lease in every tier that holds it.
@@ -446,20 +573,23 @@ impl Stores {
         }
     }
 
-    /// One probe: close the breaker when Redis answers; refresh warmth.
+    /// One probe: close the breaker when Redis takes a write again; refresh warmth.
+    ///
+    /// The probe's write is the reset of the warmth marker, which is owed anyway:
+    /// whatever was written during the outage is in Postgres only. A Redis that answers
+    /// PING but refuses writes (a demoted primary, READONLY) keeps the breaker open, and
+    /// the breaker never closes with the marker still claiming Redis holds everything.
     pub async fn probe(&self) {
         if self.breaker.is_open() {
-            if self.redis.ping().await.is_ok() {
-                // Whatever was written during the outage is in Postgres only.
-                let _ = self.redis.reset_marker().await;
-                self.warmth.set_cold();
+            self.warmth.set_cold();
+            if self.warmth.reset(&self.redis).await {
                 self.breaker.close();
                 metrics::redis_up(true);
-                tracing::info!("redis answers again: claims are back in redis");
+                tracing::info!("redis takes writes again: claims are back in redis");
             }
             return;
         }
-        self.warmth.refresh(&self.redis, self.longest_ttl).await;
+        self.warmth.refresh(&self.redis).await;
     }
 }
 
@@ -482,6 +612,41 @@ where
         }
     }
     result
+}
+
+/// What a claim is about, before any store holds anything for it.
+struct Ask {
+    redis_key: String,
+    token: String,
+    scope: Scope,
+    record: RecordId,
+    fingerprint: Fingerprint,
+}
+
+/// A place among a record's fleet-wide waiters. Leaving happens on drop, so a waiter
+/// whose caller hung up (its request future dropped mid-wait) frees its place at once
+/// instead of holding it until the set expires.
+struct WaiterSlot {
+    redis: RedisStore,
+    key: String,
+    id: String,
+}
+
+impl Drop for WaiterSlot {
+    fn drop(&mut self) {
+        let (redis, key, id) = (
+            self.redis.clone(),
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.id),
+        );
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = redis.leave_waiters(&key, &id).await {
+                    tracing::debug!(error = %e, "could not leave the waiters; the place lapses");
+                }
+            });
+        }
+    }
 }
 
 fn lease_ref(lease: &Lease) -> RecordRef<'_> {

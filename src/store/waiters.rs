@@ -72,8 +72,9 @@ impl Waiters {
             local: Mutex::new(HashMap::new()),
         });
         let mut messages = subscriber.message_rx();
-        let fan_out = waiters.clone();
+        let (fan_out, on_message) = (waiters.clone(), cache.clone());
         tokio::spawn(async move {
+            let cache = on_message;
             loop {
                 match messages.recv().await {
                     Ok(message) => {
@@ -86,8 +87,31 @@ impl Waiters {
                         }
                         fan_out.wake(&message.channel);
                     }
-                    // Missed some: wake everyone; each re-checks its record.
-                    Err(RecvError::Lagged(_)) => fan_out.wake_all(),
+                    // Missed some: wake everyone (each re-checks its record), and forget
+                    // the replay cache, since a missed message may be an invalidation.
+                    Err(RecvError::Lagged(_)) => {
+                        if let Some(cache) = &cache {
+                            cache.clear();
+                        }
+                        fan_out.wake_all();
+                    }
+                    Err(RecvError::Closed) => return,
+                }
+            }
+        });
+        // While the subscription was down, invalidations went unheard: after every
+        // (re)connection, the replay cache starts empty, and waiters re-check.
+        let mut reconnects = subscriber.reconnect_rx();
+        let (on_reconnect, fan_out) = (cache.clone(), waiters.clone());
+        tokio::spawn(async move {
+            loop {
+                match reconnects.recv().await {
+                    Ok(_) | Err(RecvError::Lagged(_)) => {
+                        if let Some(cache) = &on_reconnect {
+                            cache.clear();
+                        }
+                        fan_out.wake_all();
+                    }
                     Err(RecvError::Closed) => return,
                 }
             }

@@ -1,60 +1,115 @@
 //! `lookup_on_miss = "when_cold"`: whether Redis provably holds every record written
 //! within the longest `ttl`, so that an acquired Redis claim needs no Postgres lookup.
 //!
-//! Redis is *warm* when its marker (set when first seen absent: a new, restarted or
-//! flushed Redis) is older than the longest `ttl` and `maxmemory-policy` is
-//! `noeviction`. A probe re-checks this every `redis.probe_interval`; anything
-//! unknown counts as cold, and so does the time after a Redis outage.
+//! Redis is *warm* for a claim when all of these hold:
+//! - the warmth marker, read by the claim script in the same atomic step as the claim,
+//!   is older than the longest `ttl`. The script sets the marker when it finds none (a
+//!   new, restarted or flushed Redis), so a flush is noticed by the very next claim, on
+//!   every replica, with no probe interval in between;
+//! - `maxmemory-policy` is `noeviction` (read by the probe; unknown counts as cold);
+//! - this replica has no marker reset pending. A reset is owed whenever Redis may lack
+//!   a record Postgres has: after a Redis outage (claims went to Postgres), and after a
+//!   completion Redis refused while Postgres stored it. Until the `DEL` of the marker
+//!   lands, this replica counts Redis as cold; once it lands, every replica does.
+//!
+//! Limit: another replica learns of a reset only when the `DEL` reaches Redis. A
+//! refused completion leaves its lease in Redis for `lock_ttl`, and the reset is retried
+//! at once and then by every probe, so the reset lands before that lease can expire
+//! unless Redis refuses writes for the whole `lock_ttl`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::config::LookupOnMiss;
+use crate::metrics;
 use crate::store::RedisStore;
 
 #[derive(Debug)]
 pub struct Warmth {
     mode: LookupOnMiss,
-    warm: AtomicBool,
+    longest_ttl: Duration,
+    /// `maxmemory-policy` is `noeviction`, as of the last probe.
+    keeps_everything: AtomicBool,
+    /// Redis may lack a record Postgres has, and the marker is not yet reset.
+    reset_pending: AtomicBool,
 }
 
 impl Warmth {
-    pub fn new(mode: LookupOnMiss) -> Self {
+    pub fn new(mode: LookupOnMiss, longest_ttl: Duration) -> Self {
         Self {
             mode,
-            warm: AtomicBool::new(false),
+            longest_ttl,
+            keeps_everything: AtomicBool::new(false),
+            reset_pending: AtomicBool::new(false),
         }
     }
 
-    /// Whether an acquired Redis claim must be checked against Postgres.
-    pub fn must_lookup(&self) -> bool {
-        self.mode == LookupOnMiss::Always || !self.warm.load(Ordering::Acquire)
+    /// Whether an acquired Redis claim, which read the marker at `marker_age`, must be
+    /// checked against Postgres.
+    pub fn must_lookup(&self, marker_age: Duration) -> bool {
+        self.mode == LookupOnMiss::Always || !self.vouches(marker_age)
+    }
+
+    /// Whether Redis provably holds every record of the last longest `ttl`, for a claim
+    /// that read the marker at `marker_age` (whatever the mode). When it does not, a
+    /// lookup whose answer is unknown must fail the claim closed.
+    pub fn vouches(&self, marker_age: Duration) -> bool {
+        self.keeps_everything.load(Ordering::Acquire)
+            && !self.reset_pending.load(Ordering::Acquire)
+            && marker_age > self.longest_ttl
     }
 
     pub fn mode(&self) -> LookupOnMiss {
         self.mode
     }
 
-    /// Counts Redis as cold until the next successful probe says otherwise.
+    /// Redis may lack a record that Postgres has: count it cold here at once, and
+    /// everywhere once [`Warmth::reset`] succeeds.
     pub fn set_cold(&self) {
-        self.warm.store(false, Ordering::Release);
+        self.reset_pending.store(true, Ordering::Release);
     }
 
-    /// Re-reads the marker and the eviction policy.
-    pub async fn refresh(&self, redis: &RedisStore, longest_ttl: Duration) {
-        if self.mode == LookupOnMiss::Always {
-            return;
+    /// Whether a marker reset is still owed.
+    pub fn reset_pending(&self) -> bool {
+        self.reset_pending.load(Ordering::Acquire)
+    }
+
+    /// Deletes the marker if a reset is owed; true when none is owed any more.
+    pub async fn reset(&self, redis: &RedisStore) -> bool {
+        if !self.reset_pending() {
+            return true;
         }
-        let warm = match (redis.marker_age().await, redis.maxmemory_policy().await) {
-            (Ok(age), Ok(policy)) => policy == "noeviction" && age > longest_ttl,
-            _ => false,
-        };
-        let was = self.warm.swap(warm, Ordering::AcqRel);
-        if was != warm {
+        match redis.reset_marker().await {
+            Ok(()) => {
+                self.reset_pending.store(false, Ordering::Release);
+                tracing::info!(
+                    "warmth marker reset: every replica looks keys up in postgres \
+                    until it is older than the longest ttl"
+                );
+                true
+            }
+            Err(e) => {
+                metrics::fallback("marker_reset_failed");
+                tracing::warn!(error = %e, "could not reset the warmth marker; retrying at \
+                    the next probe (this replica looks keys up meanwhile)");
+                false
+            }
+        }
+    }
+
+    /// The probe's part: re-read the eviction policy, retry an owed reset.
+    pub async fn refresh(&self, redis: &RedisStore) {
+        self.reset(redis).await;
+        let keeps = matches!(redis.maxmemory_policy().await, Ok(p) if p == "noeviction");
+        if self.keeps_everything.swap(keeps, Ordering::AcqRel) != keeps {
             tracing::info!(
-                warm,
-                "redis warmth changed: lookups on miss are {}",
-                if warm { "skipped" } else { "on" }
+                noeviction = keeps,
+                "redis eviction policy changed: lookups on miss are {}",
+                if keeps {
+                    "decided by the marker"
+                } else {
+                    "always on"
+                }
             );
         }
     }

@@ -86,6 +86,10 @@ async fn redis_down_moves_claims_to_postgres_with_one_execution() {
 #[tokio::test]
 async fn postgres_stopped_during_write_through_loses_nothing() {
     let (mut redis, mut pg, upstream, app) = durable_stack("", "").await;
+    // A Redis that has held every write for two days (longer than any ttl): its claims
+    // stand while Postgres cannot be asked. (A cold Redis fails closed instead: see
+    // `cold_redis_with_postgres_down_fails_closed`.)
+    warm_up(&redis).await;
     pg.stop();
     for i in 0..5 {
         let r = app.post(&format!("pgdown-{i}"), "{}").send().await.unwrap();
@@ -313,4 +317,19 @@ async fn concurrent_cold_lookups_replay_each_key_its_own_response_once() {
     assert_eq!(executed.len(), 40, "every key executed exactly once");
     let t = tally(&answers);
     assert_eq!((t.first, t.replayed), (20, 20));
+}
+
+/// Makes `redis` provably warm: its warmth marker says it has held every write for two
+/// days, longer than any ttl here.
+pub async fn warm_up(redis: &crate::support::RedisServer) {
+    use fred::prelude::KeysInterface;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let since = now_ms - 48 * 3600 * 1000;
+    let _: () = (redis.client().await)
+        .set("idemgate:warm-since", since, None, None, false)
+        .await
+        .unwrap();
 }

@@ -4,6 +4,7 @@
 mod support;
 
 mod cache;
+mod claim_edges;
 mod cli;
 mod concurrency;
 mod durability;
@@ -14,4 +15,5 @@ mod observability;
 mod outage;
 mod pg_ops;
 mod replay;
+mod tier_edges;
 mod upstream_failures;
