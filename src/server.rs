@@ -1,5 +1,6 @@
-//! Listeners and the connection loop: hyper HTTP/1 with a header-read timeout and a
-//! bounded request head, and graceful shutdown (stop accepting, drain in-flight
+//! Listeners and the connection loop: hyper HTTP/1 with a header-read timeout, a
+//! bounded request head and lingering close for bodies answered early
+//! ([`crate::http::linger`]), and graceful shutdown (stop accepting, drain in-flight
 //! requests and detached tasks within `server.shutdown_grace`).
 
 use std::future::Future;
@@ -7,6 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::Router;
 use hyper::body::Incoming;
@@ -19,6 +21,7 @@ use tower::ServiceExt;
 
 use crate::app::App;
 use crate::config::ServerConfig;
+use crate::http::linger::{LingerBounds, Lingering};
 use crate::http::{admin_router, proxy_router};
 
 /// A gateway with its listeners bound, ready to run.
@@ -129,6 +132,7 @@ async fn accept_loop(
     graceful: Arc<GracefulShutdown>,
 ) {
     let max_buf = (limits.max_header_size.as_u64() as usize).max(8192);
+    let linger = LingerBounds::from_config(&limits);
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -144,9 +148,13 @@ async fn accept_loop(
         };
         let _ = stream.set_nodelay(true);
         let router = router.clone();
-        let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
-            request.extensions_mut().insert(ConnectInfo(peer));
-            router.clone().oneshot(request)
+        let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+            let (mut parts, body) = request.into_parts();
+            parts.extensions.insert(ConnectInfo(peer));
+            let body = Body::new(Lingering::new(body, &parts.headers, linger));
+            router
+                .clone()
+                .oneshot(hyper::Request::from_parts(parts, body))
         });
         let connection = http1::Builder::new()
             .timer(TokioTimer::new())
