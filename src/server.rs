@@ -1,12 +1,15 @@
-//! Listeners and the connection loop: hyper HTTP/1 with a header-read timeout and a
-//! bounded request head, and graceful shutdown (stop accepting, drain in-flight
+//! Listeners and the connection loop: hyper HTTP/1 with a header-read timeout, a
+//! bounded request head and lingering close for bodies answered early
+//! ([`crate::http::linger`]), and graceful shutdown (stop accepting, drain in-flight
 //! requests and detached tasks within `server.shutdown_grace`).
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::Router;
 use hyper::body::Incoming;
@@ -14,11 +17,11 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use crate::app::App;
 use crate::config::ServerConfig;
+use crate::http::linger::{LingerBounds, Lingering};
 use crate::http::{admin_router, proxy_router};
 
 /// A gateway with its listeners bound, ready to run.
@@ -71,33 +74,30 @@ impl Server {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let Self { app, proxy, admin } = self;
         let limits = app.config.server.clone();
-        let stop = CancellationToken::new();
-        let graceful = Arc::new(GracefulShutdown::new());
-        let loops = [
-            tokio::spawn(accept_loop(
-                proxy,
-                proxy_router(app.clone()),
-                limits.clone(),
-                stop.clone(),
-                graceful.clone(),
-            )),
-            tokio::spawn(accept_loop(
-                admin,
-                admin_router(app.clone()),
-                limits.clone(),
-                stop.clone(),
-                graceful.clone(),
-            )),
-        ];
+        // Owned here and only lent to the accept loops, which run inside this future:
+        // `shutdown()` below consumes this very value, so the drain of the connections
+        // it watches cannot be skipped or run on a stand-in.
+        let graceful = GracefulShutdown::new();
         tracing::info!(listen = %limits.listen, admin = %limits.admin_listen, "idemgate serving");
-        shutdown.await;
-        let started = Instant::now();
-        tracing::info!(grace = ?limits.shutdown_grace, "shutting down: no new connections; draining");
-        stop.cancel();
-        for l in loops {
-            let _ = l.await;
+        {
+            let accepting = async {
+                tokio::join!(
+                    accept_loop(proxy, proxy_router(app.clone()), &limits, &graceful),
+                    accept_loop(admin, admin_router(app.clone()), &limits, &graceful),
+                )
+            };
+            tokio::select! {
+                never = accepting => match never.0 {},
+                () = shutdown => {}
+            }
+            // The listeners are dropped with `accepting`: no new connections.
         }
-        let graceful = Arc::try_unwrap(graceful).unwrap_or_else(|_| GracefulShutdown::new());
+        let started = Instant::now();
+        tracing::info!(
+            grace = ?limits.shutdown_grace,
+            connections = graceful.count(),
+            "shutting down: no new connections; draining"
+        );
         if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())
             .await
             .is_err()
@@ -121,32 +121,35 @@ impl Server {
     }
 }
 
+/// Accepts connections until dropped (at shutdown); each is served on a task of its own,
+/// watched by `graceful`.
 async fn accept_loop(
     listener: TcpListener,
     router: Router,
-    limits: ServerConfig,
-    stop: CancellationToken,
-    graceful: Arc<GracefulShutdown>,
-) {
+    limits: &ServerConfig,
+    graceful: &GracefulShutdown,
+) -> Infallible {
     let max_buf = (limits.max_header_size.as_u64() as usize).max(8192);
+    let linger = LingerBounds::from_config(limits);
     loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(pair) => pair,
-                Err(e) => {
-                    // Typically EMFILE: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = stop.cancelled() => return,
+        let (stream, peer) = match listener.accept().await {
+            Ok(pair) => pair,
+            Err(e) => {
+                // Typically EMFILE: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
         };
         let _ = stream.set_nodelay(true);
         let router = router.clone();
-        let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
-            request.extensions_mut().insert(ConnectInfo(peer));
-            router.clone().oneshot(request)
+        let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+            let (mut parts, body) = request.into_parts();
+            parts.extensions.insert(ConnectInfo(peer));
+            let body = Body::new(Lingering::new(body, &parts.headers, linger));
+            router
+                .clone()
+                .oneshot(hyper::Request::from_parts(parts, body))
         });
         let connection = http1::Builder::new()
             .timer(TokioTimer::new())

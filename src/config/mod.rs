@@ -56,6 +56,13 @@ pub struct ServerConfig {
     /// How long a client may take to send the body of a keyed request; slower is 408.
     #[serde(with = "humantime_serde")]
     pub body_read_timeout: Duration,
+    /// Lingering close: after answering before the request body was read (413, 408, an
+    /// early error), read and discard up to this many more bytes of it, so the client
+    /// sees the answer instead of a reset. `0B` turns lingering off.
+    pub linger_bytes: ByteSize,
+    /// Lingering close: the longest the rest of a body is read and discarded for.
+    #[serde(with = "humantime_serde")]
+    pub linger_time: Duration,
     /// How long in-flight requests may take to finish after SIGTERM/SIGINT.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -71,6 +78,8 @@ impl Default for ServerConfig {
             max_header_size: ByteSize::kib(16),
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),
+            linger_bytes: ByteSize::mib(8),
+            linger_time: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(30),
         }
     }
@@ -524,11 +533,13 @@ mod tests {
     fn sizes_and_durations_parse_in_human_form() {
         let c = Config::from_toml(
             "[server]\nmax_request_body = \"2MiB\"\nshutdown_grace = \"250ms\"\n\
-             [idempotency]\nttl = \"1h\"\n",
+             linger_bytes = \"0B\"\nlinger_time = \"1500ms\"\n[idempotency]\nttl = \"1h\"\n",
         )
         .unwrap();
         assert_eq!(c.server.max_request_body, ByteSize::mib(2));
         assert_eq!(c.server.shutdown_grace, Duration::from_millis(250));
+        assert_eq!(c.server.linger_bytes, ByteSize::b(0));
+        assert_eq!(c.server.linger_time, Duration::from_millis(1500));
         assert_eq!(c.idempotency.ttl, Duration::from_secs(3600));
     }
 

@@ -213,7 +213,8 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
 }
 
 /// Reads the whole body within `server.body_read_timeout`, refusing more than
-/// `server.max_request_body` bytes (declared or actual).
+/// `server.max_request_body` bytes (declared or actual). What a refused body still
+/// brings is read and discarded after the answer ([`super::linger`]).
 async fn read_bounded(app: &App, parts: &Parts, body: Body) -> Result<Bytes, Problem> {
     let limit = app.config.server.max_request_body.as_u64();
     let declared = (parts.headers.get(CONTENT_LENGTH))

@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod admin_keys;
 pub mod gateway;
+pub mod linger;
 pub mod problem;
 
 use std::sync::Arc;

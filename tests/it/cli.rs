@@ -147,6 +147,18 @@ fn sigterm(child: &std::process::Child) {
 
 #[tokio::test]
 async fn sigterm_drains_in_flight_requests_then_exits_0() {
+    // A keyed request: its upstream call runs in a detached task (`app.tasks`).
+    sigterm_with_a_slow_request_in_flight(true).await;
+}
+
+#[tokio::test]
+async fn sigterm_drains_an_in_flight_pass_through_request() {
+    // Unkeyed, so proxied without idempotency: only the connection drain
+    // (`GracefulShutdown`) keeps the process alive until its answer is written.
+    sigterm_with_a_slow_request_in_flight(false).await;
+}
+
+async fn sigterm_with_a_slow_request_in_flight(keyed: bool) {
     let redis = RedisServer::start();
     let upstream = MockUpstream::start().await;
     upstream.set_delay(Duration::from_millis(1200));
@@ -156,12 +168,13 @@ async fn sigterm_drains_in_flight_requests_then_exits_0() {
         _file,
         ..
     } = serve(&redis, &upstream, "", Stdio::null()).await;
-    let request = reqwest::Client::new()
+    let mut request = reqwest::Client::new()
         .post(format!("http://127.0.0.1:{listen}/v1/payments"))
-        .header("Idempotency-Key", "drain")
-        .body("{}")
-        .send();
-    let in_flight = tokio::spawn(request);
+        .body("{}");
+    if keyed {
+        request = request.header("Idempotency-Key", "drain");
+    }
+    let in_flight = tokio::spawn(request.send());
     tokio::time::sleep(Duration::from_millis(300)).await;
     sigterm(&child);
 
@@ -170,6 +183,10 @@ async fn sigterm_drains_in_flight_requests_then_exits_0() {
         .unwrap()
         .expect("in-flight request completes");
     assert_eq!(answer.status(), 201);
+    assert_eq!(
+        answer.text().await.unwrap(),
+        "{\"execution\":1,\"status\":201}"
+    );
     let exit = tokio::task::spawn_blocking(move || child.wait().unwrap())
         .await
         .unwrap();

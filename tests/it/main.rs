@@ -3,6 +3,7 @@
 
 mod support;
 
+mod body_limits;
 mod cache;
 mod claim_edges;
 mod cli;
