@@ -3,6 +3,7 @@
 
 mod support;
 
+mod admin_race;
 mod cache;
 mod cli;
 mod concurrency;
