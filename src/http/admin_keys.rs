@@ -16,6 +16,7 @@ use super::AppState;
 use crate::app::App;
 use crate::idempotency::{key, RecordId, Scope};
 use crate::store::postgres::RecordRef;
+use crate::store::redis::Invalidated;
 
 #[derive(Debug, Deserialize)]
 pub struct Which {
@@ -177,38 +178,35 @@ async fn states(app: &App, t: &Target) -> Result<(Value, Value), Problem> {
 
 /// `DELETE /admin/keys/{route}/{key}`: invalidates the record in both tiers; refuses
 /// while a lease is held unless `?force=true`.
+///
+/// Each tier decides and deletes in one step (a conditional `DELETE`, a Lua script), so
+/// a claim that lands during the call is never deleted without `force`. Postgres goes
+/// first: a lease found there stops the call before Redis is touched.
 pub async fn invalidate(
     State(AppState(app)): State<AppState>,
     t: Target,
 ) -> Result<Json<Value>, Problem> {
-    let (redis, postgres) = states(&app, &t).await?;
-    let leased = redis["state"] == "in_flight" || postgres["state"] == "in_flight";
-    if leased && !t.force {
-        return Err(Problem::new(
-            StatusCode::CONFLICT,
-            "record_leased",
-            "Record is in flight",
-            "a request holds this key's lease; deleting it could let a duplicate run. \
-             Retry later, or add ?force=true",
-        ));
-    }
-    let in_redis = app
-        .stores
-        .redis
-        .delete(&t.redis_key)
-        .await
-        .map_err(unavailable)?;
     let in_postgres = match &app.stores.postgres {
-        None => false,
+        None => Invalidated::Absent,
         Some(pg) => {
             let rec = RecordRef {
                 scope: t.scope,
                 id: t.record,
                 route: &t.route,
             };
-            pg.store.delete(rec).await.map_err(unavailable)?
+            pg.store
+                .invalidate(rec, t.force)
+                .await
+                .map_err(unavailable)?
         }
     };
+    if let Invalidated::Leased { .. } = in_postgres {
+        return Err(leased());
+    }
+    let in_redis = (app.stores.redis.invalidate(&t.redis_key, t.force))
+        .await
+        .map_err(unavailable)?;
+    // The replay caches may hold a copy even when neither tier had one left.
     if let Some(cache) = &app.stores.cache {
         cache.remove(t.record);
     }
@@ -216,11 +214,26 @@ pub async fn invalidate(
     if let Err(e) = app.stores.redis.publish_invalidation(&t.redis_key).await {
         tracing::warn!(error = %e, "could not publish the invalidation to other replicas");
     }
+    let deleted = |i: Invalidated| i == Invalidated::Deleted;
+    if let Invalidated::Leased { .. } = in_redis {
+        return Err(leased());
+    }
     tracing::warn!(route = %t.route, key_hash = %t.record.short(), forced = t.force,
+        postgres = deleted(in_postgres), redis = deleted(in_redis),
         "record invalidated through the admin API");
     Ok(Json(json!({
         "route": t.route,
         "key_hash": t.record.short(),
-        "deleted": {"redis": in_redis, "postgres": in_postgres},
+        "deleted": {"redis": deleted(in_redis), "postgres": deleted(in_postgres)},
     })))
+}
+
+fn leased() -> Problem {
+    Problem::new(
+        StatusCode::CONFLICT,
+        "record_leased",
+        "Record is in flight",
+        "a request holds this key's lease; deleting it could let a duplicate run. \
+         Retry later, or add ?force=true",
+    )
 }

@@ -56,7 +56,9 @@ pub fn extract(
 
 /// Parses one header value into a key.
 pub fn parse(raw: &[u8], max_len: usize) -> Result<IdempotencyKey, KeyError> {
-    let raw = raw.trim_ascii();
+    // Optional whitespace is SP and HTAB (RFC 9110 5.6.3); anything else stays, and is
+    // refused below as not visible.
+    let raw = trim_ows(raw);
     let key = if raw.first() == Some(&b'"') {
         decode_sf_string(raw)?
     } else {
@@ -77,6 +79,16 @@ pub fn parse(raw: &[u8], max_len: usize) -> Result<IdempotencyKey, KeyError> {
     String::from_utf8(key)
         .map(IdempotencyKey)
         .map_err(|_| KeyError::Invalid("must consist of visible ASCII characters only"))
+}
+
+fn trim_ows(mut raw: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = raw {
+        raw = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = raw {
+        raw = rest;
+    }
+    raw
 }
 
 /// Decodes an RFC 8941 sf-string (`"..."`) into its characters.

@@ -20,6 +20,9 @@ pub const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
 const VERSION: u8 = 1;
 
+/// Most headers a record holds: the encoding counts them in a u16.
+const MAX_HEADERS: usize = u16::MAX as usize;
+
 /// A response as recorded for a key: status, end-to-end headers, body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredResponse {
@@ -30,11 +33,13 @@ pub struct StoredResponse {
 
 impl StoredResponse {
     /// Keeps what is worth replaying of an upstream response: end-to-end headers
-    /// (no hop-by-hop, no `Date` or `Server`), in their original order.
+    /// (no hop-by-hop, no `Date` or `Server`), in their original order, at most
+    /// 65 535 of them (what the encoding holds), so the first answer is what replays send.
     pub fn from_upstream(status: StatusCode, headers: &HeaderMap, body: Bytes) -> Self {
         let headers = headers
             .iter()
             .filter(|(name, _)| **name != DATE && **name != SERVER && !is_hop_by_hop(name, headers))
+            .take(MAX_HEADERS)
             .map(|(n, v)| (n.clone(), v.clone()))
             .collect();
         Self {
@@ -73,7 +78,7 @@ impl StoredResponse {
     /// Size of the stored form, for limits and metrics.
     pub fn encoded_len(&self) -> usize {
         5 + self
-            .headers
+            .encoded_headers()
             .iter()
             .map(|(n, v)| 6 + n.as_str().len() + v.len())
             .sum::<usize>()
@@ -96,9 +101,16 @@ impl StoredResponse {
         out.freeze()
     }
 
+    /// The headers the encoding holds: the first `MAX_HEADERS`. Beyond them the
+    /// count would wrap and the rest of the headers be read back as the body.
+    fn encoded_headers(&self) -> &[(HeaderName, HeaderValue)] {
+        &self.headers[..self.headers.len().min(MAX_HEADERS)]
+    }
+
     fn put_headers(&self, out: &mut BytesMut) {
-        out.put_u16(self.headers.len() as u16);
-        for (name, value) in &self.headers {
+        let headers = self.encoded_headers();
+        out.put_u16(headers.len() as u16);
+        for (name, value) in headers {
             out.put_u16(name.as_str().len() as u16);
             out.put_slice(name.as_str().as_bytes());
             out.put_u32(value.len() as u32);

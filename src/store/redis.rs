@@ -52,6 +52,17 @@ pub struct RedisRecord {
     pub stored_bytes: i64,
 }
 
+/// What invalidating one tier's copy of a record did (admin API).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Invalidated {
+    /// It was there and is gone: completed, lease expired, or leased and forced.
+    Deleted,
+    /// A live lease holds it and `force` was not given: nothing was deleted.
+    Leased { remaining: Duration },
+    /// No record.
+    Absent,
+}
+
 /// Connections to Redis plus the loaded scripts. Cheap to clone.
 #[derive(Clone)]
 pub struct RedisStore {
@@ -363,10 +374,41 @@ impl RedisStore {
         }))
     }
 
-    /// Deletes a record key (admin API); true if it existed.
-    pub async fn delete(&self, key: &str) -> Result<bool, StoreError> {
-        let n: i64 = self.inner.pool.next().del(key).await?;
-        Ok(n > 0)
+    /// Runs `lua/invalidate.lua` (admin API): deletes the record unless a lease holds it
+    /// and `force` is false, checked and deleted in one step.
+    ///
+    /// KEYS: `[record key]`. ARGV: `[force, "1" or "0"]`.
+    /// Reply: `{"D"}` deleted, `{"L", remaining ms}` leased (nothing deleted), `{"A"}`
+    /// absent. This is the one place that reply is decoded. Re-sent after a dropped
+    /// connection, a delete that had already run answers `Absent`.
+    pub async fn invalidate(&self, key: &str, force: bool) -> Result<Invalidated, StoreError> {
+        // Built per call rather than kept in `Inner`: the admin API is not on the request path.
+        let script = Script::from_lua(include_str!("../../lua/invalidate.lua"));
+        let started = Instant::now();
+        let force = if force { "1" } else { "0" };
+        let reply: Value =
+            (script.evalsha_with_reload(self.inner.pool.next(), key, vec![force])).await?;
+        metrics::redis_op("invalidate", started);
+        let bad = |detail: &str| StoreError::Protocol {
+            script: "invalidate",
+            detail: detail.to_string(),
+        };
+        let Value::Array(items) = reply else {
+            return Err(bad("not an array"));
+        };
+        let tag = items.first().and_then(|v| v.as_bytes_str());
+        match (tag.as_deref(), items.len()) {
+            (Some("D"), 1) => Ok(Invalidated::Deleted),
+            (Some("A"), 1) => Ok(Invalidated::Absent),
+            (Some("L"), 2) => {
+                let ms =
+                    (items[1].as_i64()).ok_or_else(|| bad("remaining lease is not a number"))?;
+                Ok(Invalidated::Leased {
+                    remaining: Duration::from_millis(ms.max(0) as u64),
+                })
+            }
+            _ => Err(bad("unknown reply tag")),
+        }
     }
 
     /// `PING`, for readiness.

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod admin_race;
 mod body_limits;
 mod cache;
 mod claim_edges;

@@ -319,17 +319,41 @@ impl PgStore {
         .await
     }
 
-    /// Deletes `rec` whatever its state (admin API); true if it existed.
-    pub async fn delete(&self, rec: RecordRef<'_>) -> Result<bool, StoreError> {
-        self.timed("delete", async {
+    /// Deletes `rec` unless a live lease holds it and `force` is false (admin API). One
+    /// statement decides and deletes: a takeover that commits meanwhile is re-checked by
+    /// the `WHERE` (and so kept), the condition being the admin API's "in flight".
+    pub async fn invalidate(
+        &self,
+        rec: RecordRef<'_>,
+        force: bool,
+    ) -> Result<super::redis::Invalidated, StoreError> {
+        use super::redis::Invalidated;
+        self.timed("invalidate", async {
             let client = self.pool.get().await?;
-            let n = client
-                .execute(
-                    "DELETE FROM idemgate_records WHERE scope = $1 AND key_hash = $2",
-                    &[&&rec.scope.as_bytes()[..], &&rec.id.as_bytes()[..]],
+            // The sub-select sees the row as it was before the DELETE (same snapshot).
+            let row = client
+                .query_one(
+                    "WITH gone AS (
+                       DELETE FROM idemgate_records
+                       WHERE scope = $1 AND key_hash = $2
+                         AND ($3 OR state = 'completed' OR expires_at <= now()
+                              OR coalesce(lease_expires_at <= now(), true))
+                       RETURNING 1)
+                     SELECT (SELECT count(*) FROM gone),
+                            (SELECT coalesce((EXTRACT(EPOCH FROM (lease_expires_at - now()))
+                                              * 1000)::bigint, 0)
+                             FROM idemgate_records WHERE scope = $1 AND key_hash = $2)",
+                    &[&&rec.scope.as_bytes()[..], &&rec.id.as_bytes()[..], &force],
                 )
                 .await?;
-            Ok(n > 0)
+            let (deleted, lease_ms): (i64, Option<i64>) = (row.get(0), row.get(1));
+            Ok(match (deleted, lease_ms) {
+                (1.., _) => Invalidated::Deleted,
+                (_, Some(ms)) => Invalidated::Leased {
+                    remaining: Duration::from_millis(ms.max(0) as u64),
+                },
+                (_, None) => Invalidated::Absent,
+            })
         })
         .await
     }
