@@ -8,6 +8,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, InFlightPolicy, OnRedisUnavailable};
+use crate::idempotency::{ScopeKeys, ScopeSecret};
 use crate::proxy::Upstream;
 use crate::route::RouteTable;
 use crate::store::memory::ReplayCache;
@@ -27,6 +28,8 @@ pub struct App {
     pub tasks: TaskTracker,
     /// Renders `/metrics`.
     pub metrics: PrometheusHandle,
+    /// How scope and record ids are derived (the scope secret, if any).
+    pub scope_keys: ScopeKeys,
 }
 
 impl App {
@@ -37,6 +40,7 @@ impl App {
         if config.routes.is_empty() {
             tracing::warn!("no [[routes]] configured: every proxied request answers 404");
         }
+        let scope_keys = scope_keys(&config).await?;
         let metrics = crate::metrics::install();
         crate::metrics::spawn_upkeep(metrics.clone());
         let redis = RedisStore::connect(&config.redis).await?;
@@ -109,7 +113,30 @@ impl App {
             upstream: Upstream::new(),
             tasks: TaskTracker::new(),
             metrics,
+            scope_keys,
             config,
         })
     }
+}
+
+/// Reads `idempotency.scope_secret_file`; warns when there is none.
+async fn scope_keys(config: &Config) -> anyhow::Result<ScopeKeys> {
+    let c = &config.idempotency;
+    let Some(path) = &c.scope_secret_file else {
+        tracing::warn!(
+            "no idempotency.scope_secret_file: scope and record ids are unkeyed SHA-256, \
+            so a scope_hash in logs or Postgres can be brute-forced back to a short tenant \
+            credential; set a secret (see README, Security model)"
+        );
+        return Ok(ScopeKeys::default());
+    };
+    let bytes = tokio::fs::read(path)
+        .await
+        .with_context(|| format!("reading idempotency.scope_secret_file {}", path.display()))?;
+    let secret = ScopeSecret::from_file_contents(&bytes)
+        .map_err(|e| anyhow::anyhow!("idempotency.scope_secret_file {}: {e}", path.display()))?;
+    Ok(ScopeKeys {
+        current: Some(secret),
+        previous: c.lookup_unkeyed_ids.then_some(None),
+    })
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 use http::{HeaderName, Method, StatusCode, Uri};
 
 use crate::config::{
-    Config, IdempotencyConfig, InFlightPolicy, OnAmbiguous, OnRedisUnavailable, RouteConfig,
+    AnonymousScope, Config, IdempotencyConfig, InFlightPolicy, OnAmbiguous, OnRedisUnavailable,
+    RouteConfig,
 };
 use crate::metrics::RouteMetrics;
 
@@ -32,7 +33,9 @@ pub struct Policy {
     pub max_key_length: usize,
     pub ttl: Duration,
     pub lock_ttl: Duration,
-    pub scope_header: HeaderName,
+    pub scope_headers: Vec<HeaderName>,
+    pub anonymous: AnonymousScope,
+    pub replay_set_cookie: bool,
     pub mismatch_status: StatusCode,
     pub on_redis_unavailable: OnRedisUnavailable,
     pub in_flight: InFlightPolicy,
@@ -58,7 +61,9 @@ impl Policy {
             max_key_length: c.max_key_length,
             ttl: c.ttl,
             lock_ttl: c.lock_ttl,
-            scope_header: header(&c.scope_header),
+            scope_headers: c.scope_headers.iter().map(|h| header(h)).collect(),
+            anonymous: c.anonymous,
+            replay_set_cookie: c.replay_set_cookie,
             mismatch_status: StatusCode::from_u16(c.mismatch_status).expect("validated status"),
             on_redis_unavailable: c.on_redis_unavailable,
             in_flight: c.in_flight,

@@ -373,6 +373,10 @@ url = "redis://127.0.0.1:{P_REDIS}"
 [postgres]
 url = "postgres://postgres@127.0.0.1:{P_PG}/postgres"
 
+[idempotency]
+# The load generators send no tenant header: one shared scope (benchmark only).
+anonymous = "shared"
+
 [[routes]]
 name = "payments"
 path_prefix = "/v1/"

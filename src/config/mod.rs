@@ -272,7 +272,23 @@ pub struct IdempotencyConfig {
     pub ttl: Duration,
     #[serde(with = "humantime_serde")]
     pub lock_ttl: Duration,
-    pub scope_header: String,
+    /// The headers whose values name the tenant (each absent, or present once). Prefer
+    /// a stable tenant header set by the auth layer (`X-Tenant-Id`) over a credential
+    /// that changes when it is refreshed (`Authorization`).
+    pub scope_headers: Vec<String>,
+    /// A keyed request with none of `scope_headers`: refused, or put in one scope that
+    /// every such caller shares (and so sees each other's stored responses).
+    pub anonymous: AnonymousScope,
+    /// Whether replays repeat the first response's `Set-Cookie` headers. When false,
+    /// they are not stored at all: only the first execution's client gets them.
+    pub replay_set_cookie: bool,
+    /// A file holding the server secret that keys scope and record ids (HMAC-SHA-256),
+    /// so that hashes in logs and Postgres cannot be reversed. Global only.
+    pub scope_secret_file: Option<std::path::PathBuf>,
+    /// After introducing `scope_secret_file`: also look new keys up under their
+    /// unkeyed (pre-secret) ids, so records stored before the upgrade replay. Turn off
+    /// one `ttl` after the upgrade. Global only.
+    pub lookup_unkeyed_ids: bool,
     pub mismatch_status: u16,
     pub release_statuses: Vec<u16>,
     pub on_redis_unavailable: OnRedisUnavailable,
@@ -285,6 +301,16 @@ pub struct IdempotencyConfig {
     pub max_waiters: u32,
     /// A timeout or reset after the request may have reached the upstream.
     pub on_ambiguous: OnAmbiguous,
+}
+
+/// `idempotency.anonymous`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnonymousScope {
+    /// 400 `idempotency_scope_missing`.
+    Reject,
+    /// One scope for every caller without the scope headers, on this route.
+    Shared,
 }
 
 /// `idempotency.in_flight`.
@@ -317,7 +343,11 @@ impl Default for IdempotencyConfig {
             max_key_length: 255,
             ttl: Duration::from_secs(24 * 3600),
             lock_ttl: Duration::from_secs(30),
-            scope_header: "Authorization".into(),
+            scope_headers: vec!["Authorization".into()],
+            anonymous: AnonymousScope::Reject,
+            replay_set_cookie: false,
+            scope_secret_file: None,
+            lookup_unkeyed_ids: false,
             mismatch_status: 422,
             release_statuses: vec![408, 425, 429, 502, 503, 504],
             on_redis_unavailable: OnRedisUnavailable::Postgres,
@@ -348,7 +378,11 @@ pub struct IdempotencyOverrides {
     #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
     pub lock_ttl: Option<Duration>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub scope_header: Option<String>,
+    pub scope_headers: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub anonymous: Option<AnonymousScope>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay_set_cookie: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mismatch_status: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -377,7 +411,12 @@ impl IdempotencyOverrides {
             max_key_length: self.max_key_length.unwrap_or(base.max_key_length),
             ttl: self.ttl.unwrap_or(base.ttl),
             lock_ttl: self.lock_ttl.unwrap_or(base.lock_ttl),
-            scope_header: (self.scope_header.clone()).unwrap_or_else(|| base.scope_header.clone()),
+            scope_headers: (self.scope_headers.clone())
+                .unwrap_or_else(|| base.scope_headers.clone()),
+            anonymous: self.anonymous.unwrap_or(base.anonymous),
+            replay_set_cookie: self.replay_set_cookie.unwrap_or(base.replay_set_cookie),
+            scope_secret_file: base.scope_secret_file.clone(),
+            lookup_unkeyed_ids: base.lookup_unkeyed_ids,
             mismatch_status: self.mismatch_status.unwrap_or(base.mismatch_status),
             release_statuses: (self.release_statuses.clone())
                 .unwrap_or_else(|| base.release_statuses.clone()),
@@ -503,16 +542,32 @@ impl Config {
 
 /// Replaces the password of `scheme://user:password@host` with `***`.
 pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
     };
-    let Some((userinfo, host)) = rest.rsplit_once('@') else {
-        return url.to_string();
+    let mut out = match base.split_once("://").and_then(|(scheme, rest)| {
+        let (userinfo, host) = rest.rsplit_once('@')?;
+        let (user, _password) = userinfo.split_once(':')?;
+        Some(format!("{scheme}://{user}:***@{host}"))
+    }) {
+        Some(redacted) => redacted,
+        None => base.to_string(),
     };
-    match userinfo.split_once(':') {
-        Some((user, _password)) => format!("{scheme}://{user}:***@{host}"),
-        None => url.to_string(),
+    if let Some(query) = query {
+        // Secrets may also travel as parameters (`?password=`, libpq's `sslpassword`).
+        let params: Vec<String> = (query.split('&'))
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) if name.to_ascii_lowercase().contains("password") => {
+                    format!("{name}=***")
+                }
+                _ => pair.to_string(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&params.join("&"));
     }
+    out
 }
 
 #[cfg(test)]
@@ -527,6 +582,10 @@ mod tests {
         );
         assert_eq!(redact_url("redis://:secret@h"), "redis://:***@h");
         assert_eq!(redact_url("redis://host:6379"), "redis://host:6379");
+        assert_eq!(
+            redact_url("postgres://u@h/db?sslmode=disable&password=s3cret&sslpassword=x"),
+            "postgres://u@h/db?sslmode=disable&password=***&sslpassword=***"
+        );
     }
 
     #[test]

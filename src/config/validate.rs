@@ -43,10 +43,19 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     }
 
     let r = &config.redis;
-    if !(r.url.starts_with("redis://") || r.url.starts_with("rediss://")) {
+    if r.url.starts_with("rediss://") {
+        // Connecting in plaintext to a URL that asks for TLS would send the password
+        // and every stored response in the clear: refuse until TLS support lands.
         return Err(ConfigError::invalid(
             "redis.url",
-            "must start with redis:// (or rediss://)",
+            "rediss:// asks for TLS, which this build does not support yet; refusing to \
+             connect in plaintext (use redis:// on a trusted network)",
+        ));
+    }
+    if !r.url.starts_with("redis://") {
+        return Err(ConfigError::invalid(
+            "redis.url",
+            "must start with redis://",
         ));
     }
     if r.key_prefix.is_empty() || r.key_prefix.contains(['{', '}']) {
@@ -70,6 +79,15 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             return Err(ConfigError::invalid(
                 "postgres.url",
                 "must start with postgres://",
+            ));
+        }
+        if let Some(asks) = asks_for_tls(&pg.url) {
+            return Err(ConfigError::invalid(
+                "postgres.url",
+                format!(
+                    "`{asks}` asks for TLS, which this build does not support yet; refusing \
+                     to connect in plaintext (use sslmode=disable on a trusted network)"
+                ),
             ));
         }
         if pg.url.parse::<tokio_postgres::Config>().is_err() {
@@ -173,7 +191,15 @@ fn idempotency(at: &str, c: &IdempotencyConfig) -> Result<(), ConfigError> {
     for (i, alias) in c.header_aliases.iter().enumerate() {
         header_name(&format!("{at}.header_aliases[{i}]"), alias)?;
     }
-    header_name(&format!("{at}.scope_header"), &c.scope_header)?;
+    if c.scope_headers.is_empty() {
+        return Err(ConfigError::invalid(
+            format!("{at}.scope_headers"),
+            "name at least one tenant header",
+        ));
+    }
+    for (i, name) in c.scope_headers.iter().enumerate() {
+        header_name(&format!("{at}.scope_headers[{i}]"), name)?;
+    }
     for (i, m) in c.methods.iter().enumerate() {
         let ok =
             Method::from_bytes(m.as_bytes()).is_ok() && m.bytes().all(|b| !b.is_ascii_lowercase());
@@ -248,6 +274,22 @@ fn positive_size(key: &str, bytes: u64) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// The first parameter of a Postgres URL that asks for TLS (`sslmode` other than
+/// `disable`, or any certificate setting); libpq's default (`prefer`, when `sslmode` is
+/// absent) is taken as `disable`, since no TLS connector is built in.
+fn asks_for_tls(url: &str) -> Option<String> {
+    let query = url.split_once('?')?.1;
+    query.split('&').find_map(|pair| {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let asks = match name {
+            "sslmode" => !value.eq_ignore_ascii_case("disable"),
+            "sslrootcert" | "sslcert" | "sslkey" | "sslnegotiation" => true,
+            _ => false,
+        };
+        asks.then(|| format!("{name}={value}"))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use crate::config::Config;
@@ -312,10 +354,40 @@ mod tests {
                 "[server]\nmax_header_size = \"1KiB\"\n",
                 "server.max_header_size",
             ),
+            (
+                "[idempotency]\nscope_headers = []\n",
+                "idempotency.scope_headers",
+            ),
+            (
+                "[idempotency]\nscope_headers = [\"X-Tenant-Id\", \"bad header\"]\n",
+                "idempotency.scope_headers[1]",
+            ),
         ];
         for (toml, key) in cases {
             let e = err(toml);
             assert!(e.contains(key), "{toml:?} gave {e}");
+        }
+    }
+
+    #[test]
+    fn urls_that_ask_for_tls_are_refused_not_downgraded() {
+        let e = err("[redis]\nurl = \"rediss://h:6380\"\n");
+        assert!(e.contains("redis.url") && e.contains("TLS"), "{e}");
+        for asks in [
+            "sslmode=require",
+            "sslmode=prefer",
+            "sslmode=verify-full",
+            "sslrootcert=/ca.pem",
+        ] {
+            let e = err(&format!("[postgres]\nurl = \"postgres://u@h/db?{asks}\"\n"));
+            assert!(
+                e.contains("postgres.url") && e.contains(asks),
+                "{asks}: {e}"
+            );
+        }
+        for fine in ["", "?sslmode=disable", "?connect_timeout=2"] {
+            let toml = format!("[postgres]\nurl = \"postgres://u@h/db{fine}\"\n");
+            Config::from_toml(&toml).unwrap_or_else(|e| panic!("{fine}: {e}"));
         }
     }
 

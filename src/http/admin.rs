@@ -34,10 +34,25 @@ pub async fn metrics(State(AppState(app)): State<AppState>) -> Response {
 
 /// Each dependency and its state; 503 when keyed requests cannot be served under the
 /// configured `on_redis_unavailable` policy.
+/// Configuration an operator should change; each also logged once at start.
+fn warnings(app: &crate::App) -> Vec<&'static str> {
+    let mut warnings = Vec::new();
+    if app.scope_keys.current.is_none() {
+        warnings.push(
+            "no idempotency.scope_secret_file: scope and record ids are unkeyed hashes \
+             that can be brute-forced back to short tenant credentials",
+        );
+    }
+    warnings
+}
+
 pub async fn readyz(State(AppState(app)): State<AppState>) -> Response {
     let deadline = app.config.redis.command_timeout.min(Duration::from_secs(2));
     let stores = &app.stores;
-    let redis = state(tokio::time::timeout(deadline, stores.redis.ping()).await);
+    let redis = state(
+        "redis",
+        tokio::time::timeout(deadline, stores.redis.ping()).await,
+    );
     let redis_up = redis["state"] == "up";
     let (postgres, postgres_up) = match &stores.postgres {
         None => (
@@ -45,7 +60,10 @@ pub async fn readyz(State(AppState(app)): State<AppState>) -> Response {
             false,
         ),
         Some(pg) => {
-            let mut s = state(tokio::time::timeout(deadline, pg.store.ping()).await);
+            let mut s = state(
+                "postgres",
+                tokio::time::timeout(deadline, pg.store.ping()).await,
+            );
             s["write_through_queue"] = json!(pg.writer.queue_depth());
             let up = s["state"] == "up";
             (s, up)
@@ -70,6 +88,8 @@ pub async fn readyz(State(AppState(app)): State<AppState>) -> Response {
         "down": down,
         "claims_in": if stores.breaker.is_open() { "postgres_or_policy" } else { "redis" },
         "dependencies": {"redis": redis, "postgres": postgres},
+        "scope_ids": if app.scope_keys.current.is_some() { "keyed" } else { "unkeyed" },
+        "warnings": warnings(&app),
     });
     let status = if ready {
         StatusCode::OK
@@ -79,10 +99,18 @@ pub async fn readyz(State(AppState(app)): State<AppState>) -> Response {
     (status, Json(body)).into_response()
 }
 
-fn state<E: std::fmt::Display>(r: Result<Result<(), E>, tokio::time::error::Elapsed>) -> Value {
+/// A dependency's state for `/readyz`, which anyone who reaches the admin port may
+/// read: a generic text there, the backend's own error (hosts, users) in the log only.
+fn state<E: std::fmt::Display>(
+    name: &'static str,
+    r: Result<Result<(), E>, tokio::time::error::Elapsed>,
+) -> Value {
     match r {
         Ok(Ok(())) => json!({"state": "up"}),
-        Ok(Err(e)) => json!({"state": "down", "error": e.to_string()}),
+        Ok(Err(e)) => {
+            tracing::warn!(dependency = name, error = %e, "readiness check failed");
+            json!({"state": "down", "error": "not answering (details in the gateway log)"})
+        }
         Err(_) => json!({"state": "down", "error": "no answer in time"}),
     }
 }

@@ -1,12 +1,17 @@
 //! The admin API over idempotency records: show one (`GET`) or invalidate it in both
-//! tiers (`DELETE`), addressed by route, raw key and tenant (the scope header's value)
-//! or the `scope_hash` that request logs carry. Bearer token from `admin.token`.
+//! tiers (`DELETE`), addressed by route, raw key and tenant, or the `scope_hash` that
+//! request logs carry. Bearer token from `admin.token`.
+//!
+//! The tenant travels in headers, never in the query string (which access logs keep):
+//! each of the route's `scope_headers` as `Idemgate-Scope-<name>`, for example
+//! `Idemgate-Scope-X-Tenant-Id: acme`. Neither headers nor `scope_hash`: the shared
+//! anonymous scope.
 
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::Json;
 use http::header::AUTHORIZATION;
 use http::request::Parts;
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -20,7 +25,7 @@ use crate::store::redis::Invalidated;
 
 #[derive(Debug, Deserialize)]
 pub struct Which {
-    /// The scope header's value, as the client sent it.
+    /// Refused: a tenant credential in a URL ends up in access logs.
     tenant: Option<String>,
     /// The scope's hex hash, as logged.
     scope_hash: Option<String>,
@@ -55,7 +60,16 @@ fn authorize(app: &App, headers: &HeaderMap) -> Result<(), Problem> {
     Ok(())
 }
 
-fn resolve(app: &App, route: &str, raw_key: &str, which: &Which) -> Result<Target, Problem> {
+/// Prefix of the admin request headers that carry the tenant's scope header values.
+const SCOPE_PREFIX: &str = "idemgate-scope-";
+
+fn resolve(
+    app: &App,
+    route: &str,
+    raw_key: &str,
+    which: &Which,
+    headers: &HeaderMap,
+) -> Result<Target, Problem> {
     let not_found = || {
         Problem::new(
             StatusCode::NOT_FOUND,
@@ -70,19 +84,35 @@ fn resolve(app: &App, route: &str, raw_key: &str, which: &Which) -> Result<Targe
         .find(|r| r.name == route)
         .ok_or_else(not_found)?;
     let key = key::parse(raw_key.as_bytes(), route.policy.max_key_length).map_err(Problem::from)?;
-    let scope = match (&which.tenant, &which.scope_hash) {
-        (Some(_), Some(_)) => return Err(bad_query("give either tenant or scope_hash, not both")),
-        (Some(tenant), None) => {
-            let value = HeaderValue::from_str(tenant)
-                .map_err(|_| bad_query("tenant is not a valid header value"))?;
-            Scope::new(&route.name, Some(&value))
+    if which.tenant.is_some() {
+        return Err(bad_query(
+            "send the tenant as Idemgate-Scope-<header> request headers, not in the query \
+             string (URLs end up in access logs)",
+        ));
+    }
+    let names = &route.policy.scope_headers;
+    let mut tenant = HeaderMap::new();
+    for name in names {
+        for value in headers.get_all(format!("{SCOPE_PREFIX}{name}").as_str()) {
+            tenant.append(name.clone(), value.clone());
         }
+    }
+    let secret = app.scope_keys.current.as_ref();
+    let from_headers = Scope::from_headers(&route.name, &tenant, names, secret)
+        .map_err(|_| bad_query("an Idemgate-Scope-<header> header appears more than once"))?;
+    let scope = match (from_headers, &which.scope_hash) {
+        (Some(_), Some(_)) => {
+            return Err(bad_query(
+                "give either tenant headers or scope_hash, not both",
+            ))
+        }
+        (Some(scope), None) => scope,
         (None, Some(hash)) => {
             Scope::from_hex(hash).ok_or_else(|| bad_query("scope_hash is not 64 hex digits"))?
         }
-        (None, None) => Scope::new(&route.name, None),
+        (None, None) => Scope::anonymous(&route.name, names, secret),
     };
-    let record = RecordId::new(scope, &key);
+    let record = RecordId::new(scope, &key, secret);
     Ok(Target {
         force: which.force,
         route: route.name.clone(),
@@ -118,7 +148,7 @@ impl FromRequestParts<AppState> for Target {
         let Query(which) = Query::<Which>::from_request_parts(parts, state)
             .await
             .map_err(|_| bad_query("unknown or malformed query parameters"))?;
-        resolve(app, &route, &raw_key, &which)
+        resolve(app, &route, &raw_key, &which, &parts.headers)
     }
 }
 

@@ -20,9 +20,10 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use super::problem::Problem;
 use super::AppState;
 use crate::app::App;
-use crate::config::{InFlightPolicy, OnAmbiguous};
+use crate::config::{AnonymousScope, InFlightPolicy, OnAmbiguous};
 use crate::idempotency::{
-    key, Claim, Completion, Fingerprint, KeyError, Lease, RecordId, Scope, StoredResponse,
+    key, Claim, Completion, Fingerprint, KeyError, Lease, RecordId, Scope, ScopeError, ScopeSecret,
+    StoredResponse,
 };
 use crate::metrics::{self, InFlightGuard, Outcome};
 use crate::proxy::UpstreamError;
@@ -122,6 +123,15 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
         }
     };
 
+    let secret = app.scope_keys.current.as_ref();
+    let scope = match scope_of(&route, request.headers(), secret) {
+        Ok(scope) => scope,
+        Err(e) => {
+            trace.outcome = Some(Outcome::Rejected);
+            return Problem::from(e).into_response();
+        }
+    };
+
     let (parts, body) = request.into_parts();
     let body = match read_bounded(app, &parts, body).await {
         Ok(body) => body,
@@ -130,8 +140,7 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
             return problem.into_response();
         }
     };
-    let scope = Scope::new(&route.name, parts.headers.get(&policy.scope_header));
-    let record = RecordId::new(scope, &key);
+    let record = RecordId::new(scope, &key, secret);
     (trace.scope, trace.record) = (Some(scope), Some(record));
     let fingerprint = Fingerprint::new(
         &parts.method,
@@ -143,7 +152,10 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
     // A completed record this replica has seen never changes: answer from memory.
     if let Some(hit) = app.stores.cache.as_ref().and_then(|c| c.get(record)) {
         let (outcome, response) = if hit.fingerprint == fingerprint {
-            (Outcome::Replayed, hit.response.to_response(true))
+            (
+                Outcome::Replayed,
+                hit.response.replay(policy.replay_set_cookie),
+            )
         } else {
             let problem = Problem::mismatch(policy.mismatch_status);
             (Outcome::Mismatch, problem.into_response())
@@ -159,15 +171,39 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
         }
         other => other,
     };
+    let claim = match (claim, &app.scope_keys.previous) {
+        (Ok(Claim::Acquired(lease)), Some(previous)) => {
+            // Upgrading to a scope secret: the key may be stored under its old id.
+            let old = scope_of(&route, &parts.headers, previous.as_ref())
+                .map(|scope| (scope, RecordId::new(scope, &key, previous.as_ref())));
+            match old {
+                Ok((old_scope, old_record)) => {
+                    (app.stores)
+                        .under_previous_id(&route, lease, old_scope, old_record)
+                        .await
+                }
+                Err(_) => Ok(Claim::Acquired(lease)),
+            }
+        }
+        (claim, _) => claim,
+    };
     let (outcome, response) = match claim {
         Ok(Claim::Acquired(lease)) => {
             // Detached: a client that goes away must not cancel the upstream call or the
             // recording of its result.
-            let task = app
-                .tasks
-                .spawn(execute(app.clone(), route, lease, parts, body, peer.ip()));
+            let task = (app.tasks).spawn(execute(
+                app.clone(),
+                route.clone(),
+                lease,
+                parts,
+                body,
+                peer.ip(),
+            ));
             task.await.unwrap_or_else(|e| {
-                let problem = Problem::internal(format!("request task failed: {e}"));
+                // The detail (a panic message) is for the log, not for the client.
+                tracing::error!(route = %route.name, key_hash = %record.short(),
+                    error = %e, "request task failed");
+                let problem = Problem::internal("the request failed inside the gateway");
                 (Outcome::UpstreamError, problem.into_response())
             })
         }
@@ -175,7 +211,7 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
             response,
             remaining,
         }) => {
-            let replay = response.to_response(true);
+            let replay = response.replay(policy.replay_set_cookie);
             if let Some(cache) = &app.stores.cache {
                 cache.insert(record, fingerprint, &response, remaining);
             }
@@ -245,7 +281,6 @@ async fn execute(
 ) -> (Outcome, Response) {
     let _in_flight = InFlightGuard::new();
     let record = lease.record();
-    let lease_fingerprint = lease.fingerprint();
     let max_response = app.config.server.max_response_body.as_u64();
     let mut parts = parts;
     parts
@@ -262,7 +297,16 @@ async fn execute(
                 StoredResponse::from_upstream(answer.status, &answer.headers, answer.body);
             return (Outcome::UpstreamError, response.to_response(false));
         }
-        Ok(answer) => StoredResponse::from_upstream(answer.status, &answer.headers, answer.body),
+        Ok(answer) => {
+            let mut stored =
+                StoredResponse::from_upstream(answer.status, &answer.headers, answer.body);
+            let first = stored.to_response(false);
+            if !route.policy.replay_set_cookie {
+                // The first client gets its cookies; they are not stored, so never replayed.
+                stored.remove_set_cookie();
+            }
+            return settle(&app, &route, lease, stored, first).await;
+        }
         Err(e @ UpstreamError::ResponseTooLarge(_)) => {
             // The upstream acted; a retry must not run it again. Store the problem instead.
             tracing::warn!(route = %route.name, key_hash = %record.short(), error = %e,
@@ -282,6 +326,20 @@ async fn execute(
             return (Outcome::UpstreamError, Problem::from(&e).into_response());
         }
     };
+    let first = stored.to_response(false);
+    settle(&app, &route, lease, stored, first).await
+}
+
+/// Completes the lease with `stored` and answers `first` (what this execution's client
+/// gets), unless the lease was lost: then the key's outcome is someone else's.
+async fn settle(
+    app: &Arc<App>,
+    route: &Route,
+    lease: Lease,
+    stored: StoredResponse,
+    first: Response,
+) -> (Outcome, Response) {
+    let (record, scope, lease_fingerprint) = (lease.record(), lease.scope(), lease.fingerprint());
     match lease.complete(&stored, route.policy.ttl).await {
         Ok(Completion::Stored) => {
             metrics::stored_bytes(stored.encoded_len());
@@ -295,10 +353,14 @@ async fn execute(
                 "lease lost before completion: another execution holds this key; \
                 answering with its outcome, not ours");
             // Every retry gets the other execution's outcome: so does this client.
-            return match app.stores.peek(record, &lease_fingerprint).await {
-                Ok(Some(Claim::Completed { response, .. })) => {
-                    (Outcome::Replayed, response.to_response(true))
-                }
+            let found = (app.stores)
+                .find(route, scope, record, &lease_fingerprint)
+                .await;
+            return match found {
+                Ok(Some(Claim::Completed { response, .. })) => (
+                    Outcome::Replayed,
+                    response.replay(route.policy.replay_set_cookie),
+                ),
                 _ => (
                     Outcome::InFlight,
                     Problem::superseded(route.policy.lock_ttl).into_response(),
@@ -308,7 +370,29 @@ async fn execute(
         Err(e) => tracing::error!(route = %route.name, key_hash = %record.short(), error = %e,
             "could not store the response; a retry after the lease expires will run again"),
     }
-    (Outcome::Executed, stored.to_response(false))
+    (Outcome::Executed, first)
+}
+
+/// The request's tenant scope under `secret`, or why it has none.
+fn scope_of(
+    route: &Route,
+    headers: &http::HeaderMap,
+    secret: Option<&ScopeSecret>,
+) -> Result<Scope, ScopeError> {
+    let names = &route.policy.scope_headers;
+    match Scope::from_headers(&route.name, headers, names, secret)? {
+        Some(scope) => Ok(scope),
+        None if route.policy.anonymous == AnonymousScope::Shared => {
+            Ok(Scope::anonymous(&route.name, names, secret))
+        }
+        None => Err(ScopeError::Missing(
+            names
+                .iter()
+                .map(HeaderName::as_str)
+                .collect::<Vec<_>>()
+                .join(", "),
+        )),
+    }
 }
 
 /// Drives the upstream call while extending the lease every third of `lock_ttl`, so a

@@ -9,7 +9,7 @@ use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use serde::Serialize;
 
-use crate::idempotency::{KeyError, StoredResponse};
+use crate::idempotency::{KeyError, ScopeError, StoredResponse};
 use crate::proxy::UpstreamError;
 use crate::store::StoreError;
 
@@ -191,6 +191,21 @@ impl From<KeyError> for Problem {
                 e.to_string(),
             ),
         }
+    }
+}
+
+impl From<ScopeError> for Problem {
+    fn from(e: ScopeError) -> Self {
+        let code = match e {
+            ScopeError::Missing(_) => "idempotency_scope_missing",
+            ScopeError::Duplicated(_) => "idempotency_scope_duplicated",
+        };
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            code,
+            "Tenant scope missing or ambiguous",
+            e.to_string(),
+        )
     }
 }
 

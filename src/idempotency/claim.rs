@@ -7,8 +7,9 @@
 
 use std::time::Duration;
 
-use super::fingerprint::{Fingerprint, RecordId, Scope};
+use super::fingerprint::{Fingerprint, RecordId};
 use super::replay::StoredResponse;
+use super::scope::Scope;
 use crate::store::{StoreError, Stores};
 
 /// What the stores said about a (scope, key) when this request tried to claim it.
@@ -98,6 +99,10 @@ pub struct Lease {
 impl Lease {
     pub fn record(&self) -> RecordId {
         self.record
+    }
+
+    pub fn scope(&self) -> Scope {
+        self.scope
     }
 
     pub fn home(&self) -> Home {

@@ -1,10 +1,8 @@
-//! Hashes that identify a request: the tenant scope, the record id of (scope, key),
-//! and the fingerprint of what was asked.
+//! Hashes that identify a request: the record id of (scope, key), and the fingerprint
+//! of what was asked. (The scope itself: [`super::scope`].)
 //!
-//! * **Scope** = SHA-256 of the route name and the `scope_header` value (or
-//!   `anonymous`), so one key under two tenants, or two routes, is two records.
-//! * **Record id** = SHA-256 of (scope, key): the only form in which a key reaches
-//!   Redis or a log line.
+//! * **Record id** = SHA-256 of (scope, key), or HMAC-SHA-256 under the scope secret:
+//!   the only form in which a key reaches Redis, Postgres or a log line.
 //! * **Fingerprint** = SHA-256 of method, path and query, content type and body; a
 //!   JSON body is canonicalised first (keys sorted, whitespace dropped).
 
@@ -13,57 +11,16 @@ use sha2::{Digest, Sha256};
 
 use super::canonical::canonicalize;
 use super::key::IdempotencyKey;
-
-/// Which tenant (and route) a key belongs to.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct Scope([u8; 32]);
-
-impl std::fmt::Debug for Scope {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Scope({})", hex::encode(&self.0[..6]))
-    }
-}
-
-impl Scope {
-    /// Scope of a request on `route` whose scope header is `value` (absent = anonymous).
-    pub fn new(route: &str, value: Option<&HeaderValue>) -> Self {
-        let mut h = Sha256::new();
-        field(&mut h, route.as_bytes());
-        match value {
-            Some(v) => {
-                h.update([1]);
-                field(&mut h, v.as_bytes());
-            }
-            None => h.update([0]),
-        }
-        Self(h.finalize().into())
-    }
-
-    pub fn to_hex(self) -> String {
-        hex::encode(self.0)
-    }
-
-    /// From the hex form that log lines carry as `scope_hash`.
-    pub fn from_hex(hex_str: &str) -> Option<Self> {
-        let bytes = hex::decode(hex_str).ok()?;
-        bytes.try_into().ok().map(Self)
-    }
-
-    pub fn as_bytes(&self) -> &[u8; 32] {
-        &self.0
-    }
-}
+use super::scope::{Scope, ScopeSecret};
 
 /// Identity of one idempotency record: a hash of (scope, key).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct RecordId([u8; 32]);
 
 impl RecordId {
-    pub fn new(scope: Scope, key: &IdempotencyKey) -> Self {
-        let mut h = Sha256::new();
-        h.update(scope.0);
-        field(&mut h, key.as_str().as_bytes());
-        Self(h.finalize().into())
+    /// The id of `key` in `scope`, keyed by `secret` when there is one.
+    pub fn new(scope: Scope, key: &IdempotencyKey, secret: Option<&ScopeSecret>) -> Self {
+        Self(scope.derive_record(key.as_str().as_bytes(), secret))
     }
 
     /// Full hex form, used in store keys.
@@ -213,17 +170,5 @@ mod tests {
         assert_ne!(a, Fingerprint::new(&Method::PATCH, &uri, None, b""));
         assert_ne!(a, Fingerprint::new(&Method::POST, &other, None, b""));
         assert_ne!(a, fp(Some("text/plain"), ""));
-    }
-
-    #[test]
-    fn scopes_separate_tenants_routes_and_anonymous() {
-        let t1 = HeaderValue::from_static("Bearer one");
-        let t2 = HeaderValue::from_static("Bearer two");
-        let anon_literal = HeaderValue::from_static("anonymous");
-        let s = Scope::new("payments", Some(&t1));
-        assert!(s == Scope::new("payments", Some(&t1)));
-        assert!(s != Scope::new("payments", Some(&t2)));
-        assert!(s != Scope::new("refunds", Some(&t1)));
-        assert!(Scope::new("payments", None) != Scope::new("payments", Some(&anon_literal)));
     }
 }

@@ -1,5 +1,6 @@
 //! Idempotency semantics, independent of any store or transport: what a key is
-//! ([`key`]), what identifies a request ([`fingerprint`], with [`canonical`] JSON),
+//! ([`key`]), whose it is ([`scope`]), what identifies a request ([`fingerprint`],
+//! with [`canonical`] JSON),
 //! the outcomes of a claim and the lease guard ([`claim`]), and what is stored and
 //! replayed ([`replay`]).
 
@@ -8,8 +9,10 @@ pub mod claim;
 pub mod fingerprint;
 pub mod key;
 pub mod replay;
+pub mod scope;
 
 pub use claim::{Claim, Completion, Lease, Release};
-pub use fingerprint::{Fingerprint, RecordId, Scope};
+pub use fingerprint::{Fingerprint, RecordId};
 pub use key::{IdempotencyKey, KeyError};
 pub use replay::StoredResponse;
+pub use scope::{Scope, ScopeError, ScopeKeys, ScopeSecret};

@@ -10,7 +10,7 @@
 use axum::body::Body;
 use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
-use http::header::{DATE, SERVER};
+use http::header::{DATE, SERVER, SET_COOKIE};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 use crate::proxy::headers::is_hop_by_hop;
@@ -61,6 +61,22 @@ impl StoredResponse {
         let flag = if replayed { "true" } else { "false" };
         headers.insert(REPLAYED, HeaderValue::from_static(flag));
         response
+    }
+
+    /// The response for a replay: as stored, with `Idempotent-Replayed: true`, minus any
+    /// `Set-Cookie` (from records stored before it was kept out) unless the route
+    /// replays cookies.
+    pub fn replay(&self, set_cookie: bool) -> Response {
+        let mut response = self.to_response(true);
+        if !set_cookie {
+            response.headers_mut().remove(SET_COOKIE);
+        }
+        response
+    }
+
+    /// Drops `Set-Cookie`: what a route that does not replay cookies stores.
+    pub fn remove_set_cookie(&mut self) {
+        self.headers.retain(|(name, _)| *name != SET_COOKIE);
     }
 
     /// A copy held in one allocation of exactly [`encoded_len`](Self::encoded_len) bytes.

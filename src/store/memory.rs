@@ -111,7 +111,7 @@ mod tests {
 
     fn record(key: &str) -> RecordId {
         let key: IdempotencyKey = crate::idempotency::key::parse(key.as_bytes(), 255).unwrap();
-        RecordId::new(Scope::new("r", None), &key)
+        RecordId::new(Scope::anonymous("r", &[], None), &key, None)
     }
 
     fn response(body: &'static [u8]) -> StoredResponse {

@@ -232,20 +232,71 @@ impl Stores {
         result
     }
 
-    /// What Redis holds for a record now, without claiming it; `None` when nothing.
-    /// For a holder whose completion found its lease taken over.
-    pub async fn peek(
+    /// What the stores hold for a record now, without claiming it (Redis, then
+    /// Postgres); `None` when neither has it.
+    pub async fn find(
         &self,
+        route: &Route,
+        scope: Scope,
         record: RecordId,
         fingerprint: &Fingerprint,
     ) -> Result<Option<Claim>, StoreError> {
-        let key = self.redis.record_key(record);
-        Ok(match self.redis.peek(&key, fingerprint).await? {
-            Record::Known(claim) => {
-                Some(claim.map_acquired(|_| unreachable!("peek never acquires")))
+        if !self.breaker.is_open() {
+            let key = self.redis.record_key(record);
+            if let Record::Known(claim) = self.redis.peek(&key, fingerprint).await? {
+                return Ok(Some(
+                    claim.map_acquired(|_| unreachable!("peek never acquires")),
+                ));
             }
-            Record::Acquired(_) | Record::Absent => None,
-        })
+        }
+        let Some(pg) = &self.postgres else {
+            return Ok(None);
+        };
+        let rec = RecordRef {
+            scope,
+            id: record,
+            route: &route.name,
+        };
+        let found = pg.lookups.lookup(rec).await?;
+        Ok(found.map(|found| found_to_claim(found, fingerprint)))
+    }
+
+    /// `lease` was acquired under a key's current id, but the key may be stored under
+    /// the id it had before a scope secret was introduced (`lookup_unkeyed_ids`). A
+    /// completed old record is copied to the new id (the lease completes with it) and
+    /// answers; an old lease or mismatch answers and the new lease goes; if Postgres
+    /// cannot say, the claim fails closed.
+    pub async fn under_previous_id(
+        &self,
+        route: &Route,
+        lease: Lease,
+        old_scope: Scope,
+        old_record: RecordId,
+    ) -> Result<Claim, StoreError> {
+        let answer = match (self.find(route, old_scope, old_record, &lease.fingerprint())).await {
+            Ok(None) => return Ok(Claim::Acquired(lease)),
+            Ok(Some(Claim::Completed {
+                response,
+                remaining,
+            })) => {
+                // Carry the record over to its new id: later retries find it at once.
+                metrics::fallback("previous_id");
+                if let Err(e) = lease.complete(&response, remaining).await {
+                    tracing::warn!(error = %e, "could not copy the record to its new id");
+                }
+                return Ok(Claim::Completed {
+                    response,
+                    remaining,
+                });
+            }
+            Ok(Some(claim)) => Ok(claim),
+            Err(e) => Err(e),
+        };
+        metrics::fallback("previous_id");
+        if let Err(e) = lease.release().await {
+            tracing::debug!(error = %e, "could not release; the lease expires");
+        }
+        answer
     }
 
     /// The holder's heartbeat: extends the lease in every tier that holds it.

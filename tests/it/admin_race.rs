@@ -19,8 +19,8 @@ const LEASE: Duration = Duration::from_secs(30);
 
 /// The record, scope and fingerprint of `app.post(key, "{}")` on the test route.
 fn target(raw_key: &str) -> (Scope, RecordId, Fingerprint) {
-    let scope = Scope::new("payments", None);
-    let id = RecordId::new(scope, &key::parse(raw_key.as_bytes(), 255).unwrap());
+    let scope = Scope::anonymous("payments", &[http::header::AUTHORIZATION], None);
+    let id = RecordId::new(scope, &key::parse(raw_key.as_bytes(), 255).unwrap(), None);
     let json = HeaderValue::from_static("application/json");
     let uri = "/v1/payments".parse().unwrap();
     (

@@ -106,7 +106,8 @@ async fn serve(redis: &RedisServer, upstream: &MockUpstream, extra: &str, stderr
     let file = config_file(&format!(
         "[server]\nlisten = \"127.0.0.1:{listen}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
          shutdown_grace = \"10s\"\n[redis]\nurl = \"{}\"\n{extra}\n[[routes]]\nname = \"p\"\n\
-         path_prefix = \"/v1/\"\nupstream = \"{}\"\nupstream_timeout = \"5s\"\n",
+         path_prefix = \"/v1/\"\nupstream = \"{}\"\nupstream_timeout = \"5s\"\n\
+         [routes.idempotency]\nanonymous = \"shared\"\n",
         redis.url(),
         upstream.url()
     ));

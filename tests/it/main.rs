@@ -17,5 +17,6 @@ mod observability;
 mod outage;
 mod pg_ops;
 mod replay;
+mod tenancy;
 mod tier_edges;
 mod upstream_failures;

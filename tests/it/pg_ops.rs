@@ -68,7 +68,7 @@ async fn a_newer_schema_is_a_clear_error() {
 }
 
 fn record(key: &str, ttl_ms: i64) -> CompletedRecord {
-    let scope = Scope::new("payments", None);
+    let scope = Scope::anonymous("payments", &[http::header::AUTHORIZATION], None);
     let key = idemgate::idempotency::key::parse(key.as_bytes(), 255).unwrap();
     let fp = Fingerprint::new(&http::Method::POST, &"/v1/x".parse().unwrap(), None, b"");
     record_for(scope, &key, fp, ttl_ms)
@@ -77,7 +77,7 @@ fn record(key: &str, ttl_ms: i64) -> CompletedRecord {
 fn record_for(scope: Scope, key: &IdempotencyKey, fp: Fingerprint, ttl_ms: i64) -> CompletedRecord {
     CompletedRecord {
         scope,
-        id: RecordId::new(scope, key),
+        id: RecordId::new(scope, key, None),
         route: "payments".into(),
         fingerprint: fp,
         token: "t".into(),
@@ -207,10 +207,15 @@ async fn batched_lookups_answer_each_key_with_its_own_record() {
         })
         .collect();
     assert!(s.complete_batch(&stored).await.unwrap().iter().all(|w| *w));
-    let other_tenant = Scope::new(
-        "payments",
-        Some(&http::HeaderValue::from_static("tenant-b")),
+    let mut tenant_b = http::HeaderMap::new();
+    tenant_b.insert(
+        http::header::AUTHORIZATION,
+        http::HeaderValue::from_static("tenant-b"),
     );
+    let other_tenant =
+        Scope::from_headers("payments", &tenant_b, &[http::header::AUTHORIZATION], None)
+            .unwrap()
+            .unwrap();
     let key = idemgate::idempotency::key::parse(b"tenant-only", 255).unwrap();
     let fp = Fingerprint::new(&http::Method::POST, &"/v1/x".parse().unwrap(), None, b"");
     s.complete_batch(&[record_for(other_tenant, &key, fp, 60_000)])

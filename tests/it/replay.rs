@@ -138,7 +138,7 @@ async fn stored_response_expires_after_ttl() {
     let upstream = crate::support::MockUpstream::start().await;
     let toml = format!(
         "[redis]\nurl = \"{}\"\ncommand_timeout = \"300ms\"\n[[routes]]\nname = \"p\"\npath_prefix = \"/v1/\"\nupstream = \"{}\"\n\
-         upstream_timeout = \"500ms\"\n[routes.idempotency]\nttl = \"1s\"\nlock_ttl = \"1s\"\n",
+         upstream_timeout = \"500ms\"\n[routes.idempotency]\nttl = \"1s\"\nlock_ttl = \"1s\"\nanonymous = \"shared\"\n",
         redis.url(),
         upstream.url()
     );

@@ -22,7 +22,18 @@ pub fn config(redis: &str, upstream: &str, extra: &str) -> Config {
          [[routes]]\nname = \"payments\"\npath_prefix = \"/v1/\"\nupstream = \"{upstream}\"\n\
          upstream_timeout = \"5s\"\n{extra}"
     );
-    Config::from_toml(&toml).unwrap_or_else(|e| panic!("test config: {e}"))
+    let mut config = Config::from_toml(&toml).unwrap_or_else(|e| panic!("test config: {e}"));
+    // Most tests are about something other than tenancy and send no `Authorization`:
+    // one shared anonymous scope, unless a test sets the policy itself.
+    if !extra.contains("anonymous") {
+        config.idempotency.anonymous = idemgate::config::AnonymousScope::Shared;
+    }
+    // Replays are compared byte for byte with the mock upstream's answer, two
+    // `Set-Cookie` headers included; the cookie policy has tests of its own.
+    if !extra.contains("replay_set_cookie") {
+        config.idempotency.replay_set_cookie = true;
+    }
+    config
 }
 
 impl TestApp {
