@@ -13,5 +13,6 @@ mod lease;
 mod observability;
 mod outage;
 mod pg_ops;
+mod pg_timeouts;
 mod replay;
 mod upstream_failures;
