@@ -1,6 +1,7 @@
-//! Issue 10, item 12: Postgres statements that stall. A claim that timed out must not
-//! leave its lease behind: the server enforces the timeout too, and a claim whose
-//! outcome is unknown is released.
+//! Issue 10, items 12 and 8: Postgres statements that stall. A claim that timed out
+//! must not leave its lease behind (the server enforces the timeout too, and a claim
+//! whose outcome is unknown is released), and a reaper pass that stalls must be bounded
+//! and must not leave the fleet-wide reaper lock held.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -14,6 +15,8 @@ use idemgate::store::PgStore;
 use crate::support::{eventually, HoldProxy, PgServer};
 
 const LEASE: Duration = Duration::from_secs(30);
+/// The reaper's advisory lock key ("idemreap").
+const REAP_LOCK: i64 = 0x6964_656d_7265_6170;
 
 fn store(url: String, statement_timeout: Duration) -> PgStore {
     PgStore::new(&PostgresConfig {
@@ -163,5 +166,72 @@ async fn a_claim_whose_answer_is_lost_is_released() {
     assert!(
         freed,
         "the unknown claim is released (row leased by {holder:?})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reap_that_stops_answering_is_bounded_and_leaves_the_reaper_lock_free() {
+    let pg = PgServer::start();
+    let direct = store(pg.url(), Duration::from_secs(2));
+    direct.migrate().await.unwrap();
+    let expired: Vec<CompletedRecord> = (0..5).map(|i| record(&format!("old-{i}"), 1)).collect();
+    direct.complete_batch(&expired).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let proxy = HoldProxy::start(SocketAddr::from(([127, 0, 0, 1], pg.port))).await;
+    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", proxy.port);
+    let behind = store(url, Duration::from_secs(2));
+
+    // A session holds one expired row, so replica A's reap stalls on it, holding the
+    // reaper lock; then A's session stops answering (nothing comes back from Postgres).
+    let mut blocker = pg.client().await;
+    let tx = blocker.transaction().await.unwrap();
+    tx.execute(
+        "SELECT 1 FROM idemgate_records WHERE key_hash = $1 FOR UPDATE",
+        &[&&expired[0].id.as_bytes()[..]],
+    )
+    .await
+    .unwrap();
+    // (The replica lives on: its pool, and whatever its sessions hold, outlive the pass.)
+    let replica_a = behind.clone();
+    let reap = tokio::spawn(async move {
+        tokio::time::timeout(Duration::from_secs(6), replica_a.reap(100)).await
+    });
+    let observer = pg.client().await;
+    let waiting = eventually(Duration::from_secs(5), async || {
+        let n: i64 = (observer.query_one(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE application_name = 'idemgate' AND wait_event_type = 'Lock'",
+            &[],
+        ))
+        .await
+        .unwrap()
+        .get(0);
+        n == 1
+    })
+    .await;
+    assert!(waiting, "the reap waits on the locked row");
+    proxy.hold(true);
+    let stalled = reap.await.unwrap();
+    let bounded = matches!(stalled, Ok(Err(_)));
+
+    // Right after, the reaper lock is free for anyone else.
+    let lock_free = eventually(Duration::from_secs(3), async || {
+        (observer.query_one("SELECT pg_try_advisory_xact_lock($1)", &[&REAP_LOCK]))
+            .await
+            .unwrap()
+            .get(0)
+    })
+    .await;
+
+    // The stall ends: the next pass, on another replica, reaps everything expired.
+    tx.rollback().await.unwrap();
+    proxy.hold(false);
+    let next = direct.reap(100).await.ok();
+    let left = pg.count("expires_at <= now()").await;
+    drop(behind);
+    assert!(
+        bounded && lock_free && next == Some(Some(5)) && left == 0,
+        "the stalled reap ends with an error: {stalled:?}; the reaper lock is free after \
+         it: {lock_free}; the next pass, on another replica, reaps all: {next:?}, {left} left"
     );
 }

@@ -1,8 +1,17 @@
-//! The reaper: deletes expired records, one replica at a time.
+//! The reaper: deletes expired records in batches, one replica at a time.
+//!
+//! Each batch is a transaction that first takes the reaper's advisory lock with
+//! `pg_try_advisory_xact_lock`. The lock ends with its transaction however that ends
+//! (commit, rollback, a statement Postgres cancelled at its `statement_timeout`, a
+//! session closed), so no failure can leave it held by a pooled session and stop the
+//! reaper of every replica. A batch is bounded by the session's statement timeout and
+//! by the client's; a batch the client gave up on takes its session out of the pool.
 
 use std::time::Instant;
 
-use super::PgStore;
+use deadpool_postgres::Object;
+
+use super::{timed_out, PgStore};
 use crate::metrics;
 use crate::store::StoreError;
 
@@ -14,36 +23,64 @@ impl PgStore {
     /// replica is reaping (advisory lock). Returns rows deleted, or `None` if skipped.
     pub async fn reap(&self, batch: usize) -> Result<Option<u64>, StoreError> {
         let started = Instant::now();
-        let client = self.pool.get().await?;
-        let locked: bool = (client.query_one("SELECT pg_try_advisory_lock($1)", &[&REAP_LOCK]))
-            .await?
-            .get(0);
-        if !locked {
-            return Ok(None);
-        }
         let mut total = 0;
-        let result = async {
-            loop {
-                let n = client
-                    .execute(
-                        "DELETE FROM idemgate_records WHERE ctid IN (
-                           SELECT ctid FROM idemgate_records WHERE expires_at <= now()
-                           ORDER BY expires_at LIMIT $1)",
-                        &[&(batch as i64)],
-                    )
-                    .await?;
-                total += n;
-                if n < batch as u64 {
-                    return Ok::<_, StoreError>(());
+        let result = loop {
+            match self.reap_batch(batch).await {
+                Ok(None) if total == 0 => break Ok(None),
+                // Another replica took the lock between two batches: it carries on.
+                Ok(None) => break Ok(Some(total)),
+                Ok(Some(n)) => {
+                    total += n;
+                    if n < batch as u64 {
+                        break Ok(Some(total));
+                    }
                 }
+                Err(e) => break Err(e),
             }
-        }
-        .await;
-        client
-            .execute("SELECT pg_advisory_unlock($1)", &[&REAP_LOCK])
-            .await?;
+        };
         metrics::postgres_op("reap", started);
         metrics::reaped(total);
-        result.map(|()| Some(total))
+        result
+    }
+
+    /// One batch in a transaction of its own, under the reaper lock: rows deleted, or
+    /// `None` when another replica holds the lock.
+    async fn reap_batch(&self, batch: usize) -> Result<Option<u64>, StoreError> {
+        let deadline = tokio::time::Instant::now() + self.client_timeout;
+        let mut client = match tokio::time::timeout_at(deadline, self.pool.get()).await {
+            Ok(client) => client?,
+            Err(_) => return Err(StoreError::PgTimeout),
+        };
+        let answer = tokio::time::timeout_at(deadline, async {
+            let tx = client.transaction().await?;
+            let locked: bool = (tx
+                .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&REAP_LOCK]))
+            .await?
+            .get(0);
+            if !locked {
+                return Ok(None); // dropping the transaction rolls it back
+            }
+            let n = tx
+                .execute(
+                    "DELETE FROM idemgate_records WHERE ctid IN (
+                       SELECT ctid FROM idemgate_records WHERE expires_at <= now()
+                       ORDER BY expires_at LIMIT $1)",
+                    &[&(batch as i64)],
+                )
+                .await?;
+            tx.commit().await?;
+            Ok(Some(n))
+        })
+        .await;
+        match answer {
+            Ok(result) => result.map_err(timed_out),
+            Err(_) => {
+                // The rollback is queued on the session, which is closed rather than
+                // pooled: its transaction, and the lock, end as soon as Postgres gets that
+                // far (the statement timeout bounds how long that can take).
+                drop(Object::take(client));
+                Err(StoreError::PgTimeout)
+            }
+        }
     }
 }
