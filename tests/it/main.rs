@@ -14,5 +14,6 @@ mod observability;
 mod outage;
 mod pg_ops;
 mod pg_timeouts;
+mod pg_writer;
 mod replay;
 mod upstream_failures;
