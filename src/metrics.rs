@@ -137,7 +137,8 @@ fn describe() {
     describe_counter!(WRITE_FAILURES, "Failed write-through statements.");
     describe_counter!(
         WRITE_DROPPED,
-        "Durable copies dropped because the retry queue was full."
+        "Durable copies given up, by reason: queue_full (the retry queue was full), \
+         refused (Postgres refused the record)."
     );
     describe_counter!(REAPED, "Expired records deleted from Postgres.");
     describe_counter!(
@@ -155,14 +156,11 @@ fn describe() {
         "1 while claims go to Redis, 0 while its breaker is open."
     );
     // Present from the start, so that the first increment shows in increase().
-    for name in [
-        LEASE_LOST,
-        WRITE_FAILURES,
-        WRITE_DROPPED,
-        REAPED,
-        LOG_DROPPED,
-    ] {
+    for name in [LEASE_LOST, WRITE_FAILURES, REAPED, LOG_DROPPED] {
         counter!(name).absolute(0);
+    }
+    for reason in [DropReason::QueueFull, DropReason::Refused] {
+        counter!(WRITE_DROPPED, "reason" => reason.as_str()).absolute(0);
     }
     gauge!(IN_FLIGHT).set(0.0);
     gauge!(QUEUE_DEPTH).set(0.0);
@@ -270,8 +268,26 @@ pub fn write_failure() {
     counter!(WRITE_FAILURES).increment(1);
 }
 
-pub fn write_dropped() {
-    counter!(WRITE_DROPPED).increment(1);
+/// Why a durable copy was given up, the `reason` of `idemgate_write_through_dropped_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropReason {
+    /// The write-through retry queue was full.
+    QueueFull,
+    /// Postgres refused the record itself, written on its own.
+    Refused,
+}
+
+impl DropReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::QueueFull => "queue_full",
+            DropReason::Refused => "refused",
+        }
+    }
+}
+
+pub fn write_dropped(reason: DropReason) {
+    counter!(WRITE_DROPPED, "reason" => reason.as_str()).increment(1);
 }
 
 pub fn reaped(n: u64) {

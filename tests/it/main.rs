@@ -16,6 +16,8 @@ mod lease;
 mod observability;
 mod outage;
 mod pg_ops;
+mod pg_timeouts;
+mod pg_writer;
 mod replay;
 mod tenancy;
 mod tier_edges;

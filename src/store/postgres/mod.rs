@@ -1,9 +1,17 @@
-//! Postgres as the durable tier: a pool, the record table's statements (claim, batched
-//! completion, release, reap), batched lookups ([`lookups`]) and schema migrations
+//! Postgres as the durable tier: a pool, the record table's statements (batched
+//! completion and the reaper here; claim, heartbeat and release in [`leases`]), batched
+//! lookups ([`lookups`]), the write-through writer ([`writer`]) and schema migrations
 //! ([`migrate`]).
 //!
 //! Time is always Postgres' `now()`, so replicas with skewed clocks agree on expiry.
+//!
+//! Every session carries `statement_timeout` (set when it connects), so Postgres itself
+//! ends a statement that runs too long: a statement the client gave up on does not go on
+//! to commit later. The client waits a little longer than that (a backstop for a server
+//! or network that does not answer at all); a statement whose answer it never got has an
+//! unknown outcome, which the claim path resolves by releasing its token ([`leases`]).
 
+pub mod leases;
 pub mod lookups;
 pub mod migrate;
 pub mod writer;
@@ -13,12 +21,13 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
 
 use super::StoreError;
 use crate::config::PostgresConfig;
-use crate::idempotency::{Fingerprint, RecordId, Release, Scope, StoredResponse};
+use crate::idempotency::{Fingerprint, RecordId, Scope, StoredResponse};
 use crate::metrics;
 
 /// Advisory lock key of the reaper ("idemreap" in ASCII).
@@ -85,7 +94,11 @@ pub struct CompletedRecord {
 #[derive(Clone)]
 pub struct PgStore {
     pool: Pool,
+    /// `statement_timeout` of every session: Postgres ends a statement after it.
     timeout: Duration,
+    /// How long the client waits for an answer: `timeout` plus a margin, so that the
+    /// server's timeout normally fires first and the outcome is known.
+    client_timeout: Duration,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -101,6 +114,12 @@ impl PgStore {
             .map_err(|e: tokio_postgres::Error| StoreError::PgPool(e.to_string()))?;
         pg.connect_timeout(config.statement_timeout);
         pg.application_name("idemgate");
+        let ms = config.statement_timeout.as_millis().max(1);
+        let options = match pg.get_options() {
+            Some(given) if !given.trim().is_empty() => format!("{given} -c statement_timeout={ms}"),
+            _ => format!("-c statement_timeout={ms}"),
+        };
+        pg.options(options);
         let manager = Manager::from_config(
             pg,
             NoTls,
@@ -119,24 +138,30 @@ impl PgStore {
         Ok(Self {
             pool,
             timeout: config.statement_timeout,
+            client_timeout: client_timeout(config.statement_timeout),
         })
     }
 
-    /// Runs `work` under the statement timeout.
+    /// Runs `work` under the client's timeout.
     async fn timed<T>(
         &self,
         op: &'static str,
         work: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         let started = Instant::now();
-        let result = tokio::time::timeout(self.timeout, work).await;
+        let result = tokio::time::timeout(self.client_timeout, work).await;
         metrics::postgres_op(op, started);
-        result.map_err(|_| StoreError::PgTimeout)?
+        result
+            .map_err(|_| StoreError::PgTimeout)?
+            .map_err(timed_out)
     }
 
-    /// Applies missing migrations (see [`migrate::run`]).
+    /// Applies missing migrations (see [`migrate::run`]), in a session of their own that
+    /// is closed afterwards: a migration (or waiting for another replica's) may take
+    /// longer than the statement timeout, and nothing it sets or holds goes back to the pool.
     pub async fn migrate(&self) -> Result<Vec<i32>, StoreError> {
-        let mut client = self.pool.get().await?;
+        let mut client = Object::take(self.pool.get().await?);
+        client.batch_execute("SET statement_timeout = 0").await?;
         migrate::run(&mut client).await
     }
 
@@ -158,74 +183,6 @@ impl PgStore {
             Ok(())
         })
         .await
-    }
-
-    /// Claims `rec` in Postgres with `token` for `lease`: inserts a leased row, or takes
-    /// over an expired one (or one leased by this same token). Acquired carries the
-    /// fencing token (at least the database clock in microseconds, and above the
-    /// previous one); otherwise what holds the key.
-    pub async fn claim(
-        &self,
-        rec: RecordRef<'_>,
-        fingerprint: &Fingerprint,
-        token: &str,
-        lease: Duration,
-    ) -> Result<PgClaim, StoreError> {
-        let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
-        for _ in 0..3 {
-            let acquired = self
-                .timed("claim", async {
-                    let client = self.pool.get().await?;
-                    let stmt = client
-                        .prepare_cached(
-                            "INSERT INTO idemgate_records AS r
-                               (scope, key_hash, route, fingerprint, state, lock_token,
-                                lease_expires_at, created_at, expires_at, fence)
-                             VALUES ($1, $2, $3, $4, 'leased', $5,
-                                     now() + interval '1 millisecond' * $6::float8, now(),
-                                     now() + interval '1 millisecond' * $6::float8,
-                                     (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
-                             ON CONFLICT (scope, key_hash) DO UPDATE SET
-                               fence = CASE WHEN r.lock_token = EXCLUDED.lock_token THEN r.fence
-                                            ELSE greatest(r.fence + 1, EXCLUDED.fence) END,
-                               route = EXCLUDED.route, fingerprint = EXCLUDED.fingerprint,
-                               state = 'leased', lock_token = EXCLUDED.lock_token,
-                               lease_expires_at = EXCLUDED.lease_expires_at, status = NULL,
-                               headers = NULL, body = NULL, created_at = now(),
-                               completed_at = NULL, expires_at = EXCLUDED.expires_at
-                             WHERE r.expires_at <= now()
-                                OR (r.state = 'leased' AND (r.lease_expires_at <= now()
-                                    OR r.lock_token = EXCLUDED.lock_token))
-                             RETURNING fence",
-                        )
-                        .await?;
-                    let rows = client
-                        .query(
-                            &stmt,
-                            &[
-                                &&rec.scope.as_bytes()[..],
-                                &&rec.id.as_bytes()[..],
-                                &rec.route,
-                                &&fingerprint.as_bytes()[..],
-                                &token,
-                                &(lease_ms as f64),
-                            ],
-                        )
-                        .await?;
-                    Ok(rows.first().map(|r| r.get::<_, i64>(0)))
-                })
-                .await?;
-            if let Some(fence) = acquired {
-                return Ok(PgClaim::Acquired { fence });
-            }
-            // Held by someone else; read what holds it. Gone meanwhile (reaped): try again.
-            if let Some(found) = self.lookup(rec).await? {
-                return Ok(PgClaim::Held(found));
-            }
-        }
-        Err(StoreError::PgPool(
-            "claim raced with expiry three times".into(),
-        ))
     }
 
     /// Writes completed records in one statement. A record is written when its key is
@@ -358,91 +315,90 @@ impl PgStore {
         .await
     }
 
-    /// Pushes out `rec`'s lease if `token` still holds it (the holder's heartbeat).
-    pub async fn extend(
-        &self,
-        rec: RecordRef<'_>,
-        token: &str,
-        lease: Duration,
-    ) -> Result<bool, StoreError> {
-        let lease_ms = lease.as_millis() as f64;
-        self.timed("extend", async {
-            let client = self.pool.get().await?;
-            let stmt = client
-                .prepare_cached(
-                    "UPDATE idemgate_records
-                     SET lease_expires_at = now() + interval '1 millisecond' * $4::float8,
-                         expires_at = greatest(expires_at, now() + interval '1 millisecond' * $4::float8)
-                     WHERE scope = $1 AND key_hash = $2 AND state = 'leased' AND lock_token = $3",
-                )
-                .await?;
-            let n = client
-                .execute(&stmt, &[&&rec.scope.as_bytes()[..], &&rec.id.as_bytes()[..], &token, &lease_ms])
-                .await?;
-            Ok(n == 1)
-        })
-        .await
-    }
-
-    /// Deletes `rec`'s lease if `token` holds it.
-    pub async fn release(&self, rec: RecordRef<'_>, token: &str) -> Result<Release, StoreError> {
-        self.timed("release", async {
-            let client = self.pool.get().await?;
-            let stmt = client
-                .prepare_cached(
-                    "DELETE FROM idemgate_records
-                     WHERE scope = $1 AND key_hash = $2 AND state = 'leased' AND lock_token = $3",
-                )
-                .await?;
-            let n = client
-                .execute(
-                    &stmt,
-                    &[&&rec.scope.as_bytes()[..], &&rec.id.as_bytes()[..], &token],
-                )
-                .await?;
-            Ok(if n == 1 {
-                Release::Released
-            } else {
-                Release::NotHeld
-            })
-        })
-        .await
-    }
-
     /// One reaper pass: deletes expired records in batches of `batch`, unless another
     /// replica is reaping (advisory lock). Returns rows deleted, or `None` if skipped.
+    ///
+    /// Each batch is a transaction that first takes the reaper's advisory lock with
+    /// `pg_try_advisory_xact_lock`. The lock ends with its transaction however that ends
+    /// (commit, rollback, a statement Postgres cancelled at its `statement_timeout`, a
+    /// session closed), so no failure can leave it held by a pooled session and stop the
+    /// reaper of every replica. A batch is bounded by the session's statement timeout
+    /// and by the client's; a batch the client gave up on takes its session out of the pool.
     pub async fn reap(&self, batch: usize) -> Result<Option<u64>, StoreError> {
         let started = Instant::now();
-        let client = self.pool.get().await?;
-        let locked: bool = (client.query_one("SELECT pg_try_advisory_lock($1)", &[&REAP_LOCK]))
-            .await?
-            .get(0);
-        if !locked {
-            return Ok(None);
-        }
         let mut total = 0;
-        let result = async {
-            loop {
-                let n = client
-                    .execute(
-                        "DELETE FROM idemgate_records WHERE ctid IN (
-                           SELECT ctid FROM idemgate_records WHERE expires_at <= now()
-                           ORDER BY expires_at LIMIT $1)",
-                        &[&(batch as i64)],
-                    )
-                    .await?;
-                total += n;
-                if n < batch as u64 {
-                    return Ok::<_, StoreError>(());
+        let result = loop {
+            match self.reap_batch(batch).await {
+                Ok(None) if total == 0 => break Ok(None),
+                // Another replica took the lock between two batches: it carries on.
+                Ok(None) => break Ok(Some(total)),
+                Ok(Some(n)) => {
+                    total += n;
+                    if n < batch as u64 {
+                        break Ok(Some(total));
+                    }
                 }
+                Err(e) => break Err(e),
             }
-        }
-        .await;
-        client
-            .execute("SELECT pg_advisory_unlock($1)", &[&REAP_LOCK])
-            .await?;
+        };
         metrics::postgres_op("reap", started);
         metrics::reaped(total);
-        result.map(|()| Some(total))
+        result
+    }
+
+    /// One batch in a transaction of its own, under the reaper lock: rows deleted, or
+    /// `None` when another replica holds the lock.
+    async fn reap_batch(&self, batch: usize) -> Result<Option<u64>, StoreError> {
+        let deadline = tokio::time::Instant::now() + self.client_timeout;
+        let mut client = match tokio::time::timeout_at(deadline, self.pool.get()).await {
+            Ok(client) => client?,
+            Err(_) => return Err(StoreError::PgTimeout),
+        };
+        let answer = tokio::time::timeout_at(deadline, async {
+            let tx = client.transaction().await?;
+            let locked: bool = (tx
+                .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&REAP_LOCK]))
+            .await?
+            .get(0);
+            if !locked {
+                return Ok(None); // dropping the transaction rolls it back
+            }
+            let n = tx
+                .execute(
+                    "DELETE FROM idemgate_records WHERE ctid IN (
+                       SELECT ctid FROM idemgate_records WHERE expires_at <= now()
+                       ORDER BY expires_at LIMIT $1)",
+                    &[&(batch as i64)],
+                )
+                .await?;
+            tx.commit().await?;
+            Ok(Some(n))
+        })
+        .await;
+        match answer {
+            Ok(result) => result.map_err(timed_out),
+            Err(_) => {
+                // The rollback is queued on the session, which is closed rather than
+                // pooled: its transaction, and the lock, end as soon as Postgres gets that
+                // far (the statement timeout bounds how long that can take).
+                drop(Object::take(client));
+                Err(StoreError::PgTimeout)
+            }
+        }
+    }
+}
+
+/// The client's deadline for a statement: the server's, plus a quarter of it (at least
+/// 50 ms, at most 1 s) for the answer to arrive.
+fn client_timeout(server: Duration) -> Duration {
+    server + (server / 4).clamp(Duration::from_millis(50), Duration::from_secs(1))
+}
+
+/// A statement Postgres cancelled (its `statement_timeout`) timed out, like one the
+/// client gave up on; every other error keeps its source.
+fn timed_out(e: StoreError) -> StoreError {
+    match e {
+        StoreError::Pg(e) if e.code() == Some(&SqlState::QUERY_CANCELED) => StoreError::PgTimeout,
+        other => other,
     }
 }

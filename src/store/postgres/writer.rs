@@ -1,9 +1,15 @@
 //! Write-through with group commit: completed records from many requests share one
 //! multi-row statement per round, each request awaiting its own batch. When Postgres
 //! fails, records move to a bounded retry queue that drains when it returns (and at
-//! shutdown); overflow is dropped and counted, never silently.
+//! shutdown); overflow is dropped and counted, never silently. Batches are bounded in
+//! records and bytes, and a record Postgres refuses is given up (counted, logged) rather
+//! than blocking the records behind it ([`batches`]).
 
-use std::collections::{HashSet, VecDeque};
+mod batches;
+
+pub use batches::MAX_BATCH_BYTES;
+
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,9 +31,13 @@ pub enum WriteOutcome {
     Queued,
 }
 
+/// What a write came to. An error means its durable copy was given up: the error
+/// Postgres refused it with ([`StoreError::Pg`]), or [`StoreError::QueueFull`].
+type Outcome = Result<WriteOutcome, StoreError>;
+
 struct Job {
     record: CompletedRecord,
-    done: oneshot::Sender<Result<WriteOutcome, StoreError>>,
+    done: oneshot::Sender<Outcome>,
 }
 
 struct Shared {
@@ -73,8 +83,9 @@ impl Writer {
         writer
     }
 
-    /// Writes one record, sharing a statement with whatever else is pending.
-    pub async fn write(&self, record: CompletedRecord) -> Result<WriteOutcome, StoreError> {
+    /// Writes one record, sharing a statement with whatever else is pending. An error
+    /// means its durable copy was given up: Postgres refused it, or the queue was full.
+    pub async fn write(&self, record: CompletedRecord) -> Outcome {
         if self.shared.degraded.load(Ordering::Relaxed) {
             return self.enqueue(record);
         }
@@ -91,7 +102,7 @@ impl Writer {
         self.shared.retry.lock().map_or(0, |q| q.len())
     }
 
-    /// Records dropped because the retry queue was full.
+    /// Records given up: the retry queue was full, or Postgres refused them.
     pub fn dropped(&self) -> u64 {
         self.shared.dropped.load(Ordering::Relaxed)
     }
@@ -120,11 +131,11 @@ impl Writer {
         left == 0
     }
 
-    fn enqueue(&self, record: CompletedRecord) -> Result<WriteOutcome, StoreError> {
+    fn enqueue(&self, record: CompletedRecord) -> Outcome {
         let mut queue = self.shared.retry.lock().unwrap_or_else(|p| p.into_inner());
         if queue.len() >= self.shared.capacity {
             self.shared.dropped.fetch_add(1, Ordering::Relaxed);
-            metrics::write_dropped();
+            metrics::write_dropped(metrics::DropReason::QueueFull);
             tracing::error!(record = %record.id.short(), "write-through retry queue full; \
                 dropping the durable copy of a stored response");
             return Err(StoreError::QueueFull);
@@ -149,35 +160,30 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            // One statement cannot touch a row twice: later duplicates wait a round.
-            let mut seen = HashSet::new();
-            let (batch, rest): (Vec<Job>, Vec<Job>) = carry
-                .drain(..)
-                .partition(|j| seen.insert(*j.record.id.as_bytes()));
+            let mut taken =
+                batches::pick(carry.iter().map(|j| &j.record), self.batch_max).into_iter();
+            let (batch, rest): (Vec<Job>, Vec<Job>) =
+                (carry.drain(..)).partition(|_| taken.next().unwrap_or(false));
             carry = rest;
             let records: Vec<CompletedRecord> = batch.iter().map(|j| j.record.clone()).collect();
-            match self.pg.complete_batch(&records).await {
-                Ok(written) => {
-                    for (job, ok) in batch.into_iter().zip(written) {
-                        let outcome = if ok {
-                            WriteOutcome::Written
-                        } else {
-                            WriteOutcome::Conflict
-                        };
-                        let _ = job.done.send(Ok(outcome));
-                    }
+            let settled = self.settle(&records).await;
+            let mut jobs = batch.into_iter();
+            // Settled first: zip must not take a job it has no settlement for.
+            for (each, job) in settled.each.into_iter().zip(jobs.by_ref()) {
+                let outcome = each.map(|written| match written {
+                    true => WriteOutcome::Written,
+                    false => WriteOutcome::Conflict,
+                });
+                let _ = job.done.send(outcome);
+            }
+            if let Some(e) = settled.failing {
+                if !self.shared.degraded.swap(true, Ordering::Relaxed) {
+                    tracing::error!(error = %e, "write-through to postgres failing; \
+                        queueing records until it returns");
                 }
-                Err(e) => {
-                    self.shared.failures.fetch_add(1, Ordering::Relaxed);
-                    metrics::write_failure();
-                    if !self.shared.degraded.swap(true, Ordering::Relaxed) {
-                        tracing::error!(error = %e, "write-through to postgres failing; \
-                            queueing records until it returns");
-                    }
-                    for job in batch {
-                        let outcome = self.enqueue(job.record);
-                        let _ = job.done.send(outcome);
-                    }
+                for job in jobs {
+                    let outcome = self.enqueue(job.record);
+                    let _ = job.done.send(outcome);
                 }
             }
         }
@@ -201,30 +207,24 @@ impl Writer {
         }
     }
 
-    /// Writes the oldest queued records; removes them once committed.
+    /// Writes the oldest queued records; removes them once settled (written, in
+    /// conflict, or refused and given up).
     async fn flush_retry_batch(&self) -> Result<(), StoreError> {
         let _flushing = self.shared.flushing.lock().await;
         let batch: Vec<CompletedRecord> = {
             let queue = self.shared.retry.lock().unwrap_or_else(|p| p.into_inner());
-            let mut seen = HashSet::new();
-            (queue.iter())
-                .take(self.batch_max)
-                .take_while(|r| seen.insert(*r.id.as_bytes()))
-                .cloned()
-                .collect()
+            let taken = batches::pick(queue.iter().take(self.batch_max), self.batch_max);
+            let n = taken.iter().take_while(|t| **t).count();
+            queue.iter().take(n).cloned().collect()
         };
         if batch.is_empty() {
             return Ok(());
         }
-        if let Err(e) = self.pg.complete_batch(&batch).await {
-            self.shared.failures.fetch_add(1, Ordering::Relaxed);
-            metrics::write_failure();
-            return Err(e);
-        }
+        let settled = self.settle(&batch).await;
         let mut queue = self.shared.retry.lock().unwrap_or_else(|p| p.into_inner());
-        let done = batch.len().min(queue.len());
+        let done = settled.each.len().min(queue.len());
         queue.drain(..done);
         metrics::queue_depth(queue.len());
-        Ok(())
+        settled.failing.map_or(Ok(()), Err)
     }
 }

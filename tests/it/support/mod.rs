@@ -1,11 +1,14 @@
-//! Test support: real servers (Redis), a counting mock upstream, and an in-process gateway.
+//! Test support: real servers (Redis, Postgres), a counting mock upstream, a proxy that
+//! holds back answers, and an in-process gateway.
 
 pub mod app;
+pub mod holdproxy;
 pub mod postgres;
 pub mod redis;
 pub mod upstream;
 
 pub use app::{config, TestApp};
+pub use holdproxy::HoldProxy;
 pub use postgres::PgServer;
 pub use redis::RedisServer;
 pub use upstream::MockUpstream;
