@@ -550,6 +550,12 @@ impl Stores {
                 Ok(_) => return Ok(Completion::LeaseLost),
                 Err(e) => e,
             };
+            if super::postgres::writer::refused(&failed) {
+                // Postgres answered: it will never take this record. Nothing to wait for.
+                tracing::error!(record = %lease.record.short(), error = %failed,
+                    "postgres refused the response; it is not stored");
+                return Err(failed);
+            }
             if Instant::now() >= give_up {
                 // Not acknowledged as stored; the retry queue may still land it.
                 let queued = pg.writer.write(record).await;

@@ -32,11 +32,11 @@ fn fingerprint() -> Fingerprint {
 }
 
 fn record(key: &str, ttl_ms: i64) -> CompletedRecord {
-    let scope = Scope::new("payments", None);
+    let scope = Scope::anonymous("payments", &[http::header::AUTHORIZATION], None);
     let key = idemgate::idempotency::key::parse(key.as_bytes(), 255).unwrap();
     CompletedRecord {
         scope,
-        id: RecordId::new(scope, &key),
+        id: RecordId::new(scope, &key, None),
         route: "payments".into(),
         fingerprint: fingerprint(),
         token: "t".into(),

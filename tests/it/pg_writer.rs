@@ -28,11 +28,11 @@ fn store(pg: &PgServer) -> PgStore {
 }
 
 fn record(key: &str) -> CompletedRecord {
-    let scope = Scope::new("payments", None);
+    let scope = Scope::anonymous("payments", &[http::header::AUTHORIZATION], None);
     let key = idemgate::idempotency::key::parse(key.as_bytes(), 255).unwrap();
     CompletedRecord {
         scope,
-        id: RecordId::new(scope, &key),
+        id: RecordId::new(scope, &key, None),
         route: "payments".into(),
         fingerprint: Fingerprint::new(&http::Method::POST, &"/v1/x".parse().unwrap(), None, b""),
         token: "t".into(),

@@ -7,6 +7,8 @@
 
 mod batches;
 
+pub use batches::refused;
+
 pub use batches::MAX_BATCH_BYTES;
 
 use std::collections::VecDeque;

@@ -178,11 +178,11 @@ mod tests {
     use crate::idempotency::{Fingerprint, RecordId, Scope};
 
     fn record(key: &str, body: usize) -> CompletedRecord {
-        let scope = Scope::new("r", None);
+        let scope = Scope::anonymous("r", &[], None);
         let key = crate::idempotency::key::parse(key.as_bytes(), 255).unwrap();
         CompletedRecord {
             scope,
-            id: RecordId::new(scope, &key),
+            id: RecordId::new(scope, &key, None),
             route: "r".into(),
             fingerprint: Fingerprint::new(&http::Method::POST, &"/".parse().unwrap(), None, b""),
             token: "t".into(),
