@@ -79,7 +79,12 @@ impl App {
                         .await
                         .context("checking the postgres schema")?;
                 }
-                let writer = Writer::spawn(store.clone(), pg.batch_max, pg.retry_queue);
+                let writer = Writer::spawn(
+                    store.clone(),
+                    pg.batch_max,
+                    pg.retry_queue,
+                    pg.retry_queue_bytes.as_u64(),
+                );
                 let lookups = Lookups::spawn(store.clone(), pg.batch_max);
                 Some(Durable {
                     store,

@@ -202,6 +202,9 @@ pub struct PostgresConfig {
     pub batch_max: usize,
     /// Most records waiting for Postgres to come back; beyond it, records are dropped (and counted).
     pub retry_queue: usize,
+    /// Most bytes of records waiting for Postgres; beyond it, records are dropped (and
+    /// counted), so an outage cannot grow the queue past the process's memory.
+    pub retry_queue_bytes: ByteSize,
     /// How often the reaper deletes expired records.
     #[serde(with = "humantime_serde")]
     pub reap_interval: Duration,
@@ -220,6 +223,7 @@ impl Default for PostgresConfig {
             statement_timeout: Duration::from_secs(2),
             batch_max: 256,
             retry_queue: 10_000,
+            retry_queue_bytes: ByteSize::mib(256),
             reap_interval: Duration::from_secs(60),
             reap_batch: 1000,
         }

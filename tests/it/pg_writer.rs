@@ -77,7 +77,7 @@ async fn refusing_postgres() -> (PgServer, PgStore) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_records_fail_alone_and_their_batch_is_written() {
     let (pg, s) = refusing_postgres().await;
-    let writer = Writer::spawn(s, 256, 1000);
+    let writer = Writer::spawn(s, 256, 1000, u64::MAX);
     let mut records: Vec<CompletedRecord> = (0..10).map(|i| record(&format!("good-{i}"))).collect();
     records.splice(5..5, refused("batch"));
     let outcomes = join_all(records.iter().map(|r| writer.write(r.clone()))).await;
@@ -105,7 +105,7 @@ async fn refused_records_fail_alone_and_their_batch_is_written() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_record_in_the_retry_queue_does_not_stall_it() {
     let (mut pg, s) = refusing_postgres().await;
-    let writer = Writer::spawn(s, 256, 1000);
+    let writer = Writer::spawn(s, 256, 1000, u64::MAX);
     // Postgres goes away: everything waits in the retry queue, the refused records
     // among the others.
     pg.stop();
@@ -142,7 +142,7 @@ async fn a_batch_is_bounded_in_bytes() {
     let mut pg = PgServer::start();
     let s = store(&pg);
     s.migrate().await.unwrap();
-    let writer = Writer::spawn(s, 256, 1000);
+    let writer = Writer::spawn(s, 256, 1000, u64::MAX);
     // Three 6 MiB responses wait for Postgres; 16 MiB per statement fits two of them.
     assert_eq!(MAX_BATCH_BYTES, 16 << 20);
     pg.stop();
@@ -169,4 +169,46 @@ async fn a_batch_is_bounded_in_bytes() {
         .unwrap()
         .get(0);
     assert_eq!(statements, 2, "18 MiB of responses take two statements");
+}
+
+/// Issue 11 item 9: the retry queue is bounded in bytes as well as records, so an
+/// outage with large responses cannot grow it past the process's memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retry_queue_is_bounded_in_bytes() {
+    let mut pg = PgServer::start();
+    let s = store(&pg);
+    s.migrate().await.unwrap();
+    // Room for two 1 MiB records, whatever the record count allows.
+    let writer = Writer::spawn(s, 256, 1000, 2 * 1024 * 1024 + 64 * 1024);
+    pg.stop();
+    let big = |i: usize| {
+        let mut r = record(&format!("big-{i}"));
+        r.body = bytes::Bytes::from(vec![b'x'; 1024 * 1024]);
+        r
+    };
+    let outcomes = [
+        writer.write(big(0)).await,
+        writer.write(big(1)).await,
+        writer.write(big(2)).await,
+    ];
+    assert!(
+        matches!(outcomes[0], Ok(WriteOutcome::Queued)),
+        "{outcomes:?}"
+    );
+    assert!(
+        matches!(outcomes[1], Ok(WriteOutcome::Queued)),
+        "{outcomes:?}"
+    );
+    assert!(
+        matches!(outcomes[2], Err(idemgate::store::StoreError::QueueFull)),
+        "the third would pass the byte budget: {outcomes:?}"
+    );
+    assert_eq!(writer.queue_depth(), 2);
+    assert!(writer.queued_bytes() <= 2 * 1024 * 1024 + 64 * 1024);
+    // Drained, the budget is free again.
+    pg.restart();
+    let drained = eventually(Duration::from_secs(15), async || writer.queue_depth() == 0).await;
+    assert!(drained);
+    assert_eq!(writer.queued_bytes(), 0);
+    assert_eq!(pg.count("state = 'completed'").await, 2);
 }

@@ -45,6 +45,11 @@ struct Job {
 struct Shared {
     retry: Mutex<VecDeque<CompletedRecord>>,
     capacity: usize,
+    /// Most bytes the retry queue may hold (`postgres.retry_queue_bytes`): a count alone
+    /// lets large responses grow it past what the process may use.
+    capacity_bytes: u64,
+    /// Bytes in the retry queue; changed only under its lock.
+    queued_bytes: AtomicU64,
     /// Set while Postgres fails: new records go straight to the retry queue.
     degraded: AtomicBool,
     dropped: AtomicU64,
@@ -64,11 +69,13 @@ pub struct Writer {
 
 impl Writer {
     /// Spawns the group-commit task and the retry task.
-    pub fn spawn(pg: PgStore, batch_max: usize, capacity: usize) -> Self {
+    pub fn spawn(pg: PgStore, batch_max: usize, capacity: usize, capacity_bytes: u64) -> Self {
         let (jobs, rx) = mpsc::channel(batch_max * 4);
         let shared = Arc::new(Shared {
             retry: Mutex::new(VecDeque::new()),
             capacity,
+            capacity_bytes,
+            queued_bytes: AtomicU64::new(0),
             degraded: AtomicBool::new(false),
             dropped: AtomicU64::new(0),
             failures: AtomicU64::new(0),
@@ -97,6 +104,11 @@ impl Writer {
         }
         wait.await
             .unwrap_or_else(|_| Err(StoreError::PgPool("write-through task ended".into())))
+    }
+
+    /// Bytes waiting for Postgres in the retry queue.
+    pub fn queued_bytes(&self) -> u64 {
+        self.shared.queued_bytes.load(Ordering::Relaxed)
     }
 
     /// Records waiting for Postgres.
@@ -135,7 +147,9 @@ impl Writer {
 
     fn enqueue(&self, record: CompletedRecord) -> Outcome {
         let mut queue = self.shared.retry.lock().unwrap_or_else(|p| p.into_inner());
-        if queue.len() >= self.shared.capacity {
+        let size = queued_size(&record);
+        let bytes = self.shared.queued_bytes.load(Ordering::Relaxed);
+        if queue.len() >= self.shared.capacity || bytes + size > self.shared.capacity_bytes {
             self.shared.dropped.fetch_add(1, Ordering::Relaxed);
             metrics::write_dropped(metrics::DropReason::QueueFull);
             tracing::error!(record = %record.id.short(), "write-through retry queue full; \
@@ -143,6 +157,9 @@ impl Writer {
             return Err(StoreError::QueueFull);
         }
         queue.push_back(record);
+        self.shared
+            .queued_bytes
+            .store(bytes + size, Ordering::Relaxed);
         metrics::queue_depth(queue.len());
         Ok(WriteOutcome::Queued)
     }
@@ -223,10 +240,26 @@ impl Writer {
             return Ok(());
         }
         let settled = self.settle(&batch).await;
+        for (record, outcome) in batch.iter().zip(&settled.each) {
+            if let Ok(false) = outcome {
+                // Its lease ran out while Postgres was away and another request took
+                // the key: that execution's record stands. Never silently.
+                metrics::tier_disagreement("queued_write_lost_to_another_record");
+                tracing::warn!(record = %record.id.short(), "a queued durable copy lost to \
+                    another record for its key (taken over while postgres was away)");
+            }
+        }
         let mut queue = self.shared.retry.lock().unwrap_or_else(|p| p.into_inner());
         let done = settled.each.len().min(queue.len());
-        queue.drain(..done);
+        let freed: u64 = queue.drain(..done).map(|r| queued_size(&r)).sum();
+        self.shared.queued_bytes.fetch_sub(freed, Ordering::Relaxed);
         metrics::queue_depth(queue.len());
         settled.failing.map_or(Ok(()), Err)
     }
+}
+
+/// What a queued record holds in memory, for `postgres.retry_queue_bytes`.
+fn queued_size(record: &CompletedRecord) -> u64 {
+    let fixed = std::mem::size_of::<CompletedRecord>() + record.route.len() + record.token.len();
+    (fixed + record.headers.len() + record.body.len()) as u64
 }
