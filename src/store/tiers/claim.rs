@@ -1,92 +1,22 @@
-//! Redis and Postgres together: the claim path across tiers, write-through of
-//! completions, the Redis circuit breaker and its fallback policies, and the
-//! background probe and reaper tasks.
-//!
-//! * A claim goes to Redis unless its breaker is open. An acquired Redis claim is
-//!   checked against Postgres first (cold-Redis lookup, or a Postgres claim with
-//!   `postgres.claims = "write_through"`), so a key Redis forgot is replayed, not re-run.
-//! * While Redis fails, `on_redis_unavailable` decides: claim in Postgres with the same
-//!   semantics, answer 503, or forward without idempotency.
+//! The claim phase: take a key (in Redis, else by policy in Postgres), check what
+//! Postgres knows when Redis may have forgotten, wait for an in-flight holder, and
+//! find records without claiming them.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::breaker::Breaker;
-use super::memory::ReplayCache;
-use super::postgres::lookups::Lookups;
-use super::postgres::writer::{WriteOutcome, Writer};
-use super::postgres::{CompletedRecord, Found, PgClaim, RecordRef};
-use super::redis::Record;
-use super::waiters::Waiters;
-use super::warmth::Warmth;
-use super::{PgStore, RedisStore, StoreError};
-use crate::config::{ClaimDurability, Config, OnRedisUnavailable};
+use super::super::postgres::{Found, PgClaim, RecordRef};
+use super::super::redis::Record;
+use super::super::{RedisStore, StoreError};
+use super::settle::lease_ref;
+use super::Stores;
+use crate::config::{ClaimDurability, OnRedisUnavailable};
 use crate::idempotency::claim::Home;
-use crate::idempotency::{
-    Claim, Completion, Fingerprint, Lease, RecordId, Release, Scope, StoredResponse,
-};
+use crate::idempotency::{Claim, Fingerprint, Lease, RecordId, Scope};
 use crate::metrics;
 use crate::route::Route;
 
-/// The durable tier, when `[postgres]` is configured.
-pub struct Durable {
-    pub store: PgStore,
-    pub writer: Writer,
-    /// Cold-Redis lookups, batched.
-    pub lookups: Lookups,
-    pub claims: ClaimDurability,
-}
-
-/// Both tiers and their health state. Cheap to clone.
-#[derive(Clone)]
-pub struct Stores(Arc<Inner>);
-
-pub struct Inner {
-    pub redis: RedisStore,
-    pub postgres: Option<Durable>,
-    pub breaker: Breaker,
-    pub warmth: Warmth,
-    /// Present when some route lets duplicates wait, or the replay cache is on.
-    pub waiters: Option<Arc<Waiters>>,
-    /// Completed records this replica has seen (`replay_cache`).
-    pub cache: Option<Arc<ReplayCache>>,
-}
-
-impl std::fmt::Debug for Stores {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Stores").finish_non_exhaustive()
-    }
-}
-
-impl std::ops::Deref for Stores {
-    type Target = Inner;
-    fn deref(&self) -> &Inner {
-        &self.0
-    }
-}
-
 impl Stores {
-    pub fn new(
-        config: &Config,
-        redis: RedisStore,
-        postgres: Option<Durable>,
-        waiters: Option<Arc<Waiters>>,
-        cache: Option<Arc<ReplayCache>>,
-    ) -> Self {
-        let lookup = config.postgres.as_ref().map(|p| p.lookup_on_miss);
-        Self(Arc::new(Inner {
-            redis,
-            postgres,
-            waiters,
-            cache,
-            breaker: Breaker::default(),
-            warmth: Warmth::new(
-                lookup.unwrap_or(crate::config::LookupOnMiss::Always),
-                config.longest_ttl(),
-            ),
-        }))
-    }
-
     /// Claims (scope, key) for a request on `route`.
     ///
     /// The lease belongs to the gateway, not to the caller's connection: the claim runs
@@ -299,25 +229,6 @@ impl Stores {
         answer
     }
 
-    /// The holder's heartbeat: extends the lease in every tier that holds it.
-    pub(crate) async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {
-        let rec = lease_ref(lease);
-        match (lease.home, &self.postgres) {
-            (Home::Postgres, Some(pg)) => pg.store.extend(rec, &lease.token, ttl).await,
-            (Home::Redis { also_in_postgres }, pg) => {
-                let held = self
-                    .redis
-                    .extend(&lease.redis_key, &lease.token, ttl)
-                    .await?;
-                if let (true, Some(pg)) = (also_in_postgres, pg) {
-                    pg.store.extend(rec, &lease.token, ttl).await?;
-                }
-                Ok(held)
-            }
-            (Home::Postgres, None) => Ok(false),
-        }
-    }
-
     /// Redis said Acquired: make sure Postgres does not know better.
     async fn after_redis_acquire(
         &self,
@@ -450,225 +361,6 @@ impl Stores {
             }
         }
     }
-
-    /// Settles a lease with a response: compare-and-set in its home tier, then
-    /// write-through to Postgres before the caller answers.
-    pub(crate) async fn complete(
-        &self,
-        lease: &Lease,
-        response: &StoredResponse,
-        ttl: Duration,
-    ) -> Result<Completion, StoreError> {
-        let record = || CompletedRecord {
-            scope: lease.scope,
-            id: lease.record,
-            route: lease.route.clone(),
-            fingerprint: lease.fingerprint,
-            token: lease.token.clone(),
-            status: response.status.as_u16() as i16,
-            headers: response.encode_headers(),
-            body: response.body.clone(),
-            ttl_ms: i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
-        };
-        match lease.home {
-            Home::Postgres => {
-                let pg = self.postgres.as_ref().ok_or(StoreError::RedisDown)?;
-                self.complete_in_postgres(pg, lease, record()).await
-            }
-            Home::Redis { also_in_postgres } => {
-                let encoded = response.encode();
-                let in_redis = retry_redis(|| {
-                    (self.redis).complete(
-                        &lease.redis_key,
-                        &lease.token,
-                        encoded.clone(),
-                        ttl,
-                        &lease.fingerprint,
-                    )
-                })
-                .await;
-                // Lost in Redis: with claims only in Redis, the other holder's answer is
-                // the one to keep. With claims written through, Postgres is the
-                // authority: its token check decides (another request may have taken
-                // the Redis key only because Redis lost ours).
-                if matches!(in_redis, Ok(Completion::LeaseLost)) && !also_in_postgres {
-                    return in_redis;
-                }
-                let Some(pg) = &self.postgres else {
-                    return in_redis;
-                };
-                let durable = pg.writer.write(record()).await;
-                match (&in_redis, &durable) {
-                    (_, Err(e)) => tracing::error!(record = %lease.record.short(), error = %e,
-                        "stored response has no durable copy"),
-                    (_, Ok(WriteOutcome::Queued)) => tracing::warn!(record = %lease.record.short(),
-                        "postgres unavailable: durable copy queued for retry"),
-                    _ => {}
-                }
-                match (in_redis, durable) {
-                    (Err(_) | Ok(Completion::LeaseLost), Ok(WriteOutcome::Written)) => {
-                        // Stored, but Redis lacks it while our lease there runs out: with
-                        // when_cold, a retry after that must look it up, on every replica.
-                        self.redis_lacks_record(lease);
-                        Ok(Completion::Stored)
-                    }
-                    (_, Ok(WriteOutcome::Conflict)) if also_in_postgres => {
-                        Ok(Completion::LeaseLost)
-                    }
-                    (Ok(Completion::Stored), Ok(WriteOutcome::Conflict)) => {
-                        // claims = "redis": Redis decides who holds a key; Postgres held
-                        // another record for it (a claim taken while Redis was away).
-                        metrics::tier_disagreement("stored_in_redis_conflict_in_postgres");
-                        tracing::warn!(record = %lease.record.short(),
-                            "tiers disagree: stored in redis, but postgres holds another \
-                            record for this key (redis decides with claims = \"redis\")");
-                        Ok(Completion::Stored)
-                    }
-                    (result, _) => result,
-                }
-            }
-        }
-    }
-
-    /// Completes a lease held in Postgres (Redis was unavailable when it was taken).
-    /// The client is answered only once the record is durable: while Postgres fails,
-    /// keep the lease alive and retry, and never count a record that merely waits in
-    /// the retry queue as stored (its lease could run out, a retry take the key over
-    /// and run it again, and the queued copy then lose to that execution).
-    async fn complete_in_postgres(
-        &self,
-        pg: &Durable,
-        lease: &Lease,
-        record: CompletedRecord,
-    ) -> Result<Completion, StoreError> {
-        // While Postgres does not answer, nobody can take the lease over; once it answers
-        // we are first in line: retrying every 100 ms, with the heartbeat in between.
-        let give_up = Instant::now() + lease.lock_ttl;
-        loop {
-            let failed = match pg.store.complete_batch(std::slice::from_ref(&record)).await {
-                Ok(written) if written.first() == Some(&true) => return Ok(Completion::Stored),
-                Ok(_) => return Ok(Completion::LeaseLost),
-                Err(e) => e,
-            };
-            if super::postgres::writer::refused(&failed) {
-                // Postgres answered: it will never take this record. Nothing to wait for.
-                tracing::error!(record = %lease.record.short(), error = %failed,
-                    "postgres refused the response; it is not stored");
-                return Err(failed);
-            }
-            if Instant::now() >= give_up {
-                // Not acknowledged as stored; the retry queue may still land it.
-                let queued = pg.writer.write(record).await;
-                tracing::error!(record = %lease.record.short(), error = %failed, ?queued,
-                    "postgres did not come back within the lease: the response is not \
-                    stored; a retry after the lease may run again");
-                return Err(failed);
-            }
-            let _ = pg
-                .store
-                .extend(lease_ref(lease), &lease.token, lease.lock_ttl)
-                .await;
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// Postgres holds a record that Redis does not: make Redis cold for lookups
-    /// (here at once; on every replica once the marker reset lands, retried by the probe).
-    fn redis_lacks_record(&self, lease: &Lease) {
-        metrics::fallback("redis_lacks_record");
-        tracing::warn!(record = %lease.record.short(), "stored in postgres only: \
-            redis counts as cold until the warmth marker is reset");
-        self.warmth.set_cold();
-        let stores = self.clone();
-        tokio::spawn(async move {
-            stores.warmth.reset(&stores.redis).await;
-        });
-    }
-
-    /// Releases a lease in every tier that holds it.
-    pub(crate) async fn release(&self, lease: &Lease) -> Result<Release, StoreError> {
-        let rec = lease_ref(lease);
-        match (lease.home, &self.postgres) {
-            (Home::Postgres, Some(pg)) => pg.store.release(rec, &lease.token).await,
-            (Home::Redis { also_in_postgres }, pg) => {
-                let released =
-                    retry_redis(|| self.redis.release(&lease.redis_key, &lease.token)).await;
-                if let (true, Some(pg)) = (also_in_postgres, pg) {
-                    pg.store.release(rec, &lease.token).await?;
-                }
-                released
-            }
-            (Home::Postgres, None) => Ok(Release::NotHeld),
-        }
-    }
-
-    /// Spawns the Redis probe (breaker and warmth) and, with Postgres, the reaper.
-    pub fn spawn_background(&self, probe_interval: Duration, reap: Option<(Duration, usize)>) {
-        let stores = self.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(probe_interval).await;
-                stores.probe().await;
-            }
-        });
-        if let (Some((every, batch)), Some(_)) = (reap, &self.postgres) {
-            let stores = self.clone();
-            tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(every).await;
-                    if let Some(pg) = &stores.postgres {
-                        match pg.store.reap(batch).await {
-                            Ok(Some(n)) if n > 0 => {
-                                tracing::info!(deleted = n, "reaped expired records")
-                            }
-                            Ok(_) => {}
-                            Err(e) => tracing::warn!(error = %e, "reaper pass failed"),
-                        }
-                    }
-                }
-            });
-        }
-    }
-
-    /// One probe: close the breaker when Redis takes a write again; refresh warmth.
-    ///
-    /// The probe's write is the reset of the warmth marker, which is owed anyway:
-    /// whatever was written during the outage is in Postgres only. A Redis that answers
-    /// PING but refuses writes (a demoted primary, READONLY) keeps the breaker open, and
-    /// the breaker never closes with the marker still claiming Redis holds everything.
-    pub async fn probe(&self) {
-        if self.breaker.is_open() {
-            self.warmth.set_cold();
-            if self.warmth.reset(&self.redis).await {
-                self.breaker.close();
-                metrics::redis_up(true);
-                tracing::info!("redis takes writes again: claims are back in redis");
-            }
-            return;
-        }
-        self.warmth.refresh(&self.redis).await;
-    }
-}
-
-/// Runs a settling script up to three times on Redis errors (50 ms, then 150 ms apart):
-/// every script is safe to run twice with the same token, and one lost completion
-/// would let a retry run again after the lease.
-async fn retry_redis<T, F, Fut>(mut call: F) -> Result<T, StoreError>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, StoreError>>,
-{
-    let mut result = call().await;
-    for pause in [50, 150] {
-        match &result {
-            Err(e) if e.is_redis() => {
-                tokio::time::sleep(Duration::from_millis(pause)).await;
-                result = call().await;
-            }
-            _ => break,
-        }
-    }
-    result
 }
 
 /// What a claim is about, before any store holds anything for it.
@@ -703,14 +395,6 @@ impl Drop for WaiterSlot {
                 }
             });
         }
-    }
-}
-
-fn lease_ref(lease: &Lease) -> RecordRef<'_> {
-    RecordRef {
-        scope: lease.scope,
-        id: lease.record,
-        route: &lease.route,
     }
 }
 

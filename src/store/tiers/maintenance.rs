@@ -1,0 +1,56 @@
+//! Maintenance: the Redis probe (closes the breaker, keeps warmth current) and the
+//! Postgres reaper, as background tasks.
+
+use std::time::Duration;
+
+use super::Stores;
+use crate::metrics;
+
+impl Stores {
+    /// Spawns the Redis probe (breaker and warmth) and, with Postgres, the reaper.
+    pub fn spawn_background(&self, probe_interval: Duration, reap: Option<(Duration, usize)>) {
+        let stores = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(probe_interval).await;
+                stores.probe().await;
+            }
+        });
+        if let (Some((every, batch)), Some(_)) = (reap, &self.postgres) {
+            let stores = self.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    if let Some(pg) = &stores.postgres {
+                        match pg.store.reap(batch).await {
+                            Ok(Some(n)) if n > 0 => {
+                                tracing::info!(deleted = n, "reaped expired records")
+                            }
+                            Ok(_) => {}
+                            Err(e) => tracing::warn!(error = %e, "reaper pass failed"),
+                        }
+                    }
+                }
+            });
+        }
+    }
+
+    /// One probe: close the breaker when Redis takes a write again; refresh warmth.
+    ///
+    /// The probe's write is the reset of the warmth marker, which is owed anyway:
+    /// whatever was written during the outage is in Postgres only. A Redis that answers
+    /// PING but refuses writes (a demoted primary, READONLY) keeps the breaker open, and
+    /// the breaker never closes with the marker still claiming Redis holds everything.
+    pub async fn probe(&self) {
+        if self.breaker.is_open() {
+            self.warmth.set_cold();
+            if self.warmth.reset(&self.redis).await {
+                self.breaker.close();
+                metrics::redis_up(true);
+                tracing::info!("redis takes writes again: claims are back in redis");
+            }
+            return;
+        }
+        self.warmth.refresh(&self.redis).await;
+    }
+}

@@ -1,0 +1,86 @@
+//! Redis and Postgres together: the claim path across tiers, write-through of
+//! completions, the Redis circuit breaker and its fallback policies, and the
+//! background probe and reaper tasks. One file per phase of a key's life:
+//! [`claim`] (claim, wait, the cold-Redis lookup, fallbacks), [`settle`] (extend,
+//! complete, release) and [`maintenance`] (the probe and the reaper).
+//!
+//! * A claim goes to Redis unless its breaker is open. An acquired Redis claim is
+//!   checked against Postgres first (cold-Redis lookup, or a Postgres claim with
+//!   `postgres.claims = "write_through"`), so a key Redis forgot is replayed, not re-run.
+//! * While Redis fails, `on_redis_unavailable` decides: claim in Postgres with the same
+//!   semantics, answer 503, or forward without idempotency.
+
+mod claim;
+mod maintenance;
+mod settle;
+
+use std::sync::Arc;
+
+use super::breaker::Breaker;
+use super::memory::ReplayCache;
+use super::postgres::lookups::Lookups;
+use super::postgres::writer::Writer;
+use super::waiters::Waiters;
+use super::warmth::Warmth;
+use super::{PgStore, RedisStore};
+use crate::config::{ClaimDurability, Config};
+
+/// The durable tier, when `[postgres]` is configured.
+pub struct Durable {
+    pub store: PgStore,
+    pub writer: Writer,
+    /// Cold-Redis lookups, batched.
+    pub lookups: Lookups,
+    pub claims: ClaimDurability,
+}
+
+/// Both tiers and their health state. Cheap to clone.
+#[derive(Clone)]
+pub struct Stores(Arc<Inner>);
+
+pub struct Inner {
+    pub redis: RedisStore,
+    pub postgres: Option<Durable>,
+    pub breaker: Breaker,
+    pub warmth: Warmth,
+    /// Present when some route lets duplicates wait, or the replay cache is on.
+    pub waiters: Option<Arc<Waiters>>,
+    /// Completed records this replica has seen (`replay_cache`).
+    pub cache: Option<Arc<ReplayCache>>,
+}
+
+impl std::fmt::Debug for Stores {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stores").finish_non_exhaustive()
+    }
+}
+
+impl std::ops::Deref for Stores {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl Stores {
+    pub fn new(
+        config: &Config,
+        redis: RedisStore,
+        postgres: Option<Durable>,
+        waiters: Option<Arc<Waiters>>,
+        cache: Option<Arc<ReplayCache>>,
+    ) -> Self {
+        let lookup = config.postgres.as_ref().map(|p| p.lookup_on_miss);
+        Self(Arc::new(Inner {
+            redis,
+            postgres,
+            waiters,
+            cache,
+            breaker: Breaker::default(),
+            warmth: Warmth::new(
+                lookup.unwrap_or(crate::config::LookupOnMiss::Always),
+                config.longest_ttl(),
+            ),
+        }))
+    }
+}

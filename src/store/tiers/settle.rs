@@ -1,0 +1,213 @@
+//! The settle phase: a lease holder's heartbeat, its completion (compare-and-set in
+//! its home tier, then write-through) and its release.
+
+use std::time::{Duration, Instant};
+
+use super::super::postgres::writer::WriteOutcome;
+use super::super::postgres::{CompletedRecord, RecordRef};
+use super::super::StoreError;
+use super::{Durable, Stores};
+use crate::idempotency::claim::Home;
+use crate::idempotency::{Completion, Lease, Release, StoredResponse};
+use crate::metrics;
+
+impl Stores {
+    /// The holder's heartbeat: extends the lease in every tier that holds it.
+    pub(crate) async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {
+        let rec = lease_ref(lease);
+        match (lease.home, &self.postgres) {
+            (Home::Postgres, Some(pg)) => pg.store.extend(rec, &lease.token, ttl).await,
+            (Home::Redis { also_in_postgres }, pg) => {
+                let held = self
+                    .redis
+                    .extend(&lease.redis_key, &lease.token, ttl)
+                    .await?;
+                if let (true, Some(pg)) = (also_in_postgres, pg) {
+                    pg.store.extend(rec, &lease.token, ttl).await?;
+                }
+                Ok(held)
+            }
+            (Home::Postgres, None) => Ok(false),
+        }
+    }
+
+    /// Settles a lease with a response: compare-and-set in its home tier, then
+    /// write-through to Postgres before the caller answers.
+    pub(crate) async fn complete(
+        &self,
+        lease: &Lease,
+        response: &StoredResponse,
+        ttl: Duration,
+    ) -> Result<Completion, StoreError> {
+        let record = || CompletedRecord {
+            scope: lease.scope,
+            id: lease.record,
+            route: lease.route.clone(),
+            fingerprint: lease.fingerprint,
+            token: lease.token.clone(),
+            status: response.status.as_u16() as i16,
+            headers: response.encode_headers(),
+            body: response.body.clone(),
+            ttl_ms: i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
+        };
+        match lease.home {
+            Home::Postgres => {
+                let pg = self.postgres.as_ref().ok_or(StoreError::RedisDown)?;
+                self.complete_in_postgres(pg, lease, record()).await
+            }
+            Home::Redis { also_in_postgres } => {
+                let encoded = response.encode();
+                let in_redis = retry_redis(|| {
+                    (self.redis).complete(
+                        &lease.redis_key,
+                        &lease.token,
+                        encoded.clone(),
+                        ttl,
+                        &lease.fingerprint,
+                    )
+                })
+                .await;
+                // Lost in Redis: with claims only in Redis, the other holder's answer is
+                // the one to keep. With claims written through, Postgres is the
+                // authority: its token check decides (another request may have taken
+                // the Redis key only because Redis lost ours).
+                if matches!(in_redis, Ok(Completion::LeaseLost)) && !also_in_postgres {
+                    return in_redis;
+                }
+                let Some(pg) = &self.postgres else {
+                    return in_redis;
+                };
+                let durable = pg.writer.write(record()).await;
+                match (&in_redis, &durable) {
+                    (_, Err(e)) => tracing::error!(record = %lease.record.short(), error = %e,
+                        "stored response has no durable copy"),
+                    (_, Ok(WriteOutcome::Queued)) => tracing::warn!(record = %lease.record.short(),
+                        "postgres unavailable: durable copy queued for retry"),
+                    _ => {}
+                }
+                match (in_redis, durable) {
+                    (Err(_) | Ok(Completion::LeaseLost), Ok(WriteOutcome::Written)) => {
+                        // Stored, but Redis lacks it while our lease there runs out: with
+                        // when_cold, a retry after that must look it up, on every replica.
+                        self.redis_lacks_record(lease);
+                        Ok(Completion::Stored)
+                    }
+                    (_, Ok(WriteOutcome::Conflict)) if also_in_postgres => {
+                        Ok(Completion::LeaseLost)
+                    }
+                    (Ok(Completion::Stored), Ok(WriteOutcome::Conflict)) => {
+                        // claims = "redis": Redis decides who holds a key; Postgres held
+                        // another record for it (a claim taken while Redis was away).
+                        metrics::tier_disagreement("stored_in_redis_conflict_in_postgres");
+                        tracing::warn!(record = %lease.record.short(),
+                            "tiers disagree: stored in redis, but postgres holds another \
+                            record for this key (redis decides with claims = \"redis\")");
+                        Ok(Completion::Stored)
+                    }
+                    (result, _) => result,
+                }
+            }
+        }
+    }
+
+    /// Completes a lease held in Postgres (Redis was unavailable when it was taken).
+    /// The client is answered only once the record is durable: while Postgres fails,
+    /// keep the lease alive and retry, and never count a record that merely waits in
+    /// the retry queue as stored (its lease could run out, a retry take the key over
+    /// and run it again, and the queued copy then lose to that execution).
+    async fn complete_in_postgres(
+        &self,
+        pg: &Durable,
+        lease: &Lease,
+        record: CompletedRecord,
+    ) -> Result<Completion, StoreError> {
+        // While Postgres does not answer, nobody can take the lease over; once it answers
+        // we are first in line: retrying every 100 ms, with the heartbeat in between.
+        let give_up = Instant::now() + lease.lock_ttl;
+        loop {
+            let failed = match pg.store.complete_batch(std::slice::from_ref(&record)).await {
+                Ok(written) if written.first() == Some(&true) => return Ok(Completion::Stored),
+                Ok(_) => return Ok(Completion::LeaseLost),
+                Err(e) => e,
+            };
+            if super::super::postgres::writer::refused(&failed) {
+                // Postgres answered: it will never take this record. Nothing to wait for.
+                tracing::error!(record = %lease.record.short(), error = %failed,
+                    "postgres refused the response; it is not stored");
+                return Err(failed);
+            }
+            if Instant::now() >= give_up {
+                // Not acknowledged as stored; the retry queue may still land it.
+                let queued = pg.writer.write(record).await;
+                tracing::error!(record = %lease.record.short(), error = %failed, ?queued,
+                    "postgres did not come back within the lease: the response is not \
+                    stored; a retry after the lease may run again");
+                return Err(failed);
+            }
+            let _ = pg
+                .store
+                .extend(lease_ref(lease), &lease.token, lease.lock_ttl)
+                .await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Postgres holds a record that Redis does not: make Redis cold for lookups
+    /// (here at once; on every replica once the marker reset lands, retried by the probe).
+    fn redis_lacks_record(&self, lease: &Lease) {
+        metrics::fallback("redis_lacks_record");
+        tracing::warn!(record = %lease.record.short(), "stored in postgres only: \
+            redis counts as cold until the warmth marker is reset");
+        self.warmth.set_cold();
+        let stores = self.clone();
+        tokio::spawn(async move {
+            stores.warmth.reset(&stores.redis).await;
+        });
+    }
+
+    /// Releases a lease in every tier that holds it.
+    pub(crate) async fn release(&self, lease: &Lease) -> Result<Release, StoreError> {
+        let rec = lease_ref(lease);
+        match (lease.home, &self.postgres) {
+            (Home::Postgres, Some(pg)) => pg.store.release(rec, &lease.token).await,
+            (Home::Redis { also_in_postgres }, pg) => {
+                let released =
+                    retry_redis(|| self.redis.release(&lease.redis_key, &lease.token)).await;
+                if let (true, Some(pg)) = (also_in_postgres, pg) {
+                    pg.store.release(rec, &lease.token).await?;
+                }
+                released
+            }
+            (Home::Postgres, None) => Ok(Release::NotHeld),
+        }
+    }
+}
+
+/// Runs a settling script up to three times on Redis errors (50 ms, then 150 ms apart):
+/// every script is safe to run twice with the same token, and one lost completion
+/// would let a retry run again after the lease.
+async fn retry_redis<T, F, Fut>(mut call: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut result = call().await;
+    for pause in [50, 150] {
+        match &result {
+            Err(e) if e.is_redis() => {
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+                result = call().await;
+            }
+            _ => break,
+        }
+    }
+    result
+}
+
+pub(super) fn lease_ref(lease: &Lease) -> RecordRef<'_> {
+    RecordRef {
+        scope: lease.scope,
+        id: lease.record,
+        route: &lease.route,
+    }
+}
