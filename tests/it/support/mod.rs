@@ -2,6 +2,7 @@
 
 pub mod app;
 pub mod postgres;
+pub mod recorder;
 pub mod redis;
 pub mod upstream;
 
