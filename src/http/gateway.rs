@@ -1,8 +1,8 @@
 //! The proxied-traffic handler: the numbered request flow of the idempotency layer.
 //!
-//! (headers sanitised) -> route -> method covered? -> key -> bounded body -> scope,
-//! record, fingerprint -> claim -> (acquired) forward and record in a detached task |
-//! replay | 409 | mismatch.
+//! (headers sanitised, path canonical) -> route -> method covered? -> key -> bounded
+//! body -> scope, record, fingerprint -> claim -> (acquired) forward and record in a
+//! detached task | replay | 409 | mismatch.
 //! Every keyed request ends in one [`Outcome`], counted and logged once, here.
 
 use std::net::SocketAddr;
@@ -61,7 +61,13 @@ pub async fn handle(
         .headers_mut()
         .insert(X_REQUEST_ID, request_id.clone());
     let mut trace = Trace::default();
-    let mut response = serve(&app, peer, request, &mut trace).await;
+    let mut response = match crate::route::path::canonicalize(request.uri_mut()) {
+        Ok(()) => serve(&app, peer, request, &mut trace).await,
+        Err(e) => {
+            trace.outcome = Some(Outcome::Rejected);
+            Problem::invalid_path(e).into_response()
+        }
+    };
     response
         .headers_mut()
         .insert(X_REQUEST_ID, request_id.clone());

@@ -17,6 +17,7 @@ mod lease;
 mod observability;
 mod outage;
 mod owned_headers;
+mod paths;
 mod pg_ops;
 mod replay;
 mod tier_edges;
