@@ -1,5 +1,9 @@
 //! The route table: which upstream and which idempotency policy a request path gets.
-//! Built once at start from the configuration; the longest matching `path_prefix` wins.
+//! Built once at start from the configuration; the longest `path_prefix` that covers
+//! the path by whole segments wins. Paths are put in canonical form, or refused,
+//! before they are routed ([`path`]).
+
+pub mod path;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -114,11 +118,12 @@ impl RouteTable {
         Self { routes }
     }
 
-    /// The route whose prefix is the longest one `path` starts with.
+    /// The route with the longest prefix that covers `path` (canonical, see
+    /// [`path::canonicalize`]) by whole segments.
     pub fn find(&self, path: &str) -> Option<&Arc<Route>> {
         self.routes
             .iter()
-            .find(|r| path.starts_with(&r.path_prefix))
+            .find(|r| path::covers(&r.path_prefix, path))
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Route>> {
@@ -142,7 +147,12 @@ mod tests {
         )
         .unwrap();
         let table = RouteTable::new(&config);
-        assert_eq!(table.find("/v1/payments").unwrap().name, "pay");
+        assert_eq!(table.find("/v1/pay/1").unwrap().name, "pay");
+        assert_eq!(
+            table.find("/v1/payments").unwrap().name,
+            "v1",
+            "whole segments"
+        );
         assert_eq!(table.find("/v1/refunds").unwrap().name, "v1");
         assert_eq!(table.find("/health").unwrap().name, "all");
         let v1 = &table.find("/v1/x").unwrap().policy;

@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 
 pub use validate::validate;
 
+use crate::proxy::cidr::TrustedProxies;
+
 /// Prefix of the environment variables that override configuration keys.
 pub const ENV_PREFIX: &str = "IDEMGATE__";
 
@@ -66,6 +68,9 @@ pub struct ServerConfig {
     /// How long in-flight requests may take to finish after SIGTERM/SIGINT.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// Peers (CIDRs) whose `X-Forwarded-*` and `Forwarded` headers are extended; from
+    /// any other peer they are replaced. Empty: nobody is trusted.
+    pub trusted_proxies: TrustedProxies,
 }
 
 impl Default for ServerConfig {
@@ -81,6 +86,7 @@ impl Default for ServerConfig {
             linger_bytes: ByteSize::mib(8),
             linger_time: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(30),
+            trusted_proxies: TrustedProxies::default(),
         }
     }
 }
@@ -478,7 +484,7 @@ impl ConfigError {
                 let key = if e.path.is_empty() {
                     "(top level)".to_string()
                 } else {
-                    e.path.join(".")
+                    key_path(&e.path)
                 };
                 let origin = e
                     .metadata
@@ -490,6 +496,25 @@ impl ConfigError {
             .collect();
         Self::Parse(lines.join("\n"))
     }
+}
+
+/// `["server", "trusted_proxies", "1"]` as `server.trusted_proxies[1]`, the form
+/// [`validate`] uses for list entries too.
+fn key_path(path: &[String]) -> String {
+    let mut key = String::new();
+    for part in path {
+        if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
+            key.push('[');
+            key.push_str(part);
+            key.push(']');
+        } else {
+            if !key.is_empty() {
+                key.push('.');
+            }
+            key.push_str(part);
+        }
+    }
+    key
 }
 
 impl Config {

@@ -1,7 +1,8 @@
 //! The proxied-traffic handler: the numbered request flow of the idempotency layer.
 //!
-//! route -> method covered? -> key -> bounded body -> scope, record, fingerprint ->
-//! claim -> (acquired) forward and record in a detached task | replay | 409 | mismatch.
+//! (headers sanitised, path canonical) -> route -> method covered? -> key -> bounded
+//! body -> scope, record, fingerprint -> claim -> (acquired) forward and record in a
+//! detached task | replay | 409 | mismatch.
 //! Every keyed request ends in one [`Outcome`], counted and logged once, here.
 
 use std::net::SocketAddr;
@@ -26,6 +27,7 @@ use crate::idempotency::{
     StoredResponse,
 };
 use crate::metrics::{self, InFlightGuard, Outcome};
+use crate::proxy::headers::{self, Peer};
 use crate::proxy::UpstreamError;
 use crate::route::Route;
 
@@ -52,12 +54,21 @@ pub async fn handle(
     mut request: Request,
 ) -> Response {
     let started = Instant::now();
+    // Before anything reads or adds a header: a client can neither set a header only
+    // the gateway sets nor, through `Connection`, remove one the gateway adds.
+    headers::sanitize_incoming(request.headers_mut());
     let request_id = request_id(request.headers().get(&X_REQUEST_ID));
     request
         .headers_mut()
         .insert(X_REQUEST_ID, request_id.clone());
     let mut trace = Trace::default();
-    let mut response = serve(&app, peer, request, &mut trace).await;
+    let mut response = match crate::route::path::canonicalize(request.uri_mut()) {
+        Ok(()) => serve(&app, peer, request, &mut trace).await,
+        Err(e) => {
+            trace.outcome = Some(Outcome::Rejected);
+            Problem::invalid_path(e).into_response()
+        }
+    };
     response
         .headers_mut()
         .insert(X_REQUEST_ID, request_id.clone());
@@ -287,6 +298,7 @@ async fn execute(
         .headers
         .insert(FENCING_TOKEN, HeaderValue::from(lease.fence()));
     let started = Instant::now();
+    let peer = Peer::new(peer, &app.config.server.trusted_proxies);
     let forward = (app.upstream).forward_buffered(&route, parts, body, peer, max_response);
     let answer = with_heartbeat(forward, &lease, &route).await;
     route.metrics.upstream(started);
@@ -437,9 +449,10 @@ async fn release(lease: Lease, route: &Route) {
 /// Forwards a request without idempotency, and without touching any store.
 async fn pass_through(app: &App, route: &Route, request: Request, peer: SocketAddr) -> Response {
     let (parts, body) = request.into_parts();
+    let peer = Peer::new(peer.ip(), &app.config.server.trusted_proxies);
     match app
         .upstream
-        .forward_streaming(route, parts, body, peer.ip())
+        .forward_streaming(route, parts, body, peer)
         .await
     {
         Ok(response) => response,

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::idempotency::{KeyError, ScopeError, StoredResponse};
 use crate::proxy::UpstreamError;
+use crate::route::path::PathError;
 use crate::store::StoreError;
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -159,6 +160,16 @@ impl Problem {
         headers.insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         let body = serde_json::to_vec(self).unwrap_or_default();
         StoredResponse::from_upstream(self.status, &headers, Bytes::from(body))
+    }
+
+    /// The request path was refused before routing (see [`crate::route::path`]).
+    pub fn invalid_path(e: PathError) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_path",
+            "Invalid request path",
+            format!("{e}; nothing was forwarded"),
+        )
     }
 }
 

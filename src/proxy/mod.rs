@@ -4,9 +4,9 @@
 //! Keyed requests are forwarded fully buffered (the response is stored);
 //! other requests stream through untouched.
 
+pub mod cidr;
 pub mod headers;
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -19,6 +19,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
+use self::headers::Peer;
 use crate::route::Route;
 
 /// How an upstream call failed.
@@ -83,13 +84,14 @@ impl Upstream {
         route: &Route,
         parts: Parts,
         body: Bytes,
-        peer: IpAddr,
+        peer: Peer,
         max_response: u64,
     ) -> Result<Buffered, UpstreamError> {
         let request = build_request(route, parts, Body::from(body), peer);
         let exchange = async {
             let response = self.client.request(request).await.map_err(classify)?;
-            let (parts, body) = response.into_parts();
+            let (mut parts, body) = response.into_parts();
+            headers::strip_gateway_owned_response(&mut parts.headers);
             let body = Limited::new(body, max_response as usize)
                 .collect()
                 .await
@@ -121,7 +123,7 @@ impl Upstream {
         route: &Route,
         parts: Parts,
         body: Body,
-        peer: IpAddr,
+        peer: Peer,
     ) -> Result<Response<Body>, UpstreamError> {
         let request = build_request(route, parts, body, peer);
         let response = tokio::time::timeout(route.upstream_timeout, self.client.request(request))
@@ -130,6 +132,7 @@ impl Upstream {
             .map_err(classify)?;
         let (mut parts, body) = response.into_parts();
         headers::strip_hop_by_hop(&mut parts.headers);
+        headers::strip_gateway_owned_response(&mut parts.headers);
         Ok(Response::from_parts(parts, Body::new(body)))
     }
 }
@@ -142,7 +145,8 @@ fn classify(e: hyper_util::client::legacy::Error) -> UpstreamError {
     }
 }
 
-fn build_request(route: &Route, mut parts: Parts, body: Body, peer: IpAddr) -> Request<Body> {
+/// `parts` went through [`headers::sanitize_incoming`] when the request arrived.
+fn build_request(route: &Route, mut parts: Parts, body: Body, peer: Peer) -> Request<Body> {
     headers::prepare_upstream_request(&mut parts.headers, peer);
     parts.uri = upstream_uri(&route.upstream, &parts.uri);
     parts.version = http::Version::HTTP_11;

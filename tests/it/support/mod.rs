@@ -4,6 +4,7 @@
 pub mod app;
 pub mod holdproxy;
 pub mod postgres;
+pub mod recorder;
 pub mod redis;
 pub mod upstream;
 
