@@ -17,19 +17,21 @@ use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::request::Parts;
 use http::{HeaderName, HeaderValue};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use tracing::Instrument;
 
 use super::problem::Problem;
 use super::AppState;
 use crate::app::App;
 use crate::config::{AnonymousScope, InFlightPolicy, OnAmbiguous};
 use crate::idempotency::{
-    key, Claim, Completion, Fingerprint, KeyError, Lease, RecordId, Scope, ScopeError, ScopeSecret,
+    key, Claim, Completion, Fingerprint, KeyError, RecordId, Scope, ScopeError, ScopeSecret,
     StoredResponse,
 };
 use crate::metrics::{self, InFlightGuard, Outcome};
 use crate::proxy::headers::{self, Peer};
 use crate::proxy::UpstreamError;
 use crate::route::Route;
+use crate::store::Lease;
 
 /// Marks a response forwarded without idempotency because no store could take the claim.
 pub const IDEMPOTENCY_STATUS: HeaderName = HeaderName::from_static("idempotency-status");
@@ -62,8 +64,20 @@ pub async fn handle(
         .headers_mut()
         .insert(X_REQUEST_ID, request_id.clone());
     let mut trace = Trace::default();
+    // The request's span: every line logged for it, by any layer (claim, stores,
+    // upstream), carries these fields under the same names.
+    let span = tracing::info_span!(
+        "request",
+        request_id = request_id.to_str().unwrap_or(""),
+        route = tracing::field::Empty,
+        key_hash = tracing::field::Empty,
+    );
     let mut response = match crate::route::path::canonicalize(request.uri_mut()) {
-        Ok(()) => serve(&app, peer, request, &mut trace).await,
+        Ok(()) => {
+            (serve(&app, peer, request, &mut trace))
+                .instrument(span.clone())
+                .await
+        }
         Err(e) => {
             trace.outcome = Some(Outcome::Rejected);
             Problem::invalid_path(e).into_response()
@@ -112,6 +126,7 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
         return Problem::no_route(request.uri().path().len()).into_response();
     };
     trace.route = Some(route.clone());
+    tracing::Span::current().record("route", route.name.as_str());
     let policy = &route.policy;
     if !policy.covers(request.method()) {
         return pass_through(app, &route, request, peer).await;
@@ -153,6 +168,7 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
     };
     let record = RecordId::new(scope, &key, secret);
     (trace.scope, trace.record) = (Some(scope), Some(record));
+    tracing::Span::current().record("key_hash", record.short().as_str());
     let fingerprint = Fingerprint::new(
         &parts.method,
         &parts.uri,
@@ -202,18 +218,11 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
         Ok(Claim::Acquired(lease)) => {
             // Detached: a client that goes away must not cancel the upstream call or the
             // recording of its result.
-            let task = (app.tasks).spawn(execute(
-                app.clone(),
-                route.clone(),
-                lease,
-                parts,
-                body,
-                peer.ip(),
-            ));
+            let run = execute(app.clone(), route.clone(), lease, parts, body, peer.ip());
+            let task = (app.tasks).spawn(run.in_current_span());
             task.await.unwrap_or_else(|e| {
                 // The detail (a panic message) is for the log, not for the client.
-                tracing::error!(route = %route.name, key_hash = %record.short(),
-                    error = %e, "request task failed");
+                tracing::error!(error = %e, "request task failed");
                 let problem = Problem::internal("the request failed inside the gateway");
                 (Outcome::UpstreamError, problem.into_response())
             })
@@ -244,7 +253,7 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
             (Outcome::Bypassed, response)
         }
         Err(e) => {
-            tracing::warn!(route = %route.name, key_hash = %record.short(), error = %e,
+            tracing::warn!(error = %e,
                 "claim failed; answering without forwarding");
             let problem = Problem::from(&e);
             let outcome = if problem.code == "store_unavailable" {
@@ -291,7 +300,6 @@ async fn execute(
     peer: std::net::IpAddr,
 ) -> (Outcome, Response) {
     let _in_flight = InFlightGuard::new();
-    let record = lease.record();
     let max_response = app.config.server.max_response_body.as_u64();
     let mut parts = parts;
     parts
@@ -304,7 +312,7 @@ async fn execute(
     route.metrics.upstream(started);
     let stored = match answer {
         Ok(answer) if route.policy.releases(answer.status) => {
-            release(lease, &route).await;
+            release(lease).await;
             let response =
                 StoredResponse::from_upstream(answer.status, &answer.headers, answer.body);
             return (Outcome::UpstreamError, response.to_response(false));
@@ -321,20 +329,20 @@ async fn execute(
         }
         Err(e @ UpstreamError::ResponseTooLarge(_)) => {
             // The upstream acted; a retry must not run it again. Store the problem instead.
-            tracing::warn!(route = %route.name, key_hash = %record.short(), error = %e,
+            tracing::warn!(error = %e,
                 "upstream response too large to store; storing a 502 problem for this key");
             Problem::from(&e).to_stored()
         }
         Err(e) if e.is_ambiguous() && route.policy.on_ambiguous == OnAmbiguous::Store => {
             // The upstream may have acted: answer every retry with the same "unknown".
-            tracing::warn!(route = %route.name, key_hash = %record.short(), error = %e,
+            tracing::warn!(error = %e,
                 "upstream outcome unknown; storing it for this key (on_ambiguous = store)");
             Problem::outcome_unknown(&e).to_stored()
         }
         Err(e) => {
-            tracing::warn!(route = %route.name, key_hash = %record.short(), error = %e,
+            tracing::warn!(error = %e,
                 "upstream call failed; releasing the key");
-            release(lease, &route).await;
+            release(lease).await;
             return (Outcome::UpstreamError, Problem::from(&e).into_response());
         }
     };
@@ -361,9 +369,10 @@ async fn settle(
         }
         Ok(Completion::LeaseLost) => {
             metrics::lease_lost();
-            tracing::warn!(route = %route.name, key_hash = %record.short(),
+            tracing::warn!(
                 "lease lost before completion: another execution holds this key; \
-                answering with its outcome, not ours");
+                answering with its outcome, not ours"
+            );
             // Every retry gets the other execution's outcome: so does this client.
             let found = (app.stores)
                 .find(route, scope, record, &lease_fingerprint)
@@ -379,7 +388,7 @@ async fn settle(
                 ),
             };
         }
-        Err(e) => tracing::error!(route = %route.name, key_hash = %record.short(), error = %e,
+        Err(e) => tracing::error!(error = %e,
             "could not store the response; a retry after the lease expires will run again"),
     }
     (Outcome::Executed, first)
@@ -427,21 +436,18 @@ async fn with_heartbeat<T>(
                 Ok(true) => {}
                 Ok(false) if !lost => {
                     lost = true;
-                    tracing::warn!(route = %route.name, key_hash = %lease.record().short(),
-                        "lease lost during the upstream call; its result will not overwrite");
+                    tracing::warn!("lease lost during the upstream call; its result will not overwrite");
                 }
                 Ok(false) => {}
-                Err(e) => tracing::warn!(route = %route.name, key_hash = %lease.record().short(),
-                    error = %e, "could not extend the lease; retrying at the next beat"),
+                Err(e) => tracing::warn!(error = %e, "could not extend the lease; retrying at the next beat"),
             },
         }
     }
 }
 
-async fn release(lease: Lease, route: &Route) {
-    let record = lease.record();
+async fn release(lease: Lease) {
     if let Err(e) = lease.release().await {
-        tracing::warn!(route = %route.name, key_hash = %record.short(), error = %e,
+        tracing::warn!(error = %e,
             "could not release the key; it frees itself when the lease expires");
     }
 }
@@ -457,7 +463,7 @@ async fn pass_through(app: &App, route: &Route, request: Request, peer: SocketAd
     {
         Ok(response) => response,
         Err(e) => {
-            tracing::warn!(route = %route.name, error = %e, "upstream call failed");
+            tracing::warn!(error = %e, "upstream call failed");
             Problem::from(&e).into_response()
         }
     }

@@ -1,21 +1,19 @@
-//! The outcome of claiming a key, and the lease a winner holds until it settles.
+//! The vocabulary of claiming a key: what a claim found ([`Claim`]), how a completion
+//! or a release ended, and where a lease lives. The lease guard itself belongs to the
+//! stores (`store::lease`), which hold and settle it.
 //!
 //! [`Claim`] is decoded from the claim script's reply in exactly one place
-//! ([`crate::store::RedisStore::claim`]), and from a Postgres row in one place
-//! (`store::postgres`). A [`Lease`] is a guard: it must be completed with a response
-//! or released; one dropped unsettled releases itself in the background.
+//! (`store::redis`), and from a Postgres row in one place (`store::postgres`).
 
 use std::time::Duration;
 
-use super::fingerprint::{Fingerprint, RecordId};
 use super::replay::StoredResponse;
-use super::scope::Scope;
-use crate::store::{StoreError, Stores};
 
 /// What the stores said about a (scope, key) when this request tried to claim it.
-/// `L` is what an acquired claim carries: a [`Lease`], or `()` inside one store.
+/// `L` is what an acquired claim carries: the stores' lease guard, or what one store
+/// decoded (a fencing token).
 #[derive(Debug)]
-pub enum Claim<L = Lease> {
+pub enum Claim<L> {
     /// This request holds the lease and must run the upstream call.
     Acquired(L),
     /// A response is stored for the same fingerprint: replay it. It lives `remaining` more.
@@ -76,92 +74,4 @@ pub enum Home {
     Redis { also_in_postgres: bool },
     /// In Postgres, because Redis was unavailable.
     Postgres,
-}
-
-/// A held claim on one record. Settle it with [`Lease::complete`] or [`Lease::release`].
-#[derive(Debug)]
-pub struct Lease {
-    pub(crate) stores: Stores,
-    pub(crate) home: Home,
-    pub(crate) redis_key: String,
-    pub(crate) token: String,
-    pub(crate) route: String,
-    /// The route's `lock_ttl`: how long the lease lasts without a heartbeat.
-    pub(crate) lock_ttl: Duration,
-    pub(crate) scope: Scope,
-    pub(crate) record: RecordId,
-    pub(crate) fingerprint: Fingerprint,
-    /// Grows with every acquisition of this key; forwarded as `Idempotency-Fencing-Token`.
-    pub(crate) fence: i64,
-    pub(crate) settled: bool,
-}
-
-impl Lease {
-    pub fn record(&self) -> RecordId {
-        self.record
-    }
-
-    pub fn scope(&self) -> Scope {
-        self.scope
-    }
-
-    pub fn home(&self) -> Home {
-        self.home
-    }
-
-    pub fn fingerprint(&self) -> Fingerprint {
-        self.fingerprint
-    }
-
-    pub fn fence(&self) -> i64 {
-        self.fence
-    }
-
-    /// Pushes the lease out by `lease` (the heartbeat); false if it is not ours any more.
-    pub async fn extend(&self, lease: Duration) -> Result<bool, StoreError> {
-        self.stores.extend(self, lease).await
-    }
-
-    /// Stores `response` for `ttl` if the lease is still ours (and writes it through
-    /// to Postgres when configured).
-    pub async fn complete(
-        mut self,
-        response: &StoredResponse,
-        ttl: Duration,
-    ) -> Result<Completion, StoreError> {
-        self.settled = true;
-        self.stores.clone().complete(&self, response, ttl).await
-    }
-
-    /// Drops the lease so that a retry runs the request again.
-    pub async fn release(mut self) -> Result<Release, StoreError> {
-        self.settled = true;
-        self.stores.clone().release(&self).await
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        if self.settled {
-            return;
-        }
-        tracing::warn!(record = %self.record.short(), "lease dropped unsettled; releasing it");
-        self.settled = true;
-        // The copy that travels to the task counts as settled: if the task is dropped
-        // unpolled (a runtime shutting down drops what it is handed), dropping the copy
-        // must not spawn again, and again, until the stack overflows.
-        let lease = Lease {
-            stores: self.stores.clone(),
-            redis_key: std::mem::take(&mut self.redis_key),
-            token: std::mem::take(&mut self.token),
-            route: std::mem::take(&mut self.route),
-            settled: true,
-            ..*self
-        };
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let _ = lease.stores.clone().release(&lease).await;
-            });
-        }
-    }
 }

@@ -1,7 +1,7 @@
 //! Idempotency semantics, independent of any store or transport: what a key is
 //! ([`key`]), whose it is ([`scope`]), what identifies a request ([`fingerprint`],
 //! with [`canonical`] JSON),
-//! the outcomes of a claim and the lease guard ([`claim`]), and what is stored and
+//! the outcomes of a claim ([`claim`]), and what is stored and
 //! replayed ([`replay`]).
 
 pub mod canonical;
@@ -11,7 +11,7 @@ pub mod key;
 pub mod replay;
 pub mod scope;
 
-pub use claim::{Claim, Completion, Lease, Release};
+pub use claim::{Claim, Completion, Home, Release};
 pub use fingerprint::{Fingerprint, RecordId};
 pub use key::{IdempotencyKey, KeyError};
 pub use replay::StoredResponse;

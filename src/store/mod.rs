@@ -4,6 +4,7 @@
 //! circuit breaker). Every store failure is a [`StoreError`], classified by source.
 
 pub mod breaker;
+pub mod lease;
 pub mod memory;
 pub mod postgres;
 pub mod redis;
@@ -11,6 +12,7 @@ pub mod tiers;
 pub mod waiters;
 pub mod warmth;
 
+pub use self::lease::Lease;
 pub use self::postgres::PgStore;
 pub use self::redis::RedisStore;
 pub use self::tiers::Stores;

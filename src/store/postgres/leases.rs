@@ -157,7 +157,7 @@ impl PgStore {
                     return released_unknown(&id, released);
                 }
             }
-            tracing::warn!(record = %id.short(), "could not release a postgres claim whose \
+            tracing::warn!(key_hash = %id.short(), "could not release a postgres claim whose \
                 outcome is unknown; it ends when its lease expires");
         });
     }
@@ -220,7 +220,7 @@ async fn release_on(
 
 fn released_unknown(id: &RecordId, released: Release) {
     if released == Release::Released {
-        tracing::info!(record = %id.short(), "released a postgres claim whose answer was \
+        tracing::info!(key_hash = %id.short(), "released a postgres claim whose answer was \
             lost: it had committed after its caller gave up on it");
     }
 }

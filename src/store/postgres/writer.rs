@@ -152,7 +152,7 @@ impl Writer {
         if queue.len() >= self.shared.capacity || bytes + size > self.shared.capacity_bytes {
             self.shared.dropped.fetch_add(1, Ordering::Relaxed);
             metrics::write_dropped(metrics::DropReason::QueueFull);
-            tracing::error!(record = %record.id.short(), "write-through retry queue full; \
+            tracing::error!(key_hash = %record.id.short(), "write-through retry queue full; \
                 dropping the durable copy of a stored response");
             return Err(StoreError::QueueFull);
         }
@@ -245,7 +245,7 @@ impl Writer {
                 // Its lease ran out while Postgres was away and another request took
                 // the key: that execution's record stands. Never silently.
                 metrics::tier_disagreement("queued_write_lost_to_another_record");
-                tracing::warn!(record = %record.id.short(), "a queued durable copy lost to \
+                tracing::warn!(key_hash = %record.id.short(), "a queued durable copy lost to \
                     another record for its key (taken over while postgres was away)");
             }
         }

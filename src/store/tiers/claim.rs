@@ -5,14 +5,16 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tracing::Instrument;
+
+use super::super::lease::{Held, Lease};
 use super::super::postgres::{Found, PgClaim, RecordRef};
 use super::super::redis::Record;
 use super::super::{RedisStore, StoreError};
 use super::settle::lease_ref;
 use super::Stores;
 use crate::config::{ClaimDurability, OnRedisUnavailable};
-use crate::idempotency::claim::Home;
-use crate::idempotency::{Claim, Fingerprint, Lease, RecordId, Scope};
+use crate::idempotency::{Claim, Fingerprint, Home, RecordId, Scope};
 use crate::metrics;
 use crate::route::Route;
 
@@ -29,9 +31,10 @@ impl Stores {
         scope: Scope,
         record: RecordId,
         fingerprint: &Fingerprint,
-    ) -> Result<Claim, StoreError> {
+    ) -> Result<Claim<Lease>, StoreError> {
         let (stores, route, fingerprint) = (self.clone(), route.clone(), *fingerprint);
-        tokio::spawn(async move { stores.claim_here(&route, scope, record, fingerprint).await })
+        let claim = async move { stores.claim_here(&route, scope, record, fingerprint).await };
+        tokio::spawn(claim.in_current_span())
             .await
             .unwrap_or_else(|e| Err(StoreError::ClaimTask(e)))
     }
@@ -43,7 +46,7 @@ impl Stores {
         scope: Scope,
         record: RecordId,
         fingerprint: Fingerprint,
-    ) -> Result<Claim, StoreError> {
+    ) -> Result<Claim<Lease>, StoreError> {
         let ask = Ask {
             redis_key: self.redis.record_key(record),
             token: uuid::Uuid::new_v4().simple().to_string(),
@@ -91,7 +94,7 @@ impl Stores {
 
     /// A held lease, unsettled from here on: it must be completed or released.
     fn lease(&self, route: &Route, ask: Ask, home: Home, fence: i64) -> Lease {
-        Lease {
+        Lease::new(Held {
             stores: self.clone(),
             home,
             redis_key: ask.redis_key,
@@ -102,8 +105,7 @@ impl Stores {
             record: ask.record,
             fingerprint: ask.fingerprint,
             fence,
-            settled: false,
-        }
+        })
     }
 
     /// A duplicate found the key in flight and may wait (`in_flight = "wait"`): joins the
@@ -116,7 +118,7 @@ impl Stores {
         record: RecordId,
         fingerprint: &Fingerprint,
         remaining: Duration,
-    ) -> Result<Claim, StoreError> {
+    ) -> Result<Claim<Lease>, StoreError> {
         let in_flight = Claim::InFlight { remaining };
         let Some(waiters) = &self.waiters else {
             return Ok(in_flight);
@@ -170,7 +172,7 @@ impl Stores {
         scope: Scope,
         record: RecordId,
         fingerprint: &Fingerprint,
-    ) -> Result<Option<Claim>, StoreError> {
+    ) -> Result<Option<Claim<Lease>>, StoreError> {
         if !self.breaker.is_open() {
             let key = self.redis.record_key(record);
             if let Record::Known(claim) = self.redis.peek(&key, fingerprint).await? {
@@ -202,7 +204,7 @@ impl Stores {
         lease: Lease,
         old_scope: Scope,
         old_record: RecordId,
-    ) -> Result<Claim, StoreError> {
+    ) -> Result<Claim<Lease>, StoreError> {
         let answer = match (self.find(route, old_scope, old_record, &lease.fingerprint())).await {
             Ok(None) => return Ok(Claim::Acquired(lease)),
             Ok(Some(Claim::Completed {
@@ -235,7 +237,7 @@ impl Stores {
         route: &Route,
         mut lease: Lease,
         marker_age: Duration,
-    ) -> Result<Claim, StoreError> {
+    ) -> Result<Claim<Lease>, StoreError> {
         let Some(pg) = &self.postgres else {
             return Ok(Claim::Acquired(lease));
         };
@@ -246,9 +248,9 @@ impl Stores {
                 .await
             {
                 Ok(PgClaim::Acquired { .. }) => {
-                    lease.home = Home::Redis {
+                    lease.set_home(Home::Redis {
                         also_in_postgres: true,
-                    };
+                    });
                     return Ok(Claim::Acquired(lease));
                 }
                 Ok(PgClaim::Held(found)) => found,
@@ -263,7 +265,7 @@ impl Stores {
                 Ok(None) => return Ok(Claim::Acquired(lease)),
                 Ok(Some(found)) => found,
                 Err(e) if self.warmth.vouches(marker_age) => {
-                    tracing::warn!(record = %lease.record.short(), error = %e,
+                    tracing::warn!(key_hash = %lease.record.short(), error = %e,
                         "postgres lookup failed; redis provably holds every recent record \
                         (warm), so its claim stands");
                     return Ok(Claim::Acquired(lease));
@@ -284,8 +286,13 @@ impl Stores {
 
     /// Postgres knows this key although Redis did not: settle the fresh Redis lease
     /// (re-warming a completed record with its remaining TTL) and report what it holds.
-    async fn settle_with_found(&self, mut lease: Lease, found: Found) -> Result<Claim, StoreError> {
-        lease.settled = true;
+    async fn settle_with_found(
+        &self,
+        lease: Lease,
+        found: Found,
+    ) -> Result<Claim<Lease>, StoreError> {
+        // Settled here, by hand: re-warmed with the found response, or released.
+        let lease = lease.into_held();
         match found {
             Found::Completed {
                 fingerprint,
@@ -293,7 +300,7 @@ impl Stores {
                 remaining,
             } if fingerprint == lease.fingerprint => {
                 metrics::fallback("cold_lookup_hit");
-                tracing::info!(record = %lease.record.short(), "replaying from postgres; re-warming redis");
+                tracing::info!(key_hash = %lease.record.short(), "replaying from postgres; re-warming redis");
                 if let Err(e) = (self.redis)
                     .complete(
                         &lease.redis_key,
@@ -331,7 +338,7 @@ impl Stores {
         route: &Route,
         ask: Ask,
         cause: StoreError,
-    ) -> Result<Claim, StoreError> {
+    ) -> Result<Claim<Lease>, StoreError> {
         match (route.policy.on_redis_unavailable, &self.postgres) {
             (OnRedisUnavailable::Postgres, Some(pg)) => {
                 metrics::fallback("redis_unavailable");
@@ -399,7 +406,7 @@ impl Drop for WaiterSlot {
 }
 
 /// What a Postgres record means for a request with `fingerprint`.
-fn found_to_claim(found: Found, fingerprint: &Fingerprint) -> Claim {
+fn found_to_claim(found: Found, fingerprint: &Fingerprint) -> Claim<Lease> {
     match found {
         Found::Completed {
             fingerprint: stored,

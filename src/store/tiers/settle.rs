@@ -3,17 +3,17 @@
 
 use std::time::{Duration, Instant};
 
+use super::super::lease::Held;
 use super::super::postgres::writer::WriteOutcome;
 use super::super::postgres::{CompletedRecord, RecordRef};
 use super::super::StoreError;
 use super::{Durable, Stores};
-use crate::idempotency::claim::Home;
-use crate::idempotency::{Completion, Lease, Release, StoredResponse};
+use crate::idempotency::{Completion, Home, Release, StoredResponse};
 use crate::metrics;
 
 impl Stores {
     /// The holder's heartbeat: extends the lease in every tier that holds it.
-    pub(crate) async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {
+    pub(crate) async fn extend(&self, lease: &Held, ttl: Duration) -> Result<bool, StoreError> {
         let rec = lease_ref(lease);
         match (lease.home, &self.postgres) {
             (Home::Postgres, Some(pg)) => pg.store.extend(rec, &lease.token, ttl).await,
@@ -35,7 +35,7 @@ impl Stores {
     /// write-through to Postgres before the caller answers.
     pub(crate) async fn complete(
         &self,
-        lease: &Lease,
+        lease: &Held,
         response: &StoredResponse,
         ttl: Duration,
     ) -> Result<Completion, StoreError> {
@@ -79,10 +79,12 @@ impl Stores {
                 };
                 let durable = pg.writer.write(record()).await;
                 match (&in_redis, &durable) {
-                    (_, Err(e)) => tracing::error!(record = %lease.record.short(), error = %e,
+                    (_, Err(e)) => tracing::error!(key_hash = %lease.record.short(), error = %e,
                         "stored response has no durable copy"),
-                    (_, Ok(WriteOutcome::Queued)) => tracing::warn!(record = %lease.record.short(),
-                        "postgres unavailable: durable copy queued for retry"),
+                    (_, Ok(WriteOutcome::Queued)) => {
+                        tracing::warn!(key_hash = %lease.record.short(),
+                        "postgres unavailable: durable copy queued for retry")
+                    }
                     _ => {}
                 }
                 match (in_redis, durable) {
@@ -99,7 +101,7 @@ impl Stores {
                         // claims = "redis": Redis decides who holds a key; Postgres held
                         // another record for it (a claim taken while Redis was away).
                         metrics::tier_disagreement("stored_in_redis_conflict_in_postgres");
-                        tracing::warn!(record = %lease.record.short(),
+                        tracing::warn!(key_hash = %lease.record.short(),
                             "tiers disagree: stored in redis, but postgres holds another \
                             record for this key (redis decides with claims = \"redis\")");
                         Ok(Completion::Stored)
@@ -118,7 +120,7 @@ impl Stores {
     async fn complete_in_postgres(
         &self,
         pg: &Durable,
-        lease: &Lease,
+        lease: &Held,
         record: CompletedRecord,
     ) -> Result<Completion, StoreError> {
         // While Postgres does not answer, nobody can take the lease over; once it answers
@@ -132,14 +134,14 @@ impl Stores {
             };
             if super::super::postgres::writer::refused(&failed) {
                 // Postgres answered: it will never take this record. Nothing to wait for.
-                tracing::error!(record = %lease.record.short(), error = %failed,
+                tracing::error!(key_hash = %lease.record.short(), error = %failed,
                     "postgres refused the response; it is not stored");
                 return Err(failed);
             }
             if Instant::now() >= give_up {
                 // Not acknowledged as stored; the retry queue may still land it.
                 let queued = pg.writer.write(record).await;
-                tracing::error!(record = %lease.record.short(), error = %failed, ?queued,
+                tracing::error!(key_hash = %lease.record.short(), error = %failed, ?queued,
                     "postgres did not come back within the lease: the response is not \
                     stored; a retry after the lease may run again");
                 return Err(failed);
@@ -154,9 +156,9 @@ impl Stores {
 
     /// Postgres holds a record that Redis does not: make Redis cold for lookups
     /// (here at once; on every replica once the marker reset lands, retried by the probe).
-    fn redis_lacks_record(&self, lease: &Lease) {
+    fn redis_lacks_record(&self, lease: &Held) {
         metrics::fallback("redis_lacks_record");
-        tracing::warn!(record = %lease.record.short(), "stored in postgres only: \
+        tracing::warn!(key_hash = %lease.record.short(), "stored in postgres only: \
             redis counts as cold until the warmth marker is reset");
         self.warmth.set_cold();
         let stores = self.clone();
@@ -166,7 +168,7 @@ impl Stores {
     }
 
     /// Releases a lease in every tier that holds it.
-    pub(crate) async fn release(&self, lease: &Lease) -> Result<Release, StoreError> {
+    pub(crate) async fn release(&self, lease: &Held) -> Result<Release, StoreError> {
         let rec = lease_ref(lease);
         match (lease.home, &self.postgres) {
             (Home::Postgres, Some(pg)) => pg.store.release(rec, &lease.token).await,
@@ -204,7 +206,7 @@ where
     result
 }
 
-pub(super) fn lease_ref(lease: &Lease) -> RecordRef<'_> {
+pub(super) fn lease_ref(lease: &Held) -> RecordRef<'_> {
     RecordRef {
         scope: lease.scope,
         id: lease.record,

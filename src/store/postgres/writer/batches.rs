@@ -165,7 +165,7 @@ impl Writer {
             StoreError::Pg(e) => e.code().map_or("", |c| c.code()),
             _ => "",
         };
-        tracing::error!(record = %record.id.short(), sqlstate, "postgres refused a stored \
+        tracing::error!(key_hash = %record.id.short(), sqlstate, "postgres refused a stored \
             response; giving up its durable copy (it exists only in redis)");
     }
 }

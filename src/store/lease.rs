@@ -1,0 +1,128 @@
+//! The lease guard: a held claim on one record. It exists only once a store said
+//! "acquired", and it must end in exactly one of [`Lease::complete`] (with a response)
+//! or [`Lease::release`]; both consume it. A lease dropped without either (a task
+//! that panicked, a claim whose caller went away) releases itself in the background.
+//!
+//! The lease's owner is the gateway, not a client connection: see `Stores::claim`.
+
+use std::time::Duration;
+
+use super::{StoreError, Stores};
+use crate::idempotency::{Completion, Fingerprint, Home, RecordId, Release, Scope, StoredResponse};
+
+/// What a held lease is: where it lives, its token, and the record it holds.
+#[derive(Debug)]
+pub struct Held {
+    pub(crate) stores: Stores,
+    pub(crate) home: Home,
+    pub(crate) redis_key: String,
+    pub(crate) token: String,
+    pub(crate) route: String,
+    /// The route's `lock_ttl`: how long the lease lasts without a heartbeat.
+    pub(crate) lock_ttl: Duration,
+    pub(crate) scope: Scope,
+    pub(crate) record: RecordId,
+    pub(crate) fingerprint: Fingerprint,
+    /// Grows with every acquisition of this key; forwarded as `Idempotency-Fencing-Token`.
+    pub(crate) fence: i64,
+}
+
+impl Held {
+    pub fn record(&self) -> RecordId {
+        self.record
+    }
+
+    pub fn scope(&self) -> Scope {
+        self.scope
+    }
+
+    pub fn home(&self) -> Home {
+        self.home
+    }
+
+    pub fn fingerprint(&self) -> Fingerprint {
+        self.fingerprint
+    }
+
+    pub fn fence(&self) -> i64 {
+        self.fence
+    }
+
+    /// Pushes the lease out by `lease` (the heartbeat); false if it is not ours any more.
+    pub async fn extend(&self, lease: Duration) -> Result<bool, StoreError> {
+        self.stores.extend(self, lease).await
+    }
+}
+
+/// A held claim on one record. Settle it with [`Lease::complete`] or [`Lease::release`].
+#[derive(Debug)]
+pub struct Lease {
+    /// Present until the lease is settled; settling consumes the lease, so every
+    /// reference to a `Lease` sees it held.
+    held: Option<Held>,
+}
+
+impl std::ops::Deref for Lease {
+    type Target = Held;
+
+    fn deref(&self) -> &Held {
+        // Only `complete`, `release` and `drop` take it, and each consumes the lease.
+        self.held
+            .as_ref()
+            .expect("a lease holds its claim until settling consumes it")
+    }
+}
+
+impl Lease {
+    /// A lease the stores just acquired.
+    pub(crate) fn new(held: Held) -> Self {
+        Self { held: Some(held) }
+    }
+
+    /// Where the lease lives, once a second tier holds it too.
+    pub(super) fn set_home(&mut self, home: Home) {
+        if let Some(held) = self.held.as_mut() {
+            held.home = home;
+        }
+    }
+
+    /// Settles the lease by hand: the caller takes over settling what it holds.
+    pub(super) fn into_held(mut self) -> Held {
+        self.held
+            .take()
+            .expect("a lease holds its claim until settling consumes it")
+    }
+
+    /// Stores `response` for `ttl` if the lease is still ours (and writes it through
+    /// to Postgres when configured).
+    pub async fn complete(
+        self,
+        response: &StoredResponse,
+        ttl: Duration,
+    ) -> Result<Completion, StoreError> {
+        let held = self.into_held();
+        held.stores.complete(&held, response, ttl).await
+    }
+
+    /// Drops the lease so that a retry runs the request again.
+    pub async fn release(self) -> Result<Release, StoreError> {
+        let held = self.into_held();
+        held.stores.release(&held).await
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let Some(held) = self.held.take() else {
+            return;
+        };
+        tracing::warn!(key_hash = %held.record.short(), "lease dropped unsettled; releasing it");
+        // `Held` has no drop of its own: if a runtime that is shutting down drops this
+        // task unpolled, nothing spawns again.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = held.stores.release(&held).await;
+            });
+        }
+    }
+}
