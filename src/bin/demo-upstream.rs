@@ -153,13 +153,43 @@ async fn access_log(req: Request, next: Next) -> Response {
 /// A response whose body errors immediately: hyper closes the connection
 /// without sending anything, which the client observes as a reset.
 fn dropped_connection() -> Response {
-    let stream = futures_util::stream::once(async {
-        Err::<Bytes, _>(std::io::Error::new(
+    (StatusCode::CREATED, Body::new(FailingBody)).into_response()
+}
+
+/// A body whose first frame is an error.
+struct FailingBody;
+
+impl hyper::body::Body for FailingBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
+        std::task::Poll::Ready(Some(Err(std::io::Error::new(
             std::io::ErrorKind::ConnectionReset,
             "demo-upstream: simulated connection reset",
-        ))
-    });
-    (StatusCode::CREATED, Body::from_stream(stream)).into_response()
+        ))))
+    }
+}
+
+/// A uniform draw in [0, 1) (splitmix64 over a shared counter seeded from the clock):
+/// enough for simulated failure rates, without a random-number crate.
+fn chance() -> f64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static STATE: AtomicU64 = AtomicU64::new(0);
+    let seed = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    };
+    let _ = STATE.compare_exchange(0, seed(), Ordering::Relaxed, Ordering::Relaxed);
+    let mut z = STATE.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
 async fn v1(
@@ -198,7 +228,7 @@ async fn v1(
     };
     let fail = match forced {
         Some(s) => is_transient(s),
-        None => rand::random::<f64>() < st.args.fail_rate,
+        None => chance() < st.args.fail_rate,
     };
     if fail {
         let status = forced.unwrap_or(st.args.fail_status);
@@ -209,7 +239,7 @@ async fn v1(
     let (n, key_count) = st.record(&key);
     let reset = q
         .reset
-        .unwrap_or_else(|| forced.is_none() && rand::random::<f64>() < st.args.reset_rate);
+        .unwrap_or_else(|| forced.is_none() && chance() < st.args.reset_rate);
     if reset {
         return tagged("executed, connection dropped", dropped_connection());
     }
