@@ -20,6 +20,8 @@ mod redis;
 
 #[path = "chaos/checker.rs"]
 mod checker;
+#[path = "chaos/claim_faults.rs"]
+mod claim_faults;
 #[path = "chaos/cluster.rs"]
 mod cluster;
 #[path = "chaos/driver.rs"]
@@ -225,5 +227,23 @@ fn hot_key_1000_concurrent_identical_requests_waiting() {
     run(
         "1000 concurrent identical requests, one key [in_flight=wait]",
         |n| scenarios::hot_key(n, true),
+    );
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn clients_timing_out_during_a_slow_claim() {
+    run(
+        "clients time out during a slow claim, then retry [redis-only]",
+        claim_faults::slow_claim_timeouts,
+    );
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn impatient_waiters_on_hot_keys() {
+    run(
+        "impatient waiters on hot keys [in_flight=wait]",
+        claim_faults::impatient_waiters,
     );
 }

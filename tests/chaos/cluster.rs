@@ -44,6 +44,12 @@ pub struct Options {
     /// Replicas whose Redis traffic goes through the fault proxy.
     pub via_fault_proxy: Vec<usize>,
     pub shutdown_grace: String,
+    /// `redis.command_timeout`.
+    pub command_timeout: String,
+    /// HAProxy's `option abortonclose`: a client that hangs up aborts its request on
+    /// the replica too (without it, HAProxy waits for the replica's answer, so the
+    /// gateway never sees the hang-up).
+    pub abort_on_close: bool,
 }
 
 impl Default for Options {
@@ -60,6 +66,8 @@ impl Default for Options {
             upstream_env: Vec::new(),
             via_fault_proxy: Vec::new(),
             shutdown_grace: "5s".into(),
+            command_timeout: "300ms".into(),
+            abort_on_close: false,
         }
     }
 }
@@ -246,7 +254,7 @@ pub struct HaProxy {
 }
 
 impl HaProxy {
-    fn start(dir: &std::path::Path, replicas: &[Replica]) -> Self {
+    fn start(dir: &std::path::Path, replicas: &[Replica], abort_on_close: bool) -> Self {
         let port = free_port();
         let servers: String = replicas
             .iter()
@@ -257,10 +265,15 @@ impl HaProxy {
                 )
             })
             .collect();
+        let abort = if abort_on_close {
+            "  option abortonclose\n"
+        } else {
+            ""
+        };
         let cfg = format!(
             "global\n  maxconn 8000\n\
              defaults\n  mode http\n  timeout connect 500ms\n  timeout client 30s\n  \
-             timeout server 30s\n  timeout check 300ms\n  retries 2\n  option redispatch\n\
+             timeout server 30s\n  timeout check 300ms\n  retries 2\n  option redispatch\n{abort}\
              frontend front\n  bind 127.0.0.1:{port}\n  default_backend replicas\n\
              backend replicas\n  balance roundrobin\n  option httpchk GET /readyz\n  \
              http-check expect status 200\n  default-server inter 200ms fall 2 rise 2\n{servers}"
@@ -329,7 +342,7 @@ fn replica_toml(
         "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
          shutdown_grace = \"{grace}\"\n\
          [log]\nformat = \"text\"\nfilter = \"info\"\n\
-         [redis]\nurl = \"{redis}\"\ncommand_timeout = \"300ms\"\nconnect_timeout = \"500ms\"\n\
+         [redis]\nurl = \"{redis}\"\ncommand_timeout = \"{ct}\"\nconnect_timeout = \"500ms\"\n\
          probe_interval = \"100ms\"\n\
          {postgres}\
          [idempotency]\nttl = \"1h\"\nlock_ttl = \"{lock}\"\n{extra}\n\
@@ -339,6 +352,7 @@ fn replica_toml(
         lock = opts.lock_ttl,
         extra = opts.idempotency,
         ut = opts.upstream_timeout,
+        ct = opts.command_timeout,
     )
 }
 
@@ -429,7 +443,7 @@ impl Stack {
             }
             replicas.push(r);
         }
-        let haproxy = HaProxy::start(dir.path(), &replicas);
+        let haproxy = HaProxy::start(dir.path(), &replicas, opts.abort_on_close);
         let stack = Self {
             haproxy: Some(haproxy),
             replicas,
