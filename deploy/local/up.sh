@@ -232,6 +232,7 @@ defaults
     log global
     option httplog
     option dontlog-normal     # log errors and timeouts only
+    option abortonclose       # a client that hangs up aborts its request on the replica too
     timeout connect 2s
     timeout client 60s
     timeout server 60s        # above the route's upstream_timeout (20s)
