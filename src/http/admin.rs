@@ -49,24 +49,25 @@ fn warnings(app: &crate::App) -> Vec<&'static str> {
 pub async fn readyz(State(AppState(app)): State<AppState>) -> Response {
     let deadline = app.config.redis.command_timeout.min(Duration::from_secs(2));
     let stores = &app.stores;
-    let redis = state(
+    let redis_health = Health::of(
         "redis",
         tokio::time::timeout(deadline, stores.redis.ping()).await,
     );
-    let redis_up = redis["state"] == "up";
+    let redis_up = redis_health == Health::Up;
+    let redis = redis_health.to_json();
     let (postgres, postgres_up) = match &stores.postgres {
         None => (
             json!({"state": "not_configured", "mode": "redis_only"}),
             false,
         ),
         Some(pg) => {
-            let mut s = state(
+            let health = Health::of(
                 "postgres",
                 tokio::time::timeout(deadline, pg.store.ping()).await,
             );
+            let mut s = health.to_json();
             s["write_through_queue"] = json!(pg.writer.queue_depth());
-            let up = s["state"] == "up";
-            (s, up)
+            (s, health == Health::Up)
         }
     };
     let ready = redis_up
@@ -99,18 +100,37 @@ pub async fn readyz(State(AppState(app)): State<AppState>) -> Response {
     (status, Json(body)).into_response()
 }
 
-/// A dependency's state for `/readyz`, which anyone who reaches the admin port may
+/// A dependency's health for `/readyz`, which anyone who reaches the admin port may
 /// read: a generic text there, the backend's own error (hosts, users) in the log only.
-fn state<E: std::fmt::Display>(
-    name: &'static str,
-    r: Result<Result<(), E>, tokio::time::error::Elapsed>,
-) -> Value {
-    match r {
-        Ok(Ok(())) => json!({"state": "up"}),
-        Ok(Err(e)) => {
-            tracing::warn!(dependency = name, error = %e, "readiness check failed");
-            json!({"state": "down", "error": "not answering (details in the gateway log)"})
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Health {
+    Up,
+    Down,
+    Silent,
+}
+
+impl Health {
+    fn of<E: std::fmt::Display>(
+        name: &'static str,
+        r: Result<Result<(), E>, tokio::time::error::Elapsed>,
+    ) -> Self {
+        match r {
+            Ok(Ok(())) => Health::Up,
+            Ok(Err(e)) => {
+                tracing::warn!(dependency = name, error = %e, "readiness check failed");
+                Health::Down
+            }
+            Err(_) => Health::Silent,
         }
-        Err(_) => json!({"state": "down", "error": "no answer in time"}),
+    }
+
+    fn to_json(self) -> Value {
+        match self {
+            Health::Up => json!({"state": "up"}),
+            Health::Down => {
+                json!({"state": "down", "error": "not answering (details in the gateway log)"})
+            }
+            Health::Silent => json!({"state": "down", "error": "no answer in time"}),
+        }
     }
 }

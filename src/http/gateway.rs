@@ -31,7 +31,7 @@ use crate::metrics::{self, InFlightGuard, Outcome};
 use crate::proxy::headers::{self, Peer};
 use crate::proxy::UpstreamError;
 use crate::route::Route;
-use crate::store::Lease;
+use crate::store::{Failure, Lease};
 
 /// Marks a response forwarded without idempotency because no store could take the claim.
 pub const IDEMPOTENCY_STATUS: HeaderName = HeaderName::from_static("idempotency-status");
@@ -255,13 +255,11 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
         Err(e) => {
             tracing::warn!(error = %e,
                 "claim failed; answering without forwarding");
-            let problem = Problem::from(&e);
-            let outcome = if problem.code == "store_unavailable" {
-                Outcome::StoreUnavailable
-            } else {
-                Outcome::Rejected
+            let outcome = match e.failure() {
+                Failure::Unavailable => Outcome::StoreUnavailable,
+                Failure::Internal => Outcome::Rejected,
             };
-            (outcome, problem.into_response())
+            (outcome, Problem::from(&e).into_response())
         }
     };
     trace.outcome = Some(outcome);

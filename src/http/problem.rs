@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::idempotency::{KeyError, ScopeError, StoredResponse};
 use crate::proxy::UpstreamError;
 use crate::route::path::PathError;
-use crate::store::StoreError;
+use crate::store::{Failure, StoreError};
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
@@ -222,11 +222,11 @@ impl From<ScopeError> for Problem {
 
 impl From<&StoreError> for Problem {
     fn from(e: &StoreError) -> Self {
-        match e {
-            StoreError::Corrupt(_) | StoreError::Protocol { .. } => Self::internal(
+        match (e.failure(), e) {
+            (Failure::Internal, _) => Self::internal(
                 "the idempotency store returned something unexpected; the request was not forwarded",
             ),
-            StoreError::Timeout | StoreError::PgTimeout => Self::new(
+            (_, StoreError::Timeout | StoreError::PgTimeout) => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "store_unavailable",
                 "Idempotency store unavailable",

@@ -30,10 +30,10 @@ pub enum UpstreamError {
     Timeout(Duration),
     /// The connection could not be made: the request never reached the upstream.
     #[error("could not connect to the upstream: {0}")]
-    Connect(String),
+    Connect(#[source] hyper_util::client::legacy::Error),
     /// The exchange broke after the request may have reached the upstream.
     #[error("the upstream exchange failed: {0}")]
-    Exchange(String),
+    Exchange(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The upstream answered with a body above `server.max_response_body`.
     #[error("the upstream response body exceeds {0} bytes")]
     ResponseTooLarge(u64),
@@ -101,7 +101,7 @@ impl Upstream {
                     {
                         UpstreamError::ResponseTooLarge(max_response)
                     } else {
-                        UpstreamError::Exchange(e.to_string())
+                        UpstreamError::Exchange(e)
                     }
                 })?
                 .to_bytes();
@@ -139,9 +139,9 @@ impl Upstream {
 
 fn classify(e: hyper_util::client::legacy::Error) -> UpstreamError {
     if e.is_connect() {
-        UpstreamError::Connect(e.to_string())
+        UpstreamError::Connect(e)
     } else {
-        UpstreamError::Exchange(e.to_string())
+        UpstreamError::Exchange(Box::new(e))
     }
 }
 

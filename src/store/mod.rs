@@ -44,8 +44,23 @@ pub enum StoreError {
     PgTimeout,
     #[error("postgres error: {0}")]
     Pg(#[from] tokio_postgres::Error),
-    #[error("postgres is unavailable: {0}")]
-    PgPool(String),
+    #[error("no postgres connection: {0}")]
+    PgPool(#[source] deadpool_postgres::PoolError),
+    /// `postgres.url` or the pool settings did not make a pool.
+    #[error("postgres is misconfigured: {0}")]
+    PgConfig(String),
+    /// One batched statement failed for every request that shared it.
+    #[error("a shared postgres statement failed: {0}")]
+    PgShared(#[source] std::sync::Arc<StoreError>),
+    /// A background task the request was waiting on is gone (shutdown).
+    #[error("the {0} task ended")]
+    TaskEnded(&'static str),
+    /// A claim kept meeting a row that expired between reading and taking it.
+    #[error("a postgres claim raced with expiry three times")]
+    ClaimRaced,
+    /// The lease lives in Postgres, but no `[postgres]` is configured (a bug).
+    #[error("no durable tier is configured")]
+    NoDurableTier,
     #[error(
         "the database schema (version {database}) is newer than this binary understands \
              (version {binary}); upgrade idemgate"
@@ -67,7 +82,27 @@ pub enum StoreError {
     ClaimTask(#[source] tokio::task::JoinError),
 }
 
+/// What a store failure means for the request that met it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// A store could not take or answer the claim now: 503, retry later.
+    Unavailable,
+    /// A store answered with something it should never hold: 500.
+    Internal,
+}
+
 impl StoreError {
+    /// The one classification of store failures for answers and metrics.
+    pub fn failure(&self) -> Failure {
+        match self {
+            StoreError::Corrupt(_) | StoreError::Protocol { .. } | StoreError::ClaimTask(_) => {
+                Failure::Internal
+            }
+            StoreError::LookupFailed(inner) => inner.failure(),
+            _ => Failure::Unavailable,
+        }
+    }
+
     /// Whether the failure came from Redis (settling scripts retry on it).
     pub fn is_redis(&self) -> bool {
         matches!(
@@ -85,7 +120,7 @@ impl From<deadpool_postgres::PoolError> for StoreError {
         match e {
             deadpool_postgres::PoolError::Backend(e) => StoreError::Pg(e),
             deadpool_postgres::PoolError::Timeout(_) => StoreError::PgTimeout,
-            other => StoreError::PgPool(other.to_string()),
+            other => StoreError::PgPool(other),
         }
     }
 }

@@ -67,9 +67,7 @@ impl PgStore {
                 return Ok(PgClaim::Held(found));
             }
         }
-        Err(StoreError::PgPool(
-            "claim raced with expiry three times".into(),
-        ))
+        Err(StoreError::ClaimRaced)
     }
 
     /// One claim statement: the new fence, or `None` when the key is held.

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::Row;
 
-use super::{Found, PgStore, RecordRef};
+use super::{Found, PgStore, RecordRef, RecordState};
 use crate::idempotency::{Fingerprint, RecordId, Scope, StoredResponse};
 use crate::store::StoreError;
 
@@ -93,7 +93,7 @@ impl Lookups {
 
     /// Looks `rec` up, sharing a statement with whatever else is queued.
     pub async fn lookup(&self, rec: RecordRef<'_>) -> Lookup {
-        let ended = || StoreError::PgPool("the lookup task ended".into());
+        let ended = || StoreError::TaskEnded("lookup");
         let (done, answer) = oneshot::channel();
         let job = Job {
             key: (rec.scope, rec.id),
@@ -124,11 +124,11 @@ async fn run(pg: PgStore, mut rx: mpsc::Receiver<Job>, batch_max: usize, count: 
             }
             Err(e) => {
                 // Every request of the round gets the failure (the caller logs it).
-                let detail = e.to_string();
+                let shared = std::sync::Arc::new(e);
                 for job in batch.drain(..) {
-                    let _ = job.done.send(Err(match e {
+                    let _ = job.done.send(Err(match *shared {
                         StoreError::PgTimeout => StoreError::PgTimeout,
-                        _ => StoreError::PgPool(detail.clone()),
+                        _ => StoreError::PgShared(shared.clone()),
                     }));
                 }
             }
@@ -142,10 +142,10 @@ pub(super) fn decode_found(row: &Row) -> Result<Option<Found>, StoreError> {
     let fingerprint: &[u8] = row.get(0);
     let fingerprint =
         Fingerprint::from_bytes(fingerprint).ok_or(StoreError::Corrupt("fingerprint"))?;
-    let state: &str = row.get(1);
+    let state = RecordState::parse(row.get(1))?;
     let remaining = |ms: Option<i64>| Duration::from_millis(ms.unwrap_or(0).max(0) as u64);
     match state {
-        "completed" => {
+        RecordState::Completed => {
             let status: i16 = row.get(2);
             let headers: Vec<u8> = row.get(3);
             let body: Vec<u8> = row.get(4);
@@ -158,7 +158,7 @@ pub(super) fn decode_found(row: &Row) -> Result<Option<Found>, StoreError> {
                 remaining: remaining(row.get(5)),
             }))
         }
-        _ => {
+        RecordState::Leased => {
             let lease: Option<i64> = row.get(6);
             if lease.unwrap_or(0) <= 0 {
                 return Ok(None);

@@ -90,6 +90,23 @@ pub struct CompletedRecord {
     pub ttl_ms: i64,
 }
 
+/// A row's `state` column: the one place its text is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordState {
+    Leased,
+    Completed,
+}
+
+impl RecordState {
+    pub fn parse(text: &str) -> Result<Self, StoreError> {
+        match text {
+            "leased" => Ok(Self::Leased),
+            "completed" => Ok(Self::Completed),
+            _ => Err(StoreError::Corrupt("record state")),
+        }
+    }
+}
+
 /// The durable tier.
 #[derive(Clone)]
 pub struct PgStore {
@@ -111,7 +128,7 @@ impl PgStore {
     /// Builds the pool; connections are made lazily, so Postgres need not be up.
     pub fn new(config: &PostgresConfig) -> Result<Self, StoreError> {
         let mut pg: tokio_postgres::Config = (config.url.parse())
-            .map_err(|e: tokio_postgres::Error| StoreError::PgPool(e.to_string()))?;
+            .map_err(|e: tokio_postgres::Error| StoreError::PgConfig(e.to_string()))?;
         pg.connect_timeout(config.statement_timeout);
         pg.application_name("idemgate");
         let ms = config.statement_timeout.as_millis().max(1);
@@ -134,7 +151,7 @@ impl PgStore {
             .create_timeout(Some(config.statement_timeout))
             .recycle_timeout(Some(config.statement_timeout))
             .build()
-            .map_err(|e| StoreError::PgPool(e.to_string()))?;
+            .map_err(|e| StoreError::PgConfig(e.to_string()))?;
         Ok(Self {
             pool,
             timeout: config.statement_timeout,
@@ -265,13 +282,16 @@ impl PgStore {
                     &[&&rec.scope.as_bytes()[..], &&rec.id.as_bytes()[..]],
                 )
                 .await?;
-            Ok(row.map(|r| PgRecord {
-                completed: r.get::<_, &str>(0) == "completed",
-                status: r.get(1),
-                stored_bytes: r.get(2),
-                expires_in_ms: r.get(3),
-                lease_remaining_ms: r.get(4),
-            }))
+            row.map(|r| {
+                Ok(PgRecord {
+                    completed: RecordState::parse(r.get(0))? == RecordState::Completed,
+                    status: r.get(1),
+                    stored_bytes: r.get(2),
+                    expires_in_ms: r.get(3),
+                    lease_remaining_ms: r.get(4),
+                })
+            })
+            .transpose()
         })
         .await
     }

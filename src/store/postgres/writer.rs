@@ -103,7 +103,7 @@ impl Writer {
             return self.enqueue(e.0.record);
         }
         wait.await
-            .unwrap_or_else(|_| Err(StoreError::PgPool("write-through task ended".into())))
+            .unwrap_or_else(|_| Err(StoreError::TaskEnded("write-through")))
     }
 
     /// Bytes waiting for Postgres in the retry queue.

@@ -52,7 +52,7 @@ impl Stores {
         };
         match lease.home {
             Home::Postgres => {
-                let pg = self.postgres.as_ref().ok_or(StoreError::RedisDown)?;
+                let pg = self.postgres.as_ref().ok_or(StoreError::NoDurableTier)?;
                 self.complete_in_postgres(pg, lease, record()).await
             }
             Home::Redis { also_in_postgres } => {
