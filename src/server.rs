@@ -112,11 +112,7 @@ impl Server {
                 "upstream calls still running after shutdown_grace"
             );
         }
-        if let Some(pg) = &app.stores.postgres {
-            let left = limits.shutdown_grace.saturating_sub(started.elapsed());
-            pg.writer.drain(left).await;
-        }
-        app.stores.redis.quit().await;
+        app.stores.close(started, limits.shutdown_grace).await;
         tracing::info!("stopped");
     }
 }

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use super::AppState;
 use crate::config::OnRedisUnavailable;
+use crate::store::tiers::Health;
 
 /// 200 while the process runs.
 pub async fn healthz() -> Response {
@@ -18,12 +19,7 @@ pub async fn healthz() -> Response {
 
 /// Prometheus text exposition of every metric.
 pub async fn metrics(State(AppState(app)): State<AppState>) -> Response {
-    let queue = app
-        .stores
-        .postgres
-        .as_ref()
-        .map_or(0, |pg| pg.writer.queue_depth());
-    crate::metrics::queue_depth(queue);
+    crate::metrics::queue_depth(app.stores.queue_depth());
     crate::metrics::log_lines_dropped(crate::telemetry::dropped_lines());
     (
         [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
@@ -49,24 +45,17 @@ fn warnings(app: &crate::App) -> Vec<&'static str> {
 pub async fn readyz(State(AppState(app)): State<AppState>) -> Response {
     let deadline = app.config.redis.command_timeout.min(Duration::from_secs(2));
     let stores = &app.stores;
-    let redis_health = Health::of(
-        "redis",
-        tokio::time::timeout(deadline, stores.redis.ping()).await,
-    );
+    let (redis_health, pg_health) = stores.health(deadline).await;
     let redis_up = redis_health == Health::Up;
-    let redis = redis_health.to_json();
-    let (postgres, postgres_up) = match &stores.postgres {
+    let redis = health_json(redis_health);
+    let (postgres, postgres_up) = match pg_health {
         None => (
             json!({"state": "not_configured", "mode": "redis_only"}),
             false,
         ),
-        Some(pg) => {
-            let health = Health::of(
-                "postgres",
-                tokio::time::timeout(deadline, pg.store.ping()).await,
-            );
-            let mut s = health.to_json();
-            s["write_through_queue"] = json!(pg.writer.queue_depth());
+        Some((health, queue)) => {
+            let mut s = health_json(health);
+            s["write_through_queue"] = json!(queue);
             (s, health == Health::Up)
         }
     };
@@ -78,7 +67,7 @@ pub async fn readyz(State(AppState(app)): State<AppState>) -> Response {
         };
     let down: Vec<&str> = [
         ("redis", redis_up),
-        ("postgres", postgres_up || stores.postgres.is_none()),
+        ("postgres", postgres_up || pg_health.is_none()),
     ]
     .into_iter()
     .filter(|(_, up)| !up)
@@ -87,7 +76,7 @@ pub async fn readyz(State(AppState(app)): State<AppState>) -> Response {
     let body = json!({
         "status": if ready { "ready" } else { "unavailable" },
         "down": down,
-        "claims_in": if stores.breaker.is_open() { "postgres_or_policy" } else { "redis" },
+        "claims_in": if stores.claims_in_redis() { "redis" } else { "postgres_or_policy" },
         "dependencies": {"redis": redis, "postgres": postgres},
         "scope_ids": if app.scope_keys.current.is_some() { "keyed" } else { "unkeyed" },
         "warnings": warnings(&app),
@@ -100,37 +89,14 @@ pub async fn readyz(State(AppState(app)): State<AppState>) -> Response {
     (status, Json(body)).into_response()
 }
 
-/// A dependency's health for `/readyz`, which anyone who reaches the admin port may
-/// read: a generic text there, the backend's own error (hosts, users) in the log only.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Health {
-    Up,
-    Down,
-    Silent,
-}
-
-impl Health {
-    fn of<E: std::fmt::Display>(
-        name: &'static str,
-        r: Result<Result<(), E>, tokio::time::error::Elapsed>,
-    ) -> Self {
-        match r {
-            Ok(Ok(())) => Health::Up,
-            Ok(Err(e)) => {
-                tracing::warn!(dependency = name, error = %e, "readiness check failed");
-                Health::Down
-            }
-            Err(_) => Health::Silent,
+/// A dependency's health as `/readyz` shows it to anyone who reaches the admin port:
+/// a generic text (the store logged the detail).
+fn health_json(health: Health) -> Value {
+    match health {
+        Health::Up => json!({"state": "up"}),
+        Health::Down => {
+            json!({"state": "down", "error": "not answering (details in the gateway log)"})
         }
-    }
-
-    fn to_json(self) -> Value {
-        match self {
-            Health::Up => json!({"state": "up"}),
-            Health::Down => {
-                json!({"state": "down", "error": "not answering (details in the gateway log)"})
-            }
-            Health::Silent => json!({"state": "down", "error": "no answer in time"}),
-        }
+        Health::Silent => json!({"state": "down", "error": "no answer in time"}),
     }
 }

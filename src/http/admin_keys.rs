@@ -20,7 +20,6 @@ use super::problem::Problem;
 use super::AppState;
 use crate::app::App;
 use crate::idempotency::{key, RecordId, Scope};
-use crate::store::postgres::RecordRef;
 use crate::store::redis::Invalidated;
 
 #[derive(Debug, Deserialize)]
@@ -39,7 +38,6 @@ pub struct Target {
     route: String,
     scope: Scope,
     record: RecordId,
-    redis_key: String,
 }
 
 fn authorize(app: &App, headers: &HeaderMap) -> Result<(), Problem> {
@@ -118,7 +116,6 @@ fn resolve(
         route: route.name.clone(),
         scope,
         record,
-        redis_key: app.stores.redis.record_key(record),
     })
 }
 
@@ -168,40 +165,28 @@ pub async fn show(
 }
 
 async fn states(app: &App, t: &Target) -> Result<(Value, Value), Problem> {
-    let redis = match app
-        .stores
-        .redis
-        .inspect(&t.redis_key)
+    let view = (app.stores.inspect(&t.route, t.scope, t.record))
         .await
-        .map_err(unavailable)?
-    {
+        .map_err(unavailable)?;
+    let redis = match view.redis {
         None => json!({"state": "absent"}),
         Some(r) if r.completed => json!({
             "state": "completed", "stored_bytes": r.stored_bytes, "expires_in_ms": r.ttl_ms,
         }),
         Some(r) => json!({"state": "in_flight", "lease_remaining_ms": r.ttl_ms}),
     };
-    let postgres = match &app.stores.postgres {
+    let postgres = match view.postgres {
         None => json!({"state": "not_configured"}),
-        Some(pg) => {
-            let rec = RecordRef {
-                scope: t.scope,
-                id: t.record,
-                route: &t.route,
-            };
-            match pg.store.inspect(rec).await.map_err(unavailable)? {
-                None => json!({"state": "absent"}),
-                Some(r) if r.expires_in_ms <= 0 => json!({"state": "expired"}),
-                Some(r) if r.completed => json!({
-                    "state": "completed", "status": r.status, "stored_bytes": r.stored_bytes,
-                    "expires_in_ms": r.expires_in_ms,
-                }),
-                Some(r) => match r.lease_remaining_ms {
-                    Some(ms) if ms > 0 => json!({"state": "in_flight", "lease_remaining_ms": ms}),
-                    _ => json!({"state": "lease_expired"}),
-                },
-            }
-        }
+        Some(None) => json!({"state": "absent"}),
+        Some(Some(r)) if r.expires_in_ms <= 0 => json!({"state": "expired"}),
+        Some(Some(r)) if r.completed => json!({
+            "state": "completed", "status": r.status, "stored_bytes": r.stored_bytes,
+            "expires_in_ms": r.expires_in_ms,
+        }),
+        Some(Some(r)) => match r.lease_remaining_ms {
+            Some(ms) if ms > 0 => json!({"state": "in_flight", "lease_remaining_ms": ms}),
+            _ => json!({"state": "lease_expired"}),
+        },
     };
     Ok((redis, postgres))
 }
@@ -216,34 +201,13 @@ pub async fn invalidate(
     State(AppState(app)): State<AppState>,
     t: Target,
 ) -> Result<Json<Value>, Problem> {
-    let in_postgres = match &app.stores.postgres {
-        None => Invalidated::Absent,
-        Some(pg) => {
-            let rec = RecordRef {
-                scope: t.scope,
-                id: t.record,
-                route: &t.route,
-            };
-            pg.store
-                .invalidate(rec, t.force)
-                .await
-                .map_err(unavailable)?
-        }
-    };
-    if let Invalidated::Leased { .. } = in_postgres {
-        return Err(leased());
-    }
-    let in_redis = (app.stores.redis.invalidate(&t.redis_key, t.force))
+    let done = (app.stores.invalidate(&t.route, t.scope, t.record, t.force))
         .await
         .map_err(unavailable)?;
-    // The replay caches may hold a copy even when neither tier had one left.
-    if let Some(cache) = &app.stores.cache {
-        cache.remove(t.record);
+    if let Some(Invalidated::Leased { .. }) = done.postgres {
+        return Err(leased());
     }
-    // Other replicas drop it from their replay caches too.
-    if let Err(e) = app.stores.redis.publish_invalidation(&t.redis_key).await {
-        tracing::warn!(error = %e, "could not publish the invalidation to other replicas");
-    }
+    let (in_redis, in_postgres) = (done.redis, done.postgres.unwrap_or(Invalidated::Absent));
     let deleted = |i: Invalidated| i == Invalidated::Deleted;
     if let Invalidated::Leased { .. } = in_redis {
         return Err(leased());

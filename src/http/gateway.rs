@@ -177,7 +177,7 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
     );
 
     // A completed record this replica has seen never changes: answer from memory.
-    if let Some(hit) = app.stores.cache.as_ref().and_then(|c| c.get(record)) {
+    if let Some(hit) = app.stores.cached(record) {
         let (outcome, response) = if hit.fingerprint == fingerprint {
             (
                 Outcome::Replayed,
@@ -232,9 +232,8 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
             remaining,
         }) => {
             let replay = response.replay(policy.replay_set_cookie);
-            if let Some(cache) = &app.stores.cache {
-                cache.insert(record, fingerprint, &response, remaining);
-            }
+            app.stores
+                .remember(record, fingerprint, &response, remaining);
             (Outcome::Replayed, replay)
         }
         Ok(Claim::InFlight { remaining }) => (
@@ -361,9 +360,7 @@ async fn settle(
     match lease.complete(&stored, route.policy.ttl).await {
         Ok(Completion::Stored) => {
             metrics::stored_bytes(stored.encoded_len());
-            if let Some(cache) = &app.stores.cache {
-                cache.insert(record, lease_fingerprint, &stored, route.policy.ttl);
-            }
+            (app.stores).remember(record, lease_fingerprint, &stored, route.policy.ttl);
         }
         Ok(Completion::LeaseLost) => {
             metrics::lease_lost();

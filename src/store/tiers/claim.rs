@@ -48,17 +48,17 @@ impl Stores {
         fingerprint: Fingerprint,
     ) -> Result<Claim<Lease>, StoreError> {
         let ask = Ask {
-            redis_key: self.redis.record_key(record),
+            redis_key: self.0.redis.record_key(record),
             token: uuid::Uuid::new_v4().simple().to_string(),
             scope,
             record,
             fingerprint,
         };
-        if self.breaker.is_open() {
+        if self.0.breaker.is_open() {
             return self.fallback(route, ask, StoreError::RedisDown).await;
         }
         let policy = &route.policy;
-        let claimed = (self.redis)
+        let claimed = (self.0.redis)
             .claim(
                 &ask.redis_key,
                 &fingerprint,
@@ -78,8 +78,8 @@ impl Stores {
             }
             Ok(other) => Ok(other.map_acquired(|_| unreachable!("handled above"))),
             Err(e @ StoreError::Unavailable(_)) => {
-                if self.breaker.trip() {
-                    self.warmth.set_cold();
+                if self.0.breaker.trip() {
+                    self.0.warmth.set_cold();
                     metrics::redis_up(false);
                     tracing::error!(error = %e, "redis failing: claims follow on_redis_unavailable \
                         until it answers again");
@@ -120,13 +120,13 @@ impl Stores {
         remaining: Duration,
     ) -> Result<Claim<Lease>, StoreError> {
         let in_flight = Claim::InFlight { remaining };
-        let Some(waiters) = &self.waiters else {
+        let Some(waiters) = &self.0.waiters else {
             return Ok(in_flight);
         };
         let policy = &route.policy;
-        let key = self.redis.record_key(record);
+        let key = self.0.redis.record_key(record);
         let id = uuid::Uuid::new_v4().simple().to_string();
-        match (self.redis)
+        match (self.0.redis)
             .join_waiters(&key, policy.max_waiters, &id, policy.wait_timeout * 2)
             .await
         {
@@ -135,11 +135,11 @@ impl Stores {
         }
         // Leaves the waiters however this ends, a caller hanging up included.
         let _slot = WaiterSlot {
-            redis: self.redis.clone(),
+            redis: self.0.redis.clone(),
             key,
             id,
         };
-        let watch = waiters.watch(self.redis.channel(&_slot.key));
+        let watch = waiters.watch(self.0.redis.channel(&_slot.key));
         let deadline = Instant::now() + policy.wait_timeout;
         let result = loop {
             let notified = watch.notify().notified();
@@ -173,15 +173,15 @@ impl Stores {
         record: RecordId,
         fingerprint: &Fingerprint,
     ) -> Result<Option<Claim<Lease>>, StoreError> {
-        if !self.breaker.is_open() {
-            let key = self.redis.record_key(record);
-            if let Record::Known(claim) = self.redis.peek(&key, fingerprint).await? {
+        if !self.0.breaker.is_open() {
+            let key = self.0.redis.record_key(record);
+            if let Record::Known(claim) = self.0.redis.peek(&key, fingerprint).await? {
                 return Ok(Some(
                     claim.map_acquired(|_| unreachable!("peek never acquires")),
                 ));
             }
         }
-        let Some(pg) = &self.postgres else {
+        let Some(pg) = &self.0.postgres else {
             return Ok(None);
         };
         let rec = RecordRef {
@@ -238,7 +238,7 @@ impl Stores {
         mut lease: Lease,
         marker_age: Duration,
     ) -> Result<Claim<Lease>, StoreError> {
-        let Some(pg) = &self.postgres else {
+        let Some(pg) = &self.0.postgres else {
             return Ok(Claim::Acquired(lease));
         };
         let rec = lease_ref(&lease);
@@ -260,11 +260,11 @@ impl Stores {
                     return Err(e);
                 }
             }
-        } else if self.warmth.must_lookup(marker_age) {
+        } else if self.0.warmth.must_lookup(marker_age) {
             match pg.lookups.lookup(rec).await {
                 Ok(None) => return Ok(Claim::Acquired(lease)),
                 Ok(Some(found)) => found,
-                Err(e) if self.warmth.vouches(marker_age) => {
+                Err(e) if self.0.warmth.vouches(marker_age) => {
                     tracing::warn!(key_hash = %lease.record.short(), error = %e,
                         "postgres lookup failed; redis provably holds every recent record \
                         (warm), so its claim stands");
@@ -301,7 +301,7 @@ impl Stores {
             } if fingerprint == lease.fingerprint => {
                 metrics::fallback("cold_lookup_hit");
                 tracing::info!(key_hash = %lease.record.short(), "replaying from postgres; re-warming redis");
-                if let Err(e) = (self.redis)
+                if let Err(e) = (self.0.redis)
                     .complete(
                         &lease.redis_key,
                         &lease.token,
@@ -314,7 +314,7 @@ impl Stores {
                     // Not re-warmed: free the key in Redis now rather than leave our lease
                     // to answer "in flight" for lock_ttl; the next claim looks up again.
                     tracing::warn!(error = %e, "could not re-warm redis");
-                    let _ = self.redis.release(&lease.redis_key, &lease.token).await;
+                    let _ = self.0.redis.release(&lease.redis_key, &lease.token).await;
                 }
                 Ok(Claim::Completed {
                     response,
@@ -326,7 +326,7 @@ impl Stores {
                     Found::Leased { .. } => "cold_lookup_in_flight",
                     Found::Completed { .. } => "cold_lookup_mismatch",
                 });
-                let _ = self.redis.release(&lease.redis_key, &lease.token).await;
+                let _ = self.0.redis.release(&lease.redis_key, &lease.token).await;
                 Ok(found_to_claim(other, &lease.fingerprint))
             }
         }
@@ -339,7 +339,7 @@ impl Stores {
         ask: Ask,
         cause: StoreError,
     ) -> Result<Claim<Lease>, StoreError> {
-        match (route.policy.on_redis_unavailable, &self.postgres) {
+        match (route.policy.on_redis_unavailable, &self.0.postgres) {
             (OnRedisUnavailable::Postgres, Some(pg)) => {
                 metrics::fallback("redis_unavailable");
                 let rec = RecordRef {

@@ -16,12 +16,12 @@ impl Stores {
                 stores.probe().await;
             }
         });
-        if let (Some((every, batch)), Some(_)) = (reap, &self.postgres) {
+        if let (Some((every, batch)), Some(_)) = (reap, &self.0.postgres) {
             let stores = self.clone();
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(every).await;
-                    if let Some(pg) = &stores.postgres {
+                    if let Some(pg) = &stores.0.postgres {
                         match pg.store.reap(batch).await {
                             Ok(Some(n)) if n > 0 => {
                                 tracing::info!(deleted = n, "reaped expired records")
@@ -42,15 +42,15 @@ impl Stores {
     /// PING but refuses writes (a demoted primary, READONLY) keeps the breaker open, and
     /// the breaker never closes with the marker still claiming Redis holds everything.
     pub async fn probe(&self) {
-        if self.breaker.is_open() {
-            self.warmth.set_cold();
-            if self.warmth.reset(&self.redis).await {
-                self.breaker.close();
+        if self.0.breaker.is_open() {
+            self.0.warmth.set_cold();
+            if self.0.warmth.reset(&self.0.redis).await {
+                self.0.breaker.close();
                 metrics::redis_up(true);
                 tracing::info!("redis takes writes again: claims are back in redis");
             }
             return;
         }
-        self.warmth.refresh(&self.redis).await;
+        self.0.warmth.refresh(&self.0.redis).await;
     }
 }

@@ -12,7 +12,10 @@
 
 mod claim;
 mod maintenance;
+mod records;
 mod settle;
+
+pub use records::{Health, Invalidation, RecordView};
 
 use std::sync::Arc;
 
@@ -38,27 +41,23 @@ pub struct Durable {
 #[derive(Clone)]
 pub struct Stores(Arc<Inner>);
 
-pub struct Inner {
-    pub redis: RedisStore,
-    pub postgres: Option<Durable>,
-    pub breaker: Breaker,
-    pub warmth: Warmth,
+/// The state behind [`Stores`]: reached only by the tiers' own modules (claim, settle,
+/// records, maintenance); everything else goes through `Stores`' methods.
+struct Inner {
+    redis: RedisStore,
+    postgres: Option<Durable>,
+    breaker: Breaker,
+    warmth: Warmth,
     /// Present when some route lets duplicates wait, or the replay cache is on.
-    pub waiters: Option<Arc<Waiters>>,
-    /// Completed records this replica has seen (`replay_cache`).
-    pub cache: Option<Arc<ReplayCache>>,
+    waiters: Option<Arc<Waiters>>,
+    /// Completed records this replica has seen (`replay_cache`); read, filled and
+    /// invalidated only through `records`.
+    cache: Option<Arc<ReplayCache>>,
 }
 
 impl std::fmt::Debug for Stores {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Stores").finish_non_exhaustive()
-    }
-}
-
-impl std::ops::Deref for Stores {
-    type Target = Inner;
-    fn deref(&self) -> &Inner {
-        &self.0
     }
 }
 

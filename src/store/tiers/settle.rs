@@ -15,10 +15,11 @@ impl Stores {
     /// The holder's heartbeat: extends the lease in every tier that holds it.
     pub(crate) async fn extend(&self, lease: &Held, ttl: Duration) -> Result<bool, StoreError> {
         let rec = lease_ref(lease);
-        match (lease.home, &self.postgres) {
+        match (lease.home, &self.0.postgres) {
             (Home::Postgres, Some(pg)) => pg.store.extend(rec, &lease.token, ttl).await,
             (Home::Redis { also_in_postgres }, pg) => {
                 let held = self
+                    .0
                     .redis
                     .extend(&lease.redis_key, &lease.token, ttl)
                     .await?;
@@ -52,13 +53,13 @@ impl Stores {
         };
         match lease.home {
             Home::Postgres => {
-                let pg = self.postgres.as_ref().ok_or(StoreError::NoDurableTier)?;
+                let pg = self.0.postgres.as_ref().ok_or(StoreError::NoDurableTier)?;
                 self.complete_in_postgres(pg, lease, record()).await
             }
             Home::Redis { also_in_postgres } => {
                 let encoded = response.encode();
                 let in_redis = retry_redis(|| {
-                    (self.redis).complete(
+                    (self.0.redis).complete(
                         &lease.redis_key,
                         &lease.token,
                         encoded.clone(),
@@ -74,7 +75,7 @@ impl Stores {
                 if matches!(in_redis, Ok(Completion::LeaseLost)) && !also_in_postgres {
                     return in_redis;
                 }
-                let Some(pg) = &self.postgres else {
+                let Some(pg) = &self.0.postgres else {
                     return in_redis;
                 };
                 let durable = pg.writer.write(record()).await;
@@ -160,21 +161,21 @@ impl Stores {
         metrics::fallback("redis_lacks_record");
         tracing::warn!(key_hash = %lease.record.short(), "stored in postgres only: \
             redis counts as cold until the warmth marker is reset");
-        self.warmth.set_cold();
+        self.0.warmth.set_cold();
         let stores = self.clone();
         tokio::spawn(async move {
-            stores.warmth.reset(&stores.redis).await;
+            stores.0.warmth.reset(&stores.0.redis).await;
         });
     }
 
     /// Releases a lease in every tier that holds it.
     pub(crate) async fn release(&self, lease: &Held) -> Result<Release, StoreError> {
         let rec = lease_ref(lease);
-        match (lease.home, &self.postgres) {
+        match (lease.home, &self.0.postgres) {
             (Home::Postgres, Some(pg)) => pg.store.release(rec, &lease.token).await,
             (Home::Redis { also_in_postgres }, pg) => {
                 let released =
-                    retry_redis(|| self.redis.release(&lease.redis_key, &lease.token)).await;
+                    retry_redis(|| self.0.redis.release(&lease.redis_key, &lease.token)).await;
                 if let (true, Some(pg)) = (also_in_postgres, pg) {
                     pg.store.release(rec, &lease.token).await?;
                 }
