@@ -7,15 +7,22 @@
 //!
 //! # Layout
 //! - [`config`]: the configuration schema, layered loading and validation.
-//! - [`route`]: the route table and each route's resolved idempotency policy.
-//! - [`idempotency`]: keys, fingerprints and scopes, claim outcomes and the lease
-//!   guard, stored responses and replay.
-//! - [`store`]: Redis and its Lua scripts (`lua/`).
-//! - [`proxy`]: the upstream client and hop-by-hop header rules.
+//! - [`route`]: the route table, each route's resolved idempotency policy, and the
+//!   canonical request path.
+//! - [`idempotency`]: the vocabulary, independent of any store: keys, tenant scopes
+//!   and the scope secret, record ids and fingerprints, claim outcomes, stored
+//!   responses and replay.
+//! - [`store`]: Redis (one function per Lua script in `lua/`), Postgres (claims,
+//!   lookups, write-through, reaper), the lease guard, and both tiers together
+//!   (`store::tiers`: claim, settle, records, maintenance).
+//! - [`proxy`]: the upstream client, hop-by-hop, gateway-owned and forwarding headers.
 //! - [`http`]: routers, the gateway handler, admin endpoints, problem+json errors.
 //! - [`app`] and [`server`]: the shared application state, listeners, shutdown.
 //! - [`metrics`]: Prometheus metric names and recording.
 //! - [`telemetry`]: log set-up.
+//!
+//! `ARCHITECTURE.md` has the module map, the path of a keyed request, and the rules
+//! for errors and logs.
 #![forbid(unsafe_code)]
 
 pub mod app;
