@@ -162,10 +162,7 @@ async fn records_from_before_the_secret_are_found_during_the_upgrade() {
 
     let secret = secret_file("a-long-enough-server-secret\n");
     let upgraded = |lookup: bool| {
-        let toml = format!(
-            "[postgres]\nurl = \"{}\"\nstatement_timeout = \"1s\"\n",
-            pg.url()
-        );
+        let toml = pg.section("");
         let mut cfg = config(&redis.url(), &upstream.url(), &toml);
         cfg.idempotency.scope_secret_file = Some(secret.path().to_path_buf());
         cfg.idempotency.lookup_unkeyed_ids = lookup;
@@ -242,10 +239,7 @@ async fn readyz_names_no_backend_detail() {
     let redis = RedisServer::start();
     let pg = PgServer::start();
     let upstream = MockUpstream::start().await;
-    let toml = format!(
-        "[postgres]\nurl = \"{}\"\nstatement_timeout = \"1s\"\n",
-        pg.url()
-    );
+    let toml = pg.section("");
     let app = TestApp::spawn(config(&redis.url(), &upstream.url(), &toml)).await;
     drop(pg);
     drop(redis);

@@ -43,10 +43,7 @@ async fn a_read_only_redis_keeps_the_breaker_open_until_it_takes_writes() {
     let mut redis = RedisServer::start_with(&["--replicaof", "127.0.0.1", "1"]);
     let pg = PgServer::start();
     let upstream = MockUpstream::start().await;
-    let toml = format!(
-        "[postgres]\nurl = \"{}\"\nstatement_timeout = \"1s\"\n",
-        pg.url()
-    );
+    let toml = pg.section("");
     let app = TestApp::spawn(config(&redis.url(), &upstream.url(), &toml)).await;
     redis.stop();
     assert_eq!(app.post("ro", "{}").send().await.unwrap().status(), 201);
@@ -112,11 +109,7 @@ async fn when_cold_a_completion_only_postgres_stored_makes_every_replica_look_up
     let redis = RedisServer::start();
     let pg = PgServer::start();
     let upstream = MockUpstream::start().await;
-    let toml = format!(
-        "[postgres]\nurl = \"{}\"\nstatement_timeout = \"1s\"\nlookup_on_miss = \"when_cold\"\n\
-         [idempotency]\nlock_ttl = \"1s\"\n",
-        pg.url()
-    );
+    let toml = pg.section("lookup_on_miss = \"when_cold\"") + "[idempotency]\nlock_ttl = \"1s\"\n";
     let one = TestApp::spawn(config(&redis.url(), &upstream.url(), &toml)).await;
     let two = TestApp::spawn(config(&redis.url(), &upstream.url(), &toml)).await;
     warm_up(&redis).await;
@@ -213,14 +206,7 @@ async fn tiers_that_disagree_are_counted() {
     );
     assert_eq!(upstream.executions(), 2);
 
-    let metrics = (app.client)
-        .get(format!("http://{}/metrics", app.admin))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     let counted = metrics.lines().any(|l| {
         l.starts_with(
             "idemgate_tier_disagreements_total{kind=\"stored_in_redis_conflict_in_postgres\"}",

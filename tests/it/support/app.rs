@@ -59,6 +59,13 @@ impl TestApp {
         format!("http://{}{path}", self.addr)
     }
 
+    /// The `/metrics` text of the admin listener.
+    pub async fn metrics(&self) -> String {
+        let url = format!("http://{}/metrics", self.admin);
+        let response = self.client.get(url).send().await.unwrap();
+        response.text().await.unwrap()
+    }
+
     /// `GET /readyz` on the admin listener.
     pub async fn readyz(&self) -> reqwest::Response {
         let url = format!("http://{}/readyz", self.admin);

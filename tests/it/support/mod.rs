@@ -92,10 +92,7 @@ pub async fn durable_stack(
     let redis = RedisServer::start();
     let pg = PgServer::start();
     let upstream = MockUpstream::start().await;
-    let toml = format!(
-        "[postgres]\nurl = \"{}\"\nstatement_timeout = \"1s\"\n{pg_extra}\n{extra}",
-        pg.url()
-    );
+    let toml = format!("{}{extra}", pg.section(pg_extra));
     let app = TestApp::spawn(config(&redis.url(), &upstream.url(), &toml)).await;
     (redis, pg, upstream, app)
 }

@@ -150,6 +150,15 @@ impl PgServer {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// A gateway's `[postgres]` section for this server (1 s statement timeout), with
+    /// `extra` lines in it.
+    pub fn section(&self, extra: &str) -> String {
+        format!(
+            "[postgres]\nurl = \"{}\"\nstatement_timeout = \"1s\"\n{extra}\n",
+            self.url()
+        )
+    }
+
     /// Stops the server (fast shutdown); the data directory stays.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
