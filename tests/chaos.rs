@@ -18,6 +18,10 @@ mod postgres;
 #[allow(dead_code)]
 mod redis;
 
+#[path = "chaos/abuse.rs"]
+mod abuse;
+#[path = "chaos/abusers.rs"]
+mod abusers;
 #[path = "chaos/checker.rs"]
 mod checker;
 #[path = "chaos/cluster.rs"]
@@ -225,5 +229,14 @@ fn hot_key_1000_concurrent_identical_requests_waiting() {
     run(
         "1000 concurrent identical requests, one key [in_flight=wait]",
         |n| scenarios::hot_key(n, true),
+    );
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn slow_readers_of_a_large_response_and_a_connection_burst() {
+    run(
+        "abuse: 120 slow readers of a 6 MiB replay, 600-connection burst",
+        abuse::slow_readers_and_a_connection_burst,
     );
 }

@@ -44,6 +44,10 @@ pub struct Options {
     /// Replicas whose Redis traffic goes through the fault proxy.
     pub via_fault_proxy: Vec<usize>,
     pub shutdown_grace: String,
+    /// Extra lines in `[server]`.
+    pub server: String,
+    /// Extra TOML after the `payments` route (more routes, other sections).
+    pub extra: String,
 }
 
 impl Default for Options {
@@ -60,6 +64,8 @@ impl Default for Options {
             upstream_env: Vec::new(),
             via_fault_proxy: Vec::new(),
             shutdown_grace: "5s".into(),
+            server: String::new(),
+            extra: String::new(),
         }
     }
 }
@@ -327,15 +333,17 @@ fn replica_toml(
     };
     format!(
         "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
-         shutdown_grace = \"{grace}\"\n\
+         shutdown_grace = \"{grace}\"\n{server}\n\
          [log]\nformat = \"text\"\nfilter = \"info\"\n\
          [redis]\nurl = \"{redis}\"\ncommand_timeout = \"300ms\"\nconnect_timeout = \"500ms\"\n\
          probe_interval = \"100ms\"\n\
          {postgres}\
          [idempotency]\nttl = \"1h\"\nlock_ttl = \"{lock}\"\n{extra}\n\
          [[routes]]\nname = \"payments\"\npath_prefix = \"/v1/\"\nupstream = \"{upstream}\"\n\
-         upstream_timeout = \"{ut}\"\n",
+         upstream_timeout = \"{ut}\"\n{more}",
         grace = opts.shutdown_grace,
+        server = opts.server,
+        more = opts.extra,
         lock = opts.lock_ttl,
         extra = opts.idempotency,
         ut = opts.upstream_timeout,
