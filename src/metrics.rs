@@ -25,6 +25,9 @@ pub const IN_FLIGHT: &str = "idemgate_in_flight";
 pub const STORED_BYTES: &str = "idemgate_stored_response_bytes";
 pub const REDIS_UP: &str = "idemgate_redis_up";
 pub const TIER_DISAGREEMENTS: &str = "idemgate_tier_disagreements_total";
+pub const LIMITED: &str = "idemgate_limited_total";
+pub const OPEN_CONNECTIONS: &str = "idemgate_open_connections";
+pub const BUFFERED_BYTES: &str = "idemgate_buffered_bytes";
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -165,6 +168,7 @@ fn describe() {
     gauge!(IN_FLIGHT).set(0.0);
     gauge!(QUEUE_DEPTH).set(0.0);
     gauge!(REDIS_UP).set(1.0);
+    describe_limits();
 }
 
 /// Drains histogram buckets now and then, as the recorder requires.
@@ -322,4 +326,68 @@ impl Drop for InFlightGuard {
     fn drop(&mut self) {
         gauge!(IN_FLIGHT).decrement(1.0);
     }
+}
+
+/// A server limit that was reached (`server.max_connections` and the like).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// A connection arrived while every slot was taken, and waited for one.
+    MaxConnections,
+    /// A request was answered 503 `overloaded`: too many requests in flight.
+    MaxInFlight,
+    /// A request was answered 503 `overloaded`: its body did not fit the byte budget.
+    BufferBudget,
+    /// A connection was closed because its client did not read its response.
+    WriteTimeout,
+}
+
+impl Limit {
+    pub const ALL: [Limit; 4] = [
+        Limit::MaxConnections,
+        Limit::MaxInFlight,
+        Limit::BufferBudget,
+        Limit::WriteTimeout,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limit::MaxConnections => "max_connections",
+            Limit::MaxInFlight => "max_in_flight",
+            Limit::BufferBudget => "buffer_budget",
+            Limit::WriteTimeout => "write_timeout",
+        }
+    }
+
+    /// The counter of this limit, to be looked up once and kept.
+    pub fn counter(self) -> Counter {
+        counter!(LIMITED, "limit" => self.as_str())
+    }
+}
+
+fn describe_limits() {
+    use metrics::{describe_counter, describe_gauge, Unit};
+    describe_counter!(
+        LIMITED,
+        "Times a server limit was reached, by limit: max_connections (a connection waited \
+         for a slot), max_in_flight and buffer_budget (a request got 503 overloaded), \
+         write_timeout (a connection was closed because its client did not read)."
+    );
+    describe_gauge!(
+        OPEN_CONNECTIONS,
+        "Connections open on the proxy listener (sampled every second)."
+    );
+    describe_gauge!(
+        BUFFERED_BYTES,
+        Unit::Bytes,
+        "Bytes of buffered bodies charged to server.buffer_budget (sampled every second)."
+    );
+    for limit in Limit::ALL {
+        limit.counter().absolute(0);
+    }
+}
+
+/// Samples the limits' gauges (kept off the request path).
+pub fn limits_sampled(open_connections: usize, buffered_bytes: u64) {
+    gauge!(OPEN_CONNECTIONS).set(open_connections as f64);
+    gauge!(BUFFERED_BYTES).set(buffered_bytes as f64);
 }

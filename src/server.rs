@@ -2,13 +2,24 @@
 //! bounded request head and lingering close for bodies answered early
 //! ([`crate::http::linger`]), and graceful shutdown (stop accepting, drain in-flight
 //! requests and detached tasks within `server.shutdown_grace`).
+//!
+//! Limits (on the proxy listener; the admin listener only has the write timeout):
+//! - `server.max_connections`: at the limit the loop stops accepting, so new
+//!   connections wait in the kernel's accept queue, unserved and costing this process
+//!   nothing, until a connection closes. A load balancer sees a slow connect, or once
+//!   the queue is full a connect timeout, which it retries elsewhere safely since
+//!   nothing was sent (a connection accepted and closed would instead fail a request
+//!   it had already sent, which most balancers do not retry).
+//! - `server.max_in_flight` and `server.buffer_budget`: [`crate::http::limits`].
+//! - `server.write_timeout`: [`write_timeout`].
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use ::metrics::Counter;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::Router;
@@ -17,12 +28,20 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::ServiceExt;
 
 use crate::app::App;
 use crate::config::ServerConfig;
+use crate::http::gateway::X_REQUEST_ID;
+use crate::http::limits::{overloaded, Limits, ResponseBody};
 use crate::http::linger::{LingerBounds, Lingering};
 use crate::http::{admin_router, proxy_router};
+use crate::metrics::{self, Limit};
+
+pub mod write_timeout;
+
+use write_timeout::WriteTimeout;
 
 /// A gateway with its listeners bound, ready to run.
 pub struct Server {
@@ -78,12 +97,20 @@ impl Server {
         // `shutdown()` below consumes this very value, so the drain of the connections
         // it watches cannot be skipped or run on a stand-in.
         let graceful = GracefulShutdown::new();
+        let gate = ProxyLimits::new(&limits);
         tracing::info!(listen = %limits.listen, admin = %limits.admin_listen, "idemgate serving");
         {
             let accepting = async {
                 tokio::join!(
-                    accept_loop(proxy, proxy_router(app.clone()), &limits, &graceful),
-                    accept_loop(admin, admin_router(app.clone()), &limits, &graceful),
+                    accept_loop(
+                        proxy,
+                        proxy_router(app.clone()),
+                        &limits,
+                        &graceful,
+                        Some(&gate)
+                    ),
+                    accept_loop(admin, admin_router(app.clone()), &limits, &graceful, None),
+                    gate.sample(),
                 )
             };
             tokio::select! {
@@ -117,16 +144,62 @@ impl Server {
     }
 }
 
+/// The proxy listener's limits: connection slots, and those of each request.
+struct ProxyLimits {
+    max_connections: usize,
+    slots: Arc<Semaphore>,
+    waited: Counter,
+    requests: Arc<Limits>,
+}
+
+impl ProxyLimits {
+    fn new(server: &ServerConfig) -> Self {
+        Self {
+            max_connections: server.max_connections,
+            slots: Arc::new(Semaphore::new(server.max_connections)),
+            waited: Limit::MaxConnections.counter(),
+            requests: Arc::new(Limits::from_config(server)),
+        }
+    }
+
+    /// A slot for an accepted connection: at once, or when a connection closes (the
+    /// next connections meanwhile wait in the kernel's accept queue).
+    async fn slot(&self) -> Option<OwnedSemaphorePermit> {
+        if let Ok(slot) = self.slots.clone().try_acquire_owned() {
+            return Some(slot);
+        }
+        self.waited.increment(1);
+        tracing::debug!(
+            max_connections = self.max_connections,
+            "server.max_connections reached: not accepting until a connection closes"
+        );
+        // Never closed, so this waits for a slot.
+        self.slots.clone().acquire_owned().await.ok()
+    }
+
+    /// Publishes the gauges every second, off the request path.
+    async fn sample(&self) -> Infallible {
+        let mut every = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            every.tick().await;
+            let open = (self.max_connections).saturating_sub(self.slots.available_permits());
+            metrics::limits_sampled(open, self.requests.budget.used());
+        }
+    }
+}
+
 /// Accepts connections until dropped (at shutdown); each is served on a task of its own,
-/// watched by `graceful`.
+/// watched by `graceful`. With `proxy`, its limits apply.
 async fn accept_loop(
     listener: TcpListener,
     router: Router,
-    limits: &ServerConfig,
+    server: &ServerConfig,
     graceful: &GracefulShutdown,
+    proxy: Option<&ProxyLimits>,
 ) -> Infallible {
-    let max_buf = (limits.max_header_size.as_u64() as usize).max(8192);
-    let linger = LingerBounds::from_config(limits);
+    let max_buf = (server.max_header_size.as_u64() as usize).max(8192);
+    let linger = LingerBounds::from_config(server);
+    let timed_out = Limit::WriteTimeout.counter();
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(pair) => pair,
@@ -137,23 +210,53 @@ async fn accept_loop(
                 continue;
             }
         };
+        let slot = match proxy {
+            Some(proxy) => proxy.slot().await,
+            None => None,
+        };
         let _ = stream.set_nodelay(true);
+        let io = WriteTimeout::new(stream, server.write_timeout, timed_out.clone());
         let router = router.clone();
+        let requests = proxy.map(|p| p.requests.clone());
         let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
             let (mut parts, body) = request.into_parts();
             parts.extensions.insert(ConnectInfo(peer));
+            let admitted = match &requests {
+                Some(limits) => limits.enter().map(Some),
+                None => Ok(None),
+            };
+            if admitted.is_ok() {
+                if let Some(limits) = &requests {
+                    parts.extensions.insert(limits.budget.clone());
+                }
+            }
             let body = Body::new(Lingering::new(body, &parts.headers, linger));
-            router
-                .clone()
-                .oneshot(hyper::Request::from_parts(parts, body))
+            let request = hyper::Request::from_parts(parts, body);
+            let router = router.clone();
+            async move {
+                let in_flight = match admitted {
+                    Ok(in_flight) => in_flight,
+                    // The body is dropped unread: lingering close drains it.
+                    Err(problem) => {
+                        let id = request.headers().get(&X_REQUEST_ID).cloned();
+                        return Ok(overloaded(problem, id));
+                    }
+                };
+                let response = router.oneshot(request).await?;
+                Ok::<_, Infallible>(match in_flight {
+                    Some(in_flight) => in_flight.limits().settle(response),
+                    None => response.map(ResponseBody::plain),
+                })
+            }
         });
         let connection = http1::Builder::new()
             .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_read_timeout)
+            .header_read_timeout(server.header_read_timeout)
             .max_buf_size(max_buf)
-            .serve_connection(TokioIo::new(stream), service);
+            .serve_connection(TokioIo::new(io), service);
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
+            let _slot = slot;
             if let Err(e) = connection.await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }

@@ -18,6 +18,10 @@ mod postgres;
 #[allow(dead_code)]
 mod redis;
 
+#[path = "chaos/abuse.rs"]
+mod abuse;
+#[path = "chaos/abusers.rs"]
+mod abusers;
 #[path = "chaos/checker.rs"]
 mod checker;
 #[path = "chaos/claim_faults.rs"]
@@ -245,5 +249,14 @@ fn impatient_waiters_on_hot_keys() {
     run(
         "impatient waiters on hot keys [in_flight=wait]",
         claim_faults::impatient_waiters,
+    );
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn slow_readers_of_a_large_response_and_a_connection_burst() {
+    run(
+        "abuse: 120 slow readers of a 6 MiB replay, 600-connection burst",
+        abuse::slow_readers_and_a_connection_burst,
     );
 }

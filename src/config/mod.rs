@@ -71,6 +71,19 @@ pub struct ServerConfig {
     /// Peers (CIDRs) whose `X-Forwarded-*` and `Forwarded` headers are extended; from
     /// any other peer they are replaced. Empty: nobody is trusted.
     pub trusted_proxies: TrustedProxies,
+    /// Most connections open on the proxy listener; beyond it, new connections wait in
+    /// the kernel's accept queue, unserved, until one closes.
+    pub max_connections: usize,
+    /// Most requests being handled at once on the proxy listener; beyond it, 503
+    /// `overloaded` with `Retry-After`.
+    pub max_in_flight: usize,
+    /// Longest a response write may wait for the client to read (no progress at all);
+    /// then the connection is closed and the response it held freed.
+    #[serde(with = "humantime_serde")]
+    pub write_timeout: Duration,
+    /// Memory for buffered bodies (keyed request bodies, stored and replayed responses)
+    /// across all requests; a keyed request that does not fit gets 503 `overloaded`.
+    pub buffer_budget: ByteSize,
 }
 
 impl Default for ServerConfig {
@@ -87,6 +100,10 @@ impl Default for ServerConfig {
             linger_time: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(30),
             trusted_proxies: TrustedProxies::default(),
+            max_connections: 4096,
+            max_in_flight: 1024,
+            write_timeout: Duration::from_secs(30),
+            buffer_budget: ByteSize::mib(256),
         }
     }
 }

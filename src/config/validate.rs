@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use http::{HeaderName, Method, Uri};
 
-use super::{Config, ConfigError, IdempotencyConfig};
+use super::{Config, ConfigError, IdempotencyConfig, ServerConfig};
 
 /// Checks every value that parsed but may still be unusable.
 pub fn validate(config: &Config) -> Result<(), ConfigError> {
@@ -23,6 +23,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     }
     positive_duration("server.header_read_timeout", s.header_read_timeout)?;
     positive_duration("server.body_read_timeout", s.body_read_timeout)?;
+    server_limits(s)?;
 
     if let Some(token) = &config.admin.token {
         if token.len() < 16 {
@@ -248,6 +249,34 @@ fn idempotency(at: &str, c: &IdempotencyConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// `server.max_connections`, `max_in_flight`, `write_timeout` and `buffer_budget`.
+fn server_limits(s: &ServerConfig) -> Result<(), ConfigError> {
+    if !(1..=1_000_000).contains(&s.max_connections) {
+        return Err(ConfigError::invalid(
+            "server.max_connections",
+            "must be between 1 and 1000000",
+        ));
+    }
+    if !(1..=1_000_000).contains(&s.max_in_flight) {
+        return Err(ConfigError::invalid(
+            "server.max_in_flight",
+            "must be between 1 and 1000000",
+        ));
+    }
+    positive_duration("server.write_timeout", s.write_timeout)?;
+    let one = s.max_request_body.as_u64() + s.max_response_body.as_u64();
+    if s.buffer_budget.as_u64() < one {
+        return Err(ConfigError::invalid(
+            "server.buffer_budget",
+            format!(
+                "must hold at least one request and its response: \
+                 server.max_request_body + server.max_response_body ({one} bytes)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn socket_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
     value.parse().map_err(|_| {
         ConfigError::invalid(key, format!("`{value}` is not an IP:port socket address"))
@@ -399,5 +428,40 @@ mod tests {
         assert!(e.contains("routes[0].path_prefix"), "{e}");
         let e = err(&format!("{}{}", route(""), route("")));
         assert!(e.contains("routes[1].name"), "{e}");
+    }
+
+    #[test]
+    fn server_limits_name_their_key() {
+        let ok = Config::from_toml(
+            "[server]\nmax_connections = 10\nmax_in_flight = 5\nwrite_timeout = \"250ms\"\n\
+             buffer_budget = \"9MiB\"\n",
+        )
+        .unwrap();
+        assert_eq!(ok.server.max_connections, 10);
+        assert_eq!(
+            ok.server.write_timeout,
+            std::time::Duration::from_millis(250)
+        );
+        let cases = [
+            ("[server]\nmax_connections = 0\n", "server.max_connections"),
+            ("[server]\nmax_in_flight = 0\n", "server.max_in_flight"),
+            ("[server]\nwrite_timeout = \"0s\"\n", "server.write_timeout"),
+            (
+                "[server]\nwrite_timeout = \"soon\"\n",
+                "server.write_timeout",
+            ),
+            (
+                "[server]\nbuffer_budget = \"8MiB\"\n",
+                "server.buffer_budget",
+            ),
+            (
+                "[server]\nbuffer_budget = \"lots\"\n",
+                "server.buffer_budget",
+            ),
+        ];
+        for (toml, key) in cases {
+            let e = err(toml);
+            assert!(e.contains(key), "{toml:?} gave {e}");
+        }
     }
 }

@@ -19,6 +19,7 @@ use http::{HeaderName, HeaderValue};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tracing::Instrument;
 
+use super::budget::{ByteBudget, Metered, OverBudget};
 use super::problem::Problem;
 use super::AppState;
 use crate::app::App;
@@ -268,6 +269,11 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
 /// Reads the whole body within `server.body_read_timeout`, refusing more than
 /// `server.max_request_body` bytes (declared or actual). What a refused body still
 /// brings is read and discarded after the answer ([`super::linger`]).
+///
+/// The body is charged to `server.buffer_budget` (when the server set one) before
+/// anything is claimed: its declared length up front, the rest as it arrives; one
+/// that does not fit, or any request once the budget is spent, gets 503 `overloaded`.
+/// The charge travels inside the returned bytes ([`super::limits`]).
 async fn read_bounded(app: &App, parts: &Parts, body: Body) -> Result<Bytes, Problem> {
     let limit = app.config.server.max_request_body.as_u64();
     let declared = (parts.headers.get(CONTENT_LENGTH))
@@ -276,12 +282,25 @@ async fn read_bounded(app: &App, parts: &Parts, body: Body) -> Result<Bytes, Pro
     if declared.is_some_and(|len| len > limit) {
         return Err(Problem::body_too_large(limit));
     }
+    let charge = match parts.extensions.get::<Arc<ByteBudget>>() {
+        Some(budget) => Some(
+            budget
+                .try_take(declared.unwrap_or(0))
+                .ok_or_else(Problem::overloaded_buffers)?,
+        ),
+        None => None,
+    };
+    let mut body = Metered::new(body, charge);
     let deadline = app.config.server.body_read_timeout;
-    match tokio::time::timeout(deadline, Limited::new(body, limit as usize).collect()).await {
+    let read = Limited::new(&mut body, limit as usize).collect();
+    match tokio::time::timeout(deadline, read).await {
         Err(_) => Err(Problem::body_timeout(deadline)),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Ok(collected)) => Ok(body.seal(collected.to_bytes())),
         Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
             Err(Problem::body_too_large(limit))
+        }
+        Ok(Err(e)) if e.downcast_ref::<OverBudget>().is_some() => {
+            Err(Problem::overloaded_buffers())
         }
         Ok(Err(e)) => Err(Problem::body_unreadable(e)),
     }

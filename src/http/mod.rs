@@ -3,7 +3,9 @@
 
 pub mod admin;
 pub mod admin_keys;
+pub mod budget;
 pub mod gateway;
+pub mod limits;
 pub mod linger;
 pub mod problem;
 

@@ -171,6 +171,32 @@ impl Problem {
             format!("{e}; nothing was forwarded"),
         )
     }
+
+    /// Too many requests in flight on this replica (`server.max_in_flight`).
+    pub fn overloaded_in_flight(limit: usize) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            "Gateway overloaded",
+            format!(
+                "this replica is handling its limit of {limit} requests; nothing was claimed \
+                 or forwarded, retry later"
+            ),
+        )
+        .retry_after(Duration::from_secs(1))
+    }
+
+    /// The body buffers of this replica are full (`server.buffer_budget`).
+    pub fn overloaded_buffers() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            "Gateway overloaded",
+            "this replica's memory for buffered bodies is in use; nothing was claimed or \
+             forwarded, retry later",
+        )
+        .retry_after(Duration::from_secs(1))
+    }
 }
 
 impl IntoResponse for Problem {

@@ -50,6 +50,10 @@ pub struct Options {
     /// the replica too (without it, HAProxy waits for the replica's answer, so the
     /// gateway never sees the hang-up).
     pub abort_on_close: bool,
+    /// Extra lines in `[server]`.
+    pub server: String,
+    /// Extra TOML after the `payments` route (more routes, other sections).
+    pub extra: String,
 }
 
 impl Default for Options {
@@ -68,6 +72,8 @@ impl Default for Options {
             shutdown_grace: "5s".into(),
             command_timeout: "300ms".into(),
             abort_on_close: false,
+            server: String::new(),
+            extra: String::new(),
         }
     }
 }
@@ -340,15 +346,17 @@ fn replica_toml(
     };
     format!(
         "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
-         shutdown_grace = \"{grace}\"\n\
+         shutdown_grace = \"{grace}\"\n{server}\n\
          [log]\nformat = \"text\"\nfilter = \"info\"\n\
          [redis]\nurl = \"{redis}\"\ncommand_timeout = \"{ct}\"\nconnect_timeout = \"500ms\"\n\
          probe_interval = \"100ms\"\n\
          {postgres}\
          [idempotency]\nttl = \"1h\"\nlock_ttl = \"{lock}\"\n{extra}\n\
          [[routes]]\nname = \"payments\"\npath_prefix = \"/v1/\"\nupstream = \"{upstream}\"\n\
-         upstream_timeout = \"{ut}\"\n",
+         upstream_timeout = \"{ut}\"\n{more}",
         grace = opts.shutdown_grace,
+        server = opts.server,
+        more = opts.extra,
         lock = opts.lock_ttl,
         extra = opts.idempotency,
         ut = opts.upstream_timeout,

@@ -1,0 +1,114 @@
+//! Issue 11, item 8: `server.write_timeout`. A client that sends a keyed request and
+//! never reads its (large) response is disconnected once the write has waited that
+//! long, and the response it pinned goes back to `server.buffer_budget`: a replay that
+//! did not fit while it was held does afterwards.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+use crate::limits::limited;
+use crate::support::{config, problem_code, read, RedisServer, TestApp};
+
+/// Larger than what the kernel buffers for a client that does not read.
+const BIG: usize = 6 << 20;
+
+/// An upstream that answers every request with `BIG` bytes; counts its executions.
+async fn big_upstream() -> (SocketAddr, Arc<AtomicUsize>) {
+    let executions = Arc::new(AtomicUsize::new(0));
+    let counted = executions.clone();
+    let app = axum::Router::new().fallback(move || {
+        let counted = counted.clone();
+        async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            (
+                [("content-type", "application/octet-stream")],
+                vec![b'r'; BIG],
+            )
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, executions)
+}
+
+/// A connection with a small receive buffer, so that the response stays in the server.
+async fn connect_small(addr: SocketAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(16 << 10).unwrap();
+    socket.connect(addr).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_read_is_cut_off_and_its_response_released() {
+    let redis = RedisServer::start();
+    let (upstream, executions) = big_upstream().await;
+    let app = TestApp::spawn(config(
+        &redis.url(),
+        &format!("http://{upstream}"),
+        "[server]\nmax_request_body = \"64KiB\"\nmax_response_body = \"8MiB\"\n\
+         buffer_budget = \"9MiB\"\nwrite_timeout = \"2s\"\n",
+    ))
+    .await;
+
+    // The client sends its request and never reads.
+    let mut stalled = connect_small(app.addr).await;
+    let request = format!(
+        "POST /v1/payments HTTP/1.1\r\nHost: {}\r\nIdempotency-Key: big\r\n\
+         Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{{}}",
+        app.addr
+    );
+    stalled.write_all(request.as_bytes()).await.unwrap();
+    let sent = Instant::now();
+    while executions.load(Ordering::SeqCst) == 0 {
+        assert!(sent.elapsed() < Duration::from_secs(5), "never executed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // While its 6 MiB are held, a replay of another 6 MiB does not fit the budget.
+    let replay = || app.post("big", "{}").send();
+    let (status, headers, body) = read(replay().await.unwrap()).await;
+    assert_eq!(
+        status, 503,
+        "replay fitted while the stalled response was held"
+    );
+    assert_eq!(problem_code(&headers, &body), "overloaded");
+    assert!(
+        sent.elapsed() < Duration::from_secs(2),
+        "too slow to observe the hold"
+    );
+
+    // Past the write timeout the connection is gone: reading now gets what the
+    // kernel held, then the end, never the whole response.
+    tokio::time::sleep(Duration::from_secs(2) + Duration::from_millis(1500)).await;
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match stalled.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got += n,
+            }
+        }
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the connection is still open after {got} bytes"
+    );
+    assert!(got < BIG, "the whole response arrived ({got} bytes)");
+    assert!(limited(&app, "write_timeout").await >= 1.0);
+
+    // Its share of the budget came back: the replay fits now.
+    let (status, headers, body) = read(replay().await.unwrap()).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["idempotent-replayed"], "true");
+    assert_eq!(body.len(), BIG);
+    assert_eq!(executions.load(Ordering::SeqCst), 1);
+}
