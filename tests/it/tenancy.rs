@@ -249,3 +249,16 @@ async fn readyz_names_no_backend_detail() {
         assert!(!text.contains(leak), "readyz leaks {leak:?}: {text}");
     }
 }
+
+/// Item 4: the shipped example scopes on a stable tenant header set by the auth layer,
+/// not on a credential that changes when it is refreshed; README says why.
+#[test]
+fn the_example_config_scopes_on_a_stable_tenant_header() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let demo = std::fs::read_to_string(format!("{root}/deploy/local/idemgate.toml")).unwrap();
+    let config = idemgate::Config::from_toml(&demo).unwrap();
+    assert_eq!(config.idempotency.scope_headers[0], "X-Tenant-Id");
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+    assert!(readme.contains("Use a stable tenant header set by your auth layer"));
+    assert!(readme.contains("scope_headers = [\"X-Tenant-Id\"]"));
+}
