@@ -7,7 +7,7 @@ use anyhow::Context;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Config, InFlightPolicy, OnRedisUnavailable};
+use crate::config::{validate, Config, InFlightPolicy, OnRedisUnavailable};
 use crate::idempotency::{ScopeKeys, ScopeSecret};
 use crate::proxy::Upstream;
 use crate::route::RouteTable;
@@ -33,10 +33,13 @@ pub struct App {
 }
 
 impl App {
-    /// Builds the application from a validated configuration: connects Redis (which
-    /// need not be up), prepares Postgres (migrating it unless told not to) and starts
-    /// the background tasks (Redis probe, write-through, reaper).
+    /// Builds the application: checks the configuration's cross-field rules
+    /// ([`validate`], so a `Config` built or changed in code is refused with the key
+    /// at fault, not a panic), connects Redis (which need not be up), prepares Postgres
+    /// (migrating it unless told not to) and starts the background tasks (Redis probe,
+    /// write-through, reaper).
     pub async fn build(config: Config) -> anyhow::Result<Self> {
+        validate(&config)?;
         if config.routes.is_empty() {
             tracing::warn!("no [[routes]] configured: every proxied request answers 404");
         }
