@@ -148,3 +148,35 @@ async fn scope_keys(config: &Config) -> anyhow::Result<ScopeKeys> {
         previous: c.lookup_unkeyed_ids.then_some(None),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A configuration changed in code after loading is checked, not trusted: the
+    /// error names the key, before anything is connected.
+    #[tokio::test]
+    async fn build_refuses_an_unchecked_config() {
+        let mut config = Config::from_toml(
+            "[[routes]]\nname = \"a\"\npath_prefix = \"/\"\nupstream = \"http://127.0.0.1:1\"\n",
+        )
+        .unwrap();
+        config.redis.command_timeout = Duration::from_secs(20);
+        let Err(e) = App::build(config).await else {
+            panic!("an invalid config was accepted");
+        };
+        assert!(
+            e.to_string().contains("routes[0].idempotency.lock_ttl"),
+            "{e}"
+        );
+
+        let mut config = Config::default();
+        config.idempotency.scope_headers.clear();
+        let Err(e) = App::build(config).await else {
+            panic!("an invalid config was accepted");
+        };
+        assert!(e.to_string().contains("idempotency.scope_headers"), "{e}");
+    }
+}

@@ -1,13 +1,17 @@
 //! Configuration: the typed schema, its built-in defaults, and loading in layers
 //! (defaults, then a TOML file, then `IDEMGATE__SECTION__KEY` environment variables).
 //!
-//! Loading never yields a half-valid value: [`Config::load`] deserialises with
-//! unknown keys rejected and then runs [`validate`](validate::validate), so every
-//! error names the key it is about.
+//! Loading never yields a half-valid value: [`Config::load`] deserialises straight
+//! into the types the gateway uses (`http::Method`, `HeaderName`, `StatusCode`, the
+//! upstream `Uri`, durations, sizes), with unknown keys rejected, and then runs
+//! [`validate`](validate::validate) for the rules across keys, so every error names
+//! the key it is about. [`crate::App::build`] validates again, so a `Config` built or
+//! changed in code cannot start unchecked.
 
 mod typed;
 mod validate;
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -45,9 +49,11 @@ pub struct Config {
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Address for proxied traffic.
-    pub listen: String,
+    #[serde(with = "typed")]
+    pub listen: SocketAddr,
     /// Address for `/healthz` and `/readyz`.
-    pub admin_listen: String,
+    #[serde(with = "typed")]
+    pub admin_listen: SocketAddr,
     /// Largest request body read for a keyed request; larger is 413.
     pub max_request_body: ByteSize,
     /// Largest upstream response body the gateway buffers and stores.
@@ -78,8 +84,8 @@ pub struct ServerConfig {
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
-            listen: "127.0.0.1:8080".into(),
-            admin_listen: "127.0.0.1:9090".into(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            admin_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
             max_request_body: ByteSize::mib(1),
             max_response_body: ByteSize::mib(8),
             max_header_size: ByteSize::kib(16),

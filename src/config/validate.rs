@@ -1,7 +1,11 @@
-//! Start-up validation of a parsed [`Config`]: every rule names the key it checks.
+//! The rules a parsed [`Config`] must still meet: bounds (sizes, durations, counts) and
+//! rules across keys (`ttl` at least `lock_ttl`, the lease against
+//! `redis.command_timeout`, unique route names). Values that have a type (methods,
+//! header names, statuses, the upstream URL, addresses) are parsed while the
+//! configuration is read ([`super::typed`]), not checked here. Every rule names the
+//! key it checks. [`crate::App::build`] runs it too, so it cannot be skipped.
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::{Config, ConfigError, IdempotencyConfig};
@@ -9,8 +13,6 @@ use super::{Config, ConfigError, IdempotencyConfig};
 /// Checks every value that parsed but may still be unusable.
 pub fn validate(config: &Config) -> Result<(), ConfigError> {
     let s = &config.server;
-    socket_addr("server.listen", &s.listen)?;
-    socket_addr("server.admin_listen", &s.admin_listen)?;
     positive_size("server.max_request_body", s.max_request_body.as_u64())?;
     positive_size("server.max_response_body", s.max_response_body.as_u64())?;
     if s.max_header_size.as_u64() < 8192 {
@@ -205,12 +207,6 @@ fn idempotency(at: &str, c: &IdempotencyConfig) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
-}
-
-fn socket_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
-    value.parse().map_err(|_| {
-        ConfigError::invalid(key, format!("`{value}` is not an IP:port socket address"))
-    })
 }
 
 fn positive_duration(key: &str, d: Duration) -> Result<(), ConfigError> {
