@@ -7,7 +7,7 @@ use anyhow::Context;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Config, InFlightPolicy, OnRedisUnavailable};
+use crate::config::{validate, Config, InFlightPolicy, OnRedisUnavailable};
 use crate::idempotency::{ScopeKeys, ScopeSecret};
 use crate::proxy::Upstream;
 use crate::route::RouteTable;
@@ -33,10 +33,13 @@ pub struct App {
 }
 
 impl App {
-    /// Builds the application from a validated configuration: connects Redis (which
-    /// need not be up), prepares Postgres (migrating it unless told not to) and starts
-    /// the background tasks (Redis probe, write-through, reaper).
+    /// Builds the application: checks the configuration's cross-field rules
+    /// ([`validate`], so a `Config` built or changed in code is refused with the key
+    /// at fault, not a panic), connects Redis (which need not be up), prepares Postgres
+    /// (migrating it unless told not to) and starts the background tasks (Redis probe,
+    /// write-through, reaper).
     pub async fn build(config: Config) -> anyhow::Result<Self> {
+        validate(&config)?;
         if config.routes.is_empty() {
             tracing::warn!("no [[routes]] configured: every proxied request answers 404");
         }
@@ -144,4 +147,36 @@ async fn scope_keys(config: &Config) -> anyhow::Result<ScopeKeys> {
         current: Some(secret),
         previous: c.lookup_unkeyed_ids.then_some(None),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A configuration changed in code after loading is checked, not trusted: the
+    /// error names the key, before anything is connected.
+    #[tokio::test]
+    async fn build_refuses_an_unchecked_config() {
+        let mut config = Config::from_toml(
+            "[[routes]]\nname = \"a\"\npath_prefix = \"/\"\nupstream = \"http://127.0.0.1:1\"\n",
+        )
+        .unwrap();
+        config.redis.command_timeout = Duration::from_secs(20);
+        let Err(e) = App::build(config).await else {
+            panic!("an invalid config was accepted");
+        };
+        assert!(
+            e.to_string().contains("routes[0].idempotency.lock_ttl"),
+            "{e}"
+        );
+
+        let mut config = Config::default();
+        config.idempotency.scope_headers.clear();
+        let Err(e) = App::build(config).await else {
+            panic!("an invalid config was accepted");
+        };
+        assert!(e.to_string().contains("idempotency.scope_headers"), "{e}");
+    }
 }

@@ -10,10 +10,7 @@ use std::time::Duration;
 
 use http::{HeaderName, Method, StatusCode, Uri};
 
-use crate::config::{
-    AnonymousScope, Config, IdempotencyConfig, InFlightPolicy, OnAmbiguous, OnRedisUnavailable,
-    RouteConfig,
-};
+use crate::config::{Config, IdempotencyConfig, RouteConfig};
 use crate::metrics::RouteMetrics;
 
 /// One route with its effective (defaults plus overrides) idempotency policy.
@@ -27,65 +24,35 @@ pub struct Route {
     pub metrics: RouteMetrics,
 }
 
-/// A route's idempotency settings, resolved into ready-to-use types.
+/// A route's idempotency policy: its effective settings (the defaults with the route's
+/// overrides applied), already in the types the gateway uses.
 #[derive(Debug)]
 pub struct Policy {
     /// The key header first, then its aliases.
     pub key_headers: Vec<HeaderName>,
-    pub methods: Vec<Method>,
-    pub required: bool,
-    pub max_key_length: usize,
-    pub ttl: Duration,
-    pub lock_ttl: Duration,
-    pub scope_headers: Vec<HeaderName>,
-    pub anonymous: AnonymousScope,
-    pub replay_set_cookie: bool,
-    pub mismatch_status: StatusCode,
-    pub on_redis_unavailable: OnRedisUnavailable,
-    pub in_flight: InFlightPolicy,
-    pub wait_timeout: Duration,
-    pub max_waiters: u32,
-    pub on_ambiguous: OnAmbiguous,
-    release_statuses: Vec<u16>,
+    pub settings: IdempotencyConfig,
 }
 
 impl Policy {
-    fn new(c: &IdempotencyConfig) -> Self {
-        // The configuration was validated, so every name, method and status parses.
-        let header = |s: &str| HeaderName::from_bytes(s.as_bytes()).expect("validated header");
+    fn new(settings: IdempotencyConfig) -> Self {
+        let key_headers = std::iter::once(&settings.header)
+            .chain(&settings.header_aliases)
+            .cloned()
+            .collect();
         Self {
-            key_headers: std::iter::once(&c.header)
-                .chain(&c.header_aliases)
-                .map(|h| header(h))
-                .collect(),
-            methods: (c.methods.iter())
-                .map(|m| Method::from_bytes(m.as_bytes()).expect("validated method"))
-                .collect(),
-            required: c.required,
-            max_key_length: c.max_key_length,
-            ttl: c.ttl,
-            lock_ttl: c.lock_ttl,
-            scope_headers: c.scope_headers.iter().map(|h| header(h)).collect(),
-            anonymous: c.anonymous,
-            replay_set_cookie: c.replay_set_cookie,
-            mismatch_status: StatusCode::from_u16(c.mismatch_status).expect("validated status"),
-            on_redis_unavailable: c.on_redis_unavailable,
-            in_flight: c.in_flight,
-            wait_timeout: c.wait_timeout,
-            max_waiters: c.max_waiters,
-            on_ambiguous: c.on_ambiguous,
-            release_statuses: c.release_statuses.clone(),
+            key_headers,
+            settings,
         }
     }
 
     /// Whether this method goes through the idempotency layer at all.
     pub fn covers(&self, method: &Method) -> bool {
-        self.methods.contains(method)
+        self.settings.methods.contains(method)
     }
 
     /// Whether an upstream answer with `status` releases the key instead of being stored.
     pub fn releases(&self, status: StatusCode) -> bool {
-        self.release_statuses.contains(&status.as_u16())
+        self.settings.release_statuses.contains(&status)
     }
 }
 
@@ -94,9 +61,9 @@ impl Route {
         Self {
             name: route.name.clone(),
             path_prefix: route.path_prefix.clone(),
-            upstream: route.upstream.parse().expect("validated upstream"),
+            upstream: route.upstream.clone(),
             upstream_timeout: route.upstream_timeout,
-            policy: Policy::new(&route.idempotency.apply(defaults)),
+            policy: Policy::new(route.idempotency.apply(defaults)),
             metrics: RouteMetrics::new(&route.name),
         }
     }
@@ -109,7 +76,8 @@ pub struct RouteTable {
 }
 
 impl RouteTable {
-    /// Builds the table from a validated configuration.
+    /// Builds the table from a configuration (its values are parsed; the cross-field
+    /// rules are [`crate::config::validate`]'s, which [`crate::App::build`] runs).
     pub fn new(config: &Config) -> Self {
         let mut routes: Vec<Arc<Route>> = (config.routes.iter())
             .map(|r| Arc::new(Route::new(r, &config.idempotency)))

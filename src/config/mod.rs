@@ -1,18 +1,24 @@
 //! Configuration: the typed schema, its built-in defaults, and loading in layers
 //! (defaults, then a TOML file, then `IDEMGATE__SECTION__KEY` environment variables).
 //!
-//! Loading never yields a half-valid value: [`Config::load`] deserialises with
-//! unknown keys rejected and then runs [`validate`](validate::validate), so every
-//! error names the key it is about.
+//! Loading never yields a half-valid value: [`Config::load`] deserialises straight
+//! into the types the gateway uses (`http::Method`, `HeaderName`, `StatusCode`, the
+//! upstream `Uri`, durations, sizes), with unknown keys rejected, and then runs
+//! [`validate`](validate::validate) for the rules across keys, so every error names
+//! the key it is about. [`crate::App::build`] validates again, so a `Config` built or
+//! changed in code cannot start unchecked.
 
+mod typed;
 mod validate;
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
 use bytesize::ByteSize;
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
+use http::{HeaderName, Method, StatusCode, Uri};
 use serde::{Deserialize, Serialize};
 
 pub use validate::validate;
@@ -43,9 +49,11 @@ pub struct Config {
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Address for proxied traffic.
-    pub listen: String,
+    #[serde(with = "typed")]
+    pub listen: SocketAddr,
     /// Address for `/healthz` and `/readyz`.
-    pub admin_listen: String,
+    #[serde(with = "typed")]
+    pub admin_listen: SocketAddr,
     /// Largest request body read for a keyed request; larger is 413.
     pub max_request_body: ByteSize,
     /// Largest upstream response body the gateway buffers and stores.
@@ -89,8 +97,8 @@ pub struct ServerConfig {
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
-            listen: "127.0.0.1:8080".into(),
-            admin_listen: "127.0.0.1:9090".into(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            admin_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
             max_request_body: ByteSize::mib(1),
             max_response_body: ByteSize::mib(8),
             max_header_size: ByteSize::kib(16),
@@ -286,48 +294,121 @@ pub enum OnRedisUnavailable {
     PassThrough,
 }
 
-/// `[idempotency]`: the defaults every route starts from.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct IdempotencyConfig {
-    pub header: String,
-    pub header_aliases: Vec<String>,
-    pub methods: Vec<String>,
-    pub required: bool,
-    pub max_key_length: usize,
-    #[serde(with = "humantime_serde")]
-    pub ttl: Duration,
-    #[serde(with = "humantime_serde")]
-    pub lock_ttl: Duration,
-    /// The headers whose values name the tenant (each absent, or present once). Prefer
-    /// a stable tenant header set by the auth layer (`X-Tenant-Id`) over a credential
-    /// that changes when it is refreshed (`Authorization`).
-    pub scope_headers: Vec<String>,
-    /// A keyed request with none of `scope_headers`: refused, or put in one scope that
-    /// every such caller shares (and so sees each other's stored responses).
-    pub anonymous: AnonymousScope,
-    /// Whether replays repeat the first response's `Set-Cookie` headers. When false,
-    /// they are not stored at all: only the first execution's client gets them.
-    pub replay_set_cookie: bool,
-    /// A file holding the server secret that keys scope and record ids (HMAC-SHA-256),
-    /// so that hashes in logs and Postgres cannot be reversed. Global only.
-    pub scope_secret_file: Option<std::path::PathBuf>,
-    /// After introducing `scope_secret_file`: also look new keys up under their
-    /// unkeyed (pre-secret) ids, so records stored before the upgrade replay. Turn off
-    /// one `ttl` after the upgrade. Global only.
-    pub lookup_unkeyed_ids: bool,
-    pub mismatch_status: u16,
-    pub release_statuses: Vec<u16>,
-    pub on_redis_unavailable: OnRedisUnavailable,
-    /// What a duplicate of an in-flight request gets: 409 at once, or a wait for the result.
-    pub in_flight: InFlightPolicy,
-    /// How long a waiting duplicate waits before its 409.
-    #[serde(with = "humantime_serde")]
-    pub wait_timeout: Duration,
-    /// Most duplicates waiting on one key across the fleet; more get 409 at once.
-    pub max_waiters: u32,
-    /// A timeout or reset after the request may have reached the upstream.
-    pub on_ambiguous: OnAmbiguous,
+/// Declares each idempotency setting once (its type, serde form, default and doc) and
+/// generates from that one list [`IdempotencyConfig`] with its `Default`, the
+/// per-route [`IdempotencyOverrides`] (every route setting as an `Option`) and
+/// [`IdempotencyOverrides::apply`], which merges a route's overrides over the
+/// defaults. Settings under `global` cannot be overridden per route.
+macro_rules! idempotency_settings {
+    (
+        route { $( $(#[$rmeta:meta])* $rname:ident : $rty:ty = $rdefault:expr; )* }
+        global { $( $(#[$gmeta:meta])* $gname:ident : $gty:ty = $gdefault:expr; )* }
+    ) => {
+        /// `[idempotency]`: the defaults every route starts from; also a route's
+        /// effective settings once its overrides are applied ([`crate::route::Policy`]).
+        #[derive(Debug, Clone, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields, default)]
+        pub struct IdempotencyConfig {
+            $( $(#[$rmeta])* pub $rname: $rty, )*
+            $( $(#[$gmeta])* pub $gname: $gty, )*
+        }
+
+        impl Default for IdempotencyConfig {
+            fn default() -> Self {
+                Self {
+                    $( $rname: $rdefault, )*
+                    $( $gname: $gdefault, )*
+                }
+            }
+        }
+
+        /// `[routes.idempotency]`: per-route overrides of [`IdempotencyConfig`]; absent keys inherit.
+        #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields, default)]
+        pub struct IdempotencyOverrides {
+            $(
+                $(#[$rmeta])*
+                #[serde(skip_serializing_if = "Option::is_none")]
+                pub $rname: Option<$rty>,
+            )*
+        }
+
+        impl IdempotencyOverrides {
+            /// The route's effective settings: each override, else the default.
+            pub fn apply(&self, base: &IdempotencyConfig) -> IdempotencyConfig {
+                IdempotencyConfig {
+                    $( $rname: self.$rname.clone().unwrap_or_else(|| base.$rname.clone()), )*
+                    $( $gname: base.$gname.clone(), )*
+                }
+            }
+        }
+    };
+}
+
+idempotency_settings! {
+    route {
+        /// The header that carries the idempotency key.
+        #[serde(with = "typed")]
+        header: HeaderName = HeaderName::from_static("idempotency-key");
+        /// Other headers accepted for the key, after `header`.
+        #[serde(with = "typed")]
+        header_aliases: Vec<HeaderName> = vec![HeaderName::from_static("x-idempotency-key")];
+        /// The methods that go through the idempotency layer; others pass through.
+        #[serde(with = "typed")]
+        methods: Vec<Method> = vec![Method::POST, Method::PATCH];
+        /// Whether a covered request without a key is refused (400).
+        required: bool = false;
+        max_key_length: usize = 255;
+        /// How long a completed response is kept and replayed.
+        #[serde(with = "humantime_serde")]
+        ttl: Duration = Duration::from_secs(24 * 3600);
+        /// The lease of an in-flight request (extended by its heartbeat).
+        #[serde(with = "humantime_serde")]
+        lock_ttl: Duration = Duration::from_secs(30);
+        /// The headers whose values name the tenant (each absent, or present once). Prefer
+        /// a stable tenant header set by the auth layer (`X-Tenant-Id`) over a credential
+        /// that changes when it is refreshed (`Authorization`).
+        #[serde(with = "typed")]
+        scope_headers: Vec<HeaderName> = vec![http::header::AUTHORIZATION];
+        /// A keyed request with none of `scope_headers`: refused, or put in one scope that
+        /// every such caller shares (and so sees each other's stored responses).
+        anonymous: AnonymousScope = AnonymousScope::Reject;
+        /// Whether replays repeat the first response's `Set-Cookie` headers. When false,
+        /// they are not stored at all: only the first execution's client gets them.
+        replay_set_cookie: bool = false;
+        /// The status of a reused key with a different request (a 4xx).
+        #[serde(with = "typed")]
+        mismatch_status: StatusCode = StatusCode::UNPROCESSABLE_ENTITY;
+        /// Upstream statuses that release the key instead of being stored.
+        #[serde(with = "typed")]
+        release_statuses: Vec<StatusCode> = vec![
+            StatusCode::REQUEST_TIMEOUT,
+            StatusCode::TOO_EARLY,
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::BAD_GATEWAY,
+            StatusCode::SERVICE_UNAVAILABLE,
+            StatusCode::GATEWAY_TIMEOUT,
+        ];
+        on_redis_unavailable: OnRedisUnavailable = OnRedisUnavailable::Postgres;
+        /// What a duplicate of an in-flight request gets: 409 at once, or a wait for the result.
+        in_flight: InFlightPolicy = InFlightPolicy::Reject;
+        /// How long a waiting duplicate waits before its 409.
+        #[serde(with = "humantime_serde")]
+        wait_timeout: Duration = Duration::from_secs(10);
+        /// Most duplicates waiting on one key across the fleet; more get 409 at once.
+        max_waiters: u32 = 100;
+        /// A timeout or reset after the request may have reached the upstream.
+        on_ambiguous: OnAmbiguous = OnAmbiguous::Release;
+    }
+    global {
+        /// A file holding the server secret that keys scope and record ids (HMAC-SHA-256),
+        /// so that hashes in logs and Postgres cannot be reversed. Global only.
+        scope_secret_file: Option<std::path::PathBuf> = None;
+        /// After introducing `scope_secret_file`: also look new keys up under their
+        /// unkeyed (pre-secret) ids, so records stored before the upgrade replay. Turn off
+        /// one `ttl` after the upgrade. Global only.
+        lookup_unkeyed_ids: bool = false;
+    }
 }
 
 /// `idempotency.anonymous`.
@@ -360,111 +441,15 @@ pub enum OnAmbiguous {
     Store,
 }
 
-impl Default for IdempotencyConfig {
-    fn default() -> Self {
-        Self {
-            header: "Idempotency-Key".into(),
-            header_aliases: vec!["X-Idempotency-Key".into()],
-            methods: vec!["POST".into(), "PATCH".into()],
-            required: false,
-            max_key_length: 255,
-            ttl: Duration::from_secs(24 * 3600),
-            lock_ttl: Duration::from_secs(30),
-            scope_headers: vec!["Authorization".into()],
-            anonymous: AnonymousScope::Reject,
-            replay_set_cookie: false,
-            scope_secret_file: None,
-            lookup_unkeyed_ids: false,
-            mismatch_status: 422,
-            release_statuses: vec![408, 425, 429, 502, 503, 504],
-            on_redis_unavailable: OnRedisUnavailable::Postgres,
-            in_flight: InFlightPolicy::Reject,
-            wait_timeout: Duration::from_secs(10),
-            max_waiters: 100,
-            on_ambiguous: OnAmbiguous::Release,
-        }
-    }
-}
-
-/// `[routes.idempotency]`: per-route overrides of [`IdempotencyConfig`]; absent keys inherit.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct IdempotencyOverrides {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub header: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub header_aliases: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub methods: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub required: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_key_length: Option<usize>,
-    #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
-    pub ttl: Option<Duration>,
-    #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
-    pub lock_ttl: Option<Duration>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub scope_headers: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub anonymous: Option<AnonymousScope>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub replay_set_cookie: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mismatch_status: Option<u16>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub release_statuses: Option<Vec<u16>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub on_redis_unavailable: Option<OnRedisUnavailable>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub in_flight: Option<InFlightPolicy>,
-    #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
-    pub wait_timeout: Option<Duration>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_waiters: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub on_ambiguous: Option<OnAmbiguous>,
-}
-
-impl IdempotencyOverrides {
-    /// The route's effective settings: each override, else the default.
-    pub fn apply(&self, base: &IdempotencyConfig) -> IdempotencyConfig {
-        IdempotencyConfig {
-            header: self.header.clone().unwrap_or_else(|| base.header.clone()),
-            header_aliases: (self.header_aliases.clone())
-                .unwrap_or_else(|| base.header_aliases.clone()),
-            methods: self.methods.clone().unwrap_or_else(|| base.methods.clone()),
-            required: self.required.unwrap_or(base.required),
-            max_key_length: self.max_key_length.unwrap_or(base.max_key_length),
-            ttl: self.ttl.unwrap_or(base.ttl),
-            lock_ttl: self.lock_ttl.unwrap_or(base.lock_ttl),
-            scope_headers: (self.scope_headers.clone())
-                .unwrap_or_else(|| base.scope_headers.clone()),
-            anonymous: self.anonymous.unwrap_or(base.anonymous),
-            replay_set_cookie: self.replay_set_cookie.unwrap_or(base.replay_set_cookie),
-            scope_secret_file: base.scope_secret_file.clone(),
-            lookup_unkeyed_ids: base.lookup_unkeyed_ids,
-            mismatch_status: self.mismatch_status.unwrap_or(base.mismatch_status),
-            release_statuses: (self.release_statuses.clone())
-                .unwrap_or_else(|| base.release_statuses.clone()),
-            on_redis_unavailable: self
-                .on_redis_unavailable
-                .unwrap_or(base.on_redis_unavailable),
-            in_flight: self.in_flight.unwrap_or(base.in_flight),
-            wait_timeout: self.wait_timeout.unwrap_or(base.wait_timeout),
-            max_waiters: self.max_waiters.unwrap_or(base.max_waiters),
-            on_ambiguous: self.on_ambiguous.unwrap_or(base.on_ambiguous),
-        }
-    }
-}
-
 /// `[[routes]]`: one upstream and the path prefix routed to it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
     pub name: String,
     pub path_prefix: String,
-    pub upstream: String,
+    /// `http://host:port`, parsed (and checked) while the configuration is read.
+    #[serde(with = "typed")]
+    pub upstream: Uri,
     #[serde(with = "humantime_serde", default = "default_upstream_timeout")]
     pub upstream_timeout: Duration,
     #[serde(default)]

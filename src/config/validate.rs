@@ -1,18 +1,18 @@
-//! Start-up validation of a parsed [`Config`]: every rule names the key it checks.
+//! The rules a parsed [`Config`] must still meet: bounds (sizes, durations, counts) and
+//! rules across keys (`ttl` at least `lock_ttl`, the lease against
+//! `redis.command_timeout`, unique route names). Values that have a type (methods,
+//! header names, statuses, the upstream URL, addresses) are parsed while the
+//! configuration is read ([`super::typed`]), not checked here. Every rule names the
+//! key it checks. [`crate::App::build`] runs it too, so it cannot be skipped.
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
 use std::time::Duration;
-
-use http::{HeaderName, Method, Uri};
 
 use super::{Config, ConfigError, IdempotencyConfig, ServerConfig};
 
 /// Checks every value that parsed but may still be unusable.
 pub fn validate(config: &Config) -> Result<(), ConfigError> {
     let s = &config.server;
-    socket_addr("server.listen", &s.listen)?;
-    socket_addr("server.admin_listen", &s.admin_listen)?;
     positive_size("server.max_request_body", s.max_request_body.as_u64())?;
     positive_size("server.max_response_body", s.max_response_body.as_u64())?;
     if s.max_header_size.as_u64() < 8192 {
@@ -151,21 +151,6 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
                 "must start with `/`",
             ));
         }
-        let uri: Uri = route.upstream.parse().map_err(|e| {
-            ConfigError::invalid(format!("{at}.upstream"), format!("not a URL: {e}"))
-        })?;
-        if uri.scheme_str() != Some("http") || uri.authority().is_none() {
-            return Err(ConfigError::invalid(
-                format!("{at}.upstream"),
-                "must be an http://host:port URL (TLS to the upstream is not supported)",
-            ));
-        }
-        if uri.query().is_some() {
-            return Err(ConfigError::invalid(
-                format!("{at}.upstream"),
-                "must not carry a query string",
-            ));
-        }
         positive_duration(&format!("{at}.upstream_timeout"), route.upstream_timeout)?;
         let effective = route.idempotency.apply(&config.idempotency);
         idempotency(&format!("{at}.idempotency"), &effective)?;
@@ -188,28 +173,12 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
 }
 
 fn idempotency(at: &str, c: &IdempotencyConfig) -> Result<(), ConfigError> {
-    header_name(&format!("{at}.header"), &c.header)?;
-    for (i, alias) in c.header_aliases.iter().enumerate() {
-        header_name(&format!("{at}.header_aliases[{i}]"), alias)?;
-    }
+    // Header names, methods and statuses were parsed with the configuration.
     if c.scope_headers.is_empty() {
         return Err(ConfigError::invalid(
             format!("{at}.scope_headers"),
             "name at least one tenant header",
         ));
-    }
-    for (i, name) in c.scope_headers.iter().enumerate() {
-        header_name(&format!("{at}.scope_headers[{i}]"), name)?;
-    }
-    for (i, m) in c.methods.iter().enumerate() {
-        let ok =
-            Method::from_bytes(m.as_bytes()).is_ok() && m.bytes().all(|b| !b.is_ascii_lowercase());
-        if !ok {
-            return Err(ConfigError::invalid(
-                format!("{at}.methods[{i}]"),
-                format!("`{m}` is not an upper-case HTTP method"),
-            ));
-        }
     }
     if c.max_key_length == 0 || c.max_key_length > 4096 {
         return Err(ConfigError::invalid(
@@ -232,19 +201,11 @@ fn idempotency(at: &str, c: &IdempotencyConfig) -> Result<(), ConfigError> {
             "must be greater than zero",
         ));
     }
-    if !(400..=499).contains(&c.mismatch_status) {
+    if !c.mismatch_status.is_client_error() {
         return Err(ConfigError::invalid(
             format!("{at}.mismatch_status"),
             "must be a 4xx status",
         ));
-    }
-    for (i, s) in c.release_statuses.iter().enumerate() {
-        if !(100..=599).contains(s) {
-            return Err(ConfigError::invalid(
-                format!("{at}.release_statuses[{i}]"),
-                format!("{s} is not an HTTP status"),
-            ));
-        }
     }
     Ok(())
 }
@@ -275,18 +236,6 @@ fn server_limits(s: &ServerConfig) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
-}
-
-fn socket_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
-    value.parse().map_err(|_| {
-        ConfigError::invalid(key, format!("`{value}` is not an IP:port socket address"))
-    })
-}
-
-fn header_name(key: &str, value: &str) -> Result<(), ConfigError> {
-    HeaderName::from_bytes(value.as_bytes())
-        .map(|_| ())
-        .map_err(|_| ConfigError::invalid(key, format!("`{value}` is not a valid header name")))
 }
 
 fn positive_duration(key: &str, d: Duration) -> Result<(), ConfigError> {

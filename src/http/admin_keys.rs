@@ -81,14 +81,15 @@ fn resolve(
         .iter()
         .find(|r| r.name == route)
         .ok_or_else(not_found)?;
-    let key = key::parse(raw_key.as_bytes(), route.policy.max_key_length).map_err(Problem::from)?;
+    let key = key::parse(raw_key.as_bytes(), route.policy.settings.max_key_length)
+        .map_err(Problem::from)?;
     if which.tenant.is_some() {
         return Err(bad_query(
             "send the tenant as Idemgate-Scope-<header> request headers, not in the query \
              string (URLs end up in access logs)",
         ));
     }
-    let names = &route.policy.scope_headers;
+    let names = &route.policy.settings.scope_headers;
     let mut tenant = HeaderMap::new();
     for name in names {
         for value in headers.get_all(format!("{SCOPE_PREFIX}{name}").as_str()) {

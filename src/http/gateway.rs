@@ -135,10 +135,10 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
     let key = match key::extract(
         request.headers(),
         &policy.key_headers,
-        policy.max_key_length,
+        policy.settings.max_key_length,
     ) {
         Ok(Some(key)) => key,
-        Ok(None) if policy.required => {
+        Ok(None) if policy.settings.required => {
             trace.outcome = Some(Outcome::MissingKey);
             let header = policy.key_headers[0].to_string();
             return Problem::from(KeyError::Missing(header)).into_response();
@@ -182,17 +182,17 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
         let (outcome, response) = if hit.fingerprint == fingerprint {
             (
                 Outcome::Replayed,
-                hit.response.replay(policy.replay_set_cookie),
+                hit.response.replay(policy.settings.replay_set_cookie),
             )
         } else {
-            let problem = Problem::mismatch(policy.mismatch_status);
+            let problem = Problem::mismatch(policy.settings.mismatch_status);
             (Outcome::Mismatch, problem.into_response())
         };
         trace.outcome = Some(outcome);
         return response;
     }
     let claim = match app.stores.claim(&route, scope, record, &fingerprint).await {
-        Ok(Claim::InFlight { remaining }) if policy.in_flight == InFlightPolicy::Wait => {
+        Ok(Claim::InFlight { remaining }) if policy.settings.in_flight == InFlightPolicy::Wait => {
             (app.stores)
                 .wait(&route, scope, record, &fingerprint, remaining)
                 .await
@@ -232,7 +232,7 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
             response,
             remaining,
         }) => {
-            let replay = response.replay(policy.replay_set_cookie);
+            let replay = response.replay(policy.settings.replay_set_cookie);
             app.stores
                 .remember(record, fingerprint, &response, remaining);
             (Outcome::Replayed, replay)
@@ -243,7 +243,7 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
         ),
         Ok(Claim::Mismatch) => (
             Outcome::Mismatch,
-            Problem::mismatch(policy.mismatch_status).into_response(),
+            Problem::mismatch(policy.settings.mismatch_status).into_response(),
         ),
         Ok(Claim::Bypassed) => {
             let request = Request::from_parts(parts, Body::from(body));
@@ -337,7 +337,7 @@ async fn execute(
             let mut stored =
                 StoredResponse::from_upstream(answer.status, &answer.headers, answer.body);
             let first = stored.to_response(false);
-            if !route.policy.replay_set_cookie {
+            if !route.policy.settings.replay_set_cookie {
                 // The first client gets its cookies; they are not stored, so never replayed.
                 stored.remove_set_cookie();
             }
@@ -349,7 +349,7 @@ async fn execute(
                 "upstream response too large to store; storing a 502 problem for this key");
             Problem::from(&e).to_stored()
         }
-        Err(e) if e.is_ambiguous() && route.policy.on_ambiguous == OnAmbiguous::Store => {
+        Err(e) if e.is_ambiguous() && route.policy.settings.on_ambiguous == OnAmbiguous::Store => {
             // The upstream may have acted: answer every retry with the same "unknown".
             tracing::warn!(error = %e,
                 "upstream outcome unknown; storing it for this key (on_ambiguous = store)");
@@ -376,10 +376,15 @@ async fn settle(
     first: Response,
 ) -> (Outcome, Response) {
     let (record, scope, lease_fingerprint) = (lease.record(), lease.scope(), lease.fingerprint());
-    match lease.complete(&stored, route.policy.ttl).await {
+    match lease.complete(&stored, route.policy.settings.ttl).await {
         Ok(Completion::Stored) => {
             metrics::stored_bytes(stored.encoded_len());
-            (app.stores).remember(record, lease_fingerprint, &stored, route.policy.ttl);
+            (app.stores).remember(
+                record,
+                lease_fingerprint,
+                &stored,
+                route.policy.settings.ttl,
+            );
         }
         Ok(Completion::LeaseLost) => {
             metrics::lease_lost();
@@ -394,11 +399,11 @@ async fn settle(
             return match found {
                 Ok(Some(Claim::Completed { response, .. })) => (
                     Outcome::Replayed,
-                    response.replay(route.policy.replay_set_cookie),
+                    response.replay(route.policy.settings.replay_set_cookie),
                 ),
                 _ => (
                     Outcome::InFlight,
-                    Problem::superseded(route.policy.lock_ttl).into_response(),
+                    Problem::superseded(route.policy.settings.lock_ttl).into_response(),
                 ),
             };
         }
@@ -414,10 +419,10 @@ fn scope_of(
     headers: &http::HeaderMap,
     secret: Option<&ScopeSecret>,
 ) -> Result<Scope, ScopeError> {
-    let names = &route.policy.scope_headers;
+    let names = &route.policy.settings.scope_headers;
     match Scope::from_headers(&route.name, headers, names, secret)? {
         Some(scope) => Ok(scope),
-        None if route.policy.anonymous == AnonymousScope::Shared => {
+        None if route.policy.settings.anonymous == AnonymousScope::Shared => {
             Ok(Scope::anonymous(&route.name, names, secret))
         }
         None => Err(ScopeError::Missing(
@@ -437,7 +442,7 @@ async fn with_heartbeat<T>(
     lease: &Lease,
     route: &Route,
 ) -> T {
-    let lock_ttl = route.policy.lock_ttl;
+    let lock_ttl = route.policy.settings.lock_ttl;
     let every = lock_ttl / 3;
     let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -63,8 +63,8 @@ impl Stores {
                 &ask.redis_key,
                 &fingerprint,
                 &ask.token,
-                policy.lock_ttl,
-                policy.ttl + policy.lock_ttl,
+                policy.settings.lock_ttl,
+                policy.settings.ttl + policy.settings.lock_ttl,
             )
             .await;
         match claimed {
@@ -100,7 +100,7 @@ impl Stores {
             redis_key: ask.redis_key,
             token: ask.token,
             route: route.name.clone(),
-            lock_ttl: route.policy.lock_ttl,
+            lock_ttl: route.policy.settings.lock_ttl,
             scope: ask.scope,
             record: ask.record,
             fingerprint: ask.fingerprint,
@@ -127,7 +127,12 @@ impl Stores {
         let key = self.0.redis.record_key(record);
         let id = uuid::Uuid::new_v4().simple().to_string();
         match (self.0.redis)
-            .join_waiters(&key, policy.max_waiters, &id, policy.wait_timeout * 2)
+            .join_waiters(
+                &key,
+                policy.settings.max_waiters,
+                &id,
+                policy.settings.wait_timeout * 2,
+            )
             .await
         {
             Ok(true) => {}
@@ -140,7 +145,7 @@ impl Stores {
             id,
         };
         let watch = waiters.watch(self.0.redis.channel(&_slot.key));
-        let deadline = Instant::now() + policy.wait_timeout;
+        let deadline = Instant::now() + policy.settings.wait_timeout;
         let result = loop {
             let notified = watch.notify().notified();
             tokio::pin!(notified);
@@ -244,7 +249,12 @@ impl Stores {
         let rec = lease_ref(&lease);
         let found = if pg.claims == ClaimDurability::WriteThrough {
             match (pg.store)
-                .claim(rec, &lease.fingerprint, &lease.token, route.policy.lock_ttl)
+                .claim(
+                    rec,
+                    &lease.fingerprint,
+                    &lease.token,
+                    route.policy.settings.lock_ttl,
+                )
                 .await
             {
                 Ok(PgClaim::Acquired { .. }) => {
@@ -339,7 +349,7 @@ impl Stores {
         ask: Ask,
         cause: StoreError,
     ) -> Result<Claim<Lease>, StoreError> {
-        match (route.policy.on_redis_unavailable, &self.0.postgres) {
+        match (route.policy.settings.on_redis_unavailable, &self.0.postgres) {
             (OnRedisUnavailable::Postgres, Some(pg)) => {
                 metrics::fallback("redis_unavailable");
                 let rec = RecordRef {
@@ -348,7 +358,12 @@ impl Stores {
                     route: &route.name,
                 };
                 let claimed = (pg.store)
-                    .claim(rec, &ask.fingerprint, &ask.token, route.policy.lock_ttl)
+                    .claim(
+                        rec,
+                        &ask.fingerprint,
+                        &ask.token,
+                        route.policy.settings.lock_ttl,
+                    )
                     .await?;
                 match claimed {
                     PgClaim::Acquired { fence } => {
