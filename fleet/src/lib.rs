@@ -17,12 +17,13 @@
 
 mod gateway;
 mod haproxy;
+pub mod local;
 mod net;
 mod postgres;
 mod redis;
 
 pub use gateway::{Replica, Upstream};
-pub use haproxy::{Backend, HaProxy, HaproxyConfig};
+pub use haproxy::{render_local as haproxy_local_config, Backend, HaProxy, HaproxyConfig};
 pub use net::{free_port, http_status, port_open, wait_port};
 pub use postgres::{bindir as pg_bindir, postgres_owner, PgServer};
 pub use redis::RedisServer;
