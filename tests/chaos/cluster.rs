@@ -1,19 +1,22 @@
 //! One scenario's fleet, all on free loopback ports, all real processes: redis-server,
 //! PostgreSQL (`initdb` + `postgres`, optional), the demo upstream binary, N gateway
 //! replicas (`idemgate serve` with a generated TOML file each) and HAProxy in front
-//! (round robin, health check on each replica's admin `/readyz`). Everything is
-//! killed when the [`Stack`] is dropped.
+//! (round robin, health check on each replica's admin `/readyz`). The processes are
+//! the fleet launcher's parts (`fleet/`, crate `idemgate_fleet`); this file chooses
+//! the scenario's options, writes the replicas' configuration and waits on them.
+//! Everything is killed when the [`Stack`] is dropped.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use idemgate_fleet::{free_port, Backend, HaProxy, HaproxyConfig, Replica, Upstream};
 use tempfile::TempDir;
 
 use crate::faultproxy::FaultProxy;
 use crate::postgres::PgServer;
-use crate::redis::{free_port, RedisServer};
+use crate::redis::RedisServer;
 
 pub const IDEMGATE: &str = env!("CARGO_BIN_EXE_idemgate");
 pub const DEMO_UPSTREAM: &str = env!("CARGO_BIN_EXE_demo-upstream");
@@ -78,12 +81,6 @@ impl Default for Options {
     }
 }
 
-/// The demo upstream process.
-pub struct Upstream {
-    pub port: u16,
-    child: Child,
-}
-
 /// `GET /_demo/executions`: executions per `Idempotency-Key`.
 #[derive(Debug, Default, Clone)]
 pub struct Ledger {
@@ -91,122 +88,25 @@ pub struct Ledger {
     pub keys: HashMap<String, u64>,
 }
 
-impl Upstream {
-    fn start(dir: &std::path::Path, env: &[(String, String)]) -> Self {
-        let port = free_port();
-        let log = std::fs::File::create(dir.join("upstream.log")).unwrap();
-        let child = Command::new(DEMO_UPSTREAM)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::from(log.try_clone().unwrap()))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("demo-upstream binary");
-        wait_port(port, Duration::from_secs(10));
-        Self { port, child }
-    }
-
-    pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
+/// What the scenarios ask a replica over HTTP, with the stack's client (the process
+/// itself is the launcher's [`Replica`]).
+pub trait Probe {
+    async fn ready(&self, http: &reqwest::Client) -> bool;
+    async fn wait_ready(&self, http: &reqwest::Client, within: Duration) -> bool;
+    /// Sum of a metric over its label sets (`None` if the scrape failed).
+    async fn metric(&self, http: &reqwest::Client, name: &str) -> Option<f64>;
 }
 
-impl Drop for Upstream {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One `idemgate serve` process.
-pub struct Replica {
-    pub index: usize,
-    pub port: u16,
-    pub admin: u16,
-    pub config: PathBuf,
-    pub log: PathBuf,
-    child: Option<Child>,
-}
-
-impl Replica {
-    fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .unwrap();
-        let child = Command::new(IDEMGATE)
-            .arg("serve")
-            .arg("--config")
-            .arg(&self.config)
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::from(log.try_clone().unwrap()))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("idemgate binary");
-        self.child = Some(child);
-    }
-
-    pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    /// Whether the process is alive (a stopped one counts); reaps it if it exited.
-    pub fn running(&mut self) -> bool {
-        match self.child.as_mut().map(|c| c.try_wait()) {
-            Some(Ok(None)) => true,
-            Some(_) => {
-                self.child = None;
-                false
-            }
-            None => false,
-        }
-    }
-
-    /// Sends a signal by name (`STOP`, `CONT`, `TERM`, `KILL`).
-    pub fn signal(&self, sig: &str) {
-        if let Some(pid) = self.pid() {
-            let ok = Command::new("kill")
-                .args([&format!("-{sig}"), &pid.to_string()])
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
-            assert!(ok, "kill -{sig} {pid} failed");
-        }
-    }
-
-    /// SIGKILL and reap.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Starts it again (same ports, same configuration).
-    pub fn start(&mut self) {
-        assert!(self.child.is_none(), "replica {} still running", self.index);
-        self.spawn();
-    }
-
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    pub async fn ready(&self, http: &reqwest::Client) -> bool {
-        let url = format!("http://127.0.0.1:{}/readyz", self.admin);
+impl Probe for Replica {
+    async fn ready(&self, http: &reqwest::Client) -> bool {
+        let url = format!("{}/readyz", self.admin_url());
         matches!(
             http.get(url).timeout(Duration::from_millis(500)).send().await,
             Ok(r) if r.status() == 200
         )
     }
 
-    pub async fn wait_ready(&self, http: &reqwest::Client, within: Duration) -> bool {
+    async fn wait_ready(&self, http: &reqwest::Client, within: Duration) -> bool {
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
             if self.ready(http).await {
@@ -217,9 +117,8 @@ impl Replica {
         false
     }
 
-    /// Sum of a metric over its label sets (`None` if the scrape failed).
-    pub async fn metric(&self, http: &reqwest::Client, name: &str) -> Option<f64> {
-        let url = format!("http://127.0.0.1:{}/metrics", self.admin);
+    async fn metric(&self, http: &reqwest::Client, name: &str) -> Option<f64> {
+        let url = format!("{}/metrics", self.admin_url());
         let text = http
             .get(url)
             .timeout(Duration::from_secs(1))
@@ -239,88 +138,6 @@ impl Replica {
                 .sum(),
         )
     }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        if let Some(pid) = self.pid() {
-            // A stopped process must be continued to die promptly.
-            let _ = Command::new("kill")
-                .args(["-CONT", &pid.to_string()])
-                .status();
-        }
-        self.kill();
-    }
-}
-
-/// HAProxy in front of the replicas.
-pub struct HaProxy {
-    pub port: u16,
-    child: Child,
-}
-
-impl HaProxy {
-    fn start(dir: &std::path::Path, replicas: &[Replica], abort_on_close: bool) -> Self {
-        let port = free_port();
-        let servers: String = replicas
-            .iter()
-            .map(|r| {
-                format!(
-                    "  server r{} 127.0.0.1:{} check port {}\n",
-                    r.index, r.port, r.admin
-                )
-            })
-            .collect();
-        let abort = if abort_on_close {
-            "  option abortonclose\n"
-        } else {
-            ""
-        };
-        let cfg = format!(
-            "global\n  maxconn 8000\n\
-             defaults\n  mode http\n  timeout connect 500ms\n  timeout client 30s\n  \
-             timeout server 30s\n  timeout check 300ms\n  retries 2\n  option redispatch\n{abort}\
-             frontend front\n  bind 127.0.0.1:{port}\n  default_backend replicas\n\
-             backend replicas\n  balance roundrobin\n  option httpchk GET /readyz\n  \
-             http-check expect status 200\n  default-server inter 200ms fall 2 rise 2\n{servers}"
-        );
-        let path = dir.join("haproxy.cfg");
-        std::fs::write(&path, cfg).unwrap();
-        let log = std::fs::File::create(dir.join("haproxy.log")).unwrap();
-        let bin = if std::path::Path::new("/usr/sbin/haproxy").exists() {
-            "/usr/sbin/haproxy"
-        } else {
-            "haproxy"
-        };
-        let child = Command::new(bin)
-            .arg("-f")
-            .arg(&path)
-            .arg("-db")
-            .stdout(Stdio::from(log.try_clone().unwrap()))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("haproxy must be installed (apt-get install haproxy)");
-        wait_port(port, Duration::from_secs(10));
-        Self { port, child }
-    }
-}
-
-impl Drop for HaProxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn wait_port(port: u16, within: Duration) {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("nothing listens on 127.0.0.1:{port}");
 }
 
 /// The gateway configuration of one replica.
@@ -408,7 +225,7 @@ impl Stack {
         let redis_args: Vec<&str> = opts.redis_args.iter().map(String::as_str).collect();
         let redis = RedisServer::start_with(&redis_args);
         let pg = (opts.durability != Durability::RedisOnly).then(PgServer::start);
-        let upstream = Upstream::start(dir.path(), &opts.upstream_env);
+        let upstream = Upstream::start(Path::new(DEMO_UPSTREAM), dir.path(), &opts.upstream_env);
         let fault = if opts.via_fault_proxy.is_empty() {
             None
         } else {
@@ -425,7 +242,7 @@ impl Stack {
                 Some(f) if opts.via_fault_proxy.contains(&index) => f.redis_url(),
                 _ => redis.url(),
             };
-            let pg_url = pg.as_ref().map(PgServer::url);
+            let pg_url = pg.as_ref().map(|p| p.url());
             let toml = replica_toml(
                 &opts,
                 port,
@@ -436,22 +253,30 @@ impl Stack {
             );
             let config = dir.path().join(format!("replica{index}.toml"));
             std::fs::write(&config, toml).unwrap();
-            let mut r = Replica {
-                index,
-                port,
-                admin,
-                config,
-                log: dir.path().join(format!("replica{index}.log")),
-                child: None,
-            };
-            r.spawn();
+            let log = dir.path().join(format!("replica{index}.log"));
+            let mut r = Replica::new(Path::new(IDEMGATE), index, port, admin, config, log);
+            r.start();
             // One at a time: migrations on start take an advisory lock anyway.
             if !r.wait_ready(&http, Duration::from_secs(20)).await {
                 panic!("replica {index} not ready; its log:\n{}", r.log_text());
             }
             replicas.push(r);
         }
-        let haproxy = HaProxy::start(dir.path(), &replicas, opts.abort_on_close);
+        let backends = (replicas.iter())
+            .map(|r| Backend {
+                name: format!("r{}", r.index),
+                port: r.port,
+                admin: r.admin,
+            })
+            .collect();
+        let haproxy = HaProxy::start(
+            dir.path(),
+            &HaproxyConfig {
+                port: free_port(),
+                backends,
+                abort_on_close: opts.abort_on_close,
+            },
+        );
         let stack = Self {
             haproxy: Some(haproxy),
             replicas,
@@ -468,7 +293,7 @@ impl Stack {
 
     /// HAProxy's address: what the driver talks to.
     pub fn front(&self) -> String {
-        format!("http://127.0.0.1:{}", self.haproxy.as_ref().unwrap().port)
+        self.haproxy.as_ref().unwrap().url()
     }
 
     pub fn replica_urls(&self) -> Vec<String> {

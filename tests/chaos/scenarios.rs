@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use fred::prelude::{Builder, ClientLike, Config as FredConfig, KeysInterface};
 
 use crate::checker::{Expect, Report};
-use crate::cluster::{config_accepted, Durability, Options, Stack};
+use crate::cluster::{config_accepted, Durability, Options, Probe, Stack};
 use crate::driver::{self, KeyClass, Phase, Plan, Req, Workload};
 use crate::faultproxy::Fault;
 use crate::harness::{finish, start, Running};

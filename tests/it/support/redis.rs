@@ -1,113 +1,38 @@
-//! A real `redis-server` per test, on a free loopback port in a temp dir, killed on drop.
-//! Shared by the `it` tests and the chaos suite (`tests/chaos.rs`), which adds server
-//! arguments (persistence, `maxmemory`) and injects faults: SIGKILL, a restart with or
-//! without its data, commands through `redis-cli`.
+//! A real `redis-server` per test (from the fleet launcher, `fleet/src/redis.rs`: free
+//! loopback port, temp dir, killed on drop) plus what the tests read from it through a
+//! client: keys, record keys, TTLs. Shared by the `it` tests and the chaos suite
+//! (`tests/chaos.rs`), which also uses the launcher's faults (SIGKILL, a restart with or
+//! without its data, commands through `redis-cli`) through `Deref`.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::ops::{Deref, DerefMut};
 
 use fred::prelude::{Builder, ClientLike, Config, KeysInterface};
-use tempfile::TempDir;
 
-pub struct RedisServer {
-    pub port: u16,
-    dir: TempDir,
-    extra: Vec<String>,
-    child: Option<Child>,
+pub struct RedisServer(idemgate_fleet::RedisServer);
+
+impl Deref for RedisServer {
+    type Target = idemgate_fleet::RedisServer;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
-/// A port nothing listens on right now.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+impl DerefMut for RedisServer {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
 }
 
 impl RedisServer {
     /// Starts a fresh server with no persistence.
     pub fn start() -> Self {
-        Self::start_with(&[])
+        Self(idemgate_fleet::RedisServer::start())
     }
 
     /// Starts a server with `extra` arguments after the defaults (no RDB snapshots, no
     /// AOF, `DEBUG` allowed).
     pub fn start_with(extra: &[&str]) -> Self {
-        for _ in 0..5 {
-            let mut server = Self {
-                port: free_port(),
-                dir: tempfile::tempdir().unwrap(),
-                extra: extra.iter().map(|s| s.to_string()).collect(),
-                child: None,
-            };
-            if server.spawn() {
-                return server;
-            }
-        }
-        panic!("could not start redis-server (is it installed? `make test` installs it)");
-    }
-
-    /// Spawns on `self.port`; true once it answers `PING` (after loading any AOF).
-    fn spawn(&mut self) -> bool {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join("redis.log"))
-            .unwrap();
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
-            .args(["--enable-debug-command", "yes"])
-            .arg("--dir")
-            .arg(self.dir.path())
-            .args(&self.extra)
-            .stdout(Stdio::from(log.try_clone().unwrap()))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("redis-server must be on PATH (`make test` installs it)");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
-                return false; // exited: port taken
-            }
-            if answers_ping(self.port) {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    /// SIGKILL. Without persistence every key is gone; with `--appendonly yes` the AOF stays.
-    pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Starts again on the same port (with whatever its persistence kept).
-    pub fn start_again(&mut self) {
-        assert!(self.child.is_none(), "still running");
-        assert!(
-            self.spawn(),
-            "redis-server did not come back on port {}",
-            self.port
-        );
-    }
-
-    /// SIGKILL and start again on the same port (empty, unless persistence is on).
-    pub fn restart(&mut self) {
-        self.stop();
-        self.start_again();
+        Self(idemgate_fleet::RedisServer::start_with(extra))
     }
 
     /// A separate client for inspecting the server from a test.
@@ -141,57 +66,4 @@ impl RedisServer {
         let _ = client.quit().await;
         ttl
     }
-}
-
-/// Faults and inspection for the chaos suite (`tests/chaos.rs`).
-#[allow(dead_code)] // the `it` tests use none of these
-impl RedisServer {
-    /// SIGKILL, delete any persisted data, start again empty on the same port.
-    pub fn restart_empty(&mut self) {
-        self.stop();
-        for entry in std::fs::read_dir(self.dir.path()).unwrap().flatten() {
-            if entry.file_name() != "redis.log" {
-                let p = entry.path();
-                let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
-            }
-        }
-        self.start_again();
-    }
-
-    /// Runs one command with `redis-cli`; its output (errors included). Synchronous, so
-    /// that it works while the server is paused and from outside a runtime.
-    pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli must be on PATH");
-        let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
-        s.push_str(&String::from_utf8_lossy(&out.stderr));
-        s
-    }
-
-    /// One `INFO` field.
-    pub fn info(&self, field: &str) -> Option<String> {
-        let info = self.cli(&["INFO"]);
-        info.lines()
-            .find_map(|l| l.strip_prefix(&format!("{field}:")))
-            .map(|v| v.trim().to_string())
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// Whether a server on `port` answers `PING` with `+PONG` (not `-LOADING`).
-fn answers_ping(port: u16) -> bool {
-    let Ok(mut conn) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = conn.set_read_timeout(Some(Duration::from_millis(500)));
-    let mut reply = [0u8; 5];
-    conn.write_all(b"PING\r\n").is_ok() && conn.read_exact(&mut reply).is_ok() && &reply == b"+PONG"
 }

@@ -1,0 +1,166 @@
+//! The processes of the gateway tier: the demo upstream ([`Upstream`], the fake
+//! payments API of `src/bin/demo-upstream.rs`) and gateway replicas ([`Replica`], one
+//! `idemgate serve --config FILE` each). Binaries are passed in by path. Both are
+//! killed when dropped; a replica can be signalled, killed and started again with the
+//! same ports and configuration, as the chaos suite does.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::net::{free_port, wait_port};
+
+/// The demo upstream process.
+pub struct Upstream {
+    pub port: u16,
+    child: Child,
+}
+
+impl Upstream {
+    /// Starts `bin` on a free port, its log in `dir/upstream.log`, with `env` (for
+    /// `DEMO_FAIL_RATE`, `DEMO_RESET_RATE`, ...); returns once it listens.
+    pub fn start(bin: &Path, dir: &Path, env: &[(String, String)]) -> Self {
+        let port = free_port();
+        let log = std::fs::File::create(dir.join("upstream.log")).unwrap();
+        let child = Command::new(bin)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("demo-upstream binary");
+        wait_port(port, Duration::from_secs(10));
+        Self { port, child }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One `idemgate serve` process: its ports, configuration file and log.
+pub struct Replica {
+    pub index: usize,
+    pub port: u16,
+    pub admin: u16,
+    pub config: PathBuf,
+    pub log: PathBuf,
+    bin: PathBuf,
+    child: Option<Child>,
+}
+
+impl Replica {
+    /// A replica of `bin` (not started) that listens on `port` and `admin` as its
+    /// `config` says, logging (appended) to `log`.
+    pub fn new(
+        bin: &Path,
+        index: usize,
+        port: u16,
+        admin: u16,
+        config: PathBuf,
+        log: PathBuf,
+    ) -> Self {
+        Self {
+            index,
+            port,
+            admin,
+            config,
+            log,
+            bin: bin.to_path_buf(),
+            child: None,
+        }
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(&self.bin)
+            .arg("serve")
+            .arg("--config")
+            .arg(&self.config)
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("idemgate binary");
+        self.child = Some(child);
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The admin listener (`/readyz`, `/metrics`).
+    pub fn admin_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.admin)
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether the process is alive (a stopped one counts); reaps it if it exited.
+    pub fn running(&mut self) -> bool {
+        match self.child.as_mut().map(|c| c.try_wait()) {
+            Some(Ok(None)) => true,
+            Some(_) => {
+                self.child = None;
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Sends a signal by name (`STOP`, `CONT`, `TERM`, `KILL`).
+    pub fn signal(&self, sig: &str) {
+        if let Some(pid) = self.pid() {
+            let ok = Command::new("kill")
+                .args([&format!("-{sig}"), &pid.to_string()])
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            assert!(ok, "kill -{sig} {pid} failed");
+        }
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it (again: same ports, same configuration).
+    pub fn start(&mut self) {
+        assert!(self.child.is_none(), "replica {} still running", self.index);
+        self.spawn();
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid() {
+            // A stopped process must be continued to die promptly.
+            let _ = Command::new("kill")
+                .args(["-CONT", &pid.to_string()])
+                .status();
+        }
+        self.kill();
+    }
+}

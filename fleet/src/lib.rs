@@ -1,0 +1,29 @@
+//! The one place that knows how to start and stop the parts of an idemgate fleet on
+//! loopback: `redis-server` ([`RedisServer`]), PostgreSQL ([`PgServer`]), the demo
+//! upstream ([`Upstream`]), gateway replicas ([`Replica`]) and HAProxy in front
+//! ([`HaProxy`], configuration from [`HaproxyConfig`]).
+//!
+//! Every part listens on 127.0.0.1 only, on a free port ([`free_port`]) or a fixed one,
+//! writes its log into a directory it is given (or a temporary one it owns), and is
+//! killed when dropped. The chaos suite (`tests/chaos/cluster.rs`) and the integration
+//! tests (`tests/it/support`) build their fleets from these parts; the next topology
+//! (Redis Cluster, Sentinel, TLS) is taught here once.
+//!
+//! Binaries are passed in (the tests know them from `CARGO_BIN_EXE_*`); the system
+//! servers (`redis-server`, `initdb`/`postgres`, `haproxy`) are looked up on the
+//! machine, as `make test` and `make up` install them.
+
+#![forbid(unsafe_code)]
+
+mod gateway;
+mod haproxy;
+pub mod local;
+mod net;
+mod postgres;
+mod redis;
+
+pub use gateway::{Replica, Upstream};
+pub use haproxy::{render_local as haproxy_local_config, Backend, HaProxy, HaproxyConfig};
+pub use net::{free_port, http_status, port_open, wait_port};
+pub use postgres::{bindir as pg_bindir, postgres_owner, PgServer};
+pub use redis::RedisServer;

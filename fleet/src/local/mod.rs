@@ -1,0 +1,381 @@
+//! The local fleet of `make up` on fixed loopback ports, with its state in `.state/`
+//! at the repository root, laid out as `deploy/local/up.sh` lays it out (so either can
+//! stop what the other started): one pid file and one log per process
+//! (`redis`, `upstream`, `gateway-<i>`, `haproxy`, `prometheus`), the Postgres cluster
+//! in `.state/pg` (see [`pg`]), generated `haproxy.cfg` and Prometheus targets.
+//! [`Local::up`] is safe to run twice (a part whose pid file names a live process is
+//! left alone); [`Local::down`] stops the replicas first so they drain while the stores
+//! are still up. Installing packages and building the binaries stay with the caller.
+
+mod daemon;
+mod pg;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::haproxy::{binary as haproxy_bin, render_local, Backend};
+use crate::net::{http_status, port_open};
+use crate::redis::{answers_ping, command as redis_command};
+use daemon::{alive, launch, stop, stop_all};
+pub use pg::PG_BIN;
+
+pub const REDIS_PORT: u16 = 6390;
+pub const PG_PORT: u16 = 5490;
+pub const UPSTREAM_PORT: u16 = 3000;
+/// HAProxy; replica i listens on LB_PORT + i.
+pub const LB_PORT: u16 = 8080;
+pub const LB_STATS_PORT: u16 = 8404;
+pub const PROM_PORT: u16 = 9099;
+/// Replica i has its admin listener on ADMIN_BASE + i.
+pub const ADMIN_BASE: u16 = 9090;
+/// Replica 9 would take 9099, Prometheus' port.
+pub const MAX_REPLICAS: u16 = 8;
+
+/// The local fleet of one checkout.
+pub struct Local {
+    pub root: PathBuf,
+    pub state: PathBuf,
+    /// Where `idemgate` and `demo-upstream` are (`target/release`).
+    pub bin_dir: PathBuf,
+    pub config: PathBuf,
+    pub replicas: u16,
+    pub ready_timeout: Duration,
+}
+
+type Res = Result<(), String>;
+
+impl Local {
+    pub fn new(root: &Path, bin_dir: &Path, config: &Path, replicas: u16) -> Self {
+        Self {
+            root: root.to_path_buf(),
+            state: root.join(".state"),
+            bin_dir: bin_dir.to_path_buf(),
+            config: config.to_path_buf(),
+            replicas,
+            ready_timeout: Duration::from_secs(30),
+        }
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.state.join(name)
+    }
+
+    /// Starts `name` unless its pid file names it alive; refuses a port taken by
+    /// something else.
+    fn start(&self, name: &str, file: &str, ports: &[u16], cmd: &mut Command) -> Res {
+        let pidfile = self.file(&format!("{file}.pid"));
+        if let Some(pid) = alive(&pidfile, name) {
+            println!("==> {name} already running (pid {pid})");
+            return Ok(());
+        }
+        let _ = std::fs::remove_file(&pidfile);
+        if let Some(p) = ports.iter().find(|p| port_open(**p)) {
+            return Err(format!(
+                "{name}: port 127.0.0.1:{p} is already in use by a process not started by make up"
+            ));
+        }
+        println!("==> starting {name} (log: .state/{file}.log)");
+        launch(name, &pidfile, &self.file(&format!("{file}.log")), cmd);
+        Ok(())
+    }
+
+    /// Polls `ready` until it holds; fails when the process exits or time runs out.
+    fn wait_ready(&self, name: &str, file: Option<&str>, ready: impl Fn() -> bool) -> Res {
+        let deadline = Instant::now() + self.ready_timeout;
+        while !ready() {
+            let pid = file.and_then(|f| daemon::read_pid(&self.file(&format!("{f}.pid"))));
+            if file.is_some() && !pid.is_some_and(daemon::pid_alive) {
+                return Err(format!(
+                    "{name} exited during startup; see its log in .state/"
+                ));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "{name} not ready after {:?}; stop with make down",
+                    self.ready_timeout
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        println!("==> {name} ready");
+        Ok(())
+    }
+
+    fn gateway_pidfiles(&self) -> Vec<(u16, PathBuf)> {
+        let mut found: Vec<(u16, PathBuf)> = std::fs::read_dir(&self.state)
+            .map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|p| {
+                let n = p
+                    .file_name()?
+                    .to_str()?
+                    .strip_prefix("gateway-")?
+                    .strip_suffix(".pid")?;
+                Some((n.parse().ok()?, p))
+            })
+            .collect();
+        found.sort();
+        found
+    }
+
+    /// Starts whatever is not running; see `deploy/local/up.sh` for the ports.
+    pub fn up(&self) -> Res {
+        if !(1..=MAX_REPLICAS).contains(&self.replicas) {
+            return Err(format!(
+                "REPLICAS must be a number from 1 to {MAX_REPLICAS}"
+            ));
+        }
+        let idemgate = self.bin_dir.join("idemgate");
+        let upstream = self.bin_dir.join("demo-upstream");
+        if !idemgate.exists() || !upstream.exists() {
+            return Err(format!(
+                "{}/{{idemgate,demo-upstream}} missing",
+                self.bin_dir.display()
+            ));
+        }
+        std::fs::create_dir_all(self.state.join("redis")).map_err(|e| e.to_string())?;
+
+        let mut redis = redis_command(REDIS_PORT, &self.state.join("redis"));
+        redis.args(["--maxmemory-policy", "noeviction", "--daemonize", "no"]);
+        self.start("redis-server", "redis", &[REDIS_PORT], &mut redis)?;
+        self.wait_ready("redis-server", Some("redis"), || answers_ping(REDIS_PORT))?;
+
+        let mut cluster = pg::Cluster::of(&self.state);
+        cluster.place(&self.state)?;
+        cluster.init(&self.file("initdb.log"))?;
+        if cluster.running() {
+            println!("==> postgres already running");
+        } else {
+            if port_open(PG_PORT) {
+                return Err(format!("postgres: port 127.0.0.1:{PG_PORT} is already in use by a process not started by make up"));
+            }
+            println!("==> starting postgres (log: {})", cluster.log().display());
+            cluster.start(PG_PORT, self.ready_timeout.as_secs())?;
+        }
+        self.wait_ready("postgres", None, || cluster.accepting(PG_PORT))?;
+
+        println!("==> applying database migrations");
+        let migrated = Command::new(&idemgate)
+            .arg("migrate")
+            .arg("--config")
+            .arg(&self.config)
+            .status();
+        if !migrated.is_ok_and(|s| s.success()) {
+            return Err("idemgate migrate failed".into());
+        }
+
+        let mut up = Command::new(&upstream);
+        up.args(["--listen", &format!("127.0.0.1:{UPSTREAM_PORT}")]);
+        self.start("demo-upstream", "upstream", &[UPSTREAM_PORT], &mut up)?;
+        let health =
+            || http_status(UPSTREAM_PORT, "/_demo/health", Duration::from_secs(2)) == Some(200);
+        self.wait_ready("demo-upstream", Some("upstream"), health)?;
+
+        self.start_replicas(&idemgate)?;
+        self.start_haproxy()?;
+        let surplus: Vec<PathBuf> = (self.gateway_pidfiles().into_iter())
+            .filter(|(n, _)| *n > self.replicas)
+            .map(|(_, p)| p)
+            .collect();
+        if !surplus.is_empty() {
+            println!("==> stopping {} surplus gateway replica(s)", surplus.len());
+            stop_all("idemgate", &surplus, Duration::from_secs(35));
+        }
+        self.start_prometheus()?;
+        println!("\nidemgate local fleet is up ({} replicas): gateway http://127.0.0.1:{LB_PORT}; stop with make down", self.replicas);
+        Ok(())
+    }
+
+    fn start_replicas(&self, idemgate: &Path) -> Res {
+        let legacy = self.file("gateway.pid");
+        if legacy.exists() {
+            println!("==> stopping the gateway of the earlier single-gateway layout");
+            stop_all("idemgate", &[legacy], Duration::from_secs(35));
+        }
+        for i in 1..=self.replicas {
+            let (port, admin) = (LB_PORT + i, ADMIN_BASE + i);
+            let mut cmd = Command::new(idemgate);
+            cmd.arg("serve")
+                .arg("--config")
+                .arg(&self.config)
+                .env("NO_COLOR", "1")
+                .env("IDEMGATE__SERVER__LISTEN", format!("127.0.0.1:{port}"))
+                .env(
+                    "IDEMGATE__SERVER__ADMIN_LISTEN",
+                    format!("127.0.0.1:{admin}"),
+                );
+            self.start(
+                "idemgate",
+                &format!("gateway-{i}"),
+                &[port, admin],
+                &mut cmd,
+            )?;
+        }
+        for i in 1..=self.replicas {
+            let ready =
+                || http_status(ADMIN_BASE + i, "/readyz", Duration::from_secs(2)) == Some(200);
+            self.wait_ready(
+                &format!("idemgate replica {i}"),
+                Some(&format!("gateway-{i}")),
+                ready,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn start_haproxy(&self) -> Res {
+        let backends: Vec<Backend> = (1..=self.replicas)
+            .map(|i| Backend {
+                name: format!("gw{i}"),
+                port: LB_PORT + i,
+                admin: ADMIN_BASE + i,
+            })
+            .collect();
+        let cfg = self.file("haproxy.cfg");
+        let new = self.file("haproxy.cfg.new");
+        let text = render_local(LB_PORT, LB_STATS_PORT, &backends);
+        std::fs::write(&new, &text).map_err(|e| e.to_string())?;
+        let valid = Command::new(haproxy_bin())
+            .args(["-c", "-q", "-f"])
+            .arg(&new)
+            .status();
+        if !valid.is_ok_and(|s| s.success()) {
+            return Err(format!("generated {} is invalid", new.display()));
+        }
+        let pidfile = self.file("haproxy.pid");
+        let changed = std::fs::read_to_string(&cfg).ok().as_deref() != Some(text.as_str());
+        std::fs::rename(&new, &cfg).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(haproxy_bin());
+        cmd.arg("-db").arg("-f").arg(&cfg);
+        match alive(&pidfile, "haproxy") {
+            Some(old) if changed => {
+                // Hitless reload: the new process takes over (-sf) from the old one.
+                println!("==> haproxy configuration changed: reloading (replaces pid {old})");
+                std::fs::write(self.file("haproxy-old.pid"), format!("{old}\n"))
+                    .map_err(|e| e.to_string())?;
+                launch(
+                    "haproxy",
+                    &pidfile,
+                    &self.file("haproxy.log"),
+                    cmd.arg("-sf").arg(old.to_string()),
+                );
+            }
+            _ => self.start("haproxy", "haproxy", &[LB_PORT, LB_STATS_PORT], &mut cmd)?,
+        }
+        // Ready when a request through it reaches a gateway (404 off /v1/).
+        let ready = || http_status(LB_PORT, "/", Duration::from_secs(2)) == Some(404);
+        self.wait_ready("haproxy", Some("haproxy"), ready)
+    }
+
+    fn start_prometheus(&self) -> Res {
+        if !Command::new("sh")
+            .args(["-c", "command -v prometheus"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            eprintln!("warning: prometheus is not installed; running without it");
+            return Ok(());
+        }
+        let dir = self.state.join("prometheus");
+        std::fs::create_dir_all(dir.join("targets")).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(dir.join("data")).map_err(|e| e.to_string())?;
+        for f in ["prometheus.yml", "alerts.yml"] {
+            let _ = std::fs::remove_file(dir.join(f));
+            std::os::unix::fs::symlink(self.root.join("deploy/prometheus").join(f), dir.join(f))
+                .map_err(|e| e.to_string())?;
+        }
+        let targets: Vec<String> = (1..=self.replicas)
+            .map(|i| format!("\n  {{\"targets\": [\"127.0.0.1:{}\"], \"labels\": {{\"replica\": \"gw{i}\"}}}}", ADMIN_BASE + i))
+            .collect();
+        let tmp = dir.join("targets/idemgate.json.tmp");
+        std::fs::write(&tmp, format!("[{}\n]\n", targets.join(","))).map_err(|e| e.to_string())?;
+        std::fs::rename(&tmp, dir.join("targets/idemgate.json")).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new("prometheus");
+        cmd.arg(format!(
+            "--config.file={}",
+            dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg("--storage.tsdb.retention.time=2d")
+        .arg(format!("--web.listen-address=127.0.0.1:{PROM_PORT}"))
+        .arg("--web.enable-lifecycle");
+        self.start("prometheus", "prometheus", &[PROM_PORT], &mut cmd)?;
+        let ready = || http_status(PROM_PORT, "/-/ready", Duration::from_secs(2)) == Some(200);
+        self.wait_ready("prometheus", Some("prometheus"), ready)
+    }
+
+    /// Stops everything `up` started: replicas first, Postgres and Redis last.
+    pub fn down(&self, grace: Duration, gateway_grace: Duration) {
+        let gateways: Vec<PathBuf> = self
+            .gateway_pidfiles()
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect();
+        let mut gateways = gateways;
+        if self.file("gateway.pid").exists() {
+            gateways.push(self.file("gateway.pid"));
+        }
+        if gateways.is_empty() {
+            println!("==> idemgate not running");
+        } else {
+            stop_all("idemgate", &gateways, gateway_grace);
+        }
+        stop("demo-upstream", &self.file("upstream.pid"), grace);
+        stop("haproxy", &self.file("haproxy.pid"), grace);
+        if self.file("haproxy-old.pid").exists() {
+            stop("haproxy", &self.file("haproxy-old.pid"), grace);
+        }
+        stop("prometheus", &self.file("prometheus.pid"), grace);
+        let cluster = pg::Cluster::of(&self.state);
+        if cluster.running() {
+            cluster.stop(grace.as_secs());
+        } else {
+            println!("==> postgres not running");
+        }
+        stop("redis-server", &self.file("redis.pid"), grace);
+        println!("==> local fleet stopped");
+    }
+
+    /// One line per part: running (with its pid) or not.
+    pub fn status(&self) -> bool {
+        let mut all = true;
+        let mut line = |name: &str, pid: Option<u32>| {
+            all &= pid.is_some();
+            match pid {
+                Some(pid) => println!("{name:<14} running (pid {pid})"),
+                None => println!("{name:<14} not running"),
+            }
+        };
+        line(
+            "redis-server",
+            alive(&self.file("redis.pid"), "redis-server"),
+        );
+        let cluster = pg::Cluster::of(&self.state);
+        let pg_pid = std::fs::read_to_string(cluster.data().join("postmaster.pid")).ok();
+        line(
+            "postgres",
+            cluster
+                .running()
+                .then(|| pg_pid?.lines().next()?.parse().ok())
+                .flatten(),
+        );
+        line(
+            "demo-upstream",
+            alive(&self.file("upstream.pid"), "demo-upstream"),
+        );
+        for (i, f) in self.gateway_pidfiles() {
+            line(&format!("replica {i}"), alive(&f, "idemgate"));
+        }
+        line("haproxy", alive(&self.file("haproxy.pid"), "haproxy"));
+        line(
+            "prometheus",
+            alive(&self.file("prometheus.pid"), "prometheus"),
+        );
+        all
+    }
+}

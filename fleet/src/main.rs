@@ -1,0 +1,63 @@
+//! `idemgate-fleet up|down|status`: the local fleet of `make up` (fixed loopback
+//! ports, state in `.state/` under the current directory, which must be the
+//! repository root). Environment, as `deploy/local/up.sh` and `down.sh` read it:
+//! `REPLICAS` (1..8, default 3), `IDEMGATE_CONFIG` (default
+//! `deploy/local/idemgate.toml`), `READY_TIMEOUT` (seconds, default 30),
+//! `GRACE_SECONDS` (default 10), `GATEWAY_GRACE_SECONDS` (default 35) and
+//! `FLEET_BIN_DIR` (where `idemgate` and `demo-upstream` are; default
+//! `target/release`). Installing packages and building stay with the caller.
+
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use idemgate_fleet::local::Local;
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_string())
+}
+
+fn secs(name: &str, default: u64) -> Result<Duration, String> {
+    let v = env_or(name, &default.to_string());
+    v.parse()
+        .map(Duration::from_secs)
+        .map_err(|_| format!("{name} must be a number of seconds (got '{v}')"))
+}
+
+fn run(cmd: &str) -> Result<bool, String> {
+    let root = std::env::current_dir().map_err(|e| e.to_string())?;
+    let replicas = env_or("REPLICAS", "3");
+    let replicas: u16 = replicas
+        .parse()
+        .map_err(|_| format!("REPLICAS must be a number from 1 to 8 (got '{replicas}')"))?;
+    let config = PathBuf::from(env_or("IDEMGATE_CONFIG", "deploy/local/idemgate.toml"));
+    let bin_dir = PathBuf::from(env_or("FLEET_BIN_DIR", "target/release"));
+    let mut local = Local::new(&root, &root.join(bin_dir), &config, replicas);
+    local.ready_timeout = secs("READY_TIMEOUT", 30)?;
+    match cmd {
+        "up" => local.up().map(|()| true),
+        "down" => {
+            local.down(
+                secs("GRACE_SECONDS", 10)?,
+                secs("GATEWAY_GRACE_SECONDS", 35)?,
+            );
+            Ok(true)
+        }
+        "status" => Ok(local.status()),
+        _ => Err("usage: idemgate-fleet up|down|status".into()),
+    }
+}
+
+fn main() -> ExitCode {
+    let cmd = std::env::args().nth(1).unwrap_or_default();
+    match run(&cmd) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(3),
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! PostgreSQL on loopback: where the server binaries live ([`bindir`]), which account
+//! runs them ([`postgres_owner`]: Postgres refuses root, so under root it runs as the
+//! unprivileged `postgres` account), and [`PgServer`], a cluster of its own (`initdb`
+//! into a temporary directory, `postgres` on a free port, `fsync=off`), killed on drop.
+
+use std::os::unix::fs::chown;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use crate::net::free_port;
+
+/// Where `initdb` and `postgres` live (Debian keeps them off PATH): `pg_config
+/// --bindir`, else the newest `/usr/lib/postgresql/*/bin`.
+pub fn bindir() -> PathBuf {
+    if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
+        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if dir.join("initdb").exists() {
+            return dir;
+        }
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|d| d.flatten().map(|e| e.path().join("bin")).collect())
+        .unwrap_or_default();
+    found.sort();
+    found
+        .pop()
+        .filter(|d| d.join("initdb").exists())
+        .expect("PostgreSQL server binaries not found (`make test` installs postgresql-15)")
+}
+
+/// uid and gid of the `postgres` account when running as root (`None` otherwise).
+pub fn postgres_owner() -> Option<(u32, u32)> {
+    let uid = String::from_utf8(Command::new("id").arg("-u").output().ok()?.stdout).ok()?;
+    if uid.trim() != "0" {
+        return None;
+    }
+    let id = |flag: &str| -> Option<u32> {
+        let out = Command::new("id").args([flag, "postgres"]).output().ok()?;
+        String::from_utf8(out.stdout).ok()?.trim().parse().ok()
+    };
+    Some((
+        id("-u").expect("a `postgres` account (from the postgresql package)"),
+        id("-g")?,
+    ))
+}
+
+/// `bin/program` run as `owner` (if any), from `/`, which that account can always enter.
+pub fn pg_command(bin: &Path, program: &str, owner: Option<(u32, u32)>) -> Command {
+    let mut cmd = Command::new(bin.join(program));
+    if let Some((uid, gid)) = owner {
+        cmd.uid(uid).gid(gid).current_dir("/");
+    }
+    cmd
+}
+
+/// Whether the server on 127.0.0.1:`port` accepts connections (`pg_isready`).
+pub fn accepting(bin: &Path, port: u16) -> bool {
+    Command::new(bin.join("pg_isready"))
+        .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
+        .args(["-U", "postgres", "-d", "postgres"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A PostgreSQL cluster of its own on a free loopback port.
+pub struct PgServer {
+    pub port: u16,
+    dir: TempDir,
+    bin: PathBuf,
+    owner: Option<(u32, u32)>,
+    child: Option<Child>,
+}
+
+impl PgServer {
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let owner = postgres_owner();
+        if let Some((uid, gid)) = owner {
+            chown(dir.path(), Some(uid), Some(gid)).unwrap();
+        }
+        let mut server = Self {
+            port: 0,
+            dir,
+            bin: bindir(),
+            owner,
+            child: None,
+        };
+        let status = pg_command(&server.bin, "initdb", owner)
+            .arg("-D")
+            .arg(server.data())
+            .args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "initdb failed");
+        for _ in 0..5 {
+            server.port = free_port();
+            if server.spawn() {
+                return server;
+            }
+        }
+        panic!(
+            "postgres did not start; see {}",
+            server.dir.path().join("pg.log").display()
+        );
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn spawn(&mut self) -> bool {
+        let log = std::fs::File::create(self.dir.path().join("pg.log")).unwrap();
+        if let Some((uid, gid)) = self.owner {
+            chown(self.dir.path().join("pg.log"), Some(uid), Some(gid)).unwrap();
+        }
+        let child = pg_command(&self.bin, "postgres", self.owner)
+            .arg("-D")
+            .arg(self.data())
+            .args(["-p", &self.port.to_string()])
+            .args(["-c", "listen_addresses=127.0.0.1", "-c"])
+            .arg(format!(
+                "unix_socket_directories={}",
+                self.dir.path().display()
+            ))
+            .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
+            .args(["-c", "full_page_writes=off"])
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
+                return false;
+            }
+            if accepting(&self.bin, self.port) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// A gateway's `[postgres]` section for this server (1 s statement timeout), with
+    /// `extra` lines in it.
+    pub fn section(&self, extra: &str) -> String {
+        format!(
+            "[postgres]\nurl = \"{}\"\nstatement_timeout = \"1s\"\n{extra}\n",
+            self.url()
+        )
+    }
+
+    /// Stops the server (fast shutdown); the data directory stays.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-INT", &child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port with the same data.
+    pub fn restart(&mut self) {
+        self.stop();
+        assert!(self.spawn(), "postgres did not come back");
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
