@@ -34,7 +34,7 @@ use crate::abusers::{
     Tally, BIG,
 };
 use crate::checker::Report;
-use crate::cluster::{Durability, Options, Stack};
+use crate::cluster::{Durability, Options, Probe, Stack};
 
 const SLOW_READERS: usize = 120;
 const BURST: usize = 600;
