@@ -110,16 +110,15 @@ pub fn check(
         executions: ledger.total,
         ..Default::default()
     };
-
     // Exchanges per (tenant, key).
-    let mut groups: BTreeMap<(usize, String), Vec<&Exchange>> = BTreeMap::new();
+    let mut groups: Groups = BTreeMap::new();
     for e in exchanges {
         groups
             .entry((e.req.tenant, e.req.key.clone()))
             .or_default()
             .push(e);
     }
-    let classes: HashMap<&str, (KeyClass, usize)> = plans
+    let classes: Classes = plans
         .iter()
         .map(|p| (p.key.as_str(), (p.class, p.reqs.len())))
         .collect();
@@ -136,6 +135,63 @@ pub fn check(
         *mix.entry(k).or_default() += 1;
     }
 
+    let f = examine_keys(&groups, &classes);
+    // Cross-tenant: one execution's body seen by two tenants.
+    let mut cross_tenant: Vec<String> = f
+        .executions_by_tenant
+        .iter()
+        .filter(|(_, t)| t.len() > 1)
+        .map(|(n, t)| format!("exec#{n} seen by tenants {t:?}"))
+        .collect();
+    cross_tenant.sort();
+
+    let (dups, takeovers, unknown) = count_executions(ledger, &classes, &mut report);
+    report.lost = f.lost.len() + f.replaced.len();
+
+    report.notes.push(format!(
+        "keys {} acked {}",
+        plans.iter().map(|p| p.reqs.len()).sum::<usize>(),
+        f.acked
+    ));
+    let interesting: Vec<String> = mix
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "201" | "replay"))
+        .map(|(k, v)| format!("{k}:{v}"))
+        .collect();
+    if !interesting.is_empty() {
+        report.notes.push(interesting.join(" "));
+    }
+    if takeovers > 0 {
+        report.notes.push(format!("takeovers {takeovers}"));
+    }
+    if f.acked == 0 {
+        report.fail("no key was acknowledged: the run made no progress");
+    }
+
+    let deviations = [&dups, &f.replay_mismatch, &f.lost, &f.replaced];
+    timelines(&mut report, &groups, ledger, deviations);
+    verdicts(&mut report, expect, &f, &cross_tenant, &dups, &unknown);
+    report
+}
+
+/// What the exchanges of each (tenant, key) showed.
+#[derive(Default)]
+struct Findings {
+    acked: usize,
+    replay_mismatch: Vec<String>,
+    dup_mismatch: Vec<String>,
+    cross_key: Vec<String>,
+    lost: Vec<String>,
+    replaced: Vec<String>,
+    never_stored: Vec<String>,
+    executions_by_tenant: HashMap<u64, HashSet<usize>>,
+}
+
+type Groups<'a> = BTreeMap<(usize, String), Vec<&'a Exchange>>;
+type Classes<'a> = HashMap<&'a str, (KeyClass, usize)>;
+
+/// Replays, acknowledgements and bodies, key by key.
+fn examine_keys(groups: &Groups, classes: &Classes) -> Findings {
     let mut acked = 0usize;
     let mut replay_mismatch = Vec::new();
     let mut dup_mismatch = Vec::new();
@@ -145,7 +201,7 @@ pub fn check(
     let mut executions_by_tenant: HashMap<u64, HashSet<usize>> = HashMap::new();
     let mut never_stored = Vec::new();
 
-    for ((tenant, key), ex) in &groups {
+    for ((tenant, key), ex) in groups {
         let mut ex = ex.clone();
         ex.sort_by_key(|e| e.done_ms);
         let resps: Vec<(&Exchange, &Resp)> = ex
@@ -252,15 +308,25 @@ pub fn check(
             break;
         }
     }
+    Findings {
+        acked,
+        replay_mismatch,
+        dup_mismatch,
+        cross_key,
+        lost,
+        replaced,
+        never_stored,
+        executions_by_tenant,
+    }
+}
 
-    // Cross-tenant: one execution's body seen by two tenants.
-    let mut cross_tenant: Vec<String> = executions_by_tenant
-        .iter()
-        .filter(|(_, t)| t.len() > 1)
-        .map(|(n, t)| format!("exec#{n} seen by tenants {t:?}"))
-        .collect();
-    cross_tenant.sort();
-
+/// Executions per key against the plan: duplicates (counted in `report`), takeovers,
+/// and executions of keys never sent.
+fn count_executions(
+    ledger: &Ledger,
+    classes: &Classes,
+    report: &mut Report,
+) -> (Vec<String>, u64, Vec<String>) {
     // Executions per key against the plan.
     let mut dups = Vec::new();
     let mut takeovers = 0u64;
@@ -284,35 +350,18 @@ pub fn check(
         }
     }
     dups.sort();
-    report.lost = lost.len() + replaced.len();
+    (dups, takeovers, unknown)
+}
 
-    report.notes.push(format!(
-        "keys {} acked {}",
-        plans.iter().map(|p| p.reqs.len()).sum::<usize>(),
-        acked
-    ));
-    let interesting: Vec<String> = mix
-        .iter()
-        .filter(|(k, _)| !matches!(k.as_str(), "201" | "replay"))
-        .map(|(k, v)| format!("{k}:{v}"))
-        .collect();
-    if !interesting.is_empty() {
-        report.notes.push(interesting.join(" "));
-    }
-    if takeovers > 0 {
-        report.notes.push(format!("takeovers {takeovers}"));
-    }
-    if acked == 0 {
-        report.fail("no key was acknowledged: the run made no progress");
-    }
-
-    // Evidence: the timeline of the first few keys behind any deviation.
+/// Evidence: the timeline of the first few keys behind any deviation.
+fn timelines(report: &mut Report, groups: &Groups, ledger: &Ledger, deviations: [&Vec<String>; 4]) {
+    let [dups, replay_mismatch, lost, replaced] = deviations;
     let mut suspects: Vec<&str> = Vec::new();
     for line in dups
         .iter()
-        .chain(&replay_mismatch)
-        .chain(&lost)
-        .chain(&replaced)
+        .chain(replay_mismatch)
+        .chain(lost)
+        .chain(replaced)
     {
         if let Some(key) = groups
             .keys()
@@ -370,7 +419,17 @@ pub fn check(
         }
         report.details.push(lines.join("\n"));
     }
+}
 
+/// The verdicts: what is always a violation, and what the mode may only measure.
+fn verdicts(
+    report: &mut Report,
+    expect: Expect,
+    f: &Findings,
+    cross_tenant: &Vec<String>,
+    dups: &Vec<String>,
+    unknown: &Vec<String>,
+) {
     let flag = |items: &Vec<String>, label: &str, fatal: bool, report: &mut Report| {
         if items.is_empty() {
             return;
@@ -382,41 +441,35 @@ pub fn check(
             report.measured.push(line);
         }
     };
-    flag(&cross_tenant, "replay across tenants", true, &mut report);
-    flag(&cross_key, "response for another key", true, &mut report);
+    flag(cross_tenant, "replay across tenants", true, report);
+    flag(&f.cross_key, "response for another key", true, report);
     flag(
-        &replay_mismatch,
+        &f.replay_mismatch,
         "replay not byte-identical",
         true,
-        &mut report,
+        report,
     );
-    flag(&never_stored, "release status stored", true, &mut report);
-    flag(&unknown, "executions of keys never sent", true, &mut report);
+    flag(&f.never_stored, "release status stored", true, report);
+    flag(unknown, "executions of keys never sent", true, report);
+    flag(dups, "duplicate executions", expect.exactly_once, report);
     flag(
-        &dups,
-        "duplicate executions",
-        expect.exactly_once,
-        &mut report,
-    );
-    flag(
-        &dup_mismatch,
+        &f.dup_mismatch,
         "replays switching between duplicate executions",
         expect.exactly_once,
-        &mut report,
+        report,
     );
     flag(
-        &lost,
+        &f.lost,
         "acknowledged responses lost",
         expect.durable,
-        &mut report,
+        report,
     );
     flag(
-        &replaced,
+        &f.replaced,
         "acknowledged responses replaced by a duplicate execution",
         expect.exactly_once,
-        &mut report,
+        report,
     );
-    report
 }
 
 /// The (tenant, key) requests that got a 2xx first execution during the run.
