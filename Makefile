@@ -3,7 +3,8 @@
 
 # Start the local fleet on loopback: Redis, Postgres, the demo upstream, REPLICAS
 # gateway replicas (default 3) behind HAProxy on :8080, Prometheus on :9099;
-# see deploy/local/up.sh. `make up REPLICAS=5` changes the number of replicas.
+# see deploy/local/up.sh (installs and builds) and fleet/ (the launcher that starts
+# the parts). `make up REPLICAS=5` changes the number of replicas.
 up:
 	REPLICAS=$(or $(REPLICAS),3) bash deploy/local/up.sh
 
