@@ -42,16 +42,7 @@ pub async fn read_response(stream: &mut TcpStream) -> std::io::Result<(u16, usiz
 
 /// The value of `idemgate_limited_total{limit="<limit>"}` on the admin listener.
 pub async fn limited(app: &TestApp, limit: &str) -> f64 {
-    let url = format!("http://{}/metrics", app.admin);
-    let text = app
-        .client
-        .get(url)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.metrics().await;
     let prefix = format!("idemgate_limited_total{{limit=\"{limit}\"}} ");
     (text.lines())
         .find_map(|l| l.strip_prefix(&prefix))

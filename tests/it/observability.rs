@@ -22,15 +22,7 @@ fn outcomes(text: &str, route: &str) -> HashMap<String, f64> {
 }
 
 async fn scrape(app: &TestApp) -> String {
-    let url = format!("http://{}/metrics", app.admin);
-    app.client
-        .get(url)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    app.metrics().await
 }
 
 /// A gateway whose only route is named `route`, with `extra` TOML.
