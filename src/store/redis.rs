@@ -310,12 +310,6 @@ impl RedisStore {
         Ok(())
     }
 
-    /// How many duplicates wait on a record now, fleet-wide (lapsed members included
-    /// until the next join drops them).
-    pub async fn waiting(&self, key: &str) -> Result<u64, StoreError> {
-        Ok(self.inner.pool.next().zcard(waiters_key(key)).await?)
-    }
-
     /// The pattern every completion channel matches, for the waiters' subscription.
     pub fn channel_pattern(&self) -> String {
         format!("{}:{{*}}:done", self.inner.prefix)
