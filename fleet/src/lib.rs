@@ -11,10 +11,12 @@
 //!
 //! Binaries are passed in (the tests know them from `CARGO_BIN_EXE_*`); the system
 //! servers (`redis-server`, `initdb`/`postgres`, `haproxy`) are looked up on the
-//! machine, as `make test` and `make up` install them.
+//! machine, as `make test` and `make up` install them. [`bench`] is the fleet of
+//! `make bench` (fixed ports, one part at a time, driven by `deploy/bench/bench.py`).
 
 #![forbid(unsafe_code)]
 
+pub mod bench;
 mod gateway;
 mod haproxy;
 pub mod local;

@@ -6,6 +6,7 @@
 //! `GRACE_SECONDS` (default 10), `GATEWAY_GRACE_SECONDS` (default 35) and
 //! `FLEET_BIN_DIR` (where `idemgate` and `demo-upstream` are; default
 //! `target/release`). Installing packages and building stay with the caller.
+//! `idemgate-fleet bench ...` is the fleet of `make bench` (see `bench/cli.rs`).
 
 #![forbid(unsafe_code)]
 
@@ -52,6 +53,10 @@ fn run(cmd: &str) -> Result<bool, String> {
 
 fn main() -> ExitCode {
     let cmd = std::env::args().nth(1).unwrap_or_default();
+    if cmd == "bench" {
+        let args: Vec<String> = std::env::args().skip(2).collect();
+        return idemgate_fleet::bench::main(&args);
+    }
     match run(&cmd) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(3),

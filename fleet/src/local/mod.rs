@@ -7,8 +7,8 @@
 //! left alone); [`Local::down`] stops the replicas first so they drain while the stores
 //! are still up. Installing packages and building the binaries stay with the caller.
 
-mod daemon;
-mod pg;
+pub(crate) mod daemon;
+pub(crate) mod pg;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

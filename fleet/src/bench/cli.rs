@@ -1,0 +1,155 @@
+//! `idemgate-fleet bench ...`, run from the repository root by `deploy/bench/run.sh`
+//! and `deploy/bench/bench.py`:
+//!
+//! ```text
+//! bench ports                                  the fixed ports, as JSON
+//! bench start redis|postgres|upstream|nginx|peer
+//! bench start haproxy REPLICAS
+//! bench start gateways REPLICAS [--log LEVEL] [--redis-only] [--toml TEXT]
+//!       [--env KEY=VALUE]... [--replica-env I:KEY=VALUE]...
+//! bench stop NAME...                           (`gateways` = every replica)
+//! bench down                                   stop everything
+//! bench ps                                     running parts and pids, as JSON
+//! ```
+//!
+//! Progress goes to stderr; `start`, `stop` and `ps` end by printing the running parts
+//! as one JSON line on stdout (`{"gw-1": 1234, "redis": 99, ...}`), which is what the
+//! driver reads for its CPU column.
+
+use std::process::ExitCode;
+
+use super::{ports, Bench, GatewayOptions};
+
+fn running_json(bench: &Bench) -> String {
+    let parts: Vec<String> = (bench.running().into_iter())
+        .map(|(n, p)| format!("\"{n}\": {p}"))
+        .collect();
+    format!("{{{}}}", parts.join(", "))
+}
+
+fn ports_json() -> String {
+    format!(
+        "{{\"upstream\": {}, \"nginx\": {}, \"haproxy\": {}, \"peer\": {}, \"redis\": {}, \
+         \"postgres\": {}, \"gateway_base\": {}, \"admin_base\": {}}}",
+        ports::UPSTREAM,
+        ports::NGINX,
+        ports::HAPROXY,
+        ports::PEER,
+        ports::REDIS,
+        ports::POSTGRES,
+        ports::gateway(0),
+        ports::admin(0)
+    )
+}
+
+fn replicas(arg: Option<&String>) -> Result<u16, String> {
+    let arg = arg.ok_or("the number of replicas is missing")?;
+    arg.parse()
+        .map_err(|_| format!("replicas must be a number (got '{arg}')"))
+}
+
+fn key_value(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected KEY=VALUE (got '{s}')"))?;
+    Ok((k.to_string(), v.to_string()))
+}
+
+/// Parses `REPLICAS [--log L] [--redis-only] [--toml T] [--env K=V]... [--replica-env I:K=V]...`.
+pub fn gateway_options(args: &[String]) -> Result<GatewayOptions, String> {
+    let mut opts = GatewayOptions {
+        replicas: replicas(args.first())?,
+        ..Default::default()
+    };
+    let mut it = args[1..].iter();
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--log" => opts.log = value()?.clone(),
+            "--redis-only" => opts.postgres = false,
+            "--toml" => opts.extra_toml.push_str(&format!("{}\n", value()?)),
+            "--env" => opts.env.push(key_value(value()?)?),
+            "--replica-env" => {
+                let v = value()?;
+                let (i, kv) = v
+                    .split_once(':')
+                    .ok_or_else(|| format!("expected I:KEY=VALUE (got '{v}')"))?;
+                let i = i
+                    .parse()
+                    .map_err(|_| format!("bad replica index in '{v}'"))?;
+                let (k, v) = key_value(kv)?;
+                opts.replica_env.push((i, k, v));
+            }
+            other => return Err(format!("unknown gateway option '{other}'")),
+        }
+    }
+    Ok(opts)
+}
+
+fn run(bench: &Bench, args: &[String]) -> Result<(), String> {
+    let cmd = args.first().map(String::as_str).unwrap_or_default();
+    let rest = args.get(1..).unwrap_or_default();
+    match (cmd, rest.first().map(String::as_str)) {
+        ("ports", _) => {
+            println!("{}", ports_json());
+            return Ok(());
+        }
+        ("start", Some("redis")) => bench.start_redis()?,
+        ("start", Some("postgres")) => bench.start_postgres()?,
+        ("start", Some("upstream")) => bench.start_upstream()?,
+        ("start", Some("nginx")) => bench.start_nginx()?,
+        ("start", Some("peer")) => bench.start_peer()?,
+        ("start", Some("haproxy")) => bench.start_haproxy(replicas(rest.get(1))?)?,
+        ("start", Some("gateways")) => bench.start_gateways(&gateway_options(&rest[1..])?)?,
+        ("stop", Some(_)) => bench.stop(rest),
+        ("down", _) => bench.down(),
+        ("ps", _) => {}
+        _ => return Err("usage: idemgate-fleet bench ports|start PART|stop NAME...|down|ps (see fleet/src/bench/cli.rs)".into()),
+    }
+    println!("{}", running_json(bench));
+    Ok(())
+}
+
+/// `idemgate-fleet bench ARGS` (ARGS without `bench`).
+pub fn main(args: &[String]) -> ExitCode {
+    let root = match std::env::current_dir() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match run(&Bench::new(&root), args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split(' ').map(String::from).collect()
+    }
+
+    #[test]
+    fn gateway_options_parse_every_flag() {
+        let o = gateway_options(&args(
+            "3 --log info --redis-only --env A=1=2 --replica-env 2:B=x --toml [x]",
+        ))
+        .unwrap();
+        assert_eq!(o.replicas, 3);
+        assert_eq!(o.log, "info");
+        assert!(!o.postgres);
+        assert_eq!(o.env, vec![("A".into(), "1=2".into())]);
+        assert_eq!(o.replica_env, vec![(2, "B".into(), "x".into())]);
+        assert_eq!(o.extra_toml, "[x]\n");
+        assert!(gateway_options(&args("2 --bogus")).is_err());
+        assert!(gateway_options(&args("2 --env NOEQUALS")).is_err());
+        assert!(gateway_options(&args("two")).is_err());
+    }
+}

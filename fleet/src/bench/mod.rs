@@ -1,0 +1,381 @@
+//! The fleet of `make bench` on fixed loopback ports ([`ports`]), with its state in
+//! `.state/bench/` (pid files in `run/`, logs in `raw/`, generated configurations), one
+//! part at a time, so that the driver (`deploy/bench/bench.py`) starts and stops
+//! replicas between rows while the stores keep running. The driver only measures; every
+//! process it measures is started here:
+//!
+//! - `redis`: no persistence, `noeviction`, and the warmth marker
+//!   `idemgate:warm-since` two days in the past (older than the longest ttl), so that
+//!   `lookup_on_miss = "when_cold"` counts Redis as warm;
+//! - `postgres`: a fresh cluster per start (initdb), durable defaults (`fsync`,
+//!   `synchronous_commit` on), placed as `make up` places it ([`crate::local`]'s
+//!   cluster: under /var/tmp when the `postgres` account cannot reach the checkout);
+//! - `upstream` (`demo-upstream --latency 0ms`), `nginx` (the baseline, from
+//!   `deploy/bench/nginx.conf`), `peer` ([`peer`]);
+//! - gateway replicas `gw-1..gw-N` with a row's [`GatewayOptions`], and `haproxy` in
+//!   front of them (from `deploy/bench/haproxy.cfg`).
+//!
+//! Parts are detached (own process group) and named by pid files, as `make up`'s are;
+//! [`Bench::down`] stops whatever is left (replicas first, stores last).
+
+mod cli;
+mod gateway_config;
+pub mod peer;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::haproxy::binary as haproxy_bin;
+use crate::local::daemon::{launch, pid_alive, read_pid, wait_exit};
+use crate::local::pg::Cluster;
+use crate::net::{http_status, port_open};
+use crate::redis::{answers_ping, command as redis_command};
+pub use cli::main;
+pub use gateway_config::GatewayOptions;
+
+/// The bench's fixed loopback ports.
+pub mod ports {
+    pub const UPSTREAM: u16 = 18000;
+    pub const NGINX: u16 = 18001;
+    pub const HAPROXY: u16 = 18002;
+    pub const PEER: u16 = 18003;
+    pub const REDIS: u16 = 16390;
+    pub const POSTGRES: u16 = 15490;
+    /// Replica i (1-based) listens on 18010 + i.
+    pub fn gateway(i: u16) -> u16 {
+        18010 + i
+    }
+    /// Replica i has its admin listener on 18020 + i.
+    pub fn admin(i: u16) -> u16 {
+        18020 + i
+    }
+    pub const MAX_REPLICAS: u16 = 9;
+}
+
+type Res = Result<(), String>;
+
+/// The bench fleet of one checkout.
+pub struct Bench {
+    pub root: PathBuf,
+    pub state: PathBuf,
+    pub idemgate: PathBuf,
+    pub upstream: PathBuf,
+    pub peer: PathBuf,
+    pub ready_timeout: Duration,
+}
+
+/// What a part's program is called in `/proc/PID/cmdline` (guards against pid reuse).
+fn program(name: &str) -> &str {
+    match name {
+        "redis" => "redis-server",
+        "upstream" => "demo-upstream",
+        "peer" => "idempotent-proxy-server",
+        n if n.starts_with("gw-") => "idemgate",
+        n => n,
+    }
+}
+
+fn is_ours(pid: u32, name: &str) -> bool {
+    pid_alive(pid)
+        && std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(program(name)))
+}
+
+impl Bench {
+    /// The bench of the checkout at `root` (binaries as `deploy/bench/run.sh` builds and
+    /// installs them; `IDEMGATE_BIN`, `UPSTREAM_BIN`, `PEER_BIN` override).
+    pub fn new(root: &Path) -> Self {
+        let bin = |var: &str, default: &str| {
+            std::env::var_os(var)
+                .map(PathBuf::from)
+                .unwrap_or_else(|| root.join(default))
+        };
+        Self {
+            root: root.to_path_buf(),
+            state: root.join(".state/bench"),
+            idemgate: bin("IDEMGATE_BIN", "target/release/idemgate"),
+            upstream: bin("UPSTREAM_BIN", "target/release/demo-upstream"),
+            peer: bin("PEER_BIN", ".state/bench/peer/bin/idempotent-proxy-server"),
+            ready_timeout: Duration::from_secs(30),
+        }
+    }
+
+    fn pidfile(&self, name: &str) -> PathBuf {
+        self.state.join("run").join(format!("{name}.pid"))
+    }
+
+    fn log(&self, name: &str) -> PathBuf {
+        self.state.join("raw").join(format!("{name}.log"))
+    }
+
+    /// Running parts and their pids, by name (sorted).
+    pub fn running(&self) -> Vec<(String, u32)> {
+        let mut found: Vec<(String, u32)> = std::fs::read_dir(self.state.join("run"))
+            .map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|p| {
+                let name = p.file_name()?.to_str()?.strip_suffix(".pid")?.to_string();
+                let pid = read_pid(&p)?;
+                is_ours(pid, &name).then_some((name, pid))
+            })
+            .collect();
+        found.sort();
+        found
+    }
+
+    /// Launches `cmd` as part `name` on `ports` (refused if taken), then polls `ready`.
+    fn start(&self, name: &str, ports: &[u16], cmd: &mut Command, ready: impl Fn() -> bool) -> Res {
+        if let Some(pid) = read_pid(&self.pidfile(name)).filter(|p| is_ours(*p, name)) {
+            return Err(format!(
+                "{name} is already running (pid {pid}); stop it first"
+            ));
+        }
+        if let Some(p) = ports.iter().find(|p| port_open(**p)) {
+            return Err(format!(
+                "{name}: port 127.0.0.1:{p} is in use; stop what holds it first"
+            ));
+        }
+        for d in ["run", "raw"] {
+            std::fs::create_dir_all(self.state.join(d)).map_err(|e| e.to_string())?;
+        }
+        eprintln!("==> starting {name} (log: {})", self.log(name).display());
+        let pid = launch(name, &self.pidfile(name), &self.log(name), cmd);
+        let deadline = Instant::now() + self.ready_timeout;
+        while !ready() {
+            if !pid_alive(pid) {
+                return Err(format!(
+                    "{name} exited during start-up; see {}",
+                    self.log(name).display()
+                ));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("{name} not ready after {:?}", self.ready_timeout));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
+    }
+
+    /// Redis, with the warmth marker set.
+    pub fn start_redis(&self) -> Res {
+        let dir = self.state.join("redis");
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let mut cmd = redis_command(ports::REDIS, &dir);
+        cmd.args(["--maxmemory-policy", "noeviction", "--daemonize", "no"]);
+        self.start("redis", &[ports::REDIS], &mut cmd, || {
+            answers_ping(ports::REDIS)
+        })?;
+        let since_ms = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH))
+            .map_err(|e| e.to_string())?
+            .as_millis()
+            - 2 * 86_400_000;
+        let set = Command::new("redis-cli")
+            .args([
+                "-p",
+                &ports::REDIS.to_string(),
+                "SET",
+                "idemgate:warm-since",
+            ])
+            .arg(since_ms.to_string())
+            .output()
+            .map_err(|e| format!("redis-cli: {e}"))?;
+        if !String::from_utf8_lossy(&set.stdout).contains("OK") {
+            return Err("could not set idemgate:warm-since".into());
+        }
+        Ok(())
+    }
+
+    /// A fresh Postgres cluster with durable defaults.
+    pub fn start_postgres(&self) -> Res {
+        let mut cluster = Cluster::of(&self.state);
+        if cluster.running() {
+            return Err("postgres is already running; stop it first".into());
+        }
+        if cluster.data().exists() {
+            std::fs::remove_dir_all(cluster.data()).map_err(|e| e.to_string())?;
+        }
+        std::fs::create_dir_all(self.state.join("raw")).map_err(|e| e.to_string())?;
+        cluster.place(&self.state)?;
+        cluster.init(&self.log("initdb"))?;
+        if port_open(ports::POSTGRES) {
+            return Err(format!(
+                "postgres: port 127.0.0.1:{} is in use",
+                ports::POSTGRES
+            ));
+        }
+        eprintln!("==> starting postgres (log: {})", cluster.log().display());
+        cluster.start(ports::POSTGRES, self.ready_timeout.as_secs())?;
+        // pg_ctl forks the postmaster: its pid is the first line of postmaster.pid.
+        let pid = std::fs::read_to_string(cluster.data().join("postmaster.pid"))
+            .map_err(|e| e.to_string())?;
+        let pid = pid.lines().next().unwrap_or_default().trim().to_string();
+        std::fs::create_dir_all(self.state.join("run")).map_err(|e| e.to_string())?;
+        std::fs::write(self.pidfile("postgres"), format!("{pid}\n")).map_err(|e| e.to_string())
+    }
+
+    pub fn start_upstream(&self) -> Res {
+        let mut cmd = Command::new(&self.upstream);
+        cmd.args(["--listen", &format!("127.0.0.1:{}", ports::UPSTREAM)])
+            .args(["--latency", "0ms"])
+            .env("RUST_LOG", "warn")
+            .env("NO_COLOR", "1");
+        self.start("upstream", &[ports::UPSTREAM], &mut cmd, || {
+            http_status(ports::UPSTREAM, "/_demo/health", Duration::from_secs(2)) == Some(200)
+        })
+    }
+
+    /// Fills a template of `deploy/bench/` and writes it to `dir/name`.
+    fn render(
+        &self,
+        template: &str,
+        dir: &Path,
+        pairs: &[(&str, String)],
+    ) -> Result<PathBuf, String> {
+        let src = self.root.join("deploy/bench").join(template);
+        let mut text =
+            std::fs::read_to_string(&src).map_err(|e| format!("{}: {e}", src.display()))?;
+        for (k, v) in pairs {
+            text = text.replace(k, v);
+        }
+        let path = dir.join(template);
+        std::fs::write(&path, text).map_err(|e| e.to_string())?;
+        Ok(path)
+    }
+
+    pub fn start_nginx(&self) -> Res {
+        let dir = self.state.join("nginx");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("logs")).map_err(|e| e.to_string())?;
+        let conf = self.render(
+            "nginx.conf",
+            &dir,
+            &[
+                ("@PREFIX@", dir.display().to_string()),
+                ("@LISTEN@", format!("127.0.0.1:{}", ports::NGINX)),
+                ("@UPSTREAM@", format!("127.0.0.1:{}", ports::UPSTREAM)),
+            ],
+        )?;
+        let mut cmd = Command::new("nginx");
+        cmd.arg("-p")
+            .arg(&dir)
+            .arg("-c")
+            .arg(conf)
+            .args(["-g", "daemon off;"]);
+        self.start("nginx", &[ports::NGINX], &mut cmd, || {
+            http_status(ports::NGINX, "/_demo/health", Duration::from_secs(2)) == Some(200)
+        })
+    }
+
+    pub fn start_peer(&self) -> Res {
+        if !self.peer.exists() {
+            return Err(format!(
+                "{} missing (deploy/bench/run.sh installs it with cargo install)",
+                self.peer.display()
+            ));
+        }
+        let dir = self.state.join("peer-run");
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join(".env"), peer::env_file()).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(&self.peer);
+        cmd.current_dir(&dir)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+        // Without an Idempotency-Key it answers 400 once it serves.
+        self.start("peer", &[ports::PEER], &mut cmd, || {
+            http_status(ports::PEER, peer::PATH, Duration::from_secs(2)) == Some(400)
+        })
+    }
+
+    /// Replicas `gw-1..gw-N` with `opts`, each ready (`/readyz` 200).
+    pub fn start_gateways(&self, opts: &GatewayOptions) -> Res {
+        if !(1..=ports::MAX_REPLICAS).contains(&opts.replicas) {
+            return Err(format!("replicas: 1 to {}", ports::MAX_REPLICAS));
+        }
+        std::fs::create_dir_all(&self.state).map_err(|e| e.to_string())?;
+        let config = self.state.join(opts.file_name());
+        std::fs::write(&config, opts.render()).map_err(|e| e.to_string())?;
+        for i in 1..=opts.replicas {
+            let mut cmd = Command::new(&self.idemgate);
+            cmd.arg("serve")
+                .arg("--config")
+                .arg(&config)
+                .env_remove("RUST_LOG");
+            cmd.envs(opts.env_of(i));
+            self.start(
+                &format!("gw-{i}"),
+                &[ports::gateway(i), ports::admin(i)],
+                &mut cmd,
+                || http_status(ports::admin(i), "/readyz", Duration::from_secs(2)) == Some(200),
+            )
+            .inspect_err(|_| self.stop(&["gateways".into()]))?;
+        }
+        Ok(())
+    }
+
+    /// HAProxy in front of `gw-1..gw-replicas`.
+    pub fn start_haproxy(&self, replicas: u16) -> Res {
+        let servers: Vec<String> = (1..=replicas)
+            .map(|i| format!("    server gw{i} 127.0.0.1:{}", ports::gateway(i)))
+            .collect();
+        let cfg = self.render(
+            "haproxy.cfg",
+            &self.state,
+            &[
+                ("@LISTEN@", format!("127.0.0.1:{}", ports::HAPROXY)),
+                ("@SERVERS@", servers.join("\n")),
+            ],
+        )?;
+        let mut cmd = Command::new(haproxy_bin());
+        cmd.arg("-db").arg("-f").arg(cfg);
+        // Ready when a request through it reaches a gateway (404 off /v1/).
+        self.start("haproxy", &[ports::HAPROXY], &mut cmd, || {
+            http_status(ports::HAPROXY, "/", Duration::from_secs(2)) == Some(404)
+        })
+    }
+
+    /// Stops the named parts (`gateways` names every replica): SIGTERM (SIGINT, a fast
+    /// shutdown, for postgres), then SIGKILL after 10 s.
+    pub fn stop(&self, names: &[String]) {
+        let running = self.running();
+        let pick = |n: &str| {
+            names
+                .iter()
+                .any(|w| w == n || (w == "gateways" && n.starts_with("gw-")))
+        };
+        let chosen: Vec<&(String, u32)> = running.iter().filter(|(n, _)| pick(n)).collect();
+        for (name, pid) in &chosen {
+            let sig = if name == "postgres" { "-INT" } else { "-TERM" };
+            eprintln!("==> stopping {name} (pid {pid})");
+            let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+        }
+        let pids: Vec<u32> = chosen.iter().map(|(_, p)| *p).collect();
+        wait_exit(Duration::from_secs(10), "bench part", &pids);
+        for name in names {
+            let _ = std::fs::remove_file(self.pidfile(name));
+        }
+        for (name, _) in chosen {
+            let _ = std::fs::remove_file(self.pidfile(name));
+        }
+    }
+
+    /// Stops everything: load balancers and replicas first, stores last; removes a
+    /// Postgres cluster placed under /var/tmp.
+    pub fn down(&self) {
+        let all: Vec<String> = self.running().into_iter().map(|(n, _)| n).collect();
+        let (stores, front): (Vec<String>, Vec<String>) = all
+            .into_iter()
+            .partition(|n| n == "redis" || n == "postgres");
+        self.stop(&front);
+        self.stop(&stores);
+        let cluster = Cluster::of(&self.state);
+        if cluster.running() {
+            cluster.stop(10);
+        }
+        if cluster.home != self.state && cluster.home.starts_with("/var/tmp") {
+            let _ = std::fs::remove_dir_all(&cluster.home);
+            let _ = std::fs::remove_file(self.state.join("pg.home"));
+        }
+    }
+}
