@@ -120,10 +120,11 @@ def url(target, i=1):
     return f"http://127.0.0.1:{port}"
 
 
-def start_gateways(n, log_filter="warn", env=None, per_replica=None, toml="", postgres=True):
+def start_gateways(n, log_filter="warn", env=None, per_replica=None, toml="", postgres=True, redis_only=()):
     """n replicas of the bench config, plus a row's extra gateway configuration: env
     (IDEMGATE__SECTION__KEY=... and the like) for all, per_replica[i-1] for replica i,
-    toml appended to the config file, postgres=False for Redis only. Their pids."""
+    toml appended to the config file, postgres=False for Redis only (redis_only: only
+    these replicas). Their pids."""
     args = ["start", "gateways", n, "--log", log_filter]
     args += [a for k, v in (env or {}).items() for a in ("--env", f"{k}={v}")]
     args += [a for i, e in enumerate(per_replica or [], 1) for k, v in e.items()
@@ -132,6 +133,7 @@ def start_gateways(n, log_filter="warn", env=None, per_replica=None, toml="", po
         args += ["--toml", toml]
     if not postgres:
         args.append("--redis-only")
+    args += [a for i in redis_only for a in ("--replica-redis-only", i)]
     fleet(*args)
     return gateway_pids()
 
@@ -534,12 +536,13 @@ def run_scenario(s, results):
 
 # --- latency at a fixed rate --------------------------------------------------
 
-# Path -> (target, replica, key mode). Replicas 1-3 run side by side with different
-# configs; only the one being measured gets traffic. The peer runs beside them.
+# Path -> (target, replica, key mode). Replicas 1-4 run side by side with different
+# configs (4: Redis only); only the one being measured gets traffic. The peer runs beside them.
 LAT_PATHS = [
     ("direct", "upstream", 1, "unique"),
     ("nginx", "nginx", 1, "unique"),
     ("replay", "gw", 1, "replay"),
+    ("first-redis", "gw", 4, "unique"),
     ("peer-first", "peer", 1, "unique"),
     ("first", "gw", 1, "unique"),
     ("first-cold", "gw", 2, "unique"),
@@ -552,8 +555,8 @@ def latency_phase(results):
     """LAT_ROUNDS interleaved rounds over every path, so that whatever else the machine
     does at some moment falls on all paths alike; added latency is taken per round
     (path minus direct, same round), then the median over rounds."""
-    start_gateways(3, "warn", per_replica=[{}, {"IDEMGATE__POSTGRES__LOOKUP_ON_MISS": "when_cold"},
-                                           {"IDEMGATE__POSTGRES__CLAIMS": "write_through"}])
+    start_gateways(4, "warn", per_replica=[{}, {"IDEMGATE__POSTGRES__LOOKUP_ON_MISS": "when_cold"},
+                                           {"IDEMGATE__POSTGRES__CLAIMS": "write_through"}, {}], redis_only=[4])
     fleet("start", "peer")
     try:
         seed_once(SCENARIOS[2])

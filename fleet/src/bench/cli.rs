@@ -6,7 +6,7 @@
 //! bench start redis|postgres|upstream|nginx|peer
 //! bench start haproxy REPLICAS
 //! bench start gateways REPLICAS [--log LEVEL] [--redis-only] [--toml TEXT]
-//!       [--env KEY=VALUE]... [--replica-env I:KEY=VALUE]...
+//!       [--env KEY=VALUE]... [--replica-env I:KEY=VALUE]... [--replica-redis-only I]...
 //! bench stop NAME...                           (`gateways` = every replica)
 //! bench down                                   stop everything
 //! bench ps                                     running parts and pids, as JSON
@@ -55,7 +55,8 @@ fn key_value(s: &str) -> Result<(String, String), String> {
     Ok((k.to_string(), v.to_string()))
 }
 
-/// Parses `REPLICAS [--log L] [--redis-only] [--toml T] [--env K=V]... [--replica-env I:K=V]...`.
+/// Parses `REPLICAS [--log L] [--redis-only] [--toml T] [--env K=V]...
+/// [--replica-env I:K=V]... [--replica-redis-only I]...`.
 pub fn gateway_options(args: &[String]) -> Result<GatewayOptions, String> {
     let mut opts = GatewayOptions {
         replicas: replicas(args.first())?,
@@ -67,6 +68,11 @@ pub fn gateway_options(args: &[String]) -> Result<GatewayOptions, String> {
         match flag.as_str() {
             "--log" => opts.log = value()?.clone(),
             "--redis-only" => opts.postgres = false,
+            "--replica-redis-only" => {
+                let v = value()?;
+                let i = v.parse().map_err(|_| format!("bad replica index '{v}'"))?;
+                opts.redis_only_replicas.push(i);
+            }
             "--toml" => opts.extra_toml.push_str(&format!("{}\n", value()?)),
             "--env" => opts.env.push(key_value(value()?)?),
             "--replica-env" => {
@@ -139,7 +145,7 @@ mod tests {
     #[test]
     fn gateway_options_parse_every_flag() {
         let o = gateway_options(&args(
-            "3 --log info --redis-only --env A=1=2 --replica-env 2:B=x --toml [x]",
+            "3 --log info --redis-only --env A=1=2 --replica-env 2:B=x --toml [x] --replica-redis-only 3",
         ))
         .unwrap();
         assert_eq!(o.replicas, 3);
@@ -148,6 +154,7 @@ mod tests {
         assert_eq!(o.env, vec![("A".into(), "1=2".into())]);
         assert_eq!(o.replica_env, vec![(2, "B".into(), "x".into())]);
         assert_eq!(o.extra_toml, "[x]\n");
+        assert_eq!(o.redis_only_replicas, vec![3]);
         assert!(gateway_options(&args("2 --bogus")).is_err());
         assert!(gateway_options(&args("2 --env NOEQUALS")).is_err());
         assert!(gateway_options(&args("two")).is_err());

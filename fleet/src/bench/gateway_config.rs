@@ -16,6 +16,9 @@ pub struct GatewayOptions {
     /// Whether the `[postgres]` section is written (write-through on); off for the
     /// Redis-only rows.
     pub postgres: bool,
+    /// Replicas (1-based) that run Redis only although `postgres` is on (the latency
+    /// phase runs differently configured replicas side by side).
+    pub redis_only_replicas: Vec<u16>,
     /// TOML appended to the generated file, for settings with no environment form.
     pub extra_toml: String,
     /// Environment of every replica.
@@ -30,6 +33,7 @@ impl Default for GatewayOptions {
             replicas: 1,
             log: "warn".into(),
             postgres: true,
+            redis_only_replicas: Vec::new(),
             extra_toml: String::new(),
             env: Vec::new(),
             replica_env: Vec::new(),
@@ -38,10 +42,15 @@ impl Default for GatewayOptions {
 }
 
 impl GatewayOptions {
-    /// The configuration file (replica 1's ports; the others get theirs from the
-    /// environment, see [`GatewayOptions::env_of`]).
-    pub fn render(&self) -> String {
-        let postgres = if self.postgres {
+    /// Whether replica `i` writes through to Postgres.
+    pub fn postgres_for(&self, i: u16) -> bool {
+        self.postgres && !self.redis_only_replicas.contains(&i)
+    }
+
+    /// The configuration file, with or without `[postgres]` (replica 1's ports; the
+    /// others get theirs from the environment, see [`GatewayOptions::env_of`]).
+    pub fn render(&self, postgres: bool) -> String {
+        let postgres = if postgres {
             format!(
                 "\n[postgres]\nurl = \"postgres://postgres@127.0.0.1:{}/postgres\"\n",
                 ports::POSTGRES
@@ -105,8 +114,8 @@ upstream_timeout = \"20s\"
     }
 
     /// A file name that tells rows apart in `.state/bench/`.
-    pub fn file_name(&self) -> String {
-        let store = if self.postgres { "" } else { "-redis-only" };
+    pub fn file_name(&self, postgres: bool) -> String {
+        let store = if postgres { "" } else { "-redis-only" };
         format!("idemgate-{}{store}.toml", self.log)
     }
 }
@@ -117,14 +126,21 @@ mod tests {
 
     #[test]
     fn redis_only_rows_have_no_postgres_section() {
-        let with = GatewayOptions::default().render();
+        let opts = GatewayOptions {
+            replicas: 3,
+            redis_only_replicas: vec![3],
+            ..Default::default()
+        };
+        assert!(opts.postgres_for(1) && !opts.postgres_for(3));
+        let with = opts.render(opts.postgres_for(1));
         assert!(with.contains("[postgres]\nurl = \"postgres://postgres@127.0.0.1:15490/postgres\""));
         let without = GatewayOptions {
             postgres: false,
             ..Default::default()
         };
-        assert!(!without.render().contains("[postgres]"));
-        assert_ne!(without.file_name(), GatewayOptions::default().file_name());
+        assert!(!without.postgres_for(1));
+        assert!(!without.render(false).contains("[postgres]"));
+        assert_ne!(opts.file_name(true), opts.file_name(false));
     }
 
     #[test]
@@ -137,7 +153,7 @@ mod tests {
             replica_env: vec![(2, "B".into(), "2".into())],
             ..Default::default()
         };
-        let text = opts.render();
+        let text = opts.render(true);
         assert!(text.contains("filter = \"info\""));
         assert!(text.ends_with("[encryption]\nkey_file = \"k\"\n"));
         let env2 = opts.env_of(2);

@@ -294,9 +294,10 @@ impl Bench {
             return Err(format!("replicas: 1 to {}", ports::MAX_REPLICAS));
         }
         std::fs::create_dir_all(&self.state).map_err(|e| e.to_string())?;
-        let config = self.state.join(opts.file_name());
-        std::fs::write(&config, opts.render()).map_err(|e| e.to_string())?;
         for i in 1..=opts.replicas {
+            let postgres = opts.postgres_for(i);
+            let config = self.state.join(opts.file_name(postgres));
+            std::fs::write(&config, opts.render(postgres)).map_err(|e| e.to_string())?;
             let mut cmd = Command::new(&self.idemgate);
             cmd.arg("serve")
                 .arg("--config")
