@@ -803,7 +803,7 @@ def render(results):
             done = r["runs"] + r.get("discarded_runs", [])
             req = sum(x["requests"] for x in done)
             ex = sum(x.get("upstream_executions", 0) for x in done)
-            out.append(f"| {r['id']} | {req} | {ex} (upstream ledger) | {req - ex} (the rest) | - | none | - |")
+            out.append(f"| {r['id']} | {req} | {ex} (upstream ledger) | {max(0, req - ex)} (the rest) | - | none | - |")
         if not r or r["target"] not in ("gw", "lb"):
             continue
         mt = r["metrics"]
