@@ -8,6 +8,7 @@ pub mod lease;
 pub mod memory;
 pub mod postgres;
 pub mod redis;
+pub mod redis_connect;
 pub mod tiers;
 pub mod waiters;
 pub mod warmth;

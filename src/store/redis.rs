@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use fred::prelude::{
-    Builder, ClientLike, Config as FredConfig, Error as FredError, KeysInterface, Pool,
-    PubsubInterface, ReconnectPolicy, SortedSetsInterface, Value,
+    Builder, ClientLike, Error as FredError, KeysInterface, Pool, PubsubInterface, ReconnectPolicy,
+    SortedSetsInterface, Value,
 };
 use fred::types::scripts::Script;
 
@@ -92,8 +92,7 @@ impl RedisStore {
     /// Builds the pool and starts connecting. Does not fail when Redis is down: the
     /// pool keeps reconnecting and calls fail with [`StoreError`] until it answers.
     pub async fn connect(config: &RedisConfig) -> Result<Self, FredError> {
-        let mut fred_config = FredConfig::from_url(&config.url)?;
-        fred_config.fail_fast = false;
+        let fred_config = super::redis_connect::fred_config(config)?;
         let pool = Builder::from_config(fred_config)
             .with_performance_config(|p| p.default_command_timeout = config.command_timeout)
             .with_connection_config(|c| {
@@ -110,7 +109,7 @@ impl RedisStore {
         pool.connect();
         let connected = tokio::time::timeout(config.connect_timeout, pool.wait_for_connect()).await;
         if !matches!(connected, Ok(Ok(()))) {
-            tracing::warn!(url = %crate::config::redact_url(&config.url),
+            tracing::warn!(url = %crate::config::redact_url(&config.url), mode = config.mode.as_str(),
                 "redis is not reachable yet; keyed requests answer 503 until it is");
         }
         Ok(Self {

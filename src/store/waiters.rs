@@ -7,9 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use fred::clients::SubscriberClient;
-use fred::prelude::{
-    Builder, ClientLike, Config as FredConfig, EventInterface, PubsubInterface, ReconnectPolicy,
-};
+use fred::prelude::{Builder, ClientLike, EventInterface, PubsubInterface, ReconnectPolicy};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::Notify;
 
@@ -61,8 +59,7 @@ impl Waiters {
         pattern: String,
         cache: Option<Arc<ReplayCache>>,
     ) -> Result<Arc<Self>, fred::error::Error> {
-        let mut fred_config = FredConfig::from_url(&config.url)?;
-        fred_config.fail_fast = false;
+        let fred_config = super::redis_connect::fred_config(config)?;
         let subscriber: SubscriberClient = Builder::from_config(fred_config)
             .with_performance_config(|p| p.broadcast_channel_capacity = 4096)
             .with_connection_config(|c| c.connection_timeout = config.connect_timeout)
