@@ -8,6 +8,7 @@
 //! the key it is about. [`crate::App::build`] validates again, so a `Config` built or
 //! changed in code cannot start unchecked.
 
+mod replication;
 mod topology;
 mod typed;
 mod validate;
@@ -205,6 +206,11 @@ pub struct RedisConfig {
     /// its warmth marker while it is up.
     #[serde(with = "humantime_serde")]
     pub probe_interval: Duration,
+    /// Replicas that must acknowledge a completion (`WAIT`) before the answer; 0: none.
+    pub wait_replicas: u32,
+    /// The longest a completion waits for them (`redis.wait_replicas` > 0).
+    #[serde(with = "humantime_serde")]
+    pub wait_timeout: Duration,
 }
 
 impl Default for RedisConfig {
@@ -219,6 +225,8 @@ impl Default for RedisConfig {
             connect_timeout: Duration::from_secs(2),
             pool_size: 4,
             probe_interval: Duration::from_secs(1),
+            wait_replicas: 0,
+            wait_timeout: replication::DEFAULT_WAIT_TIMEOUT,
         }
     }
 }

@@ -66,6 +66,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         ));
     }
     super::topology::check(r)?;
+    super::replication::check(r)?;
     positive_duration("redis.command_timeout", r.command_timeout)?;
     positive_duration("redis.connect_timeout", r.connect_timeout)?;
     positive_duration("redis.probe_interval", r.probe_interval)?;

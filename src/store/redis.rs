@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use fred::prelude::{
-    Builder, ClientLike, Error as FredError, KeysInterface, Pool, PubsubInterface, ReconnectPolicy,
-    SortedSetsInterface, Value,
+    ClientLike, Error as FredError, KeysInterface, Pool, PubsubInterface, SortedSetsInterface,
+    Value,
 };
 use fred::types::scripts::Script;
 
+use super::redis_wait::ReplicaWait;
 use super::StoreError;
 use crate::config::RedisConfig;
 use crate::idempotency::{Claim, Completion, Fingerprint, RecordId, Release, StoredResponse};
@@ -71,6 +72,8 @@ pub struct RedisStore {
 
 struct Inner {
     pool: Pool,
+    /// `redis.wait_replicas` > 0: completions run with `WAIT` on these connections.
+    replica_wait: Option<ReplicaWait>,
     prefix: String,
     claim: Script,
     complete: Script,
@@ -92,29 +95,18 @@ impl RedisStore {
     /// Builds the pool and starts connecting. Does not fail when Redis is down: the
     /// pool keeps reconnecting and calls fail with [`StoreError`] until it answers.
     pub async fn connect(config: &RedisConfig) -> Result<Self, FredError> {
-        let fred_config = super::redis_connect::fred_config(config)?;
-        let pool = Builder::from_config(fred_config)
-            .with_performance_config(|p| p.default_command_timeout = config.command_timeout)
-            .with_connection_config(|c| {
-                c.connection_timeout = config.connect_timeout;
-                c.internal_command_timeout = config.connect_timeout;
-                // A connection that stops answering (a paused or wedged Redis) is dropped
-                // and re-made instead of queueing behind it.
-                c.unresponsive.max_timeout = Some(config.command_timeout * 2);
-                c.unresponsive.interval =
-                    (config.command_timeout / 2).max(Duration::from_millis(50));
-            })
-            .set_policy(ReconnectPolicy::new_constant(0, 100))
-            .build_pool(config.pool_size)?;
+        let pool = super::redis_connect::build_pool(config, config.pool_size)?;
         pool.connect();
         let connected = tokio::time::timeout(config.connect_timeout, pool.wait_for_connect()).await;
         if !matches!(connected, Ok(Ok(()))) {
             tracing::warn!(url = %crate::config::redact_url(&config.url), mode = config.mode.as_str(),
                 "redis is not reachable yet; keyed requests answer 503 until it is");
         }
+        let replica_wait = ReplicaWait::connect(config).await?;
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
+                replica_wait,
                 prefix: config.key_prefix.clone(),
                 claim: Script::from_lua(CLAIM_LUA),
                 complete: Script::from_lua(COMPLETE_LUA),
@@ -236,9 +228,17 @@ impl RedisStore {
             channel(key).into(),
         ];
         let started = Instant::now();
-        let reply: i64 = (self.inner.complete)
-            .evalsha_with_reload(self.inner.pool.next(), key, args)
-            .await?;
+        let reply: i64 = match &self.inner.replica_wait {
+            None => {
+                (self.inner.complete)
+                    .evalsha_with_reload(self.inner.pool.next(), key, args)
+                    .await?
+            }
+            Some(w) => w
+                .complete(&self.inner.complete, key, args)
+                .await?
+                .convert()?,
+        };
         metrics::redis_op("complete", started);
         Ok(match reply {
             1 => Completion::Stored,
@@ -412,6 +412,9 @@ impl RedisStore {
 
     /// Closes the connections.
     pub async fn quit(&self) {
+        if let Some(w) = &self.inner.replica_wait {
+            w.quit().await;
+        }
         let _ = self.inner.pool.quit().await;
     }
 }

@@ -8,8 +8,10 @@
 //! primary the sentinels name, re-asking them when the connection drops. Replicas
 //! are never read (fred's `replicas` feature is off).
 
+use std::time::Duration;
+
 use fred::error::{Error as FredError, ErrorKind};
-use fred::prelude::{Config as FredConfig, Server, ServerConfig};
+use fred::prelude::{Builder, Config as FredConfig, Pool, ReconnectPolicy, Server, ServerConfig};
 use fred::types::config::ClusterDiscoveryPolicy;
 
 use crate::config::{RedisConfig, RedisMode};
@@ -40,6 +42,25 @@ pub fn fred_config(config: &RedisConfig) -> Result<FredConfig, FredError> {
     };
     fred.fail_fast = false;
     Ok(fred)
+}
+
+/// A pool of `size` clients for `config`, not yet connected: the command timeout, the
+/// connection timeouts, the unresponsive-connection check and the reconnect policy of
+/// every pool the store keeps (the main one, and the `WAIT` connections of
+/// [`super::redis_wait`]).
+pub fn build_pool(config: &RedisConfig, size: usize) -> Result<Pool, FredError> {
+    Builder::from_config(fred_config(config)?)
+        .with_performance_config(|p| p.default_command_timeout = config.command_timeout)
+        .with_connection_config(|c| {
+            c.connection_timeout = config.connect_timeout;
+            c.internal_command_timeout = config.connect_timeout;
+            // A connection that stops answering (a paused or wedged Redis) is dropped
+            // and re-made instead of queueing behind it.
+            c.unresponsive.max_timeout = Some(config.command_timeout * 2);
+            c.unresponsive.interval = (config.command_timeout / 2).max(Duration::from_millis(50));
+        })
+        .set_policy(ReconnectPolicy::new_constant(0, 100))
+        .build_pool(size)
 }
 
 /// The host and port of every `redis://` URL in `urls`, and a configuration with the
