@@ -9,6 +9,7 @@ pub mod memory;
 pub mod postgres;
 pub mod redis;
 pub mod redis_connect;
+pub mod slots;
 pub mod tiers;
 pub mod waiters;
 pub mod warmth;
