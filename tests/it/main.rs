@@ -25,5 +25,6 @@ mod pg_writer;
 mod replay;
 mod tenancy;
 mod tier_edges;
+mod topologies;
 mod upstream_failures;
 mod write_timeout;
