@@ -23,6 +23,7 @@ mod pg_ops;
 mod pg_timeouts;
 mod pg_writer;
 mod replay;
+mod shard_warmth;
 mod tenancy;
 mod tier_edges;
 mod topologies;
