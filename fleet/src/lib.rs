@@ -31,4 +31,4 @@ pub use net::{free_port, http_status, port_open, wait_port};
 pub use postgres::{bindir as pg_bindir, postgres_owner, PgServer};
 pub use redis::RedisServer;
 pub use redis_cluster::RedisCluster;
-pub use sentinel::{Sentinel, SentinelSet};
+pub use sentinel::{Sentinel, SentinelSet, SERVICE_NAME as SENTINEL_SERVICE};

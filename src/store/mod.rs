@@ -10,6 +10,7 @@ pub mod postgres;
 pub mod redis;
 pub mod redis_connect;
 pub mod redis_wait;
+pub mod slots;
 pub mod tiers;
 pub mod waiters;
 pub mod warmth;
