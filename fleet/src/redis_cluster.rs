@@ -203,6 +203,30 @@ impl RedisCluster {
         self.nodes[replica].cli(&["CLUSTER", "FAILOVER"])
     }
 
+    /// Moves `slots` hash slots from the primary at `from` to the primary at `to` with
+    /// `redis-cli --cluster reshard` (keys move with `MIGRATE` while clients keep
+    /// going; they follow `ASK` and `MOVED`). Blocks until done; redis-cli's output on
+    /// failure.
+    pub fn reshard(&self, from: usize, to: usize, slots: u32) -> Result<(), String> {
+        let id = |i: usize| self.nodes[i].cli(&["CLUSTER", "MYID"]).trim().to_string();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "reshard"])
+            .arg(format!("127.0.0.1:{}", self.nodes[from].port))
+            .args(["--cluster-from", &id(from), "--cluster-to", &id(to)])
+            .args(["--cluster-slots", &slots.to_string(), "--cluster-yes"])
+            .output()
+            .map_err(|e| format!("redis-cli must be on PATH: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+
     /// One command on node `i` through `redis-cli -c` (follows redirections).
     pub fn cli(&self, i: usize, args: &[&str]) -> String {
         self.nodes[i].cli_cluster(args)

@@ -80,7 +80,10 @@ fn record(raw_key: &str) -> (RecordId, Fingerprint) {
     let id = RecordId::new(scope, &key::parse(raw_key.as_bytes(), 255).unwrap(), None);
     let json = HeaderValue::from_static("application/json");
     let uri = "/v1/payments".parse().unwrap();
-    (id, Fingerprint::new(&Method::POST, &uri, Some(&json), b"{}"))
+    (
+        id,
+        Fingerprint::new(&Method::POST, &uri, Some(&json), b"{}"),
+    )
 }
 
 fn response() -> Bytes {
@@ -168,7 +171,11 @@ async fn a_short_wait_answers_after_the_timeout_and_says_so() {
         .await
         .unwrap();
     let took = started.elapsed();
-    assert_eq!(done, Completion::Stored, "stored on the primary all the same");
+    assert_eq!(
+        done,
+        Completion::Stored,
+        "stored on the primary all the same"
+    );
     assert!(took >= Duration::from_millis(550), "{took:?}");
 
     // What the store counts and logs: Short, with the replicas that did acknowledge.
@@ -177,10 +184,7 @@ async fn a_short_wait_answers_after_the_timeout_and_says_so() {
         .unwrap()
         .expect("wait_replicas = 1 builds the WAIT connections");
     let script = Script::from_lua("redis.call('SET', KEYS[1], ARGV[1]) return 1");
-    let (reply, replicated) = wait
-        .run(&script, "plain", vec!["v".into()])
-        .await
-        .unwrap();
+    let (reply, replicated) = wait.run(&script, "plain", vec!["v".into()]).await.unwrap();
     assert_eq!(reply.as_i64(), Some(1));
     assert_eq!(
         replicated,
@@ -190,10 +194,7 @@ async fn a_short_wait_answers_after_the_timeout_and_says_so() {
         }
     );
     pair.link.hold(false);
-    let (_, replicated) = wait
-        .run(&script, "plain", vec!["w".into()])
-        .await
-        .unwrap();
+    let (_, replicated) = wait.run(&script, "plain", vec!["w".into()]).await.unwrap();
     assert_eq!(replicated, Replicated::Acknowledged);
 }
 
@@ -212,12 +213,17 @@ async fn fencing_tokens_never_go_backwards_across_a_failover() {
     for i in 1..=20 {
         let token = format!("t{i}");
         let fence = acquire(&store, &k, &fp, &token).await.fence;
-        assert!(fence > last, "fences grow on one primary: {fence} after {last}");
+        assert!(
+            fence > last,
+            "fences grow on one primary: {fence} after {last}"
+        );
         last = fence;
         store.release(&k, &token).await.unwrap();
     }
     pair.fail_over();
-    let promoted = RedisStore::connect(&config(&pair.replica, 0)).await.unwrap();
+    let promoted = RedisStore::connect(&config(&pair.replica, 0))
+        .await
+        .unwrap();
     let after = acquire(&promoted, &k, &fp, "after").await.fence;
     assert!(
         after > last,
@@ -242,7 +248,10 @@ async fn cost_of_wait_replicas() {
             let k = store.record_key(id);
             acquire(&store, &k, &fp, "h").await;
             let t = Instant::now();
-            store.complete(&k, "h", response(), LEASE, &fp).await.unwrap();
+            store
+                .complete(&k, "h", response(), LEASE, &fp)
+                .await
+                .unwrap();
             took.push(t.elapsed());
         }
         rows.push((format!("wait_replicas = {wait_replicas} (pipelined)"), took));
