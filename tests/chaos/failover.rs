@@ -46,7 +46,10 @@ fn in_flight_heavy(scenario: &str, stack: &Stack) -> Workload {
 /// counted.
 async fn completion_mean_us(stack: &mut Stack) -> (f64, f64) {
     let (mut sum, mut count) = (0.0, 0.0);
-    for r in stack.replicas.iter_mut().filter(|r| r.running()) {
+    for r in stack.replicas.iter_mut() {
+        if !r.running() {
+            continue;
+        }
         let url = format!("{}/metrics", r.admin_url());
         let Ok(resp) = stack.http.get(url).send().await else {
             continue;
