@@ -1,12 +1,18 @@
 -- idemgate claim: take the lease on a record, or report what holds it.
--- KEYS[1] record key, KEYS[2] fence key (same hash tag), KEYS[3] warmth marker.
--- ARGV[1] fingerprint, ARGV[2] lock token, ARGV[3] lease in ms, ARGV[4] fence key ttl in ms.
+-- KEYS[1] record key, KEYS[2] fence key (same hash tag), KEYS[3] warmth marker of the
+-- record's hash slot (same slot, see src/store/slots.rs).
+-- ARGV[1] fingerprint, ARGV[2] lock token, ARGV[3] lease in ms, ARGV[4] fence key ttl in ms,
+-- ARGV[5] the age (ms) from which the marker vouches for this shard (the longest ttl).
 -- Record: a hash {s = "L" (leased) | "C" (completed), f = fingerprint, t = token,
 --                 n = fencing token, r = response}.
--- Marker: Redis' clock (ms) when this Redis was first seen without it (new, restarted,
--- flushed, or reset by a replica that knows Redis lacks a record). Read here, in the
--- same atomic step as the claim, so no probe interval separates a flush from the
--- claims that must notice it.
+-- Marker: "<since ms> <run_id>": Redis' clock when this slot was first seen without a
+-- valid marker (new, restarted, flushed, reset by a replica that knows Redis lacks a
+-- record), and the run_id of the server that set it. A marker written by another server
+-- process (replicated to a promoted replica, or restored from an RDB/AOF file) proves
+-- nothing about the writes after it: it is renewed, so the slot counts cold for the
+-- longest ttl. The run_id (INFO server) is read only once the marker is old enough to
+-- vouch. Read here, in the same atomic step as the claim, so no probe interval
+-- separates a flush or a failover from the claims that must notice it.
 -- Reply: {"A", fence, marker_age_ms} acquired | {"C", response, remaining_ms} |
 --        {"I", remaining_ms} | {"M"} mismatch.
 local rec = KEYS[1]
@@ -14,14 +20,24 @@ local function clock_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+local function run_id()
+  return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+end
 local function marker_age(now_us)
   local now_ms = math.floor(now_us / 1000)
-  local since = redis.call('GET', KEYS[3])
-  if not since then
-    redis.call('SET', KEYS[3], string.format('%d', now_ms))
-    return 0
+  local m = redis.call('GET', KEYS[3])
+  if m then
+    local since, id = string.match(m, '^(%d+) (%x+)$')
+    if since then
+      local age = now_ms - tonumber(since)
+      -- Young: cold either way; the identity is checked once the age would vouch.
+      if age <= tonumber(ARGV[5]) or id == run_id() then
+        return age
+      end
+    end
   end
-  return now_ms - tonumber(since)
+  redis.call('SET', KEYS[3], string.format('%d %s', now_ms, run_id()))
+  return 0
 end
 local v = redis.call('HMGET', rec, 's', 'f', 't', 'n')
 if not v[1] then

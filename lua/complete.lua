@@ -1,7 +1,8 @@
 -- idemgate complete: store the response, only while no one else holds the record,
 -- and wake the duplicates waiting for it.
 -- KEYS[1] record key; ARGV[1] lock token, ARGV[2] encoded response, ARGV[3] ttl in ms,
--- ARGV[4] fingerprint, ARGV[5] completion channel.
+-- ARGV[4] fingerprint, ARGV[5] completion channel, ARGV[6] 'PUBLISH', or 'SPUBLISH' in a
+-- cluster (sharded pub/sub: the channel has the record's hash tag, so its slot).
 -- Reply: 1 stored (also: already stored by this token, or the record had expired and
 -- nobody else had claimed it) | 0 lease lost (another token holds or completed it).
 local rec = KEYS[1]
@@ -9,7 +10,7 @@ local v = redis.call('HMGET', rec, 's', 't')
 if not v[1] then
   redis.call('HSET', rec, 's', 'C', 'f', ARGV[4], 't', ARGV[1], 'r', ARGV[2])
   redis.call('PEXPIRE', rec, ARGV[3])
-  redis.call('PUBLISH', ARGV[5], 'C')
+  redis.call(ARGV[6], ARGV[5], 'C')
   return 1
 end
 if v[2] ~= ARGV[1] then
@@ -18,6 +19,6 @@ end
 if v[1] == 'L' then
   redis.call('HSET', rec, 's', 'C', 'r', ARGV[2])
   redis.call('PEXPIRE', rec, ARGV[3])
-  redis.call('PUBLISH', ARGV[5], 'C')
+  redis.call(ARGV[6], ARGV[5], 'C')
 end
 return 1

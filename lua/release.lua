@@ -1,6 +1,7 @@
 -- idemgate release: drop the lease so a retry runs again, only if the caller holds it,
 -- and wake the duplicates waiting on it (one of them may now take the key).
--- KEYS[1] record key; ARGV[1] lock token, ARGV[2] completion channel.
+-- KEYS[1] record key; ARGV[1] lock token, ARGV[2] completion channel, ARGV[3] 'PUBLISH',
+-- or 'SPUBLISH' in a cluster (sharded pub/sub, in the record's slot).
 -- Reply: 1 released (or already gone) | 0 not ours (completed, or leased by another token).
 local rec = KEYS[1]
 local v = redis.call('HMGET', rec, 's', 't')
@@ -9,7 +10,7 @@ if not v[1] then
 end
 if v[1] == 'L' and v[2] == ARGV[1] then
   redis.call('DEL', rec)
-  redis.call('PUBLISH', ARGV[2], 'R')
+  redis.call(ARGV[3], ARGV[2], 'R')
   return 1
 end
 return 0

@@ -15,7 +15,7 @@ use crate::store::memory::ReplayCache;
 use crate::store::postgres::lookups::Lookups;
 use crate::store::postgres::writer::Writer;
 use crate::store::tiers::Durable;
-use crate::store::waiters::Waiters;
+use crate::store::waiters::{Channels, Waiters};
 use crate::store::{PgStore, RedisStore, Stores};
 
 /// Everything a request needs, built once.
@@ -103,11 +103,12 @@ impl App {
         let rc = &config.replay_cache;
         let cache = ReplayCache::new(rc.max_bytes.as_u64(), rc.max_age).map(Arc::new);
         let waiters = if waiting || cache.is_some() {
-            Some(Waiters::start(
-                &config.redis,
-                redis.channel_pattern(),
-                cache.clone(),
-            )?)
+            let channels = Channels {
+                pattern: redis.channel_pattern(),
+                invalidations: redis.invalidation_channel(),
+                sharded: redis.sharded_pubsub(),
+            };
+            Some(Waiters::start(&config.redis, channels, cache.clone())?)
         } else {
             None
         };

@@ -16,6 +16,7 @@ pub const REDIS_DURATION: &str = "idemgate_redis_duration_seconds";
 pub const POSTGRES_DURATION: &str = "idemgate_postgres_duration_seconds";
 pub const FALLBACK: &str = "idemgate_fallback_total";
 pub const LEASE_LOST: &str = "idemgate_lease_lost_total";
+pub const REDIS_WAIT_SHORT: &str = "idemgate_redis_wait_short_total";
 pub const QUEUE_DEPTH: &str = "idemgate_write_through_queue_depth";
 pub const LOG_DROPPED: &str = "idemgate_log_lines_dropped_total";
 pub const WRITE_FAILURES: &str = "idemgate_write_through_failures_total";
@@ -137,6 +138,10 @@ fn describe() {
         "Completions refused because the lease had been taken over."
     );
     describe_gauge!(QUEUE_DEPTH, "Completed records waiting for Postgres.");
+    describe_counter!(
+        REDIS_WAIT_SHORT,
+        "Completions that fewer replicas than redis.wait_replicas acknowledged in time."
+    );
     describe_counter!(WRITE_FAILURES, "Failed write-through statements.");
     describe_counter!(
         WRITE_DROPPED,
@@ -159,7 +164,13 @@ fn describe() {
         "1 while claims go to Redis, 0 while its breaker is open."
     );
     // Present from the start, so that the first increment shows in increase().
-    for name in [LEASE_LOST, WRITE_FAILURES, REAPED, LOG_DROPPED] {
+    for name in [
+        LEASE_LOST,
+        WRITE_FAILURES,
+        REAPED,
+        LOG_DROPPED,
+        REDIS_WAIT_SHORT,
+    ] {
         counter!(name).absolute(0);
     }
     for reason in [DropReason::QueueFull, DropReason::Refused] {
@@ -253,6 +264,10 @@ pub fn fallback(reason: &'static str) {
 
 pub fn tier_disagreement(kind: &'static str) {
     counter!(TIER_DISAGREEMENTS, "kind" => kind).increment(1);
+}
+
+pub fn redis_wait_short() {
+    counter!(REDIS_WAIT_SHORT).increment(1);
 }
 
 pub fn lease_lost() {

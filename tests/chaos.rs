@@ -30,6 +30,8 @@ mod claim_faults;
 mod cluster;
 #[path = "chaos/driver.rs"]
 mod driver;
+#[path = "chaos/failover.rs"]
+mod failover;
 #[path = "chaos/faultproxy.rs"]
 mod faultproxy;
 #[path = "chaos/harness.rs"]
@@ -258,5 +260,93 @@ fn slow_readers_of_a_large_response_and_a_connection_burst() {
     run(
         "abuse: 120 slow readers of a 6 MiB replay, 600-connection burst",
         abuse::slow_readers_and_a_connection_burst,
+    );
+}
+
+// ---- issue 13: Redis Cluster and Sentinel failover, resharding (chaos/failover.rs) ----
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn cluster_primary_killed_claims_redis() {
+    run("cluster primary SIGKILLed [claims=redis]", |n| {
+        failover::cluster_primary_killed(n, Postgres, false)
+    });
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn cluster_primary_killed_claims_redis_wait_replicas() {
+    run(
+        "cluster primary SIGKILLed [claims=redis, wait_replicas=1]",
+        |n| failover::cluster_primary_killed(n, Postgres, true),
+    );
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn cluster_primary_killed_claims_write_through() {
+    run("cluster primary SIGKILLed [claims=write_through]", |n| {
+        failover::cluster_primary_killed(n, WriteThrough, false)
+    });
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn cluster_primary_killed_claims_write_through_wait_replicas() {
+    run(
+        "cluster primary SIGKILLed [claims=write_through, wait_replicas=1]",
+        |n| failover::cluster_primary_killed(n, WriteThrough, true),
+    );
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn cluster_primary_killed_redis_only() {
+    run("cluster primary SIGKILLed [redis-only]", |n| {
+        failover::cluster_primary_killed(n, RedisOnly, false)
+    });
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn cluster_primary_killed_redis_only_wait_replicas() {
+    run(
+        "cluster primary SIGKILLed [redis-only, wait_replicas=1]",
+        |n| failover::cluster_primary_killed(n, RedisOnly, true),
+    );
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn cluster_slots_resharded_under_load() {
+    run(
+        "cluster slots resharded under load [claims=redis]",
+        failover::cluster_resharded,
+    );
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn sentinel_failover_claims_redis() {
+    run("sentinel failover, primary SIGKILLed [claims=redis]", |n| {
+        failover::sentinel_failover(n, Postgres, false)
+    });
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn sentinel_failover_claims_write_through() {
+    run(
+        "sentinel failover, primary SIGKILLed [claims=write_through]",
+        |n| failover::sentinel_failover(n, WriteThrough, false),
+    );
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn sentinel_failover_redis_only_wait_replicas() {
+    run(
+        "sentinel failover, primary SIGKILLed [redis-only, wait_replicas=1]",
+        |n| failover::sentinel_failover(n, RedisOnly, true),
     );
 }

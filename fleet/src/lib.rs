@@ -1,7 +1,8 @@
 //! The one place that knows how to start and stop the parts of an idemgate fleet on
 //! loopback: `redis-server` ([`RedisServer`]), PostgreSQL ([`PgServer`]), the demo
 //! upstream ([`Upstream`]), gateway replicas ([`Replica`]) and HAProxy in front
-//! ([`HaProxy`], configuration from [`HaproxyConfig`]).
+//! ([`HaProxy`], configuration from [`HaproxyConfig`]), a Redis Cluster ([`RedisCluster`])
+//! and a Sentinel set ([`SentinelSet`]).
 //!
 //! Every part listens on 127.0.0.1 only, on a free port ([`free_port`]) or a fixed one,
 //! writes its log into a directory it is given (or a temporary one it owns), and is
@@ -23,9 +24,13 @@ pub mod local;
 mod net;
 mod postgres;
 mod redis;
+mod redis_cluster;
+mod sentinel;
 
 pub use gateway::{Replica, Upstream};
 pub use haproxy::{render_local as haproxy_local_config, Backend, HaProxy, HaproxyConfig};
 pub use net::{free_port, http_status, port_open, wait_port};
 pub use postgres::{bindir as pg_bindir, postgres_owner, PgServer};
 pub use redis::RedisServer;
+pub use redis_cluster::RedisCluster;
+pub use sentinel::{Sentinel, SentinelSet, SERVICE_NAME as SENTINEL_SERVICE};

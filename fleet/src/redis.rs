@@ -147,6 +147,23 @@ impl RedisServer {
         s
     }
 
+    /// Whether the process is running (not stopped by [`Self::stop`]).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Like [`Self::cli`], with `redis-cli -c` (follows cluster redirections).
+    pub fn cli_cluster(&self, args: &[&str]) -> String {
+        let mut all = vec!["-c"];
+        all.extend_from_slice(args);
+        self.cli(&all)
+    }
+
+    /// The directory the server runs in (its log is `redis.log` there).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     /// One `INFO` field.
     pub fn info(&self, field: &str) -> Option<String> {
         let info = self.cli(&["INFO"]);

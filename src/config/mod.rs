@@ -8,6 +8,8 @@
 //! the key it is about. [`crate::App::build`] validates again, so a `Config` built or
 //! changed in code cannot start unchecked.
 
+mod replication;
+mod topology;
 mod typed;
 mod validate;
 
@@ -21,6 +23,7 @@ use figment::Figment;
 use http::{HeaderName, Method, StatusCode, Uri};
 use serde::{Deserialize, Serialize};
 
+pub use topology::{RedisMode, SentinelConfig};
 pub use validate::validate;
 
 use crate::proxy::cidr::TrustedProxies;
@@ -181,8 +184,14 @@ impl Default for ReplayCacheConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RedisConfig {
-    /// `redis://[user:password@]host:port[/db]`.
+    /// `standalone` (`url`), `cluster` (`nodes`) or `sentinel` (`[redis.sentinel]`).
+    pub mode: RedisMode,
+    /// `redis://[user:password@]host:port[/db]` (standalone).
     pub url: String,
+    /// Cluster seed nodes, `redis://[user:password@]host:port` (cluster).
+    pub nodes: Vec<String>,
+    /// The sentinels and the service they monitor (sentinel).
+    pub sentinel: SentinelConfig,
     /// Prefix of every key the gateway writes.
     pub key_prefix: String,
     /// Deadline of one Redis command; a claim that times out is treated as unknown.
@@ -197,17 +206,27 @@ pub struct RedisConfig {
     /// its warmth marker while it is up.
     #[serde(with = "humantime_serde")]
     pub probe_interval: Duration,
+    /// Replicas that must acknowledge a completion (`WAIT`) before the answer; 0: none.
+    pub wait_replicas: u32,
+    /// The longest a completion waits for them (`redis.wait_replicas` > 0).
+    #[serde(with = "humantime_serde")]
+    pub wait_timeout: Duration,
 }
 
 impl Default for RedisConfig {
     fn default() -> Self {
         Self {
+            mode: RedisMode::Standalone,
             url: "redis://127.0.0.1:6379".into(),
+            nodes: Vec::new(),
+            sentinel: SentinelConfig::default(),
             key_prefix: "idemgate".into(),
             command_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(2),
             pool_size: 4,
             probe_interval: Duration::from_secs(1),
+            wait_replicas: 0,
+            wait_timeout: replication::DEFAULT_WAIT_TIMEOUT,
         }
     }
 }
@@ -561,6 +580,7 @@ impl Config {
     pub fn to_redacted_toml(&self) -> String {
         let mut shown = self.clone();
         shown.redis.url = redact_url(&shown.redis.url);
+        topology::redact(&mut shown.redis);
         if let Some(pg) = shown.postgres.as_mut() {
             pg.url = redact_url(&pg.url);
         }

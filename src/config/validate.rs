@@ -65,6 +65,8 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             "must be non-empty and must not contain `{` or `}` (they are Redis Cluster hash tags)",
         ));
     }
+    super::topology::check(r)?;
+    super::replication::check(r)?;
     positive_duration("redis.command_timeout", r.command_timeout)?;
     positive_duration("redis.connect_timeout", r.connect_timeout)?;
     positive_duration("redis.probe_interval", r.probe_interval)?;

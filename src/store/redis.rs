@@ -7,20 +7,26 @@
 //! `EVALSHA` and reload themselves after `NOSCRIPT` (a restarted or failed-over Redis).
 //!
 //! Keys: `<prefix>:{<record id hex>}`; the braces are a Redis Cluster hash tag, so
-//! every key of one record lands in one slot.
+//! every key of one record lands in one slot, and so do its completion channel and the
+//! warmth marker the claim script reads ([`super::slots`]): every script runs in one
+//! slot ([`RedisStore::script_keys`] lists what each is given, for the test that
+//! proves it). In cluster mode completions publish on sharded pub/sub (`SPUBLISH`).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use fred::prelude::{
-    Builder, ClientLike, Config as FredConfig, Error as FredError, KeysInterface, Pool,
-    PubsubInterface, ReconnectPolicy, SortedSetsInterface, Value,
+    ClientLike, Error as FredError, KeysInterface, Pool, PubsubInterface, SortedSetsInterface,
+    Value,
 };
 use fred::types::scripts::Script;
 
+use super::redis_wait::ReplicaWait;
+use super::slots::SlotMarkers;
 use super::StoreError;
-use crate::config::RedisConfig;
+use crate::config::{RedisConfig, RedisMode};
 use crate::idempotency::{Claim, Completion, Fingerprint, RecordId, Release, StoredResponse};
 use crate::metrics;
 
@@ -71,7 +77,15 @@ pub struct RedisStore {
 
 struct Inner {
     pool: Pool,
+    /// `redis.wait_replicas` > 0: completions run with `WAIT` on these connections.
+    replica_wait: Option<ReplicaWait>,
     prefix: String,
+    markers: SlotMarkers,
+    /// `SPUBLISH` (cluster: sharded pub/sub) or `PUBLISH`, for completions and releases.
+    publish: &'static str,
+    /// From what age (ms) a warmth marker vouches: the claim script checks the
+    /// server's identity only from then on (0 until [`RedisStore::set_vouch_after`]).
+    vouch_after_ms: AtomicU64,
     claim: Script,
     complete: Script,
     release: Script,
@@ -92,31 +106,26 @@ impl RedisStore {
     /// Builds the pool and starts connecting. Does not fail when Redis is down: the
     /// pool keeps reconnecting and calls fail with [`StoreError`] until it answers.
     pub async fn connect(config: &RedisConfig) -> Result<Self, FredError> {
-        let mut fred_config = FredConfig::from_url(&config.url)?;
-        fred_config.fail_fast = false;
-        let pool = Builder::from_config(fred_config)
-            .with_performance_config(|p| p.default_command_timeout = config.command_timeout)
-            .with_connection_config(|c| {
-                c.connection_timeout = config.connect_timeout;
-                c.internal_command_timeout = config.connect_timeout;
-                // A connection that stops answering (a paused or wedged Redis) is dropped
-                // and re-made instead of queueing behind it.
-                c.unresponsive.max_timeout = Some(config.command_timeout * 2);
-                c.unresponsive.interval =
-                    (config.command_timeout / 2).max(Duration::from_millis(50));
-            })
-            .set_policy(ReconnectPolicy::new_constant(0, 100))
-            .build_pool(config.pool_size)?;
+        let pool = super::redis_connect::build_pool(config, config.pool_size)?;
         pool.connect();
         let connected = tokio::time::timeout(config.connect_timeout, pool.wait_for_connect()).await;
         if !matches!(connected, Ok(Ok(()))) {
-            tracing::warn!(url = %crate::config::redact_url(&config.url),
+            tracing::warn!(url = %crate::config::redact_url(&config.url), mode = config.mode.as_str(),
                 "redis is not reachable yet; keyed requests answer 503 until it is");
         }
+        let replica_wait = ReplicaWait::connect(config).await?;
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
+                replica_wait,
                 prefix: config.key_prefix.clone(),
+                markers: SlotMarkers::new(&config.key_prefix),
+                publish: if config.mode == RedisMode::Cluster {
+                    "SPUBLISH"
+                } else {
+                    "PUBLISH"
+                },
+                vouch_after_ms: AtomicU64::new(0),
                 claim: Script::from_lua(CLAIM_LUA),
                 complete: Script::from_lua(COMPLETE_LUA),
                 release: Script::from_lua(RELEASE_LUA),
@@ -132,10 +141,45 @@ impl RedisStore {
         format!("{}:{{{}}}", self.inner.prefix, record.to_hex())
     }
 
+    /// Whether completions publish on sharded pub/sub (cluster mode).
+    pub fn sharded_pubsub(&self) -> bool {
+        self.inner.publish == "SPUBLISH"
+    }
+
+    /// The marker age from which warmth may vouch for a shard (the longest ttl): the
+    /// claim script checks the server's identity once a marker is that old.
+    pub fn set_vouch_after(&self, age: Duration) {
+        let ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+        self.inner.vouch_after_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// KEYS of the claim script for a record key.
+    fn claim_keys(&self, key: &str) -> Vec<String> {
+        let marker = self.inner.markers.for_key(key).to_string();
+        vec![key.to_string(), fence_key(key), marker]
+    }
+
+    /// For one record key, the keys and channels each script is given (KEYS, and the
+    /// channel it publishes on), built by the same functions the calls use: every one
+    /// must be in the record's slot.
+    pub fn script_keys(&self, key: &str) -> Vec<(&'static str, Vec<String>)> {
+        let one = vec![key.to_string()];
+        let with_channel = vec![key.to_string(), channel(key)];
+        vec![
+            ("claim", self.claim_keys(key)),
+            ("complete", with_channel.clone()),
+            ("release", with_channel),
+            ("peek", one.clone()),
+            ("extend", one.clone()),
+            ("invalidate", one),
+            ("wait", vec![waiters_key(key)]),
+        ]
+    }
+
     /// Runs `lua/claim.lua`.
     ///
-    /// KEYS: `[record key, fence key, warmth marker key]`. ARGV: `[fingerprint (32
-    /// bytes), lock token, lease ms, fence key ttl ms]`.
+    /// KEYS: `[record key, fence key, warmth marker of the record's slot]`. ARGV:
+    /// `[fingerprint (32 bytes), lock token, lease ms, fence key ttl ms, vouch-after ms]`.
     /// Reply: `{"A", fence, marker age ms}` acquired with its fencing token,
     /// `{"C", encoded response, remaining ms}` completed with this fingerprint,
     /// `{"I", remaining ms}` leased by another token, `{"M"}` another fingerprint;
@@ -157,8 +201,9 @@ impl RedisStore {
             token.into(),
             millis(lease).into(),
             millis(fence_ttl).into(),
+            (self.inner.vouch_after_ms.load(Ordering::Relaxed) as i64).into(),
         ];
-        let keys = vec![key.to_string(), fence_key(key), self.marker_key()];
+        let keys = self.claim_keys(key);
         let started = Instant::now();
         let client = self.inner.pool.next();
         let reply: Result<Value, FredError> = self
@@ -175,7 +220,8 @@ impl RedisStore {
                 // counts as Redis being unavailable (and may move claims elsewhere).
                 let slow = e.kind() == &fred::error::ErrorKind::Timeout && client.is_connected();
                 let (client, script) = (client.clone(), self.inner.release.clone());
-                let args = vec![token.to_string(), channel(key)];
+                let publish = self.inner.publish;
+                let args = vec![token.to_string(), channel(key), publish.to_string()];
                 let key = key.to_string();
                 tokio::spawn(async move {
                     let released: Result<i64, FredError> =
@@ -218,7 +264,7 @@ impl RedisStore {
     /// Runs `lua/complete.lua`.
     ///
     /// KEYS: `[record key]`. ARGV: `[lock token, encoded response, ttl ms, fingerprint,
-    /// completion channel]`.
+    /// completion channel, "PUBLISH" or "SPUBLISH"]`.
     /// Reply: `1` stored (or already stored by this token, or the record had expired
     /// unclaimed), `0` another token holds the record: nothing was written.
     pub async fn complete(
@@ -235,11 +281,20 @@ impl RedisStore {
             millis(ttl).into(),
             Bytes::copy_from_slice(fingerprint.as_bytes()).into(),
             channel(key).into(),
+            self.inner.publish.into(),
         ];
         let started = Instant::now();
-        let reply: i64 = (self.inner.complete)
-            .evalsha_with_reload(self.inner.pool.next(), key, args)
-            .await?;
+        let reply: i64 = match &self.inner.replica_wait {
+            None => {
+                (self.inner.complete)
+                    .evalsha_with_reload(self.inner.pool.next(), key, args)
+                    .await?
+            }
+            Some(w) => w
+                .complete(&self.inner.complete, key, args)
+                .await?
+                .convert()?,
+        };
         metrics::redis_op("complete", started);
         Ok(match reply {
             1 => Completion::Stored,
@@ -249,7 +304,8 @@ impl RedisStore {
 
     /// Runs `lua/release.lua`.
     ///
-    /// KEYS: `[record key]`. ARGV: `[lock token, completion channel]`.
+    /// KEYS: `[record key]`. ARGV: `[lock token, completion channel, "PUBLISH" or
+    /// "SPUBLISH"]`.
     /// Reply: `1` released (or already gone), `0` not held by this token.
     pub async fn release(&self, key: &str, token: &str) -> Result<Release, StoreError> {
         let started = Instant::now();
@@ -257,7 +313,11 @@ impl RedisStore {
             .evalsha_with_reload(
                 self.inner.pool.next(),
                 key,
-                vec![token.to_string(), channel(key)],
+                vec![
+                    token.to_string(),
+                    channel(key),
+                    self.inner.publish.to_string(),
+                ],
             )
             .await?;
         metrics::redis_op("release", started);
@@ -315,10 +375,18 @@ impl RedisStore {
         format!("{}:{{*}}:done", self.inner.prefix)
     }
 
+    /// The channel of admin invalidations: one, not per record, on classic pub/sub,
+    /// which a cluster delivers to subscribers on every node.
+    pub fn invalidation_channel(&self) -> String {
+        format!("{}:invalidated", self.inner.prefix)
+    }
+
     /// Tells every replica that a record was invalidated (admin API), so that their
-    /// replay caches drop it.
+    /// replay caches drop it and its waiters re-check: the record key on
+    /// [`Self::invalidation_channel`].
     pub async fn publish_invalidation(&self, key: &str) -> Result<(), StoreError> {
-        let _: i64 = self.inner.pool.next().publish(channel(key), "I").await?;
+        let client = self.inner.pool.next();
+        let _: i64 = client.publish(self.invalidation_channel(), key).await?;
         Ok(())
     }
 
@@ -327,17 +395,21 @@ impl RedisStore {
         channel(key)
     }
 
-    /// The warmth marker, read by the claim script (see `lua/claim.lua`).
-    fn marker_key(&self) -> String {
-        format!("{}:warm-since", self.inner.prefix)
-    }
-
-    /// Deletes the warmth marker: Redis is not known to hold every record Postgres
-    /// has (after an outage, or a completion Redis refused). Every replica's next claim
-    /// sees the marker young and looks keys up until it is older than the longest ttl.
-    /// A write, so it also proves that Redis accepts writes (the breaker's probe).
+    /// Deletes the warmth marker of every slot: Redis is not known to hold every
+    /// record Postgres has (after an outage, or a completion Redis refused). Every
+    /// replica's next claim sees its slot's marker young and looks keys up until it is
+    /// older than the longest ttl. Writes, so it also proves that Redis accepts writes
+    /// (the breaker's probe). 16,384 single-key `DEL`s, pipelined (each routed to its
+    /// slot's primary in a cluster); rare (after an outage or a refused completion).
     pub async fn reset_marker(&self) -> Result<(), StoreError> {
-        let _: i64 = self.inner.pool.next().del(self.marker_key()).await?;
+        let client = self.inner.pool.next();
+        for chunk in self.inner.markers.all().chunks(1024) {
+            let pipeline = client.pipeline();
+            for key in chunk {
+                let _: () = pipeline.del(key.as_str()).await?;
+            }
+            let _: Vec<Value> = pipeline.all().await?;
+        }
         Ok(())
     }
 
@@ -413,6 +485,9 @@ impl RedisStore {
 
     /// Closes the connections.
     pub async fn quit(&self) {
+        if let Some(w) = &self.inner.replica_wait {
+            w.quit().await;
+        }
         let _ = self.inner.pool.quit().await;
     }
 }

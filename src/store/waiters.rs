@@ -1,15 +1,29 @@
-//! Waiting duplicates (`in_flight = "wait"`): one Redis pub/sub subscription per
-//! replica to every record's completion channel, fanned out to the local requests
-//! waiting on that record. The completion and release scripts publish; nothing polls.
-//! The same subscription carries admin invalidations to the replay cache.
+//! Waiting duplicates (`in_flight = "wait"`) and replay-cache invalidations over Redis
+//! pub/sub, fanned out to the local requests waiting on a record. The completion and
+//! release scripts publish on the record's channel (`<record key>:done`); nothing polls.
+//!
+//! - Standalone and Sentinel: one pattern subscription per replica to every record's
+//!   channel (on the primary the sentinels name; re-made after a failover).
+//! - Cluster: the scripts `SPUBLISH` (sharded pub/sub: the channel has the record's hash
+//!   tag, so the message stays on the shard of the record instead of going to every
+//!   node). Sharded pub/sub has no patterns, so a replica `SSUBSCRIBE`s to the channel
+//!   of each record it has a waiter for, when the first local waiter arrives (before its
+//!   first re-claim, so no wake-up is missed), and `SUNSUBSCRIBE`s when the last one
+//!   leaves, a caller hanging up included ([`Watch`]'s drop). Subscription changes run
+//!   one at a time, so a late unsubscribe cannot undo a newer waiter's subscribe.
+//! - Admin invalidations go on one classic channel, `<prefix>:invalidated` (the record
+//!   key as message), which every replica subscribes to; a cluster delivers classic
+//!   pub/sub messages to subscribers on every node.
+//!
+//! A subscription that cannot be made (Redis down) is not an error: the waiter still
+//! re-claims when the holder's lease runs out.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use fred::clients::SubscriberClient;
-use fred::prelude::{
-    Builder, ClientLike, Config as FredConfig, EventInterface, PubsubInterface, ReconnectPolicy,
-};
+use fred::prelude::{Builder, ClientLike, EventInterface, PubsubInterface, ReconnectPolicy};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::Notify;
 
@@ -20,6 +34,27 @@ use crate::idempotency::RecordId;
 /// Local waiters by channel, woken by the subscription.
 pub struct Waiters {
     local: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Cluster mode: the per-record sharded subscriptions.
+    sharded: Option<Sharded>,
+    /// The admin invalidations' channel.
+    invalidations: String,
+}
+
+/// The sharded channels subscribed to; the lock is held while one changes.
+struct Sharded {
+    client: SubscriberClient,
+    subscribed: tokio::sync::Mutex<HashSet<String>>,
+    timeout: Duration,
+}
+
+/// Where and how [`Waiters::start`] subscribes.
+pub struct Channels {
+    /// The pattern of every record channel (standalone and Sentinel).
+    pub pattern: String,
+    /// The admin invalidations' channel.
+    pub invalidations: String,
+    /// Cluster mode: per-record sharded subscriptions instead of the pattern.
+    pub sharded: bool,
 }
 
 /// A registration on one channel; the entry goes away with its last guard.
@@ -41,8 +76,17 @@ impl Drop for Watch {
     fn drop(&mut self) {
         let mut local = self.waiters.local.lock().unwrap_or_else(|p| p.into_inner());
         // Ours plus the map's: nobody else waits here any more.
-        if Arc::strong_count(&self.notify) <= 2 {
-            local.remove(&self.channel);
+        if Arc::strong_count(&self.notify) > 2 {
+            return;
+        }
+        local.remove(&self.channel);
+        drop(local);
+        if self.waiters.sharded.is_none() {
+            return;
+        }
+        let (waiters, channel) = (self.waiters.clone(), std::mem::take(&mut self.channel));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { waiters.unsubscribe(channel).await });
         }
     }
 }
@@ -58,18 +102,24 @@ impl Waiters {
     /// `cache` loses the records that an admin invalidation names.
     pub fn start(
         config: &RedisConfig,
-        pattern: String,
+        channels: Channels,
         cache: Option<Arc<ReplayCache>>,
     ) -> Result<Arc<Self>, fred::error::Error> {
-        let mut fred_config = FredConfig::from_url(&config.url)?;
-        fred_config.fail_fast = false;
+        let fred_config = super::redis_connect::fred_config(config)?;
         let subscriber: SubscriberClient = Builder::from_config(fred_config)
             .with_performance_config(|p| p.broadcast_channel_capacity = 4096)
             .with_connection_config(|c| c.connection_timeout = config.connect_timeout)
             .set_policy(ReconnectPolicy::new_constant(0, 100))
             .build_subscriber_client()?;
+        let sharded = channels.sharded.then(|| Sharded {
+            client: subscriber.clone(),
+            subscribed: tokio::sync::Mutex::new(HashSet::new()),
+            timeout: config.command_timeout,
+        });
         let waiters = Arc::new(Self {
             local: Mutex::new(HashMap::new()),
+            sharded,
+            invalidations: channels.invalidations.clone(),
         });
         let mut messages = subscriber.message_rx();
         let (fan_out, on_message) = (waiters.clone(), cache.clone());
@@ -77,16 +127,16 @@ impl Waiters {
             let cache = on_message;
             loop {
                 match messages.recv().await {
-                    Ok(message) => {
-                        if let (Some(cache), Some("I")) =
-                            (&cache, message.value.as_str().as_deref())
-                        {
-                            if let Some(record) = record_of(&message.channel) {
-                                cache.remove(record);
-                            }
+                    Ok(message) if message.channel == fan_out.invalidations => {
+                        let Some(key) = message.value.as_string() else {
+                            continue;
+                        };
+                        if let (Some(cache), Some(record)) = (&cache, record_of(&key)) {
+                            cache.remove(record);
                         }
-                        fan_out.wake(&message.channel);
+                        fan_out.wake(&format!("{key}:done"));
                     }
+                    Ok(message) => fan_out.wake(&message.channel),
                     // Missed some: wake everyone (each re-checks its record), and forget
                     // the replay cache, since a missed message may be an invalidation.
                     Err(RecvError::Lagged(_)) => {
@@ -121,9 +171,17 @@ impl Waiters {
         tokio::spawn(async move {
             // The first subscription may meet a Redis that is down: keep trying.
             loop {
-                if subscriber.wait_for_connect().await.is_ok()
-                    && subscriber.psubscribe(pattern.clone()).await.is_ok()
-                {
+                let subscribed = subscriber.wait_for_connect().await.is_ok()
+                    && subscriber
+                        .subscribe(channels.invalidations.clone())
+                        .await
+                        .is_ok()
+                    && (channels.sharded
+                        || subscriber
+                            .psubscribe(channels.pattern.clone())
+                            .await
+                            .is_ok());
+                if subscribed {
                     break;
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(200)).await;
@@ -135,14 +193,59 @@ impl Waiters {
         Ok(waiters)
     }
 
-    /// Registers interest in `channel`.
-    pub fn watch(self: &Arc<Self>, channel: String) -> Watch {
-        let mut local = self.local.lock().unwrap_or_else(|p| p.into_inner());
-        let notify = local.entry(channel.clone()).or_default().clone();
-        Watch {
+    /// Registers interest in `channel`; in cluster mode, returns once the replica is
+    /// subscribed to it (or the subscription failed: the waiter then re-claims when
+    /// the lease runs out).
+    pub async fn watch(self: &Arc<Self>, channel: String) -> Watch {
+        let notify = {
+            let mut local = self.local.lock().unwrap_or_else(|p| p.into_inner());
+            local.entry(channel.clone()).or_default().clone()
+        };
+        let watch = Watch {
             waiters: self.clone(),
             channel,
             notify,
+        };
+        if let Some(sharded) = &self.sharded {
+            let mut subscribed = sharded.subscribed.lock().await;
+            if !subscribed.contains(&watch.channel) {
+                let ch = watch.channel.clone();
+                match tokio::time::timeout(sharded.timeout, sharded.client.ssubscribe(ch)).await {
+                    Ok(Ok(())) => {
+                        subscribed.insert(watch.channel.clone());
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "could not subscribe to a record's channel")
+                    }
+                    Err(_) => tracing::debug!("subscribing to a record's channel timed out"),
+                }
+            }
+        }
+        watch
+    }
+
+    /// Drops the sharded subscription of `channel` unless a waiter came back for it.
+    async fn unsubscribe(&self, channel: String) {
+        let Some(sharded) = &self.sharded else {
+            return;
+        };
+        let mut subscribed = sharded.subscribed.lock().await;
+        let back = (self.local.lock().unwrap_or_else(|p| p.into_inner())).contains_key(&channel);
+        if back || !subscribed.remove(&channel) {
+            return;
+        }
+        let left =
+            tokio::time::timeout(sharded.timeout, sharded.client.sunsubscribe(channel)).await;
+        if !matches!(left, Ok(Ok(()))) {
+            tracing::debug!("could not unsubscribe from a record's channel");
+        }
+    }
+
+    /// Sharded channels subscribed to now (cluster mode; for tests and metrics).
+    pub async fn sharded_subscriptions(&self) -> usize {
+        match &self.sharded {
+            Some(sharded) => sharded.subscribed.lock().await.len(),
+            None => 0,
         }
     }
 

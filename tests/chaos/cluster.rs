@@ -1,4 +1,6 @@
-//! One scenario's fleet, all on free loopback ports, all real processes: redis-server,
+//! One scenario's fleet, all on free loopback ports, all real processes: redis-server
+//! (one, or a Redis Cluster of six nodes, or a primary and replica under three sentinels:
+//! [`Topology`]),
 //! PostgreSQL (`initdb` + `postgres`, optional), the demo upstream binary, N gateway
 //! replicas (`idemgate serve` with a generated TOML file each) and HAProxy in front
 //! (round robin, health check on each replica's admin `/readyz`). The processes are
@@ -11,7 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use idemgate_fleet::{free_port, Backend, HaProxy, HaproxyConfig, Replica, Upstream};
+use idemgate_fleet::{
+    free_port, Backend, HaProxy, HaproxyConfig, RedisCluster, Replica, SentinelSet, Upstream,
+    SENTINEL_SERVICE,
+};
 use tempfile::TempDir;
 
 use crate::faultproxy::FaultProxy;
@@ -32,9 +37,23 @@ pub enum Durability {
     WriteThrough,
 }
 
+/// Which Redis the replicas talk to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Topology {
+    /// One `redis-server` (`redis.mode = "standalone"`).
+    Single,
+    /// Six nodes, three primaries with a replica each (`redis.mode = "cluster"`).
+    Cluster,
+    /// A primary and a replica under three sentinels (`redis.mode = "sentinel"`).
+    Sentinel,
+}
+
 #[derive(Clone, Debug)]
 pub struct Options {
     pub replicas: usize,
+    pub topology: Topology,
+    /// Extra lines in `[redis]` (`wait_replicas = 1`, ...).
+    pub redis: String,
     pub durability: Durability,
     /// Extra `redis-server` arguments.
     pub redis_args: Vec<String>,
@@ -63,6 +82,8 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             replicas: 3,
+            topology: Topology::Single,
+            redis: String::new(),
             durability: Durability::Postgres,
             redis_args: Vec::new(),
             // Valid with and without the lease heartbeat: lock_ttl > upstream_timeout
@@ -145,10 +166,21 @@ fn replica_toml(
     opts: &Options,
     port: u16,
     admin: u16,
-    redis: &str,
+    redis: &RedisAt,
     pg: Option<&str>,
     upstream: &str,
 ) -> String {
+    let (redis_lines, sentinel) = match redis {
+        RedisAt::Url(url) => (format!("url = \"{url}\"\n"), String::new()),
+        RedisAt::Cluster(nodes) => (
+            format!("mode = \"cluster\"\nnodes = {nodes:?}\n"),
+            String::new(),
+        ),
+        RedisAt::Sentinel(nodes) => (
+            "mode = \"sentinel\"\n".to_string(),
+            format!("[redis.sentinel]\nservice_name = \"{SENTINEL_SERVICE}\"\nnodes = {nodes:?}\n"),
+        ),
+    };
     let postgres = match (opts.durability, pg) {
         (Durability::RedisOnly, _) | (_, None) => String::new(),
         (d, Some(url)) => format!(
@@ -165,12 +197,13 @@ fn replica_toml(
         "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
          shutdown_grace = \"{grace}\"\n{server}\n\
          [log]\nformat = \"text\"\nfilter = \"info\"\n\
-         [redis]\nurl = \"{redis}\"\ncommand_timeout = \"{ct}\"\nconnect_timeout = \"500ms\"\n\
-         probe_interval = \"100ms\"\n\
+         [redis]\n{redis_lines}command_timeout = \"{ct}\"\nconnect_timeout = \"500ms\"\n\
+         probe_interval = \"100ms\"\n{redis_extra}\n{sentinel}\
          {postgres}\
          [idempotency]\nttl = \"1h\"\nlock_ttl = \"{lock}\"\n{extra}\n\
          [[routes]]\nname = \"payments\"\npath_prefix = \"/v1/\"\nupstream = \"{upstream}\"\n\
          upstream_timeout = \"{ut}\"\n{more}",
+        redis_extra = opts.redis,
         grace = opts.shutdown_grace,
         server = opts.server,
         more = opts.extra,
@@ -190,7 +223,7 @@ pub fn config_accepted(opts: &Options) -> Result<(), String> {
         opts,
         8080,
         9090,
-        "redis://127.0.0.1:6379",
+        &RedisAt::Url("redis://127.0.0.1:6379".into()),
         Some("postgres://postgres@127.0.0.1:5432/postgres"),
         "http://127.0.0.1:3000",
     );
@@ -208,13 +241,25 @@ pub fn config_accepted(opts: &Options) -> Result<(), String> {
     }
 }
 
+/// Where a replica finds Redis, as its `[redis]` section says.
+enum RedisAt {
+    Url(String),
+    Cluster(Vec<String>),
+    Sentinel(Vec<String>),
+}
+
 pub struct Stack {
     pub haproxy: Option<HaProxy>,
     pub replicas: Vec<Replica>,
     pub upstream: Upstream,
     pub fault: Option<FaultProxy>,
     pub pg: Option<PgServer>,
+    /// The one server of [`Topology::Single`] (started, unused, in the others).
     pub redis: RedisServer,
+    /// [`Topology::Cluster`].
+    pub redis_cluster: Option<RedisCluster>,
+    /// [`Topology::Sentinel`].
+    pub sentinels: Option<SentinelSet>,
     pub http: reqwest::Client,
     pub dir: TempDir,
 }
@@ -224,6 +269,8 @@ impl Stack {
         let dir = tempfile::tempdir().unwrap();
         let redis_args: Vec<&str> = opts.redis_args.iter().map(String::as_str).collect();
         let redis = RedisServer::start_with(&redis_args);
+        let redis_cluster = (opts.topology == Topology::Cluster).then(RedisCluster::start);
+        let sentinels = (opts.topology == Topology::Sentinel).then(SentinelSet::start);
         let pg = (opts.durability != Durability::RedisOnly).then(PgServer::start);
         let upstream = Upstream::start(Path::new(DEMO_UPSTREAM), dir.path(), &opts.upstream_env);
         let fault = if opts.via_fault_proxy.is_empty() {
@@ -238,9 +285,13 @@ impl Stack {
         let mut replicas = Vec::new();
         for index in 0..opts.replicas {
             let (port, admin) = (free_port(), free_port());
-            let redis_url = match &fault {
-                Some(f) if opts.via_fault_proxy.contains(&index) => f.redis_url(),
-                _ => redis.url(),
+            let redis_url = match (&fault, &redis_cluster, &sentinels) {
+                (_, Some(c), _) => RedisAt::Cluster(c.seed_urls()),
+                (_, _, Some(s)) => RedisAt::Sentinel(s.sentinel_urls()),
+                (Some(f), _, _) if opts.via_fault_proxy.contains(&index) => {
+                    RedisAt::Url(f.redis_url())
+                }
+                _ => RedisAt::Url(redis.url()),
             };
             let pg_url = pg.as_ref().map(|p| p.url());
             let toml = replica_toml(
@@ -284,11 +335,27 @@ impl Stack {
             fault,
             pg,
             redis,
+            redis_cluster,
+            sentinels,
             http,
             dir,
         };
         stack.wait_front(Duration::from_secs(10)).await;
         stack
+    }
+
+    /// `FLUSHALL` on every primary of the topology (the durable pass).
+    pub fn flush_redis(&self) {
+        let primaries: Vec<String> = match (&self.redis_cluster, &self.sentinels) {
+            (Some(c), _) => (c.primaries().into_iter())
+                .map(|i| c.nodes()[i].cli(&["FLUSHALL"]))
+                .collect(),
+            (_, Some(s)) => vec![s.servers()[s.primary()].cli(&["FLUSHALL"])],
+            _ => vec![self.redis.cli(&["FLUSHALL"])],
+        };
+        for flushed in primaries {
+            assert_eq!(flushed.trim(), "OK", "FLUSHALL: {flushed}");
+        }
     }
 
     /// HAProxy's address: what the driver talks to.

@@ -130,8 +130,7 @@ pub async fn finish(
         if !stack.wait_queues_drained(Duration::from_secs(15)).await {
             late.push("write-through queues not drained 15 s after the fault".to_string());
         }
-        let flushed = stack.redis.cli(&["FLUSHALL"]);
-        assert_eq!(flushed.trim(), "OK", "FLUSHALL: {flushed}");
+        stack.flush_redis();
         driver::resend_all(
             run.rec.clone(),
             run.http.clone(),

@@ -319,17 +319,9 @@ async fn concurrent_cold_lookups_replay_each_key_its_own_response_once() {
     assert_eq!((t.first, t.replayed), (20, 20));
 }
 
-/// Makes `redis` provably warm: its warmth marker says it has held every write for two
-/// days, longer than any ttl here.
+/// Makes `redis` provably warm: the warmth marker of every slot says it has held
+/// every write for two days, longer than any ttl here.
 pub async fn warm_up(redis: &crate::support::RedisServer) {
-    use fred::prelude::KeysInterface;
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
-    let since = now_ms - 48 * 3600 * 1000;
-    let _: () = (redis.client().await)
-        .set("idemgate:warm-since", since, None, None, false)
-        .await
-        .unwrap();
+    let two_days = std::time::Duration::from_secs(48 * 3600);
+    crate::support::redis::backdate_markers(&redis.url(), &[(0, 16383)], two_days).await;
 }

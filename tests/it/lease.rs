@@ -94,7 +94,7 @@ async fn scripts_are_safe_to_resend_with_the_same_token() {
         ),
         other => panic!("{other:?}"),
     };
-    let args = vec!["fp", "token-1", "5000", "60000"];
+    let args = vec!["fp", "token-1", "5000", "60000", "0"];
     let a: Value = client.eval(claim, keys(), args.clone()).await.unwrap();
     let b: Value = client.eval(claim, keys(), args.clone()).await.unwrap();
     let (tag_a, fence_a) = reply(&a);
@@ -104,7 +104,7 @@ async fn scripts_are_safe_to_resend_with_the_same_token() {
         "own token: same claim"
     );
     let other: Value = client
-        .eval(claim, keys(), vec!["fp", "token-2", "5000", "60000"])
+        .eval(claim, keys(), vec!["fp", "token-2", "5000", "60000", "0"])
         .await
         .unwrap();
     assert_eq!(reply(&other).0, "I");
@@ -118,7 +118,7 @@ async fn scripts_are_safe_to_resend_with_the_same_token() {
         .unwrap();
     assert_eq!((extended, not_ours), (1, 0));
 
-    let done = vec!["token-1", "resp", "5000", "fp", "{r}:done"];
+    let done = vec!["token-1", "resp", "5000", "fp", "{r}:done", "PUBLISH"];
     let c1: i64 = client.eval(complete, "{r}", done.clone()).await.unwrap();
     let c2: i64 = client.eval(complete, "{r}", done).await.unwrap();
     assert_eq!((c1, c2), (1, 1));
@@ -126,13 +126,13 @@ async fn scripts_are_safe_to_resend_with_the_same_token() {
         .eval(
             complete,
             "{r}",
-            vec!["token-2", "other", "5000", "fp", "{r}:done"],
+            vec!["token-2", "other", "5000", "fp", "{r}:done", "PUBLISH"],
         )
         .await
         .unwrap();
     assert_eq!(stolen, 0, "another token cannot overwrite");
     let replay: Value = client
-        .eval(claim, keys(), vec!["fp", "token-3", "5000", "60000"])
+        .eval(claim, keys(), vec!["fp", "token-3", "5000", "60000", "0"])
         .await
         .unwrap();
     let Value::Array(parts) = replay else {
@@ -141,7 +141,7 @@ async fn scripts_are_safe_to_resend_with_the_same_token() {
     assert_eq!(parts[..2], [Value::from("C"), Value::from("resp")]);
     assert!(parts[2].as_i64().unwrap() > 0, "with the time it has left");
     let not_held: i64 = client
-        .eval(release, "{r}", vec!["token-1", "{r}:done"])
+        .eval(release, "{r}", vec!["token-1", "{r}:done", "PUBLISH"])
         .await
         .unwrap();
     assert_eq!(not_held, 0, "a completed record is never released");
@@ -149,16 +149,16 @@ async fn scripts_are_safe_to_resend_with_the_same_token() {
     // A new claim after the record is gone gets a larger fencing token.
     let _: i64 = client.del("{r}").await.unwrap();
     let again: Value = client
-        .eval(claim, keys(), vec!["fp", "token-4", "5000", "60000"])
+        .eval(claim, keys(), vec!["fp", "token-4", "5000", "60000", "0"])
         .await
         .unwrap();
     assert!(reply(&again).1.unwrap() > fence_a.unwrap());
     let r1: i64 = client
-        .eval(release, "{r}", vec!["token-4", "{r}:done"])
+        .eval(release, "{r}", vec!["token-4", "{r}:done", "PUBLISH"])
         .await
         .unwrap();
     let r2: i64 = client
-        .eval(release, "{r}", vec!["token-4", "{r}:done"])
+        .eval(release, "{r}", vec!["token-4", "{r}:done", "PUBLISH"])
         .await
         .unwrap();
     assert_eq!((r1, r2), (1, 1));

@@ -137,24 +137,7 @@ async fn when_cold_skips_lookups_while_the_marker_holds_and_looks_up_after_a_flu
     let (redis, _pg, upstream, app) = durable_stack("lookup_on_miss = \"when_cold\"", "").await;
     let admin = redis.client().await;
     // Pretend this Redis has held its data for longer than the longest ttl (24h).
-    let long_ago: Value = admin
-        .custom(fred::cmd!("TIME"), Vec::<String>::new())
-        .await
-        .unwrap();
-    let secs: i64 = match long_ago {
-        Value::Array(v) => v[0].as_i64().unwrap(),
-        other => panic!("{other:?}"),
-    };
-    let _: () = admin
-        .set(
-            "idemgate:warm-since",
-            (secs - 2 * 86_400) * 1000,
-            None,
-            None,
-            false,
-        )
-        .await
-        .unwrap();
+    crate::durability::warm_up(&redis).await;
     tokio::time::sleep(Duration::from_millis(400)).await; // a probe or two
 
     app.post("a", "{}").send().await.unwrap();

@@ -144,7 +144,7 @@ impl Stores {
             key,
             id,
         };
-        let watch = waiters.watch(self.0.redis.channel(&_slot.key));
+        let watch = waiters.watch(self.0.redis.channel(&_slot.key)).await;
         let deadline = Instant::now() + policy.settings.wait_timeout;
         let result = loop {
             let notified = watch.notify().notified();

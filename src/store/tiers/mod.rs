@@ -70,6 +70,7 @@ impl Stores {
         cache: Option<Arc<ReplayCache>>,
     ) -> Self {
         let lookup = config.postgres.as_ref().map(|p| p.lookup_on_miss);
+        redis.set_vouch_after(config.longest_ttl());
         Self(Arc::new(Inner {
             redis,
             postgres,

@@ -32,6 +32,11 @@ impl HoldProxy {
         Self { port, hold, accept }
     }
 
+    /// A handle that holds or releases like [`Self::hold`], for a task of its own.
+    pub fn hold_handle(&self) -> watch::Sender<bool> {
+        self.hold.clone()
+    }
+
     /// Holds (true) or releases (false) everything the server sends, on every connection.
     pub fn hold(&self, on: bool) {
         self.hold.send_replace(on);

@@ -67,3 +67,41 @@ impl RedisServer {
         ttl
     }
 }
+
+/// Makes the server at `url` provably warm for the slots in `ranges` (inclusive): the
+/// warmth marker of each says this server (its `run_id`) has held every write for
+/// `age`. Works on a cluster primary for the slots it owns.
+pub async fn backdate_markers(url: &str, ranges: &[(u16, u16)], age: std::time::Duration) {
+    let client = Builder::from_config(Config::from_url(url).unwrap())
+        .build()
+        .unwrap();
+    client.init().await.unwrap();
+    let info: String = client
+        .custom(fred::cmd!("INFO"), vec!["server"])
+        .await
+        .unwrap();
+    let run_id = info
+        .lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let value = format!("{} {run_id}", now_ms - age.as_millis() as u64);
+    let markers = idemgate::store::slots::SlotMarkers::new("idemgate");
+    let pipeline = client.pipeline();
+    for &(first, last) in ranges {
+        for slot in first..=last {
+            let key = markers.all()[usize::from(slot)].as_str();
+            let _: () = pipeline
+                .set(key, value.as_str(), None, None, false)
+                .await
+                .unwrap();
+        }
+    }
+    let _: Vec<fred::prelude::Value> = pipeline.all().await.unwrap();
+    let _ = client.quit().await;
+}

@@ -1,0 +1,280 @@
+//! A real Redis Cluster on loopback: six `redis-server --cluster-enabled yes` on free
+//! ports (three primaries, one replica each), joined with
+//! `redis-cli --cluster create --cluster-replicas 1 --cluster-yes` and waited for until
+//! every node's `CLUSTER INFO` says `cluster_state:ok`. A short `cluster-node-timeout`
+//! (1000 ms) makes failovers quick. Nodes keep no data across a restart (no RDB, no
+//! AOF) but keep their `nodes.conf`, so a restarted node rejoins the cluster empty.
+//! Every node is killed on drop.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::redis::RedisServer;
+
+/// How long a node may be unreachable before the cluster fails it over.
+pub const NODE_TIMEOUT_MS: u64 = 1000;
+
+/// Six nodes of one cluster; `nodes()[i]` keeps its index across restarts.
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+fn cluster_args() -> Vec<String> {
+    vec![
+        "--cluster-enabled".into(),
+        "yes".into(),
+        "--cluster-config-file".into(),
+        "nodes.conf".into(),
+        "--cluster-node-timeout".into(),
+        NODE_TIMEOUT_MS.to_string(),
+        // A replica whose link to its primary was down for a while may still be promoted.
+        "--cluster-replica-validity-factor".into(),
+        "0".into(),
+    ]
+}
+
+impl RedisCluster {
+    /// Starts six nodes and joins them into three primaries with a replica each;
+    /// returns once the whole cluster says ok and every slot is served.
+    pub fn start() -> Self {
+        Self::start_nodes(6, 1)
+    }
+
+    /// `count` nodes with `replicas` replicas per primary (`count` a multiple of
+    /// `replicas + 1`, at least three primaries).
+    pub fn start_nodes(count: usize, replicas: usize) -> Self {
+        let args = cluster_args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        for _ in 0..3 {
+            let nodes: Vec<RedisServer> =
+                (0..count).map(|_| RedisServer::start_with(&args)).collect();
+            let cluster = Self { nodes };
+            // The cluster bus listens on port + 10000; a clash there fails `create`.
+            if cluster.create(replicas) {
+                cluster.wait_ok(Duration::from_secs(30));
+                return cluster;
+            }
+        }
+        panic!("could not create a Redis Cluster (see the nodes' redis.log)");
+    }
+
+    fn create(&self, replicas: usize) -> bool {
+        let mut cmd = Command::new("redis-cli");
+        cmd.args(["--cluster", "create"]);
+        for n in &self.nodes {
+            cmd.arg(format!("127.0.0.1:{}", n.port));
+        }
+        cmd.args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]);
+        match cmd.output() {
+            Ok(out) => out.status.success(),
+            Err(e) => panic!("redis-cli must be on PATH: {e}"),
+        }
+    }
+
+    /// Waits until every running node says `cluster_state:ok` and sees every other
+    /// running node as connected; panics after `within`.
+    pub fn wait_ok(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            if self.is_ok() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "cluster not ok within {within:?}: {}",
+                self.nodes
+                    .iter()
+                    .filter(|n| n.is_running())
+                    .map(|n| n.cli(&["CLUSTER", "INFO"]))
+                    .next()
+                    .unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn is_ok(&self) -> bool {
+        let running: Vec<&RedisServer> = self.nodes.iter().filter(|n| n.is_running()).collect();
+        running.iter().all(|n| {
+            let info = n.cli(&["CLUSTER", "INFO"]);
+            let nodes = n.cli(&["CLUSTER", "NODES"]);
+            info.contains("cluster_state:ok")
+                && info.contains("cluster_slots_ok:16384")
+                && running.iter().all(|m| {
+                    nodes.lines().any(|l| {
+                        l.contains(&format!("127.0.0.1:{}@", m.port))
+                            && l.contains("connected")
+                            && !l.contains("fail")
+                    })
+                })
+        })
+    }
+
+    /// All six nodes, by index (running or not).
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    /// `redis://127.0.0.1:port` of every node, as seed URLs for a client.
+    pub fn seed_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// Indexes of the running nodes that are primaries now.
+    pub fn primaries(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| {
+                self.nodes[i].is_running() && self.nodes[i].cli(&["ROLE"]).starts_with("master")
+            })
+            .collect()
+    }
+
+    /// The index of the node that serves `slot` now, as a running node sees it.
+    pub fn primary_for_slot(&self, slot: u16) -> usize {
+        let asker = self
+            .nodes
+            .iter()
+            .find(|n| n.is_running())
+            .expect("no node running");
+        let port = slot_owner_from_nodes(&asker.cli(&["CLUSTER", "NODES"]), slot)
+            .unwrap_or_else(|| panic!("no node serves slot {slot}"));
+        self.index_of_port(port)
+    }
+
+    /// The index of the replica of the primary at `primary` (the first one).
+    pub fn replica_of(&self, primary: usize) -> Option<usize> {
+        let id = self.nodes[primary].cli(&["CLUSTER", "MYID"]);
+        let id = id.trim();
+        (0..self.nodes.len()).find(|&i| {
+            i != primary
+                && self.nodes[i].is_running()
+                && self.nodes[i]
+                    .cli(&["CLUSTER", "NODES"])
+                    .lines()
+                    .any(|l| l.contains("myself") && l.contains(id))
+        })
+    }
+
+    /// The slots node `i` serves now (empty for a replica), as `(first, last)` ranges.
+    pub fn slots_of(&self, i: usize) -> Vec<(u16, u16)> {
+        let nodes = self.nodes[i].cli(&["CLUSTER", "NODES"]);
+        let line = nodes.lines().find(|l| l.contains("myself")).unwrap_or("");
+        parse_slot_ranges(line)
+    }
+
+    fn index_of_port(&self, port: u16) -> usize {
+        self.nodes
+            .iter()
+            .position(|n| n.port == port)
+            .unwrap_or_else(|| panic!("port {port} is not a node of this cluster"))
+    }
+
+    /// SIGKILL node `i` (its data is gone; `nodes.conf` stays).
+    pub fn kill(&mut self, i: usize) {
+        self.nodes[i].stop();
+    }
+
+    /// Starts node `i` again on its port, empty, with its cluster configuration.
+    pub fn start_again(&mut self, i: usize) {
+        self.nodes[i].start_again();
+    }
+
+    /// SIGKILL node `i` and start it again at once, empty. A primary back within
+    /// [`NODE_TIMEOUT_MS`] stays primary (its replica resyncs from it and empties too):
+    /// the shard lost its data without a failover.
+    pub fn restart_empty(&mut self, i: usize) {
+        self.nodes[i].restart();
+    }
+
+    /// Waits until the replica at `replica` reports itself a primary (after a failover).
+    pub fn wait_primary(&self, replica: usize, within: Duration) {
+        let deadline = Instant::now() + within;
+        while !self.nodes[replica].cli(&["ROLE"]).starts_with("master") {
+            assert!(
+                Instant::now() < deadline,
+                "node {replica} not promoted within {within:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `CLUSTER FAILOVER` on the replica at `replica`: a manual, safe failover.
+    pub fn failover(&self, replica: usize) -> String {
+        self.nodes[replica].cli(&["CLUSTER", "FAILOVER"])
+    }
+
+    /// Moves `slots` hash slots from the primary at `from` to the primary at `to` with
+    /// `redis-cli --cluster reshard` (keys move with `MIGRATE` while clients keep
+    /// going; they follow `ASK` and `MOVED`). Blocks until done; redis-cli's output on
+    /// failure.
+    pub fn reshard(&self, from: usize, to: usize, slots: u32) -> Result<(), String> {
+        let id = |i: usize| self.nodes[i].cli(&["CLUSTER", "MYID"]).trim().to_string();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "reshard"])
+            .arg(format!("127.0.0.1:{}", self.nodes[from].port))
+            .args(["--cluster-from", &id(from), "--cluster-to", &id(to)])
+            .args(["--cluster-slots", &slots.to_string(), "--cluster-yes"])
+            .output()
+            .map_err(|e| format!("redis-cli must be on PATH: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+
+    /// One command on node `i` through `redis-cli -c` (follows redirections).
+    pub fn cli(&self, i: usize, args: &[&str]) -> String {
+        self.nodes[i].cli_cluster(args)
+    }
+}
+
+/// The port of the primary serving `slot` from a `CLUSTER NODES` listing.
+fn slot_owner_from_nodes(nodes: &str, slot: u16) -> Option<u16> {
+    nodes.lines().find_map(|l| {
+        let fields: Vec<&str> = l.split(' ').collect();
+        if fields.len() < 9 || !fields[2].contains("master") || fields[2].contains("fail") {
+            return None;
+        }
+        let serves = parse_slot_ranges(l)
+            .iter()
+            .any(|&(a, b)| a <= slot && slot <= b);
+        if !serves {
+            return None;
+        }
+        // 127.0.0.1:port@bus
+        let addr = fields[1].split('@').next()?;
+        addr.rsplit(':').next()?.parse().ok()
+    })
+}
+
+fn parse_slot_ranges(line: &str) -> Vec<(u16, u16)> {
+    line.split(' ')
+        .skip(8)
+        .filter(|f| !f.starts_with('['))
+        .filter_map(|f| match f.split_once('-') {
+            Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
+            None => f.parse().ok().map(|s| (s, s)),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_slot_owner() {
+        let nodes = "a 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460\n\
+                     b 127.0.0.1:7002@17002 master - 0 0 2 connected 5461-10922 16000\n\
+                     c 127.0.0.1:7003@17003 slave b 0 0 2 connected\n";
+        assert_eq!(slot_owner_from_nodes(nodes, 0), Some(7001));
+        assert_eq!(slot_owner_from_nodes(nodes, 5461), Some(7002));
+        assert_eq!(slot_owner_from_nodes(nodes, 16000), Some(7002));
+        assert_eq!(slot_owner_from_nodes(nodes, 16001), None);
+    }
+}

@@ -1,0 +1,280 @@
+//! A Redis Sentinel set on loopback: a primary, a replica (`--replicaof`) and three
+//! sentinels (`redis-server <conf> --sentinel`, quorum 2, `down-after-milliseconds`
+//! 1000), each on a free port in a temporary directory, killed on drop. [`SentinelSet::start`]
+//! returns once every sentinel names the same primary and knows the replica and the
+//! other sentinels. [`SentinelSet::failover`] asks for a failover;
+//! [`SentinelSet::kill_primary`] SIGKILLs the primary so that the sentinels fail over
+//! on their own. Servers keep no data across a restart (no RDB, no AOF).
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use crate::net::free_port;
+use crate::redis::{answers_ping, RedisServer};
+
+/// The name the sentinels monitor the primary under.
+pub const SERVICE_NAME: &str = "idemgate";
+/// How long the primary may be silent before a sentinel calls it down.
+pub const DOWN_AFTER_MS: u64 = 1000;
+
+/// One `redis-server --sentinel`.
+pub struct Sentinel {
+    pub port: u16,
+    dir: TempDir,
+    child: Option<Child>,
+}
+
+impl Sentinel {
+    fn start(primary_port: u16) -> Self {
+        for _ in 0..5 {
+            let mut s = Self {
+                port: free_port(),
+                dir: tempfile::tempdir().unwrap(),
+                child: None,
+            };
+            if s.spawn(primary_port) {
+                return s;
+            }
+            s.stop();
+        }
+        panic!("could not start a sentinel (redis-server --sentinel)");
+    }
+
+    fn spawn(&mut self, primary_port: u16) -> bool {
+        let conf = self.dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {dir}\n\
+                 sentinel monitor {SERVICE_NAME} 127.0.0.1 {primary_port} 2\n\
+                 sentinel down-after-milliseconds {SERVICE_NAME} {DOWN_AFTER_MS}\n\
+                 sentinel failover-timeout {SERVICE_NAME} 4000\n\
+                 sentinel parallel-syncs {SERVICE_NAME} 1\n",
+                port = self.port,
+                dir = self.dir.path().display(),
+            ),
+        )
+        .unwrap();
+        let log = log_file(self.dir.path());
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("redis-server must be on PATH");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
+                return false;
+            }
+            if answers_ping(self.port) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// One command through `redis-cli`.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli must be on PATH");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The primary's port this sentinel names now.
+    pub fn primary_port(&self) -> Option<u16> {
+        let out = self.cli(&["SENTINEL", "get-master-addr-by-name", SERVICE_NAME]);
+        out.lines().nth(1)?.trim().parse().ok()
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn log_file(dir: &Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("redis.log"))
+        .unwrap()
+}
+
+/// Two data servers (`servers()[0]` starts as primary) and three sentinels.
+pub struct SentinelSet {
+    servers: Vec<RedisServer>,
+    sentinels: Vec<Sentinel>,
+}
+
+impl SentinelSet {
+    pub fn start() -> Self {
+        let primary = RedisServer::start();
+        let replica =
+            RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+        let sentinels = (0..3).map(|_| Sentinel::start(primary.port)).collect();
+        let set = Self {
+            servers: vec![primary, replica],
+            sentinels,
+        };
+        set.wait_agreed(Duration::from_secs(30));
+        set
+    }
+
+    /// The data servers (index 0 started as primary); see [`Self::primary`] for the current one.
+    pub fn servers(&self) -> &[RedisServer] {
+        &self.servers
+    }
+
+    pub fn sentinels(&self) -> &[Sentinel] {
+        &self.sentinels
+    }
+
+    /// `redis://127.0.0.1:port` of every sentinel.
+    pub fn sentinel_urls(&self) -> Vec<String> {
+        self.sentinels.iter().map(Sentinel::url).collect()
+    }
+
+    /// The index in [`Self::servers`] of the server the sentinels name primary.
+    pub fn primary(&self) -> usize {
+        let port = self
+            .sentinels
+            .iter()
+            .find_map(Sentinel::primary_port)
+            .expect("no sentinel names a primary");
+        self.servers
+            .iter()
+            .position(|s| s.port == port)
+            .expect("the sentinels name a server of another set")
+    }
+
+    /// Waits until every sentinel names the same running primary, which says it is
+    /// one, every sentinel knows the other two and the replica is linked and synced.
+    pub fn wait_agreed(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        while !self.agreed() {
+            assert!(
+                Instant::now() < deadline,
+                "sentinels did not agree within {within:?}: {:?}",
+                self.sentinels
+                    .iter()
+                    .map(Sentinel::primary_port)
+                    .collect::<Vec<_>>()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn agreed(&self) -> bool {
+        let ports: Vec<Option<u16>> = self.sentinels.iter().map(Sentinel::primary_port).collect();
+        let Some(Some(port)) = ports.first().copied() else {
+            return false;
+        };
+        if ports.iter().any(|p| *p != Some(port)) {
+            return false;
+        }
+        let Some(primary) = self.servers.iter().find(|s| s.port == port) else {
+            return false;
+        };
+        if !primary.is_running() || !primary.cli(&["ROLE"]).starts_with("master") {
+            return false;
+        }
+        let others_known = self.sentinels.iter().all(|s| {
+            let known = s.cli(&["SENTINEL", "sentinels", SERVICE_NAME]);
+            known.lines().filter(|l| l.trim() == "name").count() >= 2
+        });
+        let replicas_linked = self
+            .servers
+            .iter()
+            .filter(|s| s.port != port)
+            .all(|s| !s.is_running() || s.info("master_link_status").as_deref() == Some("up"));
+        let replicas_known = self.sentinels.iter().all(|s| {
+            let known = s.cli(&["SENTINEL", "replicas", SERVICE_NAME]);
+            self.servers
+                .iter()
+                .filter(|r| r.port != port && r.is_running())
+                .all(|r| known.contains(&format!("127.0.0.1:{}", r.port)))
+        });
+        others_known && replicas_linked && replicas_known
+    }
+
+    /// `SENTINEL FAILOVER` (the replica is promoted, the old primary demoted); waits
+    /// until every sentinel names the new primary. Returns its index.
+    pub fn failover(&self) -> usize {
+        let before = self.primary();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = self.sentinels[0].cli(&["SENTINEL", "FAILOVER", SERVICE_NAME]);
+            if out.starts_with("OK") || Instant::now() > deadline {
+                break;
+            }
+            // "-NOGOODSLAVE" until the sentinel has seen the replica in sync.
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        self.wait_new_primary(before, Duration::from_secs(30))
+    }
+
+    /// SIGKILLs the primary (its data is gone) and waits until the sentinels promote
+    /// the replica; returns the index of the new primary. The old one stays down until
+    /// [`Self::start_again`].
+    pub fn kill_primary(&mut self) -> usize {
+        let before = self.primary();
+        self.servers[before].stop();
+        self.wait_new_primary(before, Duration::from_secs(30))
+    }
+
+    fn wait_new_primary(&self, before: usize, within: Duration) -> usize {
+        let deadline = Instant::now() + within;
+        loop {
+            let ports: Vec<Option<u16>> =
+                self.sentinels.iter().map(Sentinel::primary_port).collect();
+            let port = ports[0];
+            if port.is_some()
+                && port != Some(self.servers[before].port)
+                && ports.iter().all(|p| *p == port)
+            {
+                let i = self.primary();
+                if self.servers[i].cli(&["ROLE"]).starts_with("master") {
+                    return i;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no failover within {within:?}: sentinels name {ports:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Starts server `i` again on its port, empty; the sentinels reconfigure it as a
+    /// replica of the current primary.
+    pub fn start_again(&mut self, i: usize) {
+        self.servers[i].start_again();
+    }
+
+    /// SIGKILL server `i` (its data is gone).
+    pub fn kill(&mut self, i: usize) {
+        self.servers[i].stop();
+    }
+}

@@ -1,0 +1,133 @@
+//! The fred client configuration for `[redis]`: which servers to talk to in each
+//! [`RedisMode`] (one URL, cluster seed nodes, or sentinels). Used by the pool
+//! ([`super::RedisStore::connect`]) and the waiters' subscriber, so both follow the
+//! same topology. Timeouts and the reconnect policy stay with the callers.
+//!
+//! fred sends every command to a primary: it routes a cluster command by the slot of
+//! its first key (following `MOVED`/`ASK`), and in sentinel mode connects to the
+//! primary the sentinels name, re-asking them when the connection drops. Replicas
+//! are never read (fred's `replicas` feature is off).
+
+use std::time::Duration;
+
+use fred::error::{Error as FredError, ErrorKind};
+use fred::prelude::{Builder, Config as FredConfig, Pool, ReconnectPolicy, Server, ServerConfig};
+use fred::types::config::ClusterDiscoveryPolicy;
+
+use crate::config::{RedisConfig, RedisMode};
+
+/// The fred configuration of `config` (`fail_fast` off: calls wait for a connection
+/// up to their own timeout rather than failing at once while reconnecting).
+pub fn fred_config(config: &RedisConfig) -> Result<FredConfig, FredError> {
+    let mut fred = match config.mode {
+        RedisMode::Standalone => FredConfig::from_url(&config.url)?,
+        RedisMode::Cluster => {
+            let (mut fred, hosts) = from_nodes(&config.nodes)?;
+            fred.server = ServerConfig::Clustered {
+                hosts,
+                policy: ClusterDiscoveryPolicy::default(),
+            };
+            fred
+        }
+        RedisMode::Sentinel => {
+            let (mut fred, hosts) = from_nodes(&config.sentinel.nodes)?;
+            fred.server = ServerConfig::Sentinel {
+                hosts,
+                service_name: config.sentinel.service_name.clone(),
+                username: config.sentinel.username.clone(),
+                password: config.sentinel.password.clone(),
+            };
+            fred
+        }
+    };
+    fred.fail_fast = false;
+    Ok(fred)
+}
+
+/// A pool of `size` clients for `config`, not yet connected: the command timeout, the
+/// connection timeouts, the unresponsive-connection check and the reconnect policy of
+/// every pool the store keeps (the main one, and the `WAIT` connections of
+/// [`super::redis_wait`]).
+pub fn build_pool(config: &RedisConfig, size: usize) -> Result<Pool, FredError> {
+    Builder::from_config(fred_config(config)?)
+        .with_performance_config(|p| p.default_command_timeout = config.command_timeout)
+        .with_connection_config(|c| {
+            c.connection_timeout = config.connect_timeout;
+            c.internal_command_timeout = config.connect_timeout;
+            // A connection that stops answering (a paused or wedged Redis) is dropped
+            // and re-made instead of queueing behind it.
+            c.unresponsive.max_timeout = Some(config.command_timeout * 2);
+            c.unresponsive.interval = (config.command_timeout / 2).max(Duration::from_millis(50));
+        })
+        .set_policy(ReconnectPolicy::new_constant(0, 100))
+        .build_pool(size)
+}
+
+/// The host and port of every `redis://` URL in `urls`, and a configuration with the
+/// credentials of the first.
+fn from_nodes(urls: &[String]) -> Result<(FredConfig, Vec<Server>), FredError> {
+    let mut first = None;
+    let mut hosts = Vec::with_capacity(urls.len());
+    for url in urls {
+        let parsed = FredConfig::from_url_centralized(url)?;
+        match &parsed.server {
+            ServerConfig::Centralized { server } => hosts.push(server.clone()),
+            _ => {
+                return Err(FredError::new(
+                    ErrorKind::Config,
+                    "not a redis://host:port URL",
+                ))
+            }
+        }
+        first.get_or_insert(parsed);
+    }
+    let first = first.ok_or_else(|| FredError::new(ErrorKind::Config, "no nodes"))?;
+    let fred = FredConfig {
+        username: first.username,
+        password: first.password,
+        ..FredConfig::default()
+    };
+    Ok((fred, hosts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn redis(toml: &str) -> RedisConfig {
+        crate::config::Config::from_toml(toml).unwrap().redis
+    }
+
+    #[test]
+    fn cluster_seeds_become_hosts_with_the_first_credentials() {
+        let c = redis(
+            "[redis]\nmode = \"cluster\"\nnodes = [\"redis://u:p@10.0.0.1:7001\", \"redis://10.0.0.2:7002\"]\n",
+        );
+        let fred = fred_config(&c).unwrap();
+        let ServerConfig::Clustered { hosts, .. } = &fred.server else {
+            panic!("not clustered: {:?}", fred.server);
+        };
+        assert_eq!(hosts.len(), 2);
+        assert_eq!(hosts[1].port, 7002);
+        assert_eq!(fred.password.as_deref(), Some("p"));
+    }
+
+    #[test]
+    fn sentinel_names_its_service_and_credentials() {
+        let c = redis(
+            "[redis]\nmode = \"sentinel\"\n[redis.sentinel]\nservice_name = \"main\"\n\
+             nodes = [\"redis://10.0.0.1:26379\"]\npassword = \"s\"\n",
+        );
+        let fred = fred_config(&c).unwrap();
+        let ServerConfig::Sentinel {
+            service_name,
+            password,
+            ..
+        } = &fred.server
+        else {
+            panic!("not sentinel");
+        };
+        assert_eq!(service_name, "main");
+        assert_eq!(password.as_deref(), Some("s"));
+    }
+}

@@ -1,0 +1,204 @@
+//! Issue 13 items 5 and 6 under load: a Redis Cluster primary SIGKILLed (its replica
+//! promoted by the cluster), slots resharded between primaries, and a Sentinel
+//! failover, each on a fleet of three replicas in `redis.mode = "cluster"` or
+//! `"sentinel"` (the fleet launcher's `RedisCluster` and `SentinelSet`). Nodes keep no
+//! data across a restart, so what a promoted replica had not received is gone: the
+//! window that `redis.wait_replicas` narrows, measured here with and without it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::checker::{Expect, Report};
+use crate::cluster::{Durability, Options, Stack, Topology};
+use crate::driver::{Got, KeyClass, Phase, Workload};
+use crate::harness::{finish, start};
+
+/// Exactly once only with `claims = "write_through"`; durable unless Redis-only.
+fn expect_for(d: Durability) -> Expect {
+    Expect {
+        exactly_once: d == Durability::WriteThrough,
+        durable: d != Durability::RedisOnly,
+    }
+}
+
+fn options(topology: Topology, d: Durability, wait_replicas: bool) -> Options {
+    Options {
+        topology,
+        durability: d,
+        redis: if wait_replicas {
+            "wait_replicas = 1\nwait_timeout = \"100ms\"\n".into()
+        } else {
+            String::new()
+        },
+        ..Options::default()
+    }
+}
+
+/// Keys spend 50-250 ms in the upstream, so many leases are live when the fault hits.
+fn in_flight_heavy(scenario: &str, stack: &Stack) -> Workload {
+    let mut w = Workload::new(scenario, vec![stack.front()]);
+    w.shape = Arc::new(|n| (format!("?latency_ms={}", 50 + n % 5 * 50), KeyClass::Normal));
+    w
+}
+
+/// Mean duration of the completion script (`idemgate_redis_duration_seconds`,
+/// `op="complete"`) over the running replicas, in microseconds, and the completions
+/// counted.
+async fn completion_mean_us(stack: &mut Stack) -> (f64, f64) {
+    let (mut sum, mut count) = (0.0, 0.0);
+    for r in stack.replicas.iter_mut() {
+        if !r.running() {
+            continue;
+        }
+        let url = format!("{}/metrics", r.admin_url());
+        let Ok(resp) = stack.http.get(url).send().await else {
+            continue;
+        };
+        let text = resp.text().await.unwrap_or_default();
+        for line in text.lines() {
+            let value = || line.rsplit(' ').next()?.parse::<f64>().ok();
+            if line.starts_with("idemgate_redis_duration_seconds_sum{op=\"complete\"") {
+                sum += value().unwrap_or(0.0);
+            } else if line.starts_with("idemgate_redis_duration_seconds_count{op=\"complete\"") {
+                count += value().unwrap_or(0.0);
+            }
+        }
+    }
+    let mean = if count > 0.0 { sum / count * 1e6 } else { 0.0 };
+    (mean, count)
+}
+
+async fn wait_notes(stack: &mut Stack, report: &mut Report) {
+    let (mean, count) = completion_mean_us(stack).await;
+    let short = stack.metric_sum("idemgate_redis_wait_short_total").await;
+    report.notes.push(format!(
+        "completion script mean {mean:.0} us over {count} completions; WAIT short {short}"
+    ));
+}
+
+/// Load-phase answers that are neither a success, a replay, a 409 nor a 4xx the
+/// client caused: what a client sees as an error.
+fn client_errors(run: &crate::harness::Running) -> Vec<String> {
+    (run.rec.all().iter())
+        .filter(|e| e.phase == Phase::Load)
+        .filter_map(|e| match &e.got {
+            Got::Resp(r) if r.status >= 500 => Some(format!(
+                "{} {}",
+                r.status,
+                r.problem_code().unwrap_or_default()
+            )),
+            Got::Resp(_) => None,
+            Got::Timeout => Some("timeout".into()),
+            Got::Error(e) => Some(format!("conn-error {e}")),
+        })
+        .collect()
+}
+
+/// A cluster primary SIGKILLed at 3 s under load; its replica is promoted by the
+/// cluster (node timeout 1 s); the old primary comes back 3 s later, empty, as a replica.
+pub async fn cluster_primary_killed(name: String, d: Durability, wait_replicas: bool) -> Report {
+    let mut stack = Stack::start(options(Topology::Cluster, d, wait_replicas)).await;
+    let mut run = start(in_flight_heavy(&name, &stack));
+    run.at(3000).await;
+    let (victim, failover_ms) = tokio::task::block_in_place(|| {
+        let cluster = stack.redis_cluster.as_mut().unwrap();
+        let victim = cluster.primary_for_slot(0);
+        let replica = cluster
+            .replica_of(victim)
+            .expect("the victim has a replica");
+        let t = Instant::now();
+        cluster.kill(victim);
+        cluster.wait_primary(replica, Duration::from_secs(20));
+        (victim, t.elapsed().as_millis())
+    });
+    run.at(6000).await;
+    tokio::task::block_in_place(|| {
+        let cluster = stack.redis_cluster.as_mut().unwrap();
+        cluster.start_again(victim);
+        cluster.wait_ok(Duration::from_secs(20));
+    });
+    let plans = run.plans().await;
+    let mut report = finish(&name, &mut stack, &run, &plans, expect_for(d)).await;
+    report
+        .notes
+        .push(format!("replica promoted {failover_ms} ms after the kill"));
+    wait_notes(&mut stack, &mut report).await;
+    report
+}
+
+/// 4,000 slots moved from one primary to another with `redis-cli --cluster reshard`
+/// under load, then 2,000 of them on to the third: no client may see an error, and
+/// nothing may run twice or be lost (default `claims = "redis"` with Postgres).
+pub async fn cluster_resharded(name: String) -> Report {
+    let mut stack = Stack::start(options(Topology::Cluster, Durability::Postgres, false)).await;
+    let mut run = start(in_flight_heavy(&name, &stack));
+    run.at(1500).await;
+    let moves = tokio::task::block_in_place(|| {
+        let cluster = stack.redis_cluster.as_ref().unwrap();
+        let p = cluster.primaries();
+        let mut moves = Vec::new();
+        for (from, to, slots) in [(p[0], p[1], 4000), (p[1], p[2], 2000)] {
+            let t = Instant::now();
+            let done = cluster.reshard(from, to, slots);
+            moves.push((slots, t.elapsed().as_millis(), done));
+        }
+        moves
+    });
+    let plans = run.plans().await;
+    let errors = client_errors(&run);
+    let mut report = finish(
+        &name,
+        &mut stack,
+        &run,
+        &plans,
+        Expect {
+            exactly_once: true,
+            durable: true,
+        },
+    )
+    .await;
+    for (slots, ms, done) in moves {
+        match done {
+            Ok(()) => report.notes.push(format!("{slots} slots moved in {ms} ms")),
+            Err(e) => report.fail(format!("reshard of {slots} slots failed: {e}")),
+        }
+    }
+    if !errors.is_empty() {
+        let mut kinds: Vec<&String> = errors.iter().collect();
+        kinds.sort();
+        kinds.dedup();
+        report.fail(format!(
+            "{} client errors during the resharding: {kinds:?}",
+            errors.len()
+        ));
+    }
+    report
+}
+
+/// The Sentinel primary SIGKILLed at 3 s under load; the sentinels promote the replica
+/// (down-after 1 s); the old primary comes back 3 s later, empty, and is made a replica.
+pub async fn sentinel_failover(name: String, d: Durability, wait_replicas: bool) -> Report {
+    let mut stack = Stack::start(options(Topology::Sentinel, d, wait_replicas)).await;
+    let mut run = start(in_flight_heavy(&name, &stack));
+    run.at(3000).await;
+    let (victim, failover_ms) = tokio::task::block_in_place(|| {
+        let set = stack.sentinels.as_mut().unwrap();
+        let victim = set.primary();
+        let t = Instant::now();
+        set.kill_primary();
+        (victim, t.elapsed().as_millis())
+    });
+    run.at(6000).await;
+    tokio::task::block_in_place(|| {
+        let set = stack.sentinels.as_mut().unwrap();
+        set.start_again(victim);
+        set.wait_agreed(Duration::from_secs(30));
+    });
+    let plans = run.plans().await;
+    let mut report = finish(&name, &mut stack, &run, &plans, expect_for(d)).await;
+    report.notes.push(format!(
+        "sentinels named the new primary {failover_ms} ms after the kill"
+    ));
+    wait_notes(&mut stack, &mut report).await;
+    report
+}

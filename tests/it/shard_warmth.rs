@@ -1,0 +1,175 @@
+//! Issue 13, items 2 and 3: every script runs in one hash slot; cold detection per
+//! shard (one warmth marker per slot, tied to the server's `run_id`), on a real
+//! cluster and a real Sentinel set with Postgres behind them.
+
+use std::time::Duration;
+
+use idemgate::config::RedisConfig;
+use idemgate::idempotency::{key, RecordId, Scope};
+use idemgate::store::slots::slot;
+use idemgate::store::RedisStore;
+use idemgate_fleet::{RedisCluster, SentinelSet};
+use rand::Rng;
+
+use crate::support::redis::backdate_markers;
+use crate::support::{read, MockUpstream, PgServer, RedisServer, TestApp};
+use crate::topologies::{cluster_config, sentinel_config};
+
+const TWO_DAYS: Duration = Duration::from_secs(48 * 3600);
+
+/// The Redis key of a request key in the shared anonymous scope the tests use.
+pub fn record_key(raw: &str) -> String {
+    let scope = Scope::anonymous("payments", &[http::header::AUTHORIZATION], None);
+    let id = RecordId::new(scope, &key::parse(raw.as_bytes(), 255).unwrap(), None);
+    format!("idemgate:{{{}}}", id.to_hex())
+}
+
+#[tokio::test]
+async fn every_script_is_given_keys_of_one_slot() {
+    let redis = RedisServer::start();
+    let config = RedisConfig {
+        url: redis.url(),
+        ..RedisConfig::default()
+    };
+    let store = RedisStore::connect(&config).await.unwrap();
+    let mut rng = rand::rng();
+    for _ in 0..5000 {
+        let bytes: [u8; 32] = rng.random();
+        let record = RecordId::from_hex(&hex::encode(bytes)).unwrap();
+        let key = store.record_key(record);
+        let home = slot(&key);
+        for (script, keys) in store.script_keys(&key) {
+            for k in &keys {
+                assert_eq!(slot(k), home, "{script}: {k} is not in the slot of {key}");
+            }
+        }
+    }
+}
+
+/// The gateway with Postgres, `lookup_on_miss = "when_cold"`, and no fallback (so a
+/// replay can only come from Redis or the Postgres lookup).
+fn durable(pg: &PgServer) -> String {
+    format!(
+        "{}[idempotency]\non_redis_unavailable = \"reject\"\n",
+        pg.section("lookup_on_miss = \"when_cold\"")
+    )
+}
+
+/// Sends until the answer is not a 503 (Redis reconnecting); whether it was replayed.
+async fn replayed(app: &TestApp, key: &str) -> bool {
+    for _ in 0..100 {
+        let (status, headers, _) = read(app.post(key, "{}").send().await.unwrap()).await;
+        if status != 503 {
+            assert_eq!(status, 201, "{key}");
+            return headers["idempotent-replayed"] == "true";
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{key}: redis did not come back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_restarted_empty_is_cold_on_its_own() {
+    let mut cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .unwrap();
+    let pg = PgServer::start();
+    let upstream = MockUpstream::start().await;
+    let app = TestApp::spawn(cluster_config(
+        cluster.seed_urls(),
+        &upstream.url(),
+        &durable(&pg),
+    ))
+    .await;
+    // Our slot function is Redis' own.
+    let probe = record_key("w-0");
+    let keyslot = tokio::task::block_in_place(|| cluster.cli(0, &["CLUSTER", "KEYSLOT", &probe]));
+    assert_eq!(keyslot.trim(), slot(&probe).to_string());
+    // Every shard provably warm.
+    for p in tokio::task::block_in_place(|| cluster.primaries()) {
+        let ranges = tokio::task::block_in_place(|| cluster.slots_of(p));
+        backdate_markers(&cluster.nodes()[p].url(), &ranges, TWO_DAYS).await;
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await; // the probe reads the eviction policy
+
+    let keys: Vec<String> = (0..30).map(|i| format!("w-{i}")).collect();
+    for k in &keys {
+        assert!(!replayed(&app, k).await);
+    }
+    assert_eq!(upstream.executions(), 30);
+    let shard_of = |k: &str| cluster.primary_for_slot(slot(&record_key(k)));
+    let shards: Vec<usize> =
+        tokio::task::block_in_place(|| keys.iter().map(|k| shard_of(k)).collect());
+    let cold = shards[0];
+    let warm_key = (keys.iter().zip(&shards))
+        .find(|(_, s)| **s != cold)
+        .unwrap()
+        .0;
+    let cold_keys: Vec<&String> = (keys.iter().zip(&shards))
+        .filter(|(_, s)| **s == cold)
+        .map(|(k, _)| k)
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await; // write-through settles
+
+    // One shard loses everything: SIGKILL and back at once, empty (no persistence).
+    tokio::task::block_in_place(|| {
+        cluster.restart_empty(cold);
+        cluster.wait_ok(Duration::from_secs(20));
+    });
+    // A record lost from a warm shard only: the warm shard's marker still vouches, so
+    // no lookup, and it runs again (what `when_cold` trades for speed).
+    let lost = tokio::task::block_in_place(|| cluster.cli(0, &["DEL", &record_key(warm_key)]));
+    assert_eq!(lost.trim(), "1");
+    assert!(!replayed(&app, warm_key).await, "warm shard: no lookup");
+    assert_eq!(upstream.executions(), 31);
+    // Every key of the emptied shard is found in Postgres: that shard is cold.
+    for k in &cold_keys {
+        assert!(replayed(&app, k).await, "{k} was on the emptied shard");
+    }
+    assert_eq!(
+        upstream.executions(),
+        31,
+        "nothing of the cold shard ran again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_replica_with_a_replicated_marker_is_cold() {
+    let set = tokio::task::spawn_blocking(SentinelSet::start)
+        .await
+        .unwrap();
+    let pg = PgServer::start();
+    let upstream = MockUpstream::start().await;
+    let app = TestApp::spawn(sentinel_config(&set, &upstream.url(), &durable(&pg))).await;
+    let primary = set.primary();
+    backdate_markers(&set.servers()[primary].url(), &[(0, 16383)], TWO_DAYS).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    for k in ["p-0", "p-1", "p-2"] {
+        assert!(!replayed(&app, k).await);
+    }
+    // Warm: a record lost from Redis alone runs again (no lookup).
+    let del =
+        tokio::task::block_in_place(|| set.servers()[primary].cli(&["DEL", &record_key("p-0")]));
+    assert_eq!(del.trim(), "1");
+    assert!(!replayed(&app, "p-0").await, "warm before the failover");
+    assert_eq!(upstream.executions(), 4);
+    tokio::time::sleep(Duration::from_millis(500)).await; // replicated, written through
+
+    // The replica, with every marker replicated, becomes primary. The gateway sends
+    // nothing meanwhile (a claim failing on the lost connection would trip its breaker,
+    // which resets every marker anyway); a fresh one asks the sentinels after it.
+    drop(app);
+    let promoted = tokio::task::block_in_place(|| set.failover());
+    assert_ne!(promoted, primary);
+    let app = TestApp::spawn(sentinel_config(&set, &upstream.url(), &durable(&pg))).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // A write the old primary acknowledged but never replicated, lost in the failover.
+    let del =
+        tokio::task::block_in_place(|| set.servers()[promoted].cli(&["DEL", &record_key("p-1")]));
+    assert_eq!(del.trim(), "1");
+    assert!(
+        replayed(&app, "p-1").await,
+        "the replicated marker names another server: cold, so the lookup finds it"
+    );
+    assert_eq!(upstream.executions(), 4, "nothing ran again");
+}
