@@ -1,21 +1,31 @@
 //! `lookup_on_miss = "when_cold"`: whether Redis provably holds every record written
 //! within the longest `ttl`, so that an acquired Redis claim needs no Postgres lookup.
 //!
-//! Redis is *warm* for a claim when all of these hold:
-//! - the warmth marker, read by the claim script in the same atomic step as the claim,
-//!   is older than the longest `ttl`. The script sets the marker when it finds none (a
-//!   new, restarted or flushed Redis), so a flush is noticed by the very next claim, on
-//!   every replica, with no probe interval in between;
+//! Warmth is per hash slot (so per cluster shard): one marker per slot
+//! ([`super::slots`]), read by the claim script in the record's own slot. A claim is
+//! *warm* when all of these hold:
+//! - the marker of the record's slot, read in the same atomic step as the claim, is
+//!   older than the longest `ttl` and was written by the server process that answers
+//!   now (its `run_id`). The script sets the marker when it finds none (a new,
+//!   restarted or flushed shard) and renews it when another process wrote it (a
+//!   replica promoted with replicated markers, a restore from RDB/AOF), so either is
+//!   noticed by the very next claim in that shard, on every replica, while the other
+//!   shards stay warm. Standalone and Sentinel use the same 16,384 markers on one primary;
 //! - `maxmemory-policy` is `noeviction` (read by the probe; unknown counts as cold);
 //! - this replica has no marker reset pending. A reset is owed whenever Redis may lack
 //!   a record Postgres has: after a Redis outage (claims went to Postgres), and after a
-//!   completion Redis refused while Postgres stored it. Until the `DEL` of the marker
-//!   lands, this replica counts Redis as cold; once it lands, every replica does.
+//!   completion Redis refused while Postgres stored it. Until the `DEL` of every
+//!   slot's marker lands, this replica counts Redis as cold; once it lands, every
+//!   replica does.
 //!
-//! Limit: another replica learns of a reset only when the `DEL` reaches Redis. A
+//! Limits: another replica learns of a reset only when the `DEL`s reach Redis. A
 //! refused completion leaves its lease in Redis for `lock_ttl`, and the reset is retried
 //! at once and then by every probe, so the reset lands before that lease can expire
-//! unless Redis refuses writes for the whole `lock_ttl`.
+//! unless Redis refuses writes for the whole `lock_ttl`. The breaker is one per replica,
+//! not per shard: an outage it sees (one shard down) resets every slot's marker, so
+//! every shard is cold for the longest `ttl` (safe, slower). A write lost in a failover
+//! is covered only because the promoted server has another `run_id`; a shard that
+//! loses writes without changing process (none known in Redis) would not be seen.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

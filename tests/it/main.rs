@@ -8,6 +8,7 @@ mod body_limits;
 mod cache;
 mod claim_edges;
 mod cli;
+mod cluster_waiters;
 mod concurrency;
 mod durability;
 mod failover;

@@ -1,0 +1,103 @@
+//! Issue 13, item 4: in a cluster, waiting duplicates are woken over sharded pub/sub
+//! (`SPUBLISH` in the record's slot, on its shard only), with one `SSUBSCRIBE` per
+//! waited record and replica, dropped when the last waiter leaves, a caller that hangs
+//! up included.
+
+use std::time::{Duration, Instant};
+
+use idemgate::store::slots::slot;
+use idemgate_fleet::RedisCluster;
+
+use crate::shard_warmth::record_key;
+use crate::support::{eventually, read, MockUpstream, TestApp};
+use crate::topologies::cluster_config;
+
+const WAIT: &str =
+    "[idempotency]\nin_flight = \"wait\"\nmax_waiters = 10\nwait_timeout = \"10s\"\n";
+
+/// Subscribers of the sharded channel of `key` on the node serving its slot.
+fn shard_subscribers(cluster: &RedisCluster, key: &str) -> u64 {
+    let channel = format!("{}:done", record_key(key));
+    let node = cluster.primary_for_slot(slot(&channel));
+    let out = cluster.nodes()[node].cli(&["PUBSUB", "SHARDNUMSUB", &channel]);
+    out.lines()
+        .nth(1)
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Subscribers of the classic channel of `key` on every node (none expected).
+fn classic_subscribers(cluster: &RedisCluster, key: &str) -> u64 {
+    let channel = format!("{}:done", record_key(key));
+    (cluster.nodes().iter())
+        .map(|n| n.cli(&["PUBSUB", "NUMSUB", &channel]))
+        .filter_map(|out| {
+            out.lines()
+                .nth(1)
+                .and_then(|n| n.trim().parse::<u64>().ok())
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_subscriptions_follow_the_waiters() {
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .unwrap();
+    let upstream = MockUpstream::start().await;
+    let nodes = cluster.seed_urls();
+    let app = TestApp::spawn(cluster_config(nodes, &upstream.url(), WAIT)).await;
+    let subs = |key: &'static str| tokio::task::block_in_place(|| shard_subscribers(&cluster, key));
+
+    // One slow execution, three duplicates waiting on it: one subscription.
+    upstream.set_delay(Duration::from_millis(1500));
+    let first = tokio::spawn(app.post("held", "{}").send());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let waiting: Vec<_> = (0..3)
+        .map(|_| tokio::spawn(app.post("held", "{}").send()))
+        .collect();
+    // And a caller that gives up while waiting.
+    let impatient = app
+        .post("held", "{}")
+        .timeout(Duration::from_millis(400))
+        .send();
+    assert!(impatient.await.is_err(), "hung up while waiting");
+    assert_eq!(subs("held"), 1, "one SSUBSCRIBE per record and replica");
+    assert_eq!(
+        tokio::task::block_in_place(|| classic_subscribers(&cluster, "held")),
+        0
+    );
+    assert_eq!(read(first.await.unwrap().unwrap()).await.0, 201);
+    for w in waiting {
+        let (status, headers, _) = read(w.await.unwrap().unwrap()).await;
+        assert_eq!(
+            (status, &headers["idempotent-replayed"]),
+            (201, &"true".parse().unwrap())
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "woken by the completion"
+    );
+    assert_eq!(upstream.executions(), 1);
+    assert!(
+        eventually(Duration::from_secs(3), async || subs("held") == 0).await,
+        "unsubscribed once the last waiter left"
+    );
+
+    // The only waiter hangs up while the execution still runs: unsubscribed at once.
+    let second = tokio::spawn(app.post("alone", "{}").send());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let lone = app
+        .post("alone", "{}")
+        .timeout(Duration::from_millis(400))
+        .send();
+    assert!(lone.await.is_err());
+    assert!(
+        eventually(Duration::from_millis(800), async || subs("alone") == 0).await,
+        "a caller that hangs up leaves no subscription behind"
+    );
+    assert_eq!(read(second.await.unwrap().unwrap()).await.0, 201);
+    assert_eq!(upstream.executions(), 2);
+}
