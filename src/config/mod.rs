@@ -8,6 +8,7 @@
 //! the key it is about. [`crate::App::build`] validates again, so a `Config` built or
 //! changed in code cannot start unchecked.
 
+mod tls;
 mod typed;
 mod validate;
 
@@ -21,6 +22,7 @@ use figment::Figment;
 use http::{HeaderName, Method, StatusCode, Uri};
 use serde::{Deserialize, Serialize};
 
+pub use tls::{read_secret, PostgresTls, RedisTls, ResolvedPgTls, SslMode, UpstreamTls};
 pub use validate::validate;
 
 use crate::proxy::cidr::TrustedProxies;
@@ -154,6 +156,9 @@ pub struct AdminConfig {
     /// Bearer token for `/admin/*`; absent means the admin API is off.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// A file holding the token instead (`token` and `token_file` exclude each other).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 /// `[replay_cache]`: completed records kept in each replica's memory, so replays skip Redis.
@@ -181,7 +186,7 @@ impl Default for ReplayCacheConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RedisConfig {
-    /// `redis://[user:password@]host:port[/db]`.
+    /// `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS.
     pub url: String,
     /// Prefix of every key the gateway writes.
     pub key_prefix: String,
@@ -197,6 +202,10 @@ pub struct RedisConfig {
     /// its warmth marker while it is up.
     #[serde(with = "humantime_serde")]
     pub probe_interval: Duration,
+    /// A file holding the password (instead of one in `url`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<std::path::PathBuf>,
+    pub tls: RedisTls,
 }
 
 impl Default for RedisConfig {
@@ -208,6 +217,8 @@ impl Default for RedisConfig {
             connect_timeout: Duration::from_secs(2),
             pool_size: 4,
             probe_interval: Duration::from_secs(1),
+            password_file: None,
+            tls: RedisTls::default(),
         }
     }
 }
@@ -241,6 +252,10 @@ pub struct PostgresConfig {
     pub reap_interval: Duration,
     /// Most rows one reaper statement deletes.
     pub reap_batch: usize,
+    /// A file holding the password (instead of one in `url`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<std::path::PathBuf>,
+    pub tls: PostgresTls,
 }
 
 impl Default for PostgresConfig {
@@ -257,6 +272,8 @@ impl Default for PostgresConfig {
             retry_queue_bytes: ByteSize::mib(256),
             reap_interval: Duration::from_secs(60),
             reap_batch: 1000,
+            password_file: None,
+            tls: PostgresTls::default(),
         }
     }
 }
@@ -447,13 +464,16 @@ pub enum OnAmbiguous {
 pub struct RouteConfig {
     pub name: String,
     pub path_prefix: String,
-    /// `http://host:port`, parsed (and checked) while the configuration is read.
+    /// `http://host:port` or `https://host:port`, parsed (and checked) while the
+    /// configuration is read.
     #[serde(with = "typed")]
     pub upstream: Uri,
     #[serde(with = "humantime_serde", default = "default_upstream_timeout")]
     pub upstream_timeout: Duration,
     #[serde(default)]
     pub idempotency: IdempotencyOverrides,
+    #[serde(default)]
+    pub tls: UpstreamTls,
 }
 
 fn default_upstream_timeout() -> Duration {

@@ -93,6 +93,7 @@ impl RedisStore {
     /// pool keeps reconnecting and calls fail with [`StoreError`] until it answers.
     pub async fn connect(config: &RedisConfig) -> Result<Self, FredError> {
         let mut fred_config = FredConfig::from_url(&config.url)?;
+        crate::tls::redis::apply(&mut fred_config, config)?;
         fred_config.fail_fast = false;
         let pool = Builder::from_config(fred_config)
             .with_performance_config(|p| p.default_command_timeout = config.command_timeout)

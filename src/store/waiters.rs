@@ -62,6 +62,7 @@ impl Waiters {
         cache: Option<Arc<ReplayCache>>,
     ) -> Result<Arc<Self>, fred::error::Error> {
         let mut fred_config = FredConfig::from_url(&config.url)?;
+        crate::tls::redis::apply(&mut fred_config, config)?;
         fred_config.fail_fast = false;
         let subscriber: SubscriberClient = Builder::from_config(fred_config)
             .with_performance_config(|p| p.broadcast_channel_capacity = 4096)
