@@ -25,5 +25,5 @@ mod redis;
 pub use gateway::{Replica, Upstream};
 pub use haproxy::{render_local as haproxy_local_config, Backend, HaProxy, HaproxyConfig};
 pub use net::{free_port, http_status, port_open, wait_port};
-pub use postgres::{bindir as pg_bindir, postgres_owner, PgServer};
-pub use redis::RedisServer;
+pub use postgres::{bindir as pg_bindir, postgres_owner, PgServer, PgTls};
+pub use redis::{RedisServer, RedisTls};

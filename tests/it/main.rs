@@ -24,6 +24,7 @@ mod pg_timeouts;
 mod pg_writer;
 mod replay;
 mod tenancy;
+mod tls_redis;
 mod tier_edges;
 mod upstream_failures;
 mod write_timeout;
