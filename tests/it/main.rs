@@ -25,6 +25,7 @@ mod pg_writer;
 mod replay;
 mod tenancy;
 mod tls_redis;
+mod tls_upstream;
 mod tier_edges;
 mod upstream_failures;
 mod write_timeout;
