@@ -24,6 +24,7 @@ mod pg_timeouts;
 mod pg_writer;
 mod replay;
 mod tenancy;
+mod tls_postgres;
 mod tls_redis;
 mod tls_upstream;
 mod tier_edges;
