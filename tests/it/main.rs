@@ -23,6 +23,7 @@ mod pg_ops;
 mod pg_timeouts;
 mod pg_writer;
 mod replay;
+mod secrets;
 mod tenancy;
 mod tls_postgres;
 mod tls_redis;
