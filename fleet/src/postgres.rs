@@ -142,7 +142,10 @@ impl PgServer {
     fn enable_tls(&mut self, tls: &PgTls) {
         use std::os::unix::fs::PermissionsExt;
         let data = self.data();
-        for (from, name) in [(&tls.cert_file, "server.crt"), (&tls.key_file, "server.key")] {
+        for (from, name) in [
+            (&tls.cert_file, "server.crt"),
+            (&tls.key_file, "server.key"),
+        ] {
             let to = data.join(name);
             std::fs::copy(from, &to).unwrap();
             std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -154,8 +157,13 @@ impl PgServer {
             let hba = "local all all trust\nhostssl all all 127.0.0.1/32 trust\n";
             std::fs::write(data.join("pg_hba.conf"), hba).unwrap();
         }
-        for setting in ["ssl=on", "ssl_cert_file=server.crt", "ssl_key_file=server.key"] {
-            self.settings.extend(["-c".to_string(), setting.to_string()]);
+        for setting in [
+            "ssl=on",
+            "ssl_cert_file=server.crt",
+            "ssl_key_file=server.key",
+        ] {
+            self.settings
+                .extend(["-c".to_string(), setting.to_string()]);
         }
     }
 

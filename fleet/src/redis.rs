@@ -51,7 +51,11 @@ pub struct RedisTls {
 impl RedisTls {
     fn server_args(&self, port: u16) -> Vec<String> {
         let path = |p: &Path| p.display().to_string();
-        let auth = if self.require_client_cert { "yes" } else { "no" };
+        let auth = if self.require_client_cert {
+            "yes"
+        } else {
+            "no"
+        };
         vec![
             "--port".into(),
             "0".into(),
@@ -156,7 +160,11 @@ impl RedisServer {
 
     /// `redis://127.0.0.1:<port>`, or `rediss://` when the server speaks TLS.
     pub fn url(&self) -> String {
-        let scheme = if self.tls.is_some() { "rediss" } else { "redis" };
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
         format!("{scheme}://127.0.0.1:{}", self.port)
     }
 

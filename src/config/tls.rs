@@ -220,9 +220,8 @@ impl UpstreamTls {
 /// Reads a secret (a password or token) from `path`, without its trailing newline.
 /// The error names `key` and the path, never the contents.
 pub fn read_secret(key: &str, path: &Path) -> Result<String, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        ConfigError::invalid(key, format!("cannot read {}: {e}", path.display()))
-    })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::invalid(key, format!("cannot read {}: {e}", path.display())))?;
     let secret = text.trim_end_matches(['\n', '\r']);
     if secret.is_empty() {
         return Err(ConfigError::invalid(
@@ -246,13 +245,18 @@ mod tests {
         assert_eq!(r.sslmode, SslMode::VerifyFull);
         assert_eq!(r.sslrootcert.as_deref(), Some(Path::new("/ca.pem")));
         assert_eq!(r.url, "postgres://u@h/db?connect_timeout=2");
-        assert_eq!(tls.resolve("postgres://h/db").unwrap().sslmode, SslMode::Prefer);
+        assert_eq!(
+            tls.resolve("postgres://h/db").unwrap().sslmode,
+            SslMode::Prefer
+        );
 
         let keyed = PostgresTls {
             sslmode: Some(SslMode::Require),
             ..Default::default()
         };
-        let e = keyed.resolve("postgres://h/db?sslmode=disable").unwrap_err();
+        let e = keyed
+            .resolve("postgres://h/db?sslmode=disable")
+            .unwrap_err();
         assert!(e.to_string().contains("postgres.tls.sslmode"), "{e}");
         let e = tls.resolve("postgres://h/db?sslmode=allow").unwrap_err();
         assert!(e.to_string().contains("sslmode=allow"), "{e}");

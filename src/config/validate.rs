@@ -365,8 +365,10 @@ mod tests {
 
     #[test]
     fn tls_settings_are_accepted_where_they_mean_something() {
-        Config::from_toml("[redis]\nurl = \"rediss://h:6380\"\n[redis.tls]\nca_file = \"/ca.pem\"\n")
-            .unwrap();
+        Config::from_toml(
+            "[redis]\nurl = \"rediss://h:6380\"\n[redis.tls]\nca_file = \"/ca.pem\"\n",
+        )
+        .unwrap();
         let e = err("[redis]\nurl = \"redis://h:6379\"\n[redis.tls]\nca_file = \"/ca.pem\"\n");
         assert!(e.contains("redis.tls") && e.contains("plaintext"), "{e}");
         let e = err("[redis]\nurl = \"rediss://h\"\n[redis.tls]\ncert_file = \"/c.pem\"\n");

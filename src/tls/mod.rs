@@ -93,9 +93,8 @@ pub fn client_config(
             if verify == Verify::Full {
                 builder.with_webpki_verifier(webpki)
             } else {
-                (builder.dangerous()).with_custom_certificate_verifier(Arc::new(
-                    verify::ChainOnly(webpki),
-                ))
+                (builder.dangerous())
+                    .with_custom_certificate_verifier(Arc::new(verify::ChainOnly(webpki)))
             }
         }
     };

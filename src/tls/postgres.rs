@@ -26,8 +26,10 @@ pub fn session(
     config: &PostgresConfig,
 ) -> Result<(tokio_postgres::Config, MakeRustlsConnect), String> {
     let tls = config.tls.resolve(&config.url).map_err(|e| e.to_string())?;
-    let mut pg: tokio_postgres::Config = (tls.url.parse())
-        .map_err(|e: tokio_postgres::Error| format!("invalid configuration: `postgres.url`: {e}"))?;
+    let mut pg: tokio_postgres::Config =
+        (tls.url.parse()).map_err(|e: tokio_postgres::Error| {
+            format!("invalid configuration: `postgres.url`: {e}")
+        })?;
     pg.ssl_mode(ssl_mode(tls.sslmode));
     if let Some(path) = &config.password_file {
         let password = read_secret("postgres.password_file", path).map_err(|e| e.to_string())?;

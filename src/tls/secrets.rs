@@ -27,7 +27,10 @@ pub fn admin_token(admin: &mut AdminConfig) -> Result<(), ConfigError> {
 /// first, then the digests compared in constant time).
 pub fn token_matches(given: &str, token: &str) -> bool {
     use sha2::{Digest, Sha256};
-    let (a, b) = (Sha256::digest(given.as_bytes()), Sha256::digest(token.as_bytes()));
+    let (a, b) = (
+        Sha256::digest(given.as_bytes()),
+        Sha256::digest(token.as_bytes()),
+    );
     !given.is_empty() && bool::from(a.as_slice().ct_eq(b.as_slice()))
 }
 
@@ -48,7 +51,10 @@ mod tests {
             token_file: Some(path.clone()),
         };
         let e = admin_token(&mut admin).unwrap_err().to_string();
-        assert!(e.contains("admin.token_file") && !e.contains("short\n"), "{e}");
+        assert!(
+            e.contains("admin.token_file") && !e.contains("short\n"),
+            "{e}"
+        );
         std::fs::write(&path, "0123456789abcdef\n").unwrap();
         admin_token(&mut admin).unwrap();
         assert_eq!(admin.token.as_deref(), Some("0123456789abcdef"));

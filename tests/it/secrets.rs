@@ -53,7 +53,9 @@ async fn secrets_appear_in_no_log_line_check_config_output_or_readyz_body() {
         &[],
     );
     let acl = format!(">{REDIS_PW}");
-    assert!(redis.cli(&["ACL", "SETUSER", "gw", "on", &acl, "~*", "&*", "+@all"]).contains("OK"));
+    assert!(redis
+        .cli(&["ACL", "SETUSER", "gw", "on", &acl, "~*", "&*", "+@all"])
+        .contains("OK"));
     let pg = PgServer::start_tls(PgTls {
         cert_file: pki.server.cert.clone(),
         key_file: pki.server.key.clone(),
@@ -86,10 +88,21 @@ async fn secrets_appear_in_no_log_line_check_config_output_or_readyz_body() {
         )
     };
     let config = files.write("idemgate.toml", &toml(REDIS_PW));
-    assert!(std::fs::read_to_string(&config).unwrap().contains(REDIS_PW), "the scan looks for what is configured");
+    assert!(
+        std::fs::read_to_string(&config).unwrap().contains(REDIS_PW),
+        "the scan looks for what is configured"
+    );
 
-    let out = Command::new(BIN).args(["check-config", "--config"]).arg(&config).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(BIN)
+        .args(["check-config", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let shown = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(shown.contains("gw:***@"), "{shown}");
     assert_clean("check-config", &shown);
@@ -127,7 +140,12 @@ async fn secrets_appear_in_no_log_line_check_config_output_or_readyz_body() {
     assert_eq!(post().send().await.unwrap().status(), 201);
     assert_eq!(post().send().await.unwrap().status(), 201);
     let keys = format!("http://127.0.0.1:{admin}/admin/keys/p/leak-1");
-    let denied = client.get(&keys).bearer_auth("wrong-token-0123456789").send().await.unwrap();
+    let denied = client
+        .get(&keys)
+        .bearer_auth("wrong-token-0123456789")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(denied.status(), 401);
     assert_clean("admin 401", &denied.text().await.unwrap());
     let shown = client.get(&keys).bearer_auth(TOKEN).send().await.unwrap();
@@ -136,8 +154,14 @@ async fn secrets_appear_in_no_log_line_check_config_output_or_readyz_body() {
 
     redis.stop();
     assert_clean("/readyz with redis down", &ready_body(503).await);
-    assert_eq!(post().send().await.unwrap().status(), 201, "the replay from postgres");
-    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    assert_eq!(
+        post().send().await.unwrap().status(),
+        201,
+        "the replay from postgres"
+    );
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
     child.wait().unwrap();
 
     // A wrong Redis password: the authentication failures are logged too.
@@ -147,16 +171,23 @@ async fn secrets_appear_in_no_log_line_check_config_output_or_readyz_body() {
         .args(["serve", "--config"])
         .arg(&wrong)
         .env_remove("RUST_LOG")
-        .stderr(Stdio::from(std::fs::OpenOptions::new().append(true).open(&log).unwrap()))
+        .stderr(Stdio::from(
+            std::fs::OpenOptions::new().append(true).open(&log).unwrap(),
+        ))
         .spawn()
         .unwrap();
     assert_clean("/readyz with a wrong password", &ready_body(503).await);
-    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
     child.wait().unwrap();
 
     let lines = std::fs::read_to_string(&log).unwrap();
     assert!(lines.lines().count() > 10, "the gateway logged: {lines}");
-    assert!(lines.contains("\"level\":\"DEBUG\""), "debug lines are scanned too");
+    assert!(
+        lines.contains("\"level\":\"DEBUG\""),
+        "debug lines are scanned too"
+    );
     for line in lines.lines() {
         assert_clean("a log line", line);
     }

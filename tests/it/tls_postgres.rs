@@ -18,7 +18,12 @@ fn tls_server(pair: &Pair) -> PgServer {
 }
 
 /// The gateway's configuration with `[postgres]` at `pg` and `tls` lines in `[postgres.tls]`.
-fn with_postgres(redis: &RedisServer, upstream: &MockUpstream, pg: &PgServer, tls: &str) -> idemgate::Config {
+fn with_postgres(
+    redis: &RedisServer,
+    upstream: &MockUpstream,
+    pg: &PgServer,
+    tls: &str,
+) -> idemgate::Config {
     let section = format!(
         "[postgres]\nurl = \"{}\"\nstatement_timeout = \"2s\"\n[postgres.tls]\n{tls}\n",
         pg.url()
@@ -45,13 +50,24 @@ async fn verify_full_connects_and_disable_names_the_setting() {
     let upstream = MockUpstream::start().await;
     let root = format!("sslrootcert = \"{}\"", pki.ca.display());
 
-    let full = with_postgres(&redis, &upstream, &pg, &format!("sslmode = \"verify-full\"\n{root}"));
+    let full = with_postgres(
+        &redis,
+        &upstream,
+        &pg,
+        &format!("sslmode = \"verify-full\"\n{root}"),
+    );
     let app = TestApp::spawn(full).await;
     let first = read(app.post("pg-tls", "{}").send().await.unwrap()).await;
     assert_eq!(first.0, 201);
     drop(app);
 
-    let e = start_error(with_postgres(&redis, &upstream, &pg, "sslmode = \"disable\"")).await;
+    let e = start_error(with_postgres(
+        &redis,
+        &upstream,
+        &pg,
+        "sslmode = \"disable\"",
+    ))
+    .await;
     assert!(e.contains("sslmode = disable") && e.contains("TLS"), "{e}");
 
     // The libpq form in the URL works too.
@@ -74,14 +90,37 @@ async fn wrong_name_and_untrusted_ca_are_refused_by_verify_full() {
     let root = format!("sslrootcert = \"{}\"", pki.ca.display());
     let other = format!("sslrootcert = \"{}\"", pki.other_ca.display());
 
-    let e = start_error(with_postgres(&redis, &upstream, &pg, &format!("sslmode = \"verify-full\"\n{root}"))).await;
-    assert!(e.contains("sslmode = verify-full") && e.contains("not valid for name"), "{e}");
+    let e = start_error(with_postgres(
+        &redis,
+        &upstream,
+        &pg,
+        &format!("sslmode = \"verify-full\"\n{root}"),
+    ))
+    .await;
+    assert!(
+        e.contains("sslmode = verify-full") && e.contains("not valid for name"),
+        "{e}"
+    );
     // verify-ca: the chain is right, the name is not checked.
-    let ca = with_postgres(&redis, &upstream, &pg, &format!("sslmode = \"verify-ca\"\n{root}"));
+    let ca = with_postgres(
+        &redis,
+        &upstream,
+        &pg,
+        &format!("sslmode = \"verify-ca\"\n{root}"),
+    );
     idemgate::App::build(ca).await.unwrap();
 
-    let e = start_error(with_postgres(&redis, &upstream, &pg, &format!("sslmode = \"verify-ca\"\n{other}"))).await;
-    assert!(e.contains("sslmode = verify-ca") && e.contains("UnknownIssuer"), "{e}");
+    let e = start_error(with_postgres(
+        &redis,
+        &upstream,
+        &pg,
+        &format!("sslmode = \"verify-ca\"\n{other}"),
+    ))
+    .await;
+    assert!(
+        e.contains("sslmode = verify-ca") && e.contains("UnknownIssuer"),
+        "{e}"
+    );
     // require (no root certificate): encrypted, nothing verified.
     let require = with_postgres(&redis, &upstream, &pg, "sslmode = \"require\"");
     idemgate::App::build(require).await.unwrap();

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use idemgate_fleet::RedisTls;
 
-use crate::support::{config, eventually, problem_code, read, MockUpstream, Pki, RedisServer, TestApp};
+use crate::support::{
+    config, eventually, problem_code, read, MockUpstream, Pki, RedisServer, TestApp,
+};
 
 fn server_tls(pki: &Pki, pair: &crate::support::certs::Pair, mutual: bool) -> RedisTls {
     RedisTls {
@@ -26,7 +28,10 @@ fn tls_section(lines: &str) -> String {
 
 /// Whether the gateway reaches Redis: `/readyz` turns ready within a few seconds.
 async fn becomes_ready(app: &TestApp) -> bool {
-    eventually(Duration::from_secs(3), async || app.readyz().await.status() == 200).await
+    eventually(Duration::from_secs(3), async || {
+        app.readyz().await.status() == 200
+    })
+    .await
 }
 
 #[tokio::test]
@@ -37,7 +42,10 @@ async fn core_behaviours_over_tls() {
     let upstream = MockUpstream::start().await;
     let section = tls_section(&format!("ca_file = \"{}\"", pki.ca.display()));
     let app = TestApp::spawn(config(&redis.url(), &upstream.url(), &section)).await;
-    assert!(becomes_ready(&app).await, "the gateway never reached redis over TLS");
+    assert!(
+        becomes_ready(&app).await,
+        "the gateway never reached redis over TLS"
+    );
 
     let first = read(app.post("tls-1", "{\"a\":1}").send().await.unwrap()).await;
     assert_eq!(first.0, 201);
@@ -49,7 +57,11 @@ async fn core_behaviours_over_tls() {
     assert_eq!(problem_code(&other.1, &other.2), "idempotency_key_reused");
     assert_eq!(upstream.executions(), 1);
     let keys = redis.cli(&["KEYS", "idemgate:{*}"]);
-    assert_eq!(keys.lines().count(), 1, "one record stored over TLS: {keys}");
+    assert_eq!(
+        keys.lines().count(),
+        1,
+        "one record stored over TLS: {keys}"
+    );
 }
 
 #[tokio::test]
@@ -59,7 +71,10 @@ async fn server_name_is_verified_by_default() {
     let upstream = MockUpstream::start().await;
     let ca = format!("ca_file = \"{}\"", pki.ca.display());
     let app = TestApp::spawn(config(&redis.url(), &upstream.url(), &tls_section(&ca))).await;
-    assert!(!becomes_ready(&app).await, "a certificate for wrong.example was accepted");
+    assert!(
+        !becomes_ready(&app).await,
+        "a certificate for wrong.example was accepted"
+    );
     let refused = read(app.post("k", "{}").send().await.unwrap()).await;
     assert_eq!(problem_code(&refused.1, &refused.2), "store_unavailable");
     assert_eq!(upstream.executions(), 0);
@@ -68,7 +83,10 @@ async fn server_name_is_verified_by_default() {
     // The same server with name verification off: the chain alone is enough.
     let lenient = tls_section(&format!("{ca}\nverify_server_name = false"));
     let app = TestApp::spawn(config(&redis.url(), &upstream.url(), &lenient)).await;
-    assert!(becomes_ready(&app).await, "verify_server_name = false still refused");
+    assert!(
+        becomes_ready(&app).await,
+        "verify_server_name = false still refused"
+    );
 }
 
 #[tokio::test]
@@ -87,7 +105,10 @@ async fn an_untrusted_ca_is_refused() {
         pki.ca.display()
     ));
     let app = TestApp::spawn(config(&redis.url(), &upstream.url(), &section)).await;
-    assert!(!becomes_ready(&app).await, "a certificate from another CA was accepted");
+    assert!(
+        !becomes_ready(&app).await,
+        "a certificate from another CA was accepted"
+    );
 }
 
 #[tokio::test]
@@ -97,7 +118,10 @@ async fn mutual_tls_when_the_server_requires_client_certificates() {
     let upstream = MockUpstream::start().await;
     let ca = format!("ca_file = \"{}\"", pki.ca.display());
     let without = TestApp::spawn(config(&redis.url(), &upstream.url(), &tls_section(&ca))).await;
-    assert!(!becomes_ready(&without).await, "no client certificate, yet accepted");
+    assert!(
+        !becomes_ready(&without).await,
+        "no client certificate, yet accepted"
+    );
     drop(without);
 
     let with = tls_section(&format!(
@@ -117,7 +141,16 @@ async fn mutual_tls_when_the_server_requires_client_certificates() {
 async fn acl_user_with_a_password_file() {
     let pki = Pki::generate();
     let redis = RedisServer::start_tls(server_tls(&pki, &pki.server, false), &[]);
-    let reply = redis.cli(&["ACL", "SETUSER", "gateway", "on", ">file-pw-7Hq", "~*", "&*", "+@all"]);
+    let reply = redis.cli(&[
+        "ACL",
+        "SETUSER",
+        "gateway",
+        "on",
+        ">file-pw-7Hq",
+        "~*",
+        "&*",
+        "+@all",
+    ]);
     assert!(reply.contains("OK"), "{reply}");
     let reply = redis.cli(&["ACL", "SETUSER", "default", "off"]);
     assert!(reply.contains("OK"), "{reply}");
@@ -133,10 +166,16 @@ async fn acl_user_with_a_password_file() {
         c
     };
     let wrong = TestApp::spawn(configured("not-the-password")).await;
-    assert!(!becomes_ready(&wrong).await, "a wrong password was accepted");
+    assert!(
+        !becomes_ready(&wrong).await,
+        "a wrong password was accepted"
+    );
     drop(wrong);
     let app = TestApp::spawn(configured("file-pw-7Hq")).await;
-    assert!(becomes_ready(&app).await, "the password from the file was not used");
+    assert!(
+        becomes_ready(&app).await,
+        "the password from the file was not used"
+    );
     let first = read(app.post("acl", "{}").send().await.unwrap()).await;
     assert_eq!(first.0, 201);
 }

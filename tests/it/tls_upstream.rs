@@ -23,10 +23,18 @@ async fn first_execution_and_replay_over_https() {
     assert_eq!(again.2, first.2);
     assert_eq!(upstream.executions(), 1);
     // Unkeyed requests stream through the same client.
-    let plain = app.client.get(app.url("/v1/anything")).send().await.unwrap();
+    let plain = app
+        .client
+        .get(app.url("/v1/anything"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(plain.status(), 201);
     let sni = upstream.sni();
-    assert!(!sni.is_empty() && sni.iter().all(|s| s.as_deref() == Some("localhost")), "{sni:?}");
+    assert!(
+        !sni.is_empty() && sni.iter().all(|s| s.as_deref() == Some("localhost")),
+        "{sni:?}"
+    );
 }
 
 #[tokio::test]
@@ -42,7 +50,10 @@ async fn an_untrusted_certificate_is_a_502_that_releases_the_key() {
         assert_eq!(problem_code(&refused.1, &refused.2), "upstream_unavailable");
     }
     assert_eq!(upstream.executions(), 0, "nothing reached the upstream");
-    assert!(redis.records().await.is_empty(), "the key was released, nothing stored");
+    assert!(
+        redis.records().await.is_empty(),
+        "the key was released, nothing stored"
+    );
     assert!(upstream.sni().is_empty(), "no handshake completed");
 }
 
@@ -60,6 +71,9 @@ async fn verification_can_be_turned_off_explicitly() {
     let tls = format!("[routes.tls]\nca_file = \"{}\"\n", pki.ca.display());
     let app = TestApp::spawn(config(&redis.url(), &upstream.url(), &tls)).await;
     let refused = read(app.post("https-4", "{}").send().await.unwrap()).await;
-    assert_eq!(refused.0, 502, "a certificate for wrong.example was accepted");
+    assert_eq!(
+        refused.0, 502,
+        "a certificate for wrong.example was accepted"
+    );
     assert_eq!(upstream.executions(), 1);
 }

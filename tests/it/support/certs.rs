@@ -47,8 +47,9 @@ impl Pki {
         let (other_pem, other) = authority("somebody else's CA");
         let leaf = |name: &str, sans: &[&str], issuer: &Issuer<'_, KeyPair>| {
             let key = KeyPair::generate().unwrap();
-            let params = CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-                .unwrap();
+            let params =
+                CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                    .unwrap();
             let cert = params.signed_by(&key, issuer).unwrap();
             Pair {
                 cert: write(&format!("{name}.crt"), cert.pem()),
