@@ -394,7 +394,7 @@ mod tests {
 
     #[test]
     fn route_rules_name_their_key() {
-        let e = err(&route("").replace("http://127.0.0.1:3000", "https://x"));
+        let e = err(&route("").replace("http://127.0.0.1:3000", "ftp://x"));
         assert!(e.contains("routes[0].upstream"), "{e}");
         let e = err(&route("").replace("/v1/", "v1"));
         assert!(e.contains("routes[0].path_prefix"), "{e}");
