@@ -38,12 +38,14 @@ impl App {
     /// at fault, not a panic), connects Redis (which need not be up), prepares Postgres
     /// (migrating it unless told not to) and starts the background tasks (Redis probe,
     /// write-through, reaper).
-    pub async fn build(config: Config) -> anyhow::Result<Self> {
+    pub async fn build(mut config: Config) -> anyhow::Result<Self> {
         validate(&config)?;
+        crate::tls::secrets::admin_token(&mut config.admin)?;
         if config.routes.is_empty() {
             tracing::warn!("no [[routes]] configured: every proxied request answers 404");
         }
         let scope_keys = scope_keys(&config).await?;
+        let upstream = Upstream::new(&config.routes)?;
         let metrics = crate::metrics::install();
         crate::metrics::spawn_upkeep(metrics.clone());
         let redis = RedisStore::connect(&config.redis).await?;
@@ -71,17 +73,12 @@ impl App {
             }
             Some(pg) => {
                 let store = PgStore::new(pg)?;
-                if pg.migrate_on_start {
-                    store
-                        .migrate()
-                        .await
-                        .context("migrating postgres (postgres.url)")?;
+                let prepared = if pg.migrate_on_start {
+                    (store.migrate().await.map(drop)).context("migrating postgres (postgres.url)")
                 } else {
-                    store
-                        .check_schema()
-                        .await
-                        .context("checking the postgres schema")?;
-                }
+                    (store.check_schema().await).context("checking the postgres schema")
+                };
+                prepared.map_err(|e| crate::tls::postgres::explain(e, pg))?;
                 let writer = Writer::spawn(
                     store.clone(),
                     pg.batch_max,
@@ -119,7 +116,7 @@ impl App {
         Ok(Self {
             routes: RouteTable::new(&config),
             stores,
-            upstream: Upstream::new(),
+            upstream,
             tasks: TaskTracker::new(),
             metrics,
             scope_keys,

@@ -20,6 +20,7 @@
 //! - [`app`] and [`server`]: the shared application state, listeners, shutdown.
 //! - [`metrics`]: Prometheus metric names and recording.
 //! - [`telemetry`]: log set-up.
+//! - [`tls`]: the TLS client configurations of Redis, Postgres and HTTPS upstreams.
 //!
 //! `ARCHITECTURE.md` has the module map, the path of a keyed request, and the rules
 //! for errors and logs.
@@ -35,6 +36,7 @@ pub mod route;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod tls;
 
 pub use app::App;
 pub use config::Config;

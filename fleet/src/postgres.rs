@@ -1,7 +1,8 @@
 //! PostgreSQL on loopback: where the server binaries live ([`bindir`]), which account
 //! runs them ([`postgres_owner`]: Postgres refuses root, so under root it runs as the
 //! unprivileged `postgres` account), and [`PgServer`], a cluster of its own (`initdb`
-//! into a temporary directory, `postgres` on a free port, `fsync=off`), killed on drop.
+//! into a temporary directory, `postgres` on a free port, `fsync=off`), killed on drop,
+//! optionally with TLS on ([`PgTls`]: `ssl = on`, and `hostssl`-only access if asked).
 
 use std::os::unix::fs::chown;
 use std::os::unix::process::CommandExt;
@@ -68,17 +69,37 @@ pub fn accepting(bin: &Path, port: u16) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// TLS for a server (PEM files; copied into the cluster, owned by its account).
+#[derive(Debug, Clone)]
+pub struct PgTls {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    /// Only TLS sessions are let in (`pg_hba.conf` with `hostssl` lines only).
+    pub hostssl_only: bool,
+}
+
 /// A PostgreSQL cluster of its own on a free loopback port.
 pub struct PgServer {
     pub port: u16,
     dir: TempDir,
     bin: PathBuf,
     owner: Option<(u32, u32)>,
+    /// `-c` settings beyond the defaults (TLS).
+    settings: Vec<String>,
     child: Option<Child>,
 }
 
 impl PgServer {
     pub fn start() -> Self {
+        Self::start_full(None)
+    }
+
+    /// A server with `ssl = on` and the given certificate.
+    pub fn start_tls(tls: PgTls) -> Self {
+        Self::start_full(Some(tls))
+    }
+
+    fn start_full(tls: Option<PgTls>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let owner = postgres_owner();
         if let Some((uid, gid)) = owner {
@@ -89,6 +110,7 @@ impl PgServer {
             dir,
             bin: bindir(),
             owner,
+            settings: Vec::new(),
             child: None,
         };
         let status = pg_command(&server.bin, "initdb", owner)
@@ -100,6 +122,9 @@ impl PgServer {
             .status()
             .unwrap();
         assert!(status.success(), "initdb failed");
+        if let Some(tls) = tls {
+            server.enable_tls(&tls);
+        }
         for _ in 0..5 {
             server.port = free_port();
             if server.spawn() {
@@ -110,6 +135,36 @@ impl PgServer {
             "postgres did not start; see {}",
             server.dir.path().join("pg.log").display()
         );
+    }
+
+    /// Copies the certificate and key in (the key readable by its owner only) and
+    /// turns `ssl` on; with `hostssl_only`, plaintext TCP sessions are refused.
+    fn enable_tls(&mut self, tls: &PgTls) {
+        use std::os::unix::fs::PermissionsExt;
+        let data = self.data();
+        for (from, name) in [
+            (&tls.cert_file, "server.crt"),
+            (&tls.key_file, "server.key"),
+        ] {
+            let to = data.join(name);
+            std::fs::copy(from, &to).unwrap();
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o600)).unwrap();
+            if let Some((uid, gid)) = self.owner {
+                chown(&to, Some(uid), Some(gid)).unwrap();
+            }
+        }
+        if tls.hostssl_only {
+            let hba = "local all all trust\nhostssl all all 127.0.0.1/32 trust\n";
+            std::fs::write(data.join("pg_hba.conf"), hba).unwrap();
+        }
+        for setting in [
+            "ssl=on",
+            "ssl_cert_file=server.crt",
+            "ssl_key_file=server.key",
+        ] {
+            self.settings
+                .extend(["-c".to_string(), setting.to_string()]);
+        }
     }
 
     fn data(&self) -> PathBuf {
@@ -132,6 +187,7 @@ impl PgServer {
             ))
             .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
             .args(["-c", "full_page_writes=off"])
+            .args(&self.settings)
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))
             .spawn()

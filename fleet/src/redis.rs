@@ -2,11 +2,11 @@
 //! loopback only) that the tests, the chaos suite and the local fleet extend;
 //! [`RedisServer`] is a server on a free port in a temporary directory, killed on drop,
 //! with the faults the chaos suite injects (SIGKILL, a restart with or without its data,
-//! commands through `redis-cli`).
+//! commands through `redis-cli`), optionally speaking TLS only ([`RedisTls`]).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -35,11 +35,60 @@ pub fn answers_ping(port: u16) -> bool {
     conn.write_all(b"PING\r\n").is_ok() && conn.read_exact(&mut reply).is_ok() && &reply == b"+PONG"
 }
 
+/// TLS for a server: it then listens with TLS only (`--port 0 --tls-port`). PEM files.
+#[derive(Debug, Clone)]
+pub struct RedisTls {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    /// The CA that client certificates must chain to (and `redis-cli` trusts).
+    pub ca_file: PathBuf,
+    /// Refuse clients without a certificate (`--tls-auth-clients yes`).
+    pub require_client_cert: bool,
+    /// The certificate and key `redis-cli` presents (needed with `require_client_cert`).
+    pub cli_identity: Option<(PathBuf, PathBuf)>,
+}
+
+impl RedisTls {
+    fn server_args(&self, port: u16) -> Vec<String> {
+        let path = |p: &Path| p.display().to_string();
+        let auth = if self.require_client_cert {
+            "yes"
+        } else {
+            "no"
+        };
+        vec![
+            "--port".into(),
+            "0".into(),
+            "--tls-port".into(),
+            port.to_string(),
+            "--tls-cert-file".into(),
+            path(&self.cert_file),
+            "--tls-key-file".into(),
+            path(&self.key_file),
+            "--tls-ca-cert-file".into(),
+            path(&self.ca_file),
+            "--tls-auth-clients".into(),
+            auth.into(),
+        ]
+    }
+
+    fn cli_args(&self) -> Vec<String> {
+        let mut args = vec!["--tls".into(), "--cacert".into()];
+        args.push(self.ca_file.display().to_string());
+        if let Some((cert, key)) = &self.cli_identity {
+            args.extend(["--cert".into(), cert.display().to_string()]);
+            args.extend(["--key".into(), key.display().to_string()]);
+        }
+        args
+    }
+}
+
 /// A `redis-server` of its own, on a free loopback port, in a temporary directory.
 pub struct RedisServer {
     pub port: u16,
     dir: TempDir,
     extra: Vec<String>,
+    tls: Option<RedisTls>,
     child: Option<Child>,
 }
 
@@ -52,11 +101,21 @@ impl RedisServer {
     /// Starts a server with `extra` arguments after the defaults (no RDB snapshots, no
     /// AOF, `DEBUG` allowed).
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::start_full(None, extra)
+    }
+
+    /// Starts a server that speaks TLS only, with `extra` arguments after the defaults.
+    pub fn start_tls(tls: RedisTls, extra: &[&str]) -> Self {
+        Self::start_full(Some(tls), extra)
+    }
+
+    fn start_full(tls: Option<RedisTls>, extra: &[&str]) -> Self {
         for _ in 0..5 {
             let mut server = Self {
                 port: free_port(),
                 dir: tempfile::tempdir().unwrap(),
                 extra: extra.iter().map(|s| s.to_string()).collect(),
+                tls: tls.clone(),
                 child: None,
             };
             if server.spawn() {
@@ -75,6 +134,7 @@ impl RedisServer {
             .unwrap();
         let child = command(self.port, self.dir.path())
             .args(["--protected-mode", "no", "--enable-debug-command", "yes"])
+            .args((self.tls.as_ref()).map_or_else(Vec::new, |t| t.server_args(self.port)))
             .args(&self.extra)
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))
@@ -86,7 +146,11 @@ impl RedisServer {
             if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
                 return false; // exited: port taken
             }
-            if answers_ping(self.port) {
+            let ready = match self.tls {
+                None => answers_ping(self.port),
+                Some(_) => crate::net::port_open(self.port) && self.cli(&["PING"]).contains("PONG"),
+            };
+            if ready {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -94,8 +158,14 @@ impl RedisServer {
         false
     }
 
+    /// `redis://127.0.0.1:<port>`, or `rediss://` when the server speaks TLS.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// SIGKILL. Without persistence every key is gone; with `--appendonly yes` the AOF stays.
@@ -139,6 +209,7 @@ impl RedisServer {
     pub fn cli(&self, args: &[&str]) -> String {
         let out = Command::new("redis-cli")
             .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args((self.tls.as_ref()).map_or_else(Vec::new, RedisTls::cli_args))
             .args(args)
             .output()
             .expect("redis-cli must be on PATH");

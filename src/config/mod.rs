@@ -10,6 +10,7 @@
 
 mod replication;
 mod topology;
+mod tls;
 mod typed;
 mod validate;
 
@@ -24,6 +25,7 @@ use http::{HeaderName, Method, StatusCode, Uri};
 use serde::{Deserialize, Serialize};
 
 pub use topology::{RedisMode, SentinelConfig};
+pub use tls::{read_secret, PostgresTls, RedisTls, ResolvedPgTls, SslMode, UpstreamTls};
 pub use validate::validate;
 
 use crate::proxy::cidr::TrustedProxies;
@@ -157,6 +159,9 @@ pub struct AdminConfig {
     /// Bearer token for `/admin/*`; absent means the admin API is off.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// A file holding the token instead (`token` and `token_file` exclude each other).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 /// `[replay_cache]`: completed records kept in each replica's memory, so replays skip Redis.
@@ -186,7 +191,7 @@ impl Default for ReplayCacheConfig {
 pub struct RedisConfig {
     /// `standalone` (`url`), `cluster` (`nodes`) or `sentinel` (`[redis.sentinel]`).
     pub mode: RedisMode,
-    /// `redis://[user:password@]host:port[/db]` (standalone).
+    /// `redis://[user:password@]host:port[/db]` (standalone), or `rediss://` for TLS.
     pub url: String,
     /// Cluster seed nodes, `redis://[user:password@]host:port` (cluster).
     pub nodes: Vec<String>,
@@ -211,6 +216,10 @@ pub struct RedisConfig {
     /// The longest a completion waits for them (`redis.wait_replicas` > 0).
     #[serde(with = "humantime_serde")]
     pub wait_timeout: Duration,
+    /// A file holding the password (instead of one in `url`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<std::path::PathBuf>,
+    pub tls: RedisTls,
 }
 
 impl Default for RedisConfig {
@@ -227,6 +236,8 @@ impl Default for RedisConfig {
             probe_interval: Duration::from_secs(1),
             wait_replicas: 0,
             wait_timeout: replication::DEFAULT_WAIT_TIMEOUT,
+            password_file: None,
+            tls: RedisTls::default(),
         }
     }
 }
@@ -260,6 +271,10 @@ pub struct PostgresConfig {
     pub reap_interval: Duration,
     /// Most rows one reaper statement deletes.
     pub reap_batch: usize,
+    /// A file holding the password (instead of one in `url`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<std::path::PathBuf>,
+    pub tls: PostgresTls,
 }
 
 impl Default for PostgresConfig {
@@ -276,6 +291,8 @@ impl Default for PostgresConfig {
             retry_queue_bytes: ByteSize::mib(256),
             reap_interval: Duration::from_secs(60),
             reap_batch: 1000,
+            password_file: None,
+            tls: PostgresTls::default(),
         }
     }
 }
@@ -466,13 +483,16 @@ pub enum OnAmbiguous {
 pub struct RouteConfig {
     pub name: String,
     pub path_prefix: String,
-    /// `http://host:port`, parsed (and checked) while the configuration is read.
+    /// `http://host:port` or `https://host:port`, parsed (and checked) while the
+    /// configuration is read.
     #[serde(with = "typed")]
     pub upstream: Uri,
     #[serde(with = "humantime_serde", default = "default_upstream_timeout")]
     pub upstream_timeout: Duration,
     #[serde(default)]
     pub idempotency: IdempotencyOverrides,
+    #[serde(default)]
+    pub tls: UpstreamTls,
 }
 
 fn default_upstream_timeout() -> Duration {

@@ -107,10 +107,10 @@ pub fn check(r: &RedisConfig) -> Result<(), ConfigError> {
     let urls = r.nodes.iter().map(|u| ("redis.nodes", u));
     let sentinels = r.sentinel.nodes.iter().map(|u| ("redis.sentinel.nodes", u));
     for (key, url) in urls.chain(sentinels) {
-        if !url.starts_with("redis://") {
+        if !url.starts_with("redis://") && !url.starts_with("rediss://") {
             return Err(ConfigError::invalid(
                 key,
-                format!("`{}` must start with redis://", redact_url(url)),
+                format!("`{}` must start with redis:// or rediss://", redact_url(url)),
             ));
         }
     }

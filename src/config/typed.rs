@@ -75,15 +75,15 @@ impl Repr for StatusCode {
     }
 }
 
-/// An upstream: `http://host:port`, optionally with a path prefix, no query.
+/// An upstream: `http://host:port` or `https://host:port`, optionally with a path
+/// prefix, no query.
 impl Repr for Uri {
     fn de<'de, D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         parse_str(d, |text| {
             let uri: Uri = text.parse().map_err(|e| format!("not a URL: {e}"))?;
-            if uri.scheme_str() != Some("http") || uri.authority().is_none() {
-                return Err(
-                    "must be an http://host:port URL (TLS to the upstream is not supported)".into(),
-                );
+            let web = matches!(uri.scheme_str(), Some("http" | "https"));
+            if !web || uri.authority().is_none() {
+                return Err("must be an http://host:port or https://host:port URL".into());
             }
             if uri.query().is_some() {
                 return Err("must not carry a query string".into());

@@ -25,6 +25,12 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     positive_duration("server.body_read_timeout", s.body_read_timeout)?;
     server_limits(s)?;
 
+    if config.admin.token.is_some() && config.admin.token_file.is_some() {
+        return Err(ConfigError::invalid(
+            "admin.token_file",
+            "set `admin.token` or `admin.token_file`, not both",
+        ));
+    }
     if let Some(token) = &config.admin.token {
         if token.len() < 16 {
             return Err(ConfigError::invalid(
@@ -44,19 +50,31 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     }
 
     let r = &config.redis;
-    if r.url.starts_with("rediss://") {
-        // Connecting in plaintext to a URL that asks for TLS would send the password
-        // and every stored response in the clear: refuse until TLS support lands.
+    let tls = r.url.starts_with("rediss://");
+    if !tls && !r.url.starts_with("redis://") {
         return Err(ConfigError::invalid(
             "redis.url",
-            "rediss:// asks for TLS, which this build does not support yet; refusing to \
-             connect in plaintext (use redis:// on a trusted network)",
+            "must start with redis:// (or rediss:// for TLS)",
         ));
     }
-    if !r.url.starts_with("redis://") {
+    if !tls && r.tls.is_set() {
+        // Settings for a TLS connection that is never made would suggest a protection
+        // that is not there.
         return Err(ConfigError::invalid(
-            "redis.url",
-            "must start with redis://",
+            "redis.tls",
+            "is set but redis.url is not rediss://: the connection would be plaintext",
+        ));
+    }
+    if r.tls.cert_file.is_some() != r.tls.key_file.is_some() {
+        return Err(ConfigError::invalid(
+            "redis.tls.cert_file",
+            "cert_file and key_file go together: set both or neither",
+        ));
+    }
+    if r.password_file.is_some() && url_password(&r.url) {
+        return Err(ConfigError::invalid(
+            "redis.password_file",
+            "redis.url carries a password too: set it in one place",
         ));
     }
     if r.key_prefix.is_empty() || r.key_prefix.contains(['{', '}']) {
@@ -84,16 +102,14 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
                 "must start with postgres://",
             ));
         }
-        if let Some(asks) = asks_for_tls(&pg.url) {
+        let resolved = pg.tls.resolve(&pg.url)?;
+        if pg.password_file.is_some() && url_password(&resolved.url) {
             return Err(ConfigError::invalid(
-                "postgres.url",
-                format!(
-                    "`{asks}` asks for TLS, which this build does not support yet; refusing \
-                     to connect in plaintext (use sslmode=disable on a trusted network)"
-                ),
+                "postgres.password_file",
+                "postgres.url carries a password too: set it in one place",
             ));
         }
-        if pg.url.parse::<tokio_postgres::Config>().is_err() {
+        if resolved.url.parse::<tokio_postgres::Config>().is_err() {
             return Err(ConfigError::invalid(
                 "postgres.url",
                 "is not a valid connection URL",
@@ -154,6 +170,12 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             ));
         }
         positive_duration(&format!("{at}.upstream_timeout"), route.upstream_timeout)?;
+        if route.upstream.scheme_str() != Some("https") && route.tls.is_set() {
+            return Err(ConfigError::invalid(
+                format!("{at}.tls"),
+                "is set but the upstream is not https://: the connection would be plaintext",
+            ));
+        }
         let effective = route.idempotency.apply(&config.idempotency);
         idempotency(&format!("{at}.idempotency"), &effective)?;
         // The holder's heartbeat extends the lease every third of it, so the upstream
@@ -254,20 +276,14 @@ fn positive_size(key: &str, bytes: u64) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// The first parameter of a Postgres URL that asks for TLS (`sslmode` other than
-/// `disable`, or any certificate setting); libpq's default (`prefer`, when `sslmode` is
-/// absent) is taken as `disable`, since no TLS connector is built in.
-fn asks_for_tls(url: &str) -> Option<String> {
-    let query = url.split_once('?')?.1;
-    query.split('&').find_map(|pair| {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let asks = match name {
-            "sslmode" => !value.eq_ignore_ascii_case("disable"),
-            "sslrootcert" | "sslcert" | "sslkey" | "sslnegotiation" => true,
-            _ => false,
-        };
-        asks.then(|| format!("{name}={value}"))
-    })
+/// Whether `scheme://user:password@host...` carries a password (in the user info or
+/// as a `password` parameter).
+fn url_password(url: &str) -> bool {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let in_userinfo = (base.split_once("://"))
+        .and_then(|(_, rest)| rest.rsplit_once('@'))
+        .is_some_and(|(userinfo, _)| userinfo.contains(':'));
+    in_userinfo || query.split('&').any(|p| p.starts_with("password="))
 }
 
 #[cfg(test)]
@@ -350,30 +366,37 @@ mod tests {
     }
 
     #[test]
-    fn urls_that_ask_for_tls_are_refused_not_downgraded() {
-        let e = err("[redis]\nurl = \"rediss://h:6380\"\n");
-        assert!(e.contains("redis.url") && e.contains("TLS"), "{e}");
-        for asks in [
-            "sslmode=require",
-            "sslmode=prefer",
-            "sslmode=verify-full",
-            "sslrootcert=/ca.pem",
+    fn tls_settings_are_accepted_where_they_mean_something() {
+        Config::from_toml(
+            "[redis]\nurl = \"rediss://h:6380\"\n[redis.tls]\nca_file = \"/ca.pem\"\n",
+        )
+        .unwrap();
+        let e = err("[redis]\nurl = \"redis://h:6379\"\n[redis.tls]\nca_file = \"/ca.pem\"\n");
+        assert!(e.contains("redis.tls") && e.contains("plaintext"), "{e}");
+        let e = err("[redis]\nurl = \"rediss://h\"\n[redis.tls]\ncert_file = \"/c.pem\"\n");
+        assert!(e.contains("redis.tls.cert_file"), "{e}");
+        let e = err("[redis]\nurl = \"redis://u:pw@h\"\npassword_file = \"/pw\"\n");
+        assert!(e.contains("redis.password_file"), "{e}");
+        for fine in [
+            "",
+            "?sslmode=disable",
+            "?sslmode=verify-full&sslrootcert=/ca.pem",
+            "?connect_timeout=2",
         ] {
-            let e = err(&format!("[postgres]\nurl = \"postgres://u@h/db?{asks}\"\n"));
-            assert!(
-                e.contains("postgres.url") && e.contains(asks),
-                "{asks}: {e}"
-            );
-        }
-        for fine in ["", "?sslmode=disable", "?connect_timeout=2"] {
             let toml = format!("[postgres]\nurl = \"postgres://u@h/db{fine}\"\n");
             Config::from_toml(&toml).unwrap_or_else(|e| panic!("{fine}: {e}"));
         }
+        let e = err("[postgres]\nurl = \"postgres://u:pw@h/db\"\npassword_file = \"/pw\"\n");
+        assert!(e.contains("postgres.password_file"), "{e}");
+        let e = err(&route("[routes.tls]\nca_file = \"/ca.pem\"\n"));
+        assert!(e.contains("routes[0].tls"), "{e}");
+        let e = err("[admin]\ntoken = \"0123456789abcdef\"\ntoken_file = \"/t\"\n");
+        assert!(e.contains("admin.token_file"), "{e}");
     }
 
     #[test]
     fn route_rules_name_their_key() {
-        let e = err(&route("").replace("http://127.0.0.1:3000", "https://x"));
+        let e = err(&route("").replace("http://127.0.0.1:3000", "ftp://x"));
         assert!(e.contains("routes[0].upstream"), "{e}");
         let e = err(&route("").replace("/v1/", "v1"));
         assert!(e.contains("routes[0].path_prefix"), "{e}");

@@ -1,5 +1,7 @@
-//! The upstream side: one pooled HTTP/1 client, request forwarding, and the errors
-//! an upstream call can end in ([`UpstreamError`]).
+//! The upstream side: pooled HTTP/1 clients (`http://` and `https://`: one shared,
+//! plus one per route with TLS settings of its own, see [`crate::tls::upstream`]),
+//! request forwarding, and the errors an upstream call can end in ([`UpstreamError`]).
+//! A TLS handshake failure is a connect error: nothing was sent.
 //!
 //! Keyed requests are forwarded fully buffered (the response is stored);
 //! other requests stream through untouched.
@@ -7,6 +9,7 @@
 pub mod cidr;
 pub mod headers;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -15,12 +18,14 @@ use http::request::Parts;
 use http::uri::PathAndQuery;
 use http::{HeaderMap, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Limited};
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use self::headers::Peer;
+use crate::config::RouteConfig;
 use crate::route::Route;
+use crate::tls::upstream::{self as tls, Connector};
+use crate::tls::TlsError;
 
 /// How an upstream call failed.
 #[derive(Debug, thiserror::Error)]
@@ -28,7 +33,8 @@ pub enum UpstreamError {
     /// No answer within the route's `upstream_timeout`.
     #[error("the upstream did not answer within {0:?}")]
     Timeout(Duration),
-    /// The connection could not be made: the request never reached the upstream.
+    /// The connection (TCP, or the TLS handshake) could not be made: the request
+    /// never reached the upstream.
     #[error("could not connect to the upstream: {0}")]
     Connect(#[source] hyper_util::client::legacy::Error),
     /// The exchange broke after the request may have reached the upstream.
@@ -53,28 +59,38 @@ pub struct Buffered {
     pub body: Bytes,
 }
 
-/// The HTTP client shared by every route.
+type HttpClient = Client<Connector, Body>;
+
+/// The HTTP clients of the routes.
 #[derive(Clone)]
 pub struct Upstream {
-    client: Client<HttpConnector, Body>,
-}
-
-impl Default for Upstream {
-    fn default() -> Self {
-        Self::new()
-    }
+    /// Every route without TLS settings of its own.
+    shared: HttpClient,
+    /// Routes with `[routes.tls]`, by name.
+    own: HashMap<String, HttpClient>,
 }
 
 impl Upstream {
-    pub fn new() -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(Duration::from_secs(5)));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(256)
-            .build(connector);
-        Self { client }
+    /// Builds the clients (reads CA files and, when an `https://` route needs them,
+    /// the system's roots).
+    pub fn new(routes: &[RouteConfig]) -> Result<Self, TlsError> {
+        let https = |r: &RouteConfig| r.upstream.scheme_str() == Some("https");
+        let shared_https = routes.iter().any(|r| https(r) && !r.tls.is_set());
+        let mut own = HashMap::new();
+        for (i, route) in routes.iter().enumerate() {
+            if route.tls.is_set() {
+                let connector = tls::for_route(&format!("routes[{i}]"), &route.name, &route.tls)?;
+                own.insert(route.name.clone(), client(connector));
+            }
+        }
+        Ok(Self {
+            shared: client(tls::shared(shared_https)?),
+            own,
+        })
+    }
+
+    fn client(&self, route: &Route) -> &HttpClient {
+        self.own.get(&route.name).unwrap_or(&self.shared)
     }
 
     /// Sends a keyed request with its buffered body and buffers the response, all
@@ -89,7 +105,7 @@ impl Upstream {
     ) -> Result<Buffered, UpstreamError> {
         let request = build_request(route, parts, Body::from(body), peer);
         let exchange = async {
-            let response = self.client.request(request).await.map_err(classify)?;
+            let response = (self.client(route).request(request).await).map_err(classify)?;
             let (mut parts, body) = response.into_parts();
             headers::strip_gateway_owned_response(&mut parts.headers);
             let body = Limited::new(body, max_response as usize)
@@ -126,7 +142,8 @@ impl Upstream {
         peer: Peer,
     ) -> Result<Response<Body>, UpstreamError> {
         let request = build_request(route, parts, body, peer);
-        let response = tokio::time::timeout(route.upstream_timeout, self.client.request(request))
+        let response = self.client(route).request(request);
+        let response = tokio::time::timeout(route.upstream_timeout, response)
             .await
             .map_err(|_| UpstreamError::Timeout(route.upstream_timeout))?
             .map_err(classify)?;
@@ -135,6 +152,13 @@ impl Upstream {
         headers::strip_gateway_owned_response(&mut parts.headers);
         Ok(Response::from_parts(parts, Body::new(body)))
     }
+}
+
+fn client(connector: Connector) -> HttpClient {
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .pool_max_idle_per_host(256)
+        .build(connector)
 }
 
 fn classify(e: hyper_util::client::legacy::Error) -> UpstreamError {

@@ -40,6 +40,7 @@ pub fn fred_config(config: &RedisConfig) -> Result<FredConfig, FredError> {
             fred
         }
     };
+    crate::tls::redis::apply(&mut fred, config)?;
     fred.fail_fast = false;
     Ok(fred)
 }

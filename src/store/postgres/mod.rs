@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::error::SqlState;
-use tokio_postgres::NoTls;
 
 use super::StoreError;
 use crate::config::PostgresConfig;
@@ -127,8 +126,7 @@ impl std::fmt::Debug for PgStore {
 impl PgStore {
     /// Builds the pool; connections are made lazily, so Postgres need not be up.
     pub fn new(config: &PostgresConfig) -> Result<Self, StoreError> {
-        let mut pg: tokio_postgres::Config = (config.url.parse())
-            .map_err(|e: tokio_postgres::Error| StoreError::PgConfig(e.to_string()))?;
+        let (mut pg, tls) = crate::tls::postgres::session(config).map_err(StoreError::PgConfig)?;
         pg.connect_timeout(config.statement_timeout);
         pg.application_name("idemgate");
         let ms = config.statement_timeout.as_millis().max(1);
@@ -139,7 +137,7 @@ impl PgStore {
         pg.options(options);
         let manager = Manager::from_config(
             pg,
-            NoTls,
+            tls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },

@@ -2,6 +2,7 @@
 //! holds back answers, and an in-process gateway.
 
 pub mod app;
+pub mod certs;
 pub mod holdproxy;
 pub mod postgres;
 pub mod recorder;
@@ -9,6 +10,7 @@ pub mod redis;
 pub mod upstream;
 
 pub use app::{config, TestApp};
+pub use certs::Pki;
 pub use holdproxy::HoldProxy;
 pub use postgres::PgServer;
 pub use redis::RedisServer;

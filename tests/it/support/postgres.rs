@@ -24,6 +24,11 @@ impl PgServer {
         Self(idemgate_fleet::PgServer::start())
     }
 
+    /// A server with `ssl = on` (see the launcher's `PgTls`).
+    pub fn start_tls(tls: idemgate_fleet::PgTls) -> Self {
+        Self(idemgate_fleet::PgServer::start_tls(tls))
+    }
+
     /// A client for inspecting the database from a test.
     pub async fn client(&self) -> tokio_postgres::Client {
         let (client, conn) = tokio_postgres::connect(&self.url(), tokio_postgres::NoTls)

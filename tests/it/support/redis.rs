@@ -35,6 +35,11 @@ impl RedisServer {
         Self(idemgate_fleet::RedisServer::start_with(extra))
     }
 
+    /// Starts a server that speaks TLS only (see the launcher's `RedisTls`).
+    pub fn start_tls(tls: idemgate_fleet::RedisTls, extra: &[&str]) -> Self {
+        Self(idemgate_fleet::RedisServer::start_tls(tls, extra))
+    }
+
     /// A separate client for inspecting the server from a test.
     pub async fn client(&self) -> fred::prelude::Client {
         let client = Builder::from_config(Config::from_url(&self.url()).unwrap())

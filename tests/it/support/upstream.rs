@@ -1,5 +1,6 @@
 //! A counting mock upstream: records every request it receives and answers with a body
 //! that names the execution, so tests can tell which execution a response came from.
+//! [`MockUpstream::start_tls`] serves the same over TLS (and records the SNI names sent).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -23,12 +24,15 @@ struct Shared {
     seen: Mutex<Vec<Seen>>,
     statuses: Mutex<VecDeque<u16>>,
     delay: Mutex<Duration>,
+    /// The server name of each TLS handshake that completed (TLS only).
+    sni: Mutex<Vec<Option<String>>>,
 }
 
 #[derive(Clone)]
 pub struct MockUpstream {
     pub addr: SocketAddr,
     shared: Arc<Shared>,
+    tls: bool,
 }
 
 impl MockUpstream {
@@ -38,11 +42,60 @@ impl MockUpstream {
         let addr = listener.local_addr().unwrap();
         let app = Router::new().fallback(handle).with_state(shared.clone());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        Self { addr, shared }
+        Self {
+            addr,
+            shared,
+            tls: false,
+        }
+    }
+
+    /// The same upstream behind TLS with `config`'s certificate.
+    pub async fn start_tls(config: Arc<rustls::ServerConfig>) -> Self {
+        use tower::ServiceExt;
+        let shared = Arc::new(Shared::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().fallback(handle).with_state(shared.clone());
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        let on_handshake = shared.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (acceptor, app, shared) = (acceptor.clone(), app.clone(), on_handshake.clone());
+                tokio::spawn(async move {
+                    // A refused handshake (the gateway did not trust us) ends here.
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let sni = tls.get_ref().1.server_name().map(str::to_string);
+                    shared.sni.lock().unwrap().push(sni);
+                    let service = hyper::service::service_fn(move |request| {
+                        app.clone().oneshot(request.map(axum::body::Body::new))
+                    });
+                    let io = hyper_util::rt::TokioIo::new(tls);
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, service)
+                        .await;
+                });
+            }
+        });
+        Self {
+            addr,
+            shared,
+            tls: true,
+        }
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// The server names (SNI) of the TLS handshakes that completed.
+    pub fn sni(&self) -> Vec<Option<String>> {
+        self.shared.sni.lock().unwrap().clone()
     }
 
     /// Every answer waits this long first.
