@@ -10,6 +10,7 @@ mod claim_edges;
 mod cli;
 mod concurrency;
 mod durability;
+mod encryption;
 mod faults;
 mod forwarding;
 mod keys;

@@ -321,6 +321,8 @@ impl Stores {
                 remaining,
             } if fingerprint == lease.fingerprint => {
                 metrics::fallback("cold_lookup_hit");
+                // Re-warmed with the bytes Postgres holds: the tiers stay identical.
+                let stored = response.to_bytes();
                 let response = match self.open(response, binding(&lease)) {
                     Ok(response) => response,
                     Err(e) => {
@@ -335,7 +337,7 @@ impl Stores {
                     .complete(
                         &lease.redis_key,
                         &lease.token,
-                        self.0.sealing.encode(&response, binding(&lease)),
+                        stored,
                         remaining,
                         &fingerprint,
                     )
