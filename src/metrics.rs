@@ -29,6 +29,7 @@ pub const TIER_DISAGREEMENTS: &str = "idemgate_tier_disagreements_total";
 pub const LIMITED: &str = "idemgate_limited_total";
 pub const OPEN_CONNECTIONS: &str = "idemgate_open_connections";
 pub const BUFFERED_BYTES: &str = "idemgate_buffered_bytes";
+pub const UNREADABLE: &str = "idemgate_stored_records_unreadable_total";
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -159,6 +160,10 @@ fn describe() {
         TIER_DISAGREEMENTS,
         "Completions where Redis and Postgres disagreed about who holds a key, by kind."
     );
+    describe_counter!(
+        UNREADABLE,
+        "Stored records that could not be read (answered 500, never replayed), by reason."
+    );
     describe_gauge!(
         REDIS_UP,
         "1 while claims go to Redis, 0 while its breaker is open."
@@ -172,6 +177,9 @@ fn describe() {
         REDIS_WAIT_SHORT,
     ] {
         counter!(name).absolute(0);
+    }
+    for reason in UNREADABLE_REASONS {
+        counter!(UNREADABLE, "reason" => reason).absolute(0);
     }
     for reason in [DropReason::QueueFull, DropReason::Refused] {
         counter!(WRITE_DROPPED, "reason" => reason.as_str()).absolute(0);
@@ -268,6 +276,21 @@ pub fn tier_disagreement(kind: &'static str) {
 
 pub fn redis_wait_short() {
     counter!(REDIS_WAIT_SHORT).increment(1);
+}
+
+/// Every `reason` of [`UNREADABLE`] (`Unreadable::reason`, and `corrupt`).
+pub const UNREADABLE_REASONS: [&str; 6] = [
+    "forged",
+    "unknown_key",
+    "no_keys",
+    "unsealed",
+    "malformed",
+    "corrupt",
+];
+
+/// A stored record could not be read: `reason` from `StoreError::unreadable`.
+pub fn unreadable(reason: &'static str) {
+    counter!(UNREADABLE, "reason" => reason).increment(1);
 }
 
 pub fn lease_lost() {

@@ -8,6 +8,7 @@
 //! the key it is about. [`crate::App::build`] validates again, so a `Config` built or
 //! changed in code cannot start unchecked.
 
+mod encryption;
 mod replication;
 mod topology;
 mod tls;
@@ -47,6 +48,9 @@ pub struct Config {
     pub postgres: Option<PostgresConfig>,
     pub idempotency: IdempotencyConfig,
     pub routes: Vec<RouteConfig>,
+    /// `[encryption]`, read into its keys; absent: responses are stored unsealed.
+    #[serde(with = "encryption", skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<crate::idempotency::Keyring>,
 }
 
 /// `[server]`: listeners and limits of the HTTP edge.

@@ -32,7 +32,7 @@ use crate::metrics::{self, InFlightGuard, Outcome};
 use crate::proxy::headers::{self, Peer};
 use crate::proxy::UpstreamError;
 use crate::route::Route;
-use crate::store::{Failure, Lease};
+use crate::store::{Failure, Lease, StoreError};
 
 /// Marks a response forwarded without idempotency because no store could take the claim.
 pub const IDEMPOTENCY_STATUS: HeaderName = HeaderName::from_static("idempotency-status");
@@ -253,8 +253,12 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
             (Outcome::Bypassed, response)
         }
         Err(e) => {
-            tracing::warn!(error = %e,
-                "claim failed; answering without forwarding");
+            if e.unreadable().is_some() {
+                unreadable(&e);
+            } else {
+                tracing::warn!(error = %e,
+                    "claim failed; answering without forwarding");
+            }
             let outcome = match e.failure() {
                 Failure::Unavailable => Outcome::StoreUnavailable,
                 Failure::Internal => Outcome::Rejected,
@@ -401,6 +405,10 @@ async fn settle(
                     Outcome::Replayed,
                     response.replay(route.policy.settings.replay_set_cookie),
                 ),
+                Err(e) if e.unreadable().is_some() => {
+                    unreadable(&e);
+                    (Outcome::Rejected, Problem::from(&e).into_response())
+                }
                 _ => (
                     Outcome::InFlight,
                     Problem::superseded(route.policy.settings.lock_ttl).into_response(),
@@ -411,6 +419,16 @@ async fn settle(
             "could not store the response; a retry after the lease expires will run again"),
     }
     (Outcome::Executed, first)
+}
+
+/// A stored record that cannot be read: counted and logged once, here (the span names
+/// the record by `key_hash`). It is not replayed and not re-run.
+fn unreadable(e: &StoreError) {
+    let reason = e.unreadable().unwrap_or("corrupt");
+    metrics::unreadable(reason);
+    tracing::error!(error = %e, reason,
+        "the stored response for this key cannot be read: answering 500 \
+        stored_record_unreadable until it expires or an admin invalidates it");
 }
 
 /// The request's tenant scope under `secret`, or why it has none.

@@ -248,6 +248,15 @@ impl From<ScopeError> for Problem {
 
 impl From<&StoreError> for Problem {
     fn from(e: &StoreError) -> Self {
+        if e.unreadable().is_some() {
+            return Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "stored_record_unreadable",
+                "Stored response unreadable",
+                "a response is stored for this key but cannot be read; it is not replayed \
+                 and the request was not forwarded",
+            );
+        }
         match (e.failure(), e) {
             (Failure::Internal, _) => Self::internal(
                 "the idempotency store returned something unexpected; the request was not forwarded",

@@ -11,16 +11,14 @@ use super::replay::StoredResponse;
 
 /// What the stores said about a (scope, key) when this request tried to claim it.
 /// `L` is what an acquired claim carries: the stores' lease guard, or what one store
-/// decoded (a fencing token).
+/// decoded (a fencing token). `R` is the stored response: as a store read it (a
+/// `StoredRecord`, maybe sealed), or opened.
 #[derive(Debug)]
-pub enum Claim<L> {
+pub enum Claim<L, R = StoredResponse> {
     /// This request holds the lease and must run the upstream call.
     Acquired(L),
     /// A response is stored for the same fingerprint: replay it. It lives `remaining` more.
-    Completed {
-        response: StoredResponse,
-        remaining: Duration,
-    },
+    Completed { response: R, remaining: Duration },
     /// Another request holds the lease for `remaining`.
     InFlight { remaining: Duration },
     /// The key was used with a different request.
@@ -30,9 +28,9 @@ pub enum Claim<L> {
     Bypassed,
 }
 
-impl<L> Claim<L> {
+impl<L, R> Claim<L, R> {
     /// Replaces the acquired payload, keeping every other outcome.
-    pub fn map_acquired<M>(self, f: impl FnOnce(L) -> M) -> Claim<M> {
+    pub fn map_acquired<M>(self, f: impl FnOnce(L) -> M) -> Claim<M, R> {
         match self {
             Claim::Acquired(l) => Claim::Acquired(f(l)),
             Claim::Completed {
@@ -46,6 +44,26 @@ impl<L> Claim<L> {
             Claim::Mismatch => Claim::Mismatch,
             Claim::Bypassed => Claim::Bypassed,
         }
+    }
+
+    /// Replaces the stored response (opening it), keeping every other outcome.
+    pub fn try_map_response<S, E>(
+        self,
+        f: impl FnOnce(R) -> Result<S, E>,
+    ) -> Result<Claim<L, S>, E> {
+        Ok(match self {
+            Claim::Completed {
+                response,
+                remaining,
+            } => Claim::Completed {
+                response: f(response)?,
+                remaining,
+            },
+            Claim::Acquired(l) => Claim::Acquired(l),
+            Claim::InFlight { remaining } => Claim::InFlight { remaining },
+            Claim::Mismatch => Claim::Mismatch,
+            Claim::Bypassed => Claim::Bypassed,
+        })
     }
 }
 

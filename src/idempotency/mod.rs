@@ -1,18 +1,22 @@
 //! Idempotency semantics, independent of any store or transport: what a key is
 //! ([`key`]), whose it is ([`scope`]), what identifies a request ([`fingerprint`],
 //! with [`canonical`] JSON),
-//! the outcomes of a claim ([`claim`]), and what is stored and
-//! replayed ([`replay`]).
+//! the outcomes of a claim ([`claim`]), what is stored and
+//! replayed ([`replay`]), and how it is sealed at rest ([`keyring`], [`sealed`]).
 
 pub mod canonical;
 pub mod claim;
 pub mod fingerprint;
 pub mod key;
+pub mod keyring;
 pub mod replay;
 pub mod scope;
+pub mod sealed;
 
 pub use claim::{Claim, Completion, Home, Release};
 pub use fingerprint::{Fingerprint, RecordId};
 pub use key::{IdempotencyKey, KeyError};
+pub use keyring::{Keyring, KeyringError};
 pub use replay::StoredResponse;
 pub use scope::{Scope, ScopeError, ScopeKeys, ScopeSecret};
+pub use sealed::{Binding, Sealing, StoredRecord, Unreadable};

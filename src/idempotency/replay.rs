@@ -5,7 +5,7 @@
 //!
 //! Encoding (version 1): `0x01`, status (u16 BE), header count (u16 BE), then per
 //! header its name length (u16 BE), name, value length (u32 BE), value; the rest is
-//! the body.
+//! the body. Version 2 is the same, sealed ([`super::sealed`]).
 
 use axum::body::Body;
 use axum::response::Response;
@@ -103,11 +103,16 @@ impl StoredResponse {
 
     pub fn encode(&self) -> Bytes {
         let mut out = BytesMut::with_capacity(self.encoded_len());
+        self.encode_into(&mut out);
+        out.freeze()
+    }
+
+    /// Appends the encoding to `out` (what [`super::sealed`] encrypts in place).
+    pub fn encode_into(&self, out: &mut BytesMut) {
         out.put_u8(VERSION);
         out.put_u16(self.status.as_u16());
-        self.put_headers(&mut out);
+        self.put_headers(out);
         out.put_slice(&self.body);
-        out.freeze()
     }
 
     /// The header block alone (count, then name/value pairs), as Postgres stores it.

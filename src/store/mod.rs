@@ -41,6 +41,9 @@ pub enum StoreError {
     },
     #[error("a stored response is corrupt: {0}")]
     Corrupt(&'static str),
+    /// A stored response that does not open (`[encryption]`): never replayed.
+    #[error("a stored response cannot be opened: {0}")]
+    Unreadable(#[from] crate::idempotency::Unreadable),
     #[error("redis is unavailable (its circuit breaker is open)")]
     RedisDown,
     #[error("postgres did not answer within the statement timeout")]
@@ -98,11 +101,24 @@ impl StoreError {
     /// The one classification of store failures for answers and metrics.
     pub fn failure(&self) -> Failure {
         match self {
-            StoreError::Corrupt(_) | StoreError::Protocol { .. } | StoreError::ClaimTask(_) => {
-                Failure::Internal
-            }
+            StoreError::Corrupt(_)
+            | StoreError::Unreadable(_)
+            | StoreError::Protocol { .. }
+            | StoreError::ClaimTask(_) => Failure::Internal,
             StoreError::LookupFailed(inner) => inner.failure(),
             _ => Failure::Unavailable,
+        }
+    }
+
+    /// Why a stored record could not be read (the metric label), when that is the
+    /// failure: it is not replayed, and the key answers 500 until it expires or is
+    /// invalidated (a record was stored for it, so it is never run again either).
+    pub fn unreadable(&self) -> Option<&'static str> {
+        match self {
+            StoreError::Unreadable(why) => Some(why.reason()),
+            StoreError::Corrupt(_) => Some("corrupt"),
+            StoreError::LookupFailed(inner) => inner.unreadable(),
+            _ => None,
         }
     }
 

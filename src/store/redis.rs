@@ -27,7 +27,7 @@ use super::redis_wait::ReplicaWait;
 use super::slots::SlotMarkers;
 use super::StoreError;
 use crate::config::{RedisConfig, RedisMode};
-use crate::idempotency::{Claim, Completion, Fingerprint, RecordId, Release, StoredResponse};
+use crate::idempotency::{Claim, Completion, Fingerprint, RecordId, Release, StoredRecord};
 use crate::metrics;
 
 const CLAIM_LUA: &str = include_str!("../../lua/claim.lua");
@@ -195,7 +195,7 @@ impl RedisStore {
         token: &str,
         lease: Duration,
         fence_ttl: Duration,
-    ) -> Result<Claim<Acquired>, StoreError> {
+    ) -> Result<Claim<Acquired, StoredRecord>, StoreError> {
         let args: Vec<Value> = vec![
             Bytes::copy_from_slice(fingerprint.as_bytes()).into(),
             token.into(),
@@ -517,8 +517,9 @@ fn millis(d: Duration) -> i64 {
 pub enum Record {
     /// The claim script took the lease.
     Acquired(Acquired),
-    /// Completed, leased by another token, or another fingerprint.
-    Known(Claim<Acquired>),
+    /// Completed (the record as stored: maybe sealed), leased by another token, or
+    /// another fingerprint.
+    Known(Claim<Acquired, StoredRecord>),
     /// No record (peek only).
     Absent,
 }
@@ -546,7 +547,7 @@ fn decode_record_reply(script: &'static str, reply: Value) -> Result<Record, Sto
         Some("C") if items.len() == 3 => {
             let remaining = ms(&items[2], "remaining ttl is not a number")?;
             let raw = (items.swap_remove(1).into_bytes()).ok_or_else(|| bad("no response"))?;
-            let response = StoredResponse::decode(raw).map_err(StoreError::Corrupt)?;
+            let response = StoredRecord::decode(raw).map_err(StoreError::Corrupt)?;
             Ok(Record::Known(Claim::Completed {
                 response,
                 remaining,

@@ -11,6 +11,7 @@ mod cli;
 mod cluster_waiters;
 mod concurrency;
 mod durability;
+mod encryption;
 mod failover;
 mod faults;
 mod forwarding;

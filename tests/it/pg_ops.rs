@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use fred::prelude::{ClientLike, KeysInterface, Value};
 use idemgate::config::PostgresConfig;
-use idemgate::idempotency::{Fingerprint, IdempotencyKey, RecordId, Scope};
+use idemgate::idempotency::{Fingerprint, IdempotencyKey, RecordId, Scope, StoredRecord};
 use idemgate::store::postgres::lookups::Lookups;
 use idemgate::store::postgres::{CompletedRecord, Found, RecordRef};
 use idemgate::store::{PgStore, StoreError};
@@ -226,7 +226,10 @@ async fn batched_lookups_answer_each_key_with_its_own_record() {
         let found = answer.unwrap_or_else(|e| panic!("{key}: {e}"));
         match key.strip_prefix("stored-") {
             Some(i) => match found {
-                Some(Found::Completed { response, .. }) => {
+                Some(Found::Completed {
+                    response: StoredRecord::Plain(response),
+                    ..
+                }) => {
                     assert_eq!(response.body, format!("{{\"n\":{i}}}"), "{key}");
                     assert_eq!(response.status.as_u16(), 200 + i.parse::<u16>().unwrap());
                 }

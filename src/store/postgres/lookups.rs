@@ -14,8 +14,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::Row;
 
-use super::{Found, PgStore, RecordRef, RecordState};
-use crate::idempotency::{Fingerprint, RecordId, Scope, StoredResponse};
+use super::{Found, PgStore, RecordRef, RecordState, SEALED_STATUS};
+use crate::idempotency::{Fingerprint, RecordId, Scope, StoredRecord, StoredResponse};
 use crate::store::StoreError;
 
 /// Unexpired records for many keys; `u.i` says which key (1-based) a row answers.
@@ -149,9 +149,13 @@ pub(super) fn decode_found(row: &Row) -> Result<Option<Found>, StoreError> {
             let status: i16 = row.get(2);
             let headers: Vec<u8> = row.get(3);
             let body: Vec<u8> = row.get(4);
-            let response =
+            let response = if status == SEALED_STATUS {
+                StoredRecord::sealed(body.into())
+            } else {
                 StoredResponse::from_stored_parts(status as u16, headers.into(), body.into())
-                    .map_err(StoreError::Corrupt)?;
+                    .map(StoredRecord::Plain)
+            };
+            let response = response.map_err(StoreError::Corrupt)?;
             Ok(Some(Found::Completed {
                 fingerprint,
                 response,

@@ -26,7 +26,7 @@ use tokio_postgres::error::SqlState;
 
 use super::StoreError;
 use crate::config::PostgresConfig;
-use crate::idempotency::{Fingerprint, RecordId, Scope, StoredResponse};
+use crate::idempotency::{Fingerprint, RecordId, Scope, StoredRecord, StoredResponse};
 use crate::metrics;
 
 /// Advisory lock key of the reaper ("idemreap" in ASCII).
@@ -45,7 +45,8 @@ pub struct RecordRef<'a> {
 pub enum Found {
     Completed {
         fingerprint: Fingerprint,
-        response: StoredResponse,
+        /// As stored: maybe sealed.
+        response: StoredRecord,
         /// Time left before the record expires.
         remaining: Duration,
     },
@@ -75,6 +76,11 @@ pub struct PgRecord {
     pub lease_remaining_ms: Option<i64>,
 }
 
+/// `status` of a row whose response is sealed (not an HTTP status, so a binary that
+/// predates encryption refuses the row as corrupt instead of replaying it): `headers`
+/// is empty and `body` holds the sealed record, the same bytes Redis holds.
+pub const SEALED_STATUS: i16 = 0;
+
 /// A completed response on its way to Postgres.
 #[derive(Debug, Clone)]
 pub struct CompletedRecord {
@@ -87,6 +93,19 @@ pub struct CompletedRecord {
     pub headers: Bytes,
     pub body: Bytes,
     pub ttl_ms: i64,
+}
+
+/// The `status`, `headers` and `body` columns of a response: its parts, or, when it
+/// is `sealed`, [`SEALED_STATUS`], nothing, and the sealed bytes.
+pub fn stored_columns(response: &StoredResponse, sealed: Option<Bytes>) -> (i16, Bytes, Bytes) {
+    match sealed {
+        Some(sealed) => (SEALED_STATUS, Bytes::new(), sealed),
+        None => (
+            response.status.as_u16() as i16,
+            response.encode_headers(),
+            response.body.clone(),
+        ),
+    }
 }
 
 /// A row's `state` column: the one place its text is read.
@@ -273,7 +292,7 @@ impl PgStore {
             let client = self.pool.get().await?;
             let row = client
                 .query_opt(
-                    "SELECT state, status, coalesce(octet_length(body), 0) + coalesce(octet_length(headers), 0),
+                    "SELECT state, nullif(status, 0::int2), coalesce(octet_length(body), 0) + coalesce(octet_length(headers), 0),
                         (EXTRACT(EPOCH FROM (expires_at - now())) * 1000)::bigint,
                         (EXTRACT(EPOCH FROM (lease_expires_at - now())) * 1000)::bigint
                      FROM idemgate_records WHERE scope = $1 AND key_hash = $2",

@@ -11,10 +11,12 @@ use super::super::lease::{Held, Lease};
 use super::super::postgres::{Found, PgClaim, RecordRef};
 use super::super::redis::Record;
 use super::super::{RedisStore, StoreError};
-use super::settle::lease_ref;
+use super::settle::{binding, lease_ref};
 use super::Stores;
 use crate::config::{ClaimDurability, OnRedisUnavailable};
-use crate::idempotency::{Claim, Fingerprint, Home, RecordId, Scope};
+use crate::idempotency::{
+    Binding, Claim, Fingerprint, Home, RecordId, Scope, StoredRecord, StoredResponse,
+};
 use crate::metrics;
 use crate::route::Route;
 
@@ -76,7 +78,11 @@ impl Stores {
                 self.after_redis_acquire(route, lease, acquired.marker_age)
                     .await
             }
-            Ok(other) => Ok(other.map_acquired(|_| unreachable!("handled above"))),
+            Ok(other) => {
+                let at = Binding { scope, record };
+                (other.map_acquired(|_| unreachable!("handled above")))
+                    .try_map_response(|stored| self.open(stored, at))
+            }
             Err(e @ StoreError::Unavailable(_)) => {
                 if self.0.breaker.trip() {
                     self.0.warmth.set_cold();
@@ -181,8 +187,10 @@ impl Stores {
         if !self.0.breaker.is_open() {
             let key = self.0.redis.record_key(record);
             if let Record::Known(claim) = self.0.redis.peek(&key, fingerprint).await? {
+                let claim = claim.map_acquired(|_| unreachable!("peek never acquires"));
+                let at = Binding { scope, record };
                 return Ok(Some(
-                    claim.map_acquired(|_| unreachable!("peek never acquires")),
+                    claim.try_map_response(|stored| self.open(stored, at))?,
                 ));
             }
         }
@@ -195,7 +203,10 @@ impl Stores {
             route: &route.name,
         };
         let found = pg.lookups.lookup(rec).await?;
-        Ok(found.map(|found| found_to_claim(found, fingerprint)))
+        let at = Binding { scope, record };
+        found
+            .map(|found| self.found_to_claim(found, fingerprint, at))
+            .transpose()
     }
 
     /// `lease` was acquired under a key's current id, but the key may be stored under
@@ -310,12 +321,23 @@ impl Stores {
                 remaining,
             } if fingerprint == lease.fingerprint => {
                 metrics::fallback("cold_lookup_hit");
+                // Re-warmed with the bytes Postgres holds: the tiers stay identical.
+                let stored = response.to_bytes();
+                let response = match self.open(response, binding(&lease)) {
+                    Ok(response) => response,
+                    Err(e) => {
+                        // Never replayed, never re-run: free the key in Redis, so that
+                        // every retry meets the same record and the same answer.
+                        let _ = self.0.redis.release(&lease.redis_key, &lease.token).await;
+                        return Err(e);
+                    }
+                };
                 tracing::info!(key_hash = %lease.record.short(), "replaying from postgres; re-warming redis");
                 if let Err(e) = (self.0.redis)
                     .complete(
                         &lease.redis_key,
                         &lease.token,
-                        response.encode(),
+                        stored,
                         remaining,
                         &fingerprint,
                     )
@@ -337,7 +359,7 @@ impl Stores {
                     Found::Completed { .. } => "cold_lookup_mismatch",
                 });
                 let _ = self.0.redis.release(&lease.redis_key, &lease.token).await;
-                Ok(found_to_claim(other, &lease.fingerprint))
+                self.found_to_claim(other, &lease.fingerprint, binding(&lease))
             }
         }
     }
@@ -370,7 +392,13 @@ impl Stores {
                         let lease = self.lease(route, ask, Home::Postgres, fence);
                         Ok(Claim::Acquired(lease))
                     }
-                    PgClaim::Held(found) => Ok(found_to_claim(found, &ask.fingerprint)),
+                    PgClaim::Held(found) => {
+                        let at = Binding {
+                            scope: ask.scope,
+                            record: ask.record,
+                        };
+                        self.found_to_claim(found, &ask.fingerprint, at)
+                    }
                 }
             }
             (OnRedisUnavailable::PassThrough, _) => {
@@ -420,21 +448,34 @@ impl Drop for WaiterSlot {
     }
 }
 
-/// What a Postgres record means for a request with `fingerprint`.
-fn found_to_claim(found: Found, fingerprint: &Fingerprint) -> Claim<Lease> {
-    match found {
-        Found::Completed {
-            fingerprint: stored,
-            response,
-            remaining,
-        } if stored == *fingerprint => Claim::Completed {
-            response,
-            remaining,
-        },
-        Found::Leased {
-            fingerprint: stored,
-            remaining,
-        } if stored == *fingerprint => Claim::InFlight { remaining },
-        _ => Claim::Mismatch,
+impl Stores {
+    /// What a Postgres record means for a request with `fingerprint`; a completed one
+    /// is opened at `at`.
+    fn found_to_claim(
+        &self,
+        found: Found,
+        fingerprint: &Fingerprint,
+        at: Binding,
+    ) -> Result<Claim<Lease>, StoreError> {
+        Ok(match found {
+            Found::Completed {
+                fingerprint: stored,
+                response,
+                remaining,
+            } if stored == *fingerprint => Claim::Completed {
+                response: self.open(response, at)?,
+                remaining,
+            },
+            Found::Leased {
+                fingerprint: stored,
+                remaining,
+            } if stored == *fingerprint => Claim::InFlight { remaining },
+            _ => Claim::Mismatch,
+        })
+    }
+
+    /// The one place stored records are opened (see [`crate::idempotency::sealed`]).
+    fn open(&self, stored: StoredRecord, at: Binding) -> Result<StoredResponse, StoreError> {
+        Ok(self.0.sealing.open(stored, at)?)
     }
 }

@@ -27,6 +27,7 @@ use super::waiters::Waiters;
 use super::warmth::Warmth;
 use super::{PgStore, RedisStore};
 use crate::config::{ClaimDurability, Config};
+use crate::idempotency::Sealing;
 
 /// The durable tier, when `[postgres]` is configured.
 pub struct Durable {
@@ -53,6 +54,9 @@ struct Inner {
     /// Completed records this replica has seen (`replay_cache`); read, filled and
     /// invalidated only through `records`.
     cache: Option<Arc<ReplayCache>>,
+    /// Seals responses before either tier stores them and opens what they return
+    /// (`[encryption]`); the replay cache holds opened responses (memory only).
+    sealing: Sealing,
 }
 
 impl std::fmt::Debug for Stores {
@@ -76,6 +80,7 @@ impl Stores {
             postgres,
             waiters,
             cache,
+            sealing: Sealing::new(config.encryption.clone()),
             breaker: Breaker::default(),
             warmth: Warmth::new(
                 lookup.unwrap_or(crate::config::LookupOnMiss::Always),

@@ -5,10 +5,10 @@ use std::time::{Duration, Instant};
 
 use super::super::lease::Held;
 use super::super::postgres::writer::WriteOutcome;
-use super::super::postgres::{CompletedRecord, RecordRef};
+use super::super::postgres::{stored_columns, CompletedRecord, RecordRef};
 use super::super::StoreError;
 use super::{Durable, Stores};
-use crate::idempotency::{Completion, Home, Release, StoredResponse};
+use crate::idempotency::{Binding, Completion, Home, Release, StoredResponse};
 use crate::metrics;
 
 impl Stores {
@@ -40,16 +40,21 @@ impl Stores {
         response: &StoredResponse,
         ttl: Duration,
     ) -> Result<Completion, StoreError> {
-        let record = || CompletedRecord {
-            scope: lease.scope,
-            id: lease.record,
-            route: lease.route.clone(),
-            fingerprint: lease.fingerprint,
-            token: lease.token.clone(),
-            status: response.status.as_u16() as i16,
-            headers: response.encode_headers(),
-            body: response.body.clone(),
-            ttl_ms: i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
+        // Sealed once: both tiers store the same bytes.
+        let sealed = self.0.sealing.seal(response, binding(lease));
+        let record = || {
+            let (status, headers, body) = stored_columns(response, sealed.clone());
+            CompletedRecord {
+                scope: lease.scope,
+                id: lease.record,
+                route: lease.route.clone(),
+                fingerprint: lease.fingerprint,
+                token: lease.token.clone(),
+                status,
+                headers,
+                body,
+                ttl_ms: i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
+            }
         };
         match lease.home {
             Home::Postgres => {
@@ -57,7 +62,7 @@ impl Stores {
                 self.complete_in_postgres(pg, lease, record()).await
             }
             Home::Redis { also_in_postgres } => {
-                let encoded = response.encode();
+                let encoded = sealed.clone().unwrap_or_else(|| response.encode());
                 let in_redis = retry_redis(|| {
                     (self.0.redis).complete(
                         &lease.redis_key,
@@ -205,6 +210,14 @@ where
         }
     }
     result
+}
+
+/// What a lease's record is sealed to.
+pub(super) fn binding(lease: &Held) -> Binding {
+    Binding {
+        scope: lease.scope,
+        record: lease.record,
+    }
 }
 
 pub(super) fn lease_ref(lease: &Held) -> RecordRef<'_> {

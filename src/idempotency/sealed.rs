@@ -1,0 +1,332 @@
+//! Encryption at rest: a stored response sealed with XChaCha20-Poly1305 under the
+//! keyring's active key, bound to its scope and record id, before it reaches Redis or
+//! Postgres, and opened again when read back. Both tiers hold the same sealed bytes.
+//!
+//! Sealed encoding (version 2 of [`super::replay`]'s): `0x02`, key id length (u8), key
+//! id, nonce (24 random bytes), then the version 1 encoding of the response (status,
+//! headers, body) encrypted, then the 16-byte tag. Associated data: a label, the
+//! version and key id bytes, the scope and the record id; so a record edited, copied
+//! onto another key or into another scope, or relabelled with another key id, fails to
+//! open. XChaCha20's 192-bit random nonces cannot repeat in any realistic number of
+//! records under one key (96-bit random nonces, as in AES-GCM, are good for about 2^32).
+
+use bytes::{BufMut, Bytes, BytesMut};
+use chacha20poly1305::aead::{AeadCore, AeadInPlace, OsRng};
+use chacha20poly1305::{Tag, XChaCha20Poly1305, XNonce};
+
+use super::keyring::{Keyring, MAX_ID_LEN};
+use super::replay::StoredResponse;
+use super::{RecordId, Scope};
+
+/// First byte of a sealed record.
+pub const SEALED_VERSION: u8 = 2;
+const NONCE_LEN: usize = 24;
+const TAG_LEN: usize = 16;
+const LABEL: &[u8] = b"idemgate sealed record v2";
+/// Largest associated data: label, version, id length, id, scope, record id.
+const MAX_AAD: usize = LABEL.len() + 2 + MAX_ID_LEN + 64;
+
+/// A completed record as a store read it back: a response stored unsealed, or sealed
+/// bytes that only [`Sealing::open`] turns into one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoredRecord {
+    Plain(StoredResponse),
+    Sealed(Bytes),
+}
+
+impl StoredRecord {
+    /// Reads either encoding, by its version byte. A sealed record is checked for
+    /// shape only here; it is authenticated when opened.
+    pub fn decode(raw: Bytes) -> Result<Self, &'static str> {
+        match raw.first() {
+            Some(&SEALED_VERSION) => Self::sealed(raw),
+            _ => StoredResponse::decode(raw).map(Self::Plain),
+        }
+    }
+
+    /// The record as a store holds it (what Redis' `r` field holds).
+    pub fn to_bytes(&self) -> Bytes {
+        match self {
+            Self::Plain(response) => response.encode(),
+            Self::Sealed(raw) => raw.clone(),
+        }
+    }
+
+    /// A record that must be sealed (Postgres' `status = 0` rows).
+    pub fn sealed(raw: Bytes) -> Result<Self, &'static str> {
+        Envelope::parse(&raw)?;
+        Ok(Self::Sealed(raw))
+    }
+}
+
+/// Where a record lives: what its seal is bound to.
+#[derive(Debug, Clone, Copy)]
+pub struct Binding {
+    pub scope: Scope,
+    pub record: RecordId,
+}
+
+/// Why a stored record cannot be replayed. It is never replayed, and never re-run:
+/// the key answers 500 `stored_record_unreadable` until it expires or is invalidated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unreadable {
+    /// Authentication failed: edited, moved to another key or scope, or sealed with
+    /// other key material under the same id.
+    #[error("a sealed record failed authentication (edited, moved, or sealed with other key material under key id `{0}`)")]
+    Forged(String),
+    #[error("a record is sealed under key id `{0}`, which is not in encryption.keys")]
+    UnknownKey(String),
+    #[error("a record is sealed, but no [encryption] keys are configured")]
+    NoKeys,
+    #[error("a record is stored unsealed and encryption.replay_unsealed is false")]
+    Unsealed,
+    #[error("a sealed record opened but does not decode: {0}")]
+    Malformed(&'static str),
+}
+
+impl Unreadable {
+    /// The metric label.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Unreadable::Forged(_) => "forged",
+            Unreadable::UnknownKey(_) => "unknown_key",
+            Unreadable::NoKeys => "no_keys",
+            Unreadable::Unsealed => "unsealed",
+            Unreadable::Malformed(_) => "malformed",
+        }
+    }
+}
+
+/// Seals and opens stored responses: with a keyring when `[encryption]` is configured,
+/// else a pass-through that stores responses unsealed. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Sealing(Option<Keyring>);
+
+impl Sealing {
+    pub fn new(keyring: Option<Keyring>) -> Self {
+        Self(keyring)
+    }
+
+    /// The sealed form of `response` at `at`, under the active key; `None` when
+    /// encryption is off (the caller stores it unsealed).
+    pub fn seal(&self, response: &StoredResponse, at: Binding) -> Option<Bytes> {
+        let keyring = self.0.as_ref()?;
+        let key = keyring.active();
+        let id = key.id().as_bytes();
+        let mut out =
+            BytesMut::with_capacity(2 + id.len() + NONCE_LEN + response.encoded_len() + TAG_LEN);
+        out.put_u8(SEALED_VERSION);
+        out.put_u8(id.len() as u8);
+        out.put_slice(id);
+        let nonce = XChaCha20Poly1305::generate_nonce(&mut OsRng);
+        out.put_slice(&nonce);
+        let start = out.len();
+        response.encode_into(&mut out);
+        let mut aad = [0u8; MAX_AAD];
+        let aad = associated_data(&mut aad, id, at);
+        // Fails only for messages beyond 256 GiB, far past any response limit.
+        let tag = key
+            .cipher()
+            .encrypt_in_place_detached(&nonce, aad, &mut out[start..])
+            .expect("a stored response is far below XChaCha20-Poly1305's message limit");
+        out.put_slice(&tag);
+        Some(out.freeze())
+    }
+
+    /// The response a stored record holds, if it opens at `at`.
+    pub fn open(&self, record: StoredRecord, at: Binding) -> Result<StoredResponse, Unreadable> {
+        let raw = match record {
+            StoredRecord::Plain(response) => {
+                return match &self.0 {
+                    Some(keyring) if !keyring.replay_unsealed() => Err(Unreadable::Unsealed),
+                    _ => Ok(response),
+                }
+            }
+            StoredRecord::Sealed(raw) => raw,
+        };
+        let envelope = Envelope::parse(&raw).map_err(Unreadable::Malformed)?;
+        let id = String::from_utf8_lossy(envelope.id).into_owned();
+        let keyring = self.0.as_ref().ok_or(Unreadable::NoKeys)?;
+        let key = keyring
+            .get(envelope.id)
+            .ok_or_else(|| Unreadable::UnknownKey(id.clone()))?;
+        let mut plain = BytesMut::from(envelope.ciphertext);
+        let mut aad = [0u8; MAX_AAD];
+        let aad = associated_data(&mut aad, envelope.id, at);
+        (key.cipher())
+            .decrypt_in_place_detached(envelope.nonce, aad, &mut plain, envelope.tag)
+            .map_err(|_| Unreadable::Forged(id))?;
+        StoredResponse::decode(plain.freeze()).map_err(Unreadable::Malformed)
+    }
+}
+
+/// The parts of a sealed record.
+struct Envelope<'a> {
+    id: &'a [u8],
+    nonce: &'a XNonce,
+    ciphertext: &'a [u8],
+    tag: &'a Tag,
+}
+
+impl<'a> Envelope<'a> {
+    fn parse(raw: &'a [u8]) -> Result<Self, &'static str> {
+        let [SEALED_VERSION, id_len, rest @ ..] = raw else {
+            return Err("not a sealed record");
+        };
+        let id_len = usize::from(*id_len);
+        if id_len == 0 || id_len > MAX_ID_LEN || rest.len() < id_len + NONCE_LEN + TAG_LEN {
+            return Err("sealed record truncated");
+        }
+        let (id, rest) = rest.split_at(id_len);
+        let (nonce, rest) = rest.split_at(NONCE_LEN);
+        let (ciphertext, tag) = rest.split_at(rest.len() - TAG_LEN);
+        Ok(Self {
+            id,
+            nonce: XNonce::from_slice(nonce),
+            ciphertext,
+            tag: Tag::from_slice(tag),
+        })
+    }
+}
+
+/// Label, version, key id (with its length), scope and record id, written into `buf`.
+fn associated_data<'b>(buf: &'b mut [u8; MAX_AAD], id: &[u8], at: Binding) -> &'b [u8] {
+    let mut n = 0;
+    for part in [
+        LABEL,
+        &[SEALED_VERSION, id.len() as u8],
+        id,
+        &at.scope.as_bytes()[..],
+        &at.record.as_bytes()[..],
+    ] {
+        buf[n..n + part.len()].copy_from_slice(part);
+        n += part.len();
+    }
+    &buf[..n]
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use http::{HeaderMap, HeaderValue, StatusCode};
+
+    use super::*;
+
+    fn ring(active: &str, ids: &[&str]) -> Keyring {
+        let dir = tempfile::tempdir().unwrap();
+        let keys: Vec<(String, PathBuf)> = (ids.iter().enumerate())
+            .map(|(i, id)| {
+                let path = dir.path().join(id);
+                // A distinct 32-byte key per position: "<i>" repeated, in base64.
+                let key = base64::Engine::encode(
+                    &base64::engine::general_purpose::STANDARD,
+                    [b'a' + i as u8; 32],
+                );
+                std::fs::write(&path, format!("{key}\n")).unwrap();
+                (id.to_string(), path)
+            })
+            .collect();
+        Keyring::from_files(&keys, active, true).unwrap()
+    }
+
+    fn at(n: u8) -> Binding {
+        Binding {
+            scope: Scope::from_hex(&hex::encode([n; 32])).unwrap(),
+            record: RecordId::from_hex(&hex::encode([n + 1; 32])).unwrap(),
+        }
+    }
+
+    fn response() -> StoredResponse {
+        let mut h = HeaderMap::new();
+        h.append("content-type", HeaderValue::from_static("application/json"));
+        h.append("x-account", HeaderValue::from_static("DE89 3704 0044"));
+        let body = Bytes::from_static(b"{\"card\":\"4111111111111111\"}");
+        StoredResponse::from_upstream(StatusCode::CREATED, &h, body)
+    }
+
+    fn contains(hay: &[u8], needle: &[u8]) -> bool {
+        hay.windows(needle.len()).any(|w| w == needle)
+    }
+
+    #[test]
+    fn seals_and_opens_without_plaintext_at_rest() {
+        let sealing = Sealing::new(Some(ring("k1", &["k1"])));
+        let sealed = sealing.seal(&response(), at(1)).unwrap();
+        assert!(!contains(&sealed, b"4111111111111111"));
+        assert!(!contains(&sealed, b"DE89"));
+        assert!(!contains(&sealed, b"application/json"));
+        assert_eq!(
+            sealed.len(),
+            2 + 2 + NONCE_LEN + response().encoded_len() + TAG_LEN
+        );
+        let record = StoredRecord::decode(sealed.clone()).unwrap();
+        assert_eq!(sealing.open(record, at(1)).unwrap(), response());
+        // A fresh nonce each time.
+        assert_ne!(sealing.seal(&response(), at(1)).unwrap(), sealed);
+    }
+
+    #[test]
+    fn an_edited_or_moved_record_does_not_open() {
+        let sealing = Sealing::new(Some(ring("k1", &["k1"])));
+        let sealed = sealing.seal(&response(), at(1)).unwrap();
+        let moved = sealing.open(StoredRecord::Sealed(sealed.clone()), at(2));
+        assert_eq!(moved, Err(Unreadable::Forged("k1".into())));
+        let other_scope = Binding {
+            scope: at(2).scope,
+            ..at(1)
+        };
+        assert!(sealing
+            .open(StoredRecord::Sealed(sealed.clone()), other_scope)
+            .is_err());
+        for i in 4..sealed.len() {
+            let mut edited = sealed.to_vec();
+            edited[i] ^= 0x01;
+            let opened = StoredRecord::sealed(edited.into())
+                .map_err(|_| Unreadable::Malformed(""))
+                .and_then(|r| sealing.open(r, at(1)));
+            assert!(opened.is_err(), "byte {i} flipped still opens");
+        }
+    }
+
+    #[test]
+    fn old_keys_open_their_records_after_rotation() {
+        let before = Sealing::new(Some(ring("k1", &["k1", "k2"])));
+        let after = Sealing::new(Some(ring("k2", &["k1", "k2"])));
+        let old = before.seal(&response(), at(1)).unwrap();
+        let new = after.seal(&response(), at(1)).unwrap();
+        assert_eq!(&old[2..4], b"k1");
+        assert_eq!(&new[2..4], b"k2");
+        assert_eq!(
+            after.open(StoredRecord::Sealed(old), at(1)).unwrap(),
+            response()
+        );
+        // Retired from the ring: its records no longer open.
+        let retired = Sealing::new(Some(ring("k2", &["k2"])));
+        let again = before.seal(&response(), at(1)).unwrap();
+        assert_eq!(
+            retired.open(StoredRecord::Sealed(again), at(1)),
+            Err(Unreadable::UnknownKey("k1".into()))
+        );
+    }
+
+    #[test]
+    fn without_keys_sealed_records_never_open_and_plain_ones_do() {
+        let on = Sealing::new(Some(ring("k1", &["k1"])));
+        let off = Sealing::default();
+        let sealed = on.seal(&response(), at(1)).unwrap();
+        assert_eq!(
+            off.open(StoredRecord::Sealed(sealed), at(1)),
+            Err(Unreadable::NoKeys)
+        );
+        assert!(off.seal(&response(), at(1)).is_none());
+        let plain = StoredRecord::decode(response().encode()).unwrap();
+        assert_eq!(on.open(plain.clone(), at(1)).unwrap(), response());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k");
+        std::fs::write(&path, format!("{}\n", "A".repeat(43) + "=")).unwrap();
+        let strict = Keyring::from_files(&[("k".into(), path)], "k", false).unwrap();
+        let strict = Sealing::new(Some(strict));
+        assert_eq!(strict.open(plain, at(1)), Err(Unreadable::Unsealed));
+    }
+}
