@@ -14,5 +14,5 @@ pub mod scope;
 pub use claim::{Claim, Completion, Home, Release};
 pub use fingerprint::{Fingerprint, RecordId};
 pub use key::{IdempotencyKey, KeyError};
-pub use replay::StoredResponse;
+pub use replay::{Encoded, StoredResponse};
 pub use scope::{Scope, ScopeError, ScopeKeys, ScopeSecret};

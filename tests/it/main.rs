@@ -10,6 +10,7 @@ mod claim_edges;
 mod cli;
 mod concurrency;
 mod durability;
+mod encoded_once;
 mod faults;
 mod forwarding;
 mod keys;

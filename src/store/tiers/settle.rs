@@ -8,7 +8,7 @@ use super::super::postgres::writer::WriteOutcome;
 use super::super::postgres::{CompletedRecord, RecordRef};
 use super::super::StoreError;
 use super::{Durable, Stores};
-use crate::idempotency::{Completion, Home, Release, StoredResponse};
+use crate::idempotency::{Completion, Encoded, Home, Release};
 use crate::metrics;
 
 impl Stores {
@@ -37,18 +37,19 @@ impl Stores {
     pub(crate) async fn complete(
         &self,
         lease: &Held,
-        response: &StoredResponse,
+        response: &Encoded,
         ttl: Duration,
     ) -> Result<Completion, StoreError> {
+        // Every tier stores the one encoding: Postgres its header block and body.
         let record = || CompletedRecord {
             scope: lease.scope,
             id: lease.record,
             route: lease.route.clone(),
             fingerprint: lease.fingerprint,
             token: lease.token.clone(),
-            status: response.status.as_u16() as i16,
-            headers: response.encode_headers(),
-            body: response.body.clone(),
+            status: response.compact.status.as_u16() as i16,
+            headers: response.header_block(),
+            body: response.compact.body.clone(),
             ttl_ms: i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
         };
         match lease.home {
@@ -57,12 +58,11 @@ impl Stores {
                 self.complete_in_postgres(pg, lease, record()).await
             }
             Home::Redis { also_in_postgres } => {
-                let encoded = response.encode();
                 let in_redis = retry_redis(|| {
                     (self.0.redis).complete(
                         &lease.redis_key,
                         &lease.token,
-                        encoded.clone(),
+                        response.bytes.clone(),
                         ttl,
                         &lease.fingerprint,
                     )
