@@ -10,6 +10,12 @@ use idemgate::store::postgres::migrate;
 use idemgate::store::PgStore;
 use idemgate::{App, Config, Server};
 
+/// mimalloc rather than glibc's malloc: a request allocates and frees many small
+/// objects across threads, where glibc spent ~25% of the gateway's CPU on first
+/// executions (see BENCHMARKS.md, What changed).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "idemgate",

@@ -48,6 +48,8 @@ struct Trace {
     outcome: Option<Outcome>,
     scope: Option<Scope>,
     record: Option<RecordId>,
+    /// `record.short()`, when the span needed it.
+    key_hash: Option<String>,
 }
 
 /// Entry point for every request on the proxy listener.
@@ -103,7 +105,10 @@ pub async fn handle(
         outcome = trace.outcome.map_or("unkeyed", Outcome::as_str),
         status = response.status().as_u16(),
         duration_ms = started.elapsed().as_secs_f64() * 1000.0,
-        key_hash = trace.record.map(RecordId::short).unwrap_or_default(),
+        key_hash = match (trace.key_hash.take(), trace.record) {
+            (Some(short), _) => short,
+            (None, record) => record.map(RecordId::short).unwrap_or_default(),
+        },
         scope_hash = trace.scope.map(Scope::to_hex).unwrap_or_default(),
         "request"
     );
@@ -169,7 +174,13 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
     };
     let record = RecordId::new(scope, &key, secret);
     (trace.scope, trace.record) = (Some(scope), Some(record));
-    tracing::Span::current().record("key_hash", record.short().as_str());
+    // Made once, and only when something records it (the span, then the log line).
+    let span = tracing::Span::current();
+    if !span.is_disabled() {
+        let short = record.short();
+        span.record("key_hash", short.as_str());
+        trace.key_hash = Some(short);
+    }
     let fingerprint = Fingerprint::new(
         &parts.method,
         &parts.uri,
@@ -219,7 +230,17 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
         Ok(Claim::Acquired(lease)) => {
             // Detached: a client that goes away must not cancel the upstream call or the
             // recording of its result.
-            let run = execute(app.clone(), route.clone(), lease, parts, body, peer.ip());
+            // Boxed: the future is KiBs, and spawning, polling to completion and
+            // joining a task move it (and its output slot, as large) several times over;
+            // a box moves as a pointer.
+            let run = Box::pin(execute(
+                app.clone(),
+                route.clone(),
+                lease,
+                parts,
+                body,
+                peer.ip(),
+            ));
             let task = (app.tasks).spawn(run.in_current_span());
             task.await.unwrap_or_else(|e| {
                 // The detail (a panic message) is for the log, not for the client.
@@ -380,13 +401,18 @@ async fn settle(
     first: Response,
 ) -> (Outcome, Response) {
     let (record, scope, lease_fingerprint) = (lease.record(), lease.scope(), lease.fingerprint());
-    match lease.complete(&stored, route.policy.settings.ttl).await {
+    // Encoded once: Redis, Postgres and the replay cache all keep this encoding.
+    let encoded = stored.encoded();
+    match lease
+        .complete_encoded(&encoded, route.policy.settings.ttl)
+        .await
+    {
         Ok(Completion::Stored) => {
-            metrics::stored_bytes(stored.encoded_len());
-            (app.stores).remember(
+            metrics::stored_bytes(encoded.bytes.len());
+            (app.stores).remember_encoded(
                 record,
                 lease_fingerprint,
-                &stored,
+                encoded,
                 route.policy.settings.ttl,
             );
         }

@@ -17,6 +17,6 @@ pub use claim::{Claim, Completion, Home, Release};
 pub use fingerprint::{Fingerprint, RecordId};
 pub use key::{IdempotencyKey, KeyError};
 pub use keyring::{Keyring, KeyringError};
-pub use replay::StoredResponse;
+pub use replay::{Encoded, StoredResponse};
 pub use scope::{Scope, ScopeError, ScopeKeys, ScopeSecret};
 pub use sealed::{Binding, Sealing, StoredRecord, Unreadable};

@@ -86,9 +86,18 @@ impl StoredResponse {
     /// buffer alive: a few hundred bytes of response can pin kilobytes. Anything kept
     /// past the request (the replay cache) keeps this copy instead.
     pub fn compacted(&self) -> Self {
+        self.encoded().compact
+    }
+
+    /// The encoding, made once for every tier: Redis stores [`Encoded::bytes`], Postgres
+    /// its header block and body (slices of it), the replay cache the compact copy
+    /// decoded from it (one allocation, see [`compacted`](Self::compacted)).
+    pub fn encoded(&self) -> Encoded {
+        let bytes = self.encode();
         // Decoding what `encode` wrote cannot fail; if it ever did, the original is still
         // a correct response, only a larger one.
-        Self::decode(self.encode()).unwrap_or_else(|_| self.clone())
+        let compact = Self::decode(bytes.clone()).unwrap_or_else(|_| self.clone());
+        Encoded { bytes, compact }
     }
 
     /// Size of the stored form, for limits and metrics.
@@ -171,6 +180,23 @@ impl StoredResponse {
     }
 }
 
+/// A response and its encoding, made once ([`StoredResponse::encoded`]).
+#[derive(Debug, Clone)]
+pub struct Encoded {
+    /// What [`StoredResponse::encode`] makes.
+    pub bytes: Bytes,
+    /// The response decoded from `bytes`: every part a slice of that one allocation.
+    pub compact: StoredResponse,
+}
+
+impl Encoded {
+    /// The header block alone, as [`StoredResponse::encode_headers`] makes it (a slice).
+    pub fn header_block(&self) -> Bytes {
+        let end = self.bytes.len() - self.compact.body.len();
+        self.bytes.slice(3..end)
+    }
+}
+
 fn take(raw: &mut Bytes, n: usize) -> Result<Bytes, &'static str> {
     if raw.len() < n {
         return Err("truncated");
@@ -237,6 +263,9 @@ mod tests {
         assert_eq!(StoredResponse::decode(encoded).unwrap(), s);
         let parts = StoredResponse::from_stored_parts(201, s.encode_headers(), s.body.clone());
         assert_eq!(parts.unwrap(), s);
+        let once = s.encoded();
+        assert_eq!((once.bytes.clone(), &once.compact), (s.encode(), &s));
+        assert_eq!(once.header_block(), s.encode_headers());
     }
 
     #[test]

@@ -8,7 +8,9 @@
 use std::time::Duration;
 
 use super::{StoreError, Stores};
-use crate::idempotency::{Completion, Fingerprint, Home, RecordId, Release, Scope, StoredResponse};
+use crate::idempotency::{
+    Completion, Encoded, Fingerprint, Home, RecordId, Release, Scope, StoredResponse,
+};
 
 /// What a held lease is: where it lives, its token, and the record it holds.
 #[derive(Debug)]
@@ -98,6 +100,16 @@ impl Lease {
     pub async fn complete(
         self,
         response: &StoredResponse,
+        ttl: Duration,
+    ) -> Result<Completion, StoreError> {
+        self.complete_encoded(&response.encoded(), ttl).await
+    }
+
+    /// [`Lease::complete`] with a response encoded once by the caller, who may keep
+    /// its compact copy (the replay cache).
+    pub async fn complete_encoded(
+        self,
+        response: &Encoded,
         ttl: Duration,
     ) -> Result<Completion, StoreError> {
         let held = self.into_held();

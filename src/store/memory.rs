@@ -77,9 +77,20 @@ impl ReplayCache {
         response: &StoredResponse,
         remaining: Duration,
     ) {
+        self.insert_compact(record, fingerprint, response.compacted(), remaining);
+    }
+
+    /// [`ReplayCache::insert`] of a copy that is already compact ([`crate::idempotency::Encoded`]).
+    pub fn insert_compact(
+        &self,
+        record: RecordId,
+        fingerprint: Fingerprint,
+        response: StoredResponse,
+        remaining: Duration,
+    ) {
         let entry = Entry {
             fingerprint,
-            response: response.compacted(),
+            response,
             expires: Instant::now() + remaining.min(self.max_age),
         };
         self.cache.insert(*record.as_bytes(), Arc::new(entry));

@@ -13,6 +13,7 @@ mod concurrency;
 mod durability;
 mod encryption;
 mod failover;
+mod encoded_once;
 mod faults;
 mod forwarding;
 mod keys;

@@ -26,7 +26,7 @@ use tokio_postgres::error::SqlState;
 
 use super::StoreError;
 use crate::config::PostgresConfig;
-use crate::idempotency::{Fingerprint, RecordId, Scope, StoredRecord, StoredResponse};
+use crate::idempotency::{Encoded, Fingerprint, RecordId, Scope, StoredRecord};
 use crate::metrics;
 
 /// Advisory lock key of the reaper ("idemreap" in ASCII).
@@ -97,13 +97,13 @@ pub struct CompletedRecord {
 
 /// The `status`, `headers` and `body` columns of a response: its parts, or, when it
 /// is `sealed`, [`SEALED_STATUS`], nothing, and the sealed bytes.
-pub fn stored_columns(response: &StoredResponse, sealed: Option<Bytes>) -> (i16, Bytes, Bytes) {
+pub fn stored_columns(response: &Encoded, sealed: Option<Bytes>) -> (i16, Bytes, Bytes) {
     match sealed {
         Some(sealed) => (SEALED_STATUS, Bytes::new(), sealed),
         None => (
-            response.status.as_u16() as i16,
-            response.encode_headers(),
-            response.body.clone(),
+            response.compact.status.as_u16() as i16,
+            response.header_block(),
+            response.compact.body.clone(),
         ),
     }
 }

@@ -36,7 +36,8 @@ impl Stores {
     ) -> Result<Claim<Lease>, StoreError> {
         let (stores, route, fingerprint) = (self.clone(), route.clone(), *fingerprint);
         let claim = async move { stores.claim_here(&route, scope, record, fingerprint).await };
-        tokio::spawn(claim.in_current_span())
+        // Boxed: a task's future is moved on spawn and its slot again on completion.
+        tokio::spawn(Box::pin(claim).in_current_span())
             .await
             .unwrap_or_else(|e| Err(StoreError::ClaimTask(e)))
     }

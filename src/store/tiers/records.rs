@@ -10,7 +10,7 @@ use super::super::postgres::{PgRecord, RecordRef};
 use super::super::redis::{Invalidated, RedisRecord};
 use super::super::StoreError;
 use super::Stores;
-use crate::idempotency::{Fingerprint, RecordId, Scope, StoredResponse};
+use crate::idempotency::{Encoded, Fingerprint, RecordId, Scope, StoredResponse};
 
 /// Where a record stands in each tier (admin API).
 #[derive(Debug)]
@@ -70,6 +70,19 @@ impl Stores {
     ) {
         if let Some(cache) = &self.0.cache {
             cache.insert(record, fingerprint, response, remaining);
+        }
+    }
+
+    /// [`Stores::remember`] of a compact copy (the one an [`Encoded`] carries).
+    pub fn remember_encoded(
+        &self,
+        record: RecordId,
+        fingerprint: Fingerprint,
+        response: Encoded,
+        remaining: Duration,
+    ) {
+        if let Some(cache) = &self.0.cache {
+            cache.insert_compact(record, fingerprint, response.compact, remaining);
         }
     }
 

@@ -8,7 +8,7 @@ use super::super::postgres::writer::WriteOutcome;
 use super::super::postgres::{stored_columns, CompletedRecord, RecordRef};
 use super::super::StoreError;
 use super::{Durable, Stores};
-use crate::idempotency::{Binding, Completion, Home, Release, StoredResponse};
+use crate::idempotency::{Binding, Completion, Encoded, Home, Release};
 use crate::metrics;
 
 impl Stores {
@@ -37,11 +37,11 @@ impl Stores {
     pub(crate) async fn complete(
         &self,
         lease: &Held,
-        response: &StoredResponse,
+        response: &Encoded,
         ttl: Duration,
     ) -> Result<Completion, StoreError> {
-        // Sealed once: both tiers store the same bytes.
-        let sealed = self.0.sealing.seal(response, binding(lease));
+        // Sealed once, from the one encoding: both tiers store the same bytes.
+        let sealed = self.0.sealing.seal(&response.compact, binding(lease));
         let record = || {
             let (status, headers, body) = stored_columns(response, sealed.clone());
             CompletedRecord {
@@ -62,7 +62,7 @@ impl Stores {
                 self.complete_in_postgres(pg, lease, record()).await
             }
             Home::Redis { also_in_postgres } => {
-                let encoded = sealed.clone().unwrap_or_else(|| response.encode());
+                let encoded = sealed.clone().unwrap_or_else(|| response.bytes.clone());
                 let in_redis = retry_redis(|| {
                     (self.0.redis).complete(
                         &lease.redis_key,

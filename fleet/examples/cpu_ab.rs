@@ -1,0 +1,302 @@
+//! Side-by-side CPU cost of first executions for gateway variants (issue 15).
+//!
+//! Starts Redis, Postgres (the launcher's test cluster: fsync off) and the demo upstream
+//! on free loopback ports, then one replica per variant, all at once. Rounds are
+//! interleaved (A, B, A, B, ...): each round sends first executions (a fresh key per
+//! request) with `wrk` to one variant for a fixed time and reads that replica's CPU
+//! time, context switches and syscalls with `perf stat -p` for the same window. Printed
+//! per variant: requests, req/s, and per request the gateway's CPU µs, context
+//! switches and syscalls; the median over rounds last. Wall-clock req/s on this shared
+//! machine is noise; CPU per request is the comparable figure.
+//!
+//! ```sh
+//! cargo run -p idemgate-fleet --example cpu_ab -- \
+//!     --rounds 5 --secs 4 --conns 16 --pg on \
+//!     A=target/release/idemgate B=/tmp/idemgate-b 'C=target/release/idemgate|IDEMGATE__X__Y=z'
+//! ```
+//! A variant is `LABEL=BINARY`, optionally followed by `|KEY=VALUE` environment entries.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use idemgate_fleet::{free_port, http_status, PgServer, RedisServer, Replica, Upstream};
+
+struct Variant {
+    label: String,
+    replica: Replica,
+    rows: Vec<Row>,
+}
+
+#[derive(Clone, Copy)]
+struct Row {
+    requests: f64,
+    rps: f64,
+    cpu_us: f64,
+    cs: f64,
+    syscalls: f64,
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let (mut rounds, mut secs, mut conns, mut pg_on) = (5usize, 4u64, 16usize, true);
+    let mut record: Option<String> = None;
+    let mut callgrind = false;
+    let mut specs = Vec::new();
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--rounds" => rounds = args.next().unwrap().parse().unwrap(),
+            "--secs" => secs = args.next().unwrap().parse().unwrap(),
+            "--conns" => conns = args.next().unwrap().parse().unwrap(),
+            "--pg" => pg_on = args.next().unwrap() == "on",
+            "--record" => record = args.next(),
+            // Variants run under `valgrind --tool=callgrind --callgrind-out-file=DIR/cg.%p`
+            // (give a wrapper as the binary): instructions per request, repeatable under load.
+            "--callgrind" => callgrind = true,
+            _ => specs.push(a),
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start();
+    let pg = pg_on.then(PgServer::start);
+    let upstream = Upstream::start(
+        &root.join("target/release/demo-upstream"),
+        dir.path(),
+        &[("RUST_LOG".into(), "warn".into())],
+    );
+    let mut variants: Vec<Variant> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| {
+            let mut parts = spec.split('|');
+            let (label, bin) = parts.next().unwrap().split_once('=').unwrap();
+            let env: Vec<(String, String)> = parts
+                .map(|kv| {
+                    let (k, v) = kv.split_once('=').unwrap();
+                    (k.to_string(), v.to_string())
+                })
+                .collect();
+            let (port, admin) = (free_port(), free_port());
+            let config = dir.path().join(format!("gw-{i}.toml"));
+            let pg_section = pg.as_ref().map(|p| p.section("")).unwrap_or_default();
+            std::fs::write(
+                &config,
+                format!(
+                    "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
+                     [log]\nfilter = \"warn\"\n[redis]\nurl = \"{}\"\n{pg_section}\n\
+                     [idempotency]\nanonymous = \"shared\"\n\
+                     [[routes]]\nname = \"payments\"\npath_prefix = \"/v1/\"\nupstream = \"{}\"\n",
+                    redis.url(),
+                    upstream.url()
+                ),
+            )
+            .unwrap();
+            // Environment through a wrapper that execs the binary (same pid).
+            let bin = if env.is_empty() {
+                PathBuf::from(bin)
+            } else {
+                let wrapper = dir.path().join(format!("gw-{i}.sh"));
+                let vars: Vec<String> = env.iter().map(|(k, v)| format!("{k}='{v}'")).collect();
+                let abs = std::fs::canonicalize(bin).unwrap();
+                std::fs::write(&wrapper, format!("#!/bin/sh\nexec env {} {} \"$@\"\n", vars.join(" "), abs.display())).unwrap();
+                Command::new("chmod").arg("+x").arg(&wrapper).status().unwrap();
+                wrapper
+            };
+            let mut replica = Replica::new(&bin, i, port, admin, config, dir.path().join(format!("gw-{i}.log")));
+            replica.start();
+            Variant { label: label.to_string(), replica, rows: Vec::new() }
+        })
+        .collect();
+    for v in &variants {
+        let mut ready = false;
+        for _ in 0..200 {
+            if http_status(v.replica.admin, "/readyz", Duration::from_secs(1)) == Some(200) {
+                ready = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(ready, "{} not ready: {}", v.label, v.replica.log_text());
+        wrk(v.replica.port, conns, 1, &format!("warm-{}", v.label));
+    }
+    let lua = root.join("deploy/bench/wrk.lua");
+    assert!(lua.exists());
+    for round in 0..rounds {
+        for v in variants.iter_mut() {
+            let pid = v.replica.pid().unwrap();
+            if callgrind {
+                let ctl = |flag: &str| {
+                    let out = Command::new("callgrind_control")
+                        .arg(flag)
+                        .arg(pid.to_string())
+                        .output()
+                        .unwrap();
+                    String::from_utf8_lossy(&out.stdout).to_string()
+                };
+                ctl("-z");
+                let (requests, rps) = wrk(
+                    v.replica.port,
+                    conns,
+                    secs,
+                    &format!("r{round}-{}", v.label),
+                );
+                let before: Vec<_> = cg_files();
+                ctl("-d");
+                let dump = cg_files()
+                    .into_iter()
+                    .find(|f| !before.contains(f))
+                    .expect("callgrind dump");
+                let text = std::fs::read_to_string(&dump).unwrap();
+                let ir: f64 = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("totals: "))
+                    .and_then(|t| t.split(' ').next())
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                println!("round {round} {:>10}: {:>7.0} req {:>7.0} req/s  {:>9.0} instructions/req ({})", v.label, requests, rps, ir / requests, dump.display());
+                v.rows.push(Row {
+                    requests,
+                    rps,
+                    cpu_us: ir / requests / 1000.0,
+                    cs: 0.0,
+                    syscalls: 0.0,
+                });
+                continue;
+            }
+            let out = dir.path().join("perf.txt");
+            let mut perf = Command::new("perf")
+                .args(["stat", "-x", ",", "-o"])
+                .arg(&out)
+                .args([
+                    "-e",
+                    "task-clock,context-switches,raw_syscalls:sys_enter",
+                    "-p",
+                ])
+                .arg(pid.to_string())
+                .args(["--", "sleep", &(secs + 1).to_string()])
+                .spawn()
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            let (requests, rps) = wrk(
+                v.replica.port,
+                conns,
+                secs,
+                &format!("r{round}-{}", v.label),
+            );
+            // perf's window is 1 s longer than wrk's: the idle tail costs ~nothing.
+            perf.wait().unwrap();
+            let text = std::fs::read_to_string(&out).unwrap();
+            let counter = |name: &str| {
+                text.lines()
+                    .find(|l| l.contains(name))
+                    .and_then(|l| l.split(',').next())
+                    .and_then(|n| n.parse::<f64>().ok())
+                    .unwrap_or(f64::NAN)
+            };
+            let row = Row {
+                requests,
+                rps,
+                cpu_us: counter("task-clock") * 1000.0 / requests,
+                cs: counter("context-switches") / requests,
+                syscalls: counter("raw_syscalls:sys_enter") / requests,
+            };
+            println!(
+                "round {round} {:>10}: {:>7.0} req {:>7.0} req/s  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req",
+                v.label, row.requests, row.rps, row.cpu_us, row.cs, row.syscalls
+            );
+            v.rows.push(row);
+        }
+    }
+    if let Some(prefix) = &record {
+        // `perf record` of every variant during one more run each (cpu-clock samples).
+        for v in &variants {
+            let pid = v.replica.pid().unwrap();
+            let mut perf = Command::new("perf")
+                .args([
+                    "record",
+                    "--call-graph",
+                    "dwarf",
+                    "-F",
+                    "499",
+                    "-e",
+                    "cpu-clock",
+                    "-o",
+                ])
+                .arg(format!("{prefix}-{}.data", v.label))
+                .args(["-p", &pid.to_string(), "--", "sleep", &secs.to_string()])
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(200));
+            wrk(v.replica.port, conns, secs, &format!("rec-{}", v.label));
+            perf.wait().unwrap();
+        }
+    }
+    println!(
+        "\nmedians over {rounds} rounds ({secs} s, {conns} connections, postgres {}):",
+        if pg_on { "on" } else { "off" }
+    );
+    for v in &variants {
+        let med = |f: fn(&Row) -> f64| {
+            let mut xs: Vec<f64> = v.rows.iter().map(f).collect();
+            xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            xs[xs.len() / 2]
+        };
+        println!(
+            "{:>10}: {:>7.0} req/s  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  (cpu per round: {})",
+            v.label,
+            med(|r| r.rps),
+            med(|r| r.cpu_us),
+            med(|r| r.cs),
+            med(|r| r.syscalls),
+            v.rows.iter().map(|r| format!("{:.1}", r.cpu_us)).collect::<Vec<_>>().join(" / ")
+        );
+    }
+}
+
+/// Callgrind dumps in $CG_DIR (default /tmp/cg).
+fn cg_files() -> Vec<PathBuf> {
+    let dir = std::env::var("CG_DIR").unwrap_or_else(|_| "/tmp/cg".into());
+    std::fs::read_dir(dir)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+/// `wrk` first executions against 127.0.0.1:`port`; (requests, req/s).
+fn wrk(port: u16, conns: usize, secs: u64, prefix: &str) -> (f64, f64) {
+    let lua = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/bench/wrk.lua");
+    let out = Command::new("wrk")
+        .args([
+            "-t1",
+            "-c",
+            &conns.to_string(),
+            "-d",
+            &format!("{secs}s"),
+            "--timeout",
+            "5s",
+            "-s",
+        ])
+        .arg(&lua)
+        .arg(format!("http://127.0.0.1:{port}"))
+        .args(["--", "unique", prefix])
+        .output()
+        .expect("wrk (apt-get install wrk)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let json = text
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("wrk: {text}"));
+    let field = |name: &str| {
+        let at = json.find(&format!("\"{name}\":")).unwrap() + name.len() + 3;
+        json[at..]
+            .split([',', '}'])
+            .next()
+            .unwrap()
+            .parse::<f64>()
+            .unwrap()
+    };
+    assert_eq!(field("err_status"), 0.0, "non-2xx answers: {json}");
+    (field("requests"), field("rps"))
+}
