@@ -405,3 +405,40 @@ fn health_with_a_bad_config_exits_1_not_2() {
     assert_eq!(code, 1, "{text}");
     assert!(text.contains("server.admin_listen"), "{text}");
 }
+
+#[test]
+fn the_kubernetes_config_passes_check_config_with_the_secrets_from_the_environment() {
+    // deploy/kubernetes/idemgate.toml, as the Deployment runs it: the store URLs and
+    // the admin token come from the Secret through IDEMGATE__* variables.
+    let file =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes/idemgate.toml");
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .env("IDEMGATE_CONFIG", &file)
+        .env(
+            "IDEMGATE__REDIS__URL",
+            "redis://:redis-pass@redis.example:6379",
+        )
+        .env(
+            "IDEMGATE__POSTGRES__URL",
+            "postgres://gw:pg-pass@pg.example:5432/gw",
+        )
+        .env("IDEMGATE__ADMIN__TOKEN", "0123456789abcdef0123")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    for secret in ["redis-pass", "pg-pass", "0123456789abcdef0123"] {
+        assert!(!stdout.contains(secret), "{secret} shown: {stdout}");
+    }
+    assert!(stdout.contains("redis.example:6379"), "{stdout}");
+    assert!(stdout.contains("pg.example:5432"), "{stdout}");
+    assert!(stdout.contains("listen = \"0.0.0.0:8080\""), "{stdout}");
+    assert!(
+        stdout.contains("admin_listen = \"0.0.0.0:9090\""),
+        "{stdout}"
+    );
+}
