@@ -22,7 +22,7 @@ command -v redis-server >/dev/null || bash deploy/install-deps.sh
 
 cargo build --release --locked --bin idemgate
 podman image exists "$base" || bash deploy/container/runtime-base.sh "$base"
-podman build --isolation chroot --pull=never -f deploy/container/Dockerfile \
+podman build --isolation chroot --format docker --pull=never -f deploy/container/Dockerfile \
   --build-arg BINARY_FROM=prebuilt --build-arg RUNTIME_BASE="$base" -t "$image" .
 
 echo "image: smoke test of $image" >&2
