@@ -1,5 +1,5 @@
 # idemgate: developer entry points. `make up` and `make test` install what is missing.
-.PHONY: up down loadtest bench test chaos lint deps
+.PHONY: up down loadtest bench test chaos lint deps image check-deploy
 
 # Start the local fleet on loopback: Redis, Postgres, the demo upstream, REPLICAS
 # gateway replicas (default 3) behind HAProxy on :8080, Prometheus on :9099;
@@ -27,6 +27,7 @@ bench:
 test: deps
 	promtool check rules deploy/prometheus/alerts.yml
 	promtool test rules deploy/prometheus/alerts_test.yml
+	bash deploy/check.sh
 	cargo test --all-targets
 
 # Chaos suite: every fault scenario against a real fleet on loopback (Redis, Postgres,
@@ -43,6 +44,17 @@ chaos: deps
 	echo "|---|---:|---:|---:|---:|---|---|"; \
 	cat $(CURDIR)/target/chaos-report.md 2>/dev/null; \
 	exit $$status
+
+# Container image localhost/idemgate:<version> from the release binary (builds it;
+# installs podman and buildah if missing), then a smoke test inside the image; see
+# deploy/container/build.sh. Not part of `make test` (the release build is minutes).
+image:
+	bash deploy/container/build.sh
+
+# The deployment checks `make test` runs: Kubernetes manifests (kubernetes-validate,
+# checkov, yamllint, alerts.yml = PrometheusRule) and the Dockerfile (hadolint, checkov).
+check-deploy:
+	bash deploy/check.sh
 
 # Formatting and lints, as CI runs them.
 lint:

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian packages idemgate's tests and local fleet need, only when missing.
-# Usage: deploy/install-deps.sh [test|up]
+# Usage: deploy/install-deps.sh [test|up|image]   (image: only podman and buildah, for `make image`)
 set -euo pipefail
 
 # command-or-path:package
 want=(redis-server:redis-server /usr/lib/postgresql/15/bin/initdb:postgresql-15 promtool:prometheus /usr/sbin/haproxy:haproxy)
+if [ "${1:-}" = image ]; then want=(podman:podman buildah:buildah); fi
 
 missing=()
 for pair in "${want[@]}"; do

@@ -1,11 +1,13 @@
-//! The `idemgate` command: `serve`, `check-config`.
+//! The `idemgate` command: `serve`, `check-config`, `migrate`, `reap`, `health`.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use idemgate::http::ready_probe::{self, Readiness};
 use idemgate::store::postgres::migrate;
 use idemgate::store::PgStore;
 use idemgate::{App, Config, Server};
@@ -37,6 +39,18 @@ enum Command {
     Migrate(ConfigArg),
     /// Delete expired records once (for cron); the server also reaps in the background.
     Reap(ConfigArg),
+    /// Ask this replica's admin listener for `/readyz`: exit 0 when ready, 1 otherwise
+    /// (for a container HEALTHCHECK or an exec probe, where there is no curl).
+    Health(HealthArgs),
+}
+
+#[derive(clap::Args)]
+struct HealthArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// Longest the whole check may take (connect, request, answer).
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
 }
 
 #[derive(clap::Args)]
@@ -51,12 +65,19 @@ fn main() -> ExitCode {
     let (Command::Serve(arg)
     | Command::CheckConfig(arg)
     | Command::Migrate(arg)
-    | Command::Reap(arg)) = &cli.command;
+    | Command::Reap(arg)
+    | Command::Health(HealthArgs { config: arg, .. })) = &cli.command;
     let config = match Config::load(arg.config.as_deref()) {
         Ok(config) => config,
         Err(e) => {
             eprintln!("idemgate: {e}");
-            return ExitCode::from(2);
+            // A health check's failure is 1: container runtimes reserve 2.
+            let code = if matches!(cli.command, Command::Health(_)) {
+                1
+            } else {
+                2
+            };
+            return ExitCode::from(code);
         }
     };
     match cli.command {
@@ -64,6 +85,7 @@ fn main() -> ExitCode {
             print!("{}", config.to_redacted_toml());
             ExitCode::SUCCESS
         }
+        Command::Health(args) => health(&config, args.timeout),
         Command::Serve(_) => report(serve(config)),
         Command::Migrate(_) => report(with_postgres(config, |pg, _| async move {
             let applied = pg.migrate().await?;
@@ -88,6 +110,24 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("idemgate: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `idemgate health`: prints `/readyz`'s answer; 0 only for a 200.
+fn health(config: &Config, timeout: Duration) -> ExitCode {
+    match ready_probe::check(config.server.admin_listen, timeout) {
+        Ok(Readiness::Ready { body }) => {
+            println!("ready: {body}");
+            ExitCode::SUCCESS
+        }
+        Ok(Readiness::NotReady { status, body }) => {
+            println!("not ready ({status}): {body}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("idemgate: {e}");
             ExitCode::FAILURE
         }
     }

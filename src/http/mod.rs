@@ -8,6 +8,7 @@ pub mod gateway;
 pub mod limits;
 pub mod linger;
 pub mod problem;
+pub mod ready_probe;
 
 use std::sync::Arc;
 

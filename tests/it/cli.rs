@@ -1,5 +1,5 @@
 //! The `idemgate` binary: configuration errors, redaction, environment overrides, and
-//! graceful shutdown on SIGTERM.
+//! graceful shutdown on SIGTERM, and `idemgate health` (exit 0 only when `/readyz` is 200).
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -340,4 +340,105 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// `idemgate health --config FILE`: its exit code and what it printed.
+fn health(file: &tempfile::NamedTempFile) -> (i32, String) {
+    let out = Command::new(BIN)
+        .args(["health", "--timeout", "3s", "--config"])
+        .arg(file.path())
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap(), text)
+}
+
+#[tokio::test]
+async fn health_exits_0_when_ready_and_1_when_not_ready_or_unreachable() {
+    let mut redis = RedisServer::start();
+    let upstream = MockUpstream::start().await;
+    let served = serve(
+        &redis,
+        &upstream,
+        "[idempotency]\non_redis_unavailable = \"reject\"\n",
+        Stdio::null(),
+    )
+    .await;
+    let mut child = KillOnDrop(served.child);
+    let (code, text) = health(&served._file);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.starts_with("ready: {"), "{text}");
+
+    // Redis gone and the policy is to reject: /readyz says 503, health says 1.
+    redis.stop();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let text = loop {
+        let (code, text) = health(&served._file);
+        if code == 1 {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still healthy without Redis: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(text.contains("not ready (503"), "{text}");
+    assert!(text.contains("\"redis\""), "{text}");
+
+    // Nobody listening on the admin port: 1, and the reason names the address.
+    let _ = child.0.kill();
+    let _ = child.0.wait();
+    let (code, text) = health(&served._file);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains(&format!("127.0.0.1:{}", served.admin)),
+        "{text}"
+    );
+}
+
+#[test]
+fn health_with_a_bad_config_exits_1_not_2() {
+    // Container runtimes reserve exit code 2 for HEALTHCHECK.
+    let (code, text) = health(&config_file("[server]\nadmin_listen = \"nowhere\"\n"));
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("server.admin_listen"), "{text}");
+}
+
+#[test]
+fn the_kubernetes_config_passes_check_config_with_the_secrets_from_the_environment() {
+    // deploy/kubernetes/idemgate.toml, as the Deployment runs it: the store URLs and
+    // the admin token come from the Secret through IDEMGATE__* variables.
+    let file =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes/idemgate.toml");
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .env("IDEMGATE_CONFIG", &file)
+        .env(
+            "IDEMGATE__REDIS__URL",
+            "redis://:redis-pass@redis.example:6379",
+        )
+        .env(
+            "IDEMGATE__POSTGRES__URL",
+            "postgres://gw:pg-pass@pg.example:5432/gw",
+        )
+        .env("IDEMGATE__ADMIN__TOKEN", "0123456789abcdef0123")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    for secret in ["redis-pass", "pg-pass", "0123456789abcdef0123"] {
+        assert!(!stdout.contains(secret), "{secret} shown: {stdout}");
+    }
+    assert!(stdout.contains("redis.example:6379"), "{stdout}");
+    assert!(stdout.contains("pg.example:5432"), "{stdout}");
+    assert!(stdout.contains("listen = \"0.0.0.0:8080\""), "{stdout}");
+    assert!(
+        stdout.contains("admin_listen = \"0.0.0.0:9090\""),
+        "{stdout}"
+    );
 }
