@@ -10,8 +10,8 @@
 
 mod encryption;
 mod replication;
-mod topology;
 mod tls;
+mod topology;
 mod typed;
 mod validate;
 
@@ -25,8 +25,8 @@ use figment::Figment;
 use http::{HeaderName, Method, StatusCode, Uri};
 use serde::{Deserialize, Serialize};
 
-pub use topology::{RedisMode, SentinelConfig};
 pub use tls::{read_secret, PostgresTls, RedisTls, ResolvedPgTls, SslMode, UpstreamTls};
+pub use topology::{RedisMode, SentinelConfig};
 pub use validate::validate;
 
 use crate::proxy::cidr::TrustedProxies;

@@ -110,7 +110,10 @@ pub fn check(r: &RedisConfig) -> Result<(), ConfigError> {
         if !url.starts_with("redis://") && !url.starts_with("rediss://") {
             return Err(ConfigError::invalid(
                 key,
-                format!("`{}` must start with redis:// or rediss://", redact_url(url)),
+                format!(
+                    "`{}` must start with redis:// or rediss://",
+                    redact_url(url)
+                ),
             ));
         }
     }
