@@ -413,6 +413,15 @@ impl RedisStore {
         Ok(())
     }
 
+    /// Deletes the warmth marker of `record_key`'s slot only (one `DEL`): the slot of a
+    /// record Redis lacks counts as cold at once, before the full [`Self::reset_marker`]
+    /// (16,384 keys) lands.
+    pub async fn reset_slot_marker(&self, record_key: &str) -> Result<(), StoreError> {
+        let marker = self.inner.markers.for_key(record_key);
+        let _: i64 = self.inner.pool.next().del(marker).await?;
+        Ok(())
+    }
+
     /// `CONFIG GET maxmemory-policy`.
     pub async fn maxmemory_policy(&self) -> Result<String, StoreError> {
         let reply: Vec<String> = (self.inner.pool.next())

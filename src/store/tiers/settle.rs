@@ -97,7 +97,7 @@ impl Stores {
                     (Err(_) | Ok(Completion::LeaseLost), Ok(WriteOutcome::Written)) => {
                         // Stored, but Redis lacks it while our lease there runs out: with
                         // when_cold, a retry after that must look it up, on every replica.
-                        self.redis_lacks_record(lease);
+                        self.redis_lacks_record(lease).await;
                         Ok(Completion::Stored)
                     }
                     (_, Ok(WriteOutcome::Conflict)) if also_in_postgres => {
@@ -162,11 +162,15 @@ impl Stores {
 
     /// Postgres holds a record that Redis does not: make Redis cold for lookups
     /// (here at once; on every replica once the marker reset lands, retried by the probe).
-    fn redis_lacks_record(&self, lease: &Held) {
+    async fn redis_lacks_record(&self, lease: &Held) {
         metrics::fallback("redis_lacks_record");
         tracing::warn!(key_hash = %lease.record.short(), "stored in postgres only: \
             redis counts as cold until the warmth marker is reset");
         self.0.warmth.set_cold();
+        // This record's slot first, before the client is answered (one DEL): a retry on
+        // another replica then looks the key up even if the full reset below is slow.
+        // If it fails, the full reset (retried by the probe) still covers the slot.
+        let _ = self.0.redis.reset_slot_marker(&lease.redis_key).await;
         let stores = self.clone();
         tokio::spawn(async move {
             stores.0.warmth.reset(&stores.0.redis).await;
