@@ -9,6 +9,7 @@
 //! changed in code cannot start unchecked.
 
 mod encryption;
+mod redacted_debug;
 mod replication;
 mod tls;
 mod topology;
@@ -157,7 +158,7 @@ pub enum LogFormat {
 }
 
 /// `[admin]`: the admin API on the admin listener.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
     /// Bearer token for `/admin/*`; absent means the admin API is off.
@@ -190,7 +191,7 @@ impl Default for ReplayCacheConfig {
 }
 
 /// `[redis]`: the claim and response store.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RedisConfig {
     /// `standalone` (`url`), `cluster` (`nodes`) or `sentinel` (`[redis.sentinel]`).
@@ -247,7 +248,7 @@ impl Default for RedisConfig {
 }
 
 /// `[postgres]`: the durable tier.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PostgresConfig {
     /// `postgres://user:password@host:port/dbname`.

@@ -38,7 +38,7 @@ impl RedisMode {
 }
 
 /// `[redis.sentinel]`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SentinelConfig {
     /// The name the sentinels monitor the primary under (`sentinel monitor <name> ...`).

@@ -1,0 +1,148 @@
+//! `Debug` for the configuration sections that hold secrets (`[redis]`, its
+//! `[redis.sentinel]`, `[postgres]`, `[admin]`): URL passwords are shown as `***`
+//! (via [`redact_url`]) and the admin token and the sentinel password as `Some("***")`,
+//! so a `{:?}` in a log line or a panic message never carries them.
+//!
+//! Each impl destructures its struct without `..`: a field added later fails to compile
+//! here until someone decides whether it is secret.
+
+use std::fmt;
+
+use super::{redact_url, AdminConfig, PostgresConfig, RedisConfig, SentinelConfig};
+
+/// `Some("***")` for a present secret, `None` otherwise.
+fn hidden(secret: &Option<String>) -> Option<&'static str> {
+    secret.as_ref().map(|_| "***")
+}
+
+fn redacted_urls(urls: &[String]) -> Vec<String> {
+    urls.iter().map(|u| redact_url(u)).collect()
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let RedisConfig {
+            mode,
+            url,
+            nodes,
+            sentinel,
+            key_prefix,
+            command_timeout,
+            connect_timeout,
+            pool_size,
+            probe_interval,
+            wait_replicas,
+            wait_timeout,
+            password_file,
+            tls,
+        } = self;
+        f.debug_struct("RedisConfig")
+            .field("mode", mode)
+            .field("url", &redact_url(url))
+            .field("nodes", &redacted_urls(nodes))
+            .field("sentinel", sentinel)
+            .field("key_prefix", key_prefix)
+            .field("command_timeout", command_timeout)
+            .field("connect_timeout", connect_timeout)
+            .field("pool_size", pool_size)
+            .field("probe_interval", probe_interval)
+            .field("wait_replicas", wait_replicas)
+            .field("wait_timeout", wait_timeout)
+            .field("password_file", password_file)
+            .field("tls", tls)
+            .finish()
+    }
+}
+
+impl fmt::Debug for SentinelConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let SentinelConfig {
+            service_name,
+            nodes,
+            username,
+            password,
+        } = self;
+        f.debug_struct("SentinelConfig")
+            .field("service_name", service_name)
+            .field("nodes", &redacted_urls(nodes))
+            .field("username", username)
+            .field("password", &hidden(password))
+            .finish()
+    }
+}
+
+impl fmt::Debug for PostgresConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let PostgresConfig {
+            url,
+            pool_size,
+            migrate_on_start,
+            lookup_on_miss,
+            claims,
+            statement_timeout,
+            batch_max,
+            retry_queue,
+            retry_queue_bytes,
+            reap_interval,
+            reap_batch,
+            password_file,
+            tls,
+        } = self;
+        f.debug_struct("PostgresConfig")
+            .field("url", &redact_url(url))
+            .field("pool_size", pool_size)
+            .field("migrate_on_start", migrate_on_start)
+            .field("lookup_on_miss", lookup_on_miss)
+            .field("claims", claims)
+            .field("statement_timeout", statement_timeout)
+            .field("batch_max", batch_max)
+            .field("retry_queue", retry_queue)
+            .field("retry_queue_bytes", retry_queue_bytes)
+            .field("reap_interval", reap_interval)
+            .field("reap_batch", reap_batch)
+            .field("password_file", password_file)
+            .field("tls", tls)
+            .finish()
+    }
+}
+
+impl fmt::Debug for AdminConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let AdminConfig { token, token_file } = self;
+        f.debug_struct("AdminConfig")
+            .field("token", &hidden(token))
+            .field("token_file", token_file)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, PostgresConfig};
+
+    #[test]
+    fn debug_of_the_config_shows_no_password_or_token() {
+        let mut c = Config::default();
+        c.admin.token = Some("tok-SECRET-1".into());
+        c.redis.url = "rediss://gw:redis-SECRET-2@h:6380".into();
+        c.redis.nodes = vec!["redis://u:node-SECRET-3@n1:7000".into()];
+        c.redis.sentinel.nodes = vec!["redis://:sent-SECRET-4@s1:26379".into()];
+        c.redis.sentinel.password = Some("sentpw-SECRET-5".into());
+        c.postgres = Some(PostgresConfig {
+            url: "postgres://u:pg-SECRET-6@h/db?sslpassword=ssl-SECRET-7".into(),
+            ..PostgresConfig::default()
+        });
+        let shown = format!("{c:?} {:#?}", c.redis);
+        assert!(!shown.contains("SECRET"), "{shown}");
+        for kept in [
+            "rediss://gw:***@h:6380",
+            "redis://u:***@n1:7000",
+            "redis://:***@s1:26379",
+            "postgres://u:***@h/db?sslpassword=***",
+            "token: Some(\"***\")",
+            "pool_size",
+        ] {
+            assert!(shown.contains(kept), "{kept} in {shown}");
+        }
+    }
+}
