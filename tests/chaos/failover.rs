@@ -100,16 +100,26 @@ pub async fn cluster_primary_killed(name: String, d: Durability, wait_replicas: 
     let mut stack = Stack::start(options(Topology::Cluster, d, wait_replicas)).await;
     let mut run = start(in_flight_heavy(&name, &stack));
     run.at(3000).await;
-    let (victim, failover_ms) = tokio::task::block_in_place(|| {
+    let (victim, failover_ms, link, lag) = tokio::task::block_in_place(|| {
         let cluster = stack.redis_cluster.as_mut().unwrap();
         let victim = cluster.primary_for_slot(0);
         let replica = cluster
             .replica_of(victim)
             .expect("the victim has a replica");
+        // The replica's state at the kill: a replica not yet synced (never linked) is
+        // promoted all the same (`cluster-replica-validity-factor 0`) with nothing.
+        let offset = |i: usize, f: &str| {
+            (cluster.nodes()[i].info(f))
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(-1)
+        };
+        let link = cluster.nodes()[replica].info("master_link_status");
+        let lag = offset(victim, "master_repl_offset") - offset(replica, "slave_repl_offset");
         let t = Instant::now();
         cluster.kill(victim);
+        // The old primary is started again only after this: it rejoins as a replica.
         cluster.wait_primary(replica, Duration::from_secs(20));
-        (victim, t.elapsed().as_millis())
+        (victim, t.elapsed().as_millis(), link, lag)
     });
     run.at(6000).await;
     tokio::task::block_in_place(|| {
@@ -119,9 +129,11 @@ pub async fn cluster_primary_killed(name: String, d: Durability, wait_replicas: 
     });
     let plans = run.plans().await;
     let mut report = finish(&name, &mut stack, &run, &plans, expect_for(d)).await;
-    report
-        .notes
-        .push(format!("replica promoted {failover_ms} ms after the kill"));
+    report.notes.push(format!(
+        "replica link {} and {lag} bytes behind at the kill; promoted {failover_ms} ms after \
+         the kill",
+        link.unwrap_or_default()
+    ));
     wait_notes(&mut stack, &mut report).await;
     report
 }
