@@ -69,6 +69,12 @@ async fn completion_mean_us(stack: &mut Stack) -> (f64, f64) {
 }
 
 async fn wait_notes(stack: &mut Stack, report: &mut Report) {
+    // Completions that failed (the shard had no primary): their client got the
+    // upstream's response all the same, but nothing was stored.
+    let unstored = stack.logs().matches("could not store the response").count();
+    report
+        .notes
+        .push(format!("completions not stored (logged) {unstored}"));
     let (mean, count) = completion_mean_us(stack).await;
     let short = stack.metric_sum("idemgate_redis_wait_short_total").await;
     report.notes.push(format!(
