@@ -15,14 +15,11 @@ use tempfile::TempDir;
 use crate::net::free_port;
 
 /// `redis-server` on 127.0.0.1:`port` with its files in `dir`, without RDB snapshots or
-/// AOF; callers append their own arguments (later ones win). A replica (re)joining is
-/// synced at once (`repl-diskless-sync-delay 0`; Redis' default waits 5 s for more
-/// replicas, and until then `WAIT` does not count it).
+/// AOF; callers append their own arguments (later ones win).
 pub fn command(port: u16, dir: &Path) -> Command {
     let mut cmd = Command::new("redis-server");
     cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no"])
-        .args(["--repl-diskless-sync-delay", "0"])
         .arg("--dir")
         .arg(dir);
     cmd

@@ -34,6 +34,22 @@ fn options(topology: Topology, d: Durability, wait_replicas: bool) -> Options {
     }
 }
 
+/// Replicas (re)joining are synced at once (Redis' default waits 5 s, during which
+/// `WAIT` does not count them): set on every running data node after the start.
+fn sync_at_once(stack: &Stack) {
+    let set = ["CONFIG", "SET", "repl-diskless-sync-delay", "0"];
+    if let Some(c) = stack.redis_cluster.as_ref() {
+        for i in 0..c.nodes().len() {
+            c.cli(i, &set);
+        }
+    }
+    if let Some(s) = stack.sentinels.as_ref() {
+        for n in s.servers() {
+            n.cli(&set);
+        }
+    }
+}
+
 /// Keys spend 50-250 ms in the upstream, so many leases are live when the fault hits.
 fn in_flight_heavy(scenario: &str, stack: &Stack) -> Workload {
     let mut w = Workload::new(scenario, vec![stack.front()]);
@@ -104,6 +120,7 @@ fn client_errors(run: &crate::harness::Running) -> Vec<String> {
 /// cluster (node timeout 1 s); the old primary comes back 3 s later, empty, as a replica.
 pub async fn cluster_primary_killed(name: String, d: Durability, wait_replicas: bool) -> Report {
     let mut stack = Stack::start(options(Topology::Cluster, d, wait_replicas)).await;
+    tokio::task::block_in_place(|| sync_at_once(&stack));
     let mut run = start(in_flight_heavy(&name, &stack));
     run.at(3000).await;
     let (victim, failover_ms, link, lag) = tokio::task::block_in_place(|| {
@@ -197,6 +214,7 @@ pub async fn cluster_resharded(name: String) -> Report {
 /// (down-after 1 s); the old primary comes back 3 s later, empty, and is made a replica.
 pub async fn sentinel_failover(name: String, d: Durability, wait_replicas: bool) -> Report {
     let mut stack = Stack::start(options(Topology::Sentinel, d, wait_replicas)).await;
+    tokio::task::block_in_place(|| sync_at_once(&stack));
     let mut run = start(in_flight_heavy(&name, &stack));
     run.at(3000).await;
     let (victim, failover_ms) = tokio::task::block_in_place(|| {
