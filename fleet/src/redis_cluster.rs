@@ -72,7 +72,8 @@ impl RedisCluster {
     }
 
     /// Waits until every running node says `cluster_state:ok` and sees every other
-    /// running node as connected; panics after `within`.
+    /// running node as connected, and every running replica's link to its primary is up
+    /// (synced: `WAIT` counts it); panics after `within`.
     pub fn wait_ok(&self, within: Duration) {
         let deadline = Instant::now() + within;
         loop {
@@ -98,8 +99,11 @@ impl RedisCluster {
         running.iter().all(|n| {
             let info = n.cli(&["CLUSTER", "INFO"]);
             let nodes = n.cli(&["CLUSTER", "NODES"]);
+            let synced = n.info("role").as_deref() != Some("slave")
+                || n.info("master_link_status").as_deref() == Some("up");
             info.contains("cluster_state:ok")
                 && info.contains("cluster_slots_ok:16384")
+                && synced
                 && running.iter().all(|m| {
                     nodes.lines().any(|l| {
                         l.contains(&format!("127.0.0.1:{}@", m.port))

@@ -34,6 +34,22 @@ fn options(topology: Topology, d: Durability, wait_replicas: bool) -> Options {
     }
 }
 
+/// Replicas (re)joining are synced at once (Redis' default waits 5 s, during which
+/// `WAIT` does not count them): set on every running data node after the start.
+fn sync_at_once(stack: &Stack) {
+    let set = ["CONFIG", "SET", "repl-diskless-sync-delay", "0"];
+    if let Some(c) = stack.redis_cluster.as_ref() {
+        for i in 0..c.nodes().len() {
+            c.cli(i, &set);
+        }
+    }
+    if let Some(s) = stack.sentinels.as_ref() {
+        for n in s.servers() {
+            n.cli(&set);
+        }
+    }
+}
+
 /// Keys spend 50-250 ms in the upstream, so many leases are live when the fault hits.
 fn in_flight_heavy(scenario: &str, stack: &Stack) -> Workload {
     let mut w = Workload::new(scenario, vec![stack.front()]);
@@ -69,6 +85,12 @@ async fn completion_mean_us(stack: &mut Stack) -> (f64, f64) {
 }
 
 async fn wait_notes(stack: &mut Stack, report: &mut Report) {
+    // Completions that failed (the shard had no primary): their client got the
+    // upstream's response all the same, but nothing was stored.
+    let unstored = stack.logs().matches("could not store the response").count();
+    report
+        .notes
+        .push(format!("completions not stored (logged) {unstored}"));
     let (mean, count) = completion_mean_us(stack).await;
     let short = stack.metric_sum("idemgate_redis_wait_short_total").await;
     report.notes.push(format!(
@@ -98,18 +120,29 @@ fn client_errors(run: &crate::harness::Running) -> Vec<String> {
 /// cluster (node timeout 1 s); the old primary comes back 3 s later, empty, as a replica.
 pub async fn cluster_primary_killed(name: String, d: Durability, wait_replicas: bool) -> Report {
     let mut stack = Stack::start(options(Topology::Cluster, d, wait_replicas)).await;
+    tokio::task::block_in_place(|| sync_at_once(&stack));
     let mut run = start(in_flight_heavy(&name, &stack));
     run.at(3000).await;
-    let (victim, failover_ms) = tokio::task::block_in_place(|| {
+    let (victim, failover_ms, link, lag) = tokio::task::block_in_place(|| {
         let cluster = stack.redis_cluster.as_mut().unwrap();
         let victim = cluster.primary_for_slot(0);
         let replica = cluster
             .replica_of(victim)
             .expect("the victim has a replica");
+        // The replica's state at the kill: a replica not yet synced (never linked) is
+        // promoted all the same (`cluster-replica-validity-factor 0`) with nothing.
+        let offset = |i: usize, f: &str| {
+            (cluster.nodes()[i].info(f))
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(-1)
+        };
+        let link = cluster.nodes()[replica].info("master_link_status");
+        let lag = offset(victim, "master_repl_offset") - offset(replica, "slave_repl_offset");
         let t = Instant::now();
         cluster.kill(victim);
+        // The old primary is started again only after this: it rejoins as a replica.
         cluster.wait_primary(replica, Duration::from_secs(20));
-        (victim, t.elapsed().as_millis())
+        (victim, t.elapsed().as_millis(), link, lag)
     });
     run.at(6000).await;
     tokio::task::block_in_place(|| {
@@ -119,9 +152,11 @@ pub async fn cluster_primary_killed(name: String, d: Durability, wait_replicas: 
     });
     let plans = run.plans().await;
     let mut report = finish(&name, &mut stack, &run, &plans, expect_for(d)).await;
-    report
-        .notes
-        .push(format!("replica promoted {failover_ms} ms after the kill"));
+    report.notes.push(format!(
+        "replica link {} and {lag} bytes behind at the kill; promoted {failover_ms} ms after \
+         the kill",
+        link.unwrap_or_default()
+    ));
     wait_notes(&mut stack, &mut report).await;
     report
 }
@@ -179,6 +214,7 @@ pub async fn cluster_resharded(name: String) -> Report {
 /// (down-after 1 s); the old primary comes back 3 s later, empty, and is made a replica.
 pub async fn sentinel_failover(name: String, d: Durability, wait_replicas: bool) -> Report {
     let mut stack = Stack::start(options(Topology::Sentinel, d, wait_replicas)).await;
+    tokio::task::block_in_place(|| sync_at_once(&stack));
     let mut run = start(in_flight_heavy(&name, &stack));
     run.at(3000).await;
     let (victim, failover_ms) = tokio::task::block_in_place(|| {

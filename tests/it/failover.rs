@@ -281,3 +281,85 @@ async fn cost_of_wait_replicas() {
     }
     let _ = client.quit().await;
 }
+
+/// With a healthy replica linked directly (no proxy), `WAIT 1` after the completion
+/// script comes back as soon as the replica acknowledges (milliseconds on loopback),
+/// sequentially and with many completions sharing the pool's connections: never the
+/// `redis.wait_timeout`.
+async fn wait_returns_on_the_ack(cfg: RedisConfig) {
+    let wait = std::sync::Arc::new(ReplicaWait::connect(&cfg).await.unwrap().unwrap());
+    let script = std::sync::Arc::new(Script::from_lua(
+        "redis.call('SET', KEYS[1], ARGV[1]) return 1",
+    ));
+    let started = Instant::now();
+    for i in 0..20 {
+        let t = Instant::now();
+        let (_, replicated) = wait
+            .run(&script, &format!("seq-{i}"), vec!["v".into()])
+            .await
+            .unwrap();
+        assert_eq!(replicated, Replicated::Acknowledged, "WAIT #{i}");
+        assert!(
+            t.elapsed() < Duration::from_millis(500),
+            "WAIT #{i} took {:?}",
+            t.elapsed()
+        );
+    }
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let (wait, script) = (wait.clone(), script.clone());
+        tasks.push(tokio::spawn(async move {
+            let t = Instant::now();
+            let (_, replicated) = wait
+                .run(&script, &format!("par-{i}"), vec!["v".into()])
+                .await
+                .unwrap();
+            (replicated, t.elapsed())
+        }));
+    }
+    let mut slowest = Duration::ZERO;
+    for t in tasks {
+        let (replicated, took) = t.await.unwrap();
+        assert_eq!(replicated, Replicated::Acknowledged);
+        slowest = slowest.max(took);
+    }
+    assert!(
+        slowest < Duration::from_millis(1500),
+        "slowest concurrent WAIT {slowest:?}"
+    );
+    println!(
+        "220 completions with WAIT in {:?}, slowest concurrent {slowest:?}",
+        started.elapsed()
+    );
+    wait.quit().await;
+}
+
+#[tokio::test]
+async fn wait_returns_on_the_replicas_ack_not_the_timeout() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while replica.info("master_link_status").as_deref() != Some("up") {
+        assert!(Instant::now() < deadline, "replica never linked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut cfg = config(&primary, 1);
+    cfg.wait_timeout = Duration::from_secs(2);
+    wait_returns_on_the_ack(cfg).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_returns_on_the_replicas_ack_in_a_cluster() {
+    let cluster = tokio::task::spawn_blocking(idemgate_fleet::RedisCluster::start)
+        .await
+        .unwrap();
+    let cfg = RedisConfig {
+        mode: idemgate::config::RedisMode::Cluster,
+        nodes: cluster.seed_urls(),
+        wait_replicas: 1,
+        wait_timeout: Duration::from_secs(2),
+        command_timeout: Duration::from_secs(3),
+        ..RedisConfig::default()
+    };
+    wait_returns_on_the_ack(cfg).await;
+}
