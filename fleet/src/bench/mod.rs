@@ -4,9 +4,9 @@
 //! replicas between rows while the stores keep running. The driver only measures; every
 //! process it measures is started here:
 //!
-//! - `redis`: no persistence, `noeviction`, and the warmth marker
-//!   `idemgate:warm-since` two days in the past (older than the longest ttl), so that
-//!   `lookup_on_miss = "when_cold"` counts Redis as warm;
+//! - `redis`: no persistence, `noeviction`, and every per-slot warmth marker two days
+//!   in the past with the server's `run_id` (older than the longest ttl; [`warm`]), so
+//!   that `lookup_on_miss = "when_cold"` counts Redis as warm;
 //! - `postgres`: a fresh cluster per start (initdb), durable defaults (`fsync`,
 //!   `synchronous_commit` on), placed as `make up` places it ([`crate::local`]'s
 //!   cluster: under /var/tmp when the `postgres` account cannot reach the checkout);
@@ -21,6 +21,7 @@
 mod cli;
 mod gateway_config;
 pub mod peer;
+mod warm;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -158,7 +159,7 @@ impl Bench {
         Ok(())
     }
 
-    /// Redis, with the warmth marker set.
+    /// Redis, with every per-slot warmth marker backdated two days (see [`warm`]).
     pub fn start_redis(&self) -> Res {
         let dir = self.state.join("redis");
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -171,19 +172,7 @@ impl Bench {
             .map_err(|e| e.to_string())?
             .as_millis()
             - 2 * 86_400_000;
-        let set = Command::new("redis-cli")
-            .args([
-                "-p",
-                &ports::REDIS.to_string(),
-                "SET",
-                "idemgate:warm-since",
-            ])
-            .arg(since_ms.to_string())
-            .output()
-            .map_err(|e| format!("redis-cli: {e}"))?;
-        if !String::from_utf8_lossy(&set.stdout).contains("OK") {
-            return Err("could not set idemgate:warm-since".into());
-        }
+        warm::backdate_markers(ports::REDIS, "idemgate", since_ms)?;
         Ok(())
     }
 
