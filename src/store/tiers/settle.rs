@@ -41,7 +41,7 @@ impl Stores {
         ttl: Duration,
     ) -> Result<Completion, StoreError> {
         // Sealed once, from the one encoding: both tiers store the same bytes.
-        let sealed = self.0.sealing.seal(&response.compact, binding(lease));
+        let sealed = self.0.sealing.seal(&response.bytes, binding(lease));
         let record = || {
             let (status, headers, body) = stored_columns(response, sealed.clone());
             CompletedRecord {
@@ -62,7 +62,7 @@ impl Stores {
                 self.complete_in_postgres(pg, lease, record()).await
             }
             Home::Redis { also_in_postgres } => {
-                let encoded = sealed.clone().unwrap_or_else(|| response.bytes.clone());
+                let encoded = sealed.as_ref().unwrap_or(&response.bytes);
                 let in_redis = retry_redis(|| {
                     (self.0.redis).complete(
                         &lease.redis_key,
