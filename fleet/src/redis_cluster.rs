@@ -19,7 +19,9 @@ pub struct RedisCluster {
     nodes: Vec<RedisServer>,
 }
 
-fn cluster_args() -> Vec<String> {
+/// The arguments that make a `redis-server` a cluster node (after
+/// [`crate::redis::command`]); later arguments win.
+pub(crate) fn cluster_args() -> Vec<String> {
     vec![
         "--cluster-enabled".into(),
         "yes".into(),
@@ -59,16 +61,8 @@ impl RedisCluster {
     }
 
     fn create(&self, replicas: usize) -> bool {
-        let mut cmd = Command::new("redis-cli");
-        cmd.args(["--cluster", "create"]);
-        for n in &self.nodes {
-            cmd.arg(format!("127.0.0.1:{}", n.port));
-        }
-        cmd.args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]);
-        match cmd.output() {
-            Ok(out) => out.status.success(),
-            Err(e) => panic!("redis-cli must be on PATH: {e}"),
-        }
+        let ports: Vec<u16> = self.nodes.iter().map(|n| n.port).collect();
+        create_on(&ports, replicas).is_ok()
     }
 
     /// Waits until every running node says `cluster_state:ok` and sees every other
@@ -237,6 +231,55 @@ impl RedisCluster {
     }
 }
 
+/// Joins the empty cluster nodes listening on `ports` (127.0.0.1) into one cluster with
+/// `replicas` replicas per primary (`redis-cli --cluster create ... --cluster-yes`);
+/// redis-cli's output on failure. Used by [`RedisCluster`] and by the detached nodes of
+/// `make bench` (`crate::bench`), which start their own processes on fixed ports.
+pub(crate) fn create_on(ports: &[u16], replicas: usize) -> Result<(), String> {
+    let mut cmd = Command::new("redis-cli");
+    cmd.args(["--cluster", "create"]);
+    cmd.args(ports.iter().map(|p| format!("127.0.0.1:{p}")));
+    cmd.args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]);
+    let out = cmd
+        .output()
+        .map_err(|e| format!("redis-cli must be on PATH: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    ))
+}
+
+/// Whether every node on `ports` says `cluster_state:ok` with all 16,384 slots served
+/// and sees every other one as connected (a cluster without replicas: no link to wait
+/// for).
+pub(crate) fn is_ok_on(ports: &[u16]) -> bool {
+    let cli = |port: u16, args: &[&str]| {
+        Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    ports.iter().all(|&p| {
+        let info = cli(p, &["CLUSTER", "INFO"]);
+        let nodes = cli(p, &["CLUSTER", "NODES"]);
+        info.contains("cluster_state:ok")
+            && info.contains("cluster_slots_ok:16384")
+            && ports.iter().all(|m| {
+                nodes.lines().any(|l| {
+                    l.contains(&format!("127.0.0.1:{m}@"))
+                        && l.contains("connected")
+                        && !l.contains("fail")
+                })
+            })
+    })
+}
+
 /// The port of the primary serving `slot` from a `CLUSTER NODES` listing.
 fn slot_owner_from_nodes(nodes: &str, slot: u16) -> Option<u16> {
     nodes.lines().find_map(|l| {
@@ -270,6 +313,25 @@ fn parse_slot_ranges(line: &str) -> Vec<(u16, u16)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn create_on_joins_three_primaries_without_replicas() {
+        let args = cluster_args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_with(&args)).collect();
+        let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+        assert!(!is_ok_on(&ports), "not a cluster before create");
+        create_on(&ports, 0).expect("redis-cli --cluster create");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !is_ok_on(&ports) {
+            assert!(Instant::now() < deadline, "cluster not ok");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for n in &nodes {
+            assert!(n.cli(&["ROLE"]).starts_with("master"));
+        }
+        assert!(create_on(&ports, 0).is_err(), "nodes already in a cluster");
+    }
 
     #[test]
     fn parses_slot_owner() {
