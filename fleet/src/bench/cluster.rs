@@ -26,8 +26,14 @@ pub fn is_shard(name: &str) -> bool {
 
 impl Bench {
     /// Three empty cluster nodes on [`ports::REDIS_CLUSTER`], joined into one cluster of
-    /// three primaries; every node stopped again if any step fails.
+    /// three primaries; refused (nothing touched) while any node runs; every node stopped
+    /// again if a later step fails.
     pub fn start_redis_cluster(&self) -> Res {
+        if let Some((name, pid)) = self.running().into_iter().find(|(n, _)| is_shard(n)) {
+            return Err(format!(
+                "{name} is already running (pid {pid}); stop redis-cluster first"
+            ));
+        }
         let all = ["redis-cluster".to_string()];
         self.start_cluster_nodes()
             .and_then(|()| self.join_cluster())
