@@ -10,7 +10,8 @@ This script measures, scrapes and renders; it starts no process it measures. The
 launcher (`idemgate-fleet bench`, fleet/src/bench/) starts and stops every part on
 loopback, on fixed ports (refused if taken), with state and logs under .state/bench/:
 a fresh Redis and a fresh Postgres cluster (initdb, fsync on), the demo upstream,
-nginx, the peer, HAProxy and gateway replicas with each row's configuration. For the
+nginx, the peer, HAProxy and gateway replicas with each row's configuration, and for
+the Redis Cluster rows a cluster of three primaries (started for those rows only). For the
 same request (POST /v1/payments, or /URL_UP on the peer; a 31-byte JSON body, an
 Idempotency-Key) it measures:
 
@@ -18,6 +19,9 @@ Idempotency-Key) it measures:
   * latency at a fixed rate: k6 constant-arrival-rate (open loop), LAT_RATE req/s
     for LAT_DURATION, p50/p99 and p99 added over the direct upstream;
   * peak RSS (VmHWM) of every replica, CPU used by each process, gateway metrics;
+  * per Redis node (the one Redis, or each cluster primary): `INFO cpu` and
+    `INFO commandstats` before and after each run, for the per-shard table and the
+    projected Redis-bound capacity (nodes x what one node's core serves);
   * `perf stat` of every process of the chain (CPU, context switches, syscalls per
     request) for direct, nginx, replay and first execution, and a `perf record` of
     the gateway (DWARF call chains) during the replay and first-execution paths.
@@ -979,7 +983,7 @@ def render_shards(rows):
         return []
     out = ["Redis per node, one Redis beside a Redis Cluster of 3 primaries (no replicas), from each node's "
            "`INFO cpu` (main-thread CPU) and `INFO commandstats` (script calls: EVALSHA/EVAL) read before and "
-           "after each run; median run of each row. Everything shares the same 2 cores, so the cluster rows "
+           "after each run; median run of each row (the one-node rows read the one Redis the same way). Everything shares the same 2 cores, so the cluster rows "
            "cannot show scaling: their req/s is capped by the gateway, wrk and the upstream, not by Redis. "
            "What they do show is what one Redis core spends per request on its shard. "
            "*One core serves* = script calls (or requests) per second of that node's main-thread CPU, "
@@ -989,7 +993,8 @@ def render_shards(rows):
            "measurement. It assumes keys spread evenly over the slots (see each node's share), gateways, "
            "network and clients that keep up, and CPU per call that stays flat up to a full core "
            "(batching usually lowers it under more load).\n",
-           "| path | Redis | requests (median run) | script calls / request (commands) | Redis CPU µs / request "
+           "| path | Redis | requests (median run) | script calls / request (commands, those inside scripts "
+           "included) | Redis main-thread CPU µs / request "
            "(all nodes) | per node: share of script calls, main-thread cores, CPU µs per script call "
            "(µs inside scripts) | one core serves: script calls/s | one core serves: requests/s | "
            "claim-script calls/s one core serves | **projected** Redis-bound req/s (nodes × one core) |",
