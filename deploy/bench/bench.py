@@ -995,14 +995,16 @@ def render_shards(rows):
            "(batching usually lowers it under more load).\n",
            "| path | Redis | requests (median run) | script calls / request (commands, those inside scripts "
            "included) | Redis main-thread CPU µs / request "
-           "(all nodes) | per node: share of script calls, main-thread cores, CPU µs per script call "
-           "(µs inside scripts) | one core serves: script calls/s | one core serves: requests/s | "
+           "(all nodes) | per node: share of script calls = claim-script calls it served, main-thread cores, "
+           "main-thread CPU µs per request it served and per script call (µs inside scripts) | one core serves: script calls/s | one core serves: requests/s | "
            "claim-script calls/s one core serves | **projected** Redis-bound req/s (nodes × one core) |",
            "|---|---|---:|---:|---:|---|---:|---:|---:|---:|"]
     for r, f in figs:
         topo = f"cluster, {len(f['nodes'])} primaries" if r.get("redis") == "cluster" else "one node"
-        nodes = "; ".join(f"{p['port']}: {p['share'] * 100:.1f}%, {p['cores']:.2f} cores, "
-                          f"{p['cpu_us_per_call']:.1f} µs ({p['script_us'] / p['calls']:.1f})" for p in f["nodes"])
+        nodes = "; ".join(f"{p['port']}: {p['share'] * 100:.1f}% = {p['calls'] / f['scripts_per_req'] * f['claims_per_req']:.0f} "
+                          f"claims, {p['cores']:.2f} cores, {p['cpu_us_per_call'] * f['scripts_per_req']:.1f} µs/request, "
+                          f"{p['cpu_us_per_call']:.1f} µs/script call ({p['script_us'] / p['calls']:.1f})"
+                          for p in f["nodes"])
         low = f["low"]
         out.append(f"| {r['id']} | {topo} | {f['requests']} | {f['scripts_per_req']:.2f} ({f['cmds_per_req']:.2f}) | "
                    f"{f['cpu_us_per_req']:.1f} | {nodes} | {low['calls_per_core_s']:.0f} | "
