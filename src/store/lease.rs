@@ -5,7 +5,9 @@
 //!
 //! The lease's owner is the gateway, not a client connection: see `Stores::claim`.
 
-use std::time::Duration;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use super::{StoreError, Stores};
 use crate::idempotency::{
@@ -27,6 +29,11 @@ pub struct Held {
     pub(crate) fingerprint: Fingerprint,
     /// Grows with every acquisition of this key; forwarded as `Idempotency-Fencing-Token`.
     pub(crate) fence: i64,
+    /// When this replica took the lease (just after the claim answered).
+    pub(crate) claimed_at: Instant,
+    /// Milliseconds after `claimed_at` at which the lease runs out, as far as this
+    /// replica knows: the claim's `lock_ttl`, pushed out by every heartbeat that landed.
+    pub(crate) runs_out_ms: AtomicU64,
 }
 
 impl Held {
@@ -52,7 +59,51 @@ impl Held {
 
     /// Pushes the lease out by `lease` (the heartbeat); false if it is not ours any more.
     pub async fn extend(&self, lease: Duration) -> Result<bool, StoreError> {
-        self.stores.extend(self, lease).await
+        let sent = self.claimed_at.elapsed();
+        let held = self.stores.extend(self, lease).await?;
+        if held {
+            let until = u64::try_from((sent + lease).as_millis()).unwrap_or(u64::MAX);
+            self.runs_out_ms.fetch_max(until, Ordering::Relaxed);
+        }
+        Ok(held)
+    }
+
+    /// When the lease runs out unless another heartbeat lands: counted from when the
+    /// claim answered or the last extension was sent, so slightly late, never early
+    /// by more than the claim's own round trip. It bounds how long settling keeps
+    /// retrying; the stores' token checks, not this clock, keep a late write out.
+    pub fn runs_out_at(&self) -> Instant {
+        self.claimed_at + Duration::from_millis(self.runs_out_ms.load(Ordering::Relaxed))
+    }
+
+    /// Runs `call` (the upstream call, or storing its response) while a heartbeat
+    /// extends the lease every third of `lock_ttl`, so a slow call or a slow store
+    /// does not let the lease run out under it and a duplicate run.
+    pub async fn with_heartbeat<T>(&self, call: impl Future<Output = T>) -> T {
+        let every = self.lock_ttl / 3;
+        // A pinned `Sleep`, not an `Interval`: no allocation on this per-request path.
+        let beat = tokio::time::sleep(every);
+        tokio::pin!(beat, call);
+        let mut lost = false;
+        loop {
+            tokio::select! {
+                answer = &mut call => return answer,
+                () = &mut beat => {
+                    match self.extend(self.lock_ttl).await {
+                        Ok(true) => {}
+                        Ok(false) if !lost => {
+                            lost = true;
+                            tracing::warn!("lease lost while held: this execution's result \
+                                will not overwrite another's");
+                        }
+                        Ok(false) => {}
+                        Err(e) => tracing::warn!(error = %e,
+                            "could not extend the lease; retrying at the next beat"),
+                    }
+                    beat.as_mut().reset(tokio::time::Instant::now() + every);
+                }
+            }
+        }
     }
 }
 
@@ -113,7 +164,10 @@ impl Lease {
         ttl: Duration,
     ) -> Result<Completion, StoreError> {
         let held = self.into_held();
-        held.stores.complete(&held, response, ttl).await
+        // Storing can take longer than a lease (a slow store, a failover): the heartbeat
+        // keeps it ours meanwhile, as it did during the upstream call.
+        held.with_heartbeat(held.stores.complete(&held, response, ttl))
+            .await
     }
 
     /// Drops the lease so that a retry runs the request again.

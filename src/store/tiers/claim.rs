@@ -112,6 +112,10 @@ impl Stores {
             record: ask.record,
             fingerprint: ask.fingerprint,
             fence,
+            claimed_at: std::time::Instant::now(),
+            runs_out_ms: u64::try_from(route.policy.settings.lock_ttl.as_millis())
+                .unwrap_or(u64::MAX)
+                .into(),
         })
     }
 

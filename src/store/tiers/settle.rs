@@ -63,7 +63,7 @@ impl Stores {
             }
             Home::Redis { also_in_postgres } => {
                 let encoded = sealed.as_ref().unwrap_or(&response.bytes);
-                let in_redis = retry_redis(|| {
+                let complete = || {
                     (self.0.redis).complete(
                         &lease.redis_key,
                         &lease.token,
@@ -71,8 +71,15 @@ impl Stores {
                         ttl,
                         &lease.fingerprint,
                     )
-                })
-                .await;
+                };
+                let in_redis = match self.0.postgres {
+                    // Postgres takes the record if Redis cannot: three tries are enough.
+                    Some(_) => retry_redis(complete).await,
+                    // Redis only: a response Redis does not take is not stored anywhere,
+                    // and the key runs again after its lease. Keep trying while the
+                    // lease lasts (a failover promotes a replica within it).
+                    None => retry_within_lease(lease, complete).await,
+                };
                 // Lost in Redis: with claims only in Redis, the other holder's answer is
                 // the one to keep. With claims written through, Postgres is the
                 // authority: its token check decides (another request may have taken
@@ -212,6 +219,38 @@ where
             }
             _ => break,
         }
+    }
+    result
+}
+
+/// Runs a completion script until Redis answers or the lease runs out (the heartbeat
+/// pushes that out whenever it lands): at least the three tries of [`retry_redis`],
+/// then every 500 ms. Used when Redis is the only store, where giving up means the
+/// response is lost and the key runs twice. Retrying past the lease would be safe (the
+/// script's token check refuses a lease that is no longer ours) but pointless.
+async fn retry_within_lease<T, F, Fut>(lease: &Held, mut call: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut result = call().await;
+    let mut tries = 1;
+    while matches!(&result, Err(e) if e.is_redis()) {
+        let pause = Duration::from_millis(match tries {
+            1 => 50,
+            2 => 150,
+            _ => 500,
+        });
+        if tries >= 3 && Instant::now() + pause >= lease.runs_out_at() {
+            break;
+        }
+        if tries == 3 {
+            tracing::warn!(key_hash = %lease.record.short(),
+                "redis did not take the response in three tries; retrying while the lease lasts");
+        }
+        tokio::time::sleep(pause).await;
+        result = call().await;
+        tries += 1;
     }
     result
 }

@@ -1,0 +1,78 @@
+//! Storing a response outlasting the store's bad moments: the heartbeat runs while a
+//! response is stored, and with Redis as the only store a completion keeps trying
+//! while the lease lasts (a failover promotes a replica within it), instead of
+//! answering a response that is stored nowhere, whose key would run again.
+
+use std::time::{Duration, Instant};
+
+use fred::prelude::{ClientLike, Value};
+
+use crate::support::{read, stack, RedisServer};
+
+/// Makes Redis refuse every write (`-NOREPLICAS`: it has no replica), as a primary
+/// that lost its role refuses them during a failover, or lets them through again.
+async fn refuse_writes(redis: &RedisServer, refuse: bool) {
+    let admin = redis.client().await;
+    let n = if refuse { "1" } else { "0" };
+    let _: Value = admin
+        .custom(
+            fred::cmd!("CONFIG"),
+            vec!["SET", "min-replicas-to-write", n],
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn redis_only_completion_is_retried_while_the_lease_lasts() {
+    // Three tries take about 0.2 s; writes are refused for 2.5 s. Before, the client
+    // got the upstream's answer, nothing was stored, and the key answered 409 until
+    // its lease ran out, then ran again.
+    let (redis, upstream, app) = stack("[idempotency]\nlock_ttl = \"10s\"\n").await;
+    upstream.set_delay(Duration::from_millis(500));
+    let started = Instant::now();
+    let first = tokio::spawn(app.post("failover", "{\"amount\":1}").send());
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    refuse_writes(&redis, true).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    refuse_writes(&redis, false).await;
+    let (status, _, body) = read(first.await.unwrap().unwrap()).await;
+    assert_eq!(status, 201);
+    assert!(
+        started.elapsed() >= Duration::from_millis(2700),
+        "answered after {:?}, while writes were still refused",
+        started.elapsed()
+    );
+    let (_, headers, again) =
+        read(app.post("failover", "{\"amount\":1}").send().await.unwrap()).await;
+    assert_eq!(
+        headers["idempotent-replayed"], "true",
+        "stored once Redis took writes again"
+    );
+    assert_eq!(again, body);
+    assert_eq!(upstream.executions(), 1);
+}
+
+#[tokio::test]
+async fn redis_only_completion_gives_up_when_the_lease_runs_out() {
+    // Writes refused for longer than the lease: the client is answered (unstored) at
+    // about the lease's end, not held until Redis comes back.
+    let (redis, upstream, app) = stack("[idempotency]\nlock_ttl = \"1500ms\"\n").await;
+    upstream.set_delay(Duration::from_millis(300));
+    let started = Instant::now();
+    let first = tokio::spawn(app.post("outage", "{}").send());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    refuse_writes(&redis, true).await;
+    let (status, _, _) = read(first.await.unwrap().unwrap()).await;
+    let took = started.elapsed();
+    refuse_writes(&redis, false).await;
+    assert_eq!(
+        status, 201,
+        "the upstream acted: its client gets its answer"
+    );
+    assert!(
+        took >= Duration::from_millis(1000) && took < Duration::from_millis(3000),
+        "answered after {took:?}: should be about the lease's end (1.5 s after the claim)"
+    );
+    assert_eq!(upstream.executions(), 1);
+}
