@@ -9,7 +9,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::redis::RedisServer;
+use crate::redis::{cli_at, info_at, RedisServer};
 
 /// How long a node may be unreachable before the cluster fails it over.
 pub const NODE_TIMEOUT_MS: u64 = 1000;
@@ -19,7 +19,9 @@ pub struct RedisCluster {
     nodes: Vec<RedisServer>,
 }
 
-fn cluster_args() -> Vec<String> {
+/// The arguments that make a `redis-server` a cluster node (after
+/// [`crate::redis::command`]; the local fleet appends its own node timeout).
+pub(crate) fn cluster_args() -> Vec<String> {
     vec![
         "--cluster-enabled".into(),
         "yes".into(),
@@ -59,16 +61,8 @@ impl RedisCluster {
     }
 
     fn create(&self, replicas: usize) -> bool {
-        let mut cmd = Command::new("redis-cli");
-        cmd.args(["--cluster", "create"]);
-        for n in &self.nodes {
-            cmd.arg(format!("127.0.0.1:{}", n.port));
-        }
-        cmd.args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]);
-        match cmd.output() {
-            Ok(out) => out.status.success(),
-            Err(e) => panic!("redis-cli must be on PATH: {e}"),
-        }
+        let ports: Vec<u16> = self.nodes.iter().map(|n| n.port).collect();
+        create_on(&ports, replicas).is_ok()
     }
 
     /// Waits until every running node says `cluster_state:ok` and sees every other
@@ -95,23 +89,11 @@ impl RedisCluster {
     }
 
     fn is_ok(&self) -> bool {
-        let running: Vec<&RedisServer> = self.nodes.iter().filter(|n| n.is_running()).collect();
-        running.iter().all(|n| {
-            let info = n.cli(&["CLUSTER", "INFO"]);
-            let nodes = n.cli(&["CLUSTER", "NODES"]);
-            let synced = n.info("role").as_deref() != Some("slave")
-                || n.info("master_link_status").as_deref() == Some("up");
-            info.contains("cluster_state:ok")
-                && info.contains("cluster_slots_ok:16384")
-                && synced
-                && running.iter().all(|m| {
-                    nodes.lines().any(|l| {
-                        l.contains(&format!("127.0.0.1:{}@", m.port))
-                            && l.contains("connected")
-                            && !l.contains("fail")
-                    })
-                })
-        })
+        let running: Vec<u16> = (self.nodes.iter())
+            .filter(|n| n.is_running())
+            .map(|n| n.port)
+            .collect();
+        ok_on(&running)
     }
 
     /// All six nodes, by index (running or not).
@@ -235,6 +217,48 @@ impl RedisCluster {
     pub fn cli(&self, i: usize, args: &[&str]) -> String {
         self.nodes[i].cli_cluster(args)
     }
+}
+
+/// Joins the running, empty nodes on `ports` into one cluster with `replicas` replicas
+/// per primary (`redis-cli --cluster create ... --cluster-yes`); redis-cli's output on
+/// failure (a clash on a bus port, port + 10000, fails here).
+pub(crate) fn create_on(ports: &[u16], replicas: usize) -> Result<(), String> {
+    let mut cmd = Command::new("redis-cli");
+    cmd.args(["--cluster", "create"]);
+    for port in ports {
+        cmd.arg(format!("127.0.0.1:{port}"));
+    }
+    cmd.args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]);
+    match cmd.output() {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => Err(format!(
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )),
+        Err(e) => panic!("redis-cli must be on PATH: {e}"),
+    }
+}
+
+/// Every node on `ports` says `cluster_state:ok` with all 16,384 slots served, sees
+/// every other one as connected, and each replica's link to its primary is up.
+pub(crate) fn ok_on(ports: &[u16]) -> bool {
+    ports.iter().all(|&port| {
+        let info = cli_at(port, &["CLUSTER", "INFO"]);
+        let nodes = cli_at(port, &["CLUSTER", "NODES"]);
+        let synced = info_at(port, "role").as_deref() != Some("slave")
+            || info_at(port, "master_link_status").as_deref() == Some("up");
+        info.contains("cluster_state:ok")
+            && info.contains("cluster_slots_ok:16384")
+            && synced
+            && ports.iter().all(|m| {
+                nodes.lines().any(|l| {
+                    l.contains(&format!("127.0.0.1:{m}@"))
+                        && l.contains("connected")
+                        && !l.contains("fail")
+                })
+            })
+    })
 }
 
 /// The port of the primary serving `slot` from a `CLUSTER NODES` listing.
