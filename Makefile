@@ -6,7 +6,7 @@
 # see deploy/local/up.sh (installs and builds) and fleet/ (the launcher that starts
 # the parts). `make up REPLICAS=5` changes the number of replicas.
 up:
-	REPLICAS=$(or $(REPLICAS),3) bash deploy/local/up.sh
+	REPLICAS=$(or $(REPLICAS),3) REDIS=$(or $(REDIS),standalone) bash deploy/local/up.sh
 
 # Stop everything `make up` started (Postgres data in .state/pg is kept).
 down:
