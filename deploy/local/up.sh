@@ -5,7 +5,7 @@
 #     REDIS=cluster   a Redis Cluster: six nodes on 7001..7006 (bus 17001..17006),
 #                     3 primaries with a replica each, node files in .state/redis-cluster/
 #     REDIS=sentinel  a primary (6391), a replica (6392) and three sentinels
-#                     (26391..26393, service "idemgate"), files in .state/redis-sentinel/
+#                     (26381..26383, service "idemgate"), files in .state/redis-sentinel/
 #                     (the replicas get redis.mode and its nodes through IDEMGATE__REDIS__*)
 #   postgres 15     127.0.0.1:5490   data in .state/pg (initdb on first run, kept
 #                                    across `make down`); runs as `postgres` under root

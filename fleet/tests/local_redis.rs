@@ -1,7 +1,7 @@
 //! The Redis tier of `make up REDIS=cluster|sentinel` (`local::redis_tier`), started by
 //! the launcher on free ports in a temporary state directory: it serves, a second start
-//! leaves it alone, another topology is refused while it runs, and the stop leaves no
-//! node running.
+//! leaves it alone, a start after a node died brings it back, another topology is
+//! refused while it runs, and the stop leaves no node running.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -77,13 +77,36 @@ fn running(pid: u32) -> bool {
     })
 }
 
-/// A second start changes nothing, another topology is refused naming `make down`, and
-/// the stop ends every process and removes every pid file.
-fn restart_refuse_stop(tier: &mut Tier, other: Topology, expect: usize) {
+/// A second start changes nothing; after `victim` (a node's port) is SIGKILLed, a start
+/// brings it back (and waits until the tier serves again); another topology is refused
+/// naming `make down`; the stop ends every process and removes every pid file.
+fn restart_refuse_stop(tier: &mut Tier, other: Topology, expect: usize, victim: u16) {
     let before = pids(&tier.0.state);
     assert_eq!(before.len(), expect, "{before:?}");
     tier.0.redis_up().expect("second start");
     assert_eq!(pids(&tier.0.state), before, "a second start left it alone");
+
+    let (file, pid) = (before.iter())
+        .find(|(f, _)| f.to_string_lossy().ends_with(&format!("-{victim}.pid")))
+        .cloned()
+        .expect("the victim's pid file");
+    Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    while port_open(victim) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    tier.0.redis_up().expect("a start after a node died");
+    let after = pids(&tier.0.state);
+    let restarted = after
+        .iter()
+        .find(|(f, _)| *f == file)
+        .expect("pid file back")
+        .1;
+    assert_ne!(restarted, pid, "the dead node was started again");
+    assert!(running(restarted) && port_open(victim));
+    assert_eq!(after.len(), expect);
 
     let mine = tier.0.redis;
     tier.0.redis = other;
@@ -96,7 +119,7 @@ fn restart_refuse_stop(tier: &mut Tier, other: Topology, expect: usize) {
     tier.0.redis = mine;
 
     tier.0.redis_down(Duration::from_secs(5));
-    for (file, pid) in &before {
+    for (file, pid) in before.iter().chain(&after) {
         assert!(!running(*pid), "{} still runs", file.display());
     }
     assert!(pids(&tier.0.state).is_empty(), "pid files removed");
@@ -114,7 +137,7 @@ fn cluster_tier_has_three_primaries_and_stops_every_node() {
     assert!(cli(ports[5], &["CLUSTER", "INFO"]).contains("cluster_state:ok"));
     let env = Topology::Cluster.gateway_env(&tier.0.redis_ports);
     assert!(env.contains(&("IDEMGATE__REDIS__MODE", "cluster".into())));
-    restart_refuse_stop(&mut tier, Topology::Sentinel, 6);
+    restart_refuse_stop(&mut tier, Topology::Sentinel, 6, ports[5]);
     assert!(ports.iter().all(|p| !port_open(*p)), "every node stopped");
 }
 
@@ -132,7 +155,7 @@ fn sentinel_tier_names_its_primary_and_stops_every_node() {
         assert!(addr.contains(&data[0].to_string()), "{addr}");
     }
     assert!(cli(data[1], &["ROLE"]).starts_with("slave"));
-    restart_refuse_stop(&mut tier, Topology::Cluster, 5);
+    restart_refuse_stop(&mut tier, Topology::Cluster, 5, data[1]);
     let all = data.iter().chain(&sentinels);
     assert!(all.clone().all(|p| !port_open(*p)), "every node stopped");
 }

@@ -105,7 +105,7 @@ impl RedisPorts {
         standalone: super::REDIS_PORT,
         cluster: [7001, 7002, 7003, 7004, 7005, 7006],
         sentinel_data: [6391, 6392],
-        sentinels: [26391, 26392, 26393],
+        sentinels: [26381, 26382, 26383],
     };
 }
 
