@@ -10,7 +10,8 @@ This script measures, scrapes and renders; it starts no process it measures. The
 launcher (`idemgate-fleet bench`, fleet/src/bench/) starts and stops every part on
 loopback, on fixed ports (refused if taken), with state and logs under .state/bench/:
 a fresh Redis and a fresh Postgres cluster (initdb, fsync on), the demo upstream,
-nginx, the peer, HAProxy and gateway replicas with each row's configuration. For the
+nginx, the peer, HAProxy and gateway replicas with each row's configuration, and for
+the Redis Cluster rows a cluster of three primaries (started for those rows only). For the
 same request (POST /v1/payments, or /URL_UP on the peer; a 31-byte JSON body, an
 Idempotency-Key) it measures:
 
@@ -18,6 +19,9 @@ Idempotency-Key) it measures:
   * latency at a fixed rate: k6 constant-arrival-rate (open loop), LAT_RATE req/s
     for LAT_DURATION, p50/p99 and p99 added over the direct upstream;
   * peak RSS (VmHWM) of every replica, CPU used by each process, gateway metrics;
+  * per Redis node (the one Redis, or each cluster primary): `INFO cpu` and
+    `INFO commandstats` before and after each run, for the per-shard table and the
+    projected Redis-bound capacity (nodes x what one node's core serves);
   * `perf stat` of every process of the chain (CPU, context switches, syscalls per
     request) for direct, nginx, replay and first execution, and a `perf record` of
     the gateway (DWARF call chains) during the replay and first-execution paths.
@@ -121,12 +125,16 @@ def url(target, i=1):
     return f"http://127.0.0.1:{port}"
 
 
-def start_gateways(n, log_filter="warn", env=None, per_replica=None, toml="", postgres=True, redis_only=()):
+def start_gateways(n, log_filter="warn", env=None, per_replica=None, toml="", postgres=True, redis_only=(),
+                   cluster=False):
     """n replicas of the bench config, plus a row's extra gateway configuration: env
     (IDEMGATE__SECTION__KEY=... and the like) for all, per_replica[i-1] for replica i,
     toml appended to the config file, postgres=False for Redis only (redis_only: only
-    these replicas). Their pids."""
+    these replicas), cluster=True for the bench's Redis Cluster (redis.mode = "cluster").
+    Their pids."""
     args = ["start", "gateways", n, "--log", log_filter]
+    if cluster:
+        args.append("--redis-cluster")
     args += [a for k, v in (env or {}).items() for a in ("--env", f"{k}={v}")]
     args += [a for i, e in enumerate(per_replica or [], 1) for k, v in e.items()
              for a in ("--replica-env", f"{i}:{k}={v}")]
@@ -272,6 +280,52 @@ def delta(after, before):
             for k, v in after.items() if v - before.get(k, 0.0) > 0}
 
 
+# --- Redis, per node ------------------------------------------------------------
+
+# The commands that run a script: the claim, complete, release, ... scripts are EVALSHA
+# calls (EVAL after a NOSCRIPT reload).
+SCRIPT_CMDS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
+
+
+def redis_ports(s):
+    """The Redis nodes a row's requests reach: the cluster's three primaries, or the one Redis."""
+    return PORTS["redis_cluster"] if s.get("redis") == "cluster" else [PORTS["redis"]]
+
+
+def redis_info(port):
+    """CPU seconds (process, and main thread) and per-command calls/usec of the Redis at port,
+    from `INFO cpu commandstats`."""
+    r = subprocess.run(["redis-cli", "-p", str(port), "INFO", "cpu", "commandstats"], capture_output=True,
+                       text=True, timeout=10)
+    f, calls, usec = {}, {}, {}
+    for line in r.stdout.splitlines():
+        k, _, v = line.strip().partition(":")
+        if k.startswith("cmdstat_"):
+            kv = dict(x.split("=", 1) for x in v.split(",") if "=" in x)
+            calls[k[8:]] = int(kv.get("calls", 0))
+            usec[k[8:]] = int(kv.get("usec", 0))
+        elif k.startswith("used_cpu_"):
+            f[k] = float(v)
+    main = f.get("used_cpu_sys_main_thread", 0) + f.get("used_cpu_user_main_thread", 0)
+    return {"cpu_s": f.get("used_cpu_sys", 0) + f.get("used_cpu_user", 0), "cpu_main_s": main,
+            "calls": calls, "usec": usec}
+
+
+def redis_snapshot(ports):
+    return {str(p): redis_info(p) for p in ports}
+
+
+def redis_delta(after, before):
+    """Per node: CPU seconds, main-thread CPU seconds, and calls/usec per command in between."""
+    out = {}
+    for p, a in after.items():
+        b = before.get(p, {"cpu_s": 0, "cpu_main_s": 0, "calls": {}, "usec": {}})
+        out[p] = {"cpu_s": round(a["cpu_s"] - b["cpu_s"], 4), "cpu_main_s": round(a["cpu_main_s"] - b["cpu_main_s"], 4),
+                  "calls": {k: v - b["calls"].get(k, 0) for k, v in a["calls"].items() if v > b["calls"].get(k, 0)},
+                  "usec": {k: v - b["usec"].get(k, 0) for k, v in a["usec"].items() if v > b["usec"].get(k, 0)}}
+    return out
+
+
 # --- load generators -----------------------------------------------------------
 
 def run_wrk(url, args, duration, tag):
@@ -401,6 +455,16 @@ SCENARIOS = [
          mode="unique", env={"IDEMGATE__POSTGRES__CLAIMS": "write_through"}),
     dict(id="first-async", label="idemgate first execution, Postgres synchronous_commit=off", target="gw",
          mode="unique", sync_off=True),
+    # Redis Cluster of three primaries (`idemgate-fleet bench start redis-cluster`, started
+    # for these rows only), each row beside the one-node row it compares with (compare).
+    # The replay row stores its own keys through the cluster gateway (prefix).
+    dict(id="first-redis-cluster", label="idemgate first execution, Redis only, on a 3-primary Redis Cluster",
+         target="gw", mode="unique", postgres=False, redis="cluster", compare="first-redis"),
+    dict(id="first-cluster", label="idemgate first execution, write-through, lookup always, on a 3-primary "
+         "Redis Cluster", target="gw", mode="unique", redis="cluster", compare="first"),
+    dict(id="replay-redis-cluster", label="idemgate replay from Redis (replay_cache.max_bytes = 0), on a 3-primary "
+         "Redis Cluster", target="gw", mode="replay", prefix="replay-cluster", redis="cluster",
+         env={"IDEMGATE__REPLAY_CACHE__MAX_BYTES": "0"}, compare="replay-redis"),
     dict(id="lb1-replay", label="HAProxy + 1 replica, replay", target="lb", replicas=1, mode="replay"),
     dict(id="lb3-replay", label="HAProxy + 3 replicas, replay", target="lb", replicas=3, mode="replay"),
     dict(id="lb1-first", label="HAProxy + 1 replica, first execution", target="lb", replicas=1, mode="unique"),
@@ -408,7 +472,7 @@ SCENARIOS = [
 ]
 
 REPLAY_PREFIX = "replay"
-SEEDED = set()  # (store, prefix): "gw" or "peer", and which replay keys it stored
+SEEDED = set()  # (store, prefix): "gw", "gw-cluster" or "peer", and which replay keys it stored
 PEER_PATH = "/URL_UP"
 
 
@@ -418,13 +482,14 @@ def url_of(s):
 
 
 def seed_once(s):
-    """Stores the replay keys through replica 1 or the peer, once per run."""
-    store = "peer" if s["target"] == "peer" else "gw"
+    """Stores the replay keys through replica 1 or the peer, once per run (per Redis
+    topology: a cluster row's keys are stored through its cluster gateway)."""
+    store = "peer" if s["target"] == "peer" else ("gw-cluster" if s.get("redis") == "cluster" else "gw")
     prefix = s.get("prefix", REPLAY_PREFIX)
     if s["mode"] != "replay" or (store, prefix) in SEEDED:
         return
     t = time.time()
-    seed(url(store) + (PEER_PATH if store == "peer" else ""), prefix, NKEYS)
+    seed(url("peer" if store == "peer" else "gw") + (PEER_PATH if store == "peer" else ""), prefix, NKEYS)
     SEEDED.add((store, prefix))
     log(f"seeded {NKEYS} keys ({store}) in {time.time() - t:.1f}s")
 
@@ -491,7 +556,7 @@ def run_scenario(s, results):
             psql("ALTER SYSTEM SET synchronous_commit = off")
             psql("SELECT pg_reload_conf()")
         gws = start_gateways(n, s.get("log", "warn"), s.get("env"), toml=s.get("toml", ""),
-                             postgres=s.get("postgres", True))
+                             postgres=s.get("postgres", True), cluster=s.get("redis") == "cluster")
         if s["target"] == "lb":
             fleet("start", "haproxy", n)
     elif s["target"] == "peer":
@@ -504,12 +569,17 @@ def run_scenario(s, results):
         m0 = scrape(n) if gws else {}
         runs = []
         discarded = []
+        # Per-node Redis figures (INFO cpu, commandstats) for every row whose requests reach Redis.
+        rports = redis_ports(s) if s["target"] in ("gw", "lb", "peer") else []
         for r in range(1, RUNS + 1):
             for attempt in range(1 + RETRIES):
                 upstream_ledger_reset()
+                i0 = redis_snapshot(rports)
                 c0 = cpu_snapshot()
                 res = run_wrk(target, wrk_args(s, f"r{r}a{attempt}"), DURATION, f"{s['id']}-r{r}a{attempt}")
                 c1 = cpu_snapshot()
+                if rports:
+                    res["redis_nodes"] = redis_delta(redis_snapshot(rports), i0)
                 if s["target"] == "peer":
                     # The peer has no metrics: the upstream's ledger counts what it forwarded.
                     res["upstream_executions"] = upstream_executions()
@@ -843,6 +913,7 @@ def render(results):
         out.append(f"| {r['id']} | {req} | {oc.get('executed', 0)} | {oc.get('replayed', 0)} | {other} | {pgs} "
                    f"| {ms} |")
     out.append("")
+    out += render_shards(rows)
     costs = [(s, rows[s["id"]]) for s in SCENARIOS if s["id"] in rows and rows[s["id"]].get("per_request")]
     if costs:
         out.append("Cost per request, from `perf stat` on each process during a separate 7 s wrk run of the "
@@ -860,6 +931,87 @@ def render(results):
     out.append("Raw numbers of every run: `deploy/bench/results/results.json`; profiles: "
                "`deploy/bench/results/profile.txt`.")
     return "\n".join(out) + "\n"
+
+
+def redis_figures(r):
+    """Per-node Redis figures of a row's median run (by req/s, the run of the CPU column):
+    script calls and main-thread CPU per node, and what one node's core serves."""
+    mid = sorted(r["runs"], key=lambda x: x["rps"])[len(r["runs"]) // 2]
+    nodes = mid.get("redis_nodes")
+    if not nodes:
+        return None
+    req, wall = mid["requests"], mid["duration_us"] / 1e6
+    per = []
+    for port, d in sorted(nodes.items()):
+        calls = sum(d["calls"].get(c, 0) for c in SCRIPT_CMDS)
+        per.append({"port": port, "calls": calls,
+                    "cmds": sum(v for k, v in d["calls"].items() if k != "info"),  # not our own INFO scrapes
+                    "cpu": d["cpu_main_s"] or d["cpu_s"],
+                    "script_us": sum(d["usec"].get(c, 0) for c in SCRIPT_CMDS)})
+    total = sum(p["calls"] for p in per)
+    if not req or not total or any(p["cpu"] <= 0 or not p["calls"] for p in per):
+        return None
+    spr = total / req
+    for p in per:
+        p["share"] = p["calls"] / total
+        p["cores"] = p["cpu"] / wall
+        p["cpu_us_per_call"] = p["cpu"] / p["calls"] * 1e6
+        p["calls_per_core_s"] = p["calls"] / p["cpu"]
+        p["req_per_core_s"] = p["calls_per_core_s"] / spr
+    # Claim-script calls per request, from the gateway's own count (op="claim") over the row.
+    done = sum(x["requests"] for x in r["runs"] + r.get("discarded_runs", []))
+    claims = sum(v for k, v in r.get("metrics", {}).items()
+                 if k.startswith("idemgate_redis_duration_seconds_count{") and 'op="claim"' in k)
+    low = min(per, key=lambda p: p["req_per_core_s"])
+    return {"nodes": per, "requests": req, "scripts_per_req": spr,
+            "cmds_per_req": sum(p["cmds"] for p in per) / req,
+            "cpu_us_per_req": sum(p["cpu"] for p in per) / req * 1e6,
+            "claims_per_req": claims / done if done else float("nan"),
+            "low": low, "projected_rps": len(per) * low["req_per_core_s"]}
+
+
+def render_shards(rows):
+    """The Redis Cluster rows beside their one-node rows: per-shard figures and the
+    projected Redis-bound capacity (a projection: this machine has 2 cores)."""
+    pairs = []
+    for s in SCENARIOS:
+        if s.get("redis") == "cluster":
+            pairs += [i for i in (s.get("compare"), s["id"]) if i in rows and i not in pairs]
+    figs = [(rows[i], redis_figures(rows[i])) for i in pairs]
+    figs = [(r, f) for r, f in figs if f]
+    if not figs:
+        return []
+    out = ["Redis per node, one Redis beside a Redis Cluster of 3 primaries (no replicas), from each node's "
+           "`INFO cpu` (main-thread CPU) and `INFO commandstats` (script calls: EVALSHA/EVAL) read before and "
+           "after each run; median run of each row (the one-node rows read the one Redis the same way). Everything shares the same 2 cores, so the cluster rows "
+           "cannot show scaling: their req/s is capped by the gateway, wrk and the upstream, not by Redis. "
+           "What they do show is what one Redis core spends per request on its shard. "
+           "*One core serves* = script calls (or requests) per second of that node's main-thread CPU, "
+           "lowest node shown (calls / CPU seconds, at the load of this run); *claim-script calls/s* = that "
+           "× the claims per request counted by the gateway. **Projected** Redis-bound capacity = nodes × "
+           "requests/s one core serves (the lowest node): a **projection** from CPU per call, not a "
+           "measurement. It assumes keys spread evenly over the slots (see each node's share), gateways, "
+           "network and clients that keep up, and CPU per call that stays flat up to a full core "
+           "(batching usually lowers it under more load).\n",
+           "| path | Redis | requests (median run) | script calls / request (commands, those inside scripts "
+           "included) | Redis main-thread CPU µs / request "
+           "(all nodes) | per node: share of script calls = claim-script calls it served, main-thread cores, "
+           "main-thread CPU µs per request it served and per script call (µs inside scripts) | one core serves: script calls/s | one core serves: requests/s | "
+           "claim-script calls/s one core serves | **projected** Redis-bound req/s (nodes × one core) |",
+           "|---|---|---:|---:|---:|---|---:|---:|---:|---:|"]
+    for r, f in figs:
+        topo = f"cluster, {len(f['nodes'])} primaries" if r.get("redis") == "cluster" else "one node"
+        nodes = "; ".join(f"{p['port']}: {p['share'] * 100:.1f}% = {p['calls'] / f['scripts_per_req'] * f['claims_per_req']:.0f} "
+                          f"claims, {p['cores']:.2f} cores, {p['cpu_us_per_call'] * f['scripts_per_req']:.1f} µs/request, "
+                          f"{p['cpu_us_per_call']:.1f} µs/script call ({p['script_us'] / p['calls']:.1f})"
+                          for p in f["nodes"])
+        low = f["low"]
+        out.append(f"| {r['id']} | {topo} | {f['requests']} | {f['scripts_per_req']:.2f} ({f['cmds_per_req']:.2f}) | "
+                   f"{f['cpu_us_per_req']:.1f} | {nodes} | {low['calls_per_core_s']:.0f} | "
+                   f"{low['req_per_core_s']:.0f} | {low['req_per_core_s'] * f['claims_per_req']:.0f} | "
+                   f"{f['projected_rps']:.0f} (projection) |")
+    out.append("")
+    return out
 
 
 def write_benchmarks(section):
@@ -909,11 +1061,18 @@ def main():
         log("starting redis, postgres (fresh cluster, fsync on), demo-upstream, nginx (idemgate-fleet bench)")
         for part in ("redis", "postgres", "upstream", "nginx"):
             fleet("start", part)
-        for s in SCENARIOS:
-            if ONLY and s["id"] not in ONLY:
-                continue
+        chosen = [s for s in SCENARIOS if not ONLY or s["id"] in ONLY]
+        for k, s in enumerate(chosen):
             log(f"{s['id']}: {s['label']}")
+            cluster_row = s.get("redis") == "cluster"
+            if cluster_row and "redis-shard-1" not in PARTS:
+                log("starting the Redis Cluster (3 primaries, idemgate-fleet bench start redis-cluster)")
+                fleet("start", "redis-cluster")
             run_scenario(s, results)
+            # The cluster runs only while its rows do (it would idle beside the other rows).
+            if cluster_row and not any(t.get("redis") == "cluster" for t in chosen[k + 1:]):
+                fleet("stop", "redis-cluster")
+                SEEDED.difference_update({x for x in SEEDED if x[0] == "gw-cluster"})
         if not ONLY or "latency" in ONLY:
             log(f"latency at {LAT_RATE} req/s: {LAT_ROUNDS} rounds of {LAT_DURATION} s per path")
             latency_phase(results)

@@ -7,7 +7,8 @@
 # .state/bench/peer), builds the release binaries, then runs deploy/bench/bench.py,
 # which measures and has the launcher (`idemgate-fleet bench`, fleet/src/bench/)
 # start and stop everything it measures on loopback (ports 18000-18003, 18011-18014,
-# 18021-18024, 16390, 15490), writes deploy/bench/results/ and regenerates the table
+# 18021-18024, 16390, 15490, and the Redis Cluster rows' 16391-16393 with their cluster
+# bus on 26391-26393), writes deploy/bench/results/ and regenerates the table
 # section of BENCHMARKS.md.
 #
 # Bounded: the measurement is stopped after BENCH_TIMEOUT seconds (default 780 plus

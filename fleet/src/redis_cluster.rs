@@ -9,7 +9,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::redis::{cli_at, info_at, RedisServer};
+use crate::redis::{info_at, RedisServer};
 
 /// How long a node may be unreachable before the cluster fails it over.
 pub const NODE_TIMEOUT_MS: u64 = 1000;
@@ -20,7 +20,7 @@ pub struct RedisCluster {
 }
 
 /// The arguments that make a `redis-server` a cluster node (after
-/// [`crate::redis::command`]; the local fleet appends its own node timeout).
+/// [`crate::redis::command`]); later arguments win.
 pub(crate) fn cluster_args() -> Vec<String> {
     vec![
         "--cluster-enabled".into(),
@@ -93,7 +93,7 @@ impl RedisCluster {
             .filter(|n| n.is_running())
             .map(|n| n.port)
             .collect();
-        ok_on(&running)
+        is_ok_on(&running)
     }
 
     /// All six nodes, by index (running or not).
@@ -219,35 +219,45 @@ impl RedisCluster {
     }
 }
 
-/// Joins the running, empty nodes on `ports` into one cluster with `replicas` replicas
-/// per primary (`redis-cli --cluster create ... --cluster-yes`); redis-cli's output on
-/// failure (a clash on a bus port, port + 10000, fails here).
+/// Joins the empty cluster nodes listening on `ports` (127.0.0.1) into one cluster with
+/// `replicas` replicas per primary (`redis-cli --cluster create ... --cluster-yes`);
+/// redis-cli's output on failure. Used by [`RedisCluster`] and by the detached nodes of
+/// `make bench` (`crate::bench`), which start their own processes on fixed ports.
 pub(crate) fn create_on(ports: &[u16], replicas: usize) -> Result<(), String> {
     let mut cmd = Command::new("redis-cli");
     cmd.args(["--cluster", "create"]);
-    for port in ports {
-        cmd.arg(format!("127.0.0.1:{port}"));
-    }
+    cmd.args(ports.iter().map(|p| format!("127.0.0.1:{p}")));
     cmd.args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]);
-    match cmd.output() {
-        Ok(out) if out.status.success() => Ok(()),
-        Ok(out) => Err(format!(
-            "redis-cli --cluster create failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )),
-        Err(e) => panic!("redis-cli must be on PATH: {e}"),
+    let out = cmd
+        .output()
+        .map_err(|e| format!("redis-cli must be on PATH: {e}"))?;
+    if out.status.success() {
+        return Ok(());
     }
+    Err(format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    ))
 }
 
-/// Every node on `ports` says `cluster_state:ok` with all 16,384 slots served, sees
-/// every other one as connected, and each replica's link to its primary is up.
-pub(crate) fn ok_on(ports: &[u16]) -> bool {
-    ports.iter().all(|&port| {
-        let info = cli_at(port, &["CLUSTER", "INFO"]);
-        let nodes = cli_at(port, &["CLUSTER", "NODES"]);
-        let synced = info_at(port, "role").as_deref() != Some("slave")
-            || info_at(port, "master_link_status").as_deref() == Some("up");
+/// Whether every node on `ports` says `cluster_state:ok` with all 16,384 slots served
+/// and sees every other one as connected, and every replica among them has its link to
+/// its primary up (synced: `WAIT` counts it; nothing to wait for without replicas).
+pub(crate) fn is_ok_on(ports: &[u16]) -> bool {
+    let cli = |port: u16, args: &[&str]| {
+        Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    ports.iter().all(|&p| {
+        let info = cli(p, &["CLUSTER", "INFO"]);
+        let nodes = cli(p, &["CLUSTER", "NODES"]);
+        let synced = info_at(p, "role").as_deref() != Some("slave")
+            || info_at(p, "master_link_status").as_deref() == Some("up");
         info.contains("cluster_state:ok")
             && info.contains("cluster_slots_ok:16384")
             && synced
@@ -294,6 +304,25 @@ fn parse_slot_ranges(line: &str) -> Vec<(u16, u16)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn create_on_joins_three_primaries_without_replicas() {
+        let args = cluster_args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_with(&args)).collect();
+        let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+        assert!(!is_ok_on(&ports), "not a cluster before create");
+        create_on(&ports, 0).expect("redis-cli --cluster create");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !is_ok_on(&ports) {
+            assert!(Instant::now() < deadline, "cluster not ok");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for n in &nodes {
+            assert!(n.cli(&["ROLE"]).starts_with("master"));
+        }
+        assert!(create_on(&ports, 0).is_err(), "nodes already in a cluster");
+    }
 
     #[test]
     fn parses_slot_owner() {

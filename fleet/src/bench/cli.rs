@@ -3,11 +3,12 @@
 //!
 //! ```text
 //! bench ports                                  the fixed ports, as JSON
-//! bench start redis|postgres|upstream|nginx|peer
+//! bench start redis|redis-cluster|postgres|upstream|nginx|peer
 //! bench start haproxy REPLICAS
-//! bench start gateways REPLICAS [--log LEVEL] [--redis-only] [--toml TEXT]
+//! bench start gateways REPLICAS [--log LEVEL] [--redis-only] [--redis-cluster] [--toml TEXT]
 //!       [--env KEY=VALUE]... [--replica-env I:KEY=VALUE]... [--replica-redis-only I]...
-//! bench stop NAME...                           (`gateways` = every replica)
+//! bench stop NAME...                           (`gateways` = every replica,
+//!                                              `redis-cluster` = every cluster node)
 //! bench down                                   stop everything
 //! bench ps                                     running parts and pids, as JSON
 //! ```
@@ -30,7 +31,7 @@ fn running_json(bench: &Bench) -> String {
 fn ports_json() -> String {
     format!(
         "{{\"upstream\": {}, \"nginx\": {}, \"haproxy\": {}, \"peer\": {}, \"redis\": {}, \
-         \"postgres\": {}, \"gateway_base\": {}, \"admin_base\": {}}}",
+         \"postgres\": {}, \"gateway_base\": {}, \"admin_base\": {}, \"redis_cluster\": {:?}}}",
         ports::UPSTREAM,
         ports::NGINX,
         ports::HAPROXY,
@@ -38,7 +39,8 @@ fn ports_json() -> String {
         ports::REDIS,
         ports::POSTGRES,
         ports::gateway(0),
-        ports::admin(0)
+        ports::admin(0),
+        ports::REDIS_CLUSTER
     )
 }
 
@@ -55,7 +57,7 @@ fn key_value(s: &str) -> Result<(String, String), String> {
     Ok((k.to_string(), v.to_string()))
 }
 
-/// Parses `REPLICAS [--log L] [--redis-only] [--toml T] [--env K=V]...
+/// Parses `REPLICAS [--log L] [--redis-only] [--redis-cluster] [--toml T] [--env K=V]...
 /// [--replica-env I:K=V]... [--replica-redis-only I]...`.
 pub fn gateway_options(args: &[String]) -> Result<GatewayOptions, String> {
     let mut opts = GatewayOptions {
@@ -68,6 +70,7 @@ pub fn gateway_options(args: &[String]) -> Result<GatewayOptions, String> {
         match flag.as_str() {
             "--log" => opts.log = value()?.clone(),
             "--redis-only" => opts.postgres = false,
+            "--redis-cluster" => opts.redis_cluster = true,
             "--replica-redis-only" => {
                 let v = value()?;
                 let i = v.parse().map_err(|_| format!("bad replica index '{v}'"))?;
@@ -101,6 +104,7 @@ fn run(bench: &Bench, args: &[String]) -> Result<(), String> {
             return Ok(());
         }
         ("start", Some("redis")) => bench.start_redis()?,
+        ("start", Some("redis-cluster")) => bench.start_redis_cluster()?,
         ("start", Some("postgres")) => bench.start_postgres()?,
         ("start", Some("upstream")) => bench.start_upstream()?,
         ("start", Some("nginx")) => bench.start_nginx()?,
@@ -145,12 +149,13 @@ mod tests {
     #[test]
     fn gateway_options_parse_every_flag() {
         let o = gateway_options(&args(
-            "3 --log info --redis-only --env A=1=2 --replica-env 2:B=x --toml [x] --replica-redis-only 3",
+            "3 --log info --redis-only --redis-cluster --env A=1=2 --replica-env 2:B=x --toml [x] --replica-redis-only 3",
         ))
         .unwrap();
         assert_eq!(o.replicas, 3);
         assert_eq!(o.log, "info");
         assert!(!o.postgres);
+        assert!(o.redis_cluster);
         assert_eq!(o.env, vec![("A".into(), "1=2".into())]);
         assert_eq!(o.replica_env, vec![(2, "B".into(), "x".into())]);
         assert_eq!(o.extra_toml, "[x]\n");
@@ -158,5 +163,15 @@ mod tests {
         assert!(gateway_options(&args("2 --bogus")).is_err());
         assert!(gateway_options(&args("2 --env NOEQUALS")).is_err());
         assert!(gateway_options(&args("two")).is_err());
+        assert!(!gateway_options(&args("2")).unwrap().redis_cluster);
+    }
+
+    #[test]
+    fn ports_are_json_with_the_cluster_nodes() {
+        let p = ports_json();
+        assert!(
+            p.ends_with("\"redis_cluster\": [16391, 16392, 16393]}"),
+            "{p}"
+        );
     }
 }

@@ -7,6 +7,8 @@
 //! - `redis`: no persistence, `noeviction`, and every per-slot warmth marker two days
 //!   in the past with the server's `run_id` (older than the longest ttl; [`warm`]), so
 //!   that `lookup_on_miss = "when_cold"` counts Redis as warm;
+//! - `redis-cluster`: three empty primaries `redis-shard-1..3` ([`cluster`]), for the
+//!   rows that run on Redis Cluster (`redis.mode = "cluster"`);
 //! - `postgres`: a fresh cluster per start (initdb), durable defaults (`fsync`,
 //!   `synchronous_commit` on), placed as `make up` places it ([`crate::local`]'s
 //!   cluster: under /var/tmp when the `postgres` account cannot reach the checkout);
@@ -19,6 +21,7 @@
 //! [`Bench::down`] stops whatever is left (replicas first, stores last).
 
 mod cli;
+mod cluster;
 mod gateway_config;
 pub mod peer;
 mod warm;
@@ -42,6 +45,8 @@ pub mod ports {
     pub const HAPROXY: u16 = 18002;
     pub const PEER: u16 = 18003;
     pub const REDIS: u16 = 16390;
+    /// The three primaries of the bench's Redis Cluster (bus ports + 10000).
+    pub const REDIS_CLUSTER: [u16; 3] = [16391, 16392, 16393];
     pub const POSTGRES: u16 = 15490;
     /// Replica i (1-based) listens on 18010 + i.
     pub fn gateway(i: u16) -> u16 {
@@ -69,7 +74,7 @@ pub struct Bench {
 /// What a part's program is called in `/proc/PID/cmdline` (guards against pid reuse).
 fn program(name: &str) -> &str {
     match name {
-        "redis" => "redis-server",
+        n if n == "redis" || cluster::is_shard(n) => "redis-server",
         "upstream" => "demo-upstream",
         "peer" => "idempotent-proxy-server",
         n if n.starts_with("gw-") => "idemgate",
@@ -325,14 +330,17 @@ impl Bench {
         })
     }
 
-    /// Stops the named parts (`gateways` names every replica): SIGTERM (SIGINT, a fast
+    /// Stops the named parts (`gateways` names every replica, `redis-cluster` every
+    /// cluster node): SIGTERM (SIGINT, a fast
     /// shutdown, for postgres), then SIGKILL after 10 s.
     pub fn stop(&self, names: &[String]) {
         let running = self.running();
         let pick = |n: &str| {
-            names
-                .iter()
-                .any(|w| w == n || (w == "gateways" && n.starts_with("gw-")))
+            names.iter().any(|w| {
+                w == n
+                    || (w == "gateways" && n.starts_with("gw-"))
+                    || (w == "redis-cluster" && cluster::is_shard(n))
+            })
         };
         let chosen: Vec<&(String, u32)> = running.iter().filter(|(n, _)| pick(n)).collect();
         for (name, pid) in &chosen {
@@ -356,7 +364,7 @@ impl Bench {
         let all: Vec<String> = self.running().into_iter().map(|(n, _)| n).collect();
         let (stores, front): (Vec<String>, Vec<String>) = all
             .into_iter()
-            .partition(|n| n == "redis" || n == "postgres");
+            .partition(|n| n == "redis" || n == "postgres" || cluster::is_shard(n));
         self.stop(&front);
         self.stop(&stores);
         let cluster = Cluster::of(&self.state);

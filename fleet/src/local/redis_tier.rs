@@ -26,7 +26,7 @@ use std::process::Command;
 use super::daemon::{alive, pid_alive, read_pid, stop_all};
 use super::{Local, Res};
 use crate::redis::{answers_ping, cli_at, command as redis_command};
-use crate::redis_cluster::{cluster_args, create_on, ok_on};
+use crate::redis_cluster::{cluster_args, create_on, is_ok_on};
 use crate::sentinel::{agreed_on, conf_text, primary_port_at, SERVICE_NAME};
 
 /// The cluster's node timeout and the sentinels' `down-after-milliseconds` here.
@@ -192,7 +192,7 @@ impl Local {
             println!("==> joining the six nodes into a cluster (3 primaries, 1 replica each)");
             create_on(&ports, 1)?;
         }
-        self.wait_ready("redis cluster", None, || ok_on(&ports))
+        self.wait_ready("redis cluster", None, || is_ok_on(&ports))
     }
 
     fn sentinel_up(&self) -> Res {
