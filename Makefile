@@ -4,9 +4,11 @@
 # Start the local fleet on loopback: Redis, Postgres, the demo upstream, REPLICAS
 # gateway replicas (default 3) behind HAProxy on :8080, Prometheus on :9099;
 # see deploy/local/up.sh (installs and builds) and fleet/ (the launcher that starts
-# the parts). `make up REPLICAS=5` changes the number of replicas.
+# the parts). `make up REPLICAS=5` changes the number of replicas; `make up
+# REDIS=cluster` (six nodes) or `REDIS=sentinel` (primary, replica, three sentinels)
+# the Redis tier (default standalone; switching needs `make down` first).
 up:
-	REPLICAS=$(or $(REPLICAS),3) bash deploy/local/up.sh
+	REPLICAS=$(or $(REPLICAS),3) REDIS=$(or $(REDIS),standalone) bash deploy/local/up.sh
 
 # Stop everything `make up` started (Postgres data in .state/pg is kept).
 down:

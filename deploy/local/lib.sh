@@ -7,7 +7,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 STATE="$ROOT/.state"
 
 # Fixed ports of the local fleet (all on 127.0.0.1).
-REDIS_PORT=6390
+REDIS_PORT=6390    # REDIS=standalone
+CLUSTER_PORTS="7001 7002 7003 7004 7005 7006"  # REDIS=cluster (bus on port+10000)
+SENTINEL_DATA_PORTS="6391 6392"                # REDIS=sentinel: primary, replica
+SENTINEL_PORTS="26381 26382 26383"             # and three sentinels
 PG_PORT=5490
 UPSTREAM_PORT=3000
 LB_PORT=8080        # HAProxy

@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # Start the local idemgate fleet on loopback (used by `make up`):
 #   redis-server    127.0.0.1:6390   no persistence, maxmemory-policy noeviction
+#                                    (REDIS=standalone, the default); or
+#     REDIS=cluster   a Redis Cluster: six nodes on 7001..7006 (bus 17001..17006),
+#                     3 primaries with a replica each, node files in .state/redis-cluster/
+#     REDIS=sentinel  a primary (6391), a replica (6392) and three sentinels
+#                     (26381..26383, service "idemgate"), files in .state/redis-sentinel/
+#                     (the replicas get redis.mode and its nodes through IDEMGATE__REDIS__*)
 #   postgres 15     127.0.0.1:5490   data in .state/pg (initdb on first run, kept
 #                                    across `make down`); runs as `postgres` under root
 #                                    (data under /var/tmp if it cannot reach .state)
@@ -13,10 +19,12 @@
 # State (pid files, logs, generated configs, data) lives in .state/ at the repo root.
 # Safe to run twice: a component whose pid file names a live process is left alone;
 # a changed REPLICAS stops surplus replicas and reconfigures HAProxy and Prometheus.
+# Another REDIS than the running fleet's is refused: `make down` first.
 # Stop everything with deploy/local/down.sh (`make down`).
 #
 # Environment:
 #   REPLICAS          number of gateway replicas, 1..8 (default 3)
+#   REDIS             standalone (default), cluster or sentinel: the Redis tier
 #   IDEMGATE_CONFIG   gateway config (default deploy/local/idemgate.toml)
 #   DEMO_LATENCY, DEMO_FAIL_RATE, DEMO_FAIL_STATUS, DEMO_RESET_RATE
 #                     passed through to demo-upstream (see its --help)
@@ -29,6 +37,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 
 REPLICAS="${REPLICAS:-3}"
+REDIS="${REDIS:-standalone}"
 CONFIG="${IDEMGATE_CONFIG:-deploy/local/idemgate.toml}"
 READY_TIMEOUT="${READY_TIMEOUT:-30}"
 IDEMGATE="$ROOT/target/release/idemgate"
@@ -38,6 +47,10 @@ FLEET="$ROOT/target/release/idemgate-fleet"
 if ! [[ $REPLICAS =~ ^[0-9]+$ ]] || ((REPLICAS < 1 || REPLICAS > MAX_REPLICAS)); then
     die "REPLICAS must be a number from 1 to $MAX_REPLICAS (got '$REPLICAS')"
 fi
+case $REDIS in
+standalone | cluster | sentinel) ;;
+*) die "REDIS must be standalone, cluster or sentinel (got '$REDIS')" ;;
+esac
 
 # --- prerequisites ---------------------------------------------------------
 # Debian packages, installed only when missing; `apt-get update` only then too.
@@ -80,9 +93,9 @@ fi
 # Started by the launcher (fleet/, `idemgate-fleet`), the same code that starts the
 # chaos suite's fleet: Redis, Postgres (initdb on first run; migrations), the demo
 # upstream, the replicas, HAProxy and Prometheus, each waited for until ready. It
-# reads REPLICAS, IDEMGATE_CONFIG and READY_TIMEOUT; DEMO_* reach the upstream.
-export REPLICAS READY_TIMEOUT IDEMGATE_CONFIG="$CONFIG"
-"$FLEET" up || die "the fleet did not start (logs: .state/*.log)"
+# reads REPLICAS, REDIS, IDEMGATE_CONFIG and READY_TIMEOUT; DEMO_* reach the upstream.
+export REPLICAS REDIS READY_TIMEOUT IDEMGATE_CONFIG="$CONFIG"
+"$FLEET" up || die "the fleet did not start (see the error above; logs: .state/*.log)"
 [[ -f $STATE/pg.home ]] && PGDATA="$(<"$STATE/pg.home")/pg"
 have_prometheus=0
 command -v prometheus >/dev/null && have_prometheus=1
@@ -94,16 +107,23 @@ for ((i = 1; i <= REPLICAS; i++)); do
         "$i" "$((PROXY_BASE + i))" "$((ADMIN_BASE + i))")
 done
 prom_line="  prometheus http://127.0.0.1:$PROM_PORT/targets"
+# urls "PORT PORT...": 127.0.0.1:PORT ... (the lists in lib.sh are space separated)
+urls() { local p out=""; for p in $1; do out+="${out:+ }127.0.0.1:$p"; done; echo "$out"; }
+case $REDIS in
+standalone) redis_line="  redis      redis://127.0.0.1:$REDIS_PORT" ;;
+cluster) redis_line="  redis      cluster, 3 primaries + 1 replica each: $(urls "$CLUSTER_PORTS")" ;;
+sentinel) redis_line="  redis      primary + replica $(urls "$SENTINEL_DATA_PORTS"), sentinels $(urls "$SENTINEL_PORTS") (service idemgate)" ;;
+esac
 ((have_prometheus)) || prom_line="  prometheus (not installed)"
 demo_key="demo-$(date +%s)"  # fresh per run: stored responses outlive make down (Postgres)
 cat <<EOF
 
-idemgate local fleet is up ($REPLICAS replicas):
+idemgate local fleet is up ($REPLICAS replicas, Redis $REDIS):
   gateway    http://127.0.0.1:$LB_PORT   (HAProxy, round robin; routes /v1/ -> demo upstream)
   haproxy    http://127.0.0.1:$LB_STATS_PORT/stats$replica_lines
 $prom_line
   upstream   http://127.0.0.1:$UPSTREAM_PORT   (GET /_demo/executions, POST /_demo/reset)
-  redis      redis://127.0.0.1:$REDIS_PORT
+$redis_line
   postgres   postgres://postgres@127.0.0.1:$PG_PORT/postgres   (data in ${PGDATA#"$ROOT"/})
   logs       .state/*.log
   stop with  make down

@@ -1,7 +1,8 @@
 //! `idemgate-fleet up|down|status`: the local fleet of `make up` (fixed loopback
 //! ports, state in `.state/` under the current directory, which must be the
 //! repository root). Environment, as `deploy/local/up.sh` and `down.sh` read it:
-//! `REPLICAS` (1..8, default 3), `IDEMGATE_CONFIG` (default
+//! `REPLICAS` (1..8, default 3), `REDIS` (`standalone`, the default, `cluster` or
+//! `sentinel`: see `local/redis_tier.rs`), `IDEMGATE_CONFIG` (default
 //! `deploy/local/idemgate.toml`), `READY_TIMEOUT` (seconds, default 30),
 //! `GRACE_SECONDS` (default 10), `GATEWAY_GRACE_SECONDS` (default 35) and
 //! `FLEET_BIN_DIR` (where `idemgate` and `demo-upstream` are; default
@@ -14,7 +15,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use idemgate_fleet::local::Local;
+use idemgate_fleet::local::{Local, Topology};
 
 fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_string())
@@ -37,6 +38,7 @@ fn run(cmd: &str) -> Result<bool, String> {
     let bin_dir = PathBuf::from(env_or("FLEET_BIN_DIR", "target/release"));
     let mut local = Local::new(&root, &root.join(bin_dir), &config, replicas);
     local.ready_timeout = secs("READY_TIMEOUT", 30)?;
+    local.redis = Topology::parse(&env_or("REDIS", "standalone"))?;
     match cmd {
         "up" => local.up().map(|()| true),
         "down" => {

@@ -35,6 +35,27 @@ pub fn answers_ping(port: u16) -> bool {
     conn.write_all(b"PING\r\n").is_ok() && conn.read_exact(&mut reply).is_ok() && &reply == b"+PONG"
 }
 
+/// One command through `redis-cli` on 127.0.0.1:`port` (plain TCP); its output,
+/// errors included. For servers the launcher started detached (no [`RedisServer`]).
+pub(crate) fn cli_at(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli must be on PATH");
+    let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
+    s.push_str(&String::from_utf8_lossy(&out.stderr));
+    s
+}
+
+/// One `INFO` field of the server on 127.0.0.1:`port`.
+pub(crate) fn info_at(port: u16, field: &str) -> Option<String> {
+    let info = cli_at(port, &["INFO"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(|v| v.trim().to_string())
+}
+
 /// TLS for a server: it then listens with TLS only (`--port 0 --tls-port`). PEM files.
 #[derive(Debug, Clone)]
 pub struct RedisTls {

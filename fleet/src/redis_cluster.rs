@@ -9,7 +9,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::redis::RedisServer;
+use crate::redis::{info_at, RedisServer};
 
 /// How long a node may be unreachable before the cluster fails it over.
 pub const NODE_TIMEOUT_MS: u64 = 1000;
@@ -89,23 +89,11 @@ impl RedisCluster {
     }
 
     fn is_ok(&self) -> bool {
-        let running: Vec<&RedisServer> = self.nodes.iter().filter(|n| n.is_running()).collect();
-        running.iter().all(|n| {
-            let info = n.cli(&["CLUSTER", "INFO"]);
-            let nodes = n.cli(&["CLUSTER", "NODES"]);
-            let synced = n.info("role").as_deref() != Some("slave")
-                || n.info("master_link_status").as_deref() == Some("up");
-            info.contains("cluster_state:ok")
-                && info.contains("cluster_slots_ok:16384")
-                && synced
-                && running.iter().all(|m| {
-                    nodes.lines().any(|l| {
-                        l.contains(&format!("127.0.0.1:{}@", m.port))
-                            && l.contains("connected")
-                            && !l.contains("fail")
-                    })
-                })
-        })
+        let running: Vec<u16> = (self.nodes.iter())
+            .filter(|n| n.is_running())
+            .map(|n| n.port)
+            .collect();
+        is_ok_on(&running)
     }
 
     /// All six nodes, by index (running or not).
@@ -254,8 +242,8 @@ pub(crate) fn create_on(ports: &[u16], replicas: usize) -> Result<(), String> {
 }
 
 /// Whether every node on `ports` says `cluster_state:ok` with all 16,384 slots served
-/// and sees every other one as connected (a cluster without replicas: no link to wait
-/// for).
+/// and sees every other one as connected, and every replica among them has its link to
+/// its primary up (synced: `WAIT` counts it; nothing to wait for without replicas).
 pub(crate) fn is_ok_on(ports: &[u16]) -> bool {
     let cli = |port: u16, args: &[&str]| {
         Command::new("redis-cli")
@@ -268,8 +256,11 @@ pub(crate) fn is_ok_on(ports: &[u16]) -> bool {
     ports.iter().all(|&p| {
         let info = cli(p, &["CLUSTER", "INFO"]);
         let nodes = cli(p, &["CLUSTER", "NODES"]);
+        let synced = info_at(p, "role").as_deref() != Some("slave")
+            || info_at(p, "master_link_status").as_deref() == Some("up");
         info.contains("cluster_state:ok")
             && info.contains("cluster_slots_ok:16384")
+            && synced
             && ports.iter().all(|m| {
                 nodes.lines().any(|l| {
                     l.contains(&format!("127.0.0.1:{m}@"))

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use crate::net::free_port;
-use crate::redis::{answers_ping, RedisServer};
+use crate::redis::{answers_ping, cli_at, info_at, RedisServer};
 
 /// The name the sentinels monitor the primary under.
 pub const SERVICE_NAME: &str = "idemgate";
@@ -47,15 +47,7 @@ impl Sentinel {
         let conf = self.dir.path().join("sentinel.conf");
         std::fs::write(
             &conf,
-            format!(
-                "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {dir}\n\
-                 sentinel monitor {SERVICE_NAME} 127.0.0.1 {primary_port} 2\n\
-                 sentinel down-after-milliseconds {SERVICE_NAME} {DOWN_AFTER_MS}\n\
-                 sentinel failover-timeout {SERVICE_NAME} 4000\n\
-                 sentinel parallel-syncs {SERVICE_NAME} 1\n",
-                port = self.port,
-                dir = self.dir.path().display(),
-            ),
+            conf_text(self.port, self.dir.path(), primary_port, DOWN_AFTER_MS),
         )
         .unwrap();
         let log = log_file(self.dir.path());
@@ -96,8 +88,7 @@ impl Sentinel {
 
     /// The primary's port this sentinel names now.
     pub fn primary_port(&self) -> Option<u16> {
-        let out = self.cli(&["SENTINEL", "get-master-addr-by-name", SERVICE_NAME]);
-        out.lines().nth(1)?.trim().parse().ok()
+        primary_port_at(self.port)
     }
 
     fn stop(&mut self) {
@@ -112,6 +103,56 @@ impl Drop for Sentinel {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The configuration file of a sentinel on 127.0.0.1:`port` (working directory `dir`,
+/// which it rewrites its state into) that monitors the primary on `primary_port` as
+/// [`SERVICE_NAME`] with quorum 2, calling it down after `down_after_ms` of silence.
+pub(crate) fn conf_text(port: u16, dir: &Path, primary_port: u16, down_after_ms: u64) -> String {
+    format!(
+        "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {dir}\n\
+         sentinel monitor {SERVICE_NAME} 127.0.0.1 {primary_port} 2\n\
+         sentinel down-after-milliseconds {SERVICE_NAME} {down_after_ms}\n\
+         sentinel failover-timeout {SERVICE_NAME} {failover}\n\
+         sentinel parallel-syncs {SERVICE_NAME} 1\n",
+        dir = dir.display(),
+        failover = 4 * down_after_ms,
+    )
+}
+
+/// The primary's port the sentinel on `port` names now.
+pub(crate) fn primary_port_at(port: u16) -> Option<u16> {
+    let out = cli_at(port, &["SENTINEL", "get-master-addr-by-name", SERVICE_NAME]);
+    out.lines().nth(1)?.trim().parse().ok()
+}
+
+/// Every sentinel on `sentinels` names the same primary among the running data servers
+/// `servers`, which says it is one; every sentinel knows the others; every other server
+/// is linked to the primary, synced, and known to every sentinel.
+pub(crate) fn agreed_on(servers: &[u16], sentinels: &[u16]) -> bool {
+    let ports: Vec<Option<u16>> = sentinels.iter().map(|&s| primary_port_at(s)).collect();
+    let Some(Some(port)) = ports.first().copied() else {
+        return false;
+    };
+    if ports.iter().any(|p| *p != Some(port)) {
+        return false;
+    }
+    if !servers.contains(&port) || !cli_at(port, &["ROLE"]).starts_with("master") {
+        return false;
+    }
+    let others = sentinels.len().saturating_sub(1);
+    let others_known = sentinels.iter().all(|&s| {
+        let known = cli_at(s, &["SENTINEL", "sentinels", SERVICE_NAME]);
+        known.lines().filter(|l| l.trim() == "name").count() >= others
+    });
+    let replicas = || servers.iter().filter(|&&s| s != port);
+    let replicas_linked =
+        replicas().all(|&s| info_at(s, "master_link_status").as_deref() == Some("up"));
+    let replicas_known = sentinels.iter().all(|&s| {
+        let known = cli_at(s, &["SENTINEL", "replicas", SERVICE_NAME]);
+        replicas().all(|r| known.contains(&format!("127.0.0.1:{r}")))
+    });
+    others_known && replicas_linked && replicas_known
 }
 
 fn log_file(dir: &Path) -> std::fs::File {
@@ -187,36 +228,12 @@ impl SentinelSet {
     }
 
     fn agreed(&self) -> bool {
-        let ports: Vec<Option<u16>> = self.sentinels.iter().map(Sentinel::primary_port).collect();
-        let Some(Some(port)) = ports.first().copied() else {
-            return false;
-        };
-        if ports.iter().any(|p| *p != Some(port)) {
-            return false;
-        }
-        let Some(primary) = self.servers.iter().find(|s| s.port == port) else {
-            return false;
-        };
-        if !primary.is_running() || !primary.cli(&["ROLE"]).starts_with("master") {
-            return false;
-        }
-        let others_known = self.sentinels.iter().all(|s| {
-            let known = s.cli(&["SENTINEL", "sentinels", SERVICE_NAME]);
-            known.lines().filter(|l| l.trim() == "name").count() >= 2
-        });
-        let replicas_linked = self
-            .servers
-            .iter()
-            .filter(|s| s.port != port)
-            .all(|s| !s.is_running() || s.info("master_link_status").as_deref() == Some("up"));
-        let replicas_known = self.sentinels.iter().all(|s| {
-            let known = s.cli(&["SENTINEL", "replicas", SERVICE_NAME]);
-            self.servers
-                .iter()
-                .filter(|r| r.port != port && r.is_running())
-                .all(|r| known.contains(&format!("127.0.0.1:{}", r.port)))
-        });
-        others_known && replicas_linked && replicas_known
+        let running: Vec<u16> = (self.servers.iter())
+            .filter(|s| s.is_running())
+            .map(|s| s.port)
+            .collect();
+        let sentinels: Vec<u16> = self.sentinels.iter().map(|s| s.port).collect();
+        agreed_on(&running, &sentinels)
     }
 
     /// `SENTINEL FAILOVER` (the replica is promoted, the old primary demoted); waits

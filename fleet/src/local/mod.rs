@@ -2,13 +2,15 @@
 //! at the repository root, laid out as `deploy/local/up.sh` lays it out (so either can
 //! stop what the other started): one pid file and one log per process
 //! (`redis`, `upstream`, `gateway-<i>`, `haproxy`, `prometheus`), the Postgres cluster
-//! in `.state/pg` (see [`pg`]), generated `haproxy.cfg` and Prometheus targets.
+//! in `.state/pg` (see [`pg`]), generated `haproxy.cfg` and Prometheus targets. The
+//! Redis tier is one server, a Redis Cluster or a Sentinel set ([`redis_tier`], `REDIS=`).
 //! [`Local::up`] is safe to run twice (a part whose pid file names a live process is
 //! left alone); [`Local::down`] stops the replicas first so they drain while the stores
 //! are still up. Installing packages and building the binaries stay with the caller.
 
 pub(crate) mod daemon;
 pub(crate) mod pg;
+pub mod redis_tier;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,9 +18,9 @@ use std::time::{Duration, Instant};
 
 use crate::haproxy::{binary as haproxy_bin, render_local, Backend};
 use crate::net::{http_status, port_open};
-use crate::redis::{answers_ping, command as redis_command};
 use daemon::{alive, launch, stop, stop_all};
 pub use pg::PG_BIN;
+pub use redis_tier::{RedisPorts, Topology};
 
 pub const REDIS_PORT: u16 = 6390;
 pub const PG_PORT: u16 = 5490;
@@ -41,6 +43,9 @@ pub struct Local {
     pub config: PathBuf,
     pub replicas: u16,
     pub ready_timeout: Duration,
+    /// The Redis tier's topology and ports.
+    pub redis: Topology,
+    pub redis_ports: RedisPorts,
 }
 
 type Res = Result<(), String>;
@@ -54,6 +59,8 @@ impl Local {
             config: config.to_path_buf(),
             replicas,
             ready_timeout: Duration::from_secs(30),
+            redis: Topology::Standalone,
+            redis_ports: RedisPorts::FIXED,
         }
     }
 
@@ -135,12 +142,7 @@ impl Local {
                 self.bin_dir.display()
             ));
         }
-        std::fs::create_dir_all(self.state.join("redis")).map_err(|e| e.to_string())?;
-
-        let mut redis = redis_command(REDIS_PORT, &self.state.join("redis"));
-        redis.args(["--maxmemory-policy", "noeviction", "--daemonize", "no"]);
-        self.start("redis-server", "redis", &[REDIS_PORT], &mut redis)?;
-        self.wait_ready("redis-server", Some("redis"), || answers_ping(REDIS_PORT))?;
+        self.redis_up()?;
 
         let mut cluster = pg::Cluster::of(&self.state);
         cluster.place(&self.state)?;
@@ -184,7 +186,7 @@ impl Local {
             stop_all("idemgate", &surplus, Duration::from_secs(35));
         }
         self.start_prometheus()?;
-        println!("\nidemgate local fleet is up ({} replicas): gateway http://127.0.0.1:{LB_PORT}; stop with make down", self.replicas);
+        println!("\nidemgate local fleet is up ({} replicas, Redis {}): gateway http://127.0.0.1:{LB_PORT}; stop with make down", self.replicas, self.redis.as_str());
         Ok(())
     }
 
@@ -205,7 +207,8 @@ impl Local {
                 .env(
                     "IDEMGATE__SERVER__ADMIN_LISTEN",
                     format!("127.0.0.1:{admin}"),
-                );
+                )
+                .envs(self.redis.gateway_env(&self.redis_ports));
             self.start(
                 "idemgate",
                 &format!("gateway-{i}"),
@@ -337,7 +340,7 @@ impl Local {
         } else {
             println!("==> postgres not running");
         }
-        stop("redis-server", &self.file("redis.pid"), grace);
+        self.redis_down(grace);
         println!("==> local fleet stopped");
     }
 
@@ -351,10 +354,9 @@ impl Local {
                 None => println!("{name:<14} not running"),
             }
         };
-        line(
-            "redis-server",
-            alive(&self.file("redis.pid"), "redis-server"),
-        );
+        for (name, pid) in self.redis_status() {
+            line(&name, pid);
+        }
         let cluster = pg::Cluster::of(&self.state);
         let pg_pid = std::fs::read_to_string(cluster.data().join("postmaster.pid")).ok();
         line(
