@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use fred::prelude::{ClientLike, Value};
 
-use crate::support::{read, stack, RedisServer};
+use crate::support::{durable_stack, read, stack, RedisServer};
 
 /// Makes Redis refuse every write (`-NOREPLICAS`: it has no replica), as a primary
 /// that lost its role refuses them during a failover, or lets them through again.
@@ -74,5 +74,34 @@ async fn redis_only_completion_gives_up_when_the_lease_runs_out() {
         took >= Duration::from_millis(1000) && took < Duration::from_millis(3000),
         "answered after {took:?}: should be about the lease's end (1.5 s after the claim)"
     );
+    assert_eq!(upstream.executions(), 1);
+}
+
+#[tokio::test]
+async fn a_written_through_lease_is_kept_in_postgres_while_redis_is_down() {
+    // claims = "write_through": the lease is in both tiers and Postgres decides. Redis
+    // dies during a 4 s upstream call; the heartbeat must still extend the Postgres
+    // lease, or it runs out after lock_ttl (1.5 s) and a retry, claiming in Postgres
+    // while Redis is down, takes the key over and runs it a second time.
+    let (mut redis, _pg, upstream, app) = durable_stack(
+        "claims = \"write_through\"",
+        "[idempotency]\nlock_ttl = \"1500ms\"\n",
+    )
+    .await;
+    upstream.set_delay(Duration::from_millis(4000));
+    let first = tokio::spawn(app.post("wt", "{}").send());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    redis.stop();
+    tokio::time::sleep(Duration::from_millis(1700)).await;
+    let deadline = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < deadline {
+        let status = app.post("wt", "{}").send().await.unwrap().status();
+        assert_ne!(
+            status, 201,
+            "a retry ran the key while its first execution was still running"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(first.await.unwrap().unwrap().status(), 201);
     assert_eq!(upstream.executions(), 1);
 }

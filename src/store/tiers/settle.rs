@@ -18,15 +18,23 @@ impl Stores {
         match (lease.home, &self.0.postgres) {
             (Home::Postgres, Some(pg)) => pg.store.extend(rec, &lease.token, ttl).await,
             (Home::Redis { also_in_postgres }, pg) => {
-                let held = self
-                    .0
-                    .redis
+                let in_redis = (self.0.redis)
                     .extend(&lease.redis_key, &lease.token, ttl)
-                    .await?;
-                if let (true, Some(pg)) = (also_in_postgres, pg) {
-                    pg.store.extend(rec, &lease.token, ttl).await?;
+                    .await;
+                match (also_in_postgres, pg) {
+                    // Claims written through: Postgres decides who holds the key, so its
+                    // lease is extended even while Redis fails (or lost ours in a
+                    // failover); otherwise it runs out and a retry claiming in Postgres
+                    // takes the key over while this execution still runs.
+                    (true, Some(pg)) => {
+                        let in_pg = pg.store.extend(rec, &lease.token, ttl).await?;
+                        match in_redis {
+                            Err(e) if !in_pg => Err(e),
+                            _ => Ok(in_pg),
+                        }
+                    }
+                    _ => in_redis,
                 }
-                Ok(held)
             }
             (Home::Postgres, None) => Ok(false),
         }
