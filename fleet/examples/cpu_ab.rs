@@ -125,6 +125,16 @@ fn main() {
     }
     let lua = root.join("deploy/bench/wrk.lua");
     assert!(lua.exists());
+    // Redis' own cost per request over the measured rounds (all variants together):
+    // `INFO commandstats` (µs per script call) and `INFO cpu` (the whole server).
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+    let redis_cpu = |info: &str| -> f64 {
+        info.lines()
+            .filter(|l| l.starts_with("used_cpu_sys:") || l.starts_with("used_cpu_user:"))
+            .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
+            .sum()
+    };
+    let redis_cpu_before = redis_cpu(&redis.cli(&["INFO", "cpu"]));
     for round in 0..rounds {
         for v in variants.iter_mut() {
             let pid = v.replica.pid().unwrap();
@@ -215,6 +225,17 @@ fn main() {
                 v.label, row.requests, row.rps, row.cpu_us, row.cs, row.syscalls, row.hwm, row.rss
             );
             v.rows.push(row);
+        }
+    }
+    let redis_cpu_s = redis_cpu(&redis.cli(&["INFO", "cpu"])) - redis_cpu_before;
+    let all: f64 = variants.iter().flat_map(|v| v.rows.iter()).map(|r| r.requests).sum();
+    println!(
+        "\nredis over the rounds: {:.1} us CPU per request ({all:.0} requests); commandstats:",
+        redis_cpu_s * 1e6 / all
+    );
+    for line in redis.cli(&["INFO", "commandstats"]).lines() {
+        if line.starts_with("cmdstat_") {
+            println!("  {line}");
         }
     }
     if let Some(prefix) = &record {
