@@ -228,7 +228,11 @@ fn main() {
         }
     }
     let redis_cpu_s = redis_cpu(&redis.cli(&["INFO", "cpu"])) - redis_cpu_before;
-    let all: f64 = variants.iter().flat_map(|v| v.rows.iter()).map(|r| r.requests).sum();
+    let all: f64 = variants
+        .iter()
+        .flat_map(|v| v.rows.iter())
+        .map(|r| r.requests)
+        .sum();
     println!(
         "\nredis over the rounds: {:.1} us CPU per request ({all:.0} requests); commandstats:",
         redis_cpu_s * 1e6 / all
