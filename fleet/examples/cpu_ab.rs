@@ -35,6 +35,9 @@ struct Row {
     cpu_us: f64,
     cs: f64,
     syscalls: f64,
+    /// The replica's VmHWM and VmRSS after the round, MiB.
+    hwm: f64,
+    rss: f64,
 }
 
 fn main() {
@@ -122,6 +125,16 @@ fn main() {
     }
     let lua = root.join("deploy/bench/wrk.lua");
     assert!(lua.exists());
+    // Redis' own cost per request over the measured rounds (all variants together):
+    // `INFO commandstats` (µs per script call) and `INFO cpu` (the whole server).
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+    let redis_cpu = |info: &str| -> f64 {
+        info.lines()
+            .filter(|l| l.starts_with("used_cpu_sys:") || l.starts_with("used_cpu_user:"))
+            .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
+            .sum()
+    };
+    let redis_cpu_before = redis_cpu(&redis.cli(&["INFO", "cpu"]));
     for round in 0..rounds {
         for v in variants.iter_mut() {
             let pid = v.replica.pid().unwrap();
@@ -162,6 +175,8 @@ fn main() {
                     cpu_us: ir / requests / 1000.0,
                     cs: 0.0,
                     syscalls: 0.0,
+                    hwm: 0.0,
+                    rss: 0.0,
                 });
                 continue;
             }
@@ -195,18 +210,36 @@ fn main() {
                     .and_then(|n| n.parse::<f64>().ok())
                     .unwrap_or(f64::NAN)
             };
+            let (hwm, rss) = memory_mib(pid);
             let row = Row {
                 requests,
                 rps,
                 cpu_us: counter("task-clock") * 1000.0 / requests,
                 cs: counter("context-switches") / requests,
                 syscalls: counter("raw_syscalls:sys_enter") / requests,
+                hwm,
+                rss,
             };
             println!(
-                "round {round} {:>10}: {:>7.0} req {:>7.0} req/s  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req",
-                v.label, row.requests, row.rps, row.cpu_us, row.cs, row.syscalls
+                "round {round} {:>10}: {:>7.0} req {:>7.0} req/s  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  VmHWM {:>5.1} MiB  VmRSS {:>5.1} MiB",
+                v.label, row.requests, row.rps, row.cpu_us, row.cs, row.syscalls, row.hwm, row.rss
             );
             v.rows.push(row);
+        }
+    }
+    let redis_cpu_s = redis_cpu(&redis.cli(&["INFO", "cpu"])) - redis_cpu_before;
+    let all: f64 = variants
+        .iter()
+        .flat_map(|v| v.rows.iter())
+        .map(|r| r.requests)
+        .sum();
+    println!(
+        "\nredis over the rounds: {:.1} us CPU per request ({all:.0} requests); commandstats:",
+        redis_cpu_s * 1e6 / all
+    );
+    for line in redis.cli(&["INFO", "commandstats"]).lines() {
+        if line.starts_with("cmdstat_") {
+            println!("  {line}");
         }
     }
     if let Some(prefix) = &record {
@@ -245,15 +278,30 @@ fn main() {
             xs[xs.len() / 2]
         };
         println!(
-            "{:>10}: {:>7.0} req/s  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  (cpu per round: {})",
+            "{:>10}: {:>7.0} req/s  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  VmHWM {:>5.1} MiB (last round)  (cpu per round: {})",
             v.label,
             med(|r| r.rps),
             med(|r| r.cpu_us),
             med(|r| r.cs),
             med(|r| r.syscalls),
+            v.rows.last().map(|r| r.hwm).unwrap_or(0.0),
             v.rows.iter().map(|r| format!("{:.1}", r.cpu_us)).collect::<Vec<_>>().join(" / ")
         );
     }
+}
+
+/// VmHWM and VmRSS of `pid` in MiB (as `make bench` reads peak RSS).
+fn memory_mib(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map(|kib| kib / 1024.0)
+            .unwrap_or(f64::NAN)
+    };
+    (field("VmHWM:"), field("VmRSS:"))
 }
 
 /// Callgrind dumps in $CG_DIR (default /tmp/cg).
