@@ -30,6 +30,7 @@ mod replay;
 mod secrets;
 mod shard_warmth;
 mod tenancy;
+mod thread_per_core;
 mod tier_edges;
 mod tls_postgres;
 mod tls_redis;
