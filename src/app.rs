@@ -51,7 +51,7 @@ impl App {
     }
 
     async fn build_part(mut config: Config, part: Option<WorkerPart>) -> anyhow::Result<Self> {
-        let first = part.as_ref().is_none_or(|p| p.index == 0);
+        let first = part.as_ref().map_or(true, |p| p.index == 0);
         validate(&config)?;
         crate::tls::secrets::admin_token(&mut config.admin)?;
         if config.routes.is_empty() {

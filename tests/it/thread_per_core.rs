@@ -270,3 +270,33 @@ async fn sigterm_drains_every_worker_and_leaves_no_lease() {
         assert_eq!(state, "C", "{record} is completed, not leased");
     }
 }
+
+#[test]
+fn check_config_names_the_runtime_keys_on_bad_values() {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    for (var, value, key) in [
+        ("IDEMGATE__SERVER__RUNTIME", "per_core", "server.runtime"),
+        ("IDEMGATE__SERVER__WORKERS", "0", "server.workers"),
+        ("IDEMGATE__SERVER__WORKERS", "lots", "server.workers"),
+    ] {
+        let out = Command::new(BIN)
+            .args(["check-config", "--config"])
+            .arg(file.path())
+            .env(var, value)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{var}={value}: {stderr}");
+        assert!(stderr.contains(key), "{var}={value}: {stderr}");
+    }
+    let out = Command::new(BIN)
+        .args(["check-config", "--config"])
+        .arg(file.path())
+        .env("IDEMGATE__SERVER__RUNTIME", "thread_per_core")
+        .env("IDEMGATE__SERVER__WORKERS", "3")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("runtime = \"thread_per_core\""), "{stdout}");
+    assert!(stdout.contains("workers = 3"), "{stdout}");
+}
