@@ -38,7 +38,20 @@ impl App {
     /// at fault, not a panic), connects Redis (which need not be up), prepares Postgres
     /// (migrating it unless told not to) and starts the background tasks (Redis probe,
     /// write-through, reaper).
-    pub async fn build(mut config: Config) -> anyhow::Result<Self> {
+    pub async fn build(config: Config) -> anyhow::Result<Self> {
+        Self::build_part(config, None).await
+    }
+
+    /// Builds worker `part.index` of `server.runtime = "thread_per_core"` from its
+    /// share of the configuration ([`crate::config::worker_share`]): its own
+    /// connections, waiter subscription and upstream client, the process's replay
+    /// cache, and the process-wide duties (metrics upkeep, reaper) on worker 0 only.
+    pub async fn build_worker(config: Config, part: WorkerPart) -> anyhow::Result<Self> {
+        Self::build_part(config, Some(part)).await
+    }
+
+    async fn build_part(mut config: Config, part: Option<WorkerPart>) -> anyhow::Result<Self> {
+        let first = part.as_ref().map_or(true, |p| p.index == 0);
         validate(&config)?;
         crate::tls::secrets::admin_token(&mut config.admin)?;
         if config.routes.is_empty() {
@@ -47,7 +60,9 @@ impl App {
         let scope_keys = scope_keys(&config).await?;
         let upstream = Upstream::new(&config.routes)?;
         let metrics = crate::metrics::install();
-        crate::metrics::spawn_upkeep(metrics.clone());
+        if first {
+            crate::metrics::spawn_upkeep(metrics.clone());
+        }
         let redis = RedisStore::connect(&config.redis).await?;
         match redis.maxmemory_policy().await {
             Ok(policy) if policy != "noeviction" => tracing::warn!(
@@ -98,7 +113,10 @@ impl App {
             .map(|r| r.idempotency.apply(&config.idempotency).in_flight)
             .any(|p| p == InFlightPolicy::Wait);
         let rc = &config.replay_cache;
-        let cache = ReplayCache::new(rc.max_bytes.as_u64(), rc.max_age).map(Arc::new);
+        let cache = match part {
+            Some(part) => part.cache,
+            None => ReplayCache::new(rc.max_bytes.as_u64(), rc.max_age).map(Arc::new),
+        };
         let waiters = if waiting || cache.is_some() {
             let channels = Channels {
                 pattern: redis.channel_pattern(),
@@ -111,7 +129,9 @@ impl App {
         };
         let stores = Stores::new(&config, redis, postgres, waiters, cache);
         stores.probe().await;
-        let reap = (config.postgres.as_ref()).map(|p| (p.reap_interval, p.reap_batch));
+        let reap = (config.postgres.as_ref())
+            .filter(|_| first)
+            .map(|p| (p.reap_interval, p.reap_batch));
         stores.spawn_background(config.redis.probe_interval, reap);
         Ok(Self {
             routes: RouteTable::new(&config),
@@ -123,6 +143,14 @@ impl App {
             config,
         })
     }
+}
+
+/// What a worker of `server.runtime = "thread_per_core"` is given by the process.
+pub struct WorkerPart {
+    /// 0 for the worker that also reaps and keeps the metrics.
+    pub index: usize,
+    /// The replay cache every worker shares (`None`: off).
+    pub cache: Option<Arc<ReplayCache>>,
 }
 
 /// Reads `idempotency.scope_secret_file`; warns when there is none.

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use idemgate::config::{Runtime, Workers};
 use idemgate::http::ready_probe::{self, Readiness};
+use idemgate::server::workers::Workers as ThreadPerCore;
 use idemgate::store::postgres::migrate;
 use idemgate::store::PgStore;
 use idemgate::{App, Config, Server};
@@ -155,7 +157,14 @@ where
 
 fn serve(config: Config) -> anyhow::Result<()> {
     let _log = idemgate::telemetry::init(&config.log);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    if config.server.runtime == Runtime::ThreadPerCore {
+        return serve_thread_per_core(config);
+    }
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Workers::Count(n) = config.server.workers {
+        runtime.worker_threads(n.get());
+    }
+    let runtime = runtime
         .enable_all()
         .build()
         .context("starting the runtime")?;
@@ -165,6 +174,21 @@ fn serve(config: Config) -> anyhow::Result<()> {
         server.run(shutdown_signal()).await;
         Ok(())
     })
+}
+
+/// `server.runtime = "thread_per_core"`: the workers serve on their own threads; this
+/// one waits for SIGTERM or SIGINT, then for every worker to drain.
+fn serve_thread_per_core(config: Config) -> anyhow::Result<()> {
+    let signals = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let workers = ThreadPerCore::start(config)?;
+    signals.block_on(shutdown_signal());
+    workers.stop();
+    workers.join();
+    tracing::info!("stopped");
+    Ok(())
 }
 
 /// Resolves on SIGTERM or SIGINT.

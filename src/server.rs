@@ -39,6 +39,7 @@ use crate::http::linger::{LingerBounds, Lingering};
 use crate::http::{admin_router, proxy_router};
 use crate::metrics::{self, Limit};
 
+pub mod workers;
 pub mod write_timeout;
 
 use write_timeout::WriteTimeout;
@@ -47,7 +48,12 @@ use write_timeout::WriteTimeout;
 pub struct Server {
     app: Arc<App>,
     proxy: TcpListener,
-    admin: TcpListener,
+    /// `None` on the `thread_per_core` workers other than the first.
+    admin: Option<TcpListener>,
+    /// Shared by every worker of a `thread_per_core` process.
+    gate: Arc<ProxyLimits>,
+    /// Which worker's listener this is (0 with `multi_thread`).
+    worker: usize,
 }
 
 impl Server {
@@ -74,10 +80,13 @@ impl Server {
 
     /// Uses listeners bound by the caller (tests bind port 0).
     pub fn with_listeners(app: App, proxy: TcpListener, admin: TcpListener) -> Self {
+        let gate = Arc::new(ProxyLimits::new(&app.config.server));
         Self {
             app: Arc::new(app),
             proxy,
-            admin,
+            admin: Some(admin),
+            gate,
+            worker: 0,
         }
     }
 
@@ -85,21 +94,39 @@ impl Server {
         self.proxy.local_addr().expect("bound listener")
     }
 
-    pub fn admin_addr(&self) -> SocketAddr {
-        self.admin.local_addr().expect("bound listener")
+    /// The admin listener's address (`None` on a `thread_per_core` worker without it).
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        (self.admin.as_ref()).map(|a| a.local_addr().expect("bound listener"))
     }
 
     /// Serves until `shutdown` resolves, then drains within `server.shutdown_grace`.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        let Self { app, proxy, admin } = self;
+        let Self {
+            app,
+            proxy,
+            admin,
+            gate,
+            worker,
+        } = self;
         let limits = app.config.server.clone();
         // Owned here and only lent to the accept loops, which run inside this future:
         // `shutdown()` below consumes this very value, so the drain of the connections
         // it watches cannot be skipped or run on a stand-in.
         let graceful = GracefulShutdown::new();
-        let gate = ProxyLimits::new(&limits);
-        tracing::info!(listen = %limits.listen, admin = %limits.admin_listen, "idemgate serving");
+        tracing::info!(listen = %limits.listen, admin = %limits.admin_listen, worker, "idemgate serving");
         {
+            let accepted = workers::accepted_counter(worker);
+            let admin = admin.map(|admin| {
+                let router = admin_router(app.clone());
+                async {
+                    // One admin listener per process, and with it the gauges' sampler.
+                    tokio::join!(
+                        accept_loop(admin, router, &limits, &graceful, None, None),
+                        gate.sample()
+                    )
+                    .0
+                }
+            });
             let accepting = async {
                 tokio::join!(
                     accept_loop(
@@ -107,10 +134,15 @@ impl Server {
                         proxy_router(app.clone()),
                         &limits,
                         &graceful,
-                        Some(&gate)
+                        Some(&gate),
+                        Some(accepted),
                     ),
-                    accept_loop(admin, admin_router(app.clone()), &limits, &graceful, None),
-                    gate.sample(),
+                    async {
+                        match admin {
+                            Some(admin) => admin.await,
+                            None => std::future::pending().await,
+                        }
+                    },
                 )
             };
             tokio::select! {
@@ -144,7 +176,8 @@ impl Server {
     }
 }
 
-/// The proxy listener's limits: connection slots, and those of each request.
+/// The proxy listener's limits: connection slots, and those of each request (one for
+/// the process: the `thread_per_core` workers share it).
 struct ProxyLimits {
     max_connections: usize,
     slots: Arc<Semaphore>,
@@ -196,6 +229,7 @@ async fn accept_loop(
     server: &ServerConfig,
     graceful: &GracefulShutdown,
     proxy: Option<&ProxyLimits>,
+    accepted: Option<Counter>,
 ) -> Infallible {
     let max_buf = (server.max_header_size.as_u64() as usize).max(8192);
     let linger = LingerBounds::from_config(server);
@@ -210,6 +244,9 @@ async fn accept_loop(
                 continue;
             }
         };
+        if let Some(accepted) = &accepted {
+            accepted.increment(1);
+        }
         let slot = match proxy {
             Some(proxy) => proxy.slot().await,
             None => None,

@@ -418,6 +418,8 @@ PEER = "ldclabs/idempotent-proxy 1.2.2"
 # extra gateway configuration: env (IDEMGATE__SECTION__KEY=... and process environment),
 # toml (appended to the generated config file, for sections with no env form), postgres
 # (False: Redis only), log, replicas; the launcher (idemgate-fleet bench) applies them.
+TPC = {"IDEMGATE__SERVER__RUNTIME": "thread_per_core"}
+
 SCENARIOS = [
     dict(id="direct", label="direct upstream (demo-upstream)", target="upstream", mode="unique", profile=True),
     dict(id="nginx", label="nginx proxy_pass, keepalive (baseline)", target="nginx", mode="unique", profile=True),
@@ -465,6 +467,14 @@ SCENARIOS = [
     dict(id="replay-redis-cluster", label="idemgate replay from Redis (replay_cache.max_bytes = 0), on a 3-primary "
          "Redis Cluster", target="gw", mode="replay", prefix="replay-cluster", redis="cluster",
          env={"IDEMGATE__REPLAY_CACHE__MAX_BYTES": "0"}, compare="replay-redis"),
+    # server.runtime = "thread_per_core" (issue 15): one single-threaded runtime per core,
+    # each with its own SO_REUSEPORT listener and Redis/Postgres connections.
+    dict(id="first-redis-tpc", label="idemgate first execution, Redis only, runtime thread_per_core",
+         target="gw", mode="unique", postgres=False, env=TPC),
+    dict(id="first-tpc", label="idemgate first execution, write-through, runtime thread_per_core",
+         target="gw", mode="unique", env=TPC),
+    dict(id="replay-redis-tpc", label="idemgate replay from Redis, runtime thread_per_core", target="gw",
+         mode="replay", env={"IDEMGATE__REPLAY_CACHE__MAX_BYTES": "0", **TPC}),
     dict(id="lb1-replay", label="HAProxy + 1 replica, replay", target="lb", replicas=1, mode="replay"),
     dict(id="lb3-replay", label="HAProxy + 3 replicas, replay", target="lb", replicas=3, mode="replay"),
     dict(id="lb1-first", label="HAProxy + 1 replica, first execution", target="lb", replicas=1, mode="unique"),

@@ -11,6 +11,7 @@
 mod encryption;
 mod redacted_debug;
 mod replication;
+mod runtime;
 mod tls;
 mod topology;
 mod typed;
@@ -26,6 +27,7 @@ use figment::Figment;
 use http::{HeaderName, Method, StatusCode, Uri};
 use serde::{Deserialize, Serialize};
 
+pub use runtime::{worker_share, Runtime, Workers};
 pub use tls::{read_secret, PostgresTls, RedisTls, ResolvedPgTls, SslMode, UpstreamTls};
 pub use topology::{RedisMode, SentinelConfig};
 pub use validate::validate;
@@ -102,6 +104,10 @@ pub struct ServerConfig {
     /// Memory for buffered bodies (keyed request bodies, stored and replayed responses)
     /// across all requests; a keyed request that does not fit gets 503 `overloaded`.
     pub buffer_budget: ByteSize,
+    /// `multi_thread` or `thread_per_core` ([`Runtime`]).
+    pub runtime: Runtime,
+    /// Worker threads: `"auto"` (the available cores) or a count ([`Workers`]).
+    pub workers: Workers,
 }
 
 impl Default for ServerConfig {
@@ -122,6 +128,8 @@ impl Default for ServerConfig {
             max_in_flight: 1024,
             write_timeout: Duration::from_secs(30),
             buffer_budget: ByteSize::mib(256),
+            runtime: Runtime::default(),
+            workers: Workers::default(),
         }
     }
 }

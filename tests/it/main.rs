@@ -31,6 +31,7 @@ mod secrets;
 mod settle;
 mod shard_warmth;
 mod tenancy;
+mod thread_per_core;
 mod tier_edges;
 mod tls_postgres;
 mod tls_redis;

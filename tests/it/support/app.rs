@@ -42,7 +42,7 @@ impl TestApp {
         let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let server = Server::with_listeners(app, proxy, admin);
-        let (addr, admin) = (server.proxy_addr(), server.admin_addr());
+        let (addr, admin) = (server.proxy_addr(), server.admin_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn(server.run(async {
             let _ = stopped.await;
