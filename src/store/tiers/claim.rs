@@ -163,11 +163,18 @@ impl Stores {
                     if left.is_zero() {
                         break Ok(Claim::InFlight { remaining });
                     }
-                    // Woken by the holder, or when its lease runs out, whichever is first.
+                    // Woken by the holder, or when its lease runs out, whichever is first;
+                    // in a cluster, re-subscribed and re-checked every `RECHECK` too (a
+                    // slot that moved lost its subscription: see `waiters`).
                     let nap = (remaining + Duration::from_millis(10)).min(left);
+                    let recheck = watch.recheck().filter(|r| *r < nap);
                     tokio::select! {
                         () = &mut notified => {}
-                        () = tokio::time::sleep(nap) => {}
+                        () = tokio::time::sleep(recheck.unwrap_or(nap)) => {
+                            if recheck.is_some() {
+                                watch.refresh().await;
+                            }
+                        }
                     }
                 }
                 other => break other,
