@@ -32,6 +32,7 @@ use crate::metrics::{self, InFlightGuard, Outcome};
 use crate::proxy::headers::{self, Peer};
 use crate::proxy::UpstreamError;
 use crate::route::Route;
+use crate::store::heartbeat::Phase;
 use crate::store::{Failure, Lease, StoreError};
 
 /// Marks a response forwarded without idempotency because no store could take the claim.
@@ -349,7 +350,7 @@ async fn execute(
     let started = Instant::now();
     let peer = Peer::new(peer, &app.config.server.trusted_proxies);
     let forward = (app.upstream).forward_buffered(&route, parts, body, peer, max_response);
-    let answer = with_heartbeat(forward, &lease, &route).await;
+    let answer = lease.heartbeat(forward, Phase::Upstream).await;
     route.metrics.upstream(started);
     let stored = match answer {
         Ok(answer) if route.policy.releases(answer.status) => {
@@ -476,35 +477,6 @@ fn scope_of(
                 .collect::<Vec<_>>()
                 .join(", "),
         )),
-    }
-}
-
-/// Drives the upstream call while extending the lease every third of `lock_ttl`, so a
-/// slow upstream never lets a duplicate start; if this process dies, the lease ends.
-async fn with_heartbeat<T>(
-    call: impl std::future::Future<Output = T>,
-    lease: &Lease,
-    route: &Route,
-) -> T {
-    let lock_ttl = route.policy.settings.lock_ttl;
-    let every = lock_ttl / 3;
-    let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tokio::pin!(call);
-    let mut lost = false;
-    loop {
-        tokio::select! {
-            answer = &mut call => return answer,
-            _ = beat.tick() => match lease.extend(lock_ttl).await {
-                Ok(true) => {}
-                Ok(false) if !lost => {
-                    lost = true;
-                    tracing::warn!("lease lost during the upstream call; its result will not overwrite");
-                }
-                Ok(false) => {}
-                Err(e) => tracing::warn!(error = %e, "could not extend the lease; retrying at the next beat"),
-            },
-        }
     }
 }
 

@@ -96,7 +96,7 @@ impl Lease {
     }
 
     /// Stores `response` for `ttl` if the lease is still ours (and writes it through
-    /// to Postgres when configured).
+    /// to Postgres when configured), extending the lease until it is stored.
     pub async fn complete(
         self,
         response: &StoredResponse,
@@ -113,7 +113,10 @@ impl Lease {
         ttl: Duration,
     ) -> Result<Completion, StoreError> {
         let held = self.into_held();
-        held.stores.complete(&held, response, ttl).await
+        // The lease beats until the response is stored (see `heartbeat`).
+        let storing = held.stores.complete(&held, response, ttl);
+        held.heartbeat(storing, super::heartbeat::Phase::Settle)
+            .await
     }
 
     /// Drops the lease so that a retry runs the request again.

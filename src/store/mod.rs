@@ -4,6 +4,7 @@
 //! circuit breaker). Every store failure is a [`StoreError`], classified by source.
 
 pub mod breaker;
+pub mod heartbeat;
 pub mod lease;
 pub mod memory;
 pub mod postgres;

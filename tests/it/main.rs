@@ -28,6 +28,7 @@ mod pg_timeouts;
 mod pg_writer;
 mod replay;
 mod secrets;
+mod settle_lease;
 mod shard_warmth;
 mod tenancy;
 mod tier_edges;
