@@ -213,6 +213,48 @@ impl RedisCluster {
         }
     }
 
+    /// Moves the one hash slot `slot` to the primary at `to`, the way
+    /// `redis-cli --cluster reshard` moves each slot: `SETSLOT IMPORTING` on the
+    /// target, `SETSLOT MIGRATING` on the owner, its keys moved with `MIGRATE`, then
+    /// `SETSLOT NODE` on both and on every other primary. Blocks until done.
+    pub fn move_slot(&self, slot: u16, to: usize) -> Result<(), String> {
+        let from = self.primary_for_slot(slot);
+        if from == to {
+            return Ok(());
+        }
+        let id = |i: usize| self.nodes[i].cli(&["CLUSTER", "MYID"]).trim().to_string();
+        let (from_id, to_id, s) = (id(from), id(to), slot.to_string());
+        let ok = |out: String| {
+            if out.trim() == "OK" || out.trim() == "NOKEY" {
+                Ok(())
+            } else {
+                Err(out)
+            }
+        };
+        ok(self.nodes[to].cli(&["CLUSTER", "SETSLOT", &s, "IMPORTING", &from_id]))?;
+        ok(self.nodes[from].cli(&["CLUSTER", "SETSLOT", &s, "MIGRATING", &to_id]))?;
+        loop {
+            let keys = self.nodes[from].cli(&["CLUSTER", "GETKEYSINSLOT", &s, "100"]);
+            let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+            if keys.is_empty() {
+                break;
+            }
+            let port = self.nodes[to].port.to_string();
+            let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+            args.extend(keys);
+            ok(self.nodes[from].cli(&args))?;
+        }
+        for i in [to, from] {
+            ok(self.nodes[i].cli(&["CLUSTER", "SETSLOT", &s, "NODE", &to_id]))?;
+        }
+        for i in self.primaries() {
+            if i != to && i != from {
+                ok(self.nodes[i].cli(&["CLUSTER", "SETSLOT", &s, "NODE", &to_id]))?;
+            }
+        }
+        Ok(())
+    }
+
     /// One command on node `i` through `redis-cli -c` (follows redirections).
     pub fn cli(&self, i: usize, args: &[&str]) -> String {
         self.nodes[i].cli_cluster(args)

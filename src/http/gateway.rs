@@ -32,6 +32,7 @@ use crate::metrics::{self, InFlightGuard, Outcome};
 use crate::proxy::headers::{self, Peer};
 use crate::proxy::UpstreamError;
 use crate::route::Route;
+use crate::store::heartbeat::Phase;
 use crate::store::{Failure, Lease, StoreError};
 
 /// Marks a response forwarded without idempotency because no store could take the claim.
@@ -349,7 +350,7 @@ async fn execute(
     let started = Instant::now();
     let peer = Peer::new(peer, &app.config.server.trusted_proxies);
     let forward = (app.upstream).forward_buffered(&route, parts, body, peer, max_response);
-    let answer = lease.with_heartbeat(forward).await;
+    let answer = lease.heartbeat(forward, Phase::Upstream).await;
     route.metrics.upstream(started);
     let stored = match answer {
         Ok(answer) if route.policy.releases(answer.status) => {

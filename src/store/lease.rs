@@ -5,7 +5,6 @@
 //!
 //! The lease's owner is the gateway, not a client connection: see `Stores::claim`.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -75,36 +74,6 @@ impl Held {
     pub fn runs_out_at(&self) -> Instant {
         self.claimed_at + Duration::from_millis(self.runs_out_ms.load(Ordering::Relaxed))
     }
-
-    /// Runs `call` (the upstream call, or storing its response) while a heartbeat
-    /// extends the lease every third of `lock_ttl`, so a slow call or a slow store
-    /// does not let the lease run out under it and a duplicate run.
-    pub async fn with_heartbeat<T>(&self, call: impl Future<Output = T>) -> T {
-        let every = self.lock_ttl / 3;
-        // A pinned `Sleep`, not an `Interval`: no allocation on this per-request path.
-        let beat = tokio::time::sleep(every);
-        tokio::pin!(beat, call);
-        let mut lost = false;
-        loop {
-            tokio::select! {
-                answer = &mut call => return answer,
-                () = &mut beat => {
-                    match self.extend(self.lock_ttl).await {
-                        Ok(true) => {}
-                        Ok(false) if !lost => {
-                            lost = true;
-                            tracing::warn!("lease lost while held: this execution's result \
-                                will not overwrite another's");
-                        }
-                        Ok(false) => {}
-                        Err(e) => tracing::warn!(error = %e,
-                            "could not extend the lease; retrying at the next beat"),
-                    }
-                    beat.as_mut().reset(tokio::time::Instant::now() + every);
-                }
-            }
-        }
-    }
 }
 
 /// A held claim on one record. Settle it with [`Lease::complete`] or [`Lease::release`].
@@ -147,7 +116,7 @@ impl Lease {
     }
 
     /// Stores `response` for `ttl` if the lease is still ours (and writes it through
-    /// to Postgres when configured).
+    /// to Postgres when configured), extending the lease until it is stored.
     pub async fn complete(
         self,
         response: &StoredResponse,
@@ -164,9 +133,9 @@ impl Lease {
         ttl: Duration,
     ) -> Result<Completion, StoreError> {
         let held = self.into_held();
-        // Storing can take longer than a lease (a slow store, a failover): the heartbeat
-        // keeps it ours meanwhile, as it did during the upstream call.
-        held.with_heartbeat(held.stores.complete(&held, response, ttl))
+        // The lease beats until the response is stored (see `heartbeat`).
+        let storing = held.stores.complete(&held, response, ttl);
+        held.heartbeat(storing, super::heartbeat::Phase::Settle)
             .await
     }
 

@@ -4,6 +4,8 @@
 //! circuit breaker). Every store failure is a [`StoreError`], classified by source.
 
 pub mod breaker;
+pub mod cold_slots;
+pub mod heartbeat;
 pub mod lease;
 pub mod memory;
 pub mod postgres;

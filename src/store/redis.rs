@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use fred::interfaces::ClusterInterface as _;
 use fred::prelude::{
     ClientLike, Error as FredError, KeysInterface, Pool, PubsubInterface, SortedSetsInterface,
     Value,
@@ -395,27 +396,44 @@ impl RedisStore {
         channel(key)
     }
 
-    /// Deletes the warmth marker of every slot: Redis is not known to hold every
-    /// record Postgres has (after an outage, or a completion Redis refused). Every
-    /// replica's next claim sees its slot's marker young and looks keys up until it is
-    /// older than the longest ttl. Writes, so it also proves that Redis accepts writes
-    /// (the breaker's probe). 16,384 single-key `DEL`s, pipelined (each routed to its
-    /// slot's primary in a cluster); rare (after an outage or a refused completion).
-    pub async fn reset_marker(&self) -> Result<(), StoreError> {
+    /// Deletes the warmth markers of `slots` (see `warmth`): those slots count as cold
+    /// on every replica until their markers are older than the longest ttl. Single-key
+    /// `DEL`s, pipelined (each routed to its slot's primary in a cluster); rare (after
+    /// a claim in Postgres or a refused completion), and only the slots concerned.
+    pub async fn reset_markers(&self, slots: &[u16]) -> Result<(), StoreError> {
         let client = self.inner.pool.next();
-        for chunk in self.inner.markers.all().chunks(1024) {
+        let all = self.inner.markers.all();
+        for chunk in slots.chunks(1024) {
             let pipeline = client.pipeline();
-            for key in chunk {
-                let _: () = pipeline.del(key.as_str()).await?;
+            for &slot in chunk {
+                let _: () = pipeline.del(all[usize::from(slot)].as_str()).await?;
             }
             let _: Vec<Value> = pipeline.all().await?;
         }
         Ok(())
     }
 
+    /// Proves that Redis takes writes again (the breaker's probe): one `DEL` of a
+    /// throw-away key per primary (the first slot of each slot range fred knows in a
+    /// cluster; one key on the one primary otherwise). Touches no marker.
+    pub async fn probe_writes(&self) -> Result<(), StoreError> {
+        let client = self.inner.pool.next();
+        let slots: Vec<u16> = match client.cached_cluster_state() {
+            Some(routing) => routing.slots().iter().map(|r| r.start).collect(),
+            None => vec![0],
+        };
+        let pipeline = client.pipeline();
+        for slot in slots {
+            let key = format!("{}:probe", self.inner.markers.all()[usize::from(slot)]);
+            let _: () = pipeline.del(key).await?;
+        }
+        let _: Vec<Value> = pipeline.all().await?;
+        Ok(())
+    }
+
     /// Deletes the warmth marker of `record_key`'s slot only (one `DEL`): the slot of a
-    /// record Redis lacks counts as cold at once, before the full [`Self::reset_marker`]
-    /// (16,384 keys) lands.
+    /// record Redis lacks counts as cold at once, before [`Self::reset_markers`]
+    /// lands.
     pub async fn reset_slot_marker(&self, record_key: &str) -> Result<(), StoreError> {
         let marker = self.inner.markers.for_key(record_key);
         let _: i64 = self.inner.pool.next().del(marker).await?;

@@ -17,10 +17,17 @@
 //!
 //! A subscription that cannot be made (Redis down) is not an error: the waiter still
 //! re-claims when the holder's lease runs out.
+//!
+//! Resharding: when a node loses a slot, Redis drops the sharded subscriptions of that
+//! slot's channels (fred discards the unsolicited `SUNSUBSCRIBE` and does not follow),
+//! and the completion is then published on the new owner. So in cluster mode a waiter
+//! that heard nothing for [`RECHECK`] re-`SSUBSCRIBE`s ([`Watch::refresh`]: fred
+//! follows the `MOVED` to the slot's new owner) and then re-checks the record: a
+//! wake-up lost to a slot move costs at most [`RECHECK`], not the `wait_timeout`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fred::clients::SubscriberClient;
 use fred::prelude::{Builder, ClientLike, EventInterface, PubsubInterface, ReconnectPolicy};
@@ -30,6 +37,10 @@ use tokio::sync::Notify;
 use super::memory::ReplayCache;
 use crate::config::RedisConfig;
 use crate::idempotency::RecordId;
+
+/// Cluster mode: how long a waiter waits for a wake-up before it re-subscribes and
+/// re-checks its record (one `SSUBSCRIBE` per channel and one claim per waiter).
+pub const RECHECK: Duration = Duration::from_secs(1);
 
 /// Local waiters by channel, woken by the subscription.
 pub struct Waiters {
@@ -43,8 +54,25 @@ pub struct Waiters {
 /// The sharded channels subscribed to; the lock is held while one changes.
 struct Sharded {
     client: SubscriberClient,
-    subscribed: tokio::sync::Mutex<HashSet<String>>,
+    /// Each channel with when it was last (re)subscribed.
+    subscribed: tokio::sync::Mutex<HashMap<String, Instant>>,
     timeout: Duration,
+}
+
+impl Sharded {
+    /// `SSUBSCRIBE channel` (routed to its slot's primary); recorded if it worked.
+    async fn subscribe(&self, subscribed: &mut HashMap<String, Instant>, channel: &str) {
+        let ch = channel.to_string();
+        match tokio::time::timeout(self.timeout, self.client.ssubscribe(ch)).await {
+            Ok(Ok(())) => {
+                subscribed.insert(channel.to_string(), Instant::now());
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "could not subscribe to a record's channel")
+            }
+            Err(_) => tracing::debug!("subscribing to a record's channel timed out"),
+        }
+    }
 }
 
 /// Where and how [`Waiters::start`] subscribes.
@@ -69,6 +97,26 @@ impl Watch {
     /// so a completion between the check and the wait is not missed.
     pub fn notify(&self) -> &Notify {
         &self.notify
+    }
+
+    /// Cluster mode: how long to wait for a wake-up before [`Watch::refresh`]; `None`
+    /// elsewhere (the pattern subscription does not move).
+    pub fn recheck(&self) -> Option<Duration> {
+        self.waiters.sharded.as_ref().map(|_| RECHECK)
+    }
+
+    /// Cluster mode: subscribes again to this channel, on the node that serves its slot
+    /// now (the old owner dropped it if the slot moved). Once per channel per
+    /// [`RECHECK`], however many local waiters ask.
+    pub async fn refresh(&self) {
+        if let Some(sharded) = &self.waiters.sharded {
+            let mut subscribed = sharded.subscribed.lock().await;
+            let fresh =
+                (subscribed.get(&self.channel)).is_some_and(|at| at.elapsed() < RECHECK / 2);
+            if !fresh {
+                sharded.subscribe(&mut subscribed, &self.channel).await;
+            }
+        }
     }
 }
 
@@ -113,7 +161,7 @@ impl Waiters {
             .build_subscriber_client()?;
         let sharded = channels.sharded.then(|| Sharded {
             client: subscriber.clone(),
-            subscribed: tokio::sync::Mutex::new(HashSet::new()),
+            subscribed: tokio::sync::Mutex::new(HashMap::new()),
             timeout: config.command_timeout,
         });
         let waiters = Arc::new(Self {
@@ -208,17 +256,8 @@ impl Waiters {
         };
         if let Some(sharded) = &self.sharded {
             let mut subscribed = sharded.subscribed.lock().await;
-            if !subscribed.contains(&watch.channel) {
-                let ch = watch.channel.clone();
-                match tokio::time::timeout(sharded.timeout, sharded.client.ssubscribe(ch)).await {
-                    Ok(Ok(())) => {
-                        subscribed.insert(watch.channel.clone());
-                    }
-                    Ok(Err(e)) => {
-                        tracing::debug!(error = %e, "could not subscribe to a record's channel")
-                    }
-                    Err(_) => tracing::debug!("subscribing to a record's channel timed out"),
-                }
+            if !subscribed.contains_key(&watch.channel) {
+                sharded.subscribe(&mut subscribed, &watch.channel).await;
             }
         }
         watch
@@ -231,7 +270,7 @@ impl Waiters {
         };
         let mut subscribed = sharded.subscribed.lock().await;
         let back = (self.local.lock().unwrap_or_else(|p| p.into_inner())).contains_key(&channel);
-        if back || !subscribed.remove(&channel) {
+        if back || subscribed.remove(&channel).is_none() {
             return;
         }
         let left =

@@ -12,23 +12,29 @@
 //!   noticed by the very next claim in that shard, on every replica, while the other
 //!   shards stay warm. Standalone and Sentinel use the same 16,384 markers on one primary;
 //! - `maxmemory-policy` is `noeviction` (read by the probe; unknown counts as cold);
-//! - this replica has no marker reset pending. A reset is owed whenever Redis may lack
-//!   a record Postgres has: after a Redis outage (claims went to Postgres), and after a
-//!   completion Redis refused while Postgres stored it. Until the `DEL` of every
-//!   slot's marker lands, this replica counts Redis as cold; once it lands, every
-//!   replica does.
+//! - this replica owes no marker reset for the record's slot. A reset is owed for a
+//!   slot whenever Redis may lack a record of that slot that Postgres has: a claim taken
+//!   in Postgres while Redis was unavailable (`on_redis_unavailable = "postgres"`), and
+//!   a completion Redis refused while Postgres stored it. Only those slots are reset
+//!   (one `DEL` each), so a shard outage does not make the healthy shards cold, and a
+//!   breaker trip with `reject` or `pass_through` (nothing written elsewhere) resets
+//!   nothing. Until a slot's `DEL` lands, this replica counts that slot as cold; once it
+//!   lands, every replica does.
 //!
 //! Limits: another replica learns of a reset only when the `DEL`s reach Redis. A
 //! refused completion leaves its lease in Redis for `lock_ttl`, and the reset is retried
 //! at once and then by every probe, so the reset lands before that lease can expire
 //! unless Redis refuses writes for the whole `lock_ttl`. The breaker is one per replica,
-//! not per shard: an outage it sees (one shard down) resets every slot's marker, so
-//! every shard is cold for the longest `ttl` (safe, slower). A write lost in a failover
+//! not per shard: while it is open, every claim follows the fallback, so with
+//! `on_redis_unavailable = "postgres"` the slots of every record claimed meanwhile are
+//! reset (those records are in Postgres only), whichever shard failed. A write lost in a failover
 //! is covered only because the promoted server has another `run_id`; a shard that
 //! loses writes without changing process (none known in Redis) would not be seen.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+use super::cold_slots::{slots_of, SlotSet};
 
 use crate::config::LookupOnMiss;
 use crate::metrics;
@@ -40,8 +46,12 @@ pub struct Warmth {
     longest_ttl: Duration,
     /// `maxmemory-policy` is `noeviction`, as of the last probe.
     keeps_everything: AtomicBool,
-    /// Redis may lack a record Postgres has, and the marker is not yet reset.
-    reset_pending: AtomicBool,
+    /// Slots where Redis may lack a record Postgres has, the marker not yet reset.
+    pending: SlotSet,
+    /// Slots whose reset is on its way (cold until it lands).
+    resetting: SlotSet,
+    /// One reset at a time.
+    reset_lock: tokio::sync::Mutex<()>,
 }
 
 impl Warmth {
@@ -50,22 +60,25 @@ impl Warmth {
             mode,
             longest_ttl,
             keeps_everything: AtomicBool::new(false),
-            reset_pending: AtomicBool::new(false),
+            pending: SlotSet::default(),
+            resetting: SlotSet::default(),
+            reset_lock: tokio::sync::Mutex::new(()),
         }
     }
 
-    /// Whether an acquired Redis claim, which read the marker at `marker_age`, must be
-    /// checked against Postgres.
-    pub fn must_lookup(&self, marker_age: Duration) -> bool {
-        self.mode == LookupOnMiss::Always || !self.vouches(marker_age)
+    /// Whether an acquired Redis claim in `slot`, which read the marker at
+    /// `marker_age`, must be checked against Postgres.
+    pub fn must_lookup(&self, marker_age: Duration, slot: u16) -> bool {
+        self.mode == LookupOnMiss::Always || !self.vouches(marker_age, slot)
     }
 
-    /// Whether Redis provably holds every record of the last longest `ttl`, for a claim
-    /// that read the marker at `marker_age` (whatever the mode). When it does not, a
-    /// lookup whose answer is unknown must fail the claim closed.
-    pub fn vouches(&self, marker_age: Duration) -> bool {
+    /// Whether Redis provably holds every record of `slot` of the last longest `ttl`,
+    /// for a claim that read the slot's marker at `marker_age` (whatever the mode). When
+    /// it does not, a lookup whose answer is unknown must fail the claim closed.
+    pub fn vouches(&self, marker_age: Duration, slot: u16) -> bool {
         self.keeps_everything.load(Ordering::Acquire)
-            && !self.reset_pending.load(Ordering::Acquire)
+            && !self.pending.contains(slot)
+            && !self.resetting.contains(slot)
             && marker_age > self.longest_ttl
     }
 
@@ -73,35 +86,43 @@ impl Warmth {
         self.mode
     }
 
-    /// Redis may lack a record that Postgres has: count it cold here at once, and
-    /// everywhere once [`Warmth::reset`] succeeds.
-    pub fn set_cold(&self) {
-        self.reset_pending.store(true, Ordering::Release);
+    /// Redis may lack a record of `slot` that Postgres has: count the slot cold here
+    /// at once, and everywhere once [`Warmth::reset`] succeeds.
+    pub fn set_cold(&self, slot: u16) {
+        self.pending.insert(slot);
     }
 
     /// Whether a marker reset is still owed.
     pub fn reset_pending(&self) -> bool {
-        self.reset_pending.load(Ordering::Acquire)
+        !self.pending.is_empty() || !self.resetting.is_empty()
     }
 
-    /// Deletes the marker if a reset is owed; true when none is owed any more.
+    /// Deletes the markers of the slots owed a reset; true when none is owed any more.
     pub async fn reset(&self, redis: &RedisStore) -> bool {
-        if !self.reset_pending() {
-            return true;
+        let _one = self.reset_lock.lock().await;
+        if self.pending.is_empty() {
+            return self.resetting.is_empty();
         }
-        match redis.reset_marker().await {
+        let bits = self.pending.move_into(&self.resetting);
+        let slots = slots_of(&bits);
+        let done = redis.reset_markers(&slots).await;
+        if done.is_err() {
+            self.pending.add(&bits);
+        }
+        self.resetting.remove(&bits);
+        match done {
             Ok(()) => {
-                self.reset_pending.store(false, Ordering::Release);
                 tracing::info!(
-                    "warmth marker reset: every replica looks keys up in postgres \
-                    until it is older than the longest ttl"
+                    slots = slots.len(),
+                    "warmth markers reset: every replica looks keys of these slots up in \
+                    postgres until their markers are older than the longest ttl"
                 );
-                true
+                self.pending.is_empty()
             }
             Err(e) => {
                 metrics::fallback("marker_reset_failed");
-                tracing::warn!(error = %e, "could not reset the warmth marker; retrying at \
-                    the next probe (this replica looks keys up meanwhile)");
+                tracing::warn!(error = %e, "could not reset the warmth markers; retrying at \
+                    the next probe (this replica looks keys of those slots up meanwhile)");
                 false
             }
         }

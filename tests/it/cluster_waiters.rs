@@ -101,3 +101,86 @@ async fn sharded_subscriptions_follow_the_waiters() {
     assert_eq!(read(second.await.unwrap().unwrap()).await.0, 201);
     assert_eq!(upstream.executions(), 2);
 }
+
+/// Subscribers of the sharded channel of `key`, summed over every primary.
+fn shard_subscribers_anywhere(cluster: &RedisCluster, key: &str) -> u64 {
+    let channel = format!("{}:done", record_key(key));
+    (cluster.primaries().into_iter())
+        .map(|i| cluster.nodes()[i].cli(&["PUBSUB", "SHARDNUMSUB", &channel]))
+        .filter_map(|out| {
+            out.lines()
+                .nth(1)
+                .and_then(|n| n.trim().parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// Issue 13, item 6: the slot of a waited record moves to another primary mid-wait.
+/// The old owner drops the sharded subscription (Redis unsubscribes a slot's shard
+/// channels when the node loses the slot) and the completion is published on the new
+/// owner; the waiter still gets the replay soon after the completion (it re-subscribes
+/// and re-checks the record), not at its `wait_timeout`, and leaves no subscription.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_survives_its_slot_moving() {
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .unwrap();
+    let upstream = MockUpstream::start().await;
+    let app = TestApp::spawn(cluster_config(cluster.seed_urls(), &upstream.url(), WAIT)).await;
+    let subs = |key: &'static str| tokio::task::block_in_place(|| shard_subscribers(&cluster, key));
+
+    upstream.set_delay(Duration::from_millis(3000));
+    let started = Instant::now();
+    let first = tokio::spawn(app.post("moving", "{}").send());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let waiter = tokio::spawn(app.post("moving", "{}").send());
+    assert!(
+        eventually(Duration::from_secs(2), async || subs("moving") == 1).await,
+        "the waiter subscribed on the record's shard"
+    );
+    // Move the record's slot (its lease key with it) to another primary.
+    let record_slot = slot(&record_key("moving"));
+    tokio::task::block_in_place(|| {
+        let owner = cluster.primary_for_slot(record_slot);
+        let to = (cluster.primaries().into_iter())
+            .find(|&p| p != owner)
+            .unwrap();
+        cluster.move_slot(record_slot, to).unwrap();
+        cluster.wait_ok(Duration::from_secs(10));
+        assert_eq!(cluster.primary_for_slot(record_slot), to);
+        assert_eq!(
+            cluster.nodes()[owner]
+                .cli(&[
+                    "PUBSUB",
+                    "SHARDNUMSUB",
+                    &format!("{}:done", record_key("moving"))
+                ])
+                .lines()
+                .nth(1)
+                .map(str::trim),
+            Some("0"),
+            "the old owner dropped the subscription with the slot"
+        );
+    });
+    assert_eq!(read(first.await.unwrap().unwrap()).await.0, 201);
+    let completed = started.elapsed();
+    let (status, headers, _) = read(waiter.await.unwrap().unwrap()).await;
+    assert_eq!(
+        (status, &headers["idempotent-replayed"]),
+        (201, &"true".parse().unwrap())
+    );
+    let woken = started.elapsed();
+    assert!(
+        woken < completed + Duration::from_millis(2500),
+        "replayed {:?} after the completion (wait_timeout is 10s)",
+        woken - completed
+    );
+    assert_eq!(upstream.executions(), 1);
+    assert!(
+        eventually(Duration::from_secs(3), async || {
+            tokio::task::block_in_place(|| shard_subscribers_anywhere(&cluster, "moving")) == 0
+        })
+        .await,
+        "no subscription left on any primary"
+    );
+}

@@ -29,6 +29,7 @@ mod pg_writer;
 mod replay;
 mod secrets;
 mod settle;
+mod settle_lease;
 mod shard_warmth;
 mod tenancy;
 mod thread_per_core;

@@ -173,3 +173,85 @@ async fn a_promoted_replica_with_a_replicated_marker_is_cold() {
     );
     assert_eq!(upstream.executions(), 4, "nothing ran again");
 }
+
+/// A breaker trip caused by one shard resets no marker of the others: with
+/// `on_redis_unavailable = "reject"` nothing was written elsewhere during the outage,
+/// so a warm shard still vouches (no lookup) once the breaker closes, while the keys of
+/// the shard that went away are still found (in Redis or in Postgres), none run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_breaker_trip_leaves_the_other_shards_warm() {
+    let mut cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .unwrap();
+    let pg = PgServer::start();
+    let upstream = MockUpstream::start().await;
+    let app = TestApp::spawn(cluster_config(
+        cluster.seed_urls(),
+        &upstream.url(),
+        &durable(&pg),
+    ))
+    .await;
+    for p in tokio::task::block_in_place(|| cluster.primaries()) {
+        let ranges = tokio::task::block_in_place(|| cluster.slots_of(p));
+        backdate_markers(&cluster.nodes()[p].url(), &ranges, TWO_DAYS).await;
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let keys: Vec<String> = (0..20).map(|i| format!("t-{i}")).collect();
+    for k in &keys {
+        assert!(!replayed(&app, k).await);
+    }
+    let shards: Vec<usize> = tokio::task::block_in_place(|| {
+        (keys.iter())
+            .map(|k| cluster.primary_for_slot(slot(&record_key(k))))
+            .collect()
+    });
+    let down = shards[0];
+    let warm_key = (keys.iter().zip(&shards))
+        .find(|(_, s)| **s != down)
+        .unwrap()
+        .0
+        .clone();
+    tokio::time::sleep(Duration::from_millis(500)).await; // write-through settles
+
+    // The shard goes away; a claim on it fails and trips the breaker (503: reject).
+    tokio::task::block_in_place(|| cluster.kill(down));
+    let (status, _, _) = read(app.post(&keys[0], "{}").send().await.unwrap()).await;
+    assert_eq!(status, 503, "the claim on the dead shard failed");
+    let metrics = reqwest::get(format!("http://{}/metrics", app.admin))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("idemgate_redis_up 0"),
+        "the breaker tripped: {}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("redis_up"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    tokio::task::block_in_place(|| {
+        cluster.start_again(down);
+        cluster.wait_ok(Duration::from_secs(30));
+    });
+    // A record lost from a warm shard: its marker still vouches, so it runs again.
+    let lost = tokio::task::block_in_place(|| cluster.cli(0, &["DEL", &record_key(&warm_key)]));
+    assert_eq!(lost.trim(), "1");
+    assert!(
+        !replayed(&app, &warm_key).await,
+        "the warm shard stayed warm"
+    );
+    assert_eq!(upstream.executions(), 21);
+    for (k, s) in keys.iter().zip(&shards) {
+        if *s == down {
+            assert!(replayed(&app, k).await, "{k}");
+        }
+    }
+    assert_eq!(
+        upstream.executions(),
+        21,
+        "nothing of the shard that went away ran again"
+    );
+}

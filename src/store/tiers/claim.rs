@@ -10,6 +10,7 @@ use tracing::Instrument;
 use super::super::lease::{Held, Lease};
 use super::super::postgres::{Found, PgClaim, RecordRef};
 use super::super::redis::Record;
+use super::super::slots::slot;
 use super::super::{RedisStore, StoreError};
 use super::settle::{binding, lease_ref};
 use super::Stores;
@@ -85,8 +86,9 @@ impl Stores {
                     .try_map_response(|stored| self.open(stored, at))
             }
             Err(e @ StoreError::Unavailable(_)) => {
+                // Not cold by itself: only a claim the fallback takes in Postgres
+                // leaves Redis lacking a record (its slot is marked there).
                 if self.0.breaker.trip() {
-                    self.0.warmth.set_cold();
                     metrics::redis_up(false);
                     tracing::error!(error = %e, "redis failing: claims follow on_redis_unavailable \
                         until it answers again");
@@ -167,11 +169,18 @@ impl Stores {
                     if left.is_zero() {
                         break Ok(Claim::InFlight { remaining });
                     }
-                    // Woken by the holder, or when its lease runs out, whichever is first.
+                    // Woken by the holder, or when its lease runs out, whichever is first;
+                    // in a cluster, re-subscribed and re-checked every `RECHECK` too (a
+                    // slot that moved lost its subscription: see `waiters`).
                     let nap = (remaining + Duration::from_millis(10)).min(left);
+                    let recheck = watch.recheck().filter(|r| *r < nap);
                     tokio::select! {
                         () = &mut notified => {}
-                        () = tokio::time::sleep(nap) => {}
+                        () = tokio::time::sleep(recheck.unwrap_or(nap)) => {
+                            if recheck.is_some() {
+                                watch.refresh().await;
+                            }
+                        }
                     }
                 }
                 other => break other,
@@ -286,11 +295,15 @@ impl Stores {
                     return Err(e);
                 }
             }
-        } else if self.0.warmth.must_lookup(marker_age) {
+        } else if self
+            .0
+            .warmth
+            .must_lookup(marker_age, slot(&lease.redis_key))
+        {
             match pg.lookups.lookup(rec).await {
                 Ok(None) => return Ok(Claim::Acquired(lease)),
                 Ok(Some(found)) => found,
-                Err(e) if self.0.warmth.vouches(marker_age) => {
+                Err(e) if self.0.warmth.vouches(marker_age, slot(&lease.redis_key)) => {
                     tracing::warn!(key_hash = %lease.record.short(), error = %e,
                         "postgres lookup failed; redis provably holds every recent record \
                         (warm), so its claim stands");
@@ -379,6 +392,8 @@ impl Stores {
         match (route.policy.settings.on_redis_unavailable, &self.0.postgres) {
             (OnRedisUnavailable::Postgres, Some(pg)) => {
                 metrics::fallback("redis_unavailable");
+                // Redis will lack this record: its slot is cold until its marker is reset.
+                self.0.warmth.set_cold(slot(&ask.redis_key));
                 let rec = RecordRef {
                     scope: ask.scope,
                     id: ask.record,

@@ -37,14 +37,15 @@ impl Stores {
 
     /// One probe: close the breaker when Redis takes a write again; refresh warmth.
     ///
-    /// The probe's write is the reset of the warmth marker, which is owed anyway:
-    /// whatever was written during the outage is in Postgres only. A Redis that answers
-    /// PING but refuses writes (a demoted primary, READONLY) keeps the breaker open, and
-    /// the breaker never closes with the marker still claiming Redis holds everything.
+    /// The breaker closes once the warmth markers owed a reset (the slots of records
+    /// claimed in Postgres during the outage) are reset and every primary takes a write
+    /// (`probe_writes`). A Redis that answers PING but refuses writes (a demoted
+    /// primary, READONLY) keeps the breaker open, and the breaker never closes with a
+    /// marker still claiming Redis holds every record of its slot.
     pub async fn probe(&self) {
         if self.0.breaker.is_open() {
-            self.0.warmth.set_cold();
-            if self.0.warmth.reset(&self.0.redis).await {
+            if self.0.warmth.reset(&self.0.redis).await && self.0.redis.probe_writes().await.is_ok()
+            {
                 self.0.breaker.close();
                 metrics::redis_up(true);
                 tracing::info!("redis takes writes again: claims are back in redis");

@@ -181,10 +181,12 @@ impl Stores {
         metrics::fallback("redis_lacks_record");
         tracing::warn!(key_hash = %lease.record.short(), "stored in postgres only: \
             redis counts as cold until the warmth marker is reset");
-        self.0.warmth.set_cold();
-        // This record's slot first, before the client is answered (one DEL): a retry on
-        // another replica then looks the key up even if the full reset below is slow.
-        // If it fails, the full reset (retried by the probe) still covers the slot.
+        self.0
+            .warmth
+            .set_cold(super::super::slots::slot(&lease.redis_key));
+        // This record's slot, before the client is answered (one DEL): a retry on
+        // another replica then looks the key up. If it fails, the reset below (retried
+        // by the probe) still covers the slot.
         let _ = self.0.redis.reset_slot_marker(&lease.redis_key).await;
         let stores = self.clone();
         tokio::spawn(async move {

@@ -24,6 +24,8 @@ struct Shared {
     seen: Mutex<Vec<Seen>>,
     statuses: Mutex<VecDeque<u16>>,
     delay: Mutex<Duration>,
+    /// Bytes of padding added to every answer's body.
+    padding: Mutex<usize>,
     /// The server name of each TLS handshake that completed (TLS only).
     sni: Mutex<Vec<Option<String>>>,
 }
@@ -103,6 +105,11 @@ impl MockUpstream {
         *self.shared.delay.lock().unwrap() = delay;
     }
 
+    /// Every answer's body carries `bytes` of padding (a large response).
+    pub fn set_padding(&self, bytes: usize) {
+        *self.shared.padding.lock().unwrap() = bytes;
+    }
+
     /// The next answers use these statuses, in order; then 201.
     pub fn push_statuses(&self, statuses: &[u16]) {
         self.shared.statuses.lock().unwrap().extend(statuses);
@@ -131,7 +138,13 @@ async fn handle(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
     let status = shared.statuses.lock().unwrap().pop_front().unwrap_or(201);
     let mut response = (
         StatusCode::from_u16(status).unwrap(),
-        format!("{{\"execution\":{execution},\"status\":{status}}}"),
+        format!(
+            "{{\"execution\":{execution},\"status\":{status}{}}}",
+            match *shared.padding.lock().unwrap() {
+                0 => String::new(),
+                n => format!(",\"pad\":\"{}\"", "x".repeat(n)),
+            }
+        ),
     )
         .into_response();
     let h = response.headers_mut();
