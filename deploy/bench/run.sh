@@ -11,7 +11,7 @@
 # bus on 26391-26393), writes deploy/bench/results/ and regenerates the table
 # section of BENCHMARKS.md.
 #
-# Bounded: the measurement is stopped after BENCH_TIMEOUT seconds (default 780 plus
+# Bounded: the measurement is stopped after BENCH_TIMEOUT seconds (default 960 plus
 # QUIET_WAIT; the build before it is not counted). Every process started is stopped on
 # exit, failure, Ctrl-C or SIGTERM (`idemgate-fleet bench down` in the trap below, plus
 # bench.py's own cleanup).
@@ -40,7 +40,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 STATE="$ROOT/.state/bench"
 # The time limit covers the measurement plus any QUIET_WAIT.
-BENCH_TIMEOUT="${BENCH_TIMEOUT:-$((780 + ${QUIET_WAIT:-0}))}"
+BENCH_TIMEOUT="${BENCH_TIMEOUT:-$((960 + ${QUIET_WAIT:-0}))}"
 PG_BIN=/usr/lib/postgresql/15/bin
 cd "$ROOT"
 
