@@ -195,6 +195,22 @@ impl RedisCluster {
     /// failure.
     pub fn reshard(&self, from: usize, to: usize, slots: u32) -> Result<(), String> {
         let id = |i: usize| self.nodes[i].cli(&["CLUSTER", "MYID"]).trim().to_string();
+        // redis-cli refuses to reshard while the nodes still disagree about the slot
+        // map (right after a previous reshard, until the gossip has spread it): wait
+        // for agreement, up to 15 s, as an operator would re-run the check.
+        let seed = format!("127.0.0.1:{}", self.nodes[from].port);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        loop {
+            let check = Command::new("redis-cli")
+                .args(["--cluster", "check", &seed])
+                .output()
+                .map_err(|e| format!("redis-cli must be on PATH: {e}"))?;
+            let text = String::from_utf8_lossy(&check.stdout);
+            if text.contains("All nodes agree") || std::time::Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
         let out = Command::new("redis-cli")
             .args(["--cluster", "reshard"])
             .arg(format!("127.0.0.1:{}", self.nodes[from].port))
