@@ -197,21 +197,36 @@ impl RedisStore {
         lease: Duration,
         fence_ttl: Duration,
     ) -> Result<Claim<Acquired, StoredRecord>, StoreError> {
-        let args: Vec<Value> = vec![
-            Bytes::copy_from_slice(fingerprint.as_bytes()).into(),
-            token.into(),
-            millis(lease).into(),
-            millis(fence_ttl).into(),
-            (self.inner.vouch_after_ms.load(Ordering::Relaxed) as i64).into(),
-        ];
-        let keys = self.claim_keys(key);
+        let args = || -> Vec<Value> {
+            vec![
+                Bytes::copy_from_slice(fingerprint.as_bytes()).into(),
+                token.into(),
+                millis(lease).into(),
+                millis(fence_ttl).into(),
+                (self.inner.vouch_after_ms.load(Ordering::Relaxed) as i64).into(),
+            ]
+        };
         let started = Instant::now();
         let client = self.inner.pool.next();
-        let reply: Result<Value, FredError> = self
-            .inner
-            .claim
-            .evalsha_with_reload(client, keys, args)
+        let script = &self.inner.claim;
+        let mut reply: Result<Value, FredError> = script
+            .evalsha_with_reload(client, self.claim_keys(key), args())
             .await;
+        // While its slot migrates between primaries (resharding), Redis answers
+        // `-TRYAGAIN` to a script whose keys are split between the two nodes (the
+        // marker already moved, the new record not there yet): the claim ran nowhere,
+        // so it is sent again (the same token: safe to re-send) once the keys moved.
+        for pause in [5, 20, 50, 100] {
+            match &reply {
+                Err(e) if slot_migrating(e) => {
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                    reply = script
+                        .evalsha_with_reload(client, self.claim_keys(key), args())
+                        .await;
+                }
+                _ => break,
+            }
+        }
         metrics::redis_op("claim", started);
         let reply = match reply {
             Ok(v) => v,
@@ -587,4 +602,11 @@ fn decode_record_reply(script: &'static str, reply: Value) -> Result<Record, Sto
         Some("N") => Ok(Record::Absent),
         _ => Err(bad("unknown reply tag")),
     }
+}
+
+/// Whether Redis refused a command because its slot is being migrated and the
+/// command's keys are split between the two nodes (`-TRYAGAIN`; fred has no kind for
+/// it): retry after a moment, as the cluster specification says.
+fn slot_migrating(e: &FredError) -> bool {
+    e.details().starts_with("TRYAGAIN")
 }

@@ -27,6 +27,7 @@ mod pg_ops;
 mod pg_timeouts;
 mod pg_writer;
 mod replay;
+mod resharding;
 mod secrets;
 mod settle;
 mod settle_lease;
