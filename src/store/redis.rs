@@ -215,8 +215,9 @@ impl RedisStore {
         // While its slot migrates between primaries (resharding), Redis answers
         // `-TRYAGAIN` to a script whose keys are split between the two nodes (the
         // marker already moved, the new record not there yet): the claim ran nowhere,
-        // so it is sent again (the same token: safe to re-send) once the keys moved.
-        for pause in [5, 20, 50, 100] {
+        // so it is sent again (the same token: safe to re-send) once the keys moved,
+        // for up to ~1.6 s (a slot of many keys takes a while to move).
+        for pause in [5, 20, 50, 100, 200, 400, 800] {
             match &reply {
                 Err(e) if slot_migrating(e) => {
                     tokio::time::sleep(Duration::from_millis(pause)).await;
