@@ -82,11 +82,11 @@ impl Stores {
                 };
                 let in_redis = match self.0.postgres {
                     // Postgres takes the record if Redis cannot: three tries are enough.
-                    Some(_) => retry_redis(complete).await,
+                    Some(_) => retry_redis(None, complete).await,
                     // Redis only: a response Redis does not take is not stored anywhere,
                     // and the key runs again after its lease. Keep trying while the
                     // lease lasts (a failover promotes a replica within it).
-                    None => retry_within_lease(lease, complete).await,
+                    None => retry_redis(Some(lease), complete).await,
                 };
                 // Lost in Redis: with claims only in Redis, the other holder's answer is
                 // the one to keep. With claims written through, Postgres is the
@@ -200,8 +200,10 @@ impl Stores {
         match (lease.home, &self.0.postgres) {
             (Home::Postgres, Some(pg)) => pg.store.release(rec, &lease.token).await,
             (Home::Redis { also_in_postgres }, pg) => {
-                let released =
-                    retry_redis(|| self.0.redis.release(&lease.redis_key, &lease.token)).await;
+                let released = retry_redis(None, || {
+                    self.0.redis.release(&lease.redis_key, &lease.token)
+                })
+                .await;
                 if let (true, Some(pg)) = (also_in_postgres, pg) {
                     pg.store.release(rec, &lease.token).await?;
                 }
@@ -214,31 +216,12 @@ impl Stores {
 
 /// Runs a settling script up to three times on Redis errors (50 ms, then 150 ms apart):
 /// every script is safe to run twice with the same token, and one lost completion
-/// would let a retry run again after the lease.
-async fn retry_redis<T, F, Fut>(mut call: F) -> Result<T, StoreError>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, StoreError>>,
-{
-    let mut result = call().await;
-    for pause in [50, 150] {
-        match &result {
-            Err(e) if e.is_redis() => {
-                tokio::time::sleep(Duration::from_millis(pause)).await;
-                result = call().await;
-            }
-            _ => break,
-        }
-    }
-    result
-}
-
-/// Runs a completion script until Redis answers or the lease runs out (the heartbeat
-/// pushes that out whenever it lands): at least the three tries of [`retry_redis`],
-/// then every 500 ms. Used when Redis is the only store, where giving up means the
-/// response is lost and the key runs twice. Retrying past the lease would be safe (the
-/// script's token check refuses a lease that is no longer ours) but pointless.
-async fn retry_within_lease<T, F, Fut>(lease: &Held, mut call: F) -> Result<T, StoreError>
+/// would let a retry run again after the lease. With `until` (Redis is the only store,
+/// where giving up means the response is lost and the key runs twice), it then keeps
+/// trying every 500 ms while that lease lasts (the heartbeat pushes its end out
+/// whenever it lands; a failover promotes a replica within it). Retrying past the lease
+/// would be safe (the script's token check refuses a lease no longer ours) but pointless.
+async fn retry_redis<T, F, Fut>(until: Option<&Held>, mut call: F) -> Result<T, StoreError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, StoreError>>,
@@ -251,12 +234,15 @@ where
             2 => 150,
             _ => 500,
         });
-        if tries >= 3 && Instant::now() + pause >= lease.runs_out_at() {
-            break;
-        }
-        if tries == 3 {
-            tracing::warn!(key_hash = %lease.record.short(),
-                "redis did not take the response in three tries; retrying while the lease lasts");
+        if tries >= 3 {
+            let Some(lease) = until else { break };
+            if Instant::now() + pause >= lease.runs_out_at() {
+                break;
+            }
+            if tries == 3 {
+                tracing::warn!(key_hash = %lease.record.short(),
+                    "redis did not take the response in three tries; retrying while the lease lasts");
+            }
         }
         tokio::time::sleep(pause).await;
         result = call().await;
