@@ -15,27 +15,31 @@ use crate::topologies::cluster_config;
 const WAIT: &str =
     "[idempotency]\nin_flight = \"wait\"\nmax_waiters = 10\nwait_timeout = \"10s\"\n";
 
-/// Subscribers of the sharded channel of `key` on the node serving its slot.
-fn shard_subscribers(cluster: &RedisCluster, key: &str) -> u64 {
-    let channel = format!("{}:done", record_key(key));
-    let node = cluster.primary_for_slot(slot(&channel));
-    let out = cluster.nodes()[node].cli(&["PUBSUB", "SHARDNUMSUB", &channel]);
+/// The subscriber count in a `PUBSUB NUMSUB`/`SHARDNUMSUB` reply of one channel
+/// (`redis-cli` prints the channel, then its count).
+fn numsub(out: &str) -> u64 {
     out.lines()
         .nth(1)
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0)
 }
 
+fn channel_of(key: &str) -> String {
+    format!("{}:done", record_key(key))
+}
+
+/// Subscribers of the sharded channel of `key` on the node serving its slot.
+fn shard_subscribers(cluster: &RedisCluster, key: &str) -> u64 {
+    let channel = channel_of(key);
+    let node = cluster.primary_for_slot(slot(&channel));
+    numsub(&cluster.nodes()[node].cli(&["PUBSUB", "SHARDNUMSUB", &channel]))
+}
+
 /// Subscribers of the classic channel of `key` on every node (none expected).
 fn classic_subscribers(cluster: &RedisCluster, key: &str) -> u64 {
-    let channel = format!("{}:done", record_key(key));
+    let channel = channel_of(key);
     (cluster.nodes().iter())
-        .map(|n| n.cli(&["PUBSUB", "NUMSUB", &channel]))
-        .filter_map(|out| {
-            out.lines()
-                .nth(1)
-                .and_then(|n| n.trim().parse::<u64>().ok())
-        })
+        .map(|n| numsub(&n.cli(&["PUBSUB", "NUMSUB", &channel])))
         .sum()
 }
 
@@ -104,14 +108,9 @@ async fn sharded_subscriptions_follow_the_waiters() {
 
 /// Subscribers of the sharded channel of `key`, summed over every primary.
 fn shard_subscribers_anywhere(cluster: &RedisCluster, key: &str) -> u64 {
-    let channel = format!("{}:done", record_key(key));
+    let channel = channel_of(key);
     (cluster.primaries().into_iter())
-        .map(|i| cluster.nodes()[i].cli(&["PUBSUB", "SHARDNUMSUB", &channel]))
-        .filter_map(|out| {
-            out.lines()
-                .nth(1)
-                .and_then(|n| n.trim().parse::<u64>().ok())
-        })
+        .map(|i| numsub(&cluster.nodes()[i].cli(&["PUBSUB", "SHARDNUMSUB", &channel])))
         .sum()
 }
 
