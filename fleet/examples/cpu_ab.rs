@@ -4,7 +4,8 @@
 //! on free loopback ports, then one replica per variant, all at once. Rounds are
 //! interleaved (A, B, A, B, ...): each round sends first executions (a fresh key per
 //! request) with `wrk` to one variant for a fixed time and reads that replica's CPU
-//! time, context switches and syscalls with `perf stat -p` for the same window. Printed
+//! time, context switches and syscalls with `perf stat -p` for the same window, and Redis'
+//! CPU (`INFO cpu`) over the round. Printed
 //! per variant: requests, req/s, and per request the gateway's CPU µs, context
 //! switches and syscalls; the median over rounds last. Wall-clock req/s on this shared
 //! machine is noise; CPU per request is the comparable figure.
@@ -35,6 +36,8 @@ struct Row {
     cpu_us: f64,
     cs: f64,
     syscalls: f64,
+    /// Redis' CPU (`INFO cpu`, user + sys) during the round, per request.
+    redis_us: f64,
     /// The replica's VmHWM and VmRSS after the round, MiB.
     hwm: f64,
     rss: f64,
@@ -175,6 +178,7 @@ fn main() {
                     cpu_us: ir / requests / 1000.0,
                     cs: 0.0,
                     syscalls: 0.0,
+                    redis_us: 0.0,
                     hwm: 0.0,
                     rss: 0.0,
                 });
@@ -194,12 +198,14 @@ fn main() {
                 .spawn()
                 .unwrap();
             std::thread::sleep(Duration::from_millis(300));
+            let redis_round = redis_cpu(&redis.cli(&["INFO", "cpu"]));
             let (requests, rps) = wrk(
                 v.replica.port,
                 conns,
                 secs,
                 &format!("r{round}-{}", v.label),
             );
+            let redis_round = redis_cpu(&redis.cli(&["INFO", "cpu"])) - redis_round;
             // perf's window is 1 s longer than wrk's: the idle tail costs ~nothing.
             perf.wait().unwrap();
             let text = std::fs::read_to_string(&out).unwrap();
@@ -217,12 +223,13 @@ fn main() {
                 cpu_us: counter("task-clock") * 1000.0 / requests,
                 cs: counter("context-switches") / requests,
                 syscalls: counter("raw_syscalls:sys_enter") / requests,
+                redis_us: redis_round * 1e6 / requests,
                 hwm,
                 rss,
             };
             println!(
-                "round {round} {:>10}: {:>7.0} req {:>7.0} req/s  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  VmHWM {:>5.1} MiB  VmRSS {:>5.1} MiB",
-                v.label, row.requests, row.rps, row.cpu_us, row.cs, row.syscalls, row.hwm, row.rss
+                "round {round} {:>10}: {:>7.0} req {:>7.0} req/s  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  VmHWM {:>5.1} MiB  VmRSS {:>5.1} MiB",
+                v.label, row.requests, row.rps, row.cpu_us, row.cs, row.syscalls, row.redis_us, row.hwm, row.rss
             );
             v.rows.push(row);
         }
@@ -278,12 +285,13 @@ fn main() {
             xs[xs.len() / 2]
         };
         println!(
-            "{:>10}: {:>7.0} req/s  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  VmHWM {:>5.1} MiB (last round)  (cpu per round: {})",
+            "{:>10}: {:>7.0} req/s  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  VmHWM {:>5.1} MiB (last round)  (cpu per round: {})",
             v.label,
             med(|r| r.rps),
             med(|r| r.cpu_us),
             med(|r| r.cs),
             med(|r| r.syscalls),
+            med(|r| r.redis_us),
             v.rows.last().map(|r| r.hwm).unwrap_or(0.0),
             v.rows.iter().map(|r| format!("{:.1}", r.cpu_us)).collect::<Vec<_>>().join(" / ")
         );
