@@ -10,6 +10,8 @@
 //! switches and syscalls; the median over rounds last. Wall-clock req/s on this shared
 //! machine is noise; CPU per request is the comparable figure.
 //!
+//! `--threads N`: wrk threads (default 1; `make bench` uses 2).
+//!
 //! ```sh
 //! cargo run -p idemgate-fleet --example cpu_ab -- \
 //!     --rounds 5 --secs 4 --conns 16 --pg on \
@@ -38,6 +40,10 @@ struct Row {
     syscalls: f64,
     /// Redis' CPU (`INFO cpu`, user + sys) during the round, per request.
     redis_us: f64,
+    /// Postgres write-through and lookup statements per request (the replica's
+    /// `idemgate_postgres_duration_seconds_count`), over the round.
+    wt: f64,
+    lookups: f64,
     /// The replica's VmHWM and VmRSS after the round, MiB.
     hwm: f64,
     rss: f64,
@@ -46,6 +52,8 @@ struct Row {
 fn main() {
     let mut args = std::env::args().skip(1);
     let (mut rounds, mut secs, mut conns, mut pg_on) = (5usize, 4u64, 16usize, true);
+    // wrk's threads (`-t`): `make bench` runs 2; one thread may be the bottleneck.
+    let mut threads = 1usize;
     let mut record: Option<String> = None;
     let mut callgrind = false;
     let mut specs = Vec::new();
@@ -54,6 +62,7 @@ fn main() {
             "--rounds" => rounds = args.next().unwrap().parse().unwrap(),
             "--secs" => secs = args.next().unwrap().parse().unwrap(),
             "--conns" => conns = args.next().unwrap().parse().unwrap(),
+            "--threads" => threads = args.next().unwrap().parse().unwrap(),
             "--pg" => pg_on = args.next().unwrap() == "on",
             "--record" => record = args.next(),
             // Variants run under `valgrind --tool=callgrind --callgrind-out-file=DIR/cg.%p`
@@ -124,7 +133,12 @@ fn main() {
             std::thread::sleep(Duration::from_millis(50));
         }
         assert!(ready, "{} not ready: {}", v.label, v.replica.log_text());
-        wrk(v.replica.port, conns, 1, &format!("warm-{}", v.label));
+        wrk(
+            v.replica.port,
+            (conns, threads),
+            1,
+            &format!("warm-{}", v.label),
+        );
     }
     let lua = root.join("deploy/bench/wrk.lua");
     assert!(lua.exists());
@@ -153,7 +167,7 @@ fn main() {
                 ctl("-z");
                 let (requests, rps) = wrk(
                     v.replica.port,
-                    conns,
+                    (conns, threads),
                     secs,
                     &format!("r{round}-{}", v.label),
                 );
@@ -179,6 +193,8 @@ fn main() {
                     cs: 0.0,
                     syscalls: 0.0,
                     redis_us: 0.0,
+                    wt: 0.0,
+                    lookups: 0.0,
                     hwm: 0.0,
                     rss: 0.0,
                 });
@@ -199,13 +215,15 @@ fn main() {
                 .unwrap();
             std::thread::sleep(Duration::from_millis(300));
             let redis_round = redis_cpu(&redis.cli(&["INFO", "cpu"]));
+            let statements_before = pg_statements(v.replica.admin);
             let (requests, rps) = wrk(
                 v.replica.port,
-                conns,
+                (conns, threads),
                 secs,
                 &format!("r{round}-{}", v.label),
             );
             let redis_round = redis_cpu(&redis.cli(&["INFO", "cpu"])) - redis_round;
+            let statements = pg_statements(v.replica.admin);
             // perf's window is 1 s longer than wrk's: the idle tail costs ~nothing.
             perf.wait().unwrap();
             let text = std::fs::read_to_string(&out).unwrap();
@@ -224,12 +242,14 @@ fn main() {
                 cs: counter("context-switches") / requests,
                 syscalls: counter("raw_syscalls:sys_enter") / requests,
                 redis_us: redis_round * 1e6 / requests,
+                wt: (statements.0 - statements_before.0) / requests,
+                lookups: (statements.1 - statements_before.1) / requests,
                 hwm,
                 rss,
             };
             println!(
-                "round {round} {:>10}: {:>7.0} req {:>7.0} req/s  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  VmHWM {:>5.1} MiB  VmRSS {:>5.1} MiB",
-                v.label, row.requests, row.rps, row.cpu_us, row.cs, row.syscalls, row.redis_us, row.hwm, row.rss
+                "round {round} {:>10}: {:>7.0} req {:>7.0} req/s  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  pg write/lookup {:.3}/{:.3} stmt/req  VmHWM {:>5.1} MiB  VmRSS {:>5.1} MiB",
+                v.label, row.requests, row.rps, row.cpu_us, row.cs, row.syscalls, row.redis_us, row.wt, row.lookups, row.hwm, row.rss
             );
             v.rows.push(row);
         }
@@ -270,12 +290,17 @@ fn main() {
                 .spawn()
                 .unwrap();
             std::thread::sleep(Duration::from_millis(200));
-            wrk(v.replica.port, conns, secs, &format!("rec-{}", v.label));
+            wrk(
+                v.replica.port,
+                (conns, threads),
+                secs,
+                &format!("rec-{}", v.label),
+            );
             perf.wait().unwrap();
         }
     }
     println!(
-        "\nmedians over {rounds} rounds ({secs} s, {conns} connections, postgres {}):",
+        "\nmedians over {rounds} rounds ({secs} s, {conns} connections, {threads} wrk threads, postgres {}):",
         if pg_on { "on" } else { "off" }
     );
     for v in &variants {
@@ -285,13 +310,15 @@ fn main() {
             xs[xs.len() / 2]
         };
         println!(
-            "{:>10}: {:>7.0} req/s  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  VmHWM {:>5.1} MiB (last round)  (cpu per round: {})",
+            "{:>10}: {:>7.0} req/s  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  pg write/lookup {:.3}/{:.3} stmt/req  VmHWM {:>5.1} MiB (last round)  (cpu per round: {})",
             v.label,
             med(|r| r.rps),
             med(|r| r.cpu_us),
             med(|r| r.cs),
             med(|r| r.syscalls),
             med(|r| r.redis_us),
+            med(|r| r.wt),
+            med(|r| r.lookups),
             v.rows.last().map(|r| r.hwm).unwrap_or(0.0),
             v.rows.iter().map(|r| format!("{:.1}", r.cpu_us)).collect::<Vec<_>>().join(" / ")
         );
@@ -312,6 +339,24 @@ fn memory_mib(pid: u32) -> (f64, f64) {
     (field("VmHWM:"), field("VmRSS:"))
 }
 
+/// Postgres write-through and lookup statements the replica has run so far (its
+/// `/metrics` on admin port `admin`; zero without Postgres).
+fn pg_statements(admin: u16) -> (f64, f64) {
+    let out = Command::new("curl")
+        .args(["-s", &format!("http://127.0.0.1:{admin}/metrics")])
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let count = |op: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with("idemgate_postgres_duration_seconds_count{"))
+            .filter(|l| l.contains(&format!("op=\"{op}\"")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    (count("write_through"), count("lookup"))
+}
+
 /// Callgrind dumps in $CG_DIR (default /tmp/cg).
 fn cg_files() -> Vec<PathBuf> {
     let dir = std::env::var("CG_DIR").unwrap_or_else(|_| "/tmp/cg".into());
@@ -320,12 +365,14 @@ fn cg_files() -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-/// `wrk` first executions against 127.0.0.1:`port`; (requests, req/s).
-fn wrk(port: u16, conns: usize, secs: u64, prefix: &str) -> (f64, f64) {
+/// `wrk` first executions against 127.0.0.1:`port` with `conns` connections over
+/// `threads` threads; (requests, req/s).
+fn wrk(port: u16, (conns, threads): (usize, usize), secs: u64, prefix: &str) -> (f64, f64) {
     let lua = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/bench/wrk.lua");
     let out = Command::new("wrk")
         .args([
-            "-t1",
+            "-t",
+            &threads.to_string(),
             "-c",
             &conns.to_string(),
             "-d",
