@@ -38,6 +38,10 @@ struct Row {
     cpu_us: f64,
     cs: f64,
     syscalls: f64,
+    /// wrk's median latency, µs, and the machine's idle cores during the round: a
+    /// closed loop at a given CPU per request runs faster where it waits less.
+    p50: f64,
+    idle: f64,
     /// Redis' CPU (`INFO cpu`, user + sys) during the round, per request.
     redis_us: f64,
     /// Postgres write-through and lookup statements per request (the replica's
@@ -165,7 +169,7 @@ fn main() {
                     String::from_utf8_lossy(&out.stdout).to_string()
                 };
                 ctl("-z");
-                let (requests, rps) = wrk(
+                let (requests, rps, _) = wrk(
                     v.replica.port,
                     (conns, threads),
                     secs,
@@ -190,6 +194,8 @@ fn main() {
                     requests,
                     rps,
                     cpu_us: ir / requests / 1000.0,
+                    p50: 0.0,
+                    idle: 0.0,
                     cs: 0.0,
                     syscalls: 0.0,
                     redis_us: 0.0,
@@ -216,7 +222,8 @@ fn main() {
             std::thread::sleep(Duration::from_millis(300));
             let redis_round = redis_cpu(&redis.cli(&["INFO", "cpu"]));
             let statements_before = pg_statements(v.replica.admin);
-            let (requests, rps) = wrk(
+            let cpu_before = machine_cpu();
+            let (requests, rps, p50) = wrk(
                 v.replica.port,
                 (conns, threads),
                 secs,
@@ -224,6 +231,8 @@ fn main() {
             );
             let redis_round = redis_cpu(&redis.cli(&["INFO", "cpu"])) - redis_round;
             let statements = pg_statements(v.replica.admin);
+            let cpu_after = machine_cpu();
+            let idle = (cpu_after.0 - cpu_before.0) / (cpu_after.1 - cpu_before.1) * cpu_after.2;
             // perf's window is 1 s longer than wrk's: the idle tail costs ~nothing.
             perf.wait().unwrap();
             let text = std::fs::read_to_string(&out).unwrap();
@@ -239,6 +248,8 @@ fn main() {
                 requests,
                 rps,
                 cpu_us: counter("task-clock") * 1000.0 / requests,
+                p50,
+                idle,
                 cs: counter("context-switches") / requests,
                 syscalls: counter("raw_syscalls:sys_enter") / requests,
                 redis_us: redis_round * 1e6 / requests,
@@ -248,8 +259,8 @@ fn main() {
                 rss,
             };
             println!(
-                "round {round} {:>10}: {:>7.0} req {:>7.0} req/s  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  pg write/lookup {:.3}/{:.3} stmt/req  VmHWM {:>5.1} MiB  VmRSS {:>5.1} MiB",
-                v.label, row.requests, row.rps, row.cpu_us, row.cs, row.syscalls, row.redis_us, row.wt, row.lookups, row.hwm, row.rss
+                "round {round} {:>10}: {:>7.0} req {:>7.0} req/s  p50 {:>5.0} us  idle {:.2} cores  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  pg write/lookup {:.3}/{:.3} stmt/req  VmHWM {:>5.1} MiB  VmRSS {:>5.1} MiB",
+                v.label, row.requests, row.rps, row.p50, row.idle, row.cpu_us, row.cs, row.syscalls, row.redis_us, row.wt, row.lookups, row.hwm, row.rss
             );
             v.rows.push(row);
         }
@@ -310,9 +321,11 @@ fn main() {
             xs[xs.len() / 2]
         };
         println!(
-            "{:>10}: {:>7.0} req/s  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  pg write/lookup {:.3}/{:.3} stmt/req  VmHWM {:>5.1} MiB (last round)  (cpu per round: {})",
+            "{:>10}: {:>7.0} req/s  p50 {:>5.0} us  idle {:.2} cores  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  pg write/lookup {:.3}/{:.3} stmt/req  VmHWM {:>5.1} MiB (last round)  (cpu per round: {})",
             v.label,
             med(|r| r.rps),
+            med(|r| r.p50),
+            med(|r| r.idle),
             med(|r| r.cpu_us),
             med(|r| r.cs),
             med(|r| r.syscalls),
@@ -357,6 +370,19 @@ fn pg_statements(admin: u16) -> (f64, f64) {
     (count("write_through"), count("lookup"))
 }
 
+/// The machine's (idle + iowait, total) jiffies so far and its CPU count (`/proc/stat`).
+fn machine_cpu() -> (f64, f64, f64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let all: Vec<f64> = (stat.lines().next().unwrap().split_whitespace().skip(1))
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    let cpus = stat
+        .lines()
+        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+        .count();
+    (all[3] + all[4], all.iter().take(8).sum(), cpus as f64)
+}
+
 /// Callgrind dumps in $CG_DIR (default /tmp/cg).
 fn cg_files() -> Vec<PathBuf> {
     let dir = std::env::var("CG_DIR").unwrap_or_else(|_| "/tmp/cg".into());
@@ -366,8 +392,8 @@ fn cg_files() -> Vec<PathBuf> {
 }
 
 /// `wrk` first executions against 127.0.0.1:`port` with `conns` connections over
-/// `threads` threads; (requests, req/s).
-fn wrk(port: u16, (conns, threads): (usize, usize), secs: u64, prefix: &str) -> (f64, f64) {
+/// `threads` threads; (requests, req/s, median latency µs).
+fn wrk(port: u16, (conns, threads): (usize, usize), secs: u64, prefix: &str) -> (f64, f64, f64) {
     let lua = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/bench/wrk.lua");
     let out = Command::new("wrk")
         .args([
@@ -401,5 +427,5 @@ fn wrk(port: u16, (conns, threads): (usize, usize), secs: u64, prefix: &str) -> 
             .unwrap()
     };
     assert_eq!(field("err_status"), 0.0, "non-2xx answers: {json}");
-    (field("requests"), field("rps"))
+    (field("requests"), field("rps"), field("lat_p50_us"))
 }
