@@ -48,6 +48,8 @@ struct Row {
     /// `idemgate_postgres_duration_seconds_count`), over the round.
     wt: f64,
     lookups: f64,
+    /// Postgres' CPU (its postmaster and backends, `/proc`), µs per request.
+    pg_us: f64,
     /// The replica's VmHWM and VmRSS after the round, MiB.
     hwm: f64,
     rss: f64,
@@ -201,6 +203,7 @@ fn main() {
                     redis_us: 0.0,
                     wt: 0.0,
                     lookups: 0.0,
+                    pg_us: 0.0,
                     hwm: 0.0,
                     rss: 0.0,
                 });
@@ -222,6 +225,7 @@ fn main() {
             std::thread::sleep(Duration::from_millis(300));
             let redis_round = redis_cpu(&redis.cli(&["INFO", "cpu"]));
             let statements_before = pg_statements(v.replica.admin);
+            let pg_before = pg.as_ref().map_or(0.0, |p| pg_cpu(p.port));
             let cpu_before = machine_cpu();
             let (requests, rps, p50) = wrk(
                 v.replica.port,
@@ -231,6 +235,7 @@ fn main() {
             );
             let redis_round = redis_cpu(&redis.cli(&["INFO", "cpu"])) - redis_round;
             let statements = pg_statements(v.replica.admin);
+            let pg_round = pg.as_ref().map_or(0.0, |p| pg_cpu(p.port)) - pg_before;
             let cpu_after = machine_cpu();
             let idle = (cpu_after.0 - cpu_before.0) / (cpu_after.1 - cpu_before.1) * cpu_after.2;
             // perf's window is 1 s longer than wrk's: the idle tail costs ~nothing.
@@ -255,12 +260,13 @@ fn main() {
                 redis_us: redis_round * 1e6 / requests,
                 wt: (statements.0 - statements_before.0) / requests,
                 lookups: (statements.1 - statements_before.1) / requests,
+                pg_us: pg_round * 1e6 / requests,
                 hwm,
                 rss,
             };
             println!(
-                "round {round} {:>10}: {:>7.0} req {:>7.0} req/s  p50 {:>5.0} us  idle {:.2} cores  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  pg write/lookup {:.3}/{:.3} stmt/req  VmHWM {:>5.1} MiB  VmRSS {:>5.1} MiB",
-                v.label, row.requests, row.rps, row.p50, row.idle, row.cpu_us, row.cs, row.syscalls, row.redis_us, row.wt, row.lookups, row.hwm, row.rss
+                "round {round} {:>10}: {:>7.0} req {:>7.0} req/s  p50 {:>5.0} us  idle {:.2} cores  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  pg write/lookup {:.3}/{:.3} stmt/req  postgres {:>5.1} us/req  VmHWM {:>5.1} MiB  VmRSS {:>5.1} MiB",
+                v.label, row.requests, row.rps, row.p50, row.idle, row.cpu_us, row.cs, row.syscalls, row.redis_us, row.wt, row.lookups, row.pg_us, row.hwm, row.rss
             );
             v.rows.push(row);
         }
@@ -321,7 +327,7 @@ fn main() {
             xs[xs.len() / 2]
         };
         println!(
-            "{:>10}: {:>7.0} req/s  p50 {:>5.0} us  idle {:.2} cores  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  pg write/lookup {:.3}/{:.3} stmt/req  VmHWM {:>5.1} MiB (last round)  (cpu per round: {})",
+            "{:>10}: {:>7.0} req/s  p50 {:>5.0} us  idle {:.2} cores  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  pg write/lookup {:.3}/{:.3} stmt/req  postgres {:>5.1} us/req  VmHWM {:>5.1} MiB (last round)  (cpu per round: {})",
             v.label,
             med(|r| r.rps),
             med(|r| r.p50),
@@ -332,6 +338,7 @@ fn main() {
             med(|r| r.redis_us),
             med(|r| r.wt),
             med(|r| r.lookups),
+            med(|r| r.pg_us),
             v.rows.last().map(|r| r.hwm).unwrap_or(0.0),
             v.rows.iter().map(|r| format!("{:.1}", r.cpu_us)).collect::<Vec<_>>().join(" / ")
         );
@@ -368,6 +375,37 @@ fn pg_statements(admin: u16) -> (f64, f64) {
             .sum()
     };
     (count("write_through"), count("lookup"))
+}
+
+/// CPU seconds used so far by the Postgres listening on `port`: its postmaster (found
+/// by its `-p PORT` argument) and the postmaster's children (backends and workers).
+fn pg_cpu(port: u16) -> f64 {
+    let procs: Vec<(u32, u32, f64)> = (std::fs::read_dir("/proc").unwrap())
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // After the ")" that ends the command: state, ppid, ... utime (12), stime (13).
+            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+            let ticks =
+                fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+            Some((pid, fields.get(1)?.parse().ok()?, ticks / 100.0))
+        })
+        .collect();
+    let port = port.to_string();
+    let postmaster = procs.iter().map(|p| p.0).find(|pid| {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        args.windows(2)
+            .any(|w| w[0] == b"-p" && w[1] == port.as_bytes())
+            && args[0].ends_with(b"postgres")
+    });
+    let Some(postmaster) = postmaster else {
+        return 0.0;
+    };
+    (procs.iter())
+        .filter(|p| p.0 == postmaster || p.1 == postmaster)
+        .map(|p| p.2)
+        .sum()
 }
 
 /// The machine's (idle + iowait, total) jiffies so far and its CPU count (`/proc/stat`).
