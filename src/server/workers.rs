@@ -1,9 +1,10 @@
 //! `server.runtime = "thread_per_core"`: `server.workers` OS threads, each running a
 //! single-threaded tokio runtime with its own [`App`] (Redis and Postgres connections,
-//! waiter subscription, write-through and lookup batchers, upstream client) and its own
-//! proxy listener bound with `SO_REUSEPORT`, so the kernel spreads connections over the
-//! workers and a request is served start to end on one thread, with no cross-thread
-//! wake-ups (the way nginx workers run).
+//! waiter subscription, upstream client) and its own proxy listener bound with
+//! `SO_REUSEPORT`, so the kernel spreads connections over the workers and a request is
+//! served start to end on one thread, with no cross-thread wake-ups (the way nginx
+//! workers run) but for its Postgres write-through and cold lookup, which go to the
+//! shared batchers.
 //!
 //! Shared by the workers: the metrics recorder, the replay cache (a concurrent map, no
 //! wake-ups), the proxy listener's limits (`max_connections`, `max_in_flight` and
