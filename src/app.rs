@@ -1,7 +1,7 @@
 //! The application: configuration, routes and store clients built once at start and
 //! shared by every request as [`crate::http::AppState`].
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -45,7 +45,8 @@ impl App {
     /// Builds worker `part.index` of `server.runtime = "thread_per_core"` from its
     /// share of the configuration ([`crate::config::worker_share`]): its own
     /// connections, waiter subscription and upstream client, the process's replay
-    /// cache, and the process-wide duties (metrics upkeep, reaper) on worker 0 only.
+    /// cache and Postgres batchers (spawned by worker 0), and the process-wide duties
+    /// (metrics upkeep, reaper) on worker 0 only.
     pub async fn build_worker(config: Config, part: WorkerPart) -> anyhow::Result<Self> {
         Self::build_part(config, Some(part)).await
     }
@@ -94,13 +95,25 @@ impl App {
                     (store.check_schema().await).context("checking the postgres schema")
                 };
                 prepared.map_err(|e| crate::tls::postgres::explain(e, pg))?;
-                let writer = Writer::spawn(
-                    store.clone(),
-                    pg.batch_max,
-                    pg.retry_queue,
-                    pg.retry_queue_bytes.as_u64(),
-                );
-                let lookups = Lookups::spawn(store.clone(), pg.batch_max);
+                let shared = part.as_ref().map(|p| &p.batchers);
+                let Batchers { writer, lookups } = match shared.and_then(|s| s.get()) {
+                    Some(batchers) => batchers.clone(),
+                    None => {
+                        let batchers = Batchers {
+                            writer: Writer::spawn(
+                                store.clone(),
+                                pg.batch_max,
+                                pg.retry_queue,
+                                pg.retry_queue_bytes.as_u64(),
+                            ),
+                            lookups: Lookups::spawn(store.clone(), pg.batch_max),
+                        };
+                        if let Some(shared) = shared {
+                            let _ = shared.set(batchers.clone());
+                        }
+                        batchers
+                    }
+                };
                 Some(Durable {
                     store,
                     writer,
@@ -151,6 +164,19 @@ pub struct WorkerPart {
     pub index: usize,
     /// The replay cache every worker shares (`None`: off).
     pub cache: Option<Arc<ReplayCache>>,
+    /// The Postgres batchers every worker shares: set by the first worker that builds
+    /// them (worker 0, whose runtime runs their tasks), cloned by the others.
+    pub batchers: Arc<OnceLock<Batchers>>,
+}
+
+/// The write-through and lookup batchers of a process. Shared by the `thread_per_core`
+/// workers so their records and lookups share statements as in `multi_thread` (half
+/// as many statements with 2 workers); a batch costs a worker one cross-thread
+/// wake-up to send and one to be answered, not one per request.
+#[derive(Clone)]
+pub struct Batchers {
+    writer: Writer,
+    lookups: Lookups,
 }
 
 /// Reads `idempotency.scope_secret_file`; warns when there is none.

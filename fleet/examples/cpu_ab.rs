@@ -10,6 +10,8 @@
 //! switches and syscalls; the median over rounds last. Wall-clock req/s on this shared
 //! machine is noise; CPU per request is the comparable figure.
 //!
+//! `--threads N`: wrk threads (default 1; `make bench` uses 2).
+//!
 //! ```sh
 //! cargo run -p idemgate-fleet --example cpu_ab -- \
 //!     --rounds 5 --secs 4 --conns 16 --pg on \
@@ -21,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use idemgate_fleet::probe::{machine_cpu, memory_mib, pg_cpu, pg_statements};
 use idemgate_fleet::{free_port, http_status, PgServer, RedisServer, Replica, Upstream};
 
 struct Variant {
@@ -36,8 +39,18 @@ struct Row {
     cpu_us: f64,
     cs: f64,
     syscalls: f64,
+    /// wrk's median latency, µs, and the machine's idle cores during the round: a
+    /// closed loop at a given CPU per request runs faster where it waits less.
+    p50: f64,
+    idle: f64,
     /// Redis' CPU (`INFO cpu`, user + sys) during the round, per request.
     redis_us: f64,
+    /// Postgres write-through and lookup statements per request (the replica's
+    /// `idemgate_postgres_duration_seconds_count`), over the round.
+    wt: f64,
+    lookups: f64,
+    /// Postgres' CPU (its postmaster and backends, `/proc`), µs per request.
+    pg_us: f64,
     /// The replica's VmHWM and VmRSS after the round, MiB.
     hwm: f64,
     rss: f64,
@@ -46,6 +59,8 @@ struct Row {
 fn main() {
     let mut args = std::env::args().skip(1);
     let (mut rounds, mut secs, mut conns, mut pg_on) = (5usize, 4u64, 16usize, true);
+    // wrk's threads (`-t`): `make bench` runs 2; one thread may be the bottleneck.
+    let mut threads = 1usize;
     let mut record: Option<String> = None;
     let mut callgrind = false;
     let mut specs = Vec::new();
@@ -54,6 +69,7 @@ fn main() {
             "--rounds" => rounds = args.next().unwrap().parse().unwrap(),
             "--secs" => secs = args.next().unwrap().parse().unwrap(),
             "--conns" => conns = args.next().unwrap().parse().unwrap(),
+            "--threads" => threads = args.next().unwrap().parse().unwrap(),
             "--pg" => pg_on = args.next().unwrap() == "on",
             "--record" => record = args.next(),
             // Variants run under `valgrind --tool=callgrind --callgrind-out-file=DIR/cg.%p`
@@ -124,7 +140,12 @@ fn main() {
             std::thread::sleep(Duration::from_millis(50));
         }
         assert!(ready, "{} not ready: {}", v.label, v.replica.log_text());
-        wrk(v.replica.port, conns, 1, &format!("warm-{}", v.label));
+        wrk(
+            v.replica.port,
+            (conns, threads),
+            1,
+            &format!("warm-{}", v.label),
+        );
     }
     let lua = root.join("deploy/bench/wrk.lua");
     assert!(lua.exists());
@@ -151,9 +172,9 @@ fn main() {
                     String::from_utf8_lossy(&out.stdout).to_string()
                 };
                 ctl("-z");
-                let (requests, rps) = wrk(
+                let (requests, rps, _) = wrk(
                     v.replica.port,
-                    conns,
+                    (conns, threads),
                     secs,
                     &format!("r{round}-{}", v.label),
                 );
@@ -176,9 +197,14 @@ fn main() {
                     requests,
                     rps,
                     cpu_us: ir / requests / 1000.0,
+                    p50: 0.0,
+                    idle: 0.0,
                     cs: 0.0,
                     syscalls: 0.0,
                     redis_us: 0.0,
+                    wt: 0.0,
+                    lookups: 0.0,
+                    pg_us: 0.0,
                     hwm: 0.0,
                     rss: 0.0,
                 });
@@ -199,13 +225,20 @@ fn main() {
                 .unwrap();
             std::thread::sleep(Duration::from_millis(300));
             let redis_round = redis_cpu(&redis.cli(&["INFO", "cpu"]));
-            let (requests, rps) = wrk(
+            let statements_before = pg_statements(v.replica.admin);
+            let pg_before = pg.as_ref().map_or(0.0, |p| pg_cpu(p.port));
+            let cpu_before = machine_cpu();
+            let (requests, rps, p50) = wrk(
                 v.replica.port,
-                conns,
+                (conns, threads),
                 secs,
                 &format!("r{round}-{}", v.label),
             );
             let redis_round = redis_cpu(&redis.cli(&["INFO", "cpu"])) - redis_round;
+            let statements = pg_statements(v.replica.admin);
+            let pg_round = pg.as_ref().map_or(0.0, |p| pg_cpu(p.port)) - pg_before;
+            let cpu_after = machine_cpu();
+            let idle = (cpu_after.0 - cpu_before.0) / (cpu_after.1 - cpu_before.1) * cpu_after.2;
             // perf's window is 1 s longer than wrk's: the idle tail costs ~nothing.
             perf.wait().unwrap();
             let text = std::fs::read_to_string(&out).unwrap();
@@ -221,15 +254,20 @@ fn main() {
                 requests,
                 rps,
                 cpu_us: counter("task-clock") * 1000.0 / requests,
+                p50,
+                idle,
                 cs: counter("context-switches") / requests,
                 syscalls: counter("raw_syscalls:sys_enter") / requests,
                 redis_us: redis_round * 1e6 / requests,
+                wt: (statements.0 - statements_before.0) / requests,
+                lookups: (statements.1 - statements_before.1) / requests,
+                pg_us: pg_round * 1e6 / requests,
                 hwm,
                 rss,
             };
             println!(
-                "round {round} {:>10}: {:>7.0} req {:>7.0} req/s  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  VmHWM {:>5.1} MiB  VmRSS {:>5.1} MiB",
-                v.label, row.requests, row.rps, row.cpu_us, row.cs, row.syscalls, row.redis_us, row.hwm, row.rss
+                "round {round} {:>10}: {:>7.0} req {:>7.0} req/s  p50 {:>5.0} us  idle {:.2} cores  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  pg write/lookup {:.3}/{:.3} stmt/req  postgres {:>5.1} us/req  VmHWM {:>5.1} MiB  VmRSS {:>5.1} MiB",
+                v.label, row.requests, row.rps, row.p50, row.idle, row.cpu_us, row.cs, row.syscalls, row.redis_us, row.wt, row.lookups, row.pg_us, row.hwm, row.rss
             );
             v.rows.push(row);
         }
@@ -270,12 +308,17 @@ fn main() {
                 .spawn()
                 .unwrap();
             std::thread::sleep(Duration::from_millis(200));
-            wrk(v.replica.port, conns, secs, &format!("rec-{}", v.label));
+            wrk(
+                v.replica.port,
+                (conns, threads),
+                secs,
+                &format!("rec-{}", v.label),
+            );
             perf.wait().unwrap();
         }
     }
     println!(
-        "\nmedians over {rounds} rounds ({secs} s, {conns} connections, postgres {}):",
+        "\nmedians over {rounds} rounds ({secs} s, {conns} connections, {threads} wrk threads, postgres {}):",
         if pg_on { "on" } else { "off" }
     );
     for v in &variants {
@@ -285,31 +328,22 @@ fn main() {
             xs[xs.len() / 2]
         };
         println!(
-            "{:>10}: {:>7.0} req/s  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  VmHWM {:>5.1} MiB (last round)  (cpu per round: {})",
+            "{:>10}: {:>7.0} req/s  p50 {:>5.0} us  idle {:.2} cores  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  pg write/lookup {:.3}/{:.3} stmt/req  postgres {:>5.1} us/req  VmHWM {:>5.1} MiB (last round)  (cpu per round: {})",
             v.label,
             med(|r| r.rps),
+            med(|r| r.p50),
+            med(|r| r.idle),
             med(|r| r.cpu_us),
             med(|r| r.cs),
             med(|r| r.syscalls),
             med(|r| r.redis_us),
+            med(|r| r.wt),
+            med(|r| r.lookups),
+            med(|r| r.pg_us),
             v.rows.last().map(|r| r.hwm).unwrap_or(0.0),
             v.rows.iter().map(|r| format!("{:.1}", r.cpu_us)).collect::<Vec<_>>().join(" / ")
         );
     }
-}
-
-/// VmHWM and VmRSS of `pid` in MiB (as `make bench` reads peak RSS).
-fn memory_mib(pid: u32) -> (f64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            .map(|kib| kib / 1024.0)
-            .unwrap_or(f64::NAN)
-    };
-    (field("VmHWM:"), field("VmRSS:"))
 }
 
 /// Callgrind dumps in $CG_DIR (default /tmp/cg).
@@ -320,12 +354,14 @@ fn cg_files() -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-/// `wrk` first executions against 127.0.0.1:`port`; (requests, req/s).
-fn wrk(port: u16, conns: usize, secs: u64, prefix: &str) -> (f64, f64) {
+/// `wrk` first executions against 127.0.0.1:`port` with `conns` connections over
+/// `threads` threads; (requests, req/s, median latency µs).
+fn wrk(port: u16, (conns, threads): (usize, usize), secs: u64, prefix: &str) -> (f64, f64, f64) {
     let lua = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/bench/wrk.lua");
     let out = Command::new("wrk")
         .args([
-            "-t1",
+            "-t",
+            &threads.to_string(),
             "-c",
             &conns.to_string(),
             "-d",
@@ -354,5 +390,5 @@ fn wrk(port: u16, conns: usize, secs: u64, prefix: &str) -> (f64, f64) {
             .unwrap()
     };
     assert_eq!(field("err_status"), 0.0, "non-2xx answers: {json}");
-    (field("requests"), field("rps"))
+    (field("requests"), field("rps"), field("lat_p50_us"))
 }

@@ -13,7 +13,9 @@
 //! Binaries are passed in (the tests know them from `CARGO_BIN_EXE_*`); the system
 //! servers (`redis-server`, `initdb`/`postgres`, `haproxy`) are looked up on the
 //! machine, as `make test` and `make up` install them. [`bench`] is the fleet of
-//! `make bench` (fixed ports, one part at a time, driven by `deploy/bench/bench.py`).
+//! `make bench` (fixed ports, one part at a time, driven by `deploy/bench/bench.py`);
+//! [`probe`] reads a running fleet's CPU, memory and statement counts for the A/B
+//! examples.
 
 #![forbid(unsafe_code)]
 
@@ -23,6 +25,7 @@ mod haproxy;
 pub mod local;
 mod net;
 mod postgres;
+pub mod probe;
 mod redis;
 mod redis_cluster;
 mod sentinel;

@@ -6,8 +6,9 @@
 //! - `thread_per_core`: `workers` OS threads, each with a single-threaded runtime, its
 //!   own `SO_REUSEPORT` proxy listener (the kernel spreads connections over them),
 //!   and its own Redis and Postgres connections, waiter subscription and upstream
-//!   client, like nginx workers. [`worker_share`] divides the configured pools and
-//!   queues among them ([`crate::server::workers`]).
+//!   client, like nginx workers; the Postgres write-through and lookup batchers are
+//!   one per process, shared. [`worker_share`] divides the configured pools among
+//!   the workers ([`crate::server::workers`]).
 
 use std::num::NonZeroUsize;
 
@@ -92,18 +93,16 @@ impl<'de> Deserialize<'de> for Workers {
 }
 
 /// The configuration of worker `index` of `count` (`thread_per_core`): the connection
-/// pools and the write-through's retry queue divided among the workers (each at least
-/// 1), so the process holds about what the configuration says; migrations run on
-/// worker 0 only (the others check the schema it left).
+/// pools divided among the workers (each at least 1), so the process holds about what
+/// the configuration says; the write-through's retry queue stays whole (one writer,
+/// shared by the workers: [`crate::app::Batchers`]); migrations run on worker 0 only
+/// (the others check the schema it left).
 pub fn worker_share(config: &Config, index: usize, count: usize) -> Config {
     let share = |total: usize| total.div_ceil(count.max(1)).max(1);
     let mut config = config.clone();
     config.redis.pool_size = share(config.redis.pool_size);
     if let Some(pg) = config.postgres.as_mut() {
         pg.pool_size = share(pg.pool_size);
-        pg.retry_queue = share(pg.retry_queue);
-        let bytes = pg.retry_queue_bytes.as_u64().div_ceil(count.max(1) as u64);
-        pg.retry_queue_bytes = bytesize::ByteSize::b(bytes.max(1));
         pg.migrate_on_start &= index == 0;
     }
     config
@@ -151,7 +150,8 @@ mod tests {
         assert_eq!(w0.redis.pool_size, 2);
         let pg = |c: &Config| c.postgres.clone().unwrap();
         assert_eq!(pg(&w2).pool_size, 3);
-        assert_eq!(pg(&w2).retry_queue, 4);
+        // One writer for the process: its retry queue is not divided.
+        assert_eq!(pg(&w2).retry_queue, 10);
         assert!(pg(&w0).migrate_on_start);
         assert!(!pg(&w2).migrate_on_start);
         c.redis.pool_size = 1;

@@ -1,35 +1,42 @@
 //! `server.runtime = "thread_per_core"`: `server.workers` OS threads, each running a
 //! single-threaded tokio runtime with its own [`App`] (Redis and Postgres connections,
-//! waiter subscription, write-through and lookup batchers, upstream client) and its own
-//! proxy listener bound with `SO_REUSEPORT`, so the kernel spreads connections over the
-//! workers and a request is served start to end on one thread, with no cross-thread
-//! wake-ups (the way nginx workers run).
+//! waiter subscription, upstream client) and its own proxy listener bound with
+//! `SO_REUSEPORT`, so the kernel spreads connections over the workers and a request is
+//! served start to end on one thread, with no cross-thread wake-ups (the way nginx
+//! workers run) but for its Postgres write-through and cold lookup, which go to the
+//! shared batchers.
 //!
 //! Shared by the workers: the metrics recorder, the replay cache (a concurrent map, no
-//! wake-ups) and the proxy listener's limits (`max_connections`, `max_in_flight` and
-//! `buffer_budget` stay limits of the process). Worker 0 also runs the admin listener,
-//! whose `/readyz` reports worker 0's view of the stores, the reaper and the metrics
-//! upkeep, and migrates Postgres before the others start.
+//! wake-ups), the proxy listener's limits (`max_connections`, `max_in_flight` and
+//! `buffer_budget` stay limits of the process) and the Postgres write-through and
+//! lookup batchers ([`Batchers`]: one statement for the records of every worker, as
+//! in `multi_thread`; their tasks run on worker 0). Worker 0 also runs the admin
+//! listener, whose `/readyz` reports worker 0's view of the stores, the reaper and the
+//! metrics upkeep, and migrates Postgres before the others start.
 //!
 //! Shutdown: [`Workers::stop`] tells every worker at once; each stops accepting and
 //! drains its own connections and upstream calls within `server.shutdown_grace`, as the
-//! `multi_thread` server does ([`Server::run`]); [`Workers::join`] waits for all.
+//! `multi_thread` server does ([`Server::run`]); worker 0 then keeps its runtime (and
+//! so the batchers) running until every other worker has drained; [`Workers::join`]
+//! waits for all.
 //!
 //! Note: any process of the same user may also bind the port with `SO_REUSEPORT` and
 //! receive a share of its connections; run one gateway per port.
 
 use std::net::SocketAddr;
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
 use anyhow::Context;
 use metrics::Counter;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::task_tracker::TaskTrackerToken;
+use tokio_util::task::TaskTracker;
 
 use super::{ProxyLimits, Server};
-use crate::app::{App, WorkerPart};
+use crate::app::{App, Batchers, WorkerPart};
 use crate::config::{worker_share, Config};
 use crate::store::memory::ReplayCache;
 
@@ -70,6 +77,10 @@ impl Workers {
         let gate = Arc::new(ProxyLimits::new(&config.server));
         let rc = &config.replay_cache;
         let cache = ReplayCache::new(rc.max_bytes.as_u64(), rc.max_age).map(Arc::new);
+        let batchers: Arc<OnceLock<Batchers>> = Arc::default();
+        // Closed at once: its wait ends when every worker's token is dropped.
+        let serving = TaskTracker::new();
+        serving.close();
         let mut workers = Self {
             threads: Vec::with_capacity(count),
             go: CancellationToken::new(),
@@ -84,11 +95,13 @@ impl Workers {
             let part = WorkerPart {
                 index,
                 cache: cache.clone(),
+                batchers: batchers.clone(),
             };
             let (gate, go, stop) = (gate.clone(), workers.go.clone(), workers.stop.clone());
+            let serving = (serving.token(), serving.clone());
             let thread = std::thread::Builder::new()
                 .name(format!("idemgate-worker-{index}"))
-                .spawn(move || run_worker(share, part, gate, (go, stop), started))
+                .spawn(move || run_worker(share, part, gate, (go, stop), serving, started))
                 .context("starting a worker thread")?;
             workers.threads.push(thread);
             let outcome = on_start
@@ -138,12 +151,15 @@ impl Workers {
     }
 }
 
-/// One worker: its runtime, app and listeners, serving until `stop`.
+/// One worker: its runtime, app and listeners, serving until `stop`. `serving` holds
+/// the worker's token (dropped once it has drained) and the tracker worker 0 waits
+/// on before its runtime, which runs the shared batchers, ends.
 fn run_worker(
     config: Config,
     part: WorkerPart,
     gate: Arc<ProxyLimits>,
     (go, stop): (CancellationToken, CancellationToken),
+    (token, serving): (TaskTrackerToken, TaskTracker),
     started: mpsc::Sender<Started>,
 ) {
     let index = part.index;
@@ -172,6 +188,11 @@ fn run_worker(
             () = stop.cancelled() => {}
         }
         server.run(stop.cancelled_owned()).await;
+        drop(token);
+        if index == 0 {
+            // The other workers' last write-throughs go through its batchers.
+            serving.wait().await;
+        }
         tracing::debug!(worker = index, "worker stopped");
     });
 }

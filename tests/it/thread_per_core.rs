@@ -2,7 +2,7 @@
 //! than one worker accepts connections; first execution and byte-identical replay on
 //! every worker; one execution under duplicates spread over the workers; a waiting
 //! duplicate on one worker is woken by a completion on the other; SIGTERM drains every
-//! worker and leaves no lease.
+//! worker and leaves no lease; the workers' write-throughs share Postgres statements.
 //!
 //! Which worker serves a connection is the kernel's choice (`SO_REUSEPORT` hashes the
 //! connection's addresses), so [`Tpc::pinned`] learns it: it opens one-connection
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use fred::interfaces::ClientLike;
 use futures_util::future::join_all;
 
-use crate::support::{comparable, read, tally, MockUpstream, RedisServer};
+use crate::support::{comparable, eventually, read, tally, MockUpstream, PgServer, RedisServer};
 
 const BIN: &str = env!("CARGO_BIN_EXE_idemgate");
 const WORKERS: usize = 2;
@@ -269,6 +269,77 @@ async fn sigterm_drains_every_worker_and_leaves_no_lease() {
             .unwrap();
         assert_eq!(state, "C", "{record} is completed, not leased");
     }
+}
+
+/// One write-through batcher for the process: records completed on both workers while
+/// the first statement waits go out in one statement (rows written by one statement
+/// share its transaction id), not one statement per worker.
+#[tokio::test]
+async fn write_throughs_from_both_workers_share_a_statement() {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    let upstream = MockUpstream::start().await;
+    let section = format!(
+        "\n[postgres]\nurl = \"{}\"\nstatement_timeout = \"20s\"\n",
+        pg.url()
+    );
+    let tpc = Tpc::start(&redis, &upstream, &section).await;
+    // Two connections on each worker: `pinned` returns one client per worker.
+    let (a, b) = (tpc.pinned().await, tpc.pinned().await);
+    // Postgres takes no writes (lookups go on) until the commit below.
+    let locker = pg.client().await;
+    (locker.batch_execute("BEGIN; LOCK TABLE idemgate_records IN SHARE MODE"))
+        .await
+        .unwrap();
+    let waiting = async || -> i64 {
+        let sql = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'";
+        (pg.client().await.query_one(sql, &[]).await.unwrap()).get(0)
+    };
+    let post =
+        |client: &reqwest::Client, key: &str| tokio::spawn(tpc.post(client, key, "{}").send());
+    // The first record's statement waits on the lock ...
+    let mut sent = vec![post(&a[0], "share-0")];
+    assert!(eventually(Duration::from_secs(10), async || waiting().await == 1).await);
+    // ... and the records completed meanwhile, on both workers, queue behind it.
+    sent.extend([
+        post(&a[1], "share-1"),
+        post(&b[0], "share-2"),
+        post(&b[1], "share-3"),
+    ]);
+    let client = redis.client().await;
+    let completed = async || {
+        let mut done = 0;
+        for record in redis.records().await {
+            let state: Option<String> = (client
+                .custom(fred::cmd!("HGET"), vec![record.as_str(), "s"]))
+            .await
+            .unwrap();
+            done += usize::from(state.as_deref() == Some("C"));
+        }
+        done == 4
+    };
+    assert!(eventually(Duration::from_secs(10), completed).await);
+    tokio::time::sleep(Duration::from_millis(300)).await; // their writes are queued
+    assert_eq!(waiting().await, 1, "one write-through statement at a time");
+    locker.batch_execute("COMMIT").await.unwrap();
+    for answer in sent {
+        let answer = answer.await.unwrap().unwrap();
+        assert_eq!(answer.status(), 201);
+    }
+    assert_eq!(upstream.executions(), 4);
+    assert_eq!(pg.count("state = 'completed'").await, 4);
+    let statements: i64 = (pg.client().await)
+        .query_one(
+            "SELECT count(DISTINCT xmin::text) FROM idemgate_records",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        statements, 2,
+        "the three queued records share one statement"
+    );
 }
 
 #[test]
