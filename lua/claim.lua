@@ -4,7 +4,9 @@
 -- ARGV[1] fingerprint, ARGV[2] lock token, ARGV[3] lease in ms, ARGV[4] fence key ttl in ms,
 -- ARGV[5] the age (ms) from which the marker vouches for this shard (the longest ttl).
 -- Record: a hash {s = "L" (leased) | "C" (completed), f = fingerprint, t = token,
---                 n = fencing token, r = response}.
+--                 n = fencing token, r = response, w = "1" once a duplicate was told
+--                 "in flight" (it may be waiting: complete.lua and release.lua publish
+--                 the wake-up only then)}.
 -- Marker: "<since ms> <run_id>": Redis' clock when this slot was first seen without a
 -- valid marker (new, restarted, flushed, reset by a replica that knows Redis lacks a
 -- record), and the run_id of the server that set it. A marker written by another server
@@ -39,17 +41,19 @@ local function marker_age(now_us)
   redis.call('SET', KEYS[3], string.format('%d %s', now_ms, run_id()))
   return 0
 end
-local v = redis.call('HMGET', rec, 's', 'f', 't', 'n')
+local v = redis.call('HMGET', rec, 's', 'f', 't', 'n', 'w')
 if not v[1] then
   -- Fencing token: grows per key across takeovers, and across a lost fence key too
   -- (it is at least Redis' clock in microseconds; takeovers are a lease apart).
+  -- max(previous + 1, now): the clock is written with SET ... GET (Redis 6.2+), and
+  -- only if it is not past the previous token (a clock behind it) written again.
   local now_us = clock_us()
-  local n = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
-  if n < now_us then
-    n = now_us
+  local ns = string.format('%d', now_us)
+  local prev = redis.call('SET', KEYS[2], ns, 'PX', ARGV[4], 'GET')
+  if prev and tonumber(prev) >= now_us then
+    ns = string.format('%d', tonumber(prev) + 1)
+    redis.call('SET', KEYS[2], ns, 'PX', ARGV[4])
   end
-  local ns = string.format('%d', n)
-  redis.call('SET', KEYS[2], ns, 'PX', ARGV[4])
   redis.call('HSET', rec, 's', 'L', 'f', ARGV[1], 't', ARGV[2], 'n', ns)
   redis.call('PEXPIRE', rec, ARGV[3])
   return {'A', ns, marker_age(now_us)}
@@ -63,5 +67,11 @@ end
 if v[3] == ARGV[2] then
   -- Our own claim, re-sent after a dropped connection: still ours.
   return {'A', v[4], marker_age(clock_us())}
+end
+-- Told "in flight": this caller may wait for the holder. Marked in the same atomic step,
+-- so a completion or release after this reply publishes (a waiter subscribes before it
+-- claims), and one before it was seen by this claim.
+if not v[5] then
+  redis.call('HSET', rec, 'w', '1')
 end
 return {'I', redis.call('PTTL', rec)}

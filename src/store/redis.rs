@@ -183,7 +183,8 @@ impl RedisStore {
     /// `[fingerprint (32 bytes), lock token, lease ms, fence key ttl ms, vouch-after ms]`.
     /// Reply: `{"A", fence, marker age ms}` acquired with its fencing token,
     /// `{"C", encoded response, remaining ms}` completed with this fingerprint,
-    /// `{"I", remaining ms}` leased by another token, `{"M"}` another fingerprint;
+    /// `{"I", remaining ms}` leased by another token (the record is then marked as
+    /// waited for: its completion or release publishes), `{"M"}` another fingerprint;
     /// decoded by [`decode_record_reply`], the one decoder of record replies.
     ///
     /// A claim that fails may still have landed: its token is released in the
@@ -283,7 +284,8 @@ impl RedisStore {
     /// KEYS: `[record key]`. ARGV: `[lock token, encoded response, ttl ms, fingerprint,
     /// completion channel, "PUBLISH" or "SPUBLISH"]`.
     /// Reply: `1` stored (or already stored by this token, or the record had expired
-    /// unclaimed), `0` another token holds the record: nothing was written.
+    /// unclaimed), `0` another token holds the record: nothing was written. Publishes on
+    /// the channel only if a claim answered "in flight" for the record (or it had expired).
     pub async fn complete(
         &self,
         key: &str,
@@ -323,7 +325,8 @@ impl RedisStore {
     ///
     /// KEYS: `[record key]`. ARGV: `[lock token, completion channel, "PUBLISH" or
     /// "SPUBLISH"]`.
-    /// Reply: `1` released (or already gone), `0` not held by this token.
+    /// Reply: `1` released (or already gone), `0` not held by this token. Publishes on
+    /// the channel only if a claim answered "in flight" for the record.
     pub async fn release(&self, key: &str, token: &str) -> Result<Release, StoreError> {
         let started = Instant::now();
         let reply: i64 = (self.inner.release)

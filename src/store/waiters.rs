@@ -1,6 +1,9 @@
 //! Waiting duplicates (`in_flight = "wait"`) and replay-cache invalidations over Redis
 //! pub/sub, fanned out to the local requests waiting on a record. The completion and
-//! release scripts publish on the record's channel (`<record key>:done`); nothing polls.
+//! release scripts publish on the record's channel (`<record key>:done`) when a claim
+//! answered "in flight" for the record (`lua/claim.lua` marks it in that same step, and
+//! a waiter is subscribed before it claims, so it hears every completion after its
+//! claim and its claim sees every one before); nothing polls.
 //!
 //! - Standalone and Sentinel: one pattern subscription per replica to every record's
 //!   channel (on the primary the sentinels name; re-made after a failover).

@@ -40,4 +40,5 @@ mod tls_redis;
 mod tls_upstream;
 mod topologies;
 mod upstream_failures;
+mod wakeups;
 mod write_timeout;
