@@ -5,7 +5,7 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use metrics::{counter, gauge, histogram, Counter, Histogram};
+use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub const REQUESTS: &str = "idemgate_requests_total";
@@ -206,6 +206,10 @@ pub struct RouteMetrics {
     requests: [(Counter, Histogram); 10],
     unkeyed: Counter,
     upstream: Histogram,
+    /// Unlabelled, the same series for every route: kept here so that a request does
+    /// not look them up.
+    in_flight: Gauge,
+    stored_bytes: Histogram,
 }
 
 impl RouteMetrics {
@@ -224,7 +228,18 @@ impl RouteMetrics {
             }),
             unkeyed: counter!(UNKEYED_REQUESTS, "route" => route.clone()),
             upstream: histogram!(UPSTREAM_DURATION, "route" => route),
+            in_flight: gauge!(IN_FLIGHT),
+            stored_bytes: histogram!(STORED_BYTES),
         }
+    }
+
+    /// Counts an upstream call under a lease in `idemgate_in_flight` while the guard lives.
+    pub fn in_flight(&self) -> InFlightGuard {
+        InFlightGuard::on(self.in_flight.clone())
+    }
+
+    pub fn stored_bytes(&self, n: usize) {
+        self.stored_bytes.record(n as f64);
     }
 
     pub fn request(&self, outcome: Outcome, started: Instant) {
@@ -260,6 +275,40 @@ pub fn unmatched(started: Instant) {
 
 pub fn redis_op(op: &'static str, started: Instant) {
     histogram!(REDIS_DURATION, "op" => op).record(started.elapsed().as_secs_f64());
+}
+
+/// `idemgate_redis_duration_seconds` of the operations every request makes, registered
+/// once (by the Redis store, after [`install`]) so that a call does not look them up.
+pub struct RedisOps {
+    pub claim: Histogram,
+    pub complete: Histogram,
+    pub release: Histogram,
+    pub extend: Histogram,
+    pub peek: Histogram,
+}
+
+impl RedisOps {
+    pub fn new() -> Self {
+        let op = |op: &'static str| histogram!(REDIS_DURATION, "op" => op);
+        Self {
+            claim: op("claim"),
+            complete: op("complete"),
+            release: op("release"),
+            extend: op("extend"),
+            peek: op("peek"),
+        }
+    }
+}
+
+impl Default for RedisOps {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Records the time since `started` in `histogram`.
+pub fn elapsed(histogram: &Histogram, started: Instant) {
+    histogram.record(started.elapsed().as_secs_f64());
 }
 
 pub fn postgres_op(op: &'static str, started: Instant) {
@@ -336,33 +385,24 @@ pub fn reaped(n: u64) {
     counter!(REAPED).increment(n);
 }
 
-pub fn stored_bytes(n: usize) {
-    histogram!(STORED_BYTES).record(n as f64);
-}
-
 pub fn redis_up(up: bool) {
     gauge!(REDIS_UP).set(if up { 1.0 } else { 0.0 });
 }
 
-/// Counts an upstream call under a lease for as long as it lives.
-pub struct InFlightGuard(());
+/// Counts an upstream call under a lease for as long as it lives
+/// ([`RouteMetrics::in_flight`]).
+pub struct InFlightGuard(Gauge);
 
 impl InFlightGuard {
-    pub fn new() -> Self {
-        gauge!(IN_FLIGHT).increment(1.0);
-        Self(())
-    }
-}
-
-impl Default for InFlightGuard {
-    fn default() -> Self {
-        Self::new()
+    fn on(gauge: Gauge) -> Self {
+        gauge.increment(1.0);
+        Self(gauge)
     }
 }
 
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
-        gauge!(IN_FLIGHT).decrement(1.0);
+        self.0.decrement(1.0);
     }
 }
 

@@ -6,6 +6,7 @@
 //! Every keyed request ends in one [`Outcome`], counted and logged once, here.
 
 use std::net::SocketAddr;
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -28,7 +29,7 @@ use crate::idempotency::{
     key, Claim, Completion, Fingerprint, KeyError, RecordId, Scope, ScopeError, ScopeSecret,
     StoredResponse,
 };
-use crate::metrics::{self, InFlightGuard, Outcome};
+use crate::metrics::{self, Outcome};
 use crate::proxy::headers::{self, Peer};
 use crate::proxy::UpstreamError;
 use crate::route::Route;
@@ -203,11 +204,12 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
         trace.outcome = Some(outcome);
         return response;
     }
+    // The branches a first execution does not take are boxed (waiting, the previous
+    // id): inline, the largest of them sets the size of this future, and of
+    // every future that holds it, which is moved (copied) several times per request.
     let claim = match app.stores.claim(&route, scope, record, &fingerprint).await {
         Ok(Claim::InFlight { remaining }) if policy.settings.in_flight == InFlightPolicy::Wait => {
-            (app.stores)
-                .wait(&route, scope, record, &fingerprint, remaining)
-                .await
+            Box::pin((app.stores).wait(&route, scope, record, &fingerprint, remaining)).await
         }
         other => other,
     };
@@ -218,9 +220,9 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
                 .map(|scope| (scope, RecordId::new(scope, &key, previous.as_ref())));
             match old {
                 Ok((old_scope, old_record)) => {
-                    (app.stores)
-                        .under_previous_id(&route, lease, old_scope, old_record)
-                        .await
+                    let found =
+                        (app.stores).under_previous_id(&route, lease, old_scope, old_record);
+                    Box::pin(found).await
                 }
                 Err(_) => Ok(Claim::Acquired(lease)),
             }
@@ -341,7 +343,7 @@ async fn execute(
     body: Bytes,
     peer: std::net::IpAddr,
 ) -> (Outcome, Response) {
-    let _in_flight = InFlightGuard::new();
+    let _in_flight = route.metrics.in_flight();
     let max_response = app.config.server.max_response_body.as_u64();
     let mut parts = parts;
     parts
@@ -350,11 +352,11 @@ async fn execute(
     let started = Instant::now();
     let peer = Peer::new(peer, &app.config.server.trusted_proxies);
     let forward = (app.upstream).forward_buffered(&route, parts, body, peer, max_response);
-    let answer = lease.heartbeat(forward, Phase::Upstream).await;
+    let answer = lease.heartbeat(pin!(forward), Phase::Upstream).await;
     route.metrics.upstream(started);
     let stored = match answer {
         Ok(answer) if route.policy.releases(answer.status) => {
-            release(lease).await;
+            Box::pin(release(lease)).await;
             let response =
                 StoredResponse::from_upstream(answer.status, &answer.headers, answer.body);
             return (Outcome::UpstreamError, response.to_response(false));
@@ -384,7 +386,7 @@ async fn execute(
         Err(e) => {
             tracing::warn!(error = %e,
                 "upstream call failed; releasing the key");
-            release(lease).await;
+            Box::pin(release(lease)).await;
             return (Outcome::UpstreamError, Problem::from(&e).into_response());
         }
     };
@@ -409,7 +411,7 @@ async fn settle(
         .await
     {
         Ok(Completion::Stored) => {
-            metrics::stored_bytes(encoded.bytes.len());
+            route.metrics.stored_bytes(encoded.bytes.len());
             (app.stores).remember_encoded(
                 record,
                 lease_fingerprint,
@@ -424,9 +426,8 @@ async fn settle(
                 answering with its outcome, not ours"
             );
             // Every retry gets the other execution's outcome: so does this client.
-            let found = (app.stores)
-                .find(route, scope, record, &lease_fingerprint)
-                .await;
+            // Boxed: rare, and inline it would grow every execution's future.
+            let found = Box::pin((app.stores).find(route, scope, record, &lease_fingerprint)).await;
             return match found {
                 Ok(Some(Claim::Completed { response, .. })) => (
                     Outcome::Replayed,
@@ -480,6 +481,8 @@ fn scope_of(
     }
 }
 
+/// Boxed where `execute` calls it: ~8 KiB (fred's command future) that a first
+/// execution would otherwise carry inline.
 async fn release(lease: Lease) {
     if let Err(e) = lease.release().await {
         tracing::warn!(error = %e,

@@ -25,7 +25,12 @@ impl RecordId {
 
     /// Full hex form, used in store keys.
     pub fn to_hex(self) -> String {
-        hex::encode(self.0)
+        lower_hex(&self.0)
+    }
+
+    /// Appends the full hex form to `out` (a store key being built).
+    pub fn push_hex(self, out: &mut String) {
+        push_lower_hex(out, &self.0);
     }
 
     pub fn as_bytes(&self) -> &[u8; 32] {
@@ -39,7 +44,23 @@ impl RecordId {
 
     /// A 12-character prefix for log lines.
     pub fn short(self) -> String {
-        hex::encode(&self.0[..6])
+        lower_hex(&self.0[..6])
+    }
+}
+
+/// Lower-case hex, as `hex::encode` writes it, without its per-character iterator
+/// (ids are written in hex on every request: store keys, log lines).
+pub(crate) fn lower_hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    push_lower_hex(&mut out, bytes);
+    out
+}
+
+fn push_lower_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for &b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
     }
 }
 
@@ -108,6 +129,17 @@ fn is_json(content_type: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lower_hex_is_what_hex_encode_writes() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        assert_eq!(lower_hex(&bytes), hex::encode(&bytes));
+        let id = RecordId([0xa5; 32]);
+        let mut key = String::from("p:");
+        id.push_hex(&mut key);
+        assert_eq!(key, format!("p:{}", hex::encode([0xa5; 32])));
+        assert_eq!(id.short(), "a5a5a5a5a5a5");
+    }
 
     fn fp(ct: Option<&'static str>, body: &str) -> Fingerprint {
         let uri: Uri = "/v1/payments?x=1".parse().unwrap();

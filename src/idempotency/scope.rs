@@ -147,7 +147,7 @@ impl Scope {
     }
 
     pub fn to_hex(self) -> String {
-        hex::encode(self.0)
+        super::fingerprint::lower_hex(&self.0)
     }
 
     /// From the hex form that log lines carry as `scope_hash`.

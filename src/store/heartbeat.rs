@@ -11,6 +11,7 @@
 //! key in flight. If this process dies, the beats stop and the lease ends.
 
 use std::future::Future;
+use std::pin::Pin;
 
 use super::lease::Held;
 
@@ -25,18 +26,25 @@ pub enum Phase {
 
 impl Held {
     /// Drives `work` while extending the lease every third of `lock_ttl`.
-    pub async fn heartbeat<T>(&self, work: impl Future<Output = T>, phase: Phase) -> T {
+    ///
+    /// `work` comes pinned by the caller: an async fn keeps a future it takes by value
+    /// twice (the argument, and the local it is pinned in), which doubled the size of
+    /// every request's future (the completion's is ~8 KiB, most of it fred's) and so
+    /// the bytes copied each time that future moves.
+    pub async fn heartbeat<F: Future>(&self, mut work: Pin<&mut F>, phase: Phase) -> F::Output {
         let every = self.lock_ttl / 3;
         // A pinned `Sleep`, not an `Interval` (which boxes one): nothing allocated on
         // this per-request path.
         let beat = tokio::time::sleep(every);
-        tokio::pin!(beat, work);
+        tokio::pin!(beat);
         let mut lost = false;
         loop {
             tokio::select! {
                 answer = &mut work => return answer,
                 () = &mut beat => {
-                    match self.extend(self.lock_ttl).await {
+                    // Boxed: a beat is rare (slow requests only), and inline the extension
+                    // would grow the future of every upstream call and completion.
+                    match Box::pin(self.extend(self.lock_ttl)).await {
                         Ok(true) => {}
                         Ok(false) if !lost && phase == Phase::Upstream => {
                             lost = true;

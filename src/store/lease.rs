@@ -134,9 +134,9 @@ impl Lease {
     ) -> Result<Completion, StoreError> {
         let held = self.into_held();
         // The lease beats until the response is stored (see `heartbeat`).
-        let storing = held.stores.complete(&held, response, ttl);
-        held.heartbeat(storing, super::heartbeat::Phase::Settle)
-            .await
+        let storing = std::pin::pin!(held.stores.complete(&held, response, ttl));
+        let completed = (held.heartbeat(storing, super::heartbeat::Phase::Settle)).await;
+        completed
     }
 
     /// Drops the lease so that a retry runs the request again.

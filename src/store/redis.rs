@@ -82,6 +82,7 @@ struct Inner {
     replica_wait: Option<ReplicaWait>,
     prefix: String,
     markers: SlotMarkers,
+    ops: metrics::RedisOps,
     /// `SPUBLISH` (cluster: sharded pub/sub) or `PUBLISH`, for completions and releases.
     publish: &'static str,
     /// From what age (ms) a warmth marker vouches: the claim script checks the
@@ -121,6 +122,7 @@ impl RedisStore {
                 replica_wait,
                 prefix: config.key_prefix.clone(),
                 markers: SlotMarkers::new(&config.key_prefix),
+                ops: metrics::RedisOps::new(),
                 publish: if config.mode == RedisMode::Cluster {
                     "SPUBLISH"
                 } else {
@@ -139,7 +141,14 @@ impl RedisStore {
 
     /// The Redis key of a record.
     pub fn record_key(&self, record: RecordId) -> String {
-        format!("{}:{{{}}}", self.inner.prefix, record.to_hex())
+        // `<prefix>:{<hex>}`, built without the formatting machinery (every request).
+        let prefix = &self.inner.prefix;
+        let mut key = String::with_capacity(prefix.len() + 2 + 64 + 1);
+        key.push_str(prefix);
+        key.push_str(":{");
+        record.push_hex(&mut key);
+        key.push('}');
+        key
     }
 
     /// Whether completions publish on sharded pub/sub (cluster mode).
@@ -229,7 +238,7 @@ impl RedisStore {
                 _ => break,
             }
         }
-        metrics::redis_op("claim", started);
+        metrics::elapsed(&self.inner.ops.claim, started);
         let reply = match reply {
             Ok(v) => v,
             Err(e) => {
@@ -275,7 +284,7 @@ impl RedisStore {
         let reply: Value = (self.inner.peek)
             .evalsha_with_reload(self.inner.pool.next(), key, args)
             .await?;
-        metrics::redis_op("peek", started);
+        metrics::elapsed(&self.inner.ops.peek, started);
         decode_record_reply("peek", reply)
     }
 
@@ -314,7 +323,7 @@ impl RedisStore {
                 .await?
                 .convert()?,
         };
-        metrics::redis_op("complete", started);
+        metrics::elapsed(&self.inner.ops.complete, started);
         Ok(match reply {
             1 => Completion::Stored,
             _ => Completion::LeaseLost,
@@ -340,7 +349,7 @@ impl RedisStore {
                 ],
             )
             .await?;
-        metrics::redis_op("release", started);
+        metrics::elapsed(&self.inner.ops.release, started);
         Ok(match reply {
             1 => Release::Released,
             _ => Release::NotHeld,
@@ -362,7 +371,7 @@ impl RedisStore {
         let reply: i64 = (self.inner.extend)
             .evalsha_with_reload(self.inner.pool.next(), key, args)
             .await?;
-        metrics::redis_op("extend", started);
+        metrics::elapsed(&self.inner.ops.extend, started);
         Ok(reply == 1)
     }
 

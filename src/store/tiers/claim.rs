@@ -58,8 +58,10 @@ impl Stores {
             record,
             fingerprint,
         };
+        // The fallback is boxed: rare, and inline it would grow the future of every
+        // claim, which is moved several times on its way through the task.
         if self.0.breaker.is_open() {
-            return self.fallback(route, ask, StoreError::RedisDown).await;
+            return Box::pin(self.fallback(route, ask, StoreError::RedisDown)).await;
         }
         let policy = &route.policy;
         let claimed = (self.0.redis)
@@ -93,7 +95,7 @@ impl Stores {
                     tracing::error!(error = %e, "redis failing: claims follow on_redis_unavailable \
                         until it answers again");
                 }
-                self.fallback(route, ask, e).await
+                Box::pin(self.fallback(route, ask, e)).await
             }
             // A Redis that answers with an error (OOM, READONLY...) or slowly is still
             // the authority: this request fails, claims stay in Redis.
@@ -320,7 +322,8 @@ impl Stores {
         } else {
             return Ok(Claim::Acquired(lease));
         };
-        self.settle_with_found(lease, found).await
+        // Boxed, as the fallback is: rare paths must not grow every claim's future.
+        Box::pin(self.settle_with_found(lease, found)).await
     }
 
     /// Postgres knows this key although Redis did not: settle the fresh Redis lease

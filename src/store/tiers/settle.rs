@@ -67,7 +67,9 @@ impl Stores {
         match lease.home {
             Home::Postgres => {
                 let pg = self.0.postgres.as_ref().ok_or(StoreError::NoDurableTier)?;
-                self.complete_in_postgres(pg, lease, record()).await
+                // Boxed (a claim Postgres took while Redis was away): rare, and inline
+                // it would grow every completion's future.
+                Box::pin(self.complete_in_postgres(pg, lease, record())).await
             }
             Home::Redis { also_in_postgres } => {
                 let encoded = sealed.as_ref().unwrap_or(&response.bytes);
@@ -112,7 +114,7 @@ impl Stores {
                     (Err(_) | Ok(Completion::LeaseLost), Ok(WriteOutcome::Written)) => {
                         // Stored, but Redis lacks it while our lease there runs out: with
                         // when_cold, a retry after that must look it up, on every replica.
-                        self.redis_lacks_record(lease).await;
+                        Box::pin(self.redis_lacks_record(lease)).await;
                         Ok(Completion::Stored)
                     }
                     (_, Ok(WriteOutcome::Conflict)) if also_in_postgres => {
