@@ -219,8 +219,10 @@ pub struct RedisConfig {
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
     /// Connections to Redis; commands are pipelined over each. One (the default) costs
-    /// Redis the fewest syscalls and CPU per request (BENCHMARKS.md, issue 15); the
-    /// `WAIT` connections of `wait_replicas` are a pool of at least 4 of their own.
+    /// Redis the fewest syscalls and CPU per request (BENCHMARKS.md, issue 15); each
+    /// connection has one fred task that encodes and decodes all its calls, so many
+    /// cores or many cluster shards may want more. The `WAIT` connections of
+    /// `wait_replicas` are a pool of at least 4 of their own.
     pub pool_size: usize,
     /// How often a probe checks Redis while it is down (to close the breaker), and
     /// its warmth marker while it is up.
