@@ -5,12 +5,19 @@
 //! interleaved (A, B, A, B, ...): each round sends first executions (a fresh key per
 //! request) with `wrk` to one variant for a fixed time and reads that replica's CPU
 //! time, context switches and syscalls with `perf stat -p` for the same window, and Redis'
-//! CPU (`INFO cpu`) over the round. Printed
+//! CPU (`INFO cpu`) and syscalls over the round. Printed
 //! per variant: requests, req/s, and per request the gateway's CPU µs, context
-//! switches and syscalls; the median over rounds last. Wall-clock req/s on this shared
+//! switches and syscalls, Redis' CPU µs and syscalls; the median over rounds last.
+//! `--replay`: the rounds replay the keys each variant's warm-up stored instead
+//! (to check that a change for first executions does not cost replays; add
+//! `|IDEMGATE__REPLAY_CACHE__MAX_BYTES=0` to a variant for replays from Redis).
+//! `CPU_AB_EVENTS=ev1,ev2` adds perf events of the gateway, printed per request per
+//! round (e.g. `syscalls:sys_enter_writev`). Wall-clock req/s on this shared
 //! machine is noise; CPU per request is the comparable figure.
 //!
-//! `--threads N`: wrk threads (default 1; `make bench` uses 2).
+//! `--threads N`: wrk threads of the measured rounds (default 1; `make bench` uses 2).
+//! Also per round: the machine's idle cores, and with `--pg on` Postgres' CPU and its
+//! write-through and lookup statements per request.
 //!
 //! ```sh
 //! cargo run -p idemgate-fleet --example cpu_ab -- \
@@ -23,12 +30,15 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use idemgate_fleet::probe::{machine_cpu, memory_mib, pg_cpu, pg_statements};
+use idemgate_fleet::probe::{machine_cpu, memory_mib, pg_cpu, pg_statements, wrk_json};
 use idemgate_fleet::{free_port, http_status, PgServer, RedisServer, Replica, Upstream};
 
 struct Variant {
     label: String,
     replica: Replica,
+    /// The `wrk` arguments of a measured round: `unique PREFIX` (first executions), or
+    /// with `--replay`, `replay PREFIX N` over the keys the warm-up stored.
+    load: Vec<String>,
     rows: Vec<Row>,
 }
 
@@ -36,20 +46,22 @@ struct Variant {
 struct Row {
     requests: f64,
     rps: f64,
+    /// wrk's median and 99th percentile latency, µs.
+    p50: f64,
+    p99: f64,
     cpu_us: f64,
     cs: f64,
     syscalls: f64,
-    /// wrk's median latency, µs, and the machine's idle cores during the round: a
-    /// closed loop at a given CPU per request runs faster where it waits less.
-    p50: f64,
-    idle: f64,
     /// Redis' CPU (`INFO cpu`, user + sys) during the round, per request.
     redis_us: f64,
+    /// Redis' syscalls (`perf stat -p` of redis-server) during the round, per request.
+    redis_sc: f64,
+    /// The machine's idle cores during the round.
+    idle: f64,
     /// Postgres write-through and lookup statements per request (the replica's
-    /// `idemgate_postgres_duration_seconds_count`), over the round.
+    /// `idemgate_postgres_duration_seconds_count`), and Postgres' CPU µs per request.
     wt: f64,
     lookups: f64,
-    /// Postgres' CPU (its postmaster and backends, `/proc`), µs per request.
     pg_us: f64,
     /// The replica's VmHWM and VmRSS after the round, MiB.
     hwm: f64,
@@ -59,22 +71,26 @@ struct Row {
 fn main() {
     let mut args = std::env::args().skip(1);
     let (mut rounds, mut secs, mut conns, mut pg_on) = (5usize, 4u64, 16usize, true);
-    // wrk's threads (`-t`): `make bench` runs 2; one thread may be the bottleneck.
+    // wrk's threads (`-t`) in the measured rounds: `make bench` runs 2.
     let mut threads = 1usize;
     let mut record: Option<String> = None;
     let mut callgrind = false;
+    // `--replay`: rounds replay the keys each variant's warm-up stored (all of them
+    // replays but one key), instead of first executions.
+    let mut replay = false;
     let mut specs = Vec::new();
     while let Some(a) = args.next() {
         match a.as_str() {
             "--rounds" => rounds = args.next().unwrap().parse().unwrap(),
             "--secs" => secs = args.next().unwrap().parse().unwrap(),
             "--conns" => conns = args.next().unwrap().parse().unwrap(),
-            "--threads" => threads = args.next().unwrap().parse().unwrap(),
             "--pg" => pg_on = args.next().unwrap() == "on",
+            "--threads" => threads = args.next().unwrap().parse().unwrap(),
             "--record" => record = args.next(),
             // Variants run under `valgrind --tool=callgrind --callgrind-out-file=DIR/cg.%p`
             // (give a wrapper as the binary): instructions per request, repeatable under load.
             "--callgrind" => callgrind = true,
+            "--replay" => replay = true,
             _ => specs.push(a),
         }
     }
@@ -127,10 +143,10 @@ fn main() {
             };
             let mut replica = Replica::new(&bin, i, port, admin, config, dir.path().join(format!("gw-{i}.log")));
             replica.start();
-            Variant { label: label.to_string(), replica, rows: Vec::new() }
+            Variant { label: label.to_string(), replica, load: Vec::new(), rows: Vec::new() }
         })
         .collect();
-    for v in &variants {
+    for v in variants.iter_mut() {
         let mut ready = false;
         for _ in 0..200 {
             if http_status(v.replica.admin, "/readyz", Duration::from_secs(1)) == Some(200) {
@@ -140,12 +156,23 @@ fn main() {
             std::thread::sleep(Duration::from_millis(50));
         }
         assert!(ready, "{} not ready: {}", v.label, v.replica.log_text());
-        wrk(
+        let warm = format!("warm-{}", v.label);
+        let (stored, _) = wrk(
             v.replica.port,
-            (conns, threads),
+            (conns, 1),
             1,
-            &format!("warm-{}", v.label),
+            &["unique".into(), warm.clone()],
         );
+        // wrk -t1: the warm-up's keys are warm-LABEL-1-1 ..= warm-LABEL-1-<stored>.
+        v.load = if replay {
+            vec![
+                "replay".into(),
+                format!("{warm}-1"),
+                (stored as u64).to_string(),
+            ]
+        } else {
+            vec!["unique".into()]
+        };
     }
     let lua = root.join("deploy/bench/wrk.lua");
     assert!(lua.exists());
@@ -159,6 +186,9 @@ fn main() {
             .sum()
     };
     let redis_cpu_before = redis_cpu(&redis.cli(&["INFO", "cpu"]));
+    let redis_pid = redis.info("process_id").expect("redis pid");
+    // Extra gateway events per request (e.g. `syscalls:sys_enter_writev,...`), printed per round.
+    let extra = std::env::var("CPU_AB_EVENTS").unwrap_or_default();
     for round in 0..rounds {
         for v in variants.iter_mut() {
             let pid = v.replica.pid().unwrap();
@@ -172,11 +202,11 @@ fn main() {
                     String::from_utf8_lossy(&out.stdout).to_string()
                 };
                 ctl("-z");
-                let (requests, rps, _) = wrk(
+                let (requests, rps) = wrk(
                     v.replica.port,
                     (conns, threads),
                     secs,
-                    &format!("r{round}-{}", v.label),
+                    &round_load(v, round),
                 );
                 let before: Vec<_> = cg_files();
                 ctl("-d");
@@ -196,12 +226,14 @@ fn main() {
                 v.rows.push(Row {
                     requests,
                     rps,
-                    cpu_us: ir / requests / 1000.0,
                     p50: 0.0,
-                    idle: 0.0,
+                    p99: 0.0,
+                    cpu_us: ir / requests / 1000.0,
                     cs: 0.0,
                     syscalls: 0.0,
                     redis_us: 0.0,
+                    redis_sc: 0.0,
+                    idle: 0.0,
                     wt: 0.0,
                     lookups: 0.0,
                     pg_us: 0.0,
@@ -211,15 +243,23 @@ fn main() {
                 continue;
             }
             let out = dir.path().join("perf.txt");
+            let mut events = "task-clock,context-switches,raw_syscalls:sys_enter".to_string();
+            if !extra.is_empty() {
+                events = format!("{events},{extra}");
+            }
             let mut perf = Command::new("perf")
                 .args(["stat", "-x", ",", "-o"])
                 .arg(&out)
-                .args([
-                    "-e",
-                    "task-clock,context-switches,raw_syscalls:sys_enter",
-                    "-p",
-                ])
+                .args(["-e", &events, "-p"])
                 .arg(pid.to_string())
+                .args(["--", "sleep", &(secs + 1).to_string()])
+                .spawn()
+                .unwrap();
+            let redis_out = dir.path().join("perf-redis.txt");
+            let mut perf_redis = Command::new("perf")
+                .args(["stat", "-x", ",", "-o"])
+                .arg(&redis_out)
+                .args(["-e", "raw_syscalls:sys_enter", "-p", &redis_pid])
                 .args(["--", "sleep", &(secs + 1).to_string()])
                 .spawn()
                 .unwrap();
@@ -228,12 +268,13 @@ fn main() {
             let statements_before = pg_statements(v.replica.admin);
             let pg_before = pg.as_ref().map_or(0.0, |p| pg_cpu(p.port));
             let cpu_before = machine_cpu();
-            let (requests, rps, p50) = wrk(
+            let w = wrk_json(
                 v.replica.port,
                 (conns, threads),
                 secs,
-                &format!("r{round}-{}", v.label),
+                &round_load(v, round),
             );
+            let (requests, rps) = (w("requests"), w("rps"));
             let redis_round = redis_cpu(&redis.cli(&["INFO", "cpu"])) - redis_round;
             let statements = pg_statements(v.replica.admin);
             let pg_round = pg.as_ref().map_or(0.0, |p| pg_cpu(p.port)) - pg_before;
@@ -241,24 +282,29 @@ fn main() {
             let idle = (cpu_after.0 - cpu_before.0) / (cpu_after.1 - cpu_before.1) * cpu_after.2;
             // perf's window is 1 s longer than wrk's: the idle tail costs ~nothing.
             perf.wait().unwrap();
+            perf_redis.wait().unwrap();
             let text = std::fs::read_to_string(&out).unwrap();
-            let counter = |name: &str| {
+            let redis_text = std::fs::read_to_string(&redis_out).unwrap();
+            let count_in = |text: &str, name: &str| {
                 text.lines()
-                    .find(|l| l.contains(name))
+                    .find(|l| l.split(',').nth(2) == Some(name))
                     .and_then(|l| l.split(',').next())
                     .and_then(|n| n.parse::<f64>().ok())
                     .unwrap_or(f64::NAN)
             };
+            let counter = |name: &str| count_in(&text, name);
             let (hwm, rss) = memory_mib(pid);
             let row = Row {
                 requests,
                 rps,
+                p50: w("lat_p50_us"),
+                p99: w("lat_p99_us"),
                 cpu_us: counter("task-clock") * 1000.0 / requests,
-                p50,
-                idle,
                 cs: counter("context-switches") / requests,
                 syscalls: counter("raw_syscalls:sys_enter") / requests,
                 redis_us: redis_round * 1e6 / requests,
+                redis_sc: count_in(&redis_text, "raw_syscalls:sys_enter") / requests,
+                idle,
                 wt: (statements.0 - statements_before.0) / requests,
                 lookups: (statements.1 - statements_before.1) / requests,
                 pg_us: pg_round * 1e6 / requests,
@@ -266,9 +312,12 @@ fn main() {
                 rss,
             };
             println!(
-                "round {round} {:>10}: {:>7.0} req {:>7.0} req/s  p50 {:>5.0} us  idle {:.2} cores  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  pg write/lookup {:.3}/{:.3} stmt/req  postgres {:>5.1} us/req  VmHWM {:>5.1} MiB  VmRSS {:>5.1} MiB",
-                v.label, row.requests, row.rps, row.p50, row.idle, row.cpu_us, row.cs, row.syscalls, row.redis_us, row.wt, row.lookups, row.pg_us, row.hwm, row.rss
+                "round {round} {:>10}: {:>7.0} req {:>7.0} req/s  p50 {:>6.0} us  p99 {:>6.0} us  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  redis syscalls {:>5.2}/req  idle {:.2} cores  pg write/lookup {:.3}/{:.3} stmt/req  postgres {:>5.1} us/req  VmHWM {:>5.1} MiB  VmRSS {:>5.1} MiB",
+                v.label, row.requests, row.rps, row.p50, row.p99, row.cpu_us, row.cs, row.syscalls, row.redis_us, row.redis_sc, row.idle, row.wt, row.lookups, row.pg_us, row.hwm, row.rss
             );
+            for event in extra.split(',').filter(|e| !e.is_empty()) {
+                println!("    {event}: {:.2}/req", counter(event) / requests);
+            }
             v.rows.push(row);
         }
     }
@@ -312,14 +361,19 @@ fn main() {
                 v.replica.port,
                 (conns, threads),
                 secs,
-                &format!("rec-{}", v.label),
+                &round_load(v, usize::MAX),
             );
             perf.wait().unwrap();
         }
     }
     println!(
-        "\nmedians over {rounds} rounds ({secs} s, {conns} connections, {threads} wrk threads, postgres {}):",
-        if pg_on { "on" } else { "off" }
+        "\nmedians over {rounds} rounds ({secs} s, {conns} connections, {threads} wrk threads, postgres {}, {}):",
+        if pg_on { "on" } else { "off" },
+        if replay {
+            "replays"
+        } else {
+            "first executions"
+        }
     );
     for v in &variants {
         let med = |f: fn(&Row) -> f64| {
@@ -328,15 +382,17 @@ fn main() {
             xs[xs.len() / 2]
         };
         println!(
-            "{:>10}: {:>7.0} req/s  p50 {:>5.0} us  idle {:.2} cores  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  pg write/lookup {:.3}/{:.3} stmt/req  postgres {:>5.1} us/req  VmHWM {:>5.1} MiB (last round)  (cpu per round: {})",
+            "{:>10}: {:>7.0} req/s  p50 {:>6.0} us  p99 {:>6.0} us  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  redis syscalls {:>5.2}/req  idle {:.2} cores  pg write/lookup {:.3}/{:.3} stmt/req  postgres {:>5.1} us/req  VmHWM {:>5.1} MiB (last round)  (cpu per round: {})",
             v.label,
             med(|r| r.rps),
             med(|r| r.p50),
-            med(|r| r.idle),
+            med(|r| r.p99),
             med(|r| r.cpu_us),
             med(|r| r.cs),
             med(|r| r.syscalls),
             med(|r| r.redis_us),
+            med(|r| r.redis_sc),
+            med(|r| r.idle),
             med(|r| r.wt),
             med(|r| r.lookups),
             med(|r| r.pg_us),
@@ -354,41 +410,17 @@ fn cg_files() -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-/// `wrk` first executions against 127.0.0.1:`port` with `conns` connections over
-/// `threads` threads; (requests, req/s, median latency µs).
-fn wrk(port: u16, (conns, threads): (usize, usize), secs: u64, prefix: &str) -> (f64, f64, f64) {
-    let lua = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/bench/wrk.lua");
-    let out = Command::new("wrk")
-        .args([
-            "-t",
-            &threads.to_string(),
-            "-c",
-            &conns.to_string(),
-            "-d",
-            &format!("{secs}s"),
-            "--timeout",
-            "5s",
-            "-s",
-        ])
-        .arg(&lua)
-        .arg(format!("http://127.0.0.1:{port}"))
-        .args(["--", "unique", prefix])
-        .output()
-        .expect("wrk (apt-get install wrk)");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let json = text
-        .lines()
-        .find(|l| l.starts_with('{'))
-        .unwrap_or_else(|| panic!("wrk: {text}"));
-    let field = |name: &str| {
-        let at = json.find(&format!("\"{name}\":")).unwrap() + name.len() + 3;
-        json[at..]
-            .split([',', '}'])
-            .next()
-            .unwrap()
-            .parse::<f64>()
-            .unwrap()
-    };
-    assert_eq!(field("err_status"), 0.0, "non-2xx answers: {json}");
-    (field("requests"), field("rps"), field("lat_p50_us"))
+/// The `wrk` script arguments of `round` for `v`: fresh keys per round, or its replays.
+fn round_load(v: &Variant, round: usize) -> Vec<String> {
+    match v.load.first().map(String::as_str) {
+        Some("replay") => v.load.clone(),
+        _ => vec!["unique".into(), format!("r{round}-{}", v.label)],
+    }
+}
+
+/// `wrk` with `deploy/bench/wrk.lua` and its `script` arguments (`unique PREFIX` or
+/// `replay PREFIX N`) against 127.0.0.1:`port`; (requests, req/s).
+fn wrk(port: u16, load: (usize, usize), secs: u64, script: &[String]) -> (f64, f64) {
+    let w = wrk_json(port, load, secs, script);
+    (w("requests"), w("rps"))
 }

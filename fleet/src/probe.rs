@@ -1,6 +1,7 @@
 //! Readings of a running fleet for the A/B examples (`examples/cpu_ab.rs`): a
 //! process's memory, Postgres' CPU and statement counts, the machine's idle time. Linux
-//! only: they read `/proc` (and `curl` for `/metrics`) and panic without them.
+//! only: they read `/proc` (and `curl` for `/metrics`) and panic without them. Also the
+//! `wrk` run the examples measure with ([`wrk_json`]).
 
 use std::process::Command;
 
@@ -78,4 +79,43 @@ pub fn machine_cpu() -> (f64, f64, f64) {
         .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
         .count();
     (all[3] + all[4], all.iter().take(8).sum(), cpus as f64)
+}
+
+/// `wrk` with `deploy/bench/wrk.lua` and its `script` arguments (`unique PREFIX` or
+/// `replay PREFIX N`) against 127.0.0.1:`port`, with `(connections, threads)`, for
+/// `secs`; its JSON line as a field reader (`requests`, `rps`, `lat_p50_us`, ...).
+/// Panics on any non-2xx answer.
+pub fn wrk_json(
+    port: u16,
+    (conns, threads): (usize, usize),
+    secs: u64,
+    script: &[String],
+) -> impl Fn(&str) -> f64 {
+    let lua = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/bench/wrk.lua");
+    let out = std::process::Command::new("wrk")
+        .args(["-t", &threads.to_string(), "-c", &conns.to_string()])
+        .args(["-d", &format!("{secs}s"), "--timeout", "5s", "-s"])
+        .arg(&lua)
+        .arg(format!("http://127.0.0.1:{port}"))
+        .arg("--")
+        .args(script)
+        .output()
+        .expect("wrk (apt-get install wrk)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let json = text
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("wrk: {text}"))
+        .to_string();
+    let field = move |name: &str| {
+        let at = json.find(&format!("\"{name}\":")).unwrap() + name.len() + 3;
+        json[at..]
+            .split([',', '}'])
+            .next()
+            .unwrap()
+            .parse::<f64>()
+            .unwrap()
+    };
+    assert_eq!(field("err_status"), 0.0, "non-2xx answers");
+    field
 }

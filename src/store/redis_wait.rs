@@ -6,7 +6,9 @@
 //!
 //! These connections are a pool of their own: `WAIT` blocks the connection it runs on,
 //! and with a replica down every `WAIT` lasts `redis.wait_timeout`; claims and replays
-//! must not queue behind it.
+//! must not queue behind it. It has `redis.pool_size` connections, at least
+//! [`MIN_WAIT_CONNECTIONS`]: completions waiting for replicas must not queue behind
+//! each other on one connection either (the main pool's default is one).
 //!
 //! Limits (README, "Failover: what each mode guarantees"): `WAIT` is not synchronous
 //! replication. A write acknowledged by `n` replicas survives the loss of the primary
@@ -23,6 +25,9 @@ use fred::types::scripts::Script;
 use fred::types::{ClusterHash, CustomCommand};
 
 use crate::config::RedisConfig;
+
+/// The fewest `WAIT` connections (the main pool's size before it became one).
+pub const MIN_WAIT_CONNECTIONS: usize = 4;
 
 /// How many replicas acknowledged a completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +52,8 @@ impl ReplicaWait {
         if config.wait_replicas == 0 {
             return Ok(None);
         }
-        let pool = super::redis_connect::build_pool(config, config.pool_size)?;
+        let size = config.pool_size.max(MIN_WAIT_CONNECTIONS);
+        let pool = super::redis_connect::build_pool(config, size)?;
         pool.connect();
         // Not awaited: the main pool's start-up already says whether Redis answers.
         Ok(Some(Self {
