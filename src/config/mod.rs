@@ -218,11 +218,11 @@ pub struct RedisConfig {
     /// Deadline of one connection attempt.
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
-    /// Connections to Redis; commands are pipelined over each. One (the default) costs
-    /// Redis the fewest syscalls and CPU per request (BENCHMARKS.md, issue 15); each
-    /// connection has one fred task that encodes and decodes all its calls, so many
-    /// cores or many cluster shards may want more. The `WAIT` connections of
-    /// `wait_replicas` are a pool of at least 4 of their own.
+    /// Connections to Redis; commands are pipelined over each. Each connection has one
+    /// fred task that writes, reads and decodes all its calls; four (the default) kept
+    /// `make bench`'s first executions 28% faster than one, which costs Redis fewer
+    /// syscalls and CPU per request but makes that task the bottleneck (BENCHMARKS.md,
+    /// issue 15). The `WAIT` connections of `wait_replicas` are a pool of their own.
     pub pool_size: usize,
     /// How often a probe checks Redis while it is down (to close the breaker), and
     /// its warmth marker while it is up.
@@ -249,7 +249,7 @@ impl Default for RedisConfig {
             key_prefix: "idemgate".into(),
             command_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(2),
-            pool_size: 1,
+            pool_size: 4,
             probe_interval: Duration::from_secs(1),
             wait_replicas: 0,
             wait_timeout: replication::DEFAULT_WAIT_TIMEOUT,

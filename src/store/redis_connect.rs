@@ -115,7 +115,7 @@ mod tests {
     #[test]
     fn pools_turn_nagle_off_and_keep_the_size_asked() {
         let c = redis("[redis]\n");
-        assert_eq!(c.pool_size, 1, "the default: one pipelined connection");
+        assert_eq!(c.pool_size, 4, "the default: four pipelined connections");
         let pool = build_pool(&c, 3).unwrap();
         assert_eq!(pool.size(), 3);
         assert_eq!(pool.connection_config().tcp.nodelay, Some(true));

@@ -8,7 +8,7 @@
 //! and with a replica down every `WAIT` lasts `redis.wait_timeout`; claims and replays
 //! must not queue behind it. It has `redis.pool_size` connections, at least
 //! [`MIN_WAIT_CONNECTIONS`]: completions waiting for replicas must not queue behind
-//! each other on one connection either (the main pool's default is one).
+//! each other on one connection either (with `pool_size = 1`).
 //!
 //! Limits (README, "Failover: what each mode guarantees"): `WAIT` is not synchronous
 //! replication. A write acknowledged by `n` replicas survives the loss of the primary
@@ -26,7 +26,7 @@ use fred::types::{ClusterHash, CustomCommand};
 
 use crate::config::RedisConfig;
 
-/// The fewest `WAIT` connections (the main pool's size before it became one).
+/// The fewest `WAIT` connections (the main pool's default size).
 pub const MIN_WAIT_CONNECTIONS: usize = 4;
 
 /// How many replicas acknowledged a completion.
