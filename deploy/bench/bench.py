@@ -876,6 +876,22 @@ def render(results):
         got = ours["median"]["rps"] / peer["median"]["rps"]
         chk.append(f"- first execution, Redis only >= 1.6x {PEER}'s first execution: {got:.2f}x, "
                    + ("met" if got >= 1.6 else f"**missed by {1.6 - got:.2f}x**"))
+    # Issue 15's latency targets at the fixed rate: added p50 (first executions), and the
+    # added p99 reported beside nginx's own.
+    lat = results.get("latency") or {}
+    if lat.get("direct"):
+        def added(pid, key):
+            rs = lat.get(pid) or []
+            return med([r[key] - d[key] for r, d in zip(rs, lat["direct"])]) if rs else None
+        nginx99 = added("nginx", "p99_ms")
+        for pid, want, what in (("first-redis", 1.0, "Redis only"), ("first", 1.5, "with Postgres write-through")):
+            got = added(pid, "p50_ms")
+            if got is None:
+                continue
+            p99 = added(pid, "p99_ms")
+            beside = f"; added p99 {p99:.2f} ms" + (f" (nginx's {nginx99:.2f} ms)" if nginx99 is not None else "")
+            chk.append(f"- first execution, {what}, added p50 at {LAT_RATE} req/s < {want:g} ms: {got:.2f} ms, "
+                       + ("met" if got < want else f"**missed by {got - want:.2f} ms**") + beside)
     peer, ours = rows.get("peer-replay"), rows.get("replay")
     if peer and ours:
         chk.append(f"- replay (for reference): {ours['median']['rps'] / peer['median']['rps']:.2f}x {PEER}'s replay")
