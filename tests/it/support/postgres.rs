@@ -48,4 +48,16 @@ impl PgServer {
             .unwrap()
             .get(0)
     }
+
+    /// How many statements wrote the records table's rows: rows written by one
+    /// statement share its transaction id (`xmin`).
+    pub async fn writing_statements(&self) -> i64 {
+        let sql = "SELECT count(DISTINCT xmin::text) FROM idemgate_records";
+        self.client()
+            .await
+            .query_one(sql, &[])
+            .await
+            .unwrap()
+            .get(0)
+    }
 }
