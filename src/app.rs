@@ -95,24 +95,19 @@ impl App {
                     (store.check_schema().await).context("checking the postgres schema")
                 };
                 prepared.map_err(|e| crate::tls::postgres::explain(e, pg))?;
-                let shared = part.as_ref().map(|p| &p.batchers);
-                let Batchers { writer, lookups } = match shared.and_then(|s| s.get()) {
-                    Some(batchers) => batchers.clone(),
-                    None => {
-                        let batchers = Batchers {
-                            writer: Writer::spawn(
-                                store.clone(),
-                                pg.batch_max,
-                                pg.retry_queue,
-                                pg.retry_queue_bytes.as_u64(),
-                            ),
-                            lookups: Lookups::spawn(store.clone(), pg.batch_max),
-                        };
-                        if let Some(shared) = shared {
-                            let _ = shared.set(batchers.clone());
-                        }
-                        batchers
-                    }
+                let spawn = || Batchers {
+                    writer: Writer::spawn(
+                        store.clone(),
+                        pg.batch_max,
+                        pg.retry_queue,
+                        pg.retry_queue_bytes.as_u64(),
+                    ),
+                    lookups: Lookups::spawn(store.clone(), pg.batch_max),
+                };
+                // Spawned on the runtime of the first worker that gets here (worker 0).
+                let Batchers { writer, lookups } = match &part {
+                    Some(part) => part.batchers.get_or_init(spawn).clone(),
+                    None => spawn(),
                 };
                 Some(Durable {
                     store,
