@@ -273,18 +273,15 @@ pub fn unmatched(started: Instant) {
     histogram!(REQUEST_DURATION, &labels).record(started.elapsed().as_secs_f64());
 }
 
-pub fn redis_op(op: &'static str, started: Instant) {
-    histogram!(REDIS_DURATION, "op" => op).record(started.elapsed().as_secs_f64());
-}
-
-/// `idemgate_redis_duration_seconds` of the operations every request makes, registered
-/// once (by the Redis store, after [`install`]) so that a call does not look them up.
+/// `idemgate_redis_duration_seconds` of each Redis store operation, registered once (by
+/// the Redis store, after [`install`]) so that a call does not look them up.
 pub struct RedisOps {
     pub claim: Histogram,
     pub complete: Histogram,
     pub release: Histogram,
     pub extend: Histogram,
     pub peek: Histogram,
+    pub invalidate: Histogram,
 }
 
 impl RedisOps {
@@ -296,6 +293,7 @@ impl RedisOps {
             release: op("release"),
             extend: op("extend"),
             peek: op("peek"),
+            invalidate: op("invalidate"),
         }
     }
 }

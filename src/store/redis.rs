@@ -509,7 +509,7 @@ impl RedisStore {
         let force = if force { "1" } else { "0" };
         let reply: Value =
             (script.evalsha_with_reload(self.inner.pool.next(), key, vec![force])).await?;
-        metrics::redis_op("invalidate", started);
+        metrics::elapsed(&self.inner.ops.invalidate, started);
         let bad = |detail: &str| StoreError::Protocol {
             script: "invalidate",
             detail: detail.to_string(),
