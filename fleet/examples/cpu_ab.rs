@@ -68,6 +68,43 @@ struct Row {
     rss: f64,
 }
 
+impl Row {
+    /// The per-request figures, as a round's line and the medians' line print them.
+    fn figures(&self) -> String {
+        format!(
+            "{:>7.0} req/s  p50 {:>6.0} us  p99 {:>6.0} us  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  redis syscalls {:>5.2}/req  idle {:.2} cores  pg write/lookup {:.3}/{:.3} stmt/req  postgres {:>5.1} us/req",
+            self.rps, self.p50, self.p99, self.cpu_us, self.cs, self.syscalls, self.redis_us,
+            self.redis_sc, self.idle, self.wt, self.lookups, self.pg_us
+        )
+    }
+
+    /// Each figure's median over `rows` (the upper one of an even count).
+    fn median(rows: &[Row]) -> Row {
+        let med = |f: fn(&Row) -> f64| {
+            let mut xs: Vec<f64> = rows.iter().map(f).collect();
+            xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            xs[xs.len() / 2]
+        };
+        Row {
+            requests: med(|r| r.requests),
+            rps: med(|r| r.rps),
+            p50: med(|r| r.p50),
+            p99: med(|r| r.p99),
+            cpu_us: med(|r| r.cpu_us),
+            cs: med(|r| r.cs),
+            syscalls: med(|r| r.syscalls),
+            redis_us: med(|r| r.redis_us),
+            redis_sc: med(|r| r.redis_sc),
+            idle: med(|r| r.idle),
+            wt: med(|r| r.wt),
+            lookups: med(|r| r.lookups),
+            pg_us: med(|r| r.pg_us),
+            hwm: med(|r| r.hwm),
+            rss: med(|r| r.rss),
+        }
+    }
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let (mut rounds, mut secs, mut conns, mut pg_on) = (5usize, 4u64, 16usize, true);
@@ -312,8 +349,12 @@ fn main() {
                 rss,
             };
             println!(
-                "round {round} {:>10}: {:>7.0} req {:>7.0} req/s  p50 {:>6.0} us  p99 {:>6.0} us  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  redis syscalls {:>5.2}/req  idle {:.2} cores  pg write/lookup {:.3}/{:.3} stmt/req  postgres {:>5.1} us/req  VmHWM {:>5.1} MiB  VmRSS {:>5.1} MiB",
-                v.label, row.requests, row.rps, row.p50, row.p99, row.cpu_us, row.cs, row.syscalls, row.redis_us, row.redis_sc, row.idle, row.wt, row.lookups, row.pg_us, row.hwm, row.rss
+                "round {round} {:>10}: {:>7.0} req {}  VmHWM {:>5.1} MiB  VmRSS {:>5.1} MiB",
+                v.label,
+                row.requests,
+                row.figures(),
+                row.hwm,
+                row.rss
             );
             for event in extra.split(',').filter(|e| !e.is_empty()) {
                 println!("    {event}: {:.2}/req", counter(event) / requests);
@@ -376,28 +417,16 @@ fn main() {
         }
     );
     for v in &variants {
-        let med = |f: fn(&Row) -> f64| {
-            let mut xs: Vec<f64> = v.rows.iter().map(f).collect();
-            xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
-            xs[xs.len() / 2]
-        };
         println!(
-            "{:>10}: {:>7.0} req/s  p50 {:>6.0} us  p99 {:>6.0} us  cpu {:>6.1} us/req  cs {:>5.2}/req  syscalls {:>5.2}/req  redis {:>5.1} us/req  redis syscalls {:>5.2}/req  idle {:.2} cores  pg write/lookup {:.3}/{:.3} stmt/req  postgres {:>5.1} us/req  VmHWM {:>5.1} MiB (last round)  (cpu per round: {})",
+            "{:>10}: {}  VmHWM {:>5.1} MiB (last round)  (cpu per round: {})",
             v.label,
-            med(|r| r.rps),
-            med(|r| r.p50),
-            med(|r| r.p99),
-            med(|r| r.cpu_us),
-            med(|r| r.cs),
-            med(|r| r.syscalls),
-            med(|r| r.redis_us),
-            med(|r| r.redis_sc),
-            med(|r| r.idle),
-            med(|r| r.wt),
-            med(|r| r.lookups),
-            med(|r| r.pg_us),
+            Row::median(&v.rows).figures(),
             v.rows.last().map(|r| r.hwm).unwrap_or(0.0),
-            v.rows.iter().map(|r| format!("{:.1}", r.cpu_us)).collect::<Vec<_>>().join(" / ")
+            v.rows
+                .iter()
+                .map(|r| format!("{:.1}", r.cpu_us))
+                .collect::<Vec<_>>()
+                .join(" / ")
         );
     }
 }
