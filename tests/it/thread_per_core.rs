@@ -13,7 +13,6 @@ use std::io::Write;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fred::interfaces::ClientLike;
 use futures_util::future::join_all;
 
 use crate::support::{comparable, eventually, read, tally, MockUpstream, PgServer, RedisServer};
@@ -260,14 +259,14 @@ async fn sigterm_drains_every_worker_and_leaves_no_lease() {
         "no worker still accepting"
     );
     assert_eq!(upstream.executions(), WORKERS);
-    let records = redis.records().await;
+    let records = redis.record_states().await;
     assert_eq!(records.len(), WORKERS, "{records:?}");
-    let client = redis.client().await;
-    for record in records {
-        let state: String = (client.custom(fred::cmd!("HGET"), vec![record.as_str(), "s"]))
-            .await
-            .unwrap();
-        assert_eq!(state, "C", "{record} is completed, not leased");
+    for (record, state) in records {
+        assert_eq!(
+            state.as_deref(),
+            Some("C"),
+            "{record} is completed, not leased"
+        );
     }
 }
 
@@ -306,17 +305,13 @@ async fn write_throughs_from_both_workers_share_a_statement() {
         post(&b[0], "share-2"),
         post(&b[1], "share-3"),
     ]);
-    let client = redis.client().await;
     let completed = async || {
-        let mut done = 0;
-        for record in redis.records().await {
-            let state: Option<String> = (client
-                .custom(fred::cmd!("HGET"), vec![record.as_str(), "s"]))
-            .await
-            .unwrap();
-            done += usize::from(state.as_deref() == Some("C"));
-        }
-        done == 4
+        let states = redis.record_states().await;
+        states
+            .iter()
+            .filter(|(_, s)| s.as_deref() == Some("C"))
+            .count()
+            == 4
     };
     assert!(eventually(Duration::from_secs(10), completed).await);
     tokio::time::sleep(Duration::from_millis(300)).await; // their writes are queued

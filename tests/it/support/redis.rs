@@ -64,6 +64,21 @@ impl RedisServer {
             .collect()
     }
 
+    /// Each record key with its state field `s` ("L" leased, "C" completed; `None`
+    /// when the record went meanwhile).
+    pub async fn record_states(&self) -> Vec<(String, Option<String>)> {
+        let client = self.client().await;
+        let mut states = Vec::new();
+        for record in self.records().await {
+            let state: Option<String> = (client.custom(fred::cmd!("HGET"), vec![&*record, "s"]))
+                .await
+                .unwrap();
+            states.push((record, state));
+        }
+        let _ = client.quit().await;
+        states
+    }
+
     /// Milliseconds to live of `key`.
     pub async fn pttl(&self, key: &str) -> i64 {
         let client = self.client().await;
