@@ -4,7 +4,7 @@
 set -euo pipefail
 
 # command-or-path:package
-want=(redis-server:redis-server /usr/lib/postgresql/15/bin/initdb:postgresql-15 promtool:prometheus /usr/sbin/haproxy:haproxy)
+want=(redis-server:redis-server /usr/lib/postgresql/15/bin/initdb:postgresql-15 promtool:prometheus /usr/sbin/haproxy:haproxy /usr/sbin/nft:nftables)
 if [ "${1:-}" = image ]; then want=(podman:podman buildah:buildah); fi
 
 missing=()

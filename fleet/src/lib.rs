@@ -4,7 +4,9 @@
 //! ([`HaProxy`], configuration from [`HaproxyConfig`]), a Redis Cluster ([`RedisCluster`])
 //! and a Sentinel set ([`SentinelSet`]).
 //!
-//! Every part listens on 127.0.0.1 only, on a free port ([`free_port`]) or a fixed one,
+//! Every part listens on 127.0.0.1, on a free port ([`free_port`]) or a fixed one, or,
+//! for the partition scenarios, in a network namespace of its own ([`Host`], made by a
+//! [`NetLab`], which also cuts and heals the links between them),
 //! writes its log into a directory it is given (or a temporary one it owns), and is
 //! killed when dropped. The chaos suite (`tests/chaos/cluster.rs`) and the integration
 //! tests (`tests/it/support`) build their fleets from these parts; the next topology
@@ -24,6 +26,7 @@ mod gateway;
 mod haproxy;
 pub mod local;
 mod net;
+mod netlab;
 mod postgres;
 pub mod probe;
 mod redis;
@@ -32,7 +35,8 @@ mod sentinel;
 
 pub use gateway::{Replica, Upstream};
 pub use haproxy::{render_local as haproxy_local_config, Backend, HaProxy, HaproxyConfig};
-pub use net::{free_port, http_status, port_open, wait_port};
+pub use net::{free_port, http_status, port_open, wait_addr, wait_port, Host};
+pub use netlab::NetLab;
 pub use postgres::{bindir as pg_bindir, postgres_owner, PgServer, PgTls};
 pub use redis::{RedisServer, RedisTls};
 pub use redis_cluster::RedisCluster;
