@@ -38,7 +38,7 @@ test: deps
 chaos: deps
 	cargo test --release --test chaos --no-run
 	@rm -f $(CURDIR)/target/chaos-report.md
-	@status=0; CHAOS_REPORT=$(CURDIR)/target/chaos-report.md timeout 1500 \
+	@status=0; CHAOS_REPORT=$(CURDIR)/target/chaos-report.md timeout 3600 \
 		cargo test --release --test chaos -- --include-ignored --test-threads=1 --nocapture \
 		|| status=$$?; \
 	echo; echo "chaos suite ($$(nproc) CPUs):"; \

@@ -36,6 +36,10 @@ mod failover;
 mod faultproxy;
 #[path = "chaos/harness.rs"]
 mod harness;
+#[path = "chaos/partition.rs"]
+mod partition;
+#[path = "chaos/partition_rows.rs"]
+mod partition_rows;
 #[path = "chaos/report.rs"]
 mod report;
 #[path = "chaos/scenarios.rs"]

@@ -8,11 +8,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::net::{free_port, wait_port};
+use crate::net::{free_port, wait_addr, Host};
 
 /// The demo upstream process.
 pub struct Upstream {
     pub port: u16,
+    pub host: Host,
     child: Child,
 }
 
@@ -20,22 +21,32 @@ impl Upstream {
     /// Starts `bin` on a free port, its log in `dir/upstream.log`, with `env` (for
     /// `DEMO_FAIL_RATE`, `DEMO_RESET_RATE`, ...); returns once it listens.
     pub fn start(bin: &Path, dir: &Path, env: &[(String, String)]) -> Self {
+        Self::start_on(&Host::loopback(), bin, dir, env)
+    }
+
+    /// [`Self::start`] on `host`.
+    pub fn start_on(host: &Host, bin: &Path, dir: &Path, env: &[(String, String)]) -> Self {
         let port = free_port();
         let log = std::fs::File::create(dir.join("upstream.log")).unwrap();
-        let child = Command::new(bin)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
+        let child = host
+            .command(bin)
+            .args(["--listen", &host.addr(port).to_string()])
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("RUST_LOG", "info")
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))
             .spawn()
             .expect("demo-upstream binary");
-        wait_port(port, Duration::from_secs(10));
-        Self { port, child }
+        wait_addr(host.addr(port), Duration::from_secs(10));
+        Self {
+            port,
+            host: host.clone(),
+            child,
+        }
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}", self.host.addr(self.port))
     }
 }
 
@@ -51,6 +62,9 @@ pub struct Replica {
     pub index: usize,
     pub port: u16,
     pub admin: u16,
+    /// Where it runs (loopback unless placed with [`Self::on`]); its configuration
+    /// must listen on this host's address.
+    pub host: Host,
     pub config: PathBuf,
     pub log: PathBuf,
     bin: PathBuf,
@@ -72,11 +86,18 @@ impl Replica {
             index,
             port,
             admin,
+            host: Host::loopback(),
             config,
             log,
             bin: bin.to_path_buf(),
             child: None,
         }
+    }
+
+    /// The same replica, run on `host` (a namespace of a [`crate::NetLab`]).
+    pub fn on(mut self, host: Host) -> Self {
+        self.host = host;
+        self
     }
 
     fn spawn(&mut self) {
@@ -85,7 +106,7 @@ impl Replica {
             .append(true)
             .open(&self.log)
             .unwrap();
-        let child = Command::new(&self.bin)
+        let child = (self.host.command(&self.bin))
             .arg("serve")
             .arg("--config")
             .arg(&self.config)
@@ -98,12 +119,12 @@ impl Replica {
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}", self.host.addr(self.port))
     }
 
     /// The admin listener (`/readyz`, `/metrics`).
     pub fn admin_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.admin)
+        format!("http://{}", self.host.addr(self.admin))
     }
 
     pub fn pid(&self) -> Option<u32> {

@@ -2,16 +2,19 @@
 //! (round robin, health check `GET /readyz` on each replica's admin port) and
 //! [`HaProxy`] runs it in the foreground (`-db`), killed on drop.
 
+use std::net::Ipv4Addr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use crate::net::wait_port;
+use crate::net::{wait_addr, Host};
 
 /// One server in the backend: a replica's proxy port, health-checked on its admin port.
 #[derive(Clone, Debug)]
 pub struct Backend {
     pub name: String,
+    /// The replica's address (127.0.0.1 on loopback).
+    pub ip: Ipv4Addr,
     pub port: u16,
     pub admin: u16,
 }
@@ -19,13 +22,17 @@ pub struct Backend {
 /// What HAProxy is told.
 #[derive(Clone, Debug)]
 pub struct HaproxyConfig {
-    /// The front: 127.0.0.1:`port`.
+    /// The front: `host`'s address, `port`; HAProxy runs on `host`.
+    pub host: Host,
     pub port: u16,
     pub backends: Vec<Backend>,
     /// `option abortonclose`: a client that hangs up aborts its request on the replica
     /// too (without it, HAProxy waits for the replica's answer, so the gateway never
     /// sees the hang-up).
     pub abort_on_close: bool,
+    /// Health checks on `/readyz` (off: every replica gets its share of the traffic
+    /// whatever it says, as the partition scenarios want both sides to be sent keys).
+    pub health_checks: bool,
 }
 
 impl HaproxyConfig {
@@ -35,11 +42,12 @@ impl HaproxyConfig {
         let servers: String = self
             .backends
             .iter()
-            .map(|b| {
-                format!(
-                    "  server {} 127.0.0.1:{} check port {}\n",
-                    b.name, b.port, b.admin
-                )
+            .map(|b| match self.health_checks {
+                true => format!(
+                    "  server {} {}:{} check port {}\n",
+                    b.name, b.ip, b.port, b.admin
+                ),
+                false => format!("  server {} {}:{}\n", b.name, b.ip, b.port),
             })
             .collect();
         let abort = if self.abort_on_close {
@@ -47,12 +55,12 @@ impl HaproxyConfig {
         } else {
             ""
         };
-        let port = self.port;
+        let (ip, port) = (&self.host.ip, self.port);
         format!(
             "global\n  maxconn 8000\n\
              defaults\n  mode http\n  timeout connect 500ms\n  timeout client 30s\n  \
              timeout server 30s\n  timeout check 300ms\n  retries 2\n  option redispatch\n{abort}\
-             frontend front\n  bind 127.0.0.1:{port}\n  default_backend replicas\n\
+             frontend front\n  bind {ip}:{port}\n  default_backend replicas\n\
              backend replicas\n  balance roundrobin\n  option httpchk GET /readyz\n  \
              http-check expect status 200\n  default-server inter 200ms fall 2 rise 2\n{servers}"
         )
@@ -126,6 +134,7 @@ pub fn binary() -> &'static str {
 /// A running HAProxy.
 pub struct HaProxy {
     pub port: u16,
+    pub host: Host,
     child: Child,
 }
 
@@ -136,7 +145,7 @@ impl HaProxy {
         let path = dir.join("haproxy.cfg");
         std::fs::write(&path, config.render()).unwrap();
         let log = std::fs::File::create(dir.join("haproxy.log")).unwrap();
-        let child = Command::new(binary())
+        let child = (config.host.command(binary()))
             .arg("-f")
             .arg(&path)
             .arg("-db")
@@ -144,15 +153,16 @@ impl HaProxy {
             .stderr(Stdio::from(log))
             .spawn()
             .expect("haproxy must be installed (apt-get install haproxy)");
-        wait_port(config.port, Duration::from_secs(10));
+        wait_addr(config.host.addr(config.port), Duration::from_secs(10));
         Self {
             port: config.port,
+            host: config.host.clone(),
             child,
         }
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}", self.host.addr(self.port))
     }
 }
 

@@ -116,7 +116,9 @@ impl NetLab {
             return Some(format!("`ip netns` does not work: {e}"));
         }
         if let Err(e) = run(Command::new("nft").arg("--version")) {
-            return Some(format!("nftables is missing (apt-get install nftables): {e}"));
+            return Some(format!(
+                "nftables is missing (apt-get install nftables): {e}"
+            ));
         }
         None
     }
@@ -142,7 +144,13 @@ impl NetLab {
         std::fs::write(owner_file(subnet), std::process::id().to_string())
             .map_err(|e| format!("{OWNERS}: {e}"))?;
         let bridge = bridge_name(subnet);
-        ip(&["addr", "add", &format!("10.213.{subnet}.1/24"), "dev", &bridge])?;
+        ip(&[
+            "addr",
+            "add",
+            &format!("10.213.{subnet}.1/24"),
+            "dev",
+            &bridge,
+        ])?;
         ip(&["link", "set", &bridge, "up"])?;
         Ok(lab)
     }
@@ -163,7 +171,15 @@ impl NetLab {
             "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &ns,
         ])?;
         ip(&["link", "set", &veth, "master", &bridge, "up"])?;
-        ip(&["-n", &ns, "addr", "add", &format!("{addr}/24"), "dev", "eth0"])?;
+        ip(&[
+            "-n",
+            &ns,
+            "addr",
+            "add",
+            &format!("{addr}/24"),
+            "dev",
+            "eth0",
+        ])?;
         ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
         ip(&["-n", &ns, "link", "set", "lo", "up"])?;
         nft_in(
@@ -322,12 +338,17 @@ mod tests {
         let (bridge, ns) = (lab.bridge(), b.netns.clone().unwrap());
         drop(lab);
         let _ = server.wait();
-        assert!(!ip(&["netns", "list"]).unwrap().contains(&ns), "namespace gone");
+        assert!(
+            !ip(&["netns", "list"]).unwrap().contains(&ns),
+            "namespace gone"
+        );
         assert!(ip(&["link", "show", &bridge]).is_err(), "bridge gone");
         // The guard route stays: a lab address no longer on a bridge fails at once.
         let route = ip(&["route", "get", &b.ip.to_string()]);
         assert!(
-            route.as_ref().is_err_and(|e| e.contains("No route to host")),
+            route
+                .as_ref()
+                .is_err_and(|e| e.contains("No route to host")),
             "{route:?}"
         );
     }

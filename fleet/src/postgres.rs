@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use crate::net::free_port;
+use crate::net::{free_port, Host};
 
 /// Where `initdb` and `postgres` live (Debian keeps them off PATH): `pg_config
 /// --bindir`, else the newest `/usr/lib/postgresql/*/bin`.
@@ -51,22 +51,62 @@ pub fn postgres_owner() -> Option<(u32, u32)> {
 
 /// `bin/program` run as `owner` (if any), from `/`, which that account can always enter.
 pub fn pg_command(bin: &Path, program: &str, owner: Option<(u32, u32)>) -> Command {
-    let mut cmd = Command::new(bin.join(program));
-    if let Some((uid, gid)) = owner {
-        cmd.uid(uid).gid(gid).current_dir("/");
+    pg_command_on(&Host::loopback(), bin, program, owner)
+}
+
+/// [`pg_command`] on `host`: in a namespace, `ip netns exec` (as root) then `setpriv`
+/// to the account, each exec'ing the next, so the child is the program itself.
+fn pg_command_on(host: &Host, bin: &Path, program: &str, owner: Option<(u32, u32)>) -> Command {
+    let mut cmd = match (&host.netns, owner) {
+        (Some(_), Some((uid, gid))) => {
+            let mut cmd = host.command("setpriv");
+            cmd.args([format!("--reuid={uid}"), format!("--regid={gid}")])
+                .args(["--clear-groups", "--"])
+                .arg(bin.join(program));
+            cmd
+        }
+        (Some(_), None) => host.command(bin.join(program)),
+        (None, _) => {
+            let mut cmd = Command::new(bin.join(program));
+            if let Some((uid, gid)) = owner {
+                cmd.uid(uid).gid(gid);
+            }
+            cmd
+        }
+    };
+    if owner.is_some() {
+        cmd.current_dir("/");
     }
     cmd
 }
 
 /// Whether the server on 127.0.0.1:`port` accepts connections (`pg_isready`).
 pub fn accepting(bin: &Path, port: u16) -> bool {
+    accepting_at(bin, &Host::loopback(), port)
+}
+
+fn accepting_at(bin: &Path, host: &Host, port: u16) -> bool {
     Command::new(bin.join("pg_isready"))
-        .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
+        .args([
+            "-q",
+            "-h",
+            &host.ip.to_string(),
+            "-p",
+            &port.to_string(),
+            "-t",
+            "1",
+        ])
         .args(["-U", "postgres", "-d", "postgres"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// The /16 of a lab host's address (`10.213.0.0`).
+fn lab_range(host: &Host) -> std::net::Ipv4Addr {
+    let [a, b, ..] = host.ip.octets();
+    std::net::Ipv4Addr::new(a, b, 0, 0)
 }
 
 /// TLS for a server (PEM files; copied into the cluster, owned by its account).
@@ -78,9 +118,10 @@ pub struct PgTls {
     pub hostssl_only: bool,
 }
 
-/// A PostgreSQL cluster of its own on a free loopback port.
+/// A PostgreSQL cluster of its own on a free loopback port (or on a [`Host`]).
 pub struct PgServer {
     pub port: u16,
+    pub host: Host,
     dir: TempDir,
     bin: PathBuf,
     owner: Option<(u32, u32)>,
@@ -91,15 +132,20 @@ pub struct PgServer {
 
 impl PgServer {
     pub fn start() -> Self {
-        Self::start_full(None)
+        Self::start_full(&Host::loopback(), None)
+    }
+
+    /// A server on `host` (its namespace, listening on its address).
+    pub fn start_on(host: &Host) -> Self {
+        Self::start_full(host, None)
     }
 
     /// A server with `ssl = on` and the given certificate.
     pub fn start_tls(tls: PgTls) -> Self {
-        Self::start_full(Some(tls))
+        Self::start_full(&Host::loopback(), Some(tls))
     }
 
-    fn start_full(tls: Option<PgTls>) -> Self {
+    fn start_full(host: &Host, tls: Option<PgTls>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let owner = postgres_owner();
         if let Some((uid, gid)) = owner {
@@ -107,6 +153,7 @@ impl PgServer {
         }
         let mut server = Self {
             port: 0,
+            host: host.clone(),
             dir,
             bin: bindir(),
             owner,
@@ -122,6 +169,13 @@ impl PgServer {
             .status()
             .unwrap();
         assert!(status.success(), "initdb failed");
+        if host.netns.is_some() {
+            // The lab's parts connect from their own addresses on the bridge.
+            let hba = server.data().join("pg_hba.conf");
+            let mut lines = std::fs::read_to_string(&hba).unwrap();
+            lines.push_str(&format!("host all all {}/16 trust\n", lab_range(host)));
+            std::fs::write(&hba, lines).unwrap();
+        }
         if let Some(tls) = tls {
             server.enable_tls(&tls);
         }
@@ -176,11 +230,13 @@ impl PgServer {
         if let Some((uid, gid)) = self.owner {
             chown(self.dir.path().join("pg.log"), Some(uid), Some(gid)).unwrap();
         }
-        let child = pg_command(&self.bin, "postgres", self.owner)
+        let child = pg_command_on(&self.host, &self.bin, "postgres", self.owner)
             .arg("-D")
             .arg(self.data())
             .args(["-p", &self.port.to_string()])
-            .args(["-c", "listen_addresses=127.0.0.1", "-c"])
+            .arg("-c")
+            .arg(format!("listen_addresses={}", self.host.ip))
+            .arg("-c")
             .arg(format!(
                 "unix_socket_directories={}",
                 self.dir.path().display()
@@ -198,7 +254,7 @@ impl PgServer {
             if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
                 return false;
             }
-            if accepting(&self.bin, self.port) {
+            if accepting_at(&self.bin, &self.host, self.port) {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -207,7 +263,10 @@ impl PgServer {
     }
 
     pub fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+        format!(
+            "postgres://postgres@{}:{}/postgres",
+            self.host.ip, self.port
+        )
     }
 
     /// A gateway's `[postgres]` section for this server (1 s statement timeout), with

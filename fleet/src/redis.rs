@@ -5,20 +5,25 @@
 //! commands through `redis-cli`), optionally speaking TLS only ([`RedisTls`]).
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use crate::net::free_port;
+use crate::net::{free_port, Host};
 
 /// `redis-server` on 127.0.0.1:`port` with its files in `dir`, without RDB snapshots or
 /// AOF; callers append their own arguments (later ones win).
 pub fn command(port: u16, dir: &Path) -> Command {
-    let mut cmd = Command::new("redis-server");
-    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+    command_on(&Host::loopback(), port, dir)
+}
+
+/// [`command`] on `host` (its namespace, its address).
+pub fn command_on(host: &Host, port: u16, dir: &Path) -> Command {
+    let mut cmd = host.command("redis-server");
+    cmd.args(["--port", &port.to_string(), "--bind", &host.ip.to_string()])
         .args(["--save", "", "--appendonly", "no"])
         .arg("--dir")
         .arg(dir);
@@ -27,7 +32,12 @@ pub fn command(port: u16, dir: &Path) -> Command {
 
 /// Whether a server on `port` answers `PING` with `+PONG` (not `-LOADING`).
 pub fn answers_ping(port: u16) -> bool {
-    let Ok(mut conn) = TcpStream::connect(("127.0.0.1", port)) else {
+    answers_ping_at(([127, 0, 0, 1], port).into())
+}
+
+/// [`answers_ping`] for a server at `addr`.
+pub fn answers_ping_at(addr: SocketAddr) -> bool {
+    let Ok(mut conn) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
         return false;
     };
     let _ = conn.set_read_timeout(Some(Duration::from_millis(500)));
@@ -38,8 +48,13 @@ pub fn answers_ping(port: u16) -> bool {
 /// One command through `redis-cli` on 127.0.0.1:`port` (plain TCP); its output,
 /// errors included. For servers the launcher started detached (no [`RedisServer`]).
 pub(crate) fn cli_at(port: u16, args: &[&str]) -> String {
+    cli_addr(([127, 0, 0, 1], port).into(), args)
+}
+
+/// [`cli_at`] for a server at `addr`.
+pub(crate) fn cli_addr(addr: SocketAddr, args: &[&str]) -> String {
     let out = Command::new("redis-cli")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-h", &addr.ip().to_string(), "-p", &addr.port().to_string()])
         .args(args)
         .output()
         .expect("redis-cli must be on PATH");
@@ -48,9 +63,9 @@ pub(crate) fn cli_at(port: u16, args: &[&str]) -> String {
     s
 }
 
-/// One `INFO` field of the server on 127.0.0.1:`port`.
-pub(crate) fn info_at(port: u16, field: &str) -> Option<String> {
-    let info = cli_at(port, &["INFO"]);
+/// One `INFO` field of the server at `addr`.
+pub(crate) fn info_addr(addr: SocketAddr, field: &str) -> Option<String> {
+    let info = cli_addr(addr, &["INFO"]);
     info.lines()
         .find_map(|l| l.strip_prefix(&format!("{field}:")))
         .map(|v| v.trim().to_string())
@@ -104,9 +119,12 @@ impl RedisTls {
     }
 }
 
-/// A `redis-server` of its own, on a free loopback port, in a temporary directory.
+/// A `redis-server` of its own, on a free loopback port (or on a [`Host`] of a
+/// [`crate::NetLab`]), in a temporary directory.
 pub struct RedisServer {
     pub port: u16,
+    /// Where it runs (loopback unless started with [`Self::start_on`]).
+    pub host: Host,
     dir: TempDir,
     extra: Vec<String>,
     tls: Option<RedisTls>,
@@ -130,10 +148,20 @@ impl RedisServer {
         Self::start_full(Some(tls), extra)
     }
 
+    /// Starts a server on `host` (its namespace and address) with `extra` arguments.
+    pub fn start_on(host: &Host, extra: &[&str]) -> Self {
+        Self::start_full_on(host, None, extra)
+    }
+
     fn start_full(tls: Option<RedisTls>, extra: &[&str]) -> Self {
+        Self::start_full_on(&Host::loopback(), tls, extra)
+    }
+
+    fn start_full_on(host: &Host, tls: Option<RedisTls>, extra: &[&str]) -> Self {
         for _ in 0..5 {
             let mut server = Self {
                 port: free_port(),
+                host: host.clone(),
                 dir: tempfile::tempdir().unwrap(),
                 extra: extra.iter().map(|s| s.to_string()).collect(),
                 tls: tls.clone(),
@@ -153,7 +181,7 @@ impl RedisServer {
             .append(true)
             .open(self.dir.path().join("redis.log"))
             .unwrap();
-        let child = command(self.port, self.dir.path())
+        let child = command_on(&self.host, self.port, self.dir.path())
             .args(["--protected-mode", "no", "--enable-debug-command", "yes"])
             .args((self.tls.as_ref()).map_or_else(Vec::new, |t| t.server_args(self.port)))
             .args(&self.extra)
@@ -168,7 +196,7 @@ impl RedisServer {
                 return false; // exited: port taken
             }
             let ready = match self.tls {
-                None => answers_ping(self.port),
+                None => answers_ping_at(self.host.addr(self.port)),
                 Some(_) => crate::net::port_open(self.port) && self.cli(&["PING"]).contains("PONG"),
             };
             if ready {
@@ -179,14 +207,20 @@ impl RedisServer {
         false
     }
 
-    /// `redis://127.0.0.1:<port>`, or `rediss://` when the server speaks TLS.
+    /// `redis://127.0.0.1:<port>` (its host's address), or `rediss://` when the server
+    /// speaks TLS.
     pub fn url(&self) -> String {
         let scheme = if self.tls.is_some() {
             "rediss"
         } else {
             "redis"
         };
-        format!("{scheme}://127.0.0.1:{}", self.port)
+        format!("{scheme}://{}:{}", self.host.ip, self.port)
+    }
+
+    /// The process id while it runs (for `kill -STOP` and the like).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// SIGKILL. Without persistence every key is gone; with `--appendonly yes` the AOF stays.
@@ -229,7 +263,12 @@ impl RedisServer {
     /// that it works while the server is paused and from outside a runtime.
     pub fn cli(&self, args: &[&str]) -> String {
         let out = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args([
+                "-h",
+                &self.host.ip.to_string(),
+                "-p",
+                &self.port.to_string(),
+            ])
             .args((self.tls.as_ref()).map_or_else(Vec::new, RedisTls::cli_args))
             .args(args)
             .output()

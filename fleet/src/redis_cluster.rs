@@ -6,10 +6,12 @@
 //! AOF) but keep their `nodes.conf`, so a restarted node rejoins the cluster empty.
 //! Every node is killed on drop.
 
+use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::redis::{info_at, RedisServer};
+use crate::net::Host;
+use crate::redis::{info_addr, RedisServer};
 
 /// How long a node may be unreachable before the cluster fails it over.
 pub const NODE_TIMEOUT_MS: u64 = 1000;
@@ -45,11 +47,21 @@ impl RedisCluster {
     /// `count` nodes with `replicas` replicas per primary (`count` a multiple of
     /// `replicas + 1`, at least three primaries).
     pub fn start_nodes(count: usize, replicas: usize) -> Self {
-        let args = cluster_args();
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Self::start_on(&vec![Host::loopback(); count], replicas)
+    }
+
+    /// One node on each of `hosts` (namespaces of a [`crate::NetLab`]: each node
+    /// announces its host's address, `cluster-announce-ip`), `replicas` per primary.
+    pub fn start_on(hosts: &[Host], replicas: usize) -> Self {
         for _ in 0..3 {
-            let nodes: Vec<RedisServer> =
-                (0..count).map(|_| RedisServer::start_with(&args)).collect();
+            let nodes: Vec<RedisServer> = (hosts.iter())
+                .map(|h| {
+                    let mut args = cluster_args();
+                    args.extend(["--cluster-announce-ip".into(), h.ip.to_string()]);
+                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    RedisServer::start_on(h, &args)
+                })
+                .collect();
             let cluster = Self { nodes };
             // The cluster bus listens on port + 10000; a clash there fails `create`.
             if cluster.create(replicas) {
@@ -61,8 +73,14 @@ impl RedisCluster {
     }
 
     fn create(&self, replicas: usize) -> bool {
-        let ports: Vec<u16> = self.nodes.iter().map(|n| n.port).collect();
-        create_on(&ports, replicas).is_ok()
+        create_at(&self.addrs(|_| true), replicas).is_ok()
+    }
+
+    fn addrs(&self, which: impl Fn(&RedisServer) -> bool) -> Vec<SocketAddr> {
+        (self.nodes.iter())
+            .filter(|n| which(n))
+            .map(|n| n.host.addr(n.port))
+            .collect()
     }
 
     /// Waits until every running node says `cluster_state:ok` and sees every other
@@ -89,11 +107,18 @@ impl RedisCluster {
     }
 
     fn is_ok(&self) -> bool {
-        let running: Vec<u16> = (self.nodes.iter())
+        is_ok_at(&self.addrs(RedisServer::is_running))
+    }
+
+    /// Whether the running nodes `among` agree as [`Self::wait_ok`] waits for (after a
+    /// partition, the nodes of one side).
+    pub fn is_ok_among(&self, among: &[usize]) -> bool {
+        let addrs: Vec<SocketAddr> = (among.iter())
+            .map(|&i| &self.nodes[i])
             .filter(|n| n.is_running())
-            .map(|n| n.port)
+            .map(|n| n.host.addr(n.port))
             .collect();
-        is_ok_on(&running)
+        is_ok_at(&addrs)
     }
 
     /// All six nodes, by index (running or not).
@@ -101,7 +126,7 @@ impl RedisCluster {
         &self.nodes
     }
 
-    /// `redis://127.0.0.1:port` of every node, as seed URLs for a client.
+    /// `redis://ADDRESS:port` of every node, as seed URLs for a client.
     pub fn seed_urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
     }
@@ -198,7 +223,10 @@ impl RedisCluster {
         // redis-cli refuses to reshard while the nodes still disagree about the slot
         // map (right after a previous reshard, until the gossip has spread it): wait
         // for agreement, up to 15 s, as an operator would re-run the check.
-        let seed = format!("127.0.0.1:{}", self.nodes[from].port);
+        let seed = self.nodes[from]
+            .host
+            .addr(self.nodes[from].port)
+            .to_string();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
         loop {
             let check = Command::new("redis-cli")
@@ -213,7 +241,7 @@ impl RedisCluster {
         }
         let out = Command::new("redis-cli")
             .args(["--cluster", "reshard"])
-            .arg(format!("127.0.0.1:{}", self.nodes[from].port))
+            .arg(&seed)
             .args(["--cluster-from", &id(from), "--cluster-to", &id(to)])
             .args(["--cluster-slots", &slots.to_string(), "--cluster-yes"])
             .output()
@@ -255,8 +283,11 @@ impl RedisCluster {
             if keys.is_empty() {
                 break;
             }
-            let port = self.nodes[to].port.to_string();
-            let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+            let (ip, port) = (
+                self.nodes[to].host.ip.to_string(),
+                self.nodes[to].port.to_string(),
+            );
+            let mut args = vec!["MIGRATE", &ip, &port, "", "0", "5000", "KEYS"];
             args.extend(keys);
             ok(self.nodes[from].cli(&args))?;
         }
@@ -282,9 +313,15 @@ impl RedisCluster {
 /// redis-cli's output on failure. Used by [`RedisCluster`] and by the detached nodes of
 /// `make bench` (`crate::bench`), which start their own processes on fixed ports.
 pub(crate) fn create_on(ports: &[u16], replicas: usize) -> Result<(), String> {
+    let addrs: Vec<SocketAddr> = ports.iter().map(|&p| ([127, 0, 0, 1], p).into()).collect();
+    create_at(&addrs, replicas)
+}
+
+/// [`create_on`] for nodes at `addrs`.
+fn create_at(addrs: &[SocketAddr], replicas: usize) -> Result<(), String> {
     let mut cmd = Command::new("redis-cli");
     cmd.args(["--cluster", "create"]);
-    cmd.args(ports.iter().map(|p| format!("127.0.0.1:{p}")));
+    cmd.args(addrs.iter().map(SocketAddr::to_string));
     cmd.args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]);
     let out = cmd
         .output()
@@ -303,27 +340,31 @@ pub(crate) fn create_on(ports: &[u16], replicas: usize) -> Result<(), String> {
 /// and sees every other one as connected, and every replica among them has its link to
 /// its primary up (synced: `WAIT` counts it; nothing to wait for without replicas).
 pub(crate) fn is_ok_on(ports: &[u16]) -> bool {
-    let cli = |port: u16, args: &[&str]| {
+    let addrs: Vec<SocketAddr> = ports.iter().map(|&p| ([127, 0, 0, 1], p).into()).collect();
+    is_ok_at(&addrs)
+}
+
+/// [`is_ok_on`] for nodes at `addrs`.
+fn is_ok_at(addrs: &[SocketAddr]) -> bool {
+    let cli = |addr: &SocketAddr, args: &[&str]| {
         Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-h", &addr.ip().to_string(), "-p", &addr.port().to_string()])
             .args(args)
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
             .unwrap_or_default()
     };
-    ports.iter().all(|&p| {
-        let info = cli(p, &["CLUSTER", "INFO"]);
-        let nodes = cli(p, &["CLUSTER", "NODES"]);
-        let synced = info_at(p, "role").as_deref() != Some("slave")
-            || info_at(p, "master_link_status").as_deref() == Some("up");
+    addrs.iter().all(|&p| {
+        let info = cli(&p, &["CLUSTER", "INFO"]);
+        let nodes = cli(&p, &["CLUSTER", "NODES"]);
+        let synced = info_addr(p, "role").as_deref() != Some("slave")
+            || info_addr(p, "master_link_status").as_deref() == Some("up");
         info.contains("cluster_state:ok")
             && info.contains("cluster_slots_ok:16384")
             && synced
-            && ports.iter().all(|m| {
+            && addrs.iter().all(|m| {
                 nodes.lines().any(|l| {
-                    l.contains(&format!("127.0.0.1:{m}@"))
-                        && l.contains("connected")
-                        && !l.contains("fail")
+                    l.contains(&format!("{m}@")) && l.contains("connected") && !l.contains("fail")
                 })
             })
     })

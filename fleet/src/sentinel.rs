@@ -6,14 +6,15 @@
 //! [`SentinelSet::kill_primary`] SIGKILLs the primary so that the sentinels fail over
 //! on their own. Servers keep no data across a restart (no RDB, no AOF).
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use crate::net::free_port;
-use crate::redis::{answers_ping, cli_at, info_at, RedisServer};
+use crate::net::{free_port, Host};
+use crate::redis::{answers_ping_at, cli_addr, info_addr, RedisServer};
 
 /// The name the sentinels monitor the primary under.
 pub const SERVICE_NAME: &str = "idemgate";
@@ -23,19 +24,21 @@ pub const DOWN_AFTER_MS: u64 = 1000;
 /// One `redis-server --sentinel`.
 pub struct Sentinel {
     pub port: u16,
+    pub host: Host,
     dir: TempDir,
     child: Option<Child>,
 }
 
 impl Sentinel {
-    fn start(primary_port: u16) -> Self {
+    fn start(host: &Host, primary: SocketAddr) -> Self {
         for _ in 0..5 {
             let mut s = Self {
                 port: free_port(),
+                host: host.clone(),
                 dir: tempfile::tempdir().unwrap(),
                 child: None,
             };
-            if s.spawn(primary_port) {
+            if s.spawn(primary) {
                 return s;
             }
             s.stop();
@@ -43,15 +46,18 @@ impl Sentinel {
         panic!("could not start a sentinel (redis-server --sentinel)");
     }
 
-    fn spawn(&mut self, primary_port: u16) -> bool {
+    fn addr(&self) -> SocketAddr {
+        self.host.addr(self.port)
+    }
+
+    fn spawn(&mut self, primary: SocketAddr) -> bool {
         let conf = self.dir.path().join("sentinel.conf");
-        std::fs::write(
-            &conf,
-            conf_text(self.port, self.dir.path(), primary_port, DOWN_AFTER_MS),
-        )
-        .unwrap();
+        let text = conf_text_at(self.addr(), self.dir.path(), primary, DOWN_AFTER_MS);
+        std::fs::write(&conf, text).unwrap();
         let log = log_file(self.dir.path());
-        let child = Command::new("redis-server")
+        let child = self
+            .host
+            .command("redis-server")
             .arg(&conf)
             .arg("--sentinel")
             .stdout(Stdio::from(log.try_clone().unwrap()))
@@ -64,7 +70,7 @@ impl Sentinel {
             if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
                 return false;
             }
-            if answers_ping(self.port) {
+            if answers_ping_at(self.addr()) {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -73,13 +79,18 @@ impl Sentinel {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        format!("redis://{}", self.addr())
     }
 
     /// One command through `redis-cli`.
     pub fn cli(&self, args: &[&str]) -> String {
         let out = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args([
+                "-h",
+                &self.host.ip.to_string(),
+                "-p",
+                &self.port.to_string(),
+            ])
             .args(args)
             .output()
             .expect("redis-cli must be on PATH");
@@ -88,7 +99,7 @@ impl Sentinel {
 
     /// The primary's port this sentinel names now.
     pub fn primary_port(&self) -> Option<u16> {
-        primary_port_at(self.port)
+        primary_addr_at(self.addr()).map(|a| a.port())
     }
 
     fn stop(&mut self) {
@@ -109,9 +120,18 @@ impl Drop for Sentinel {
 /// which it rewrites its state into) that monitors the primary on `primary_port` as
 /// [`SERVICE_NAME`] with quorum 2, calling it down after `down_after_ms` of silence.
 pub(crate) fn conf_text(port: u16, dir: &Path, primary_port: u16, down_after_ms: u64) -> String {
+    let lo = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+    conf_text_at(lo(port), dir, lo(primary_port), down_after_ms)
+}
+
+/// [`conf_text`] for a sentinel at `at` (bound to its address, which it announces)
+/// monitoring the primary at `primary`.
+fn conf_text_at(at: SocketAddr, dir: &Path, primary: SocketAddr, down_after_ms: u64) -> String {
+    let (ip, port) = (at.ip(), at.port());
+    let (primary_ip, primary_port) = (primary.ip(), primary.port());
     format!(
-        "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {dir}\n\
-         sentinel monitor {SERVICE_NAME} 127.0.0.1 {primary_port} 2\n\
+        "port {port}\nbind {ip}\nprotected-mode no\ndir {dir}\nsentinel announce-ip {ip}\n\
+         sentinel monitor {SERVICE_NAME} {primary_ip} {primary_port} 2\n\
          sentinel down-after-milliseconds {SERVICE_NAME} {down_after_ms}\n\
          sentinel failover-timeout {SERVICE_NAME} {failover}\n\
          sentinel parallel-syncs {SERVICE_NAME} 1\n",
@@ -122,35 +142,50 @@ pub(crate) fn conf_text(port: u16, dir: &Path, primary_port: u16, down_after_ms:
 
 /// The primary's port the sentinel on `port` names now.
 pub(crate) fn primary_port_at(port: u16) -> Option<u16> {
-    let out = cli_at(port, &["SENTINEL", "get-master-addr-by-name", SERVICE_NAME]);
-    out.lines().nth(1)?.trim().parse().ok()
+    primary_addr_at(([127, 0, 0, 1], port).into()).map(|a| a.port())
+}
+
+/// The primary's address the sentinel at `at` names now.
+fn primary_addr_at(at: SocketAddr) -> Option<SocketAddr> {
+    let out = cli_addr(at, &["SENTINEL", "get-master-addr-by-name", SERVICE_NAME]);
+    let mut lines = out.lines();
+    let ip = lines.next()?.trim().parse().ok()?;
+    Some(SocketAddr::new(ip, lines.next()?.trim().parse().ok()?))
 }
 
 /// Every sentinel on `sentinels` names the same primary among the running data servers
 /// `servers`, which says it is one; every sentinel knows the others; every other server
 /// is linked to the primary, synced, and known to every sentinel.
 pub(crate) fn agreed_on(servers: &[u16], sentinels: &[u16]) -> bool {
-    let ports: Vec<Option<u16>> = sentinels.iter().map(|&s| primary_port_at(s)).collect();
-    let Some(Some(port)) = ports.first().copied() else {
+    let lo = |ports: &[u16]| -> Vec<SocketAddr> {
+        ports.iter().map(|&p| ([127, 0, 0, 1], p).into()).collect()
+    };
+    agreed_at(&lo(servers), &lo(sentinels))
+}
+
+/// [`agreed_on`] for servers and sentinels at these addresses.
+fn agreed_at(servers: &[SocketAddr], sentinels: &[SocketAddr]) -> bool {
+    let named: Vec<Option<SocketAddr>> = sentinels.iter().map(|&s| primary_addr_at(s)).collect();
+    let Some(Some(primary)) = named.first().copied() else {
         return false;
     };
-    if ports.iter().any(|p| *p != Some(port)) {
+    if named.iter().any(|p| *p != Some(primary)) {
         return false;
     }
-    if !servers.contains(&port) || !cli_at(port, &["ROLE"]).starts_with("master") {
+    if !servers.contains(&primary) || !cli_addr(primary, &["ROLE"]).starts_with("master") {
         return false;
     }
     let others = sentinels.len().saturating_sub(1);
     let others_known = sentinels.iter().all(|&s| {
-        let known = cli_at(s, &["SENTINEL", "sentinels", SERVICE_NAME]);
+        let known = cli_addr(s, &["SENTINEL", "sentinels", SERVICE_NAME]);
         known.lines().filter(|l| l.trim() == "name").count() >= others
     });
-    let replicas = || servers.iter().filter(|&&s| s != port);
+    let replicas = || servers.iter().filter(|&&s| s != primary);
     let replicas_linked =
-        replicas().all(|&s| info_at(s, "master_link_status").as_deref() == Some("up"));
+        replicas().all(|&s| info_addr(s, "master_link_status").as_deref() == Some("up"));
     let replicas_known = sentinels.iter().all(|&s| {
-        let known = cli_at(s, &["SENTINEL", "replicas", SERVICE_NAME]);
-        replicas().all(|r| known.contains(&format!("127.0.0.1:{r}")))
+        let known = cli_addr(s, &["SENTINEL", "replicas", SERVICE_NAME]);
+        replicas().all(|r| known.contains(&r.to_string()))
     });
     others_known && replicas_linked && replicas_known
 }
@@ -171,10 +206,27 @@ pub struct SentinelSet {
 
 impl SentinelSet {
     pub fn start() -> Self {
-        let primary = RedisServer::start();
-        let replica =
-            RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
-        let sentinels = (0..3).map(|_| Sentinel::start(primary.port)).collect();
+        let lo = Host::loopback();
+        Self::start_on([&lo, &lo], [&lo, &lo, &lo])
+    }
+
+    /// The data servers on `data` (the first starts as primary) and the sentinels on
+    /// `sentinels` (namespaces of a [`crate::NetLab`], or loopback).
+    pub fn start_on(data: [&Host; 2], sentinels: [&Host; 3]) -> Self {
+        let primary = RedisServer::start_on(data[0], &[]);
+        let (ip, port) = (primary.host.ip.to_string(), primary.port.to_string());
+        let replica = RedisServer::start_on(
+            data[1],
+            &[
+                "--replicaof",
+                &ip,
+                &port,
+                "--replica-announce-ip",
+                &data[1].ip.to_string(),
+            ],
+        );
+        let at = primary.host.addr(primary.port);
+        let sentinels = sentinels.iter().map(|h| Sentinel::start(h, at)).collect();
         let set = Self {
             servers: vec![primary, replica],
             sentinels,
@@ -192,7 +244,7 @@ impl SentinelSet {
         &self.sentinels
     }
 
-    /// `redis://127.0.0.1:port` of every sentinel.
+    /// `redis://ADDRESS:port` of every sentinel.
     pub fn sentinel_urls(&self) -> Vec<String> {
         self.sentinels.iter().map(Sentinel::url).collect()
     }
@@ -228,12 +280,30 @@ impl SentinelSet {
     }
 
     fn agreed(&self) -> bool {
-        let running: Vec<u16> = (self.servers.iter())
+        let running: Vec<SocketAddr> = (self.servers.iter())
             .filter(|s| s.is_running())
-            .map(|s| s.port)
+            .map(|s| s.host.addr(s.port))
             .collect();
-        let sentinels: Vec<u16> = self.sentinels.iter().map(|s| s.port).collect();
-        agreed_on(&running, &sentinels)
+        let sentinels: Vec<SocketAddr> = self.sentinels.iter().map(Sentinel::addr).collect();
+        agreed_at(&running, &sentinels)
+    }
+
+    /// Whether the sentinels `among` (indexes) name a primary among the running data
+    /// servers `data` that says it is one (after a partition: one side's view).
+    pub fn primary_among(&self, data: &[usize], among: &[usize]) -> Option<usize> {
+        let named: Vec<Option<SocketAddr>> = (among.iter())
+            .map(|&i| primary_addr_at(self.sentinels[i].addr()))
+            .collect();
+        let first = (*named.first()?)?;
+        if named.iter().any(|n| *n != Some(first)) {
+            return None;
+        }
+        let i = (data.iter().copied())
+            .find(|&i| self.servers[i].host.addr(self.servers[i].port) == first)?;
+        self.servers[i]
+            .cli(&["ROLE"])
+            .starts_with("master")
+            .then_some(i)
     }
 
     /// `SENTINEL FAILOVER` (the replica is promoted, the old primary demoted); waits

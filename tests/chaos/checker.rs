@@ -8,7 +8,10 @@
 //! * no replay across tenants (an execution number seen by two tenants), nor across
 //!   keys (a body naming another key);
 //! * no acknowledged response lost: every (tenant, key) that got a 2xx first execution
-//!   replays it in the final pass (and, with Postgres, again after Redis is flushed).
+//!   replays it in the final pass (and, with Postgres, again after Redis is flushed);
+//! * one answer per key: every 2xx a (tenant, key) received, first execution or replay,
+//!   in any phase, is the same response (status, headers, body); two different ones
+//!   mean two stored responses for one key (two sides of a partition each ran it).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
@@ -41,11 +44,15 @@ pub struct Report {
     pub notes: Vec<String>,
     /// Longer evidence printed with the row.
     pub details: Vec<String>,
+    /// Why the scenario did not run here (no network namespaces, ...): SKIPPED.
+    pub skipped: Option<String>,
 }
 
 impl Report {
     pub fn verdict(&self) -> &'static str {
-        if !self.violations.is_empty() {
+        if self.skipped.is_some() {
+            "SKIPPED"
+        } else if !self.violations.is_empty() {
             "FAIL"
         } else if !self.measured.is_empty() {
             "MEASURED"
@@ -164,11 +171,22 @@ pub fn check(
     if takeovers > 0 {
         report.notes.push(format!("takeovers {takeovers}"));
     }
+    if !f.divergent.is_empty() {
+        report
+            .notes
+            .push(format!("keys with two 2xx answers {}", f.divergent.len()));
+    }
     if f.acked == 0 {
         report.fail("no key was acknowledged: the run made no progress");
     }
 
-    let deviations = [&dups, &f.replay_mismatch, &f.lost, &f.replaced];
+    let deviations = [
+        &dups,
+        &f.replay_mismatch,
+        &f.lost,
+        &f.replaced,
+        &f.divergent,
+    ];
     timelines(&mut report, &groups, ledger, deviations);
     verdicts(&mut report, expect, &f, &cross_tenant, &dups, &unknown);
     report
@@ -184,6 +202,8 @@ struct Findings {
     lost: Vec<String>,
     replaced: Vec<String>,
     never_stored: Vec<String>,
+    /// (tenant, key)s that received two or more different 2xx responses.
+    divergent: Vec<String>,
     executions_by_tenant: HashMap<u64, HashSet<usize>>,
 }
 
@@ -200,6 +220,7 @@ fn examine_keys(groups: &Groups, classes: &Classes) -> Findings {
     let mut replaced = Vec::new();
     let mut executions_by_tenant: HashMap<u64, HashSet<usize>> = HashMap::new();
     let mut never_stored = Vec::new();
+    let mut divergent = Vec::new();
 
     for ((tenant, key), ex) in groups {
         let mut ex = ex.clone();
@@ -228,6 +249,19 @@ fn examine_keys(groups: &Groups, classes: &Classes) -> Findings {
                     )),
                 }
             }
+        }
+        let mut distinct: Vec<&Resp> = Vec::new();
+        for (_, r) in resps.iter().filter(|(_, r)| (200..300).contains(&r.status)) {
+            if !distinct.iter().any(|d| d.same_as(r)) {
+                distinct.push(r);
+            }
+        }
+        if distinct.len() > 1 {
+            divergent.push(format!(
+                "tenant-{tenant} key {key}: {} different 2xx answers ({})",
+                distinct.len(),
+                list(distinct.iter().map(|r| short(r)), 3)
+            ));
         }
         let firsts: Vec<&Resp> = resps
             .iter()
@@ -316,6 +350,7 @@ fn examine_keys(groups: &Groups, classes: &Classes) -> Findings {
         lost,
         replaced,
         never_stored,
+        divergent,
         executions_by_tenant,
     }
 }
@@ -354,11 +389,12 @@ fn count_executions(
 }
 
 /// Evidence: the timeline of the first few keys behind any deviation.
-fn timelines(report: &mut Report, groups: &Groups, ledger: &Ledger, deviations: [&Vec<String>; 4]) {
-    let [dups, replay_mismatch, lost, replaced] = deviations;
+fn timelines(report: &mut Report, groups: &Groups, ledger: &Ledger, deviations: [&Vec<String>; 5]) {
+    let [dups, replay_mismatch, lost, replaced, divergent] = deviations;
     let mut suspects: Vec<&str> = Vec::new();
     for line in dups
         .iter()
+        .chain(divergent)
         .chain(replay_mismatch)
         .chain(lost)
         .chain(replaced)
@@ -467,6 +503,12 @@ fn verdicts(
     flag(
         &f.replaced,
         "acknowledged responses replaced by a duplicate execution",
+        expect.exactly_once,
+        report,
+    );
+    flag(
+        &f.divergent,
+        "keys answered with two different 2xx responses",
         expect.exactly_once,
         report,
     );

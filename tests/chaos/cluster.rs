@@ -6,7 +6,10 @@
 //! (round robin, health check on each replica's admin `/readyz`). The processes are
 //! the fleet launcher's parts (`fleet/`, crate `idemgate_fleet`); this file chooses
 //! the scenario's options, writes the replicas' configuration and waits on them.
-//! Everything is killed when the [`Stack`] is dropped.
+//! With [`Options::partitions`], every part runs in a network namespace of its own on
+//! one bridge (the launcher's `NetLab`; [`Places`] names them), so that a scenario can
+//! cut and heal the links between them. Everything is killed when the [`Stack`] is
+//! dropped, and the namespaces are deleted after that.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -14,8 +17,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use idemgate_fleet::{
-    free_port, Backend, HaProxy, HaproxyConfig, RedisCluster, Replica, SentinelSet, Upstream,
-    SENTINEL_SERVICE,
+    free_port, Backend, HaProxy, HaproxyConfig, Host, NetLab, RedisCluster, Replica, SentinelSet,
+    Upstream, SENTINEL_SERVICE,
 };
 use tempfile::TempDir;
 
@@ -76,6 +79,10 @@ pub struct Options {
     pub server: String,
     /// Extra TOML after the `payments` route (more routes, other sections).
     pub extra: String,
+    /// Every part in a namespace of its own (the partition scenarios; needs root).
+    pub partitions: bool,
+    /// HAProxy's health checks on `/readyz` (off: every replica gets its share).
+    pub health_checks: bool,
 }
 
 impl Default for Options {
@@ -98,6 +105,49 @@ impl Default for Options {
             abort_on_close: false,
             server: String::new(),
             extra: String::new(),
+            partitions: false,
+            health_checks: true,
+        }
+    }
+}
+
+/// Where each part runs: its namespace on the lab's bridge, or loopback.
+#[derive(Clone, Debug)]
+pub struct Places {
+    /// The data nodes: one (single), six (cluster), or primary and replica (sentinel).
+    pub redis: Vec<Host>,
+    pub sentinels: Vec<Host>,
+    pub gateways: Vec<Host>,
+    pub pg: Host,
+    pub upstream: Host,
+    pub lb: Host,
+}
+
+impl Places {
+    fn new(opts: &Options, lab: Option<&NetLab>) -> Self {
+        let place = |name: String| match lab {
+            Some(lab) => lab.host(&name).expect("a namespace of the lab"),
+            None => Host::loopback(),
+        };
+        let data = match opts.topology {
+            Topology::Single => 1,
+            Topology::Cluster => 6,
+            Topology::Sentinel => 2,
+        };
+        let sentinels = if opts.topology == Topology::Sentinel {
+            3
+        } else {
+            0
+        };
+        Self {
+            redis: (0..data).map(|i| place(format!("redis{i}"))).collect(),
+            sentinels: (0..sentinels).map(|i| place(format!("sent{i}"))).collect(),
+            gateways: (0..opts.replicas)
+                .map(|i| place(format!("gw{i}")))
+                .collect(),
+            pg: place("pg".into()),
+            upstream: place("upstream".into()),
+            lb: place("lb".into()),
         }
     }
 }
@@ -164,6 +214,7 @@ impl Probe for Replica {
 /// The gateway configuration of one replica.
 fn replica_toml(
     opts: &Options,
+    host: &Host,
     port: u16,
     admin: u16,
     redis: &RedisAt,
@@ -194,7 +245,7 @@ fn replica_toml(
         ),
     };
     format!(
-        "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
+        "[server]\nlisten = \"{ip}:{port}\"\nadmin_listen = \"{ip}:{admin}\"\n\
          shutdown_grace = \"{grace}\"\n{server}\n\
          [log]\nformat = \"text\"\nfilter = \"info\"\n\
          [redis]\n{redis_lines}command_timeout = \"{ct}\"\nconnect_timeout = \"500ms\"\n\
@@ -203,6 +254,7 @@ fn replica_toml(
          [idempotency]\nttl = \"1h\"\nlock_ttl = \"{lock}\"\n{extra}\n\
          [[routes]]\nname = \"payments\"\npath_prefix = \"/v1/\"\nupstream = \"{upstream}\"\n\
          upstream_timeout = \"{ut}\"\n{more}",
+        ip = host.ip,
         redis_extra = opts.redis,
         grace = opts.shutdown_grace,
         server = opts.server,
@@ -221,6 +273,7 @@ pub fn config_accepted(opts: &Options) -> Result<(), String> {
     let path = dir.path().join("check.toml");
     let toml = replica_toml(
         opts,
+        &Host::loopback(),
         8080,
         9090,
         &RedisAt::Url("redis://127.0.0.1:6379".into()),
@@ -262,17 +315,38 @@ pub struct Stack {
     pub sentinels: Option<SentinelSet>,
     pub http: reqwest::Client,
     pub dir: TempDir,
+    /// Where each part runs.
+    pub places: Places,
+    /// The namespaces and their cuts ([`Options::partitions`]); declared last, so it is
+    /// dropped after every process in it.
+    pub lab: Option<NetLab>,
 }
 
 impl Stack {
     pub async fn start(opts: Options) -> Self {
         let dir = tempfile::tempdir().unwrap();
+        let lab = opts
+            .partitions
+            .then(|| NetLab::new().unwrap_or_else(|e| panic!("no network lab: {e}")));
+        let places = Places::new(&opts, lab.as_ref());
         let redis_args: Vec<&str> = opts.redis_args.iter().map(String::as_str).collect();
-        let redis = RedisServer::start_with(&redis_args);
-        let redis_cluster = (opts.topology == Topology::Cluster).then(RedisCluster::start);
-        let sentinels = (opts.topology == Topology::Sentinel).then(SentinelSet::start);
-        let pg = (opts.durability != Durability::RedisOnly).then(PgServer::start);
-        let upstream = Upstream::start(Path::new(DEMO_UPSTREAM), dir.path(), &opts.upstream_env);
+        let redis = match opts.topology {
+            Topology::Single => RedisServer::start_on(&places.redis[0], &redis_args),
+            _ => RedisServer::start_with(&redis_args),
+        };
+        let redis_cluster =
+            (opts.topology == Topology::Cluster).then(|| RedisCluster::start_on(&places.redis, 1));
+        let sentinels = (opts.topology == Topology::Sentinel).then(|| {
+            let (d, s) = (&places.redis, &places.sentinels);
+            SentinelSet::start_on([&d[0], &d[1]], [&s[0], &s[1], &s[2]])
+        });
+        let pg = (opts.durability != Durability::RedisOnly).then(|| PgServer::start_on(&places.pg));
+        let upstream = Upstream::start_on(
+            &places.upstream,
+            Path::new(DEMO_UPSTREAM),
+            dir.path(),
+            &opts.upstream_env,
+        );
         let fault = if opts.via_fault_proxy.is_empty() {
             None
         } else {
@@ -294,8 +368,10 @@ impl Stack {
                 _ => RedisAt::Url(redis.url()),
             };
             let pg_url = pg.as_ref().map(|p| p.url());
+            let host = &places.gateways[index];
             let toml = replica_toml(
                 &opts,
+                host,
                 port,
                 admin,
                 &redis_url,
@@ -305,7 +381,8 @@ impl Stack {
             let config = dir.path().join(format!("replica{index}.toml"));
             std::fs::write(&config, toml).unwrap();
             let log = dir.path().join(format!("replica{index}.log"));
-            let mut r = Replica::new(Path::new(IDEMGATE), index, port, admin, config, log);
+            let mut r =
+                Replica::new(Path::new(IDEMGATE), index, port, admin, config, log).on(host.clone());
             r.start();
             // One at a time: migrations on start take an advisory lock anyway.
             if !r.wait_ready(&http, Duration::from_secs(20)).await {
@@ -316,6 +393,7 @@ impl Stack {
         let backends = (replicas.iter())
             .map(|r| Backend {
                 name: format!("r{}", r.index),
+                ip: r.host.ip,
                 port: r.port,
                 admin: r.admin,
             })
@@ -323,9 +401,11 @@ impl Stack {
         let haproxy = HaProxy::start(
             dir.path(),
             &HaproxyConfig {
+                host: places.lb.clone(),
                 port: free_port(),
                 backends,
                 abort_on_close: opts.abort_on_close,
+                health_checks: opts.health_checks,
             },
         );
         let stack = Self {
@@ -339,6 +419,8 @@ impl Stack {
             sentinels,
             http,
             dir,
+            places,
+            lab,
         };
         stack.wait_front(Duration::from_secs(10)).await;
         stack

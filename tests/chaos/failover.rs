@@ -36,7 +36,7 @@ fn options(topology: Topology, d: Durability, wait_replicas: bool) -> Options {
 
 /// Replicas (re)joining are synced at once (Redis' default waits 5 s, during which
 /// `WAIT` does not count them): set on every running data node after the start.
-fn sync_at_once(stack: &Stack) {
+pub fn sync_at_once(stack: &Stack) {
     let set = ["CONFIG", "SET", "repl-diskless-sync-delay", "0"];
     if let Some(c) = stack.redis_cluster.as_ref() {
         for i in 0..c.nodes().len() {

@@ -232,6 +232,7 @@ impl Local {
         let backends: Vec<Backend> = (1..=self.replicas)
             .map(|i| Backend {
                 name: format!("gw{i}"),
+                ip: std::net::Ipv4Addr::LOCALHOST,
                 port: LB_PORT + i,
                 admin: ADMIN_BASE + i,
             })

@@ -24,6 +24,12 @@ impl PgServer {
         Self(idemgate_fleet::PgServer::start())
     }
 
+    /// A server on `host` (a namespace of the launcher's `NetLab`).
+    #[allow(dead_code)] // the chaos suite's partition scenarios
+    pub fn start_on(host: &idemgate_fleet::Host) -> Self {
+        Self(idemgate_fleet::PgServer::start_on(host))
+    }
+
     /// A server with `ssl = on` (see the launcher's `PgTls`).
     pub fn start_tls(tls: idemgate_fleet::PgTls) -> Self {
         Self(idemgate_fleet::PgServer::start_tls(tls))

@@ -35,6 +35,12 @@ impl RedisServer {
         Self(idemgate_fleet::RedisServer::start_with(extra))
     }
 
+    /// Starts a server on `host` (a namespace of the launcher's `NetLab`).
+    #[allow(dead_code)] // the chaos suite's partition scenarios
+    pub fn start_on(host: &idemgate_fleet::Host, extra: &[&str]) -> Self {
+        Self(idemgate_fleet::RedisServer::start_on(host, extra))
+    }
+
     /// Starts a server that speaks TLS only (see the launcher's `RedisTls`).
     pub fn start_tls(tls: idemgate_fleet::RedisTls, extra: &[&str]) -> Self {
         Self(idemgate_fleet::RedisServer::start_tls(tls, extra))
