@@ -12,6 +12,7 @@ pub mod postgres;
 pub mod redis;
 pub mod redis_connect;
 pub mod redis_wait;
+pub mod sentinel_watch;
 pub mod slots;
 pub mod tiers;
 pub mod waiters;

@@ -538,6 +538,31 @@ impl RedisStore {
         Ok(())
     }
 
+    /// Whether every connection of the pool goes to `addr` (sentinel mode: the
+    /// primary the sentinels name; fred connects to the address they gave).
+    /// A connection being re-made counts as neither.
+    pub fn connected_to(&self, addr: &(String, u16)) -> bool {
+        let mut any = false;
+        for client in self.inner.pool.clients() {
+            for server in client.active_connections() {
+                if server.port != addr.1 || *server.host != *addr.0 {
+                    return false;
+                }
+                any = true;
+            }
+        }
+        any
+    }
+
+    /// Drops every connection and makes new ones (sentinel mode: asking the sentinels
+    /// again), without waiting longer than `within`.
+    pub async fn reconnect(&self, within: Duration) {
+        let _ = tokio::time::timeout(within, self.inner.pool.force_reconnection()).await;
+        if let Some(w) = &self.inner.replica_wait {
+            w.reconnect(within).await;
+        }
+    }
+
     /// Closes the connections.
     pub async fn quit(&self) {
         if let Some(w) = &self.inner.replica_wait {

@@ -141,4 +141,9 @@ impl ReplicaWait {
     pub async fn quit(&self) {
         let _ = self.pool.quit().await;
     }
+
+    /// Makes new connections (after the sentinels named another primary).
+    pub async fn reconnect(&self, within: std::time::Duration) {
+        let _ = tokio::time::timeout(within, self.pool.force_reconnection()).await;
+    }
 }

@@ -154,7 +154,7 @@ pub async fn finish(
     for l in late {
         report.fail(l);
     }
-    if report.verdict() == "FAIL" {
+    if report.verdict() == "FAIL" || std::env::var_os("CHAOS_KEEP_LOGS").is_some() {
         let dir = stack.keep_logs(scenario);
         report
             .details

@@ -295,6 +295,18 @@ pub async fn sentinel_minority(name: String, d: Durability, wait: bool) -> Repor
     tokio::task::block_in_place(|| {
         let set = stack.sentinels.as_ref().unwrap();
         set.wait_agreed(Duration::from_secs(30));
+        notes.push(format!(
+            "after the heal the sentinels name redis{} (redis0 was the primary)",
+            set.primary()
+        ));
+        for (i, s) in set.servers().iter().enumerate() {
+            let role = s.cli(&["ROLE"]);
+            eprintln!(
+                "DEBUG redis{i}: dbsize {} role {}",
+                s.cli(&["DBSIZE"]).trim(),
+                role.replace('\n', " ")
+            );
+        }
     });
     settle(&name, &mut stack, run, back, d, notes).await
 }

@@ -29,6 +29,7 @@ mod pg_writer;
 mod replay;
 mod resharding;
 mod secrets;
+mod sentinel_partition;
 mod settle;
 mod settle_lease;
 mod shard_warmth;

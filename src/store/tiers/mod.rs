@@ -23,6 +23,7 @@ use super::breaker::Breaker;
 use super::memory::ReplayCache;
 use super::postgres::lookups::Lookups;
 use super::postgres::writer::Writer;
+use super::sentinel_watch::SentinelWatch;
 use super::waiters::Waiters;
 use super::warmth::Warmth;
 use super::{PgStore, RedisStore};
@@ -48,6 +49,9 @@ struct Inner {
     redis: RedisStore,
     postgres: Option<Durable>,
     breaker: Breaker,
+    /// `redis.mode = "sentinel"`: the primary a majority of the sentinels names,
+    /// asked by the probe ([`maintenance`]).
+    sentinels: Option<SentinelWatch>,
     warmth: Warmth,
     /// Present when some route lets duplicates wait, or the replay cache is on.
     waiters: Option<Arc<Waiters>>,
@@ -75,7 +79,12 @@ impl Stores {
     ) -> Self {
         let lookup = config.postgres.as_ref().map(|p| p.lookup_on_miss);
         redis.set_vouch_after(config.longest_ttl());
+        let sentinels = SentinelWatch::connect(&config.redis).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot watch the sentinels; following fred's choice only");
+            None
+        });
         Self(Arc::new(Inner {
+            sentinels,
             redis,
             postgres,
             waiters,
