@@ -138,7 +138,10 @@ mod tests {
         let (first, second) = (bits_of_range(0, 5460), bits_of_range(5461, 10922));
         assert!(b.trip(&first));
         assert!(b.is_open(0) && b.is_open(5460));
-        assert!(!b.is_open(5461) && !b.is_open(16383), "other shards stay closed");
+        assert!(
+            !b.is_open(5461) && !b.is_open(16383),
+            "other shards stay closed"
+        );
         assert!(b.trip(&second));
         assert!(b.close(&first));
         assert!(b.any_open() && b.is_open(6000) && !b.is_open(100));
@@ -162,6 +165,9 @@ mod tests {
         assert!(!b.timed_out("b", &second, after));
         std::thread::sleep(Duration::from_millis(40));
         assert!(b.trip(&second) || b.timed_out("b", &second, after));
-        assert!(!b.timed_out("b", &second, after), "a trip starts the count over");
+        assert!(
+            !b.timed_out("b", &second, after),
+            "a trip starts the count over"
+        );
     }
 }

@@ -47,7 +47,10 @@ impl SlotSet {
 
     /// The bits set now.
     pub fn snapshot(&self) -> Bits {
-        self.words.iter().map(|w| w.load(Ordering::Acquire)).collect()
+        self.words
+            .iter()
+            .map(|w| w.load(Ordering::Acquire))
+            .collect()
     }
 
     /// Moves every bit of `self` within `mask` (every bit: `None`) into `to` (set there

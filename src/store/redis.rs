@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use fred::interfaces::ClusterInterface as _;
 use fred::prelude::{
-    ClientLike, Error as FredError, EventInterface, KeysInterface, Pool, PubsubInterface, SortedSetsInterface,
-    Value,
+    ClientLike, Error as FredError, EventInterface, KeysInterface, Pool, PubsubInterface,
+    SortedSetsInterface, Value,
 };
 use fred::types::scripts::Script;
 
@@ -229,7 +229,7 @@ impl RedisStore {
             ]
         };
         let started = Instant::now();
-        let client = self.inner.pool.next();
+        let client = self.inner.pool.next_connected();
         let script = &self.inner.claim;
         let mut reply: Result<Value, FredError> = script
             .evalsha_with_reload(client, self.claim_keys(key), args())
@@ -453,10 +453,13 @@ impl RedisStore {
         Ok(())
     }
 
-    /// The shards as fred routes them now: in a cluster, each primary with its slots;
+    /// The shards as fred routes them now: in a cluster, each primary with its slots
+    /// (from the first client that knows the slot map: one reconnecting may not);
     /// otherwise (or before the cluster's slot map is known) one shard of every slot.
     pub fn shards(&self) -> Vec<Shard> {
-        let routing = self.inner.pool.next().cached_cluster_state();
+        let routing = (self.inner.pool.clients().iter())
+            .filter_map(|c| c.cached_cluster_state())
+            .find(|r| !r.slots().is_empty());
         let mut shards: Vec<Shard> = Vec::new();
         for range in routing.iter().flat_map(|r| r.slots()) {
             let name = format!("{}:{}", range.primary.host, range.primary.port);

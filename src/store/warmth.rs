@@ -24,10 +24,11 @@
 //! Limits: another replica learns of a reset only when the `DEL`s reach Redis. A
 //! refused completion leaves its lease in Redis for `lock_ttl`, and the reset is retried
 //! at once and then by every probe, so the reset lands before that lease can expire
-//! unless Redis refuses writes for the whole `lock_ttl`. The breaker is one per replica,
-//! not per shard: while it is open, every claim follows the fallback, so with
+//! unless Redis refuses writes for the whole `lock_ttl`. The breaker is one per shard
+//! (see `breaker`): while a shard's is open, its claims follow the fallback, so with
 //! `on_redis_unavailable = "postgres"` the slots of every record claimed meanwhile are
-//! reset (those records are in Postgres only), whichever shard failed. A write lost in a failover
+//! reset (those records are in Postgres only), and a shard's breaker closes once the
+//! markers of its own slots are reset. A write lost in a failover
 //! is covered only because the promoted server has another `run_id`; a shard that
 //! loses writes without changing process (none known in Redis) would not be seen.
 

@@ -60,7 +60,11 @@ impl Stores {
     /// nothing for `silent_after`, it is treated as lost (see `breaker`).
     pub(super) fn timed_out(&self, slot: u16, e: &StoreError) {
         let shard = self.0.redis.shard_of(slot);
-        if self.0.breaker.timed_out(&shard.name, &shard.slots, self.0.silent_after) {
+        if self
+            .0
+            .breaker
+            .timed_out(&shard.name, &shard.slots, self.0.silent_after)
+        {
             self.trip(slot, e);
         }
     }
@@ -72,7 +76,10 @@ impl Stores {
     pub(super) fn forget_replays(&self, why: &'static str) {
         if let Some(cache) = &self.0.cache {
             cache.clear();
-            tracing::debug!(why, "replay cache cleared: this replica's view of redis changed");
+            tracing::debug!(
+                why,
+                "replay cache cleared: this replica's view of redis changed"
+            );
         }
     }
 
