@@ -8,6 +8,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
@@ -129,6 +130,8 @@ pub struct RedisServer {
     extra: Vec<String>,
     tls: Option<RedisTls>,
     child: Option<Child>,
+    /// SIGSTOPped by [`Self::pause`] and not continued yet.
+    paused: AtomicBool,
 }
 
 impl RedisServer {
@@ -166,6 +169,7 @@ impl RedisServer {
                 extra: extra.iter().map(|s| s.to_string()).collect(),
                 tls: tls.clone(),
                 child: None,
+                paused: AtomicBool::new(false),
             };
             if server.spawn() {
                 return server;
@@ -218,14 +222,14 @@ impl RedisServer {
         format!("{scheme}://{}:{}", self.host.ip, self.port)
     }
 
-    /// The process id while it runs (for `kill -STOP` and the like).
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
     /// SIGKILL. Without persistence every key is gone; with `--appendonly yes` the AOF stays.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
+            // A paused server dies on SIGKILL too; continued first, it is reaped at once.
+            let _ = Command::new("kill")
+                .args(["-CONT", &child.id().to_string()])
+                .status();
+            self.paused.store(false, Ordering::SeqCst);
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -278,9 +282,40 @@ impl RedisServer {
         s
     }
 
-    /// Whether the process is running (not stopped by [`Self::stop`]).
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// SIGSTOP: the server stops answering, its connections stay open (no RST), like a
+    /// network partition seen from a client. [`Self::resume`] continues it.
+    /// Until then it counts as not running ([`Self::is_running`]), and [`Self::cli`]
+    /// would wait for it forever.
+    pub fn pause(&self) {
+        self.signal("STOP");
+        self.paused.store(true, Ordering::SeqCst);
+    }
+
+    /// SIGCONT after [`Self::pause`].
+    pub fn resume(&self) {
+        self.signal("CONT");
+        self.paused.store(false, Ordering::SeqCst);
+    }
+
+    fn signal(&self, sig: &str) {
+        if let Some(pid) = self.pid() {
+            let ok = Command::new("kill")
+                .args([&format!("-{sig}"), &pid.to_string()])
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            assert!(ok, "kill -{sig} {pid} failed");
+        }
+    }
+
+    /// Whether the process is running (not stopped by [`Self::stop`], not paused).
     pub fn is_running(&self) -> bool {
-        self.child.is_some()
+        self.child.is_some() && !self.paused.load(Ordering::SeqCst)
     }
 
     /// Like [`Self::cli`], with `redis-cli -c` (follows cluster redirections).

@@ -180,6 +180,17 @@ impl RedisCluster {
             .unwrap_or_else(|| panic!("port {port} is not a node of this cluster"))
     }
 
+    /// SIGSTOP node `i`: it stops answering with its connections open, as behind a
+    /// partition (the cluster fails a primary over after [`NODE_TIMEOUT_MS`]).
+    pub fn pause(&self, i: usize) {
+        self.nodes[i].pause();
+    }
+
+    /// SIGCONT node `i` after [`Self::pause`].
+    pub fn resume(&self, i: usize) {
+        self.nodes[i].resume();
+    }
+
     /// SIGKILL node `i` (its data is gone; `nodes.conf` stays).
     pub fn kill(&mut self, i: usize) {
         self.nodes[i].stop();

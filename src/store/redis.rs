@@ -19,11 +19,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use fred::interfaces::ClusterInterface as _;
 use fred::prelude::{
-    ClientLike, Error as FredError, KeysInterface, Pool, PubsubInterface, SortedSetsInterface,
-    Value,
+    ClientLike, Error as FredError, EventInterface, KeysInterface, Pool, PubsubInterface,
+    SortedSetsInterface, Value,
 };
 use fred::types::scripts::Script;
 
+use super::cold_slots::{all_slots, bits_of_range, Bits};
 use super::redis_wait::ReplicaWait;
 use super::slots::SlotMarkers;
 use super::StoreError;
@@ -46,6 +47,17 @@ pub struct Acquired {
     /// Age of the warmth marker, read in the same script: how long this Redis has
     /// provably held every write (0 when it was absent and set just now).
     pub marker_age: Duration,
+}
+
+/// A shard as fred routes it: a primary and the slots it serves (see
+/// [`RedisStore::shards`]); in standalone and Sentinel mode, every slot.
+#[derive(Debug, Clone)]
+pub struct Shard {
+    /// `host:port` of its primary, or `redis` for the one shard of every slot.
+    pub name: String,
+    pub slots: Bits,
+    /// One of its slots: where the breaker's probe writes.
+    pub probe_slot: u16,
 }
 
 /// A record as Redis holds it, for the admin API.
@@ -217,7 +229,7 @@ impl RedisStore {
             ]
         };
         let started = Instant::now();
-        let client = self.inner.pool.next();
+        let client = self.inner.pool.next_connected();
         let script = &self.inner.claim;
         let mut reply: Result<Value, FredError> = script
             .evalsha_with_reload(client, self.claim_keys(key), args())
@@ -441,21 +453,86 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Proves that Redis takes writes again (the breaker's probe): one `DEL` of a
-    /// throw-away key per primary (the first slot of each slot range fred knows in a
-    /// cluster; one key on the one primary otherwise). Touches no marker.
-    pub async fn probe_writes(&self) -> Result<(), StoreError> {
-        let client = self.inner.pool.next();
-        let slots: Vec<u16> = match client.cached_cluster_state() {
-            Some(routing) => routing.slots().iter().map(|r| r.start).collect(),
-            None => vec![0],
-        };
-        let pipeline = client.pipeline();
-        for slot in slots {
-            let key = format!("{}:probe", self.inner.markers.all()[usize::from(slot)]);
-            let _: () = pipeline.del(key).await?;
+    /// The shards as fred routes them now: in a cluster, each primary with its slots
+    /// (from the first client that knows the slot map: one reconnecting may not);
+    /// otherwise (or before the cluster's slot map is known) one shard of every slot.
+    pub fn shards(&self) -> Vec<Shard> {
+        let routing = (self.inner.pool.clients().iter())
+            .filter_map(|c| c.cached_cluster_state())
+            .find(|r| !r.slots().is_empty());
+        let mut shards: Vec<Shard> = Vec::new();
+        for range in routing.iter().flat_map(|r| r.slots()) {
+            let name = format!("{}:{}", range.primary.host, range.primary.port);
+            let bits = bits_of_range(range.start, range.end);
+            match shards.iter_mut().find(|s| s.name == name) {
+                Some(shard) => {
+                    for (w, b) in shard.slots.iter_mut().zip(&bits) {
+                        *w |= b;
+                    }
+                }
+                None => shards.push(Shard {
+                    name,
+                    slots: bits,
+                    probe_slot: range.start,
+                }),
+            }
         }
-        let _: Vec<Value> = pipeline.all().await?;
+        if shards.is_empty() {
+            shards.push(Shard {
+                name: "redis".into(),
+                slots: all_slots(),
+                probe_slot: 0,
+            });
+        }
+        shards
+    }
+
+    /// The shard that serves `slot` now (see [`Self::shards`]); every slot when fred's
+    /// slot map does not say.
+    pub fn shard_of(&self, slot: u16) -> Shard {
+        let word = usize::from(slot) / 64;
+        let bit = 1u64 << (usize::from(slot) % 64);
+        (self.shards().into_iter())
+            .find(|s| s.slots[word] & bit != 0)
+            .unwrap_or_else(|| Shard {
+                name: "redis".into(),
+                slots: all_slots(),
+                probe_slot: 0,
+            })
+    }
+
+    /// Calls `changed` whenever a connection of the pool is (re)made or fred's view of
+    /// the cluster changes (a failover, a slot moved: fred re-reads the slot map after a
+    /// `MOVED`), with what happened: the Redis this replica talks to may now hold other
+    /// records than before. One task per client of the pool, until it closes.
+    pub fn on_topology_change(&self, changed: impl Fn(&'static str) + Send + Sync + 'static) {
+        let changed = Arc::new(changed);
+        for client in self.inner.pool.clients() {
+            let (mut reconnects, mut changes) = (client.reconnect_rx(), client.cluster_change_rx());
+            let changed = changed.clone();
+            tokio::spawn(async move {
+                use tokio::sync::broadcast::error::RecvError;
+                loop {
+                    let what = tokio::select! {
+                        r = reconnects.recv() => r.map(|_| "reconnected"),
+                        r = changes.recv() => r.map(|_| "cluster changed"),
+                    };
+                    match what {
+                        Ok(what) => changed(what),
+                        Err(RecvError::Lagged(_)) => changed("events missed"),
+                        Err(RecvError::Closed) => return,
+                    }
+                }
+            });
+        }
+    }
+
+    /// Proves that the shard serving `slot` takes writes again (the breaker's probe):
+    /// one `DEL` of a throw-away key in that slot, on a connected client. Touches no
+    /// marker.
+    pub async fn probe_write(&self, slot: u16) -> Result<(), StoreError> {
+        let key = format!("{}:probe", self.inner.markers.all()[usize::from(slot)]);
+        let _: i64 = self.inner.pool.next_connected().del(key).await?;
         Ok(())
     }
 

@@ -24,17 +24,18 @@
 //! Limits: another replica learns of a reset only when the `DEL`s reach Redis. A
 //! refused completion leaves its lease in Redis for `lock_ttl`, and the reset is retried
 //! at once and then by every probe, so the reset lands before that lease can expire
-//! unless Redis refuses writes for the whole `lock_ttl`. The breaker is one per replica,
-//! not per shard: while it is open, every claim follows the fallback, so with
+//! unless Redis refuses writes for the whole `lock_ttl`. The breaker is one per shard
+//! (see `breaker`): while a shard's is open, its claims follow the fallback, so with
 //! `on_redis_unavailable = "postgres"` the slots of every record claimed meanwhile are
-//! reset (those records are in Postgres only), whichever shard failed. A write lost in a failover
+//! reset (those records are in Postgres only), and a shard's breaker closes once the
+//! markers of its own slots are reset. A write lost in a failover
 //! is covered only because the promoted server has another `run_id`; a shard that
 //! loses writes without changing process (none known in Redis) would not be seen.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::cold_slots::{slots_of, SlotSet};
+use super::cold_slots::{slots_of, Bits, SlotSet};
 
 use crate::config::LookupOnMiss;
 use crate::metrics;
@@ -44,8 +45,12 @@ use crate::store::RedisStore;
 pub struct Warmth {
     mode: LookupOnMiss,
     longest_ttl: Duration,
-    /// `maxmemory-policy` is `noeviction`, as of the last probe.
+    /// `maxmemory-policy` is `noeviction`, as of the last probe (false while unreadable).
     keeps_everything: AtomicBool,
+    /// The policy last read was `noeviction` (what a change is reported against).
+    last_read: AtomicBool,
+    /// The last reading failed (reported once).
+    unreadable: AtomicBool,
     /// Slots where Redis may lack a record Postgres has, the marker not yet reset.
     pending: SlotSet,
     /// Slots whose reset is on its way (cold until it lands).
@@ -60,6 +65,8 @@ impl Warmth {
             mode,
             longest_ttl,
             keeps_everything: AtomicBool::new(false),
+            last_read: AtomicBool::new(false),
+            unreadable: AtomicBool::new(false),
             pending: SlotSet::default(),
             resetting: SlotSet::default(),
             reset_lock: tokio::sync::Mutex::new(()),
@@ -99,11 +106,22 @@ impl Warmth {
 
     /// Deletes the markers of the slots owed a reset; true when none is owed any more.
     pub async fn reset(&self, redis: &RedisStore) -> bool {
+        self.reset_within(redis, None).await
+    }
+
+    /// [`Warmth::reset`] of the slots within `shard` only (every slot: `None`); true
+    /// when none of them is owed a reset any more. A shard's breaker closes on it, so
+    /// that another shard still down does not keep it open.
+    pub async fn reset_within(&self, redis: &RedisStore, shard: Option<&Bits>) -> bool {
         let _one = self.reset_lock.lock().await;
-        if self.pending.is_empty() {
-            return self.resetting.is_empty();
+        let owed = |set: &SlotSet| match shard {
+            None => !set.is_empty(),
+            Some(bits) => set.intersects(bits),
+        };
+        if !owed(&self.pending) {
+            return !owed(&self.resetting);
         }
-        let bits = self.pending.move_into(&self.resetting);
+        let bits = self.pending.move_into(&self.resetting, shard);
         let slots = slots_of(&bits);
         let done = redis.reset_markers(&slots).await;
         if done.is_err() {
@@ -117,7 +135,7 @@ impl Warmth {
                     "warmth markers reset: every replica looks keys of these slots up in \
                     postgres until their markers are older than the longest ttl"
                 );
-                self.pending.is_empty()
+                !owed(&self.pending)
             }
             Err(e) => {
                 metrics::fallback("marker_reset_failed");
@@ -131,9 +149,9 @@ impl Warmth {
     /// The probe's part: re-read the eviction policy, retry an owed reset.
     pub async fn refresh(&self, redis: &RedisStore) {
         self.reset(redis).await;
-        let keeps = matches!(redis.maxmemory_policy().await, Ok(p) if p == "noeviction");
-        if self.keeps_everything.swap(keeps, Ordering::AcqRel) != keeps {
-            tracing::info!(
+        let read = redis.maxmemory_policy().await;
+        match self.observe(read.as_ref().ok().map(|p| p == "noeviction")) {
+            Observed::Changed(keeps) => tracing::info!(
                 noeviction = keeps,
                 "redis eviction policy changed: lookups on miss are {}",
                 if keeps {
@@ -141,7 +159,68 @@ impl Warmth {
                 } else {
                     "always on"
                 }
-            );
+            ),
+            Observed::Unreadable => {
+                if let Err(e) = read {
+                    tracing::warn!(error = %e, "could not read the redis eviction policy: \
+                        lookups on miss are always on until it is read");
+                }
+            }
+            Observed::Same => {}
         }
+    }
+
+    /// One reading of the eviction policy (`None`: it could not be read, which counts
+    /// as cold but is not a change of policy): what to report. A change is reported
+    /// against the last policy read, an unreadable one once until it is read again.
+    fn observe(&self, noeviction: Option<bool>) -> Observed {
+        let Some(keeps) = noeviction else {
+            self.keeps_everything.store(false, Ordering::Release);
+            return match self.unreadable.swap(true, Ordering::AcqRel) {
+                false => Observed::Unreadable,
+                true => Observed::Same,
+            };
+        };
+        self.unreadable.store(false, Ordering::Release);
+        self.keeps_everything.store(keeps, Ordering::Release);
+        match self.last_read.swap(keeps, Ordering::AcqRel) != keeps {
+            true => Observed::Changed(keeps),
+            false => Observed::Same,
+        }
+    }
+}
+
+/// What a reading of the eviction policy means for the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Observed {
+    /// The policy read differs from the last one read: `noeviction` or not.
+    Changed(bool),
+    /// It could not be read (first time since it last was).
+    Unreadable,
+    /// Nothing to report.
+    Same,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unreadable_policy_is_cold_but_no_change() {
+        let w = Warmth::new(LookupOnMiss::WhenCold, Duration::from_secs(60));
+        let day = Duration::from_secs(86_400);
+        assert_eq!(w.observe(Some(true)), Observed::Changed(true));
+        assert!(w.vouches(day, 7));
+        assert_eq!(w.observe(Some(true)), Observed::Same);
+        // Unreadable: cold at once, reported once, and not as a change.
+        assert_eq!(w.observe(None), Observed::Unreadable);
+        assert!(!w.vouches(day, 7), "unknown counts as cold");
+        assert_eq!(w.observe(None), Observed::Same);
+        // Read again, the same policy: warm again, no change to report.
+        assert_eq!(w.observe(Some(true)), Observed::Same);
+        assert!(w.vouches(day, 7));
+        assert_eq!(w.observe(Some(false)), Observed::Changed(false));
+        assert_eq!(w.observe(None), Observed::Unreadable);
+        assert_eq!(w.observe(Some(false)), Observed::Same);
     }
 }

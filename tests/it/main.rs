@@ -22,6 +22,7 @@ mod limits;
 mod observability;
 mod outage;
 mod owned_headers;
+mod partitions;
 mod paths;
 mod pg_ops;
 mod pg_timeouts;

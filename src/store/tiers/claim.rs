@@ -60,7 +60,7 @@ impl Stores {
         };
         // The fallback is boxed: rare, and inline it would grow the future of every
         // claim, which is moved several times on its way through the task.
-        if self.0.breaker.is_open() {
+        if self.0.breaker.any_open() && self.0.breaker.is_open(slot(&ask.redis_key)) {
             return Box::pin(self.fallback(route, ask, StoreError::RedisDown)).await;
         }
         let policy = &route.policy;
@@ -73,6 +73,9 @@ impl Stores {
                 policy.settings.ttl + policy.settings.lock_ttl,
             )
             .await;
+        if claimed.is_ok() {
+            self.0.breaker.answered(slot(&ask.redis_key));
+        }
         match claimed {
             Ok(Claim::Acquired(acquired)) => {
                 let home = Home::Redis {
@@ -90,16 +93,20 @@ impl Stores {
             Err(e @ StoreError::Unavailable(_)) => {
                 // Not cold by itself: only a claim the fallback takes in Postgres
                 // leaves Redis lacking a record (its slot is marked there).
-                if self.0.breaker.trip() {
-                    metrics::redis_up(false);
-                    tracing::error!(error = %e, "redis failing: claims follow on_redis_unavailable \
-                        until it answers again");
-                }
+                self.trip(slot(&ask.redis_key), &e);
                 Box::pin(self.fallback(route, ask, e)).await
             }
             // A Redis that answers with an error (OOM, READONLY...) or slowly is still
-            // the authority: this request fails, claims stay in Redis.
-            Err(e) => Err(e),
+            // the authority: this request fails, claims stay in Redis; unless its shard
+            // has answered nothing at all for a while (see `breaker`).
+            Err(e @ StoreError::Timeout) => {
+                self.timed_out(slot(&ask.redis_key), &e);
+                Err(e)
+            }
+            Err(e) => {
+                self.0.breaker.answered(slot(&ask.redis_key));
+                Err(e)
+            }
         }
     }
 
@@ -200,8 +207,8 @@ impl Stores {
         record: RecordId,
         fingerprint: &Fingerprint,
     ) -> Result<Option<Claim<Lease>>, StoreError> {
-        if !self.0.breaker.is_open() {
-            let key = self.0.redis.record_key(record);
+        let key = self.0.redis.record_key(record);
+        if !self.0.breaker.is_open(slot(&key)) {
             if let Record::Known(claim) = self.0.redis.peek(&key, fingerprint).await? {
                 let claim = claim.map_acquired(|_| unreachable!("peek never acquires"));
                 let at = Binding { scope, record };

@@ -1,13 +1,17 @@
-//! Maintenance: the Redis probe (closes the breaker, keeps warmth current) and the
-//! Postgres reaper, as background tasks.
+//! Maintenance: the Redis breakers (tripped per shard, closed by the probe), the probe
+//! (which also keeps warmth current), the replay cache's reset when this replica's view
+//! of Redis changes, and the Postgres reaper, as background tasks.
 
 use std::time::Duration;
 
+use super::super::redis::Shard;
+use super::super::StoreError;
 use super::Stores;
 use crate::metrics;
 
 impl Stores {
-    /// Spawns the Redis probe (breaker and warmth) and, with Postgres, the reaper.
+    /// Spawns the Redis probe (breakers and warmth), the replay cache's reset on
+    /// topology changes and, with Postgres, the reaper.
     pub fn spawn_background(&self, probe_interval: Duration, reap: Option<(Duration, usize)>) {
         let stores = self.clone();
         tokio::spawn(async move {
@@ -16,6 +20,10 @@ impl Stores {
                 stores.probe().await;
             }
         });
+        if self.0.cache.is_some() {
+            let stores = self.clone();
+            (self.0.redis).on_topology_change(move |what| stores.forget_replays(what));
+        }
         if let (Some((every, batch)), Some(_)) = (reap, &self.0.postgres) {
             let stores = self.clone();
             tokio::spawn(async move {
@@ -35,31 +43,92 @@ impl Stores {
         }
     }
 
-    /// One probe: close the breaker when Redis takes a write again; refresh warmth.
+    /// A claim in `slot` met a lost connection: open the breaker of the shard serving
+    /// that slot (every slot outside a cluster), so its claims follow the fallback
+    /// while the other shards' claims still go to Redis.
+    pub(super) fn trip(&self, slot: u16, e: &StoreError) {
+        let shard = self.0.redis.shard_of(slot);
+        if self.0.breaker.trip(&shard.slots) {
+            metrics::redis_up(false);
+            self.forget_replays("breaker opened");
+            tracing::error!(error = %e, shard = %shard.name, "redis failing: claims of this \
+                shard follow on_redis_unavailable until it answers again");
+        }
+    }
+
+    /// A claim in `slot` timed out on a live connection: if its shard has answered
+    /// nothing for `silent_after`, it is treated as lost (see `breaker`).
+    pub(super) fn timed_out(&self, slot: u16, e: &StoreError) {
+        let shard = self.0.redis.shard_of(slot);
+        if self
+            .0
+            .breaker
+            .timed_out(&shard.name, &shard.slots, self.0.silent_after)
+        {
+            self.trip(slot, e);
+        }
+    }
+
+    /// The replay cache starts over: what this replica cached may no longer be what the
+    /// Redis tier holds (a failover, a shard that was away), and a replica must not keep
+    /// answering with a response its tier has replaced. Replays then come from Redis
+    /// (one round trip) and fill the cache again.
+    pub(super) fn forget_replays(&self, why: &'static str) {
+        if let Some(cache) = &self.0.cache {
+            cache.clear();
+            tracing::debug!(
+                why,
+                "replay cache cleared: this replica's view of redis changed"
+            );
+        }
+    }
+
+    /// One probe: close the breaker of every shard that takes a write again; refresh
+    /// warmth while every breaker is closed.
     ///
-    /// The breaker closes once the warmth markers owed a reset (the slots of records
-    /// claimed in Postgres during the outage) are reset and every primary takes a write
-    /// (`probe_writes`). A Redis that answers PING but refuses writes (a demoted
-    /// primary, READONLY) keeps the breaker open, and the breaker never closes with a
-    /// marker still claiming Redis holds every record of its slot.
+    /// A shard's breaker closes once the warmth markers of its slots owed a reset (the
+    /// slots of records claimed in Postgres during the outage) are reset and it takes a
+    /// write (one `DEL` in one of its slots). A Redis that answers PING but refuses
+    /// writes (a demoted primary, READONLY) keeps the breaker open, and a breaker never
+    /// closes with a marker still claiming Redis holds every record of its slot. Shards
+    /// are probed together, each on its own: one still away keeps no other open.
     ///
     /// In sentinel mode the probe first asks the sentinels ([`Self::follow_sentinels`]):
     /// claims stay out of Redis while the pool is not connected to the primary a
     /// majority of them names.
     pub async fn probe(&self) {
         let confirmed = self.follow_sentinels().await;
-        if self.0.breaker.is_open() {
-            if confirmed
-                && self.0.warmth.reset(&self.0.redis).await
-                && self.0.redis.probe_writes().await.is_ok()
-            {
-                self.0.breaker.close();
-                metrics::redis_up(true);
-                tracing::info!("redis takes writes again: claims are back in redis");
-            }
+        if !self.0.breaker.any_open() {
+            self.0.warmth.refresh(&self.0.redis).await;
             return;
         }
-        self.0.warmth.refresh(&self.0.redis).await;
+        if !confirmed {
+            return;
+        }
+        let open = self.0.breaker.open_slots();
+        let shards = (self.0.redis.shards().into_iter())
+            .filter(|s| s.slots.iter().zip(&open).any(|(s, o)| s & o != 0));
+        let mut probes = tokio::task::JoinSet::new();
+        for shard in shards {
+            let stores = self.clone();
+            probes.spawn(async move { stores.probe_shard(shard).await });
+        }
+        probes.join_all().await;
+        if !self.0.breaker.any_open() {
+            metrics::redis_up(true);
+        }
+    }
+
+    async fn probe_shard(&self, shard: Shard) {
+        let redis = &self.0.redis;
+        if self.0.warmth.reset_within(redis, Some(&shard.slots)).await
+            && redis.probe_write(shard.probe_slot).await.is_ok()
+            && self.0.breaker.close(&shard.slots)
+        {
+            self.forget_replays("breaker closed");
+            tracing::info!(shard = %shard.name, "redis takes writes again: claims of this \
+                shard are back in redis");
+        }
     }
 
     /// Sentinel mode: whether the pool is connected to the primary a majority of the
@@ -85,8 +154,10 @@ impl Stores {
             }
             None => "no majority of the sentinels names a primary (cut off from them?)",
         };
-        if self.0.breaker.trip() {
+        let every_slot = self.0.redis.shard_of(0);
+        if self.0.breaker.trip(&every_slot.slots) {
             metrics::redis_up(false);
+            self.forget_replays("primary not confirmed");
             tracing::error!(
                 reason = why,
                 "redis primary not confirmed: claims follow \

@@ -52,6 +52,9 @@ struct Inner {
     /// `redis.mode = "sentinel"`: the primary a majority of the sentinels names,
     /// asked by the probe ([`maintenance`]).
     sentinels: Option<SentinelWatch>,
+    /// A shard whose claims all time out for this long is treated as lost (twice the
+    /// command timeout, fred's own unresponsive-connection limit).
+    silent_after: std::time::Duration,
     warmth: Warmth,
     /// Present when some route lets duplicates wait, or the replay cache is on.
     waiters: Option<Arc<Waiters>>,
@@ -91,6 +94,7 @@ impl Stores {
             cache,
             sealing: Sealing::new(config.encryption.clone()),
             breaker: Breaker::default(),
+            silent_after: config.redis.command_timeout * 2,
             warmth: Warmth::new(
                 lookup.unwrap_or(crate::config::LookupOnMiss::Always),
                 config.longest_ttl(),

@@ -166,9 +166,9 @@ impl Stores {
             .map_or(0, |pg| pg.writer.queue_depth())
     }
 
-    /// Whether claims go to Redis (its breaker is closed).
+    /// Whether every claim goes to Redis (no shard's breaker is open).
     pub fn claims_in_redis(&self) -> bool {
-        !self.0.breaker.is_open()
+        !self.0.breaker.any_open()
     }
 
     /// At shutdown: drains the write-through queue within what is left of `grace`
