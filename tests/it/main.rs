@@ -23,6 +23,7 @@ mod observability;
 mod outage;
 mod owned_headers;
 mod paths;
+mod pg_claims;
 mod pg_ops;
 mod pg_timeouts;
 mod pg_writer;
