@@ -12,6 +12,7 @@ use crate::idempotency::{ScopeKeys, ScopeSecret};
 use crate::proxy::Upstream;
 use crate::route::RouteTable;
 use crate::store::memory::ReplayCache;
+use crate::store::postgres::claims::Claims;
 use crate::store::postgres::lookups::Lookups;
 use crate::store::postgres::writer::Writer;
 use crate::store::tiers::Durable;
@@ -103,9 +104,14 @@ impl App {
                         pg.retry_queue_bytes.as_u64(),
                     ),
                     lookups: Lookups::spawn(store.clone(), pg.batch_max),
+                    claims: Claims::spawn(store.clone(), pg.batch_max),
                 };
                 // Spawned on the runtime of the first worker that gets here (worker 0).
-                let Batchers { writer, lookups } = match &part {
+                let Batchers {
+                    writer,
+                    lookups,
+                    claims,
+                } = match &part {
                     Some(part) => part.batchers.get_or_init(spawn).clone(),
                     None => spawn(),
                 };
@@ -113,7 +119,8 @@ impl App {
                     store,
                     writer,
                     lookups,
-                    claims: pg.claims,
+                    claims,
+                    durability: pg.claims,
                 })
             }
         };
@@ -164,14 +171,15 @@ pub struct WorkerPart {
     pub batchers: Arc<OnceLock<Batchers>>,
 }
 
-/// The write-through and lookup batchers of a process. Shared by the `thread_per_core`
-/// workers so their records and lookups share statements as in `multi_thread` (half
+/// The write-through, lookup and claim batchers of a process. Shared by the
+/// `thread_per_core` workers so their records, lookups and claims share statements as in `multi_thread` (half
 /// as many statements with 2 workers); a batch costs a worker one cross-thread
 /// wake-up to send and one to be answered, not one per request.
 #[derive(Clone)]
 pub struct Batchers {
     writer: Writer,
     lookups: Lookups,
+    claims: Claims,
 }
 
 /// Reads `idempotency.scope_secret_file`; warns when there is none.

@@ -34,9 +34,9 @@ pub const DEMO_UPSTREAM: &str = env!("CARGO_BIN_EXE_demo-upstream");
 pub enum Durability {
     /// No `[postgres]`.
     RedisOnly,
-    /// `[postgres]` with the default `claims = "redis"`.
+    /// `[postgres]` with `claims = "redis"` (set explicitly: the default is `write_through`).
     Postgres,
-    /// `[postgres]` with `claims = "write_through"`.
+    /// `[postgres]` with `claims = "write_through"` (the default).
     WriteThrough,
 }
 

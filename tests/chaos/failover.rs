@@ -163,7 +163,7 @@ pub async fn cluster_primary_killed(name: String, d: Durability, wait_replicas: 
 
 /// 4,000 slots moved from one primary to another with `redis-cli --cluster reshard`
 /// under load, then 2,000 of them on to the third: no client may see an error, and
-/// nothing may run twice or be lost (default `claims = "redis"` with Postgres).
+/// nothing may run twice or be lost (`claims = "redis"` with Postgres).
 pub async fn cluster_resharded(name: String) -> Report {
     let mut stack = Stack::start(options(Topology::Cluster, Durability::Postgres, false)).await;
     let mut run = start(in_flight_heavy(&name, &stack));

@@ -1,10 +1,11 @@
 //! Behaviours 4 and 7: one execution under concurrent duplicates; 409 while in flight.
+//! Issue 22: the same with claims written through to Postgres, in shared statements.
 
 use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use crate::support::{problem_code, read, stack, tally};
+use crate::support::{durable_stack, eventually, problem_code, read, stack, tally};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_concurrent_duplicates_execute_once() {
@@ -42,4 +43,46 @@ async fn duplicate_in_flight_gets_409_with_retry_after() {
     );
     assert_eq!(first.await.unwrap().unwrap().status(), 201);
     assert_eq!(upstream.executions(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_through_claims_of_concurrent_requests_share_statements_and_run_once() {
+    let (_redis, pg, upstream, app) = durable_stack("claims = \"write_through\"", "").await;
+    upstream.set_delay(Duration::from_millis(1500));
+    let app = &app;
+    // 40 keys, each sent three times at once.
+    let keys: Vec<String> = (0..120).map(|i| format!("wt-{}", i % 40)).collect();
+    let requests = keys.iter().map(|key| async move {
+        read(app.post(key, r#"{"amount":5}"#).send().await.unwrap()).await
+    });
+    // While the first executions are upstream, their claims are the only writes.
+    let check = async {
+        let leased = eventually(Duration::from_secs(10), async || {
+            pg.count("state = 'leased'").await == 40
+        })
+        .await;
+        (leased, pg.writing_statements().await)
+    };
+    let (answers, (leased, statements)) = tokio::join!(join_all(requests), check);
+    assert!(leased, "every key's claim is durable before forwarding");
+    assert!(
+        statements < 40,
+        "40 concurrent write-through claims share statements, ran {statements}"
+    );
+    let t = tally(&answers);
+    assert_eq!((t.first, t.first + t.in_flight), (40, 120), "{t:?}");
+    assert_eq!(upstream.executions(), 40, "one execution per key");
+    let mut executed: Vec<String> = (upstream.seen().iter())
+        .map(|s| s.headers["idempotency-key"].to_str().unwrap().to_string())
+        .collect();
+    executed.sort();
+    executed.dedup();
+    assert_eq!(executed.len(), 40, "every key executed exactly once");
+    assert!(
+        eventually(Duration::from_secs(5), async || pg
+            .count("state = 'completed'")
+            .await
+            == 40)
+        .await
+    );
 }

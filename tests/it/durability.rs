@@ -9,7 +9,7 @@ use crate::support::{comparable, durable_stack, eventually, problem_code, read, 
 
 #[tokio::test]
 async fn redis_restarted_empty_replays_from_postgres_and_rewarms() {
-    let (mut redis, pg, upstream, app) = durable_stack("", "").await;
+    let (mut redis, pg, upstream, app) = durable_stack("claims = \"redis\"", "").await;
     let (s1, h1, b1) = read(app.post("k", r#"{"amount":7}"#).send().await.unwrap()).await;
     assert_eq!(s1, 201);
     assert_eq!(
@@ -55,7 +55,7 @@ async fn redis_restarted_empty_replays_from_postgres_and_rewarms() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_moves_claims_to_postgres_with_one_execution() {
-    let (mut redis, pg, upstream, app) = durable_stack("", "").await;
+    let (mut redis, pg, upstream, app) = durable_stack("claims = \"redis\"", "").await;
     redis.stop();
     upstream.set_delay(Duration::from_millis(300));
     let answers = join_all((0..50).map(|_| async {
@@ -85,7 +85,7 @@ async fn redis_down_moves_claims_to_postgres_with_one_execution() {
 
 #[tokio::test]
 async fn postgres_stopped_during_write_through_loses_nothing() {
-    let (mut redis, mut pg, upstream, app) = durable_stack("", "").await;
+    let (mut redis, mut pg, upstream, app) = durable_stack("claims = \"redis\"", "").await;
     // A Redis that has held every write for two days (longer than any ttl): its claims
     // stand while Postgres cannot be asked. (A cold Redis fails closed instead: see
     // `cold_redis_with_postgres_down_fails_closed`.)
@@ -118,8 +118,11 @@ async fn postgres_stopped_during_write_through_loses_nothing() {
 
 #[tokio::test]
 async fn policy_reject_answers_503_and_pass_through_bypasses() {
-    let (mut redis, _pg, upstream, app) =
-        durable_stack("", "[idempotency]\non_redis_unavailable = \"reject\"\n").await;
+    let (mut redis, _pg, upstream, app) = durable_stack(
+        "claims = \"redis\"",
+        "[idempotency]\non_redis_unavailable = \"reject\"\n",
+    )
+    .await;
     redis.stop();
     let (status, headers, body) = read(app.post("r", "{}").send().await.unwrap()).await;
     assert_eq!(status, 503);
@@ -133,7 +136,7 @@ async fn policy_reject_answers_503_and_pass_through_bypasses() {
     );
 
     let (mut redis, _pg, upstream, app) = durable_stack(
-        "",
+        "claims = \"redis\"",
         "[idempotency]\non_redis_unavailable = \"pass_through\"\n",
     )
     .await;
@@ -178,7 +181,7 @@ async fn write_through_claims_close_the_lost_claim_window() {
 #[tokio::test]
 async fn without_write_through_claims_the_same_fault_runs_twice() {
     // The documented window of the default mode, measured so the README stays honest.
-    let (mut redis, _pg, upstream, app) = durable_stack("", "").await;
+    let (mut redis, _pg, upstream, app) = durable_stack("claims = \"redis\"", "").await;
     upstream.set_delay(Duration::from_millis(1500));
     let first = tokio::spawn(app.post("w", "{}").send());
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -227,7 +230,7 @@ async fn write_through_claims_keep_a_completion_that_redis_refused() {
 async fn a_slow_redis_is_not_an_outage_so_claims_do_not_move_to_postgres() {
     // A claim that times out on a live connection answers 503; it must not send claims
     // to Postgres, which cannot see the Redis lease of the request already running.
-    let (redis, _pg, upstream, app) = durable_stack("", "").await;
+    let (redis, _pg, upstream, app) = durable_stack("claims = \"redis\"", "").await;
     upstream.set_delay(Duration::from_millis(1200));
     let first = tokio::spawn(app.post("slow-redis", "{}").send());
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -255,7 +258,7 @@ async fn a_slow_redis_is_not_an_outage_so_claims_do_not_move_to_postgres() {
 async fn concurrent_cold_lookups_replay_each_key_its_own_response_once() {
     // Claim path with batched Postgres lookups: Redis comes back empty, then stored keys
     // and new keys arrive all at once; their lookups share statements.
-    let (mut redis, pg, upstream, app) = durable_stack("", "").await;
+    let (mut redis, pg, upstream, app) = durable_stack("claims = \"redis\"", "").await;
     let app = &app;
     let body = |i: usize| format!(r#"{{"amount":{i}}}"#);
     let first = join_all((0..20).map(|i| async move {

@@ -33,9 +33,13 @@ fn is_replay(answer: &Answer) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_tier_replays_each_keys_first_answer_under_concurrency() {
     // The test replica has no replay cache: its replays are Redis's.
-    let (mut redis, pg, upstream, uncached) = durable_stack("", "").await;
+    let (mut redis, pg, upstream, uncached) = durable_stack("claims = \"redis\"", "").await;
     // A second replica on the same stores with a replay cache.
-    let mut cfg = config(&redis.url(), &upstream.url(), &pg.section(""));
+    let mut cfg = config(
+        &redis.url(),
+        &upstream.url(),
+        &pg.section("claims = \"redis\""),
+    );
     cfg.replay_cache.max_bytes = bytesize::ByteSize::mib(1);
     let cached = TestApp::spawn(cfg).await;
     upstream.set_delay(Duration::from_millis(50));

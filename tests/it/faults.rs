@@ -44,7 +44,8 @@ async fn heartbeat_keeps_a_slow_upstream_call_exclusive_past_lock_ttl() {
 
 #[tokio::test]
 async fn fencing_tokens_grow_across_acquisitions_and_tiers() {
-    let (mut redis, _pg, upstream, app) = crate::support::durable_stack("", "").await;
+    let (mut redis, _pg, upstream, app) =
+        crate::support::durable_stack("claims = \"redis\"", "").await;
     upstream.push_statuses(&[503, 503]);
     for _ in 0..3 {
         app.post("fenced", "{}").send().await.unwrap();

@@ -24,6 +24,7 @@ mod outage;
 mod owned_headers;
 mod partitions;
 mod paths;
+mod pg_claims;
 mod pg_ops;
 mod pg_timeouts;
 mod pg_writer;

@@ -151,7 +151,7 @@ async fn every_outcome_moves_its_counter_and_promtool_accepts_the_output() {
 
 #[tokio::test]
 async fn postgres_metrics_cover_write_through_and_fallbacks() {
-    let (mut redis, _pg, _upstream, app) = durable_stack("", "").await;
+    let (mut redis, _pg, _upstream, app) = durable_stack("claims = \"redis\"", "").await;
     app.post("m1", "{}").send().await.unwrap();
     redis.restart();
     let mut replayed = false;

@@ -134,7 +134,8 @@ async fn only_one_replica_reaps_at_a_time() {
 
 #[tokio::test]
 async fn when_cold_skips_lookups_while_the_marker_holds_and_looks_up_after_a_flush() {
-    let (redis, _pg, upstream, app) = durable_stack("lookup_on_miss = \"when_cold\"", "").await;
+    let (redis, _pg, upstream, app) =
+        durable_stack("lookup_on_miss = \"when_cold\"\nclaims = \"redis\"", "").await;
     let admin = redis.client().await;
     // Pretend this Redis has held its data for longer than the longest ttl (24h).
     crate::durability::warm_up(&redis).await;

@@ -15,7 +15,7 @@ async fn a_duplicate_during_a_slow_settle_does_not_run() {
     let pg = PgServer::start();
     let upstream = MockUpstream::start().await;
     let extra = format!(
-        "[postgres]\nurl = \"{}\"\nstatement_timeout = \"5s\"\nlookup_on_miss = \"when_cold\"\n\
+        "[postgres]\nurl = \"{}\"\nstatement_timeout = \"5s\"\nlookup_on_miss = \"when_cold\"\nclaims = \"redis\"\n\
          [idempotency]\nlock_ttl = \"900ms\"\n",
         pg.url()
     );

@@ -51,7 +51,7 @@ async fn every_script_is_given_keys_of_one_slot() {
 fn durable(pg: &PgServer) -> String {
     format!(
         "{}[idempotency]\non_redis_unavailable = \"reject\"\n",
-        pg.section("lookup_on_miss = \"when_cold\"")
+        pg.section("lookup_on_miss = \"when_cold\"\nclaims = \"redis\"")
     )
 }
 

@@ -279,7 +279,7 @@ async fn write_throughs_from_both_workers_share_a_statement() {
     let pg = PgServer::start();
     let upstream = MockUpstream::start().await;
     let section = format!(
-        "\n[postgres]\nurl = \"{}\"\nstatement_timeout = \"20s\"\n",
+        "\n[postgres]\nurl = \"{}\"\nstatement_timeout = \"20s\"\nclaims = \"redis\"\n",
         pg.url()
     );
     let tpc = Tpc::start(&redis, &upstream, &section).await;

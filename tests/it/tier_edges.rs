@@ -19,7 +19,7 @@ async fn claims_in(app: &TestApp) -> String {
 /// claims stay in Redis: no breaker trip, no move to Postgres, no execution.
 #[tokio::test]
 async fn a_redis_out_of_memory_answers_503_and_keeps_claims_in_redis() {
-    let (redis, pg, upstream, app) = durable_stack("", "").await;
+    let (redis, pg, upstream, app) = durable_stack("claims = \"redis\"", "").await;
     redis.cli(&["CONFIG", "SET", "maxmemory", "1"]);
     let (status, headers, body) = read(app.post("oom", "{}").send().await.unwrap()).await;
     assert_eq!(
@@ -43,7 +43,7 @@ async fn a_read_only_redis_keeps_the_breaker_open_until_it_takes_writes() {
     let mut redis = RedisServer::start_with(&["--replicaof", "127.0.0.1", "1"]);
     let pg = PgServer::start();
     let upstream = MockUpstream::start().await;
-    let toml = pg.section("");
+    let toml = pg.section("claims = \"redis\"");
     let app = TestApp::spawn(config(&redis.url(), &upstream.url(), &toml)).await;
     redis.stop();
     assert_eq!(app.post("ro", "{}").send().await.unwrap().status(), 201);
@@ -73,7 +73,7 @@ async fn a_read_only_redis_keeps_the_breaker_open_until_it_takes_writes() {
 /// not run again. The claim fails closed (503, key released) until Postgres answers.
 #[tokio::test]
 async fn a_cold_redis_with_postgres_down_fails_closed() {
-    let (redis, mut pg, upstream, app) = durable_stack("", "").await;
+    let (redis, mut pg, upstream, app) = durable_stack("claims = \"redis\"", "").await;
     let (s1, _, b1) = read(app.post("k", r#"{"a":1}"#).send().await.unwrap()).await;
     assert_eq!(s1, 201);
     redis.cli(&["FLUSHALL"]);
@@ -109,7 +109,8 @@ async fn when_cold_a_completion_only_postgres_stored_makes_every_replica_look_up
     let redis = RedisServer::start();
     let pg = PgServer::start();
     let upstream = MockUpstream::start().await;
-    let toml = pg.section("lookup_on_miss = \"when_cold\"") + "[idempotency]\nlock_ttl = \"1s\"\n";
+    let toml = pg.section("lookup_on_miss = \"when_cold\"\nclaims = \"redis\"")
+        + "[idempotency]\nlock_ttl = \"1s\"\n";
     let one = TestApp::spawn(config(&redis.url(), &upstream.url(), &toml)).await;
     let two = TestApp::spawn(config(&redis.url(), &upstream.url(), &toml)).await;
     warm_up(&redis).await;
@@ -146,7 +147,7 @@ async fn when_cold_a_completion_only_postgres_stored_makes_every_replica_look_up
 /// the record in a queue while the client is told it is stored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_held_lease_is_answered_only_once_durable() {
-    let (mut redis, pg, upstream, app) = durable_stack("", "").await;
+    let (mut redis, pg, upstream, app) = durable_stack("claims = \"redis\"", "").await;
     redis.stop();
     // Claims move to Postgres (the breaker opens on this first one).
     assert_eq!(app.post("before", "{}").send().await.unwrap().status(), 201);
@@ -187,7 +188,8 @@ async fn a_postgres_held_lease_is_answered_only_once_durable() {
 /// because it holds another record for the key is logged and counted.
 #[tokio::test]
 async fn tiers_that_disagree_are_counted() {
-    let (mut redis, _pg, upstream, app) = durable_stack("lookup_on_miss = \"when_cold\"", "").await;
+    let (mut redis, _pg, upstream, app) =
+        durable_stack("lookup_on_miss = \"when_cold\"\nclaims = \"redis\"", "").await;
     redis.stop();
     assert_eq!(app.post("split", "{}").send().await.unwrap().status(), 201);
     redis.start_again();

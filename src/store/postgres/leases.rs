@@ -1,34 +1,47 @@
 //! Leases held in Postgres: the claim, the holder's heartbeat and the release.
 //!
+//! Claims are made in batches: one statement claims every key of a round
+//! ([`PgStore::claim_round`]; [`claims`](super::claims) gathers the rounds of concurrent
+//! requests), and each row is decided exactly as a claim of its own would be, since the
+//! statement's `ON CONFLICT` condition is evaluated row by row. A round never holds one
+//! key twice (a statement cannot touch a row twice); its rows are taken in key order, so
+//! that two rounds in flight at once lock shared keys in the same order.
+//!
 //! A claim whose outcome is unknown (no answer within the client's timeout, or the
 //! connection lost after it was sent) may have committed, while its caller was told it
 //! failed: nobody would ever release that lease, and the key would answer 409 until it
-//! expired. Such a claim's token is released in the background, as the Redis path does;
+//! expired. Such a claim's tokens are released in the background, as the Redis path does;
 //! a release is compare-and-delete on the token, so it is harmless if the claim never
 //! landed. It goes first on the claim's own session, where Postgres runs it only after
 //! the claim ended, committed or not; if that session is lost, from another one once
 //! the server's statement timeout has ended the claim, until the lease would have
 //! expired anyway.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use deadpool_postgres::Object;
 use tokio::time::Instant;
 use tokio_postgres::types::Type;
 
-use super::{timed_out, PgClaim, PgStore, RecordRef};
+use super::writer::refused;
+use super::{shared, timed_out, PgClaim, PgStore, RecordRef};
 use crate::idempotency::{Fingerprint, RecordId, Release, Scope};
 use crate::metrics;
 use crate::store::StoreError;
 
-/// Inserts a leased row, or takes over an expired one (or one leased by the same token).
+/// Inserts leased rows, or takes over expired ones (or ones leased by the same token):
+/// one row per element of the arrays. Returns the token and new fence of each row
+/// taken; a key that is held returns nothing.
 const CLAIM: &str = "INSERT INTO idemgate_records AS r
        (scope, key_hash, route, fingerprint, state, lock_token,
         lease_expires_at, created_at, expires_at, fence)
-     VALUES ($1, $2, $3, $4, 'leased', $5,
-             now() + interval '1 millisecond' * $6::float8, now(),
-             now() + interval '1 millisecond' * $6::float8,
-             (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+     SELECT s, k, rt, f, 'leased', t,
+            now() + interval '1 millisecond' * ms, now(),
+            now() + interval '1 millisecond' * ms,
+            (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+     FROM UNNEST($1::bytea[], $2::bytea[], $3::text[], $4::bytea[], $5::text[],
+                 $6::float8[]) AS u(s, k, rt, f, t, ms)
      ON CONFLICT (scope, key_hash) DO UPDATE SET
        fence = CASE WHEN r.lock_token = EXCLUDED.lock_token THEN r.fence
                     ELSE greatest(r.fence + 1, EXCLUDED.fence) END,
@@ -40,17 +53,68 @@ const CLAIM: &str = "INSERT INTO idemgate_records AS r
      WHERE r.expires_at <= now()
         OR (r.state = 'leased' AND (r.lease_expires_at <= now()
             OR r.lock_token = EXCLUDED.lock_token))
-     RETURNING fence";
+     RETURNING r.lock_token, r.fence";
 
 const RELEASE: &str = "DELETE FROM idemgate_records
      WHERE scope = $1 AND key_hash = $2 AND state = 'leased' AND lock_token = $3";
+
+/// [`RELEASE`] for many tokens at once; returns the keys released.
+const RELEASE_MANY: &str = "DELETE FROM idemgate_records r
+     USING UNNEST($1::bytea[], $2::bytea[], $3::text[]) AS u(s, k, t)
+     WHERE r.scope = u.s AND r.key_hash = u.k AND r.state = 'leased' AND r.lock_token = u.t
+     RETURNING r.key_hash";
+
+/// One claim: `token` asks for `id` under `scope` for `lease`.
+#[derive(Debug, Clone)]
+pub struct ClaimAsk {
+    pub scope: Scope,
+    pub id: RecordId,
+    pub route: String,
+    pub fingerprint: Fingerprint,
+    pub token: String,
+    pub lease: Duration,
+}
+
+impl ClaimAsk {
+    pub fn new(
+        rec: RecordRef<'_>,
+        fingerprint: &Fingerprint,
+        token: &str,
+        lease: Duration,
+    ) -> Self {
+        Self {
+            scope: rec.scope,
+            id: rec.id,
+            route: rec.route.to_string(),
+            fingerprint: *fingerprint,
+            token: token.to_string(),
+            lease,
+        }
+    }
+
+    pub fn rec(&self) -> RecordRef<'_> {
+        RecordRef {
+            scope: self.scope,
+            id: self.id,
+            route: &self.route,
+        }
+    }
+}
+
+/// How one claim of a round ended: acquired or held (`Some`), or `None` when the key
+/// was held but its holder was gone by the time it was read (reaped): to try again.
+pub type RoundOutcome = Result<Option<PgClaim>, StoreError>;
+
+/// Most rounds one claim takes before it gives up with [`StoreError::ClaimRaced`].
+pub const CLAIM_TRIES: u8 = 3;
 
 impl PgStore {
     /// Claims `rec` in Postgres with `token` for `lease`: inserts a leased row, or takes
     /// over an expired one (or one leased by this same token). Acquired carries the
     /// fencing token (at least the database clock in microseconds, and above the
     /// previous one); otherwise what holds the key. On an error, the token holds nothing
-    /// (or will not for long: see the module docs).
+    /// (or will not for long: see the module docs). Alone; requests share statements
+    /// through [`Claims`](super::claims::Claims).
     pub async fn claim(
         &self,
         rec: RecordRef<'_>,
@@ -58,27 +122,76 @@ impl PgStore {
         token: &str,
         lease: Duration,
     ) -> Result<PgClaim, StoreError> {
-        for _ in 0..3 {
-            if let Some(fence) = self.try_claim(rec, fingerprint, token, lease).await? {
-                return Ok(PgClaim::Acquired { fence });
-            }
-            // Held by someone else; read what holds it. Gone meanwhile (reaped): try again.
-            if let Some(found) = self.lookup(rec).await? {
-                return Ok(PgClaim::Held(found));
+        let ask = ClaimAsk::new(rec, fingerprint, token, lease);
+        for _ in 0..CLAIM_TRIES {
+            let outcome = self.claim_round(&[&ask]).await.pop();
+            if let Some(claimed) = outcome.unwrap_or(Ok(None))? {
+                return Ok(claimed);
             }
         }
         Err(StoreError::ClaimRaced)
     }
 
-    /// One claim statement: the new fence, or `None` when the key is held.
-    async fn try_claim(
-        &self,
-        rec: RecordRef<'_>,
-        fingerprint: &Fingerprint,
-        token: &str,
-        lease: Duration,
-    ) -> Result<Option<i64>, StoreError> {
-        let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX) as f64;
+    /// One round of claims, each of a different key: one statement claims them all,
+    /// then one lookup reads what holds the keys that were not acquired. The outcome
+    /// of each ask, in order. A statement Postgres refuses for what it carries is
+    /// retried one claim at a time, so that one claim it will never take fails alone.
+    pub async fn claim_round(&self, asks: &[&ClaimAsk]) -> Vec<RoundOutcome> {
+        let fences: Vec<Result<Option<i64>, StoreError>> = match self.claim_statement(asks).await {
+            Ok(fences) => fences.into_iter().map(Ok).collect(),
+            Err(e) if asks.len() > 1 && refused(&e) => {
+                let mut each = Vec::with_capacity(asks.len());
+                for ask in asks {
+                    let one = self.claim_statement(&[ask]).await;
+                    each.push(one.map(|fences| fences.into_iter().next().flatten()));
+                }
+                each
+            }
+            Err(e) => shared(e, asks.len()).into_iter().map(Err).collect(),
+        };
+        let held: Vec<usize> = (fences.iter().enumerate())
+            .filter(|(_, fence)| matches!(fence, Ok(None)))
+            .map(|(i, _)| i)
+            .collect();
+        let mut found = Vec::new();
+        if !held.is_empty() {
+            let keys: Vec<(Scope, RecordId)> =
+                held.iter().map(|&i| (asks[i].scope, asks[i].id)).collect();
+            found = match self.lookup_many(&keys).await {
+                Ok(found) => found,
+                Err(e) => shared(e, held.len()).into_iter().map(Err).collect(),
+            };
+        }
+        let mut found = found.into_iter();
+        (fences.into_iter())
+            .map(|fence| match fence {
+                Ok(Some(fence)) => Ok(Some(PgClaim::Acquired { fence })),
+                Ok(None) => match found.next() {
+                    Some(Ok(holder)) => Ok(holder.map(PgClaim::Held)),
+                    Some(Err(e)) => Err(e),
+                    None => Ok(None),
+                },
+                Err(e) => Err(e),
+            })
+            .collect()
+    }
+
+    /// One claim statement for `asks` (distinct keys): the new fence of each, or `None`
+    /// where the key is held.
+    async fn claim_statement(&self, asks: &[&ClaimAsk]) -> Result<Vec<Option<i64>>, StoreError> {
+        let mut sorted: Vec<&ClaimAsk> = asks.to_vec();
+        sorted.sort_unstable_by(|a, b| {
+            (a.scope.as_bytes(), a.id.as_bytes()).cmp(&(b.scope.as_bytes(), b.id.as_bytes()))
+        });
+        let col = |f: fn(&ClaimAsk) -> &[u8]| sorted.iter().map(|a| f(a)).collect::<Vec<_>>();
+        let scopes = col(|a| &a.scope.as_bytes()[..]);
+        let ids = col(|a| &a.id.as_bytes()[..]);
+        let fingerprints = col(|a| &a.fingerprint.as_bytes()[..]);
+        let routes: Vec<&str> = sorted.iter().map(|a| a.route.as_str()).collect();
+        let tokens: Vec<&str> = sorted.iter().map(|a| a.token.as_str()).collect();
+        let leases: Vec<f64> = (sorted.iter())
+            .map(|a| i64::try_from(a.lease.as_millis()).unwrap_or(i64::MAX) as f64)
+            .collect();
         let started = Instant::now();
         let deadline = started + self.client_timeout;
         let client = match tokio::time::timeout_at(deadline, self.pool.get()).await {
@@ -87,60 +200,63 @@ impl PgStore {
         };
         let answer = tokio::time::timeout_at(deadline, async {
             let stmt = client.prepare_cached(CLAIM).await?;
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
-                &&rec.scope.as_bytes()[..],
-                &&rec.id.as_bytes()[..],
-                &rec.route,
-                &&fingerprint.as_bytes()[..],
-                &token,
-                &lease_ms,
-            ];
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+                [&scopes, &ids, &routes, &fingerprints, &tokens, &leases];
             client.query(&stmt, &params).await
         })
         .await;
         metrics::postgres_op("claim", started.into_std());
         match answer {
-            Ok(Ok(rows)) => Ok(rows.first().map(|r| r.get::<_, i64>(0))),
+            Ok(Ok(rows)) => {
+                let fences: HashMap<&str, i64> =
+                    rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+                Ok(asks
+                    .iter()
+                    .map(|a| fences.get(a.token.as_str()).copied())
+                    .collect())
+            }
             // Postgres answered with an error: the statement did not commit.
             Ok(Err(e)) if e.as_db_error().is_some() => Err(timed_out(e.into())),
             Ok(Err(e)) => {
-                self.release_unknown(client, rec, token, lease);
+                self.release_unknown(client, asks);
                 Err(e.into())
             }
             Err(_) => {
-                self.release_unknown(client, rec, token, lease);
+                self.release_unknown(client, asks);
                 Err(StoreError::PgTimeout)
             }
         }
     }
 
-    /// Releases `token`'s claim of `rec`, whose outcome is unknown, in the background:
-    /// on `client` (the claim's session) first, then on others (see the module docs).
-    fn release_unknown(&self, client: Object, rec: RecordRef<'_>, token: &str, lease: Duration) {
-        let (store, scope, id, token) = (self.clone(), rec.scope, rec.id, token.to_string());
+    /// Releases the claims of `asks`, whose outcome is unknown, in the background: on
+    /// `client` (the claim's session) first, then on others (see the module docs).
+    fn release_unknown(&self, client: Object, asks: &[&ClaimAsk]) {
+        let store = self.clone();
+        let lease = asks.iter().map(|a| a.lease).max().unwrap_or_default();
+        let tokens = Tokens {
+            scopes: asks.iter().map(|a| a.scope.as_bytes().to_vec()).collect(),
+            ids: asks.iter().map(|a| a.id).collect(),
+            tokens: asks.iter().map(|a| a.token.clone()).collect(),
+        };
         tokio::spawn(async move {
             let until = Instant::now() + lease;
+            let ids: Vec<&[u8]> = tokens.ids.iter().map(|id| &id.as_bytes()[..]).collect();
             // Unprepared, so that it goes out at once even while the session's answers
             // are late: one round trip, no statement to prepare first.
             let same_session = tokio::time::timeout(
                 store.client_timeout * 2,
-                client.execute_typed(
-                    RELEASE,
+                client.query_typed(
+                    RELEASE_MANY,
                     &[
-                        (&&scope.as_bytes()[..], Type::BYTEA),
-                        (&&id.as_bytes()[..], Type::BYTEA),
-                        (&token, Type::TEXT),
+                        (&tokens.scopes, Type::BYTEA_ARRAY),
+                        (&ids, Type::BYTEA_ARRAY),
+                        (&tokens.tokens, Type::TEXT_ARRAY),
                     ],
                 ),
             )
             .await;
-            if let Ok(Ok(n)) = same_session {
-                let released = if n == 1 {
-                    Release::Released
-                } else {
-                    Release::NotHeld
-                };
-                return released_unknown(&id, released);
+            if let Ok(Ok(rows)) = same_session {
+                return tokens.released(&rows);
             }
             // A session that does not answer leaves the pool (closing it ends its backend).
             drop(Object::take(client));
@@ -148,15 +264,21 @@ impl PgStore {
                 tokio::time::sleep(store.timeout).await;
                 let released = store
                     .timed("release", async {
-                        release_on(&*store.pool.get().await?, &scope, &id, &token).await
+                        let client = store.pool.get().await?;
+                        let stmt = client.prepare_cached(RELEASE_MANY).await?;
+                        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+                            [&tokens.scopes, &ids, &tokens.tokens];
+                        Ok(client.query(&stmt, &params).await?)
                     })
                     .await;
-                if let Ok(released) = released {
-                    return released_unknown(&id, released);
+                if let Ok(rows) = released {
+                    return tokens.released(&rows);
                 }
             }
-            tracing::warn!(key_hash = %id.short(), "could not release a postgres claim whose \
-                outcome is unknown; it ends when its lease expires");
+            for id in &tokens.ids {
+                tracing::warn!(key_hash = %id.short(), "could not release a postgres claim \
+                    whose outcome is unknown; it ends when its lease expires");
+            }
         });
     }
 
@@ -216,9 +338,22 @@ async fn release_on(
     })
 }
 
-fn released_unknown(id: &RecordId, released: Release) {
-    if released == Release::Released {
-        tracing::info!(key_hash = %id.short(), "released a postgres claim whose answer was \
-            lost: it had committed after its caller gave up on it");
+/// The tokens of claims whose outcome is unknown.
+struct Tokens {
+    scopes: Vec<Vec<u8>>,
+    ids: Vec<RecordId>,
+    tokens: Vec<String>,
+}
+
+impl Tokens {
+    /// Logs the claims a release found (`rows`: their keys): they had committed.
+    fn released(&self, rows: &[tokio_postgres::Row]) {
+        for row in rows {
+            let key: &[u8] = row.get(0);
+            if let Some(id) = self.ids.iter().find(|id| id.as_bytes()[..] == *key) {
+                tracing::info!(key_hash = %id.short(), "released a postgres claim whose \
+                    answer was lost: it had committed after its caller gave up on it");
+            }
+        }
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::Row;
 
-use super::{Found, PgStore, RecordRef, RecordState, SEALED_STATUS};
+use super::{shared, Found, PgStore, RecordRef, RecordState, SEALED_STATUS};
 use crate::idempotency::{Fingerprint, RecordId, Scope, StoredRecord, StoredResponse};
 use crate::store::StoreError;
 
@@ -124,12 +124,8 @@ async fn run(pg: PgStore, mut rx: mpsc::Receiver<Job>, batch_max: usize, count: 
             }
             Err(e) => {
                 // Every request of the round gets the failure (the caller logs it).
-                let shared = std::sync::Arc::new(e);
-                for job in batch.drain(..) {
-                    let _ = job.done.send(Err(match *shared {
-                        StoreError::PgTimeout => StoreError::PgTimeout,
-                        _ => StoreError::PgShared(shared.clone()),
-                    }));
+                for (job, e) in batch.drain(..).zip(shared(e, keys.len())) {
+                    let _ = job.done.send(Err(e));
                 }
             }
         }

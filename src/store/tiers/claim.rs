@@ -281,8 +281,8 @@ impl Stores {
             return Ok(Claim::Acquired(lease));
         };
         let rec = lease_ref(&lease);
-        let found = if pg.claims == ClaimDurability::WriteThrough {
-            match (pg.store)
+        let found = if pg.durability == ClaimDurability::WriteThrough {
+            match (pg.claims)
                 .claim(
                     rec,
                     &lease.fingerprint,
@@ -409,7 +409,7 @@ impl Stores {
                     id: ask.record,
                     route: &route.name,
                 };
-                let claimed = (pg.store)
+                let claimed = (pg.claims)
                     .claim(
                         rec,
                         &ask.fingerprint,

@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use super::breaker::Breaker;
 use super::memory::ReplayCache;
+use super::postgres::claims::Claims;
 use super::postgres::lookups::Lookups;
 use super::postgres::writer::Writer;
 use super::sentinel_watch::SentinelWatch;
@@ -36,7 +37,9 @@ pub struct Durable {
     pub writer: Writer,
     /// Cold-Redis lookups, batched.
     pub lookups: Lookups,
-    pub claims: ClaimDurability,
+    /// Claims in Postgres (`claims = "write_through"`, the Redis fallback), batched.
+    pub claims: Claims,
+    pub durability: ClaimDurability,
 }
 
 /// Both tiers and their health state. Cheap to clone.

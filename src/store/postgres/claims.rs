@@ -1,0 +1,155 @@
+//! Claims in Postgres, batched: the write-through claims (and the claims of the Redis
+//! fallback) of concurrent requests share one claim statement per round, the way
+//! [`writer`](super::writer) shares one statement among completions and
+//! [`lookups`](super::lookups) among cold-Redis lookups.
+//!
+//! Batching changes no outcome: a round is [`PgStore::claim_round`], which decides each
+//! row as a claim of its own would. A round holds each key once; a second claim of a key
+//! already in the round waits for the next one, which sees the first's lease (in
+//! flight, or a mismatch), so of two claims of one record only one acquires. A claim
+//! whose key was held by a holder gone by the time it was read is tried again in the
+//! next round, three rounds at most, as a claim alone would.
+//!
+//! A caller that went away (its answer can no longer be delivered) leaves nothing
+//! behind: not yet claimed, it is dropped from the round; claimed, its lease is released.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::leases::{ClaimAsk, CLAIM_TRIES};
+use super::{PgClaim, PgStore, RecordRef};
+use crate::idempotency::{Fingerprint, Release};
+use crate::store::StoreError;
+
+type Answer = Result<PgClaim, StoreError>;
+
+struct Job {
+    ask: ClaimAsk,
+    /// Rounds this claim has been in.
+    tries: u8,
+    done: oneshot::Sender<Answer>,
+}
+
+/// Handle to the claim task. Cheap to clone.
+#[derive(Clone)]
+pub struct Claims {
+    jobs: mpsc::Sender<Job>,
+    statements: Arc<AtomicU64>,
+}
+
+impl Claims {
+    /// Spawns the task that runs up to `batch_max` queued claims per round (and queues
+    /// at most four rounds' worth; more callers wait to queue).
+    pub fn spawn(pg: PgStore, batch_max: usize) -> Self {
+        let batch_max = batch_max.max(1);
+        let (jobs, rx) = mpsc::channel(batch_max * 4);
+        let statements = Arc::new(AtomicU64::new(0));
+        tokio::spawn(run(pg, rx, batch_max, statements.clone()));
+        Self { jobs, statements }
+    }
+
+    /// Claims `rec` with `token` for `lease` (see [`PgStore::claim`]), sharing a
+    /// statement with whatever else is queued.
+    pub async fn claim(
+        &self,
+        rec: RecordRef<'_>,
+        fingerprint: &Fingerprint,
+        token: &str,
+        lease: Duration,
+    ) -> Answer {
+        let ended = || StoreError::TaskEnded("claim");
+        let (done, answer) = oneshot::channel();
+        let job = Job {
+            ask: ClaimAsk::new(rec, fingerprint, token, lease),
+            tries: 0,
+            done,
+        };
+        self.jobs.send(job).await.map_err(|_| ended())?;
+        answer.await.unwrap_or_else(|_| Err(ended()))
+    }
+
+    /// Claim statements run so far (each claims one or more keys).
+    pub fn statements(&self) -> u64 {
+        self.statements.load(Ordering::Relaxed)
+    }
+}
+
+async fn run(pg: PgStore, mut rx: mpsc::Receiver<Job>, batch_max: usize, count: Arc<AtomicU64>) {
+    // Queued claims in order of arrival, tried-again ones first.
+    let mut carry: Vec<Job> = Vec::with_capacity(batch_max);
+    loop {
+        if carry.is_empty() {
+            match rx.recv().await {
+                Some(job) => carry.push(job),
+                None => return,
+            }
+        }
+        while carry.len() < batch_max {
+            match rx.try_recv() {
+                Ok(job) => carry.push(job),
+                Err(_) => break,
+            }
+        }
+        // Nobody waits for these any more: claim nothing for them.
+        carry.retain(|job| !job.done.is_closed());
+        let (round, rest) = pick(std::mem::take(&mut carry), batch_max);
+        carry = rest;
+        if round.is_empty() {
+            continue;
+        }
+        count.fetch_add(1, Ordering::Relaxed);
+        let asks: Vec<&ClaimAsk> = round.iter().map(|job| &job.ask).collect();
+        let outcomes = pg.claim_round(&asks).await;
+        let mut again = Vec::new();
+        for (mut job, outcome) in round.into_iter().zip(outcomes) {
+            match outcome {
+                Ok(Some(claim)) => deliver(&pg, job, Ok(claim)),
+                Ok(None) if job.tries + 1 < CLAIM_TRIES => {
+                    job.tries += 1;
+                    again.push(job);
+                }
+                Ok(None) => deliver(&pg, job, Err(StoreError::ClaimRaced)),
+                Err(e) => deliver(&pg, job, Err(e)),
+            }
+        }
+        // Ahead of later claims of the same keys, as a claim alone would be.
+        again.append(&mut carry);
+        carry = again;
+    }
+}
+
+/// The next round out of `queued`, in order: up to `max` claims, each key once. The
+/// rest (a later claim of a key in the round, and whatever is past `max`) keeps its order.
+fn pick(queued: Vec<Job>, max: usize) -> (Vec<Job>, Vec<Job>) {
+    let mut keys = std::collections::HashSet::with_capacity(queued.len());
+    let (mut round, mut rest) = (Vec::with_capacity(queued.len().min(max)), Vec::new());
+    for job in queued {
+        if round.len() < max && keys.insert((*job.ask.scope.as_bytes(), *job.ask.id.as_bytes())) {
+            round.push(job);
+        } else {
+            rest.push(job);
+        }
+    }
+    (round, rest)
+}
+
+/// Answers `job`'s caller; an acquired lease nobody is left to settle is released.
+fn deliver(pg: &PgStore, job: Job, answer: Answer) {
+    let Err(Ok(PgClaim::Acquired { .. })) = job.done.send(answer) else {
+        return;
+    };
+    let (pg, ask) = (pg.clone(), job.ask);
+    tokio::spawn(async move {
+        match pg.release(ask.rec(), &ask.token).await {
+            Ok(Release::Released) => tracing::debug!(key_hash = %ask.id.short(),
+                "released a postgres claim whose caller went away"),
+            Ok(Release::NotHeld) => {}
+            Err(e) => tracing::warn!(key_hash = %ask.id.short(), error = %e,
+                "could not release a postgres claim whose caller went away; \
+                it ends when its lease expires"),
+        }
+    });
+}
