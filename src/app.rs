@@ -7,7 +7,7 @@ use anyhow::Context;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{validate, Config, InFlightPolicy, OnRedisUnavailable};
+use crate::config::{validate, ClaimDurability, Config, InFlightPolicy, OnRedisUnavailable};
 use crate::idempotency::{ScopeKeys, ScopeSecret};
 use crate::proxy::Upstream;
 use crate::route::RouteTable;
@@ -78,7 +78,9 @@ impl App {
             None => {
                 tracing::warn!(
                     "no [postgres] configured: redis-only mode; stored responses \
-                    are lost if redis loses its data"
+                    are lost if redis loses its data, and across a failover or a network \
+                    partition a key can run twice and an acknowledged response can be lost \
+                    (README, Guarantees: the measured windows)"
                 );
                 if config.idempotency.on_redis_unavailable == OnRedisUnavailable::Postgres {
                     tracing::warn!(
@@ -89,6 +91,14 @@ impl App {
                 None
             }
             Some(pg) => {
+                if pg.claims == ClaimDurability::RedisOnly {
+                    tracing::warn!(
+                        "postgres.claims = \"redis\": when replicas disagree about redis (a \
+                        failover, a network partition) a key can run twice and its clients can \
+                        get two different responses (README, Guarantees: the measured windows); \
+                        the default claims = \"write_through\" has no such window"
+                    );
+                }
                 let store = PgStore::new(pg)?;
                 let prepared = if pg.migrate_on_start {
                     (store.migrate().await.map(drop)).context("migrating postgres (postgres.url)")

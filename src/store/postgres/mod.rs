@@ -227,16 +227,24 @@ impl PgStore {
         &self,
         records: &[CompletedRecord],
     ) -> Result<Vec<bool>, StoreError> {
-        let col = |f: fn(&CompletedRecord) -> &[u8]| records.iter().map(f).collect::<Vec<&[u8]>>();
+        // Rows in key order, as the claim rounds take theirs (`leases`): a batch of
+        // completions and a round of claims crossing on two keys wait for each other
+        // instead of deadlocking.
+        let mut sorted: Vec<&CompletedRecord> = records.iter().collect();
+        sorted.sort_unstable_by(|a, b| {
+            (a.scope.as_bytes(), a.id.as_bytes()).cmp(&(b.scope.as_bytes(), b.id.as_bytes()))
+        });
+        let col =
+            |f: fn(&CompletedRecord) -> &[u8]| sorted.iter().map(|r| f(r)).collect::<Vec<&[u8]>>();
         let scopes = col(|r| &r.scope.as_bytes()[..]);
         let ids = col(|r| &r.id.as_bytes()[..]);
         let fingerprints = col(|r| &r.fingerprint.as_bytes()[..]);
         let headers = col(|r| &r.headers[..]);
         let bodies = col(|r| &r.body[..]);
-        let routes: Vec<&str> = records.iter().map(|r| r.route.as_str()).collect();
-        let tokens: Vec<&str> = records.iter().map(|r| r.token.as_str()).collect();
-        let statuses: Vec<i16> = records.iter().map(|r| r.status).collect();
-        let ttls: Vec<i64> = records.iter().map(|r| r.ttl_ms).collect();
+        let routes: Vec<&str> = sorted.iter().map(|r| r.route.as_str()).collect();
+        let tokens: Vec<&str> = sorted.iter().map(|r| r.token.as_str()).collect();
+        let statuses: Vec<i16> = sorted.iter().map(|r| r.status).collect();
+        let ttls: Vec<i64> = sorted.iter().map(|r| r.ttl_ms).collect();
         let written: HashSet<Vec<u8>> = self
             .timed("write_through", async {
                 let client = self.pool.get().await?;
