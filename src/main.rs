@@ -85,6 +85,9 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::CheckConfig(_) => {
+            for deprecation in &config.deprecated {
+                eprintln!("idemgate: warning: {deprecation}");
+            }
             print!("{}", config.to_redacted_toml());
             ExitCode::SUCCESS
         }
@@ -157,6 +160,9 @@ where
 
 fn serve(config: Config) -> anyhow::Result<()> {
     let _log = idemgate::telemetry::init(&config.log);
+    for deprecation in &config.deprecated {
+        tracing::warn!(old = %deprecation.old, new = %deprecation.new, "{deprecation}");
+    }
     if config.server.runtime == Runtime::ThreadPerCore {
         return serve_thread_per_core(config);
     }
