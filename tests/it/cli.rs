@@ -535,3 +535,42 @@ async fn serve_with_the_old_scope_header_warns_and_scopes_by_it() {
         "{logs}"
     );
 }
+
+/// A database migrated by a later release with only `.additive.sql` migrations still
+/// runs this binary (the previous release keeps restarting during a rolling upgrade);
+/// any other newer migration stops it.
+#[tokio::test]
+async fn a_newer_additive_schema_is_accepted_and_any_other_newer_one_refused() {
+    let pg = crate::support::PgServer::start();
+    let file = config_file(&format!("[postgres]\nurl = \"{}\"\n{ROUTE}", pg.url()));
+    let migrate = || {
+        let out = Command::new(BIN)
+            .args(["migrate", "--config"])
+            .arg(file.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code().unwrap(), text)
+    };
+    assert_eq!(migrate().0, 0);
+    let client = pg.client().await;
+    let add = |version: i32, name: &'static str| {
+        let client = &client;
+        async move {
+            (client.execute(
+                "INSERT INTO idemgate_schema (version, name) VALUES ($1, $2)",
+                &[&version, &name],
+            ))
+            .await
+            .unwrap();
+        }
+    };
+    add(3, "0003_next.additive.sql").await;
+    let (code, text) = migrate();
+    assert_eq!(code, 0, "an additive newer schema refused: {text}");
+    add(4, "0004_breaking.sql").await;
+    let (code, text) = migrate();
+    assert_ne!(code, 0, "{text}");
+    assert!(text.contains("newer than this binary"), "{text}");
+}
