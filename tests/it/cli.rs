@@ -574,3 +574,23 @@ async fn a_newer_additive_schema_is_accepted_and_any_other_newer_one_refused() {
     assert_ne!(code, 0, "{text}");
     assert!(text.contains("newer than this binary"), "{text}");
 }
+
+/// `idemgate --version`: the version and every stored format's version.
+#[test]
+fn version_names_the_stored_formats() {
+    let out = Command::new(BIN).arg("--version").output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success());
+    assert!(
+        text.starts_with(&format!("idemgate {}\n", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
+    for format in [
+        "redis record",
+        "response encoding",
+        "sealed envelope",
+        "postgres schema",
+    ] {
+        assert!(text.contains(format), "{format} missing: {text}");
+    }
+}
