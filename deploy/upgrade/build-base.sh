@@ -26,7 +26,11 @@ rm -rf "$dir/src"
 mkdir -p "$dir/src"
 git archive "$commit" | tar -x -C "$dir/src"
 echo "upgrade-check: building $commit (debug) in $dir" >&2
-(cd "$dir/src" && CARGO_TARGET_DIR=$root/target/upgrade-base/target cargo build --quiet --locked --bin idemgate >&2)
+# A debug build without debug info or incremental state: a one-off build, faster to
+# link and smaller on disk; its own target directory, so the current build's
+# target/debug/idemgate is never overwritten.
+(cd "$dir/src" && CARGO_TARGET_DIR=$root/target/upgrade-base/target CARGO_PROFILE_DEV_DEBUG=0 \
+  CARGO_INCREMENTAL=0 cargo build --quiet --locked --bin idemgate >&2)
 cp "$root/target/upgrade-base/target/debug/idemgate" "$bin.tmp"
 mv "$bin.tmp" "$bin"
 rm -rf "$dir/src"
