@@ -159,9 +159,12 @@ mod tests {
     /// Every rename in [`super::RENAMES`], old spelling against new: the same setting.
     #[test]
     fn every_alias_reads_into_its_new_setting_with_a_warning() {
-        for rename in super::RENAMES {
-            assert_eq!(rename.table, "idempotency", "add a case for {}", rename.old);
-        }
+        let names: Vec<_> = super::RENAMES.iter().map(|r| (r.old, r.new)).collect();
+        assert_eq!(
+            names,
+            [("scope_header", "scope_headers")],
+            "a new alias needs its case in this test"
+        );
         let old = Config::from_toml("[idempotency]\nscope_header = \"X-Tenant-Id\"\n").unwrap();
         let new = Config::from_toml("[idempotency]\nscope_headers = [\"X-Tenant-Id\"]\n").unwrap();
         assert_eq!(old.idempotency.scope_headers, new.idempotency.scope_headers);
