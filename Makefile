@@ -1,5 +1,5 @@
 # idemgate: developer entry points. `make up` and `make test` install what is missing.
-.PHONY: up down loadtest bench test chaos lint deps image check-deploy
+.PHONY: up down loadtest bench test chaos lint deps image check-deploy upgrade-check
 
 # Start the local fleet on loopback: Redis, Postgres, the demo upstream, REPLICAS
 # gateway replicas (default 3) behind HAProxy on :8080, Prometheus on :9099;
@@ -31,6 +31,15 @@ test: deps
 	promtool test rules deploy/prometheus/alerts_test.yml
 	bash deploy/check.sh
 	cargo test --all-targets
+	bash deploy/upgrade/check.sh
+
+# Rolling upgrade check: the previous release's binary (a debug build of the commit in
+# deploy/upgrade/base-commit, kept under target/upgrade-base/ and reused) and this one
+# in one fleet on one Redis and Postgres behind HAProxy: replays across versions, one
+# execution per key, waiters woken across versions (tests/it/upgrade.rs). UPGRADE_BASE=
+# <commit> checks against another commit. Part of `make test`.
+upgrade-check: deps
+	bash deploy/upgrade/check.sh
 
 # Chaos suite: every fault scenario against a real fleet on loopback (Redis, Postgres,
 # the demo upstream, 3 replicas behind HAProxy), one at a time, then the verdict

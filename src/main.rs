@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use idemgate::config::{Runtime, Workers};
 use idemgate::http::ready_probe::{self, Readiness};
 use idemgate::server::workers::Workers as ThreadPerCore;
@@ -64,7 +64,18 @@ struct ConfigArg {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // `--version`: the version and the stored formats this binary writes and reads.
+    let version = format!(
+        "{}\n{}",
+        env!("CARGO_PKG_VERSION"),
+        idemgate::store::formats::summary()
+    );
+    let version: &'static str = Box::leak(version.into_boxed_str());
+    let matches = Cli::command().version(version).get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let (Command::Serve(arg)
     | Command::CheckConfig(arg)
     | Command::Migrate(arg)
@@ -85,6 +96,9 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::CheckConfig(_) => {
+            for deprecation in &config.deprecated {
+                eprintln!("idemgate: warning: {deprecation}");
+            }
             print!("{}", config.to_redacted_toml());
             ExitCode::SUCCESS
         }
@@ -157,6 +171,9 @@ where
 
 fn serve(config: Config) -> anyhow::Result<()> {
     let _log = idemgate::telemetry::init(&config.log);
+    for deprecation in &config.deprecated {
+        tracing::warn!(old = %deprecation.old, new = %deprecation.new, "{deprecation}");
+    }
     if config.server.runtime == Runtime::ThreadPerCore {
         return serve_thread_per_core(config);
     }

@@ -5,9 +5,11 @@
 //! into the types the gateway uses (`http::Method`, `HeaderName`, `StatusCode`, the
 //! upstream `Uri`, durations, sizes), with unknown keys rejected, and then runs
 //! [`validate`](validate::validate) for the rules across keys, so every error names
-//! the key it is about. [`crate::App::build`] validates again, so a `Config` built or
+//! the key it is about. Renamed settings are still read under their old spelling, with a
+//! warning ([`deprecated`]). [`crate::App::build`] validates again, so a `Config` built or
 //! changed in code cannot start unchecked.
 
+mod deprecated;
 mod encryption;
 mod redacted_debug;
 mod replication;
@@ -27,6 +29,7 @@ use figment::Figment;
 use http::{HeaderName, Method, StatusCode, Uri};
 use serde::{Deserialize, Serialize};
 
+pub use deprecated::Deprecation;
 pub use runtime::{worker_share, Runtime, Workers};
 pub use tls::{read_secret, PostgresTls, RedisTls, ResolvedPgTls, SslMode, UpstreamTls};
 pub use topology::{RedisMode, SentinelConfig};
@@ -54,6 +57,10 @@ pub struct Config {
     /// `[encryption]`, read into its keys; absent: responses are stored unsealed.
     #[serde(with = "encryption", skip_serializing_if = "Option::is_none")]
     pub encryption: Option<crate::idempotency::Keyring>,
+    /// Deprecated spellings this configuration used, each read into its new setting
+    /// (warned about at start and by `check-config`); not a setting.
+    #[serde(skip)]
+    pub deprecated: Vec<Deprecation>,
 }
 
 /// `[server]`: listeners and limits of the HTTP edge.
@@ -594,7 +601,7 @@ fn key_path(path: &[String]) -> String {
 impl Config {
     /// Loads defaults, then `path` (if any), then `IDEMGATE__*` variables, and validates.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
-        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        let mut layers = Figment::new();
         if let Some(path) = path {
             if !path.is_file() {
                 return Err(ConfigError::Parse(format!(
@@ -602,20 +609,37 @@ impl Config {
                     path.display()
                 )));
             }
-            figment = figment.merge(Toml::file_exact(path));
+            layers = layers.merge(Toml::file_exact(path));
         }
-        figment = figment.merge(Env::prefixed(ENV_PREFIX).split("__"));
-        let config: Config = figment.extract().map_err(ConfigError::from_figment)?;
-        validate(&config)?;
-        Ok(config)
+        Self::extract(layers.merge(Env::prefixed(ENV_PREFIX).split("__")))
     }
 
     /// Parses a TOML document on top of the defaults (no environment), and validates.
     pub fn from_toml(toml: &str) -> Result<Self, ConfigError> {
-        let config: Config = Figment::from(Serialized::defaults(Config::default()))
-            .merge(Toml::string(toml))
-            .extract()
-            .map_err(ConfigError::from_figment)?;
+        Self::extract(Figment::from(Toml::string(toml)))
+    }
+
+    /// The operator's `layers` (file, environment) over the defaults, into the schema,
+    /// old spellings of renamed settings first read into their new keys
+    /// ([`deprecated`]); then validated.
+    fn extract(layers: Figment) -> Result<Self, ConfigError> {
+        let defaults = Figment::from(Serialized::defaults(Config::default()));
+        let given: figment::value::Dict = layers.extract().map_err(ConfigError::from_figment)?;
+        let config = if deprecated::any(&given) {
+            // Rewritten only when needed: the rewritten layers lose the name of the file
+            // or variable each value came from, which errors otherwise cite.
+            let mut given = given;
+            let found = deprecated::rewrite(&mut given)?;
+            let mut config: Config = (defaults.merge(Serialized::defaults(given)))
+                .extract()
+                .map_err(ConfigError::from_figment)?;
+            config.deprecated = found;
+            config
+        } else {
+            (defaults.merge(layers))
+                .extract()
+                .map_err(ConfigError::from_figment)?
+        };
         validate(&config)?;
         Ok(config)
     }

@@ -18,7 +18,8 @@ use crate::proxy::headers::is_hop_by_hop;
 /// Header that tells a client whether it got a replay.
 pub const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
-const VERSION: u8 = 1;
+/// First byte of an unsealed record: the version of this encoding ([`crate::store::formats`]).
+pub const ENCODING_VERSION: u8 = 1;
 
 /// Most headers a record holds: the encoding counts them in a u16.
 const MAX_HEADERS: usize = u16::MAX as usize;
@@ -118,7 +119,7 @@ impl StoredResponse {
 
     /// Appends the encoding to `out` (what [`super::sealed`] encrypts in place).
     pub fn encode_into(&self, out: &mut BytesMut) {
-        out.put_u8(VERSION);
+        out.put_u8(ENCODING_VERSION);
         out.put_u16(self.status.as_u16());
         self.put_headers(out);
         out.put_slice(&self.body);
@@ -149,7 +150,7 @@ impl StoredResponse {
     }
 
     pub fn decode(mut raw: Bytes) -> Result<Self, &'static str> {
-        if take(&mut raw, 1)?[0] != VERSION {
+        if take(&mut raw, 1)?[0] != ENCODING_VERSION {
             return Err("unknown encoding version");
         }
         let status = int(&mut raw, 2)? as u16;
@@ -266,6 +267,21 @@ mod tests {
         let once = s.encoded();
         assert_eq!((once.bytes.clone(), &once.compact), (s.encode(), &s));
         assert_eq!(once.header_block(), s.encode_headers());
+    }
+
+    /// Bytes as 0.1.0 to 0.4.0 stored them (status 201, `content-type: a/b`, body `hi`):
+    /// every later release must decode them (README, Version policy).
+    #[test]
+    fn decodes_what_earlier_releases_stored() {
+        let v1 = b"\x01\x00\xc9\x00\x01\x00\x0ccontent-type\x00\x00\x00\x03a/bhi";
+        let r = StoredResponse::decode(Bytes::from_static(v1)).unwrap();
+        assert_eq!(r.status, StatusCode::CREATED);
+        assert_eq!(
+            r.headers,
+            [(http::header::CONTENT_TYPE, HeaderValue::from_static("a/b"))]
+        );
+        assert_eq!(r.body, "hi");
+        assert_eq!(r.encode(), &v1[..], "the encoding of version 1 changed");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 pub mod breaker;
 pub mod cold_slots;
+pub mod formats;
 pub mod heartbeat;
 pub mod lease;
 pub mod memory;

@@ -442,3 +442,155 @@ fn the_kubernetes_config_passes_check_config_with_the_secrets_from_the_environme
         "{stdout}"
     );
 }
+
+/// A configuration written for 0.1.0 (`idempotency.scope_header`, before it became a
+/// list): `check-config` accepts it with a warning naming the new spelling, from the
+/// file and from the environment; the old and the new spelling together is exit 2
+/// naming both.
+#[test]
+fn a_renamed_setting_is_read_with_a_deprecation_warning() {
+    let old = config_file(&format!(
+        "[idempotency]\nscope_header = \"X-Tenant-Id\"\n{ROUTE}"
+    ));
+    let (code, stdout, stderr) = check(&old, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("warning: `idempotency.scope_header` is deprecated")
+            && stderr.contains("`idempotency.scope_headers`"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("scope_headers = [\"x-tenant-id\"]"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("scope_header ="), "{stdout}");
+
+    let (code, stdout, stderr) = check(
+        &config_file(ROUTE),
+        &[("IDEMGATE__IDEMPOTENCY__SCOPE_HEADER", "X-Org")],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("idempotency.scope_header` is deprecated"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("scope_headers = [\"x-org\"]"), "{stdout}");
+
+    let (code, _, stderr) = check(&old, &[("IDEMGATE__IDEMPOTENCY__SCOPE_HEADERS", "[X-Org]")]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("`idempotency.scope_header`")
+            && stderr.contains("`idempotency.scope_headers`"),
+        "{stderr}"
+    );
+
+    let current = config_file(&format!(
+        "[idempotency]\nscope_headers = [\"X-Tenant-Id\"]\n{ROUTE}"
+    ));
+    let (code, _, stderr) = check(&current, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("deprecated"), "{stderr}");
+}
+
+/// `serve` with `scope_header = "X-Tenant-Id"` warns at start and scopes keys by that
+/// header, as `scope_headers = ["X-Tenant-Id"]` does: one key, two tenants, two executions.
+#[tokio::test]
+async fn serve_with_the_old_scope_header_warns_and_scopes_by_it() {
+    let redis = RedisServer::start();
+    let upstream = MockUpstream::start().await;
+    let served = serve(
+        &redis,
+        &upstream,
+        "[idempotency]\nscope_header = \"X-Tenant-Id\"\n",
+        Stdio::piped(),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let mut replayed = Vec::new();
+    for tenant in ["a", "b", "a"] {
+        let r = client
+            .post(format!("http://127.0.0.1:{}/v1/payments", served.listen))
+            .header("Idempotency-Key", "renamed-setting-1")
+            .header("X-Tenant-Id", tenant)
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        replayed.push(
+            r.headers()["idempotent-replayed"]
+                .to_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    assert_eq!(replayed, ["false", "false", "true"]);
+    assert_eq!(upstream.executions(), 2);
+    sigterm(&served.child);
+    let out = tokio::task::spawn_blocking(move || served.child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let logs = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        logs.contains("WARN") && logs.contains("`idempotency.scope_header` is deprecated"),
+        "{logs}"
+    );
+}
+
+/// A database migrated by a later release with only `.additive.sql` migrations still
+/// runs this binary (the previous release keeps restarting during a rolling upgrade);
+/// any other newer migration stops it.
+#[tokio::test]
+async fn a_newer_additive_schema_is_accepted_and_any_other_newer_one_refused() {
+    let pg = crate::support::PgServer::start();
+    let file = config_file(&format!("[postgres]\nurl = \"{}\"\n{ROUTE}", pg.url()));
+    let migrate = || {
+        let out = Command::new(BIN)
+            .args(["migrate", "--config"])
+            .arg(file.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code().unwrap(), text)
+    };
+    assert_eq!(migrate().0, 0);
+    let client = pg.client().await;
+    let add = |version: i32, name: &'static str| {
+        let client = &client;
+        async move {
+            (client.execute(
+                "INSERT INTO idemgate_schema (version, name) VALUES ($1, $2)",
+                &[&version, &name],
+            ))
+            .await
+            .unwrap();
+        }
+    };
+    add(3, "0003_next.additive.sql").await;
+    let (code, text) = migrate();
+    assert_eq!(code, 0, "an additive newer schema refused: {text}");
+    add(4, "0004_breaking.sql").await;
+    let (code, text) = migrate();
+    assert_ne!(code, 0, "{text}");
+    assert!(text.contains("newer than this binary"), "{text}");
+}
+
+/// `idemgate --version`: the version and every stored format's version.
+#[test]
+fn version_names_the_stored_formats() {
+    let out = Command::new(BIN).arg("--version").output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success());
+    assert!(
+        text.starts_with(&format!("idemgate {}\n", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
+    for format in [
+        "redis record",
+        "response encoding",
+        "sealed envelope",
+        "postgres schema",
+    ] {
+        assert!(text.contains(format), "{format} missing: {text}");
+    }
+}

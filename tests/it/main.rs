@@ -42,6 +42,7 @@ mod tls_postgres;
 mod tls_redis;
 mod tls_upstream;
 mod topologies;
+mod upgrade;
 mod upstream_failures;
 mod wakeups;
 mod write_timeout;

@@ -1,5 +1,12 @@
 //! Schema migrations: the numbered SQL files of `migrations/`, embedded in the binary and
 //! applied in order under a Postgres advisory lock, so replicas starting together are safe.
+//!
+//! A migration named `NNNN_name.additive.sql` only adds (tables, indexes, columns with a
+//! default or nullable) what the release before it does not read: a binary that does not
+//! know it still runs against a database that has it, so the previous release keeps
+//! (re)starting during a rolling upgrade. Any other migration newer than a binary stops
+//! that binary (`SchemaTooNew`). Migrations stay additive within a minor release
+//! (README, Version policy).
 
 use tokio_postgres::Client;
 
@@ -18,6 +25,9 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("../../../migrations/0002_fencing.sql"),
     ),
 ];
+
+/// The suffix of a migration that binaries before it may run beside.
+pub const ADDITIVE: &str = ".additive.sql";
 
 /// Advisory lock key shared by every replica ("idemgate" in ASCII).
 const LOCK_KEY: i64 = 0x6964_656d_6761_7465;
@@ -52,11 +62,8 @@ async fn apply(client: &mut Client) -> Result<Vec<i32>, StoreError> {
              )",
         )
         .await?;
-    let current: i32 = client
-        .query_one("SELECT coalesce(max(version), 0) FROM idemgate_schema", &[])
-        .await?
-        .get(0);
-    if current > latest() {
+    let (current, required) = versions(client).await?;
+    if required > latest() {
         return Err(StoreError::SchemaTooNew {
             database: current,
             binary: latest(),
@@ -78,17 +85,27 @@ async fn apply(client: &mut Client) -> Result<Vec<i32>, StoreError> {
     Ok(applied)
 }
 
-/// The schema version of the database (0 before any migration).
-pub async fn current(client: &Client) -> Result<i32, StoreError> {
+/// The schema version of the database (0 before any migration), and the version a
+/// binary must know to run against it: the newest migration not named [`ADDITIVE`].
+pub async fn current(client: &Client) -> Result<(i32, i32), StoreError> {
     let exists: bool = client
         .query_one("SELECT to_regclass('idemgate_schema') IS NOT NULL", &[])
         .await?
         .get(0);
     if !exists {
-        return Ok(0);
+        return Ok((0, 0));
     }
-    Ok(client
-        .query_one("SELECT coalesce(max(version), 0) FROM idemgate_schema", &[])
-        .await?
-        .get(0))
+    versions(client).await
+}
+
+async fn versions(client: &Client) -> Result<(i32, i32), StoreError> {
+    let row = client
+        .query_one(
+            "SELECT coalesce(max(version), 0), \
+                    coalesce(max(version) FILTER (WHERE name NOT LIKE '%' || $1), 0) \
+             FROM idemgate_schema",
+            &[&ADDITIVE],
+        )
+        .await?;
+    Ok((row.get(0), row.get(1)))
 }

@@ -200,15 +200,18 @@ impl PgStore {
         migrate::run(&mut client).await
     }
 
-    /// Fails unless the schema is exactly the one this binary needs.
+    /// Fails unless the schema is the one this binary needs, or newer only by
+    /// additive migrations ([`migrate::ADDITIVE`]).
     pub async fn check_schema(&self) -> Result<(), StoreError> {
         let client = self.pool.get().await?;
-        let database = migrate::current(&client).await?;
+        let (database, required) = migrate::current(&client).await?;
         let binary = migrate::latest();
-        match database.cmp(&binary) {
-            std::cmp::Ordering::Greater => Err(StoreError::SchemaTooNew { database, binary }),
-            std::cmp::Ordering::Less => Err(StoreError::SchemaTooOld { database, binary }),
-            std::cmp::Ordering::Equal => Ok(()),
+        if required > binary {
+            Err(StoreError::SchemaTooNew { database, binary })
+        } else if database < binary {
+            Err(StoreError::SchemaTooOld { database, binary })
+        } else {
+            Ok(())
         }
     }
 

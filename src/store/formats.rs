@@ -1,0 +1,96 @@
+//! The stored formats and their versions, in one place: what a record written by one
+//! release looks like to the next, during a rolling upgrade when two versions share one
+//! Redis and one Postgres (README, Version policy; CHANGELOG.md).
+//!
+//! | format | version | carried by | where |
+//! |---|---|---|---|
+//! | Redis record | 2 | implied by its fields | `lua/*.lua`, [`super::redis`] |
+//! | response encoding | 1 | first byte | [`crate::idempotency::replay`] |
+//! | sealed envelope | 2 | first byte | [`crate::idempotency::sealed`] |
+//! | Postgres schema | 2 | `idemgate_schema` rows | `migrations/`, [`super::postgres::migrate`] |
+//!
+//! Redis record layouts: 1 (0.1.0 to 0.3.0) is a hash `{s, f, t, n, r}`; 2 (0.4.0)
+//! adds `w`, set by `claim.lua` when a duplicate was told "in flight", so completions
+//! and releases publish a wake-up only then. Layout 2 reads layout 1 (a record without
+//! `w` gets no wake-up: a duplicate told "in flight" by a layout-1 replica re-checks
+//! when the lease it saw runs out, or gives up at its `wait_timeout`). Each binary reads its own versions and the previous release's;
+//! a version the previous release cannot read is written only once a setting says the
+//! whole fleet runs the new one (none so far: every format written now is one 0.4.0
+//! reads).
+
+use crate::idempotency::replay::ENCODING_VERSION;
+use crate::idempotency::sealed::SEALED_VERSION;
+
+use super::postgres::migrate;
+
+/// The Redis record layout this binary writes.
+pub const REDIS_RECORD: u32 = 2;
+
+/// One stored format: the version this binary writes and the versions it reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredFormat {
+    pub name: &'static str,
+    pub writes: u32,
+    pub reads: &'static [u32],
+}
+
+/// Every stored format, as `idemgate --version` prints them.
+pub fn all() -> [StoredFormat; 4] {
+    [
+        StoredFormat {
+            name: "redis record",
+            writes: REDIS_RECORD,
+            reads: &[1, 2],
+        },
+        StoredFormat {
+            name: "response encoding",
+            writes: u32::from(ENCODING_VERSION),
+            reads: &[1],
+        },
+        StoredFormat {
+            name: "sealed envelope",
+            writes: u32::from(SEALED_VERSION),
+            reads: &[2],
+        },
+        StoredFormat {
+            name: "postgres schema",
+            writes: migrate::latest() as u32,
+            reads: &[2],
+        },
+    ]
+}
+
+/// `redis record 2 (reads 1-2), response encoding 1, ...`: one line per format.
+pub fn summary() -> String {
+    let mut out = String::from("stored formats:");
+    for format in all() {
+        out.push_str(&format!("\n  {} {}", format.name, format.writes));
+        if format.reads != [format.writes] {
+            let reads: Vec<String> = format.reads.iter().map(u32::to_string).collect();
+            out.push_str(&format!(" (reads {})", reads.join(", ")));
+        }
+    }
+    out.push_str("\n  (postgres: also runs beside newer `.additive.sql` migrations)");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_format_reads_what_it_writes_and_the_summary_names_them_all() {
+        for format in all() {
+            assert!(format.reads.contains(&format.writes), "{format:?}");
+        }
+        let text = summary();
+        for name in [
+            "redis record 2 (reads 1, 2)",
+            "response encoding 1",
+            "sealed envelope 2",
+        ] {
+            assert!(text.contains(name), "{text}");
+        }
+        assert!(text.contains(&format!("postgres schema {}", migrate::latest())));
+    }
+}
