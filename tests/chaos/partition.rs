@@ -7,7 +7,9 @@
 //!
 //! Besides the checker's invariants (executions per key, lost acknowledged responses,
 //! keys answered with two different 2xx responses) each row notes how long after the
-//! heal every replica took to answer a fresh key with a 2xx again ("claims back").
+//! heal every replica took to answer a fresh key with a 2xx again ("claims back"), and
+//! fails when, once healed, two replicas answer one acknowledged key with different
+//! responses (each is asked directly, replay caches included, before the final passes).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -173,10 +175,61 @@ async fn settle(
     let mut plans = run.plans().await;
     let (back_note, probe_plans, _) = back.collect().await;
     plans.extend(probe_plans);
+    // Before the final passes (and the durable pass's FLUSHALL): the fleet as the heal
+    // left it, every replica asked for every acknowledged key.
+    stack.wait_all_ready(Duration::from_secs(20)).await;
+    let acked = crate::checker::acknowledged(&run.rec.all());
+    let disagree = replicas_disagree(stack, acked).await;
     let mut report = finish(name, stack, &run, &plans, expect_for(d)).await;
     report.notes.splice(0..0, notes);
     report.notes.push(back_note);
+    report.notes.push(format!(
+        "after the heal, keys answered differently by the replicas {}",
+        disagree.len()
+    ));
+    if !disagree.is_empty() {
+        let n = disagree.len();
+        let some: Vec<String> = disagree.into_iter().take(5).collect();
+        report.fail(format!(
+            "{n} keys answered differently by the replicas after the heal: {some:?}"
+        ));
+    }
     report
+}
+
+/// After the final passes: every acknowledged request sent to each replica directly
+/// (32 at a time); the keys whose 2xx answers differ between replicas (a replica
+/// serving a response its tier no longer holds, from its replay cache). Answers other
+/// than 2xx are not compared.
+async fn replicas_disagree(stack: &Stack, reqs: Vec<Arc<Req>>) -> Vec<String> {
+    let rec = Recorder::new();
+    let urls = stack.replica_urls();
+    let gate = Arc::new(tokio::sync::Semaphore::new(32));
+    let mut tasks = tokio::task::JoinSet::new();
+    for req in reqs {
+        let (rec, http, urls, gate) = (rec.clone(), stack.http.clone(), urls.clone(), gate.clone());
+        tasks.spawn(async move {
+            let _permit = gate.acquire().await.unwrap();
+            let mut seen: Vec<crate::driver::Resp> = Vec::new();
+            for url in &urls {
+                let got = rec
+                    .send(&http, url, &req, Duration::from_secs(5), Phase::Final)
+                    .await;
+                if let Got::Resp(r) = got {
+                    if (200..300).contains(&r.status) && !seen.iter().any(|s| s.same_as(&r)) {
+                        seen.push(r);
+                    }
+                }
+            }
+            (seen.len() > 1).then(|| format!("tenant-{} {}", req.tenant, req.key))
+        });
+    }
+    let mut disagree = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        disagree.extend(done.ok().flatten());
+    }
+    disagree.sort();
+    disagree
 }
 
 /// 1. One gateway replica cut off from Redis (both ways) from 2 s to 8 s; HAProxy
@@ -299,14 +352,6 @@ pub async fn sentinel_minority(name: String, d: Durability, wait: bool) -> Repor
             "after the heal the sentinels name redis{} (redis0 was the primary)",
             set.primary()
         ));
-        for (i, s) in set.servers().iter().enumerate() {
-            let role = s.cli(&["ROLE"]);
-            eprintln!(
-                "DEBUG redis{i}: dbsize {} role {}",
-                s.cli(&["DBSIZE"]).trim(),
-                role.replace('\n', " ")
-            );
-        }
     });
     settle(&name, &mut stack, run, back, d, notes).await
 }
