@@ -43,7 +43,9 @@ upgrade-check: deps
 
 # Chaos suite: every fault scenario against a real fleet on loopback (Redis, Postgres,
 # the demo upstream, 3 replicas behind HAProxy), one at a time, then the verdict
-# table (see RELIABILITY.md). `cargo test` runs only the fast scenarios.
+# table (see RELIABILITY.md). The network partition scenarios put every part in a
+# network namespace of its own and cut links with nftables: they need root (they say
+# so and skip otherwise). `cargo test` runs only the fast scenarios.
 chaos: deps
 	cargo test --release --test chaos --no-run
 	@rm -f $(CURDIR)/target/chaos-report.md
