@@ -6,9 +6,10 @@
 //! *warm* when all of these hold:
 //! - the marker of the record's slot, read in the same atomic step as the claim, is
 //!   older than the longest `ttl` and was written by the server process that answers
-//!   now (its `run_id`). The script sets the marker when it finds none (a new,
-//!   restarted or flushed shard) and renews it when another process wrote it (a
-//!   replica promoted with replicated markers, a restore from RDB/AOF), so either is
+//!   now (its value is encoded "raw" only in that process: see `lua/claim.lua`). The
+//!   script sets the marker when it finds none (a new, restarted or flushed shard) and
+//!   renews it when another process wrote it (a replica promoted with replicated
+//!   markers, a restart or a restore from RDB/AOF, a resharding), so either is
 //!   noticed by the very next claim in that shard, on every replica, while the other
 //!   shards stay warm. Standalone and Sentinel use the same 16,384 markers on one primary;
 //! - `maxmemory-policy` is `noeviction` (read by the probe; unknown counts as cold);
@@ -28,8 +29,16 @@
 //! not per shard: while it is open, every claim follows the fallback, so with
 //! `on_redis_unavailable = "postgres"` the slots of every record claimed meanwhile are
 //! reset (those records are in Postgres only), whichever shard failed. A write lost in a failover
-//! is covered only because the promoted server has another `run_id`; a shard that
-//! loses writes without changing process (none known in Redis) would not be seen.
+//! is covered only because the promoted server is another process; a shard that
+//! loses writes without changing process (none known in Redis) would not be seen, and
+//! neither would an old primary that rejoins by partial resync and is promoted back
+//! while a marker it wrote in its first term still stands (no claim in that slot
+//! meanwhile).
+//!
+//! Only `when_cold` with claims in Redis reads the markers (the claim script is given
+//! the marker key only then): with `always` the lookup decides and a failed lookup fails
+//! closed, with write-through claims Postgres decides, and Redis alone has nothing to
+//! look up.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -73,10 +82,12 @@ impl Warmth {
     }
 
     /// Whether Redis provably holds every record of `slot` of the last longest `ttl`,
-    /// for a claim that read the slot's marker at `marker_age` (whatever the mode). When
-    /// it does not, a lookup whose answer is unknown must fail the claim closed.
+    /// for a claim that read the slot's marker at `marker_age` (`when_cold` only: no
+    /// other mode reads the marker). When it does not, a lookup whose answer is unknown
+    /// must fail the claim closed.
     pub fn vouches(&self, marker_age: Duration, slot: u16) -> bool {
-        self.keeps_everything.load(Ordering::Acquire)
+        self.mode == LookupOnMiss::WhenCold
+            && self.keeps_everything.load(Ordering::Acquire)
             && !self.pending.contains(slot)
             && !self.resetting.contains(slot)
             && marker_age > self.longest_ttl

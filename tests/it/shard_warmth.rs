@@ -1,5 +1,5 @@
 //! Issue 13, items 2 and 3: every script runs in one hash slot; cold detection per
-//! shard (one warmth marker per slot, tied to the server's `run_id`), on a real
+//! shard (one warmth marker per slot, tied to the server process that wrote it), on a real
 //! cluster and a real Sentinel set with Postgres behind them.
 
 use std::time::Duration;
@@ -254,4 +254,50 @@ async fn a_breaker_trip_leaves_the_other_shards_warm() {
         21,
         "nothing of the shard that went away ran again"
     );
+}
+
+/// A restart that loads an RDB file (a crash, a restore) brings back markers that were
+/// provably warm in the process that saved them, but not the writes made after the
+/// snapshot: the markers came from a file, so they vouch for nothing, and the lost
+/// record is found in Postgres. Fails if the claim script trusts a marker's age without
+/// its proof of origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn markers_restored_from_a_snapshot_are_cold() {
+    let mut redis = RedisServer::start();
+    let pg = PgServer::start();
+    let upstream = MockUpstream::start().await;
+    let url = redis.url();
+    let config = || crate::support::config(&url, &upstream.url(), &durable(&pg));
+    let app = TestApp::spawn(config()).await;
+    backdate_markers(&url, &[(0, 16383)], TWO_DAYS).await;
+    tokio::time::sleep(Duration::from_millis(400)).await; // the probe reads the eviction policy
+    assert!(!replayed(&app, "s-0").await);
+    assert!(!replayed(&app, "s-1").await);
+    // Warm: a record lost from Redis alone runs again (no lookup).
+    let del = tokio::task::block_in_place(|| redis.cli(&["DEL", &record_key("s-0")]));
+    assert_eq!(del.trim(), "1");
+    assert!(!replayed(&app, "s-0").await, "warm before the restore");
+    assert_eq!(upstream.executions(), 3);
+
+    // A snapshot, then a key completed after it (written through to Postgres).
+    let saved = tokio::task::block_in_place(|| redis.cli(&["SAVE"]));
+    assert_eq!(saved.trim(), "OK");
+    assert!(!replayed(&app, "s-2").await);
+    assert_eq!(upstream.executions(), 4);
+    tokio::time::sleep(Duration::from_millis(500)).await; // write-through settles
+                                                          // SIGKILL, back from the snapshot: s-2 is gone from Redis, the markers are back.
+    drop(app);
+    tokio::task::block_in_place(|| redis.restart());
+    let states = redis.record_states().await;
+    assert!(
+        !states.iter().any(|(k, _)| *k == record_key("s-2")),
+        "the record written after the snapshot is lost: {states:?}"
+    );
+    let app = TestApp::spawn(config()).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        replayed(&app, "s-2").await,
+        "the restored markers vouch for nothing: cold, so the lookup finds it"
+    );
+    assert_eq!(upstream.executions(), 4, "nothing ran again");
 }

@@ -74,7 +74,15 @@ impl Stores {
         cache: Option<Arc<ReplayCache>>,
     ) -> Self {
         let lookup = config.postgres.as_ref().map(|p| p.lookup_on_miss);
-        redis.set_vouch_after(config.longest_ttl());
+        // Claims read the warmth marker only where its verdict is used: a Redis claim
+        // that Postgres may know better (`when_cold`); not with Redis alone, with
+        // `always` (the lookup decides, and its failure fails closed), nor with
+        // write-through claims (Postgres decides).
+        let reads_marker = config.postgres.as_ref().is_some_and(|p| {
+            p.lookup_on_miss == crate::config::LookupOnMiss::WhenCold
+                && p.claims != ClaimDurability::WriteThrough
+        });
+        redis.set_vouch_after(reads_marker.then(|| config.longest_ttl()));
         Self(Arc::new(Inner {
             redis,
             postgres,
