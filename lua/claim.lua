@@ -4,7 +4,8 @@
 -- ARGV[1] fingerprint, ARGV[2] lock token, ARGV[3] lease in ms, ARGV[4] fence key ttl in ms,
 -- ARGV[5] the age (ms) from which the marker vouches for this shard (the longest ttl).
 -- KEYS[3] is given only where the gateway's mode uses the verdict (`[postgres]` with
--- `lookup_on_miss = "when_cold"`, claims in Redis); without it the marker is not read.
+-- claims in Redis: not Redis alone, not write-through claims); without it the marker is
+-- not read.
 -- Record: a hash {s = "L" (leased) | "C" (completed), f = fingerprint, t = token,
 --                 n = fencing token, r = response, w = "1" once a duplicate was told
 --                 "in flight" (it may be waiting: complete.lua and release.lua publish

@@ -159,8 +159,8 @@ impl RedisStore {
 
     /// The marker age from which warmth may vouch for a shard (the longest ttl): the
     /// claim script checks the marker's origin once it is that old. `None`: the mode
-    /// never uses the verdict (Redis only, `lookup_on_miss = "always"`, write-through
-    /// claims), so claims neither read nor write the marker.
+    /// never uses the verdict (Redis only, write-through claims), so claims neither
+    /// read nor write the marker.
     pub fn set_vouch_after(&self, age: Option<Duration>) {
         let ms = age.map_or(u64::MAX, |a| {
             u64::try_from(a.as_millis()).unwrap_or(u64::MAX - 1)

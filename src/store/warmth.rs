@@ -35,10 +35,10 @@
 //! while a marker it wrote in its first term still stands (no claim in that slot
 //! meanwhile).
 //!
-//! Only `when_cold` with claims in Redis reads the markers (the claim script is given
-//! the marker key only then): with `always` the lookup decides and a failed lookup fails
-//! closed, with write-through claims Postgres decides, and Redis alone has nothing to
-//! look up.
+//! Only claims in Redis with `[postgres]` read the markers (the claim script is given
+//! the marker key only then): `when_cold` skips the lookup when warm, and `always` lets
+//! a warm claim stand when the lookup fails. With write-through claims Postgres
+//! decides, and Redis alone has nothing to look up.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -82,12 +82,10 @@ impl Warmth {
     }
 
     /// Whether Redis provably holds every record of `slot` of the last longest `ttl`,
-    /// for a claim that read the slot's marker at `marker_age` (`when_cold` only: no
-    /// other mode reads the marker). When it does not, a lookup whose answer is unknown
-    /// must fail the claim closed.
+    /// for a claim that read the slot's marker at `marker_age` (whatever the mode). When
+    /// it does not, a lookup whose answer is unknown must fail the claim closed.
     pub fn vouches(&self, marker_age: Duration, slot: u16) -> bool {
-        self.mode == LookupOnMiss::WhenCold
-            && self.keeps_everything.load(Ordering::Acquire)
+        self.keeps_everything.load(Ordering::Acquire)
             && !self.pending.contains(slot)
             && !self.resetting.contains(slot)
             && marker_age > self.longest_ttl

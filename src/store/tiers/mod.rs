@@ -75,13 +75,11 @@ impl Stores {
     ) -> Self {
         let lookup = config.postgres.as_ref().map(|p| p.lookup_on_miss);
         // Claims read the warmth marker only where its verdict is used: a Redis claim
-        // that Postgres may know better (`when_cold`); not with Redis alone, with
-        // `always` (the lookup decides, and its failure fails closed), nor with
-        // write-through claims (Postgres decides).
-        let reads_marker = config.postgres.as_ref().is_some_and(|p| {
-            p.lookup_on_miss == crate::config::LookupOnMiss::WhenCold
-                && p.claims != ClaimDurability::WriteThrough
-        });
+        // that Postgres may know better (`when_cold` skips the lookup when warm;
+        // `always` lets a warm claim stand when the lookup fails). Not with Redis
+        // alone (nothing to look up), nor with write-through claims (Postgres decides).
+        let reads_marker =
+            (config.postgres.as_ref()).is_some_and(|p| p.claims != ClaimDurability::WriteThrough);
         redis.set_vouch_after(reads_marker.then(|| config.longest_ttl()));
         Self(Arc::new(Inner {
             redis,
