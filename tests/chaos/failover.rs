@@ -217,6 +217,7 @@ pub async fn sentinel_failover(name: String, d: Durability, wait_replicas: bool)
     tokio::task::block_in_place(|| sync_at_once(&stack));
     let mut run = start(in_flight_heavy(&name, &stack));
     run.at(3000).await;
+    let killed = Instant::now();
     let (victim, failover_ms) = tokio::task::block_in_place(|| {
         let set = stack.sentinels.as_mut().unwrap();
         let victim = set.primary();
@@ -230,11 +231,63 @@ pub async fn sentinel_failover(name: String, d: Durability, wait_replicas: bool)
         set.start_again(victim);
         set.wait_agreed(Duration::from_secs(30));
     });
+    // The markers the promoted replica received vouch for nothing (claims in Redis with
+    // Postgres behind: the only mode that reads them).
+    let markers = if d == Durability::Postgres {
+        let set = stack.sentinels.as_ref().unwrap();
+        let url = set.servers()[set.primary()].url();
+        Some(markers_vouching_across(&url, killed.elapsed(), 300).await)
+    } else {
+        None
+    };
     let plans = run.plans().await;
     let mut report = finish(&name, &mut stack, &run, &plans, expect_for(d)).await;
     report.notes.push(format!(
         "sentinels named the new primary {failover_ms} ms after the kill"
     ));
+    if let Some((old, claims)) = markers {
+        report.notes.push(format!(
+            "warmth markers vouching from before the failover: {old} of {claims} probe claims"
+        ));
+        if old > 0 || claims == 0 {
+            report.fail(format!(
+                "{old} of {claims} probe claims found a marker vouching from before the failover"
+            ));
+        }
+    }
     wait_notes(&mut stack, &mut report).await;
     report
+}
+
+/// After a fault that replaced the Redis process (a failover), the warmth markers the
+/// new primary holds must not vouch for anything before the fault: each marker is
+/// either renewed since (younger than the fault) or, when the claim script looks at it,
+/// renewed at once (a replicated copy proves nothing). Probed with claims of `n` random
+/// records on the primary at `url`, through a store whose markers vouch from 1 ms (so
+/// every marker's origin is checked): (markers that vouched from before the fault,
+/// claims). Returns before `finish`, whose flush would remove every marker.
+pub async fn markers_vouching_across(url: &str, since_fault: Duration, n: usize) -> (usize, usize) {
+    use idemgate::idempotency::{Claim, Fingerprint, RecordId};
+    use rand::Rng;
+    let store = idemgate::store::RedisStore::connect(&idemgate::config::RedisConfig {
+        url: url.to_string(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    store.set_vouch_after(Some(Duration::from_millis(1)));
+    let fp = Fingerprint::new(&http::Method::POST, &"/probe".parse().unwrap(), None, b"");
+    let lease = Duration::from_secs(1);
+    let (mut old, mut claims) = (0, 0);
+    for _ in 0..n {
+        let bytes: [u8; 32] = rand::rng().random();
+        let key = store.record_key(RecordId::from_hex(&hex::encode(bytes)).unwrap());
+        if let Ok(Claim::Acquired(a)) = store.claim(&key, &fp, "probe", lease, lease).await {
+            claims += 1;
+            if a.marker_age >= since_fault {
+                old += 1;
+            }
+        }
+    }
+    (old, claims)
 }
