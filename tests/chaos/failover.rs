@@ -309,14 +309,14 @@ pub async fn markers_vouching_across(
 }
 
 /// The note (and the failure) of [`markers_vouching_across`]'s probe.
-fn markers_note(report: &mut Report, markers: Option<(usize, usize)>) {
+pub fn markers_note(report: &mut Report, markers: Option<(usize, usize)>) {
     if let Some((old, claims)) = markers {
         report.notes.push(format!(
-            "warmth markers vouching from before the failover: {old} of {claims} probe claims"
+            "warmth markers vouching from before the fault: {old} of {claims} probe claims"
         ));
         if old > 0 || claims == 0 {
             report.fail(format!(
-                "{old} of {claims} probe claims found a marker vouching from before the failover"
+                "{old} of {claims} probe claims found a marker vouching from before the fault"
             ));
         }
     }
