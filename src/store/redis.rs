@@ -98,7 +98,8 @@ struct Inner {
     /// `SPUBLISH` (cluster: sharded pub/sub) or `PUBLISH`, for completions and releases.
     publish: &'static str,
     /// From what age (ms) a warmth marker vouches: the claim script checks the
-    /// server's identity only from then on (0 until [`RedisStore::set_vouch_after`]).
+    /// marker's origin only from then on ([`RedisStore::set_vouch_after`]); `u64::MAX`
+    /// (the default): the mode never uses the verdict, so the marker is not read.
     vouch_after_ms: AtomicU64,
     claim: Script,
     complete: Script,
@@ -140,7 +141,7 @@ impl RedisStore {
                 } else {
                     "PUBLISH"
                 },
-                vouch_after_ms: AtomicU64::new(0),
+                vouch_after_ms: AtomicU64::new(u64::MAX),
                 claim: Script::from_lua(CLAIM_LUA),
                 complete: Script::from_lua(COMPLETE_LUA),
                 release: Script::from_lua(RELEASE_LUA),
@@ -169,16 +170,30 @@ impl RedisStore {
     }
 
     /// The marker age from which warmth may vouch for a shard (the longest ttl): the
-    /// claim script checks the server's identity once a marker is that old.
-    pub fn set_vouch_after(&self, age: Duration) {
-        let ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+    /// claim script checks the marker's origin once it is that old. `None`: the mode
+    /// never uses the verdict (Redis only, write-through claims), so claims neither
+    /// read nor write the marker.
+    pub fn set_vouch_after(&self, age: Option<Duration>) {
+        let ms = age.map_or(u64::MAX, |a| {
+            u64::try_from(a.as_millis()).unwrap_or(u64::MAX - 1)
+        });
         self.inner.vouch_after_ms.store(ms, Ordering::Relaxed);
     }
 
-    /// KEYS of the claim script for a record key.
-    fn claim_keys(&self, key: &str) -> Vec<String> {
-        let marker = self.inner.markers.for_key(key).to_string();
-        vec![key.to_string(), fence_key(key), marker]
+    /// The marker age from which warmth may vouch, if claims read the marker.
+    fn vouch_after(&self) -> Option<i64> {
+        let ms = self.inner.vouch_after_ms.load(Ordering::Relaxed);
+        (ms != u64::MAX).then(|| i64::try_from(ms).unwrap_or(i64::MAX))
+    }
+
+    /// KEYS of the claim script for a record key, with the slot's warmth marker when
+    /// `marker` (where claims read it).
+    fn claim_keys(&self, key: &str, marker: bool) -> Vec<String> {
+        let mut keys = vec![key.to_string(), fence_key(key)];
+        if marker {
+            keys.push(self.inner.markers.for_key(key).to_string());
+        }
+        keys
     }
 
     /// For one record key, the keys and channels each script is given (KEYS, and the
@@ -188,7 +203,7 @@ impl RedisStore {
         let one = vec![key.to_string()];
         let with_channel = vec![key.to_string(), channel(key)];
         vec![
-            ("claim", self.claim_keys(key)),
+            ("claim", self.claim_keys(key, true)),
             ("complete", with_channel.clone()),
             ("release", with_channel),
             ("peek", one.clone()),
@@ -200,9 +215,11 @@ impl RedisStore {
 
     /// Runs `lua/claim.lua`.
     ///
-    /// KEYS: `[record key, fence key, warmth marker of the record's slot]`. ARGV:
-    /// `[fingerprint (32 bytes), lock token, lease ms, fence key ttl ms, vouch-after ms]`.
-    /// Reply: `{"A", fence, marker age ms}` acquired with its fencing token,
+    /// KEYS: `[record key, fence key, warmth marker of the record's slot]` (the marker
+    /// only where the mode uses it). ARGV: `[fingerprint (32 bytes), lock token, lease
+    /// ms, fence key ttl ms, vouch-after ms]`.
+    /// Reply: `{"A", fence, marker age ms}` acquired with its fencing token (age 0
+    /// without the marker),
     /// `{"C", encoded response, remaining ms}` completed with this fingerprint,
     /// `{"I", remaining ms}` leased by another token (the record is then marked as
     /// waited for: its completion or release publishes), `{"M"}` another fingerprint;
@@ -225,14 +242,15 @@ impl RedisStore {
                 token.into(),
                 millis(lease).into(),
                 millis(fence_ttl).into(),
-                (self.inner.vouch_after_ms.load(Ordering::Relaxed) as i64).into(),
+                self.vouch_after().unwrap_or(0).into(),
             ]
         };
+        let marker = self.vouch_after().is_some();
         let started = Instant::now();
         let client = self.inner.pool.next_connected();
         let script = &self.inner.claim;
         let mut reply: Result<Value, FredError> = script
-            .evalsha_with_reload(client, self.claim_keys(key), args())
+            .evalsha_with_reload(client, self.claim_keys(key, marker), args())
             .await;
         // While its slot migrates between primaries (resharding), Redis answers
         // `-TRYAGAIN` to a script whose keys are split between the two nodes (the
@@ -244,7 +262,7 @@ impl RedisStore {
                 Err(e) if slot_migrating(e) => {
                     tokio::time::sleep(Duration::from_millis(pause)).await;
                     reply = script
-                        .evalsha_with_reload(client, self.claim_keys(key), args())
+                        .evalsha_with_reload(client, self.claim_keys(key, marker), args())
                         .await;
                 }
                 _ => break,

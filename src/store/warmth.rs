@@ -6,9 +6,10 @@
 //! *warm* when all of these hold:
 //! - the marker of the record's slot, read in the same atomic step as the claim, is
 //!   older than the longest `ttl` and was written by the server process that answers
-//!   now (its `run_id`). The script sets the marker when it finds none (a new,
-//!   restarted or flushed shard) and renews it when another process wrote it (a
-//!   replica promoted with replicated markers, a restore from RDB/AOF), so either is
+//!   now (its value is encoded "raw" only in that process: see `lua/claim.lua`). The
+//!   script sets the marker when it finds none (a new, restarted or flushed shard) and
+//!   renews it when another process wrote it (a replica promoted with replicated
+//!   markers, a restart or a restore from RDB/AOF, a resharding), so either is
 //!   noticed by the very next claim in that shard, on every replica, while the other
 //!   shards stay warm. Standalone and Sentinel use the same 16,384 markers on one primary;
 //! - `maxmemory-policy` is `noeviction` (read by the probe; unknown counts as cold);
@@ -28,9 +29,16 @@
 //! (see `breaker`): while a shard's is open, its claims follow the fallback, so with
 //! `on_redis_unavailable = "postgres"` the slots of every record claimed meanwhile are
 //! reset (those records are in Postgres only), and a shard's breaker closes once the
-//! markers of its own slots are reset. A write lost in a failover
-//! is covered only because the promoted server has another `run_id`; a shard that
-//! loses writes without changing process (none known in Redis) would not be seen.
+//! markers of its own slots are reset. A write lost in a failover is covered only
+//! because the promoted server is another process; a shard that loses writes without
+//! changing process (none known in Redis) would not be seen, and neither would an old
+//! primary that rejoins by partial resync and is promoted back while a marker it wrote
+//! in its first term still stands (no claim in that slot meanwhile).
+//!
+//! Only claims in Redis with `[postgres]` read the markers (the claim script is given
+//! the marker key only then): `when_cold` skips the lookup when warm, and `always` lets
+//! a warm claim stand when the lookup fails. With write-through claims Postgres
+//! decides, and Redis alone has nothing to look up.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

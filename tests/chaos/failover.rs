@@ -123,7 +123,8 @@ pub async fn cluster_primary_killed(name: String, d: Durability, wait_replicas: 
     tokio::task::block_in_place(|| sync_at_once(&stack));
     let mut run = start(in_flight_heavy(&name, &stack));
     run.at(3000).await;
-    let (victim, failover_ms, link, lag) = tokio::task::block_in_place(|| {
+    let killed = Instant::now();
+    let (victim, failover_ms, link, lag, promoted) = tokio::task::block_in_place(|| {
         let cluster = stack.redis_cluster.as_mut().unwrap();
         let victim = cluster.primary_for_slot(0);
         let replica = cluster
@@ -142,7 +143,7 @@ pub async fn cluster_primary_killed(name: String, d: Durability, wait_replicas: 
         cluster.kill(victim);
         // The old primary is started again only after this: it rejoins as a replica.
         cluster.wait_primary(replica, Duration::from_secs(20));
-        (victim, t.elapsed().as_millis(), link, lag)
+        (victim, t.elapsed().as_millis(), link, lag, replica)
     });
     run.at(6000).await;
     tokio::task::block_in_place(|| {
@@ -150,6 +151,17 @@ pub async fn cluster_primary_killed(name: String, d: Durability, wait_replicas: 
         cluster.start_again(victim);
         cluster.wait_ok(Duration::from_secs(20));
     });
+    // The markers the promoted replica received vouch for nothing (claims in Redis with
+    // Postgres behind: the only mode that reads them).
+    let markers = if d == Durability::Postgres {
+        let cluster = stack.redis_cluster.as_ref().unwrap();
+        let (url, ranges) = tokio::task::block_in_place(|| {
+            (cluster.nodes()[promoted].url(), cluster.slots_of(promoted))
+        });
+        Some(markers_vouching_across(&url, &ranges, killed.elapsed(), 300).await)
+    } else {
+        None
+    };
     let plans = run.plans().await;
     let mut report = finish(&name, &mut stack, &run, &plans, expect_for(d)).await;
     report.notes.push(format!(
@@ -157,6 +169,7 @@ pub async fn cluster_primary_killed(name: String, d: Durability, wait_replicas: 
          the kill",
         link.unwrap_or_default()
     ));
+    markers_note(&mut report, markers);
     wait_notes(&mut stack, &mut report).await;
     report
 }
@@ -217,6 +230,7 @@ pub async fn sentinel_failover(name: String, d: Durability, wait_replicas: bool)
     tokio::task::block_in_place(|| sync_at_once(&stack));
     let mut run = start(in_flight_heavy(&name, &stack));
     run.at(3000).await;
+    let killed = Instant::now();
     let (victim, failover_ms) = tokio::task::block_in_place(|| {
         let set = stack.sentinels.as_mut().unwrap();
         let victim = set.primary();
@@ -230,11 +244,80 @@ pub async fn sentinel_failover(name: String, d: Durability, wait_replicas: bool)
         set.start_again(victim);
         set.wait_agreed(Duration::from_secs(30));
     });
+    // The markers the promoted replica received vouch for nothing (claims in Redis with
+    // Postgres behind: the only mode that reads them).
+    let markers = if d == Durability::Postgres {
+        let set = stack.sentinels.as_ref().unwrap();
+        let url = set.servers()[set.primary()].url();
+        Some(markers_vouching_across(&url, &[(0, 16383)], killed.elapsed(), 300).await)
+    } else {
+        None
+    };
     let plans = run.plans().await;
     let mut report = finish(&name, &mut stack, &run, &plans, expect_for(d)).await;
     report.notes.push(format!(
         "sentinels named the new primary {failover_ms} ms after the kill"
     ));
+    markers_note(&mut report, markers);
     wait_notes(&mut stack, &mut report).await;
     report
+}
+
+/// After a fault that replaced the Redis process (a failover), the warmth markers the
+/// new primary holds must not vouch for anything before the fault: each marker is
+/// either renewed since (younger than the fault) or, when the claim script looks at it,
+/// renewed at once (a replicated copy proves nothing). Probed with claims of `n` random
+/// records on the primary at `url`, through a store whose markers vouch from 1 ms (so
+/// every marker's origin is checked), of records in the slots `ranges` (inclusive) that
+/// the server owns: (markers that vouched from before the fault, claims). Called before
+/// `finish`, whose flush would remove every marker.
+pub async fn markers_vouching_across(
+    url: &str,
+    ranges: &[(u16, u16)],
+    since_fault: Duration,
+    n: usize,
+) -> (usize, usize) {
+    use idemgate::idempotency::{Claim, Fingerprint, RecordId};
+    use rand::Rng;
+    let store = idemgate::store::RedisStore::connect(&idemgate::config::RedisConfig {
+        url: url.to_string(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    store.set_vouch_after(Some(Duration::from_millis(1)));
+    let fp = Fingerprint::new(&http::Method::POST, &"/probe".parse().unwrap(), None, b"");
+    let lease = Duration::from_secs(1);
+    let (mut old, mut claims) = (0, 0);
+    let owned = |slot: u16| ranges.iter().any(|&(a, b)| (a..=b).contains(&slot));
+    for _ in 0..n {
+        let key = loop {
+            let bytes: [u8; 32] = rand::rng().random();
+            let key = store.record_key(RecordId::from_hex(&hex::encode(bytes)).unwrap());
+            if owned(idemgate::store::slots::slot(&key)) {
+                break key;
+            }
+        };
+        if let Ok(Claim::Acquired(a)) = store.claim(&key, &fp, "probe", lease, lease).await {
+            claims += 1;
+            if a.marker_age >= since_fault {
+                old += 1;
+            }
+        }
+    }
+    (old, claims)
+}
+
+/// The note (and the failure) of [`markers_vouching_across`]'s probe.
+pub fn markers_note(report: &mut Report, markers: Option<(usize, usize)>) {
+    if let Some((old, claims)) = markers {
+        report.notes.push(format!(
+            "warmth markers vouching from before the fault: {old} of {claims} probe claims"
+        ));
+        if old > 0 || claims == 0 {
+            report.fail(format!(
+                "{old} of {claims} probe claims found a marker vouching from before the fault"
+            ));
+        }
+    }
 }

@@ -1,5 +1,5 @@
 //! Issue 13, items 2 and 3: every script runs in one hash slot; cold detection per
-//! shard (one warmth marker per slot, tied to the server's `run_id`), on a real
+//! shard (one warmth marker per slot, tied to the server process that wrote it), on a real
 //! cluster and a real Sentinel set with Postgres behind them.
 
 use std::time::Duration;
@@ -253,5 +253,150 @@ async fn a_breaker_trip_leaves_the_other_shards_warm() {
         upstream.executions(),
         21,
         "nothing of the shard that went away ran again"
+    );
+}
+
+/// A restart that loads an RDB file (a crash, a restore) brings back markers that were
+/// provably warm in the process that saved them, but not the writes made after the
+/// snapshot: the markers came from a file, so they vouch for nothing, and the lost
+/// record is found in Postgres. Fails if the claim script trusts a marker's age without
+/// its proof of origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn markers_restored_from_a_snapshot_are_cold() {
+    let mut redis = RedisServer::start();
+    let pg = PgServer::start();
+    let upstream = MockUpstream::start().await;
+    let url = redis.url();
+    let config = || crate::support::config(&url, &upstream.url(), &durable(&pg));
+    let app = TestApp::spawn(config()).await;
+    backdate_markers(&url, &[(0, 16383)], TWO_DAYS).await;
+    tokio::time::sleep(Duration::from_millis(400)).await; // the probe reads the eviction policy
+    assert!(!replayed(&app, "s-0").await);
+    assert!(!replayed(&app, "s-1").await);
+    // Warm: a record lost from Redis alone runs again (no lookup).
+    let del = tokio::task::block_in_place(|| redis.cli(&["DEL", &record_key("s-0")]));
+    assert_eq!(del.trim(), "1");
+    assert!(!replayed(&app, "s-0").await, "warm before the restore");
+    assert_eq!(upstream.executions(), 3);
+
+    // A snapshot, then a key completed after it (written through to Postgres).
+    let saved = tokio::task::block_in_place(|| redis.cli(&["SAVE"]));
+    assert_eq!(saved.trim(), "OK");
+    assert!(!replayed(&app, "s-2").await);
+    assert_eq!(upstream.executions(), 4);
+    tokio::time::sleep(Duration::from_millis(500)).await; // write-through settles
+                                                          // SIGKILL, back from the snapshot: s-2 is gone from Redis, the markers are back.
+    drop(app);
+    tokio::task::block_in_place(|| redis.restart());
+    let states = redis.record_states().await;
+    assert!(
+        !states.iter().any(|(k, _)| *k == record_key("s-2")),
+        "the record written after the snapshot is lost: {states:?}"
+    );
+    let app = TestApp::spawn(config()).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        replayed(&app, "s-2").await,
+        "the restored markers vouch for nothing: cold, so the lookup finds it"
+    );
+    assert_eq!(upstream.executions(), 4, "nothing ran again");
+}
+
+/// The marker as the claim script itself writes it: it vouches in the process that
+/// wrote it, and in no other: not on the replica it was replicated to once that
+/// replica is promoted, not after a reload from a file. Here a marker vouches from
+/// 1 ms (`set_vouch_after`), so every claim after the first checks the proof of origin.
+/// Fails if the script's marking is replicated or persisted, or if the proof is skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_marker_vouches_only_in_the_process_that_wrote_it() {
+    let primary = RedisServer::start();
+    let port = primary.port.to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    // Synced before the first claim: the marker reaches the replica as a command.
+    tokio::task::block_in_place(|| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while replica.info("master_link_status").as_deref() != Some("up") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the replica never synced"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    let store_on = |url: String| async move {
+        let store = RedisStore::connect(&RedisConfig {
+            url,
+            ..RedisConfig::default()
+        })
+        .await
+        .unwrap();
+        store.set_vouch_after(Some(Duration::from_millis(1)));
+        store
+    };
+    let store = store_on(primary.url()).await;
+    // Records of one slot, so of one marker.
+    let mut rng = rand::rng();
+    let first =
+        store.record_key(RecordId::from_hex(&hex::encode(rng.random::<[u8; 32]>())).unwrap());
+    let same_slot: Vec<String> = std::iter::repeat_with(|| {
+        store.record_key(RecordId::from_hex(&hex::encode(rng.random::<[u8; 32]>())).unwrap())
+    })
+    .filter(|k| slot(k) == slot(&first))
+    .take(3)
+    .collect();
+    let fp = idemgate::idempotency::Fingerprint::new(
+        &http::Method::POST,
+        &"/v1/x".parse().unwrap(),
+        None,
+        b"",
+    );
+    let age = |store: RedisStore, key: String| async move {
+        let lease = Duration::from_secs(30);
+        match store.claim(&key, &fp, "t", lease, lease).await.unwrap() {
+            idemgate::idempotency::Claim::Acquired(a) => a.marker_age,
+            other => panic!("not acquired: {other:?}"),
+        }
+    };
+    assert_eq!(
+        age(store.clone(), first.clone()).await,
+        Duration::ZERO,
+        "new marker"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        age(store.clone(), same_slot[0].clone()).await >= Duration::from_millis(50),
+        "the process that wrote the marker: it vouches"
+    );
+
+    // The replica holds the same marker, but not as its writer does.
+    let marker = tokio::task::block_in_place(|| {
+        for _ in 0..100 {
+            let keys = replica.cli(&["KEYS", "idemgate:warm:*"]);
+            if !keys.trim().is_empty() {
+                return keys.trim().to_string();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the marker never reached the replica");
+    });
+    let encoding = |r: &RedisServer| r.cli(&["OBJECT", "ENCODING", &marker]).trim().to_string();
+    assert_eq!(tokio::task::block_in_place(|| encoding(&primary)), "raw");
+    assert_ne!(tokio::task::block_in_place(|| encoding(&replica)), "raw");
+    // Promoted, the replica does not vouch with it: renewed, age 0.
+    let promoted = tokio::task::block_in_place(|| replica.cli(&["REPLICAOF", "NO", "ONE"]));
+    assert_eq!(promoted.trim(), "OK");
+    let on_replica = store_on(replica.url()).await;
+    assert_eq!(
+        age(on_replica, same_slot[1].clone()).await,
+        Duration::ZERO,
+        "a replicated marker is renewed"
+    );
+    // The primary reloads its data from a file: renewed too.
+    let reloaded = tokio::task::block_in_place(|| primary.cli(&["DEBUG", "RELOAD"]));
+    assert_eq!(reloaded.trim(), "OK");
+    assert_eq!(
+        age(store, same_slot[2].clone()).await,
+        Duration::ZERO,
+        "a marker loaded from a file is renewed"
     );
 }

@@ -84,9 +84,8 @@ filter = \"{log}\"
 [redis]
 {redis}
 {postgres}
-[idempotency]
-# The load generators send no tenant header: one shared scope (benchmark only).
-anonymous = \"shared\"
+# The load generators send `Authorization: Bearer bench-tenant`, the default tenant
+# header; keyed requests without one are refused (the default).
 
 [[routes]]
 name = \"payments\"

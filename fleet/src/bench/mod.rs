@@ -5,7 +5,7 @@
 //! process it measures is started here:
 //!
 //! - `redis`: no persistence, `noeviction`, and every per-slot warmth marker two days
-//!   in the past with the server's `run_id` (older than the longest ttl; [`warm`]), so
+//!   in the past, written by this server process (older than the longest ttl; [`warm`]), so
 //!   that `lookup_on_miss = "when_cold"` counts Redis as warm;
 //! - `redis-cluster`: three empty primaries `redis-shard-1..3` ([`cluster`]), for the
 //!   rows that run on Redis Cluster (`redis.mode = "cluster"`);

@@ -1,7 +1,9 @@
 //! The bench's warm Redis: every per-slot warmth marker of the gateway
 //! (`<prefix>:warm:{<tag>}`, one per hash slot, as `src/store/slots.rs` names them)
-//! set two days in the past with the server's own `run_id`, so that
-//! `lookup_on_miss = "when_cold"` rows run against a Redis that provably vouches.
+//! set two days in the past as this server process's own (the number, then turned
+//! "raw" by an APPEND of nothing that is neither replicated nor persisted: the proof of
+//! origin `lua/claim.lua` checks), so that `lookup_on_miss = "when_cold"` rows run
+//! against a Redis that provably vouches.
 //! The fleet crate does not link the gateway, so the slot function (CRC16/XMODEM of
 //! the tag, modulo 16,384) and the tag choice are repeated here; the unit test pins
 //! them to known `CLUSTER KEYSLOT` values, and the bench's outcomes table shows zero
@@ -44,12 +46,12 @@ fn tags() -> Vec<String> {
     tags
 }
 
-/// Sets every slot's marker on the Redis at `port` to "`since_ms` `run_id`" in one
-/// script (the script reads the `run_id` itself).
+/// Sets every slot's marker on the Redis at `port` to `since_ms`, written by this
+/// server process, in one script.
 pub fn backdate_markers(port: u16, prefix: &str, since_ms: u128) -> Result<(), String> {
-    let script = "local id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') \
-                  local v = ARGV[1] .. ' ' .. id \
-                  for _, k in ipairs(KEYS) do redis.call('SET', k, v) end \
+    let script = "for _, k in ipairs(KEYS) do redis.call('SET', k, ARGV[1]) end \
+                  redis.set_repl(redis.REPL_NONE) \
+                  for _, k in ipairs(KEYS) do redis.call('APPEND', k, '') end \
                   return #KEYS";
     let keys: Vec<String> = tags()
         .iter()

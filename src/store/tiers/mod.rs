@@ -84,7 +84,13 @@ impl Stores {
         cache: Option<Arc<ReplayCache>>,
     ) -> Self {
         let lookup = config.postgres.as_ref().map(|p| p.lookup_on_miss);
-        redis.set_vouch_after(config.longest_ttl());
+        // Claims read the warmth marker only where its verdict is used: a Redis claim
+        // that Postgres may know better (`when_cold` skips the lookup when warm;
+        // `always` lets a warm claim stand when the lookup fails). Not with Redis
+        // alone (nothing to look up), nor with write-through claims (Postgres decides).
+        let reads_marker =
+            (config.postgres.as_ref()).is_some_and(|p| p.claims != ClaimDurability::WriteThrough);
+        redis.set_vouch_after(reads_marker.then(|| config.longest_ttl()));
         let sentinels = SentinelWatch::connect(&config.redis).unwrap_or_else(|e| {
             tracing::warn!(error = %e, "cannot watch the sentinels; following fred's choice only");
             None

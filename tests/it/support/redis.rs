@@ -95,35 +95,29 @@ impl RedisServer {
 }
 
 /// Makes the server at `url` provably warm for the slots in `ranges` (inclusive): the
-/// warmth marker of each says this server (its `run_id`) has held every write for
-/// `age`. Works on a cluster primary for the slots it owns.
+/// warmth marker of each says this server process has held every write for `age`
+/// (written as `lua/claim.lua` writes it: the number, then turned "raw" here only, by
+/// an APPEND of nothing that is neither replicated nor persisted). Works on a cluster
+/// primary for the slots it owns.
 pub async fn backdate_markers(url: &str, ranges: &[(u16, u16)], age: std::time::Duration) {
     let client = Builder::from_config(Config::from_url(url).unwrap())
         .build()
         .unwrap();
     client.init().await.unwrap();
-    let info: String = client
-        .custom(fred::cmd!("INFO"), vec!["server"])
-        .await
-        .unwrap();
-    let run_id = info
-        .lines()
-        .find_map(|l| l.strip_prefix("run_id:"))
-        .unwrap()
-        .trim()
-        .to_string();
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64;
-    let value = format!("{} {run_id}", now_ms - age.as_millis() as u64);
+    let since = (now_ms - age.as_millis() as u64).to_string();
+    let script = "redis.call('SET', KEYS[1], ARGV[1]) redis.set_repl(redis.REPL_NONE) \
+                  redis.call('APPEND', KEYS[1], '') redis.set_repl(redis.REPL_ALL)";
     let markers = idemgate::store::slots::SlotMarkers::new("idemgate");
     let pipeline = client.pipeline();
     for &(first, last) in ranges {
         for slot in first..=last {
             let key = markers.all()[usize::from(slot)].as_str();
             let _: () = pipeline
-                .set(key, value.as_str(), None, None, false)
+                .custom(fred::cmd!("EVAL"), vec![script, "1", key, since.as_str()])
                 .await
                 .unwrap();
         }
