@@ -68,8 +68,18 @@ fn owner_file(subnet: u8) -> PathBuf {
     Path::new(OWNERS).join(subnet.to_string())
 }
 
-/// Kills what runs in every namespace of lab `subnet`, deletes them and its bridge.
+/// Kills what runs in every namespace of lab `subnet`, deletes them, their veth pairs
+/// (deleting the root end deletes both at once; a namespace's own end would otherwise
+/// linger until the kernel's asynchronous clean-up of the namespace) and the bridge.
 fn teardown(subnet: u8) {
+    let veths = format!("{}v", bridge_name(subnet));
+    let links = ip(&["-o", "link", "show"]).unwrap_or_default();
+    for link in links.lines().filter_map(|l| l.split(": ").nth(1)) {
+        let name = link.split('@').next().unwrap_or(link);
+        if name.starts_with(&veths) && name[veths.len()..].bytes().all(|b| b.is_ascii_digit()) {
+            let _ = ip(&["link", "del", name]);
+        }
+    }
     let prefix = format!("{}-", bridge_name(subnet));
     let listed = ip(&["netns", "list"]).unwrap_or_default();
     for ns in listed
@@ -132,7 +142,11 @@ impl NetLab {
         ip(&["route", "replace", "unreachable", RANGE])?;
         sweep_stale();
         std::fs::create_dir_all(OWNERS).map_err(|e| format!("{OWNERS}: {e}"))?;
-        let start = (std::process::id() % 200) as u16;
+        // Each lab of a process starts its search further on, so a lab never takes the
+        // /24 its predecessor just gave back.
+        static LABS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+        let nth = LABS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let start = (std::process::id() % 200) as u16 + nth.wrapping_mul(7);
         let subnet = (0..250u16)
             .map(|i| ((start + i) % 250 + 1) as u8)
             .find(|&s| ip(&["link", "add", &bridge_name(s), "type", "bridge"]).is_ok())
@@ -343,6 +357,11 @@ mod tests {
             "namespace gone"
         );
         assert!(ip(&["link", "show", &bridge]).is_err(), "bridge gone");
+        let links = ip(&["-o", "link", "show"]).unwrap();
+        assert!(!links.contains(&format!("{bridge}v")), "veth pairs gone at once");
+        // The next lab of this process does not take the /24 just given back.
+        let next = NetLab::new().unwrap();
+        assert_ne!(next.bridge(), bridge);
         // The guard route stays: a lab address no longer on a bridge fails at once.
         let route = ip(&["route", "get", &b.ip.to_string()]);
         assert!(

@@ -8,8 +8,9 @@
 //! Besides the checker's invariants (executions per key, lost acknowledged responses,
 //! keys answered with two different 2xx responses) each row notes how long after the
 //! heal every replica took to answer a fresh key with a 2xx again ("claims back"), and
-//! fails when, once healed, two replicas answer one acknowledged key with different
-//! responses (each is asked directly, replay caches included, before the final passes).
+//! counts the keys that two replicas, once healed, answer with different responses (each
+//! is asked directly, replay caches included, before the final passes): a failure where
+//! the mode promises exactly once, its window (measured) where a key may run twice.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -190,9 +191,14 @@ async fn settle(
     if !disagree.is_empty() {
         let n = disagree.len();
         let some: Vec<String> = disagree.into_iter().take(5).collect();
-        report.fail(format!(
-            "{n} keys answered differently by the replicas after the heal: {some:?}"
-        ));
+        let what = format!("{n} keys answered differently by the replicas after the heal: {some:?}");
+        // Where a key may run twice, its two responses may both be stored (Redis and
+        // Postgres each took one): the mode's window, measured. Elsewhere a violation.
+        if expect_for(d).exactly_once {
+            report.fail(what);
+        } else {
+            report.measured.push(what);
+        }
     }
     report
 }
