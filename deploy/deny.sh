@@ -8,4 +8,4 @@ if ! cargo deny --version >/dev/null 2>&1; then
   echo "deny: installing cargo-deny" >&2
   cargo install cargo-deny --locked --version 0.20.2
 fi
-cargo deny --locked check licenses bans sources
+cargo deny --locked check --hide-inclusion-graph licenses bans sources
