@@ -14,7 +14,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let redacted = redact_url(text);
     let base = text.split('?').next().unwrap_or_default();
-    if let Some((_, rest)) = base.split_once("://") {
+    let url = base.split_once("://").filter(|(scheme, _)| {
+        scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && (scheme.chars()).all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    });
+    if let Some((_, rest)) = url {
         if let Some((userinfo, _)) = rest.rsplit_once('@') {
             if let Some((_, password)) = userinfo.split_once(':') {
                 if password.len() >= 4 && !password.contains("***") {
