@@ -1,7 +1,8 @@
 //! The configuration loader (`Config::from_toml`, and `redact_url`) on arbitrary text.
 //! Properties: never panics; an accepted configuration renders (`to_redacted_toml`),
-//! and, without an admin token (rendered as `***`), that rendering loads again and
-//! renders the same; `redact_url` never panics and never shows a URL's password.
+//! and, when nothing had to be redacted (no `***`: redacting changes values on
+//! purpose), that rendering loads again and renders the same; `redact_url` never panics
+//! and never shows a URL's password.
 #![no_main]
 
 use idemgate::config::{redact_url, Config};
@@ -39,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = config.longest_ttl();
     let _ = RouteTable::new(&config);
     let rendered = config.to_redacted_toml();
-    if config.admin.token.is_none() {
+    if !rendered.contains("***") {
         let again = Config::from_toml(&rendered)
             .unwrap_or_else(|e| panic!("the rendering does not load: {e}\n{rendered}"));
         assert_eq!(again.to_redacted_toml(), rendered);
