@@ -22,9 +22,10 @@ fuzz_target!(|data: &[u8]| {
     if let Some((_, rest)) = url {
         if let Some((userinfo, _)) = rest.rsplit_once('@') {
             if let Some((_, password)) = userinfo.split_once(':') {
-                if password.len() >= 4 && !password.contains("***") {
-                    let shown = redacted.split('?').next().unwrap_or_default();
-                    assert!(!shown.contains(&format!(":{password}@")), "{redacted}");
+                // Shown fewer times than written (it may also be part of the user name).
+                if password.len() >= 4 && !password.contains('*') {
+                    let (written, shown) = (text.matches(password), redacted.matches(password));
+                    assert!(shown.count() < written.count(), "{redacted}");
                 }
             }
         }
