@@ -1,5 +1,5 @@
 # idemgate: developer entry points. `make up` and `make test` install what is missing.
-.PHONY: up down loadtest bench test chaos lint deps image check-deploy upgrade-check
+.PHONY: up down loadtest bench test chaos lint deps image check-deploy upgrade-check fuzz
 
 # Start the local fleet on loopback: Redis, Postgres, the demo upstream, REPLICAS
 # gateway replicas (default 3) behind HAProxy on :8080, Prometheus on :9099;
@@ -25,13 +25,16 @@ loadtest:
 bench:
 	bash deploy/bench/run.sh
 
-# Install missing Debian packages, then run every test (unit, integration, alert rules).
+# Install missing Debian packages, then run every test (unit, integration, alert rules),
+# then a smoke run of every fuzz target (FUZZ_SMOKE_SECONDS each, default 5: they keep
+# building and running; `make fuzz` is the real run).
 test: deps
 	promtool check rules deploy/prometheus/alerts.yml
 	promtool test rules deploy/prometheus/alerts_test.yml
 	bash deploy/check.sh
 	cargo test --all-targets
 	bash deploy/upgrade/check.sh
+	FUZZ_SECONDS=$(or $(FUZZ_SMOKE_SECONDS),5) bash fuzz/run.sh
 
 # Rolling upgrade check: the previous release's binary (a debug build of the commit in
 # deploy/upgrade/base-commit, kept under target/upgrade-base/ and reused) and this one
@@ -40,6 +43,12 @@ test: deps
 # <commit> checks against another commit. Part of `make test`.
 upgrade-check: deps
 	bash deploy/upgrade/check.sh
+
+# Fuzz every parser that reads client or store bytes (fuzz/, cargo-fuzz and libFuzzer;
+# installs cargo-fuzz if missing): each target FUZZ_SECONDS (default 60), or only
+# FUZZ_TARGETS (e.g. `make fuzz FUZZ_TARGETS=path FUZZ_SECONDS=3600`). README, "Fuzzing".
+fuzz:
+	FUZZ_SECONDS=$(or $(FUZZ_SECONDS),60) bash fuzz/run.sh $(FUZZ_TARGETS)
 
 # Chaos suite: every fault scenario against a real fleet on loopback (Redis, Postgres,
 # the demo upstream, 3 replicas behind HAProxy), one at a time, then the verdict
@@ -69,10 +78,14 @@ image:
 check-deploy:
 	bash deploy/check.sh
 
-# Formatting and lints, as CI runs them.
+# Formatting and lints, as CI runs them (the fuzz crate too: its own workspace), and
+# the dependency tree's licenses, bans and sources (deny.toml; installs cargo-deny).
 lint:
 	cargo fmt --all -- --check
+	cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 	cargo clippy --all-targets -- -D warnings
+	cargo clippy --lib --features fuzzing -- -D warnings
+	bash deploy/deny.sh
 
 deps:
 	bash deploy/install-deps.sh

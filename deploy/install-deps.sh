@@ -3,8 +3,8 @@
 # Usage: deploy/install-deps.sh [test|up|image]   (image: only podman and buildah, for `make image`)
 set -euo pipefail
 
-# command-or-path:package
-want=(redis-server:redis-server /usr/lib/postgresql/15/bin/initdb:postgresql-15 promtool:prometheus /usr/sbin/haproxy:haproxy /usr/sbin/nft:nftables)
+# command-or-path:package (g++: libFuzzer, built for the fuzz smoke of `make test`)
+want=(redis-server:redis-server /usr/lib/postgresql/15/bin/initdb:postgresql-15 promtool:prometheus /usr/sbin/haproxy:haproxy /usr/sbin/nft:nftables g++:g++)
 if [ "${1:-}" = image ]; then want=(podman:podman buildah:buildah); fi
 
 missing=()

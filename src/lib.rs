@@ -28,6 +28,9 @@
 
 pub mod app;
 pub mod config;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod idempotency;
 pub mod metrics;

@@ -180,7 +180,8 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         idempotency(&format!("{at}.idempotency"), &effective)?;
         // The holder's heartbeat extends the lease every third of it, so the upstream
         // call may outlive `lock_ttl`; each extension must have time to land.
-        let floor = config.redis.command_timeout * 3;
+        // Saturating: a huge command_timeout is refused here, not an overflow panic.
+        let floor = config.redis.command_timeout.saturating_mul(3);
         if effective.lock_ttl < floor {
             return Err(ConfigError::invalid(
                 format!("{at}.idempotency.lock_ttl"),
@@ -249,7 +250,7 @@ fn server_limits(s: &ServerConfig) -> Result<(), ConfigError> {
         ));
     }
     positive_duration("server.write_timeout", s.write_timeout)?;
-    let one = s.max_request_body.as_u64() + s.max_response_body.as_u64();
+    let one = (s.max_request_body.as_u64()).saturating_add(s.max_response_body.as_u64());
     if s.buffer_budget.as_u64() < one {
         return Err(ConfigError::invalid(
             "server.buffer_budget",
@@ -299,6 +300,19 @@ mod tests {
 
     fn err(toml: &str) -> String {
         Config::from_toml(toml).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn huge_values_are_refused_not_overflowed() {
+        // 3 x command_timeout and max_request_body + max_response_body overflowed (a
+        // panic in `Duration * u32`; a wrapped sum in release builds).
+        let e = err(&format!(
+            "[redis]\ncommand_timeout = \"6148914691236517206s\"\n{}",
+            route("")
+        ));
+        assert!(e.contains("routes[0].idempotency.lock_ttl"), "{e}");
+        let e = err("[server]\nmax_request_body = \"15EiB\"\nmax_response_body = \"15EiB\"\n");
+        assert!(e.contains("server.buffer_budget"), "{e}");
     }
 
     #[test]

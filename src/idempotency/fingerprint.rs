@@ -122,8 +122,10 @@ fn is_json(content_type: &[u8]) -> bool {
         return false;
     };
     let essence = ct.split(';').next().unwrap_or("").trim();
-    essence.eq_ignore_ascii_case("application/json")
-        || essence.len() > 5 && essence[essence.len() - 5..].eq_ignore_ascii_case("+json")
+    // Compared as bytes: slicing the `str` 5 bytes from its end could split a character.
+    let essence = essence.as_bytes();
+    essence.eq_ignore_ascii_case(b"application/json")
+        || essence.len() > 5 && essence[essence.len() - 5..].eq_ignore_ascii_case(b"+json")
 }
 
 #[cfg(test)]
@@ -183,6 +185,25 @@ mod tests {
             fp(JSON, r#"{"to":"alice","to":"bob"}"#),
             fp(JSON, r#"{"to":"bob"}"#)
         );
+    }
+
+    #[test]
+    fn any_content_type_is_classified_without_panicking() {
+        // Found by fuzz/canonical_json: the `+json` suffix was sliced at a byte offset
+        // inside a multi-byte character (a client-chosen header: a panic per request).
+        let body = r#"{"a":1}"#;
+        for ct in [
+            "x\u{e9}abcd",
+            "\u{e9}\u{e9}\u{e9}",
+            "a\u{20ac}json",
+            "\u{7a4}\u{74f}&2",
+        ] {
+            let ct = HeaderValue::from_bytes(ct.as_bytes()).unwrap();
+            let uri: Uri = "/v1/payments".parse().unwrap();
+            Fingerprint::new(&Method::POST, &uri, Some(&ct), body.as_bytes());
+            assert!(!is_json(ct.as_bytes()));
+        }
+        assert!(is_json("application/vnd.api+JSON; x=\u{e9}".as_bytes()));
     }
 
     #[test]

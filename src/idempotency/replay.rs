@@ -213,7 +213,8 @@ fn int(raw: &mut Bytes, n: usize) -> Result<usize, &'static str> {
 
 fn take_headers(raw: &mut Bytes) -> Result<Vec<(HeaderName, HeaderValue)>, &'static str> {
     let count = int(raw, 2)?;
-    let mut headers = Vec::with_capacity(count);
+    // Each header takes at least 6 bytes: a corrupt count does not reserve 65 535 slots.
+    let mut headers = Vec::with_capacity(count.min(raw.len() / 6));
     for _ in 0..count {
         let n = int(raw, 2)?;
         let name = HeaderName::from_bytes(&take(raw, n)?).map_err(|_| "bad header name")?;

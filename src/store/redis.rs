@@ -595,7 +595,7 @@ impl RedisStore {
     ///
     /// KEYS: `[record key]`. ARGV: `[force, "1" or "0"]`.
     /// Reply: `{"D"}` deleted, `{"L", remaining ms}` leased (nothing deleted), `{"A"}`
-    /// absent. This is the one place that reply is decoded. Re-sent after a dropped
+    /// absent; decoded by [`decode_invalidate_reply`]. Re-sent after a dropped
     /// connection, a delete that had already run answers `Absent`.
     pub async fn invalidate(&self, key: &str, force: bool) -> Result<Invalidated, StoreError> {
         // Built per call rather than kept in `Inner`: the admin API is not on the request path.
@@ -605,26 +605,7 @@ impl RedisStore {
         let reply: Value =
             (script.evalsha_with_reload(self.inner.pool.next(), key, vec![force])).await?;
         metrics::elapsed(&self.inner.ops.invalidate, started);
-        let bad = |detail: &str| StoreError::Protocol {
-            script: "invalidate",
-            detail: detail.to_string(),
-        };
-        let Value::Array(items) = reply else {
-            return Err(bad("not an array"));
-        };
-        let tag = items.first().and_then(|v| v.as_bytes_str());
-        match (tag.as_deref(), items.len()) {
-            (Some("D"), 1) => Ok(Invalidated::Deleted),
-            (Some("A"), 1) => Ok(Invalidated::Absent),
-            (Some("L"), 2) => {
-                let ms =
-                    (items[1].as_i64()).ok_or_else(|| bad("remaining lease is not a number"))?;
-                Ok(Invalidated::Leased {
-                    remaining: Duration::from_millis(ms.max(0) as u64),
-                })
-            }
-            _ => Err(bad("unknown reply tag")),
-        }
+        decode_invalidate_reply(reply)
     }
 
     /// `PING`, for readiness.
@@ -700,7 +681,10 @@ pub enum Record {
 }
 
 /// The one decoder of the replies of `claim.lua` and `peek.lua`.
-fn decode_record_reply(script: &'static str, reply: Value) -> Result<Record, StoreError> {
+pub(crate) fn decode_record_reply(
+    script: &'static str,
+    reply: Value,
+) -> Result<Record, StoreError> {
     let bad = |detail: &str| StoreError::Protocol {
         script,
         detail: detail.to_string(),
@@ -733,6 +717,29 @@ fn decode_record_reply(script: &'static str, reply: Value) -> Result<Record, Sto
         })),
         Some("M") => Ok(Record::Known(Claim::Mismatch)),
         Some("N") => Ok(Record::Absent),
+        _ => Err(bad("unknown reply tag")),
+    }
+}
+
+/// The one decoder of the reply of `lua/invalidate.lua` (see [`RedisStore::invalidate`]).
+pub(crate) fn decode_invalidate_reply(reply: Value) -> Result<Invalidated, StoreError> {
+    let bad = |detail: &str| StoreError::Protocol {
+        script: "invalidate",
+        detail: detail.to_string(),
+    };
+    let Value::Array(items) = reply else {
+        return Err(bad("not an array"));
+    };
+    let tag = items.first().and_then(|v| v.as_bytes_str());
+    match (tag.as_deref(), items.len()) {
+        (Some("D"), 1) => Ok(Invalidated::Deleted),
+        (Some("A"), 1) => Ok(Invalidated::Absent),
+        (Some("L"), 2) => {
+            let ms = (items[1].as_i64()).ok_or_else(|| bad("remaining lease is not a number"))?;
+            Ok(Invalidated::Leased {
+                remaining: Duration::from_millis(ms.max(0) as u64),
+            })
+        }
         _ => Err(bad("unknown reply tag")),
     }
 }
