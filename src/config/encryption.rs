@@ -19,25 +19,40 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::idempotency::Keyring;
 
-/// The section as written.
+/// `[encryption]`: the keys that seal stored responses at rest (ChaCha20-Poly1305);
+/// absent, responses are stored unsealed. Every replica of a fleet needs the same keys.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EncryptionRepr {
+    /// The keys, each `{ id = "k1", key_file = "/run/secrets/idemgate-k1" }`: the active
+    /// one seals new records, the others still open the records they sealed (rotation:
+    /// add the new key to every replica, then make it active, then retire the old one
+    /// once the longest `ttl` has passed).
     keys: Vec<KeyRepr>,
+    /// The `id` of the key that seals new records.
     active: String,
+    /// Whether records stored in the clear (before encryption was turned on) still
+    /// replay; turn off once the longest `ttl` has passed since then.
     #[serde(default = "replay_unsealed_default")]
     replay_unsealed: bool,
 }
 
+/// One key of `encryption.keys`.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct KeyRepr {
+    /// The key's name, stored with each record it seals (unique; never reuse one for
+    /// other key material).
     id: String,
+    /// A file holding the 32-byte key, base64-encoded (`head -c 32 /dev/urandom | base64`).
     key_file: PathBuf,
 }
 
+/// Default `encryption.replay_unsealed`.
+pub(super) const REPLAY_UNSEALED_DEFAULT: bool = true;
+
 fn replay_unsealed_default() -> bool {
-    true
+    REPLAY_UNSEALED_DEFAULT
 }
 
 /// For `#[serde(with = "encryption")]` on `Option<Keyring>`.

@@ -102,7 +102,8 @@ impl std::fmt::Display for SslMode {
     }
 }
 
-/// `[postgres.tls]`: libpq's TLS settings (each may also be a `postgres.url` parameter).
+/// `[postgres.tls]`: TLS to Postgres, with libpq's names and meanings (each may also
+/// be a `postgres.url` parameter).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PostgresTls {
@@ -115,6 +116,7 @@ pub struct PostgresTls {
     /// Client certificate chain (PEM); needs `sslkey`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sslcert: Option<PathBuf>,
+    /// Private key (PEM) of `sslcert`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sslkey: Option<PathBuf>,
 }
