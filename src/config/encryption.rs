@@ -19,15 +19,16 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::idempotency::Keyring;
 
-/// `[encryption]`: the keys that seal stored responses at rest (ChaCha20-Poly1305);
-/// absent, responses are stored unsealed. Every replica of a fleet needs the same keys.
+/// `[encryption]`: the keys that seal stored responses at rest (XChaCha20-Poly1305);
+/// absent, responses are stored in the clear. Every replica needs every key that
+/// sealed a record still stored.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EncryptionRepr {
     /// The keys, each `{ id = "k1", key_file = "/run/secrets/idemgate-k1" }`: the active
-    /// one seals new records, the others still open the records they sealed (rotation:
-    /// add the new key to every replica, then make it active, then retire the old one
-    /// once the longest `ttl` has passed).
+    /// one seals new records, every key listed still opens the records it sealed. To
+    /// rotate: add the new key on every replica, then make it `active`, then remove the
+    /// old one once the longest `ttl` has passed.
     keys: Vec<KeyRepr>,
     /// The `id` of the key that seals new records.
     active: String,
@@ -41,10 +42,11 @@ struct EncryptionRepr {
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct KeyRepr {
-    /// The key's name, stored with each record it seals (unique; never reuse one for
-    /// other key material).
+    /// The key's name, stored with each record it seals: unique, 1 to 64 of
+    /// `A-Z a-z 0-9 . _ -`.
     id: String,
-    /// A file holding the 32-byte key, base64-encoded (`head -c 32 /dev/urandom | base64`).
+    /// A file holding 32 random bytes in base64 (`openssl rand -base64 32 > FILE`; a
+    /// trailing newline is fine).
     key_file: PathBuf,
 }
 
