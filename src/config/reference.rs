@@ -291,7 +291,7 @@ fn variant_name(def: &Def, variant: &Item) -> String {
 fn toml_for(key: &str, value: &str) -> String {
     let (table, name) = key.rsplit_once('.').unwrap_or(("", key));
     match table.split_once("[]") {
-        Some((array, rest)) if rest.is_empty() => format!("[[{array}]]\n{name} = {value}\n"),
+        Some((array, "")) => format!("[[{array}]]\n{name} = {value}\n"),
         _ => format!("[{}]\n{name} = {value}\n", table.replace("[]", "")),
     }
 }
