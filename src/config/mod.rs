@@ -169,7 +169,9 @@ impl Default for LogConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
+    /// One human-readable line per event.
     Text,
+    /// One JSON object per line (the request span's fields under `span`).
     Json,
 }
 

@@ -484,9 +484,18 @@ fn write(defs: &Defs, tables: &[Table]) -> Result<String, ReferenceError> {
             }
             details.push('\n');
             if let Some(def) = values {
+                // The enum's own doc, unless it only names the setting.
+                let about = table_docs(&def.docs);
+                if !(about.is_empty() || about.starts_with('`') && !about.contains(' ')) {
+                    writeln!(details, "\n{about}").unwrap();
+                }
                 details.push_str("\nValues:\n\n");
                 for v in &def.items {
                     let name = variant_name(def, v);
+                    if v.docs.is_empty() {
+                        let value = format!("{key} = \"{name}\"");
+                        return Err(ReferenceError::Undocumented(vec![value]));
+                    }
                     let said = message(&toml_for(key, &format!("\"{name}\""))).unwrap_or_default();
                     if said.contains("unknown variant") {
                         return Err(ReferenceError::Example(

@@ -54,7 +54,7 @@ impl RedisTls {
     }
 }
 
-/// libpq's `sslmode`.
+/// The `sslmode` of libpq.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SslMode {

@@ -79,5 +79,5 @@ pub const EXAMPLES: &[(&str, &str)] = &[
 
 /// The configuration of an example, its route filled in.
 pub fn toml(example: &str) -> String {
-    example.replace("{R}", R) + "\n"
+    example.replace("{R}", R).trim_end().to_string() + "\n"
 }
