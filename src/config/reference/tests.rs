@@ -1,5 +1,6 @@
 //! The committed reference against the schema, and the checks that keep it complete.
 
+use super::write::{markdown, slug};
 use super::*;
 
 const COMMITTED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/configuration.md");
