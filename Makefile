@@ -1,5 +1,5 @@
 # idemgate: developer entry points. `make up` and `make test` install what is missing.
-.PHONY: up down loadtest bench test chaos lint deps image check-deploy upgrade-check fuzz
+.PHONY: up down loadtest bench test chaos lint deps image check-deploy upgrade-check fuzz docs
 
 # Start the local fleet on loopback: Redis, Postgres, the demo upstream, REPLICAS
 # gateway replicas (default 3) behind HAProxy on :8080, Prometheus on :9099;
@@ -77,6 +77,11 @@ image:
 # checkov, yamllint, alerts.yml = PrometheusRule) and the Dockerfile (hadolint, checkov).
 check-deploy:
 	bash deploy/check.sh
+
+# Regenerate docs/configuration.md from the schema (the doc comments of src/config/);
+# `cargo test` fails while the committed file differs from what this writes.
+docs:
+	cargo run --quiet --bin idemgate -- config-reference --out docs/configuration.md
 
 # Formatting and lints, as CI runs them (the fuzz crate too: its own workspace), and
 # the dependency tree's licenses, bans and sources (deny.toml; installs cargo-deny).

@@ -19,25 +19,42 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::idempotency::Keyring;
 
-/// The section as written.
+/// `[encryption]`: the keys that seal stored responses at rest (XChaCha20-Poly1305);
+/// absent, responses are stored in the clear. Every replica needs every key that
+/// sealed a record still stored.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EncryptionRepr {
+    /// The keys, each `{ id = "k1", key_file = "/run/secrets/idemgate-k1" }`: the active
+    /// one seals new records, every key listed still opens the records it sealed. To
+    /// rotate: add the new key on every replica, then make it `active`, then remove the
+    /// old one once the longest `ttl` has passed.
     keys: Vec<KeyRepr>,
+    /// The `id` of the key that seals new records.
     active: String,
+    /// Whether records stored in the clear (before encryption was turned on) still
+    /// replay; turn off once the longest `ttl` has passed since then.
     #[serde(default = "replay_unsealed_default")]
     replay_unsealed: bool,
 }
 
+/// One key of `encryption.keys`.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct KeyRepr {
+    /// The key's name, stored with each record it seals: unique, 1 to 64 of
+    /// `A-Z a-z 0-9 . _ -`.
     id: String,
+    /// A file holding 32 random bytes in base64 (`openssl rand -base64 32 > FILE`; a
+    /// trailing newline is fine).
     key_file: PathBuf,
 }
 
+/// Default `encryption.replay_unsealed`.
+pub(super) const REPLAY_UNSEALED_DEFAULT: bool = true;
+
 fn replay_unsealed_default() -> bool {
-    true
+    REPLAY_UNSEALED_DEFAULT
 }
 
 /// For `#[serde(with = "encryption")]` on `Option<Keyring>`.

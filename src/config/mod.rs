@@ -12,6 +12,7 @@
 mod deprecated;
 mod encryption;
 mod redacted_debug;
+pub mod reference;
 mod replication;
 mod runtime;
 mod tls;
@@ -54,7 +55,7 @@ pub struct Config {
     pub postgres: Option<PostgresConfig>,
     pub idempotency: IdempotencyConfig,
     pub routes: Vec<RouteConfig>,
-    /// `[encryption]`, read into its keys; absent: responses are stored unsealed.
+    /// `[encryption]`, read into its keys (the key files are read with the configuration).
     #[serde(with = "encryption", skip_serializing_if = "Option::is_none")]
     pub encryption: Option<crate::idempotency::Keyring>,
     /// Deprecated spellings this configuration used, each read into its new setting
@@ -168,7 +169,9 @@ impl Default for LogConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
+    /// One human-readable line per event.
     Text,
+    /// One JSON object per line (the request span's fields under `span`).
     Json,
 }
 
@@ -270,8 +273,11 @@ impl Default for RedisConfig {
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PostgresConfig {
-    /// `postgres://user:password@host:port/dbname`.
+    /// `postgres://user:password@host:port/dbname`; libpq's TLS parameters (`sslmode`...)
+    /// may be given here or in `[postgres.tls]`.
     pub url: String,
+    /// Connections to Postgres (per process; divided among the workers of
+    /// `thread_per_core`).
     pub pool_size: usize,
     /// Apply `migrations/` at `serve` start.
     pub migrate_on_start: bool,
@@ -398,7 +404,8 @@ macro_rules! idempotency_settings {
             }
         }
 
-        /// `[routes.idempotency]`: per-route overrides of [`IdempotencyConfig`]; absent keys inherit.
+        /// `[routes.idempotency]`: this route's own values of settings of `[idempotency]`
+        /// ([`IdempotencyConfig`]); a setting left out takes the `[idempotency]` value.
         #[derive(Debug, Clone, Default, Serialize, Deserialize)]
         #[serde(deny_unknown_fields, default)]
         pub struct IdempotencyOverrides {
@@ -434,6 +441,7 @@ idempotency_settings! {
         methods: Vec<Method> = vec![Method::POST, Method::PATCH];
         /// Whether a covered request without a key is refused (400).
         required: bool = false;
+        /// Longest key accepted, in visible ASCII characters; a longer key is refused (400).
         max_key_length: usize = 255;
         /// How long a completed response is kept and replayed.
         #[serde(with = "humantime_serde")]
@@ -465,6 +473,8 @@ idempotency_settings! {
             StatusCode::SERVICE_UNAVAILABLE,
             StatusCode::GATEWAY_TIMEOUT,
         ];
+        /// What a keyed request gets while Redis is down (its breaker open) or a claim
+        /// times out.
         on_redis_unavailable: OnRedisUnavailable = OnRedisUnavailable::Postgres;
         /// What a duplicate of an in-flight request gets: 409 at once, or a wait for the result.
         in_flight: InFlightPolicy = InFlightPolicy::Reject;
@@ -521,12 +531,18 @@ pub enum OnAmbiguous {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
+    /// The route's name, in metrics (`route` label) and logs: 1 to 64 of `A-Z`, `a-z`,
+    /// `0-9`, `_`, `-`, unique.
     pub name: String,
+    /// Requests whose path it covers, by whole segments, go to this route (the longest
+    /// such prefix wins); starts with `/`.
     pub path_prefix: String,
     /// `http://host:port` or `https://host:port`, parsed (and checked) while the
     /// configuration is read.
     #[serde(with = "typed")]
     pub upstream: Uri,
+    /// Longest the upstream may take to answer; then 504 `upstream_timeout`, and the
+    /// key is released or the outcome stored (`idempotency.on_ambiguous`).
     #[serde(with = "humantime_serde", default = "default_upstream_timeout")]
     pub upstream_timeout: Duration,
     #[serde(default)]

@@ -54,7 +54,7 @@ impl RedisTls {
     }
 }
 
-/// libpq's `sslmode`.
+/// The `sslmode` of libpq.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SslMode {
@@ -102,7 +102,8 @@ impl std::fmt::Display for SslMode {
     }
 }
 
-/// `[postgres.tls]`: libpq's TLS settings (each may also be a `postgres.url` parameter).
+/// `[postgres.tls]`: TLS to Postgres, with libpq's names and meanings (each may also
+/// be a `postgres.url` parameter).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PostgresTls {
@@ -115,6 +116,7 @@ pub struct PostgresTls {
     /// Client certificate chain (PEM); needs `sslkey`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sslcert: Option<PathBuf>,
+    /// Private key (PEM) of `sslcert`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sslkey: Option<PathBuf>,
 }

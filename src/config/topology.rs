@@ -37,7 +37,8 @@ impl RedisMode {
     }
 }
 
-/// `[redis.sentinel]`.
+/// `[redis.sentinel]`: the sentinels to ask for the primary (`redis.mode = "sentinel"`),
+/// which the gateway follows across failovers.
 #[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SentinelConfig {

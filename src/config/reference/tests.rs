@@ -1,0 +1,105 @@
+//! The committed reference against the schema, and the checks that keep it complete.
+
+use super::write::{markdown, slug};
+use super::*;
+
+const COMMITTED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/configuration.md");
+
+/// `docs/configuration.md` is what `idemgate config-reference` writes today.
+#[test]
+fn committed_reference_matches_the_schema() {
+    let fresh = render().unwrap_or_else(|e| panic!("the reference cannot be generated: {e}"));
+    let committed = std::fs::read_to_string(COMMITTED).unwrap_or_default();
+    assert!(
+        committed == fresh,
+        "docs/configuration.md is out of date with src/config/: run `make docs` \
+         (cargo run -- config-reference --out docs/configuration.md) and commit it"
+    );
+}
+
+/// A setting whose doc comment is removed makes the reference fail, naming it.
+#[test]
+fn a_setting_without_a_description_is_an_error() {
+    let doc = "    /// Address for proxied traffic.\n";
+    assert!(FILES[0].contains(doc));
+    let stripped = FILES[0].replace(doc, "");
+    let mut files = FILES.to_vec();
+    files[0] = &stripped;
+    match render_from(&files) {
+        Err(ReferenceError::Undocumented(keys)) => assert_eq!(keys, ["server.listen"]),
+        other => panic!(
+            "expected the undocumented setting, got {:?}",
+            other.map(|_| ())
+        ),
+    }
+    // A declared idempotency setting too (the macro's list).
+    let doc =
+        "        /// Most duplicates waiting on one key across the fleet; more get 409 at once.\n";
+    let stripped = FILES[0].replace(doc, "");
+    files[0] = &stripped;
+    match render_from(&files) {
+        Err(ReferenceError::Undocumented(keys)) => assert_eq!(keys, ["idempotency.max_waiters"]),
+        other => panic!(
+            "expected the undocumented setting, got {:?}",
+            other.map(|_| ())
+        ),
+    }
+}
+
+/// A field the source reader missed (or the schema gained) is a drift, not a gap.
+#[test]
+fn a_setting_the_reader_misses_is_an_error() {
+    let field = "    pub linger_bytes: ByteSize,\n";
+    assert!(FILES[0].contains(field));
+    let broken = FILES[0].replace(field, "    pub linger_bytes: ByteSize, // no longer read\n");
+    let mut files = FILES.to_vec();
+    files[0] = &broken;
+    match render_from(&files) {
+        Err(ReferenceError::Drift { table, .. }) => assert_eq!(table, "server"),
+        other => panic!("expected a drift, got {:?}", other.map(|_| ())),
+    }
+}
+
+/// Every key a rule of check-config names literally has an example in the reference.
+#[test]
+fn every_rule_of_check_config_has_an_example() {
+    let rules = [
+        include_str!("../validate.rs"),
+        include_str!("../topology.rs"),
+        include_str!("../replication.rs"),
+        include_str!("../tls.rs"),
+    ];
+    let mut missing = Vec::new();
+    for text in rules {
+        let text = text.split("#[cfg(test)]").next().unwrap();
+        for call in ["invalid(", "positive_duration(", "positive_size("] {
+            for (at, _) in text.match_indices(call) {
+                let rest = text[at + call.len()..].trim_start();
+                let Some(key) = rest.strip_prefix('"').and_then(|r| r.split('"').next()) else {
+                    continue;
+                };
+                if !examples::EXAMPLES.iter().any(|(k, _)| *k == key) {
+                    missing.push(key.to_string());
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "add these to config::reference::examples: {missing:?}"
+    );
+}
+
+#[test]
+fn doc_links_become_text() {
+    assert_eq!(
+        markdown("see [`Runtime`] and [`validate`](validate::validate)."),
+        "see `Runtime` and `validate`."
+    );
+    assert_eq!(
+        markdown("[a](README.md#x) [`b`](https://x)"),
+        "[a](README.md#x) [`b`](https://x)"
+    );
+    assert_eq!(slug("`[redis.sentinel]`"), "redissentinel");
+    assert_eq!(slug("`routes[].name`"), "routesname");
+}

@@ -1,0 +1,282 @@
+//! Checks on the documentation, with no server: every relative Markdown link of the
+//! documents resolves (the file exists; an anchor names a heading of the file), and
+//! every alert of `deploy/prometheus/alerts.yml` has a runbook entry in
+//! `docs/operations.md` and a `runbook_url` annotation pointing at it.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// The documents whose links are checked.
+fn documents(root: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = ([
+        "README.md",
+        "ARCHITECTURE.md",
+        "BENCHMARKS.md",
+        "RELIABILITY.md",
+        "CHANGELOG.md",
+    ]
+    .iter())
+    .map(|f| root.join(f))
+    .collect();
+    if let Ok(dir) = std::fs::read_dir(root.join("docs")) {
+        let mut docs: Vec<PathBuf> = (dir.flatten())
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "md"))
+            .collect();
+        docs.sort();
+        files.extend(docs);
+    }
+    files
+}
+
+/// Lines outside fenced code blocks, with inline code spans blanked out.
+fn prose(text: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced
+            || line.starts_with("    ") && !line.trim_start().starts_with(['-', '*', '|', '['])
+        {
+            continue;
+        }
+        let mut kept = String::new();
+        for (i, part) in line.split('`').enumerate() {
+            kept.push_str(if i % 2 == 0 { part } else { "code" });
+        }
+        out.push(kept);
+    }
+    out
+}
+
+/// The targets of inline links and images, and of reference definitions.
+fn links(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in prose(text) {
+        let trimmed = line.trim_start();
+        if let Some(def) = trimmed.strip_prefix('[').and_then(|r| r.split_once("]: ")) {
+            out.push(def.1.split_whitespace().next().unwrap_or("").to_string());
+        }
+        let mut rest = line.as_str();
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let mut depth = 0;
+            let end = after.char_indices().find_map(|(i, c)| match c {
+                '(' => {
+                    depth += 1;
+                    None
+                }
+                ')' if depth == 0 => Some(i),
+                ')' => {
+                    depth -= 1;
+                    None
+                }
+                _ => None,
+            });
+            let Some(end) = end else { break };
+            let target = after[..end].split_whitespace().next().unwrap_or("");
+            out.push(target.trim_matches(['<', '>']).to_string());
+            rest = &after[end..];
+        }
+    }
+    out
+}
+
+/// GitHub's anchor for a heading: lower case, punctuation other than `-` and `_`
+/// dropped, spaces as `-`.
+fn slug(heading: &str) -> String {
+    let mut text = String::new();
+    let mut rest = heading;
+    // `[text](url)` reads as its text.
+    while let Some(open) = rest.find('[') {
+        match rest[open..].find("](").map(|i| open + i) {
+            Some(close) => {
+                text.push_str(&rest[..open]);
+                text.push_str(&rest[open + 1..close]);
+                rest = rest[close..].split_once(')').map_or("", |(_, r)| r);
+            }
+            None => break,
+        }
+    }
+    text.push_str(rest);
+    (text.trim().to_lowercase().chars())
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors of a Markdown file: its headings (repeats numbered as GitHub does) and
+/// explicit `id="..."` / `name="..."` anchors.
+fn anchors(text: &str) -> HashSet<String> {
+    let mut seen = HashSet::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        }
+        if fenced {
+            continue;
+        }
+        if let Some(h) = line.strip_prefix('#') {
+            let h = h.trim_start_matches('#');
+            if h.starts_with(' ') {
+                let base = slug(h);
+                let mut anchor = base.clone();
+                let mut n = 0;
+                while !seen.insert(anchor.clone()) {
+                    n += 1;
+                    anchor = format!("{base}-{n}");
+                }
+            }
+        }
+        for attr in ["id=\"", "name=\""] {
+            for (at, _) in line.match_indices(attr) {
+                if let Some(value) = line[at + attr.len()..].split('"').next() {
+                    seen.insert(value.to_string());
+                }
+            }
+        }
+    }
+    seen
+}
+
+/// Every relative link of `files` that names a missing file or heading.
+fn broken_links(root: &Path, files: &[PathBuf]) -> Vec<String> {
+    let mut broken = Vec::new();
+    for file in files {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        let shown = file
+            .strip_prefix(root)
+            .unwrap_or(file)
+            .display()
+            .to_string();
+        for target in links(&text) {
+            if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (path, anchor) = target.split_once('#').unwrap_or((&target, ""));
+            let resolved = match path {
+                "" => file.clone(),
+                p if p.starts_with('/') => root.join(p.trim_start_matches('/')),
+                p => file.parent().unwrap().join(p),
+            };
+            if !resolved.exists() {
+                broken.push(format!("{shown}: `{target}`: no such file"));
+                continue;
+            }
+            let is_md = resolved.extension().is_some_and(|e| e == "md");
+            if !anchor.is_empty() && is_md {
+                let target_text = std::fs::read_to_string(&resolved).unwrap_or_default();
+                if !anchors(&target_text).contains(anchor) {
+                    broken.push(format!("{shown}: `{target}`: no heading with that anchor"));
+                }
+            }
+        }
+    }
+    broken
+}
+
+#[test]
+fn relative_links_resolve() {
+    let root = Path::new(ROOT);
+    let broken = broken_links(root, &documents(root));
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+/// The link check itself: a missing file and a missing heading are both found.
+#[test]
+fn the_link_check_finds_a_missing_file_and_a_missing_heading() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.md");
+    std::fs::write(dir.path().join("b.md"), "# B\n\n## The `[redis]` section\n").unwrap();
+    std::fs::write(
+        &a,
+        "# A\n\n[ok](b.md#the-redis-section) [self](#a) [gone](c.md) [bad](b.md#nope)\n\
+         `[not](a-link.md)`\n```\n[not](either.md)\n```\n[web](https://example.com/x)\n",
+    )
+    .unwrap();
+    let broken = broken_links(dir.path(), &[a]);
+    assert_eq!(
+        broken,
+        [
+            "a.md: `c.md`: no such file",
+            "a.md: `b.md#nope`: no heading with that anchor"
+        ]
+    );
+}
+
+/// `(alert, runbook_url)` of every rule in alerts.yml.
+fn alerts(yml: &str) -> Vec<(String, Option<String>)> {
+    let mut out: Vec<(String, Option<String>)> = Vec::new();
+    for line in yml.lines() {
+        let line = line.trim();
+        if let Some(name) = line.strip_prefix("- alert: ") {
+            out.push((name.trim().to_string(), None));
+        } else if let Some(url) = line.strip_prefix("runbook_url: ") {
+            if let Some(last) = out.last_mut() {
+                last.1 = Some(url.trim().trim_matches('"').to_string());
+            }
+        }
+    }
+    out
+}
+
+/// What is wrong with the runbooks of `yml`'s alerts in `operations` (docs/operations.md).
+fn runbook_problems(yml: &str, operations: &str) -> Vec<String> {
+    let entries = anchors(operations);
+    let mut problems = Vec::new();
+    for (alert, url) in alerts(yml) {
+        let anchor = alert.to_lowercase();
+        if !entries.contains(&anchor) {
+            problems.push(format!(
+                "{alert}: no `## {alert}` entry in docs/operations.md"
+            ));
+        }
+        let expected = format!("docs/operations.md#{anchor}");
+        if url.as_deref() != Some(expected.as_str()) {
+            problems.push(format!(
+                "{alert}: runbook_url is {url:?}, expected \"{expected}\""
+            ));
+        }
+    }
+    problems
+}
+
+#[test]
+fn every_alert_has_a_runbook_entry_and_annotation() {
+    let root = Path::new(ROOT);
+    let yml = std::fs::read_to_string(root.join("deploy/prometheus/alerts.yml")).unwrap();
+    let operations = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
+    assert!(
+        alerts(&yml).len() >= 9,
+        "alerts.yml lost its alerts? {:?}",
+        alerts(&yml)
+    );
+    let problems = runbook_problems(&yml, &operations);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// An alert without an entry, and one without its annotation, are both found.
+#[test]
+fn an_alert_without_a_runbook_is_found() {
+    let yml = "      - alert: IdemgateA\n        annotations:\n          runbook_url: \"docs/operations.md#idemgatea\"\n\
+               \x20     - alert: IdemgateB\n        annotations:\n          summary: x\n";
+    let operations = "# Runbooks\n\n## IdemgateA\n";
+    assert_eq!(
+        runbook_problems(yml, operations),
+        [
+            "IdemgateB: no `## IdemgateB` entry in docs/operations.md",
+            "IdemgateB: runbook_url is None, expected \"docs/operations.md#idemgateb\""
+        ]
+    );
+}
