@@ -616,18 +616,12 @@ impl RedisStore {
 
     /// Whether every connection of the pool goes to `addr` (sentinel mode: the
     /// primary the sentinels name; fred connects to the address they gave).
-    /// A connection being re-made counts as neither.
+    /// A connection being re-made counts as neither. The `WAIT` connections
+    /// (`redis.wait_replicas`) must point there too, when they are connected at all.
     pub fn connected_to(&self, addr: &(String, u16)) -> bool {
-        let mut any = false;
-        for client in self.inner.pool.clients() {
-            for server in client.active_connections() {
-                if server.port != addr.1 || *server.host != *addr.0 {
-                    return false;
-                }
-                any = true;
-            }
-        }
-        any
+        let wait_ok = (self.inner.replica_wait.as_ref())
+            .map_or(true, |w| points_to(w.pool(), addr) != Some(false));
+        wait_ok && points_to(&self.inner.pool, addr) == Some(true)
     }
 
     /// Drops every connection and makes new ones (sentinel mode: asking the sentinels
@@ -646,6 +640,20 @@ impl RedisStore {
         }
         let _ = self.inner.pool.quit().await;
     }
+}
+
+/// Whether every open connection of `pool` goes to `addr` (`None`: none is open).
+fn points_to(pool: &Pool, addr: &(String, u16)) -> Option<bool> {
+    let mut any = false;
+    for client in pool.clients() {
+        for server in client.active_connections() {
+            if server.port != addr.1 || *server.host != *addr.0 {
+                return Some(false);
+            }
+            any = true;
+        }
+    }
+    any.then_some(true)
 }
 
 /// The record's fencing counter: same hash tag, so the same cluster slot.

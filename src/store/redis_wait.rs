@@ -72,7 +72,9 @@ impl ReplicaWait {
         key: &str,
         args: Vec<Value>,
     ) -> Result<(Value, Replicated), FredError> {
-        let client = self.pool.next();
+        // A connected client: one still reconnecting (to a primary the sentinels or the
+        // cluster replaced) would fail the whole pipeline.
+        let client = self.pool.next_connected();
         let slot = fred::util::redis_keyslot(key.as_bytes());
         let evalsha = CustomCommand::new_static("EVALSHA", ClusterHash::Custom(slot), false);
         let wait = CustomCommand::new_static("WAIT", ClusterHash::Custom(slot), true);
@@ -140,6 +142,11 @@ impl ReplicaWait {
     /// Closes the connections.
     pub async fn quit(&self) {
         let _ = self.pool.quit().await;
+    }
+
+    /// The `WAIT` connections (for the sentinel watch's check of where they point).
+    pub fn pool(&self) -> &Pool {
+        &self.pool
     }
 
     /// Makes new connections (after the sentinels named another primary).
