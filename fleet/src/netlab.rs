@@ -358,7 +358,10 @@ mod tests {
         );
         assert!(ip(&["link", "show", &bridge]).is_err(), "bridge gone");
         let links = ip(&["-o", "link", "show"]).unwrap();
-        assert!(!links.contains(&format!("{bridge}v")), "veth pairs gone at once");
+        assert!(
+            !links.contains(&format!("{bridge}v")),
+            "veth pairs gone at once"
+        );
         // The next lab of this process does not take the /24 just given back.
         let next = NetLab::new().unwrap();
         assert_ne!(next.bridge(), bridge);

@@ -191,7 +191,8 @@ async fn settle(
     if !disagree.is_empty() {
         let n = disagree.len();
         let some: Vec<String> = disagree.into_iter().take(5).collect();
-        let what = format!("{n} keys answered differently by the replicas after the heal: {some:?}");
+        let what =
+            format!("{n} keys answered differently by the replicas after the heal: {some:?}");
         // Where a key may run twice, its two responses may both be stored (Redis and
         // Postgres each took one): the mode's window, measured. Elsewhere a violation.
         if expect_for(d).exactly_once {
