@@ -14,14 +14,14 @@ use crate::driver::{Got, KeyClass, Phase, Workload};
 use crate::harness::{finish, start};
 
 /// Exactly once only with `claims = "write_through"`; durable unless Redis-only.
-fn expect_for(d: Durability) -> Expect {
+pub fn expect_for(d: Durability) -> Expect {
     Expect {
         exactly_once: d == Durability::WriteThrough,
         durable: d != Durability::RedisOnly,
     }
 }
 
-fn options(topology: Topology, d: Durability, wait_replicas: bool) -> Options {
+pub fn options(topology: Topology, d: Durability, wait_replicas: bool) -> Options {
     Options {
         topology,
         durability: d,

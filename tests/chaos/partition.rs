@@ -17,9 +17,10 @@ use std::time::{Duration, Instant};
 
 use idemgate_fleet::{Host, NetLab};
 
-use crate::checker::{Expect, Report};
+use crate::checker::Report;
 use crate::cluster::{Durability, Options, Stack, Topology};
 use crate::driver::{Got, KeyClass, Phase, Plan, Recorder, Req, Workload};
+use crate::failover::expect_for;
 use crate::harness::{finish, start, Running};
 
 /// The cut starts this long after the load.
@@ -29,28 +30,13 @@ const HEAL_AT: u64 = 8_000;
 /// A cut healed before the cluster's node timeout (1 s): no promotion.
 const SHORT_HEAL_AT: u64 = CUT_AT + 600;
 
-/// Exactly once and durable only where the mode promises it: `claims = "write_through"`
-/// both; the default `claims = "redis"` durable (completions are written through);
-/// Redis-only neither (measured).
-fn expect_for(d: Durability) -> Expect {
-    Expect {
-        exactly_once: d == Durability::WriteThrough,
-        durable: d != Durability::RedisOnly,
-    }
-}
-
+/// The failover scenarios' options (`wait_replicas = 1` with a 100 ms `wait_timeout`),
+/// every part in a namespace of its own, HAProxy without health checks.
 fn options(topology: Topology, d: Durability, wait_replicas: bool) -> Options {
     Options {
-        topology,
-        durability: d,
-        redis: if wait_replicas {
-            "wait_replicas = 1\nwait_timeout = \"100ms\"\n".into()
-        } else {
-            String::new()
-        },
         partitions: true,
         health_checks: false,
-        ..Options::default()
+        ..crate::failover::options(topology, d, wait_replicas)
     }
 }
 
@@ -242,14 +228,20 @@ async fn replicas_disagree(stack: &Stack, reqs: Vec<Arc<Req>>) -> Vec<String> {
 /// 1. One gateway replica cut off from Redis (both ways) from 2 s to 8 s; HAProxy
 ///    still sends it keys, Postgres and the upstream stay reachable.
 pub async fn gateway_cut_from_redis(name: String, d: Durability) -> Report {
+    cut_one_gateway(name, d, |stack, gw0| {
+        cut(stack, &[gw0], &[&stack.places.redis[0]]);
+    })
+    .await
+}
+
+/// Scenarios 1, 4 and 5: one standalone Redis, `cut` applied to gateway replica 0 at
+/// 2 s, everything healed at 8 s.
+async fn cut_one_gateway(name: String, d: Durability, cut: impl FnOnce(&Stack, &Host)) -> Report {
     let mut stack = Stack::start(options(Topology::Single, d, false)).await;
     let run = start(workload(&name, &stack));
-    let (gw0, redis) = (
-        stack.places.gateways[0].clone(),
-        stack.places.redis[0].clone(),
-    );
+    let gw0 = stack.places.gateways[0].clone();
     run.at(CUT_AT).await;
-    cut(&stack, &[&gw0], &[&redis]);
+    cut(&stack, &gw0);
     run.at(HEAL_AT).await;
     let healed = heal(&stack);
     let back = claims_back(&stack, &name, healed);
@@ -366,30 +358,18 @@ pub async fn sentinel_minority(name: String, d: Durability, wait: bool) -> Repor
 /// 4. Postgres cut off from one gateway replica (both ways) from 2 s to 8 s, Redis
 ///    reachable from every replica.
 pub async fn postgres_cut(name: String, d: Durability) -> Report {
-    let mut stack = Stack::start(options(Topology::Single, d, false)).await;
-    let run = start(workload(&name, &stack));
-    let (gw0, pg) = (stack.places.gateways[0].clone(), stack.places.pg.clone());
-    run.at(CUT_AT).await;
-    cut(&stack, &[&gw0], &[&pg]);
-    run.at(HEAL_AT).await;
-    let healed = heal(&stack);
-    let back = claims_back(&stack, &name, healed);
-    settle(&name, &mut stack, run, back, d, Vec::new()).await
+    cut_one_gateway(name, d, |stack, gw0| {
+        cut(stack, &[gw0], &[&stack.places.pg])
+    })
+    .await
 }
 
 /// 5. Asymmetric: from 2 s to 8 s one gateway replica's commands reach Redis and are
 ///    executed there, but Redis' replies to it are lost (and so are new handshakes).
 pub async fn redis_replies_lost(name: String, d: Durability) -> Report {
-    let mut stack = Stack::start(options(Topology::Single, d, false)).await;
-    let run = start(workload(&name, &stack));
-    let (gw0, redis) = (
-        stack.places.gateways[0].clone(),
-        stack.places.redis[0].clone(),
-    );
-    run.at(CUT_AT).await;
-    tokio::task::block_in_place(|| lab(&stack).cut_replies(&gw0, &redis)).expect("nft cut");
-    run.at(HEAL_AT).await;
-    let healed = heal(&stack);
-    let back = claims_back(&stack, &name, healed);
-    settle(&name, &mut stack, run, back, d, Vec::new()).await
+    cut_one_gateway(name, d, |stack, gw0| {
+        let redis = &stack.places.redis[0];
+        tokio::task::block_in_place(|| lab(stack).cut_replies(gw0, redis)).expect("nft cut");
+    })
+    .await
 }
