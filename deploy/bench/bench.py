@@ -865,15 +865,20 @@ def render_cpu(rows):
         lines.append(f"- Redis CPU per first execution, {what}: {v:.1f} µs against the peer's {peer_redis:.1f} "
                      f"(target at most half: {peer_redis / 2:.1f}): {verdict(v <= peer_redis / 2)}")
     v = get("first-redis", gw)
-    lines.append(f"- Gateway CPU per first execution (Redis only): {v:.1f} µs against the peer's {peer_gw:.1f} "
-                 f"(target at most half: {peer_gw / 2:.1f}): {verdict(v <= peer_gw / 2)}; nginx's own CPU per "
-                 f"proxied request, the floor of plain proxying: {get('nginx', ('nginx',)):.1f} µs")
+    if measured(v, peer_gw):
+        lines.append(f"- Gateway CPU per first execution (Redis only): {v:.1f} µs against the peer's {peer_gw:.1f} "
+                     f"(target at most half: {peer_gw / 2:.1f}): {verdict(v <= peer_gw / 2)}; nginx's own CPU per "
+                     f"proxied request, the floor of plain proxying: {get('nginx', ('nginx',)):.1f} µs")
+    else:
+        lines.append("- Gateway CPU per first execution (Redis only): not measured")
     x = rps("first-redis") / rps("peer-first")
     lines.append(f"- First execution, Redis only: {x:.2f}x the peer's throughput (target at least 1.6x): "
-                 f"{verdict(x >= 1.6)}")
+                 f"{verdict(x >= 1.6)}" if measured(x) else "- First execution, Redis only, against the peer: "
+                 "not measured")
     x = rps("first") / rps("nginx")
     lines.append(f"- First execution with write-through (durable defaults): {x:.2f}x nginx (target at least 0.3x): "
-                 f"{verdict(x >= 0.3)}")
+                 f"{verdict(x >= 0.3)}" if measured(x) else "- First execution with write-through against "
+                 "nginx: not measured")
     return out + lines + [""]
 
 
