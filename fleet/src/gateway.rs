@@ -10,6 +10,17 @@ use std::time::Duration;
 
 use crate::net::{free_port, wait_addr, Host};
 
+/// Sends `sig` (`STOP`, `CONT`, `TERM`, `KILL`) to `pid` with `kill`; panics when it
+/// fails (the process is gone). Used by [`Replica::signal`] and
+/// [`crate::RedisServer::pause`].
+pub(crate) fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill -{sig} {pid} failed");
+}
+
 /// The demo upstream process.
 pub struct Upstream {
     pub port: u16,
@@ -146,12 +157,17 @@ impl Replica {
     /// Sends a signal by name (`STOP`, `CONT`, `TERM`, `KILL`).
     pub fn signal(&self, sig: &str) {
         if let Some(pid) = self.pid() {
-            let ok = Command::new("kill")
-                .args([&format!("-{sig}"), &pid.to_string()])
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
-            assert!(ok, "kill -{sig} {pid} failed");
+            signal(pid, sig);
+        }
+    }
+
+    /// This replica as a server of HAProxy's backend (`r<index>`).
+    pub fn backend(&self) -> crate::Backend {
+        crate::Backend {
+            name: format!("r{}", self.index),
+            ip: self.host.ip,
+            port: self.port,
+            admin: self.admin,
         }
     }
 

@@ -304,12 +304,7 @@ impl RedisServer {
 
     fn signal(&self, sig: &str) {
         if let Some(pid) = self.pid() {
-            let ok = Command::new("kill")
-                .args([&format!("-{sig}"), &pid.to_string()])
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
-            assert!(ok, "kill -{sig} {pid} failed");
+            crate::gateway::signal(pid, sig);
         }
     }
 

@@ -288,6 +288,24 @@ impl SentinelSet {
         agreed_at(&running, &sentinels)
     }
 
+    /// Polls [`Self::primary_among`] every 100 ms until it names a primary or `within`
+    /// passes; how long that took (`None`: no promotion in time).
+    pub fn wait_primary_among(
+        &self,
+        data: &[usize],
+        among: &[usize],
+        within: Duration,
+    ) -> Option<Duration> {
+        let started = Instant::now();
+        while started.elapsed() < within {
+            if self.primary_among(data, among).is_some() {
+                return Some(started.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    }
+
     /// Whether the sentinels `among` (indexes) name a primary among the running data
     /// servers `data` that says it is one (after a partition: one side's view).
     pub fn primary_among(&self, data: &[usize], among: &[usize]) -> Option<usize> {

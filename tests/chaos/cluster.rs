@@ -17,8 +17,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use idemgate_fleet::{
-    free_port, Backend, HaProxy, HaproxyConfig, Host, NetLab, RedisCluster, Replica, SentinelSet,
-    Upstream, SENTINEL_SERVICE,
+    free_port, HaProxy, HaproxyConfig, Host, NetLab, RedisCluster, Replica, SentinelSet, Upstream,
+    SENTINEL_SERVICE,
 };
 use tempfile::TempDir;
 
@@ -390,14 +390,7 @@ impl Stack {
             }
             replicas.push(r);
         }
-        let backends = (replicas.iter())
-            .map(|r| Backend {
-                name: format!("r{}", r.index),
-                ip: r.host.ip,
-                port: r.port,
-                admin: r.admin,
-            })
-            .collect();
+        let backends = replicas.iter().map(Replica::backend).collect();
         let haproxy = HaProxy::start(
             dir.path(),
             &HaproxyConfig {

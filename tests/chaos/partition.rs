@@ -323,24 +323,17 @@ pub async fn sentinel_minority(name: String, d: Durability, wait: bool) -> Repor
     cut(&stack, &minority, &majority);
     let cut_at = Instant::now();
     let mut notes = Vec::new();
-    loop {
-        let promoted = tokio::task::block_in_place(|| {
-            let set = stack.sentinels.as_ref().unwrap();
-            set.primary_among(&[1], &[1, 2]).is_some()
-        });
-        if promoted {
-            notes.push(format!(
-                "replica promoted {} ms after the cut",
-                cut_at.elapsed().as_millis()
-            ));
-            break;
-        }
-        if cut_at.elapsed() > Duration::from_secs(20) {
-            notes.push("no promotion within 20 s".into());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let promoted = tokio::task::block_in_place(|| {
+        let set = stack.sentinels.as_ref().unwrap();
+        set.wait_primary_among(&[1], &[1, 2], Duration::from_secs(20))
+    });
+    notes.push(match promoted {
+        Some(_) => format!(
+            "replica promoted {} ms after the cut",
+            cut_at.elapsed().as_millis()
+        ),
+        None => "no promotion within 20 s".into(),
+    });
     run.at(HEAL_AT).await;
     let healed = heal(&stack);
     let back = claims_back(&stack, &name, healed);

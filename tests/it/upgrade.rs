@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use idemgate_fleet::{free_port, Backend, HaProxy, HaproxyConfig, Host, Replica};
+use idemgate_fleet::{free_port, HaProxy, HaproxyConfig, Host, Replica};
 use reqwest::header::HeaderMap;
 
 use crate::support::{comparable, read, tally, MockUpstream, PgServer, RedisServer};
@@ -80,14 +80,7 @@ impl Fleet {
             ready(&http, &mut replica).await;
             replicas.push(replica);
         }
-        let backends = (replicas.iter())
-            .map(|r| Backend {
-                name: format!("r{}", r.index),
-                ip: r.host.ip,
-                port: r.port,
-                admin: r.admin,
-            })
-            .collect();
+        let backends = replicas.iter().map(Replica::backend).collect();
         let haproxy = HaProxy::start(
             dir.path(),
             &HaproxyConfig {
