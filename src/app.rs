@@ -7,7 +7,9 @@ use anyhow::Context;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{validate, ClaimDurability, Config, InFlightPolicy, OnRedisUnavailable};
+use crate::config::{
+    validate, ClaimDurability, Config, InFlightPolicy, OnRedisUnavailable, RedisMode,
+};
 use crate::idempotency::{ScopeKeys, ScopeSecret};
 use crate::proxy::Upstream;
 use crate::route::RouteTable;
@@ -73,6 +75,16 @@ impl App {
                  responses under memory pressure"
             ),
             _ => {}
+        }
+        if config.redis.mode == RedisMode::Cluster
+            && matches!(redis.cluster_requires_full_coverage().await, Ok(true))
+        {
+            tracing::warn!(
+                "redis cluster-require-full-coverage is yes: while one primary is unreachable \
+                 (a crash, a network partition) every node refuses every key until the \
+                 failover, so keys of healthy shards answer 503 (or move to postgres); set \
+                 it to no so that the other shards keep serving"
+            );
         }
         let postgres = match &config.postgres {
             None => {

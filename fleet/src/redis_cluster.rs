@@ -34,6 +34,13 @@ pub(crate) fn cluster_args() -> Vec<String> {
         // A replica whose link to its primary was down for a while may still be promoted.
         "--cluster-replica-validity-factor".into(),
         "0".into(),
+        // The other shards keep serving while one has no reachable primary (Redis'
+        // default `yes` makes every node answer CLUSTERDOWN until the failover). A
+        // primary in a minority partition still stops taking writes after the node
+        // timeout: that check does not depend on this setting. idemgate warns at start
+        // when it is `yes`.
+        "--cluster-require-full-coverage".into(),
+        "no".into(),
     ]
 }
 

@@ -233,6 +233,11 @@ pub struct RedisConfig {
     /// `make bench`'s first executions 28% faster than one, which costs Redis fewer
     /// syscalls and CPU per request but makes that task the bottleneck (BENCHMARKS.md,
     /// issue 15). The `WAIT` connections of `wait_replicas` are a pool of their own.
+    /// In cluster mode the clients are split between the shards (each client
+    /// connects to every primary but sends only its own shards' keys), so that a
+    /// primary that stops answering stalls its own shard only: give at least as many
+    /// as the cluster has primaries, or shards share clients and one unreachable
+    /// primary delays the keys of the shards it shares with (a start-up warning says so).
     pub pool_size: usize,
     /// How often a probe checks Redis while it is down (to close the breaker), and
     /// its warmth marker while it is up.

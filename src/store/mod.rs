@@ -12,6 +12,7 @@ pub mod memory;
 pub mod postgres;
 pub mod redis;
 pub mod redis_connect;
+pub mod redis_lanes;
 pub mod redis_wait;
 pub mod sentinel_watch;
 pub mod slots;

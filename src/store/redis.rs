@@ -25,6 +25,7 @@ use fred::prelude::{
 use fred::types::scripts::Script;
 
 use super::cold_slots::{all_slots, bits_of_range, Bits};
+use super::redis_lanes::Lanes;
 use super::redis_wait::ReplicaWait;
 use super::slots::SlotMarkers;
 use super::StoreError;
@@ -89,7 +90,8 @@ pub struct RedisStore {
 }
 
 struct Inner {
-    pool: Pool,
+    /// The pool, split between the cluster's shards ([`Lanes`]).
+    lanes: Lanes,
     /// `redis.wait_replicas` > 0: completions run with `WAIT` on these connections.
     replica_wait: Option<ReplicaWait>,
     prefix: String,
@@ -122,16 +124,20 @@ impl RedisStore {
     /// pool keeps reconnecting and calls fail with [`StoreError`] until it answers.
     pub async fn connect(config: &RedisConfig) -> Result<Self, FredError> {
         let pool = super::redis_connect::build_pool(config, config.pool_size)?;
+        // Lanes listen for (re)connections before the first one.
+        let lanes = Lanes::new(pool, config.mode == RedisMode::Cluster);
+        let pool = lanes.pool();
         pool.connect();
         let connected = tokio::time::timeout(config.connect_timeout, pool.wait_for_connect()).await;
         if !matches!(connected, Ok(Ok(()))) {
             tracing::warn!(url = %crate::config::redact_url(&config.url), mode = config.mode.as_str(),
                 "redis is not reachable yet; keyed requests answer 503 until it is");
         }
+        lanes.refresh();
         let replica_wait = ReplicaWait::connect(config).await?;
         Ok(Self {
             inner: Arc::new(Inner {
-                pool,
+                lanes,
                 replica_wait,
                 prefix: config.key_prefix.clone(),
                 markers: SlotMarkers::new(&config.key_prefix),
@@ -247,7 +253,7 @@ impl RedisStore {
         };
         let marker = self.vouch_after().is_some();
         let started = Instant::now();
-        let client = self.inner.pool.next_connected();
+        let client = self.inner.lanes.for_key(key);
         let script = &self.inner.claim;
         let mut reply: Result<Value, FredError> = script
             .evalsha_with_reload(client, self.claim_keys(key, marker), args())
@@ -312,7 +318,7 @@ impl RedisStore {
         let args: Vec<Value> = vec![Bytes::copy_from_slice(fingerprint.as_bytes()).into()];
         let started = Instant::now();
         let reply: Value = (self.inner.peek)
-            .evalsha_with_reload(self.inner.pool.next(), key, args)
+            .evalsha_with_reload(self.inner.lanes.for_key(key), key, args)
             .await?;
         metrics::elapsed(&self.inner.ops.peek, started);
         decode_record_reply("peek", reply)
@@ -345,7 +351,7 @@ impl RedisStore {
         let reply: i64 = match &self.inner.replica_wait {
             None => {
                 (self.inner.complete)
-                    .evalsha_with_reload(self.inner.pool.next(), key, args)
+                    .evalsha_with_reload(self.inner.lanes.for_key(key), key, args)
                     .await?
             }
             Some(w) => w
@@ -370,7 +376,7 @@ impl RedisStore {
         let started = Instant::now();
         let reply: i64 = (self.inner.release)
             .evalsha_with_reload(
-                self.inner.pool.next(),
+                self.inner.lanes.for_key(key),
                 key,
                 vec![
                     token.to_string(),
@@ -399,7 +405,7 @@ impl RedisStore {
         let started = Instant::now();
         let args: Vec<Value> = vec![token.into(), millis(lease).into()];
         let reply: i64 = (self.inner.extend)
-            .evalsha_with_reload(self.inner.pool.next(), key, args)
+            .evalsha_with_reload(self.inner.lanes.for_key(key), key, args)
             .await?;
         metrics::elapsed(&self.inner.ops.extend, started);
         Ok(reply == 1)
@@ -418,14 +424,16 @@ impl RedisStore {
     ) -> Result<bool, StoreError> {
         let args: Vec<Value> = vec![i64::from(max).into(), id.into(), millis(lifetime).into()];
         let reply: i64 = (self.inner.wait)
-            .evalsha_with_reload(self.inner.pool.next(), waiters_key(key), args)
+            .evalsha_with_reload(self.inner.lanes.for_key(key), waiters_key(key), args)
             .await?;
         Ok(reply == 1)
     }
 
     /// Leaves the waiters of a record (`ZREM` of the id; harmless when already gone).
     pub async fn leave_waiters(&self, key: &str, id: &str) -> Result<(), StoreError> {
-        let _: i64 = self.inner.pool.next().zrem(waiters_key(key), id).await?;
+        let _: i64 = (self.inner.lanes.for_key(key))
+            .zrem(waiters_key(key), id)
+            .await?;
         Ok(())
     }
 
@@ -444,7 +452,7 @@ impl RedisStore {
     /// replay caches drop it and its waiters re-check: the record key on
     /// [`Self::invalidation_channel`].
     pub async fn publish_invalidation(&self, key: &str) -> Result<(), StoreError> {
-        let client = self.inner.pool.next();
+        let client = self.inner.lanes.pool().next();
         let _: i64 = client.publish(self.invalidation_channel(), key).await?;
         Ok(())
     }
@@ -459,14 +467,25 @@ impl RedisStore {
     /// `DEL`s, pipelined (each routed to its slot's primary in a cluster); rare (after
     /// a claim in Postgres or a refused completion), and only the slots concerned.
     pub async fn reset_markers(&self, slots: &[u16]) -> Result<(), StoreError> {
-        let client = self.inner.pool.next();
         let all = self.inner.markers.all();
         for chunk in slots.chunks(1024) {
-            let pipeline = client.pipeline();
+            // One pipeline per lane (cluster mode): each client sends only to its shards.
+            let mut pipelines: Vec<(&fred::prelude::Client, fred::clients::Pipeline<_>)> =
+                Vec::new();
             for &slot in chunk {
-                let _: () = pipeline.del(all[usize::from(slot)].as_str()).await?;
+                let client = self.inner.lanes.for_slot(slot);
+                let at = match pipelines.iter().position(|(c, _)| c.id() == client.id()) {
+                    Some(at) => at,
+                    None => {
+                        pipelines.push((client, client.pipeline()));
+                        pipelines.len() - 1
+                    }
+                };
+                let _: () = pipelines[at].1.del(all[usize::from(slot)].as_str()).await?;
             }
-            let _: Vec<Value> = pipeline.all().await?;
+            for (_, pipeline) in pipelines {
+                let _: Vec<Value> = pipeline.all().await?;
+            }
         }
         Ok(())
     }
@@ -475,7 +494,7 @@ impl RedisStore {
     /// (from the first client that knows the slot map: one reconnecting may not);
     /// otherwise (or before the cluster's slot map is known) one shard of every slot.
     pub fn shards(&self) -> Vec<Shard> {
-        let routing = (self.inner.pool.clients().iter())
+        let routing = (self.inner.lanes.pool().clients().iter())
             .filter_map(|c| c.cached_cluster_state())
             .find(|r| !r.slots().is_empty());
         let mut shards: Vec<Shard> = Vec::new();
@@ -525,7 +544,7 @@ impl RedisStore {
     /// records than before. One task per client of the pool, until it closes.
     pub fn on_topology_change(&self, changed: impl Fn(&'static str) + Send + Sync + 'static) {
         let changed = Arc::new(changed);
-        for client in self.inner.pool.clients() {
+        for client in self.inner.lanes.pool().clients() {
             let (mut reconnects, mut changes) = (client.reconnect_rx(), client.cluster_change_rx());
             let changed = changed.clone();
             tokio::spawn(async move {
@@ -550,7 +569,7 @@ impl RedisStore {
     /// marker.
     pub async fn probe_write(&self, slot: u16) -> Result<(), StoreError> {
         let key = format!("{}:probe", self.inner.markers.all()[usize::from(slot)]);
-        let _: i64 = self.inner.pool.next_connected().del(key).await?;
+        let _: i64 = self.inner.lanes.for_slot(slot).del(key).await?;
         Ok(())
     }
 
@@ -559,24 +578,35 @@ impl RedisStore {
     /// lands.
     pub async fn reset_slot_marker(&self, record_key: &str) -> Result<(), StoreError> {
         let marker = self.inner.markers.for_key(record_key);
-        let _: i64 = self.inner.pool.next().del(marker).await?;
+        let _: i64 = self.inner.lanes.for_key(record_key).del(marker).await?;
         Ok(())
     }
 
     /// `CONFIG GET maxmemory-policy`.
     pub async fn maxmemory_policy(&self) -> Result<String, StoreError> {
-        let reply: Vec<String> = (self.inner.pool.next())
-            .custom(fred::cmd!("CONFIG"), vec!["GET", "maxmemory-policy"])
+        self.config_get("maxmemory-policy").await
+    }
+
+    /// `CONFIG GET cluster-require-full-coverage` (of one node: a cluster's nodes are
+    /// configured alike).
+    pub async fn cluster_requires_full_coverage(&self) -> Result<bool, StoreError> {
+        Ok(self.config_get("cluster-require-full-coverage").await? == "yes")
+    }
+
+    /// `CONFIG GET <name>` of one node.
+    async fn config_get(&self, name: &'static str) -> Result<String, StoreError> {
+        let reply: Vec<String> = (self.inner.lanes.pool().next())
+            .custom(fred::cmd!("CONFIG"), vec!["GET", name])
             .await?;
         reply.get(1).cloned().ok_or(StoreError::Protocol {
             script: "CONFIG GET",
-            detail: "no maxmemory-policy".into(),
+            detail: format!("no {name}"),
         })
     }
 
     /// What Redis holds for a record key (admin API; not on the request path).
     pub async fn inspect(&self, key: &str) -> Result<Option<RedisRecord>, StoreError> {
-        let client = self.inner.pool.next();
+        let client = self.inner.lanes.for_key(key);
         let state: Option<String> = client.custom(fred::cmd!("HGET"), vec![key, "s"]).await?;
         let Some(state) = state else {
             return Ok(None);
@@ -603,14 +633,14 @@ impl RedisStore {
         let started = Instant::now();
         let force = if force { "1" } else { "0" };
         let reply: Value =
-            (script.evalsha_with_reload(self.inner.pool.next(), key, vec![force])).await?;
+            (script.evalsha_with_reload(self.inner.lanes.for_key(key), key, vec![force])).await?;
         metrics::elapsed(&self.inner.ops.invalidate, started);
         decode_invalidate_reply(reply)
     }
 
     /// `PING`, for readiness.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        self.inner.pool.next().ping::<()>(None).await?;
+        self.inner.lanes.pool().next().ping::<()>(None).await?;
         Ok(())
     }
 
@@ -621,13 +651,13 @@ impl RedisStore {
     pub fn connected_to(&self, addr: &(String, u16)) -> bool {
         let wait_ok = (self.inner.replica_wait.as_ref())
             .map_or(true, |w| points_to(w.pool(), addr) != Some(false));
-        wait_ok && points_to(&self.inner.pool, addr) == Some(true)
+        wait_ok && points_to(self.inner.lanes.pool(), addr) == Some(true)
     }
 
     /// Drops every connection and makes new ones (sentinel mode: asking the sentinels
     /// again), without waiting longer than `within`.
     pub async fn reconnect(&self, within: Duration) {
-        let _ = tokio::time::timeout(within, self.inner.pool.force_reconnection()).await;
+        let _ = tokio::time::timeout(within, self.inner.lanes.pool().force_reconnection()).await;
         if let Some(w) = &self.inner.replica_wait {
             w.reconnect(within).await;
         }
@@ -638,7 +668,7 @@ impl RedisStore {
         if let Some(w) = &self.inner.replica_wait {
             w.quit().await;
         }
-        let _ = self.inner.pool.quit().await;
+        let _ = self.inner.lanes.pool().quit().await;
     }
 }
 

@@ -24,6 +24,7 @@ use fred::prelude::{ClientLike, Pool, Value};
 use fred::types::scripts::Script;
 use fred::types::{ClusterHash, CustomCommand};
 
+use super::redis_lanes::Lanes;
 use crate::config::RedisConfig;
 
 /// The fewest `WAIT` connections (the main pool's default size).
@@ -41,7 +42,8 @@ pub enum Replicated {
 
 /// The dedicated connections and the `WAIT` arguments.
 pub struct ReplicaWait {
-    pool: Pool,
+    /// Split between the cluster's shards like the main pool ([`Lanes`]).
+    lanes: Lanes,
     replicas: i64,
     timeout_ms: i64,
 }
@@ -54,10 +56,11 @@ impl ReplicaWait {
         }
         let size = config.pool_size.max(MIN_WAIT_CONNECTIONS);
         let pool = super::redis_connect::build_pool(config, size)?;
-        pool.connect();
+        let lanes = Lanes::new(pool, config.mode == crate::config::RedisMode::Cluster);
+        lanes.pool().connect();
         // Not awaited: the main pool's start-up already says whether Redis answers.
         Ok(Some(Self {
-            pool,
+            lanes,
             replicas: i64::from(config.wait_replicas),
             timeout_ms: i64::try_from(config.wait_timeout.as_millis()).unwrap_or(i64::MAX),
         }))
@@ -74,8 +77,8 @@ impl ReplicaWait {
     ) -> Result<(Value, Replicated), FredError> {
         // A connected client: one still reconnecting (to a primary the sentinels or the
         // cluster replaced) would fail the whole pipeline.
-        let client = self.pool.next_connected();
         let slot = fred::util::redis_keyslot(key.as_bytes());
+        let client = self.lanes.for_slot(slot);
         let evalsha = CustomCommand::new_static("EVALSHA", ClusterHash::Custom(slot), false);
         let wait = CustomCommand::new_static("WAIT", ClusterHash::Custom(slot), true);
         let mut eval_args: Vec<Value> = Vec::with_capacity(args.len() + 3);
@@ -141,16 +144,16 @@ impl ReplicaWait {
 
     /// Closes the connections.
     pub async fn quit(&self) {
-        let _ = self.pool.quit().await;
+        let _ = self.lanes.pool().quit().await;
     }
 
     /// The `WAIT` connections (for the sentinel watch's check of where they point).
     pub fn pool(&self) -> &Pool {
-        &self.pool
+        self.lanes.pool()
     }
 
     /// Makes new connections (after the sentinels named another primary).
     pub async fn reconnect(&self, within: std::time::Duration) {
-        let _ = tokio::time::timeout(within, self.pool.force_reconnection()).await;
+        let _ = tokio::time::timeout(within, self.lanes.pool().force_reconnection()).await;
     }
 }
