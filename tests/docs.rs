@@ -47,7 +47,10 @@ fn the_documents_include_the_readme_and_the_docs_pages() {
         "docs/security.md",
         "docs/encryption.md",
     ] {
-        assert!(names.iter().any(|n| n == expected), "{expected} not checked: {names:?}");
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} not checked: {names:?}"
+        );
     }
 }
 
@@ -327,6 +330,11 @@ fn example_configurations_match_the_schema() {
     let root = Path::new(ROOT);
     let mut checked = Vec::new();
     for file in documents(root) {
+        // The generated reference shows wrong values on purpose (what check-config says
+        // about each); the reference test checks it against the schema.
+        if file.ends_with("docs/configuration.md") {
+            continue;
+        }
         let text = std::fs::read_to_string(&file).unwrap();
         for (i, block) in configurations(&text).into_iter().enumerate() {
             let shown = file.strip_prefix(root).unwrap().display().to_string();
