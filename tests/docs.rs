@@ -1,7 +1,8 @@
 //! Checks on the documentation, with no server: every relative Markdown link of the
 //! documents resolves (the file exists; an anchor names a heading of the file), every
 //! alert of `deploy/prometheus/alerts.yml` has a runbook entry in `docs/operations.md`
-//! and a `runbook_url` annotation pointing at it, and every complete configuration
+//! and a `runbook_url` annotation pointing at it, every metric the gateway exports is
+//! in the metrics table of `docs/operations.md`, and every complete configuration
 //! shown in the documents (a TOML block with a `[[routes]]` table) is one the schema
 //! accepts.
 
@@ -362,4 +363,39 @@ fn a_misspelt_example_is_refused() {
     assert!(idemgate::Config::from_toml(&blocks[0]).is_err());
     let fixed = blocks[0].replace("urll", "url");
     assert!(idemgate::Config::from_toml(&fixed).is_ok());
+}
+
+/// The quoted `idemgate_*` names of a source file.
+fn metric_names(source: &str) -> Vec<String> {
+    let mut names: Vec<String> = (source.split('"').skip(1).step_by(2))
+        .filter(|s| {
+            s.starts_with("idemgate_") && s.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+        })
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Every metric name of `src/metrics.rs` (the contract with dashboards and alerts) and
+/// of the worker listeners has a row in the metrics table of docs/operations.md.
+#[test]
+fn every_metric_is_documented() {
+    let root = Path::new(ROOT);
+    let operations = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
+    let mut names = Vec::new();
+    for file in ["src/metrics.rs", "src/server/workers.rs"] {
+        names.extend(metric_names(
+            &std::fs::read_to_string(root.join(file)).unwrap(),
+        ));
+    }
+    assert!(names.len() >= 20, "metric names not found: {names:?}");
+    let missing: Vec<&String> = (names.iter())
+        .filter(|n| !operations.contains(&format!("| `{n}` |")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "metrics without a row in docs/operations.md (### Metrics): {missing:?}"
+    );
 }
