@@ -399,3 +399,44 @@ fn every_metric_is_documented() {
         "metrics without a row in docs/operations.md (### Metrics): {missing:?}"
     );
 }
+
+/// The problem codes of a source file: the quoted name after a `StatusCode::...,` line
+/// (`Problem::new(status, code, ...)`), or a match arm that yields a code.
+fn problem_codes(source: &str) -> Vec<String> {
+    let snake = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_lowercase() || c == '_');
+    let mut codes = Vec::new();
+    let mut after_status = false;
+    for line in source.lines().map(str::trim) {
+        let quoted = line.split('"').nth(1).filter(|q| snake(q));
+        let arm = line.contains("=> \"") && line.ends_with("\",");
+        if let Some(code) = quoted.filter(|_| after_status && line.starts_with('"') || arm) {
+            codes.push(code.to_string());
+        }
+        after_status = line.starts_with("StatusCode::") && line.ends_with(',');
+    }
+    codes.sort();
+    codes.dedup();
+    codes
+}
+
+/// Every problem code the gateway and its admin API answer with has a row in the
+/// tables of docs/http.md.
+#[test]
+fn every_problem_code_is_documented() {
+    let root = Path::new(ROOT);
+    let http = std::fs::read_to_string(root.join("docs/http.md")).unwrap();
+    let mut codes = Vec::new();
+    for file in ["src/http/problem.rs", "src/http/admin_keys.rs"] {
+        codes.extend(problem_codes(
+            &std::fs::read_to_string(root.join(file)).unwrap(),
+        ));
+    }
+    assert!(codes.len() >= 20, "problem codes not found: {codes:?}");
+    let missing: Vec<&String> = (codes.iter())
+        .filter(|c| !http.contains(&format!("| `{c}` |")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "problem codes without a row in docs/http.md (## Errors): {missing:?}"
+    );
+}
