@@ -46,7 +46,7 @@ upgrade-check: deps
 
 # Fuzz every parser that reads client or store bytes (fuzz/, cargo-fuzz and libFuzzer;
 # installs cargo-fuzz if missing): each target FUZZ_SECONDS (default 60), or only
-# FUZZ_TARGETS (e.g. `make fuzz FUZZ_TARGETS=path FUZZ_SECONDS=3600`). README, "Fuzzing".
+# FUZZ_TARGETS (e.g. `make fuzz FUZZ_TARGETS=path FUZZ_SECONDS=3600`). docs/development.md, "Fuzzing".
 fuzz:
 	FUZZ_SECONDS=$(or $(FUZZ_SECONDS),60) bash fuzz/run.sh $(FUZZ_TARGETS)
 

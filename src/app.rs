@@ -92,7 +92,7 @@ impl App {
                     "no [postgres] configured: redis-only mode; stored responses \
                     are lost if redis loses its data, and across a failover or a network \
                     partition a key can run twice and an acknowledged response can be lost \
-                    (README, Guarantees: the measured windows)"
+                    (docs/guarantees.md: the measured windows)"
                 );
                 if config.idempotency.on_redis_unavailable == OnRedisUnavailable::Postgres {
                     tracing::warn!(
@@ -107,7 +107,7 @@ impl App {
                     tracing::warn!(
                         "postgres.claims = \"redis\": when replicas disagree about redis (a \
                         failover, a network partition) a key can run twice and its clients can \
-                        get two different responses (README, Guarantees: the measured windows); \
+                        get two different responses (docs/guarantees.md: the measured windows); \
                         the default claims = \"write_through\" has no such window"
                     );
                 }
@@ -211,7 +211,7 @@ async fn scope_keys(config: &Config) -> anyhow::Result<ScopeKeys> {
         tracing::warn!(
             "no idempotency.scope_secret_file: scope and record ids are unkeyed SHA-256, \
             so a scope_hash in logs or Postgres can be brute-forced back to a short tenant \
-            credential; set a secret (see README, Security model)"
+            credential; set a secret (see docs/security.md)"
         );
         return Ok(ScopeKeys::default());
     };

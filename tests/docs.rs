@@ -1,34 +1,58 @@
 //! Checks on the documentation, with no server: every relative Markdown link of the
-//! documents resolves (the file exists; an anchor names a heading of the file), and
-//! every alert of `deploy/prometheus/alerts.yml` has a runbook entry in
-//! `docs/operations.md` and a `runbook_url` annotation pointing at it.
+//! documents resolves (the file exists; an anchor names a heading of the file), every
+//! alert of `deploy/prometheus/alerts.yml` has a runbook entry in `docs/operations.md`
+//! and a `runbook_url` annotation pointing at it, every metric the gateway exports is
+//! in the metrics table of `docs/operations.md`, and every complete configuration
+//! shown in the documents (a TOML block with a `[[routes]]` table) is one the schema
+//! accepts.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// The documents whose links are checked.
+/// The documents whose links are checked: every Markdown file at the top level and in
+/// `docs/`.
 fn documents(root: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = ([
+    let mut files = Vec::new();
+    for dir in [root.to_path_buf(), root.join("docs")] {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut md: Vec<PathBuf> = (entries.flatten())
+            .map(|e| e.path())
+            .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "md"))
+            .collect();
+        md.sort();
+        files.extend(md);
+    }
+    files
+}
+
+#[test]
+fn the_documents_include_the_readme_and_the_docs_pages() {
+    let root = Path::new(ROOT);
+    let names: Vec<String> = (documents(root).iter())
+        .map(|p| p.strip_prefix(root).unwrap().display().to_string())
+        .collect();
+    for expected in [
         "README.md",
         "ARCHITECTURE.md",
         "BENCHMARKS.md",
         "RELIABILITY.md",
         "CHANGELOG.md",
-    ]
-    .iter())
-    .map(|f| root.join(f))
-    .collect();
-    if let Ok(dir) = std::fs::read_dir(root.join("docs")) {
-        let mut docs: Vec<PathBuf> = (dir.flatten())
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "md"))
-            .collect();
-        docs.sort();
-        files.extend(docs);
+        "docs/configuration.md",
+        "docs/http.md",
+        "docs/operations.md",
+        "docs/guarantees.md",
+        "docs/security.md",
+        "docs/encryption.md",
+    ] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} not checked: {names:?}"
+        );
     }
-    files
 }
 
 /// Lines outside fenced code blocks, with inline code spans blanked out.
@@ -278,5 +302,141 @@ fn an_alert_without_a_runbook_is_found() {
             "IdemgateB: no `## IdemgateB` entry in docs/operations.md",
             "IdemgateB: runbook_url is None, expected \"docs/operations.md#idemgateb\""
         ]
+    );
+}
+
+/// The TOML blocks of `text` that are whole configurations (they have a route).
+fn configurations(text: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        match (&mut current, line.trim_start()) {
+            (None, l) if l.starts_with("```toml") => current = Some(String::new()),
+            (Some(_), l) if l.starts_with("```") => blocks.extend(current.take()),
+            (Some(block), _) => {
+                block.push_str(line);
+                block.push('\n');
+            }
+            _ => {}
+        }
+    }
+    blocks.retain(|b| b.contains("[[routes]]"));
+    blocks
+}
+
+/// The example configurations of the README and docs/ are valid: a renamed or removed
+/// setting, or a value the schema refuses, fails here.
+#[test]
+fn example_configurations_match_the_schema() {
+    let root = Path::new(ROOT);
+    let mut checked = Vec::new();
+    for file in documents(root) {
+        // The generated reference shows wrong values on purpose (what check-config says
+        // about each); the reference test checks it against the schema.
+        if file.ends_with("docs/configuration.md") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (i, block) in configurations(&text).into_iter().enumerate() {
+            let shown = file.strip_prefix(root).unwrap().display().to_string();
+            if let Err(e) = idemgate::Config::from_toml(&block) {
+                panic!("{shown}, configuration {}: {e}\n{block}", i + 1);
+            }
+            checked.push(shown);
+        }
+    }
+    for expected in ["README.md", "docs/operations.md"] {
+        assert!(
+            checked.iter().any(|c| c == expected),
+            "no example configuration found in {expected}: {checked:?}"
+        );
+    }
+}
+
+/// A configuration with a misspelt setting is refused, so the check above can fail.
+#[test]
+fn a_misspelt_example_is_refused() {
+    let text = "```toml\n[redis]\nurll = \"redis://x\"\n\n[[routes]]\nname = \"a\"\n\
+                path_prefix = \"/\"\nupstream = \"http://127.0.0.1:1\"\n```\n";
+    let blocks = configurations(text);
+    assert_eq!(blocks.len(), 1);
+    assert!(idemgate::Config::from_toml(&blocks[0]).is_err());
+    let fixed = blocks[0].replace("urll", "url");
+    assert!(idemgate::Config::from_toml(&fixed).is_ok());
+}
+
+/// The quoted `idemgate_*` names of a source file.
+fn metric_names(source: &str) -> Vec<String> {
+    let mut names: Vec<String> = (source.split('"').skip(1).step_by(2))
+        .filter(|s| {
+            s.starts_with("idemgate_") && s.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+        })
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Every metric name of `src/metrics.rs` (the contract with dashboards and alerts) and
+/// of the worker listeners has a row in the metrics table of docs/operations.md.
+#[test]
+fn every_metric_is_documented() {
+    let root = Path::new(ROOT);
+    let operations = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
+    let mut names = Vec::new();
+    for file in ["src/metrics.rs", "src/server/workers.rs"] {
+        names.extend(metric_names(
+            &std::fs::read_to_string(root.join(file)).unwrap(),
+        ));
+    }
+    assert!(names.len() >= 20, "metric names not found: {names:?}");
+    let missing: Vec<&String> = (names.iter())
+        .filter(|n| !operations.contains(&format!("| `{n}` |")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "metrics without a row in docs/operations.md (### Metrics): {missing:?}"
+    );
+}
+
+/// The problem codes of a source file: the quoted name after a `StatusCode::...,` line
+/// (`Problem::new(status, code, ...)`), or a match arm that yields a code.
+fn problem_codes(source: &str) -> Vec<String> {
+    let snake = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_lowercase() || c == '_');
+    let mut codes = Vec::new();
+    let mut after_status = false;
+    for line in source.lines().map(str::trim) {
+        let quoted = line.split('"').nth(1).filter(|q| snake(q));
+        let arm = line.contains("=> \"") && line.ends_with("\",");
+        if let Some(code) = quoted.filter(|_| after_status && line.starts_with('"') || arm) {
+            codes.push(code.to_string());
+        }
+        after_status = line.starts_with("StatusCode::") && line.ends_with(',');
+    }
+    codes.sort();
+    codes.dedup();
+    codes
+}
+
+/// Every problem code the gateway and its admin API answer with has a row in the
+/// tables of docs/http.md.
+#[test]
+fn every_problem_code_is_documented() {
+    let root = Path::new(ROOT);
+    let http = std::fs::read_to_string(root.join("docs/http.md")).unwrap();
+    let mut codes = Vec::new();
+    for file in ["src/http/problem.rs", "src/http/admin_keys.rs"] {
+        codes.extend(problem_codes(
+            &std::fs::read_to_string(root.join(file)).unwrap(),
+        ));
+    }
+    assert!(codes.len() >= 20, "problem codes not found: {codes:?}");
+    let missing: Vec<&String> = (codes.iter())
+        .filter(|c| !http.contains(&format!("| `{c}` |")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "problem codes without a row in docs/http.md (## Errors): {missing:?}"
     );
 }

@@ -129,7 +129,7 @@ $redis_line
   stop with  make down
 
 Try it (run twice: the 1st answer has Idempotent-Replayed: false, the 2nd true):
-  curl -si -X POST http://127.0.0.1:$LB_PORT/v1/payments -H 'Idempotency-Key: $demo_key' -H 'Content-Type: application/json' -d '{"amount":100}'
+  curl -si -X POST http://127.0.0.1:$LB_PORT/v1/payments -H 'X-Tenant-Id: acme' -H 'Idempotency-Key: $demo_key' -H 'Content-Type: application/json' -d '{"amount":100}'
 Then check the upstream ran it once:
   curl -s http://127.0.0.1:$UPSTREAM_PORT/_demo/executions
 Load tests against this fleet: make loadtest

@@ -1,6 +1,6 @@
 //! Deprecated spellings of renamed settings: an operator's configuration outlives
 //! releases, so a setting that was renamed keeps its old spelling for at least one
-//! release (CHANGELOG.md says which; README, Version policy).
+//! release (CHANGELOG.md says which; docs/operations.md, Version policy).
 //!
 //! Before the schema (which refuses unknown keys) sees the configuration, every old
 //! spelling found in the merged layers (file and environment) is moved to its new key,

@@ -358,7 +358,7 @@ pub enum LookupOnMiss {
 /// `redis` keeps claims in Redis only (the old default, CHANGELOG.md): faster first
 /// executions, and keyed requests go on while Postgres is down, but a key in flight when
 /// Redis loses its claim can run a second time if it is retried before the first
-/// execution completes (README, "Guarantees, and the window of each mode").
+/// execution completes (docs/guarantees.md, "Guarantees, and the window of each mode").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ClaimDurability {

@@ -5,7 +5,7 @@
 //! time the replicas take to acknowledge). A `WAIT` that returns fewer than `n` replicas
 //! is counted and logged, and the client is still answered: the upstream has acted and
 //! the response is stored on the primary (and, with `[postgres]`, already in Postgres);
-//! withholding it would not make it safer. See README, "Failover: what each mode
+//! withholding it would not make it safer. See docs/guarantees.md, "Failover: what each mode
 //! guarantees".
 
 use std::time::Duration;

@@ -271,7 +271,7 @@ mod tests {
     }
 
     /// Bytes as 0.1.0 to 0.4.0 stored them (status 201, `content-type: a/b`, body `hi`):
-    /// every later release must decode them (README, Version policy).
+    /// every later release must decode them (docs/operations.md, Version policy).
     #[test]
     fn decodes_what_earlier_releases_stored() {
         let v1 = b"\x01\x00\xc9\x00\x01\x00\x0ccontent-type\x00\x00\x00\x03a/bhi";

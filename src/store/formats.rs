@@ -1,6 +1,6 @@
 //! The stored formats and their versions, in one place: what a record written by one
 //! release looks like to the next, during a rolling upgrade when two versions share one
-//! Redis and one Postgres (README, Version policy; CHANGELOG.md).
+//! Redis and one Postgres (docs/operations.md, Version policy; CHANGELOG.md).
 //!
 //! | format | version | carried by | where |
 //! |---|---|---|---|

@@ -10,7 +10,7 @@
 //! [`MIN_WAIT_CONNECTIONS`]: completions waiting for replicas must not queue behind
 //! each other on one connection either (with `pool_size = 1`).
 //!
-//! Limits (README, "Failover: what each mode guarantees"): `WAIT` is not synchronous
+//! Limits (docs/guarantees.md, "Failover: what each mode guarantees"): `WAIT` is not synchronous
 //! replication. A write acknowledged by `n` replicas survives the loss of the primary
 //! when one of them is promoted (Redis Cluster and Sentinel prefer the most up-to-date
 //! replica); a short `WAIT` is counted (`idemgate_redis_wait_short_total`), logged, and

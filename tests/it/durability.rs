@@ -180,7 +180,7 @@ async fn write_through_claims_close_the_lost_claim_window() {
 
 #[tokio::test]
 async fn without_write_through_claims_the_same_fault_runs_twice() {
-    // The documented window of the default mode, measured so the README stays honest.
+    // The documented window of the default mode, measured so docs/guarantees.md stays honest.
     let (mut redis, _pg, upstream, app) = durable_stack("claims = \"redis\"", "").await;
     upstream.set_delay(Duration::from_millis(1500));
     let first = tokio::spawn(app.post("w", "{}").send());

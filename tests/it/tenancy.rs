@@ -251,14 +251,17 @@ async fn readyz_names_no_backend_detail() {
 }
 
 /// Item 4: the shipped example scopes on a stable tenant header set by the auth layer,
-/// not on a credential that changes when it is refreshed; README says why.
+/// not on a credential that changes when it is refreshed; docs/security.md says why.
 #[test]
 fn the_example_config_scopes_on_a_stable_tenant_header() {
     let root = env!("CARGO_MANIFEST_DIR");
     let demo = std::fs::read_to_string(format!("{root}/deploy/local/idemgate.toml")).unwrap();
     let config = idemgate::Config::from_toml(&demo).unwrap();
     assert_eq!(config.idempotency.scope_headers[0], "X-Tenant-Id");
+    let security = std::fs::read_to_string(format!("{root}/docs/security.md")).unwrap();
+    assert!(security.contains("Use a stable tenant header set by your auth layer"));
+    assert!(security.contains("scope_headers = [\"X-Tenant-Id\"]"));
+    // The README's quick start sends the tenant header the demo scopes on.
     let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
-    assert!(readme.contains("Use a stable tenant header set by your auth layer"));
-    assert!(readme.contains("scope_headers = [\"X-Tenant-Id\"]"));
+    assert!(readme.contains("-H 'X-Tenant-Id: acme'"));
 }

@@ -6,7 +6,7 @@
 //! know it still runs against a database that has it, so the previous release keeps
 //! (re)starting during a rolling upgrade. Any other migration newer than a binary stops
 //! that binary (`SchemaTooNew`). Migrations stay additive within a minor release
-//! (README, Version policy).
+//! (docs/operations.md, Version policy).
 
 use tokio_postgres::Client;
 
