@@ -26,14 +26,15 @@ use super::AppState;
 use crate::app::App;
 use crate::config::{AnonymousScope, InFlightPolicy, OnAmbiguous};
 use crate::idempotency::{
-    key, Claim, Completion, Fingerprint, KeyError, RecordId, Scope, ScopeError, ScopeSecret,
-    StoredResponse,
+    key, Claim, Completion, Fingerprint, KeptRequest, KeyError, RecordId, Scope, ScopeError,
+    ScopeSecret, StoredResponse,
 };
 use crate::metrics::{self, Outcome};
 use crate::proxy::headers::{self, Peer};
 use crate::proxy::UpstreamError;
 use crate::route::Route;
 use crate::store::heartbeat::Phase;
+use crate::store::tiers::Kept;
 use crate::store::{Failure, Lease, StoreError};
 
 /// Marks a response forwarded without idempotency because no store could take the claim.
@@ -42,6 +43,33 @@ pub const IDEMPOTENCY_STATUS: HeaderName = HeaderName::from_static("idempotency-
 pub const FENCING_TOKEN: HeaderName = HeaderName::from_static("idempotency-fencing-token");
 /// Correlates a request across client, gateway logs and upstream.
 pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+/// Marks a request the completer sent again (docs/completer.md).
+pub const COMPLETER: HeaderName = HeaderName::from_static("idempotency-completer");
+
+/// Who runs a held lease's request: a client's request, or the completer sending an
+/// abandoned one again. They differ only in what an upstream call that got no answer
+/// leaves: a client's lease is released (its retry runs again); the completer's is
+/// handed back with its kept request, for its next attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runner {
+    Client,
+    Completer,
+}
+
+/// How a held lease ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// A response is stored for the key (the upstream's, or a stored problem).
+    Stored,
+    /// The upstream answered a release status: the key is free.
+    Released,
+    /// No answer from the upstream: released (a client) or handed back (the completer).
+    Failed,
+    /// Another execution holds the key now.
+    LeaseLost,
+    /// The response could not be stored.
+    NotStored,
+}
 
 /// What one request came to, for the metrics and the log line.
 #[derive(Default)]
@@ -209,9 +237,15 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
     // The branches a first execution does not take are boxed (waiting, the previous
     // id): inline, the largest of them sets the size of this future, and of
     // every future that holds it, which is moved (copied) several times per request.
-    let claim = match app.stores.claim(&route, scope, record, &fingerprint).await {
+    let kept = match policy.settings.completer {
+        true => Kept::Request(KeptRequest::new(&parts, &body, peer.ip()).encode()),
+        false => Kept::Nothing,
+    };
+    let claimed = (app.stores).claim(&route, scope, record, &fingerprint, kept.clone());
+    let claim = match claimed.await {
         Ok(Claim::InFlight { remaining }) if policy.settings.in_flight == InFlightPolicy::Wait => {
-            Box::pin((app.stores).wait(&route, scope, record, &fingerprint, remaining)).await
+            let waited = (app.stores).wait(&route, scope, record, &fingerprint, remaining, kept);
+            Box::pin(waited).await
         }
         other => other,
     };
@@ -336,7 +370,7 @@ async fn read_bounded(app: &App, parts: &Parts, body: Body) -> Result<Bytes, Pro
     }
 }
 
-/// Runs the upstream call for a held lease and settles the lease with its outcome.
+/// Runs the upstream call for a client's held lease and settles the lease with its outcome.
 async fn execute(
     app: Arc<App>,
     route: Arc<Route>,
@@ -345,12 +379,30 @@ async fn execute(
     body: Bytes,
     peer: std::net::IpAddr,
 ) -> (Outcome, Response) {
+    let (outcome, response, _) = run(app, route, lease, parts, body, peer, Runner::Client).await;
+    (outcome, response)
+}
+
+/// Runs the upstream call for a held lease and settles the lease with its outcome, as
+/// `runner` does ([`Runner`]).
+pub async fn run(
+    app: Arc<App>,
+    route: Arc<Route>,
+    lease: Lease,
+    parts: Parts,
+    body: Bytes,
+    peer: std::net::IpAddr,
+    runner: Runner,
+) -> (Outcome, Response, Settled) {
     let _in_flight = route.metrics.in_flight();
     let max_response = app.config.server.max_response_body.as_u64();
     let mut parts = parts;
     parts
         .headers
         .insert(FENCING_TOKEN, HeaderValue::from(lease.fence()));
+    if runner == Runner::Completer {
+        parts.headers.insert(COMPLETER, HeaderValue::from_static("1"));
+    }
     let started = Instant::now();
     let peer = Peer::new(peer, &app.config.server.trusted_proxies);
     let forward = (app.upstream).forward_buffered(&route, parts, body, peer, max_response);
@@ -361,7 +413,8 @@ async fn execute(
             Box::pin(release(lease)).await;
             let response =
                 StoredResponse::from_upstream(answer.status, &answer.headers, answer.body);
-            return (Outcome::UpstreamError, response.to_response(false));
+            let response = response.to_response(false);
+            return (Outcome::UpstreamError, response, Settled::Released);
         }
         Ok(answer) => {
             let mut stored =
@@ -385,11 +438,21 @@ async fn execute(
                 "upstream outcome unknown; storing it for this key (on_ambiguous = store)");
             Problem::outcome_unknown(&e).to_stored()
         }
+        Err(e) if runner == Runner::Completer => {
+            tracing::warn!(error = %e,
+                "upstream call failed; the completer tries again after its backoff");
+            if let Err(e) = Box::pin(lease.hand_back()).await {
+                tracing::warn!(error = %e, "could not hand the lease back; it expires");
+            }
+            let problem = Problem::from(&e).into_response();
+            return (Outcome::UpstreamError, problem, Settled::Failed);
+        }
         Err(e) => {
             tracing::warn!(error = %e,
                 "upstream call failed; releasing the key");
             Box::pin(release(lease)).await;
-            return (Outcome::UpstreamError, Problem::from(&e).into_response());
+            let problem = Problem::from(&e).into_response();
+            return (Outcome::UpstreamError, problem, Settled::Failed);
         }
     };
     let first = stored.to_response(false);
@@ -404,7 +467,7 @@ async fn settle(
     lease: Lease,
     stored: StoredResponse,
     first: Response,
-) -> (Outcome, Response) {
+) -> (Outcome, Response, Settled) {
     let (record, scope, lease_fingerprint) = (lease.record(), lease.scope(), lease.fingerprint());
     // Encoded once: Redis, Postgres and the replay cache all keep this encoding.
     let encoded = stored.encoded();
@@ -430,7 +493,7 @@ async fn settle(
             // Every retry gets the other execution's outcome: so does this client.
             // Boxed: rare, and inline it would grow every execution's future.
             let found = Box::pin((app.stores).find(route, scope, record, &lease_fingerprint)).await;
-            return match found {
+            let (outcome, response) = match found {
                 Ok(Some(Claim::Completed { response, .. })) => (
                     Outcome::Replayed,
                     response.replay(route.policy.settings.replay_set_cookie),
@@ -444,11 +507,15 @@ async fn settle(
                     Problem::superseded(route.policy.settings.lock_ttl).into_response(),
                 ),
             };
+            return (outcome, response, Settled::LeaseLost);
         }
-        Err(e) => tracing::error!(error = %e,
-            "could not store the response; a retry after the lease expires will run again"),
+        Err(e) => {
+            tracing::error!(error = %e,
+                "could not store the response; a retry after the lease expires will run again");
+            return (Outcome::Executed, first, Settled::NotStored);
+        }
     }
-    (Outcome::Executed, first)
+    (Outcome::Executed, first, Settled::Stored)
 }
 
 /// A stored record that cannot be read: counted and logged once, here (the span names

@@ -2,13 +2,14 @@
 //! ([`key`]), whose it is ([`scope`]), what identifies a request ([`fingerprint`],
 //! with [`canonical`] JSON),
 //! the outcomes of a claim ([`claim`]), what is stored and
-//! replayed ([`replay`]), and how it is sealed at rest ([`keyring`], [`sealed`]).
+//! replayed ([`replay`]), the request kept for the completer ([`kept`]), and how it is sealed at rest ([`keyring`], [`sealed`]).
 
 pub mod canonical;
 pub mod claim;
 pub mod fingerprint;
 pub mod key;
 pub mod keyring;
+pub mod kept;
 pub mod replay;
 pub mod scope;
 pub mod sealed;
@@ -16,6 +17,7 @@ pub mod sealed;
 pub use claim::{Claim, Completion, Home, Release};
 pub use fingerprint::{Fingerprint, RecordId};
 pub use key::{IdempotencyKey, KeyError};
+pub use kept::KeptRequest;
 pub use keyring::{Keyring, KeyringError};
 pub use replay::{Encoded, StoredResponse};
 pub use scope::{Scope, ScopeError, ScopeKeys, ScopeSecret};

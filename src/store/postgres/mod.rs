@@ -12,6 +12,7 @@
 //! unknown outcome, which the claim path resolves by releasing its token ([`leases`]).
 
 pub mod claims;
+pub mod completer;
 pub mod leases;
 pub mod lookups;
 pub mod migrate;
@@ -266,7 +267,9 @@ impl PgStore {
                            fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status,
                            headers = EXCLUDED.headers, body = EXCLUDED.body,
                            lease_expires_at = NULL, completed_at = now(),
-                           expires_at = EXCLUDED.expires_at
+                           expires_at = EXCLUDED.expires_at, request = NULL,
+                           completer = CASE WHEN r.state = 'leased' AND r.completer = 'running'
+                                 AND r.lock_token = EXCLUDED.lock_token THEN 'completed' END
                          WHERE r.expires_at <= now()
                             OR (r.state = 'leased' AND (r.lock_token = EXCLUDED.lock_token
                                 OR r.lease_expires_at <= now()))

@@ -1,0 +1,161 @@
+//! The completer: drives requests abandoned partway to completion (docs/completer.md).
+//!
+//! On a route with `idempotency.completer = true` (write-through claims only), a request
+//! keeps its request with its durable lease ([`crate::idempotency::kept`]). If the
+//! replica holding it dies and the client never retries, the lease expires with no
+//! completion. Every `postgres.completer_interval`, one replica at a time (an advisory
+//! lock, as the reaper's) reserves such leases expired more than
+//! `postgres.completer_grace` ago ([`crate::store::postgres::completer`]); each is then
+//! taken over by the same claim a client's retry makes ([`Stores::claim`]: a new lock
+//! token and a higher fencing token, in Redis and Postgres), so a retry racing it gets
+//! 409 or the stored result, never a second execution. The kept request is sent again
+//! with its `Idempotency-Key`, the new `Idempotency-Fencing-Token` and
+//! `Idempotency-Completer: 1`, and settled as a first execution would be
+//! ([`gateway::run`]): stored (a later retry replays it) or released on a release
+//! status. An attempt without an answer is tried again after a backoff that doubles;
+//! after `postgres.completer_attempts` the request is given up: counted, logged once
+//! with its `key_hash`, and marked in the admin API.
+
+use std::sync::Arc;
+
+use tracing::Instrument;
+
+use crate::app::App;
+use crate::http::gateway::{self, Runner, Settled};
+use crate::idempotency::{Binding, Claim};
+use crate::metrics;
+use crate::store::postgres::completer::{Abandoned, PassLimits};
+use crate::store::tiers::Kept;
+use crate::store::StoreError;
+
+/// Whether any route keeps requests for the completer (and so whether it runs).
+pub fn wanted(app: &App) -> bool {
+    app.config.postgres.is_some() && app.routes.iter().any(|r| r.policy.settings.completer)
+}
+
+/// Spawns the completer's loop, when [`wanted`]: a pass every `completer_interval`.
+pub fn spawn(app: Arc<App>) -> Option<tokio::task::JoinHandle<()>> {
+    let pg = app.config.postgres.as_ref()?;
+    if !wanted(&app) {
+        return None;
+    }
+    let every = pg.completer_interval;
+    Some(tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            if let Err(e) = pass(&app).await {
+                tracing::warn!(error = %e, "completer pass failed");
+            }
+        }
+    }))
+}
+
+/// What one pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PassReport {
+    /// False when another replica ran the pass.
+    pub ran: bool,
+    /// Each attempt's outcome (a name of [`metrics::COMPLETER_OUTCOME_NAMES`]).
+    pub outcomes: Vec<&'static str>,
+}
+
+/// One pass: gives up the requests out of attempts, then attempts each reserved one,
+/// all at once, and waits for them.
+pub async fn pass(app: &Arc<App>) -> Result<PassReport, StoreError> {
+    let Some(pg) = &app.config.postgres else {
+        return Ok(PassReport::default());
+    };
+    let limits = PassLimits {
+        grace: pg.completer_grace,
+        batch: pg.completer_batch,
+        attempts: pg.completer_attempts,
+        backoff: pg.completer_interval,
+    };
+    let found = match app.stores.abandoned(limits).await {
+        Ok(Some(found)) => found,
+        Ok(None) => {
+            metrics::completer_pass("skipped");
+            return Ok(PassReport::default());
+        }
+        Err(e) => {
+            metrics::completer_pass("failed");
+            return Err(e);
+        }
+    };
+    metrics::completer_pass("ran");
+    let mut report = PassReport {
+        ran: true,
+        outcomes: Vec::new(),
+    };
+    for (id, route) in &found.given_up {
+        metrics::completer_outcome("given_up");
+        report.outcomes.push("given_up");
+        tracing::error!(key_hash = %id.short(), route = %route,
+            attempts = limits.attempts,
+            "completer gave up on an abandoned request: the upstream never answered it; \
+            its outcome is unknown until a client retries it");
+    }
+    let mut attempts = tokio::task::JoinSet::new();
+    for abandoned in found.reserved {
+        let span = tracing::info_span!("completer", route = %abandoned.route,
+            key_hash = %abandoned.id.short(), attempt = abandoned.attempt);
+        let attempt = app.tasks.track_future(attempt(app.clone(), abandoned));
+        attempts.spawn(attempt.instrument(span));
+    }
+    while let Some(done) = attempts.join_next().await {
+        let outcome = done.unwrap_or_else(|e| {
+            tracing::error!(error = %e, "completer attempt failed");
+            "error"
+        });
+        metrics::completer_outcome(outcome);
+        report.outcomes.push(outcome);
+    }
+    Ok(report)
+}
+
+/// One attempt at one abandoned request: its outcome.
+async fn attempt(app: Arc<App>, abandoned: Abandoned) -> &'static str {
+    let Some(route) = app.routes.iter().find(|r| r.name == abandoned.route).cloned() else {
+        tracing::warn!("completer: the abandoned request's route is gone; tried again later");
+        return "error";
+    };
+    let kept = Kept::Completer(abandoned.request.clone());
+    let (scope, record) = (abandoned.scope, abandoned.id);
+    let claimed = (app.stores).claim(&route, scope, record, &abandoned.fingerprint, kept);
+    let lease = match claimed.await {
+        Ok(Claim::Acquired(lease)) => lease,
+        Ok(Claim::Completed { .. }) => return "already_completed",
+        Ok(Claim::InFlight { .. }) => return "in_flight",
+        Ok(Claim::Mismatch) => return "mismatch",
+        Ok(Claim::Bypassed) => return "error",
+        Err(e) => {
+            tracing::warn!(error = %e, "completer: could not take the abandoned request over");
+            return "error";
+        }
+    };
+    metrics::completer_takeover();
+    let at = Binding { scope, record };
+    let request = (app.stores.open_kept(abandoned.request, at))
+        .and_then(|kept| kept.into_parts().map_err(|_| StoreError::Corrupt("kept request")));
+    let (parts, body, peer) = match request {
+        Ok(request) => request,
+        Err(e) => {
+            tracing::error!(error = %e, "completer gave up on an abandoned request: its kept \
+                request cannot be read; its outcome is unknown until a client retries it");
+            if let Err(e) = lease.give_up().await {
+                tracing::warn!(error = %e, "could not mark the request given up");
+            }
+            return "given_up";
+        }
+    };
+    tracing::info!(fence = lease.fence(), "completer: sending an abandoned request again");
+    let ran = gateway::run(app, route, lease, parts, body, peer, Runner::Completer);
+    let (_, _, settled) = Box::pin(ran).await;
+    match settled {
+        Settled::Stored => "completed",
+        Settled::Released => "released",
+        Settled::Failed => "retry",
+        Settled::LeaseLost => "lease_lost",
+        Settled::NotStored => "not_stored",
+    }
+}
