@@ -24,7 +24,7 @@ use crate::app::App;
 use crate::http::gateway::{self, Runner, Settled};
 use crate::idempotency::{Binding, Claim};
 use crate::metrics;
-use crate::store::postgres::completer::{Abandoned, PassLimits};
+use crate::store::postgres::completer::{Abandoned, Found, PassLimits};
 use crate::store::tiers::Kept;
 use crate::store::StoreError;
 
@@ -59,11 +59,20 @@ pub struct PassReport {
     pub outcomes: Vec<&'static str>,
 }
 
-/// One pass: gives up the requests out of attempts, then attempts each reserved one,
-/// all at once, and waits for them.
+/// One pass: [`reserve`], then [`attempt_all`].
 pub async fn pass(app: &Arc<App>) -> Result<PassReport, StoreError> {
+    match reserve(app).await? {
+        Some(found) => Ok(attempt_all(app, found).await),
+        None => Ok(PassReport::default()),
+    }
+}
+
+/// The first half of a pass: under the fleet-wide lock, gives up the requests out of
+/// attempts and reserves a batch of abandoned ones. `None` when another replica runs
+/// the pass.
+pub async fn reserve(app: &Arc<App>) -> Result<Option<Found>, StoreError> {
     let Some(pg) = &app.config.postgres else {
-        return Ok(PassReport::default());
+        return Ok(None);
     };
     let limits = PassLimits {
         grace: pg.completer_grace,
@@ -71,18 +80,30 @@ pub async fn pass(app: &Arc<App>) -> Result<PassReport, StoreError> {
         attempts: pg.completer_attempts,
         backoff: pg.completer_interval,
     };
-    let found = match app.stores.abandoned(limits).await {
-        Ok(Some(found)) => found,
+    match app.stores.abandoned(limits).await {
+        Ok(Some(found)) => {
+            metrics::completer_pass("ran");
+            Ok(Some(found))
+        }
         Ok(None) => {
             metrics::completer_pass("skipped");
-            return Ok(PassReport::default());
+            Ok(None)
         }
         Err(e) => {
             metrics::completer_pass("failed");
-            return Err(e);
+            Err(e)
         }
-    };
-    metrics::completer_pass("ran");
+    }
+}
+
+/// The second half of a pass: counts and logs the requests given up, and attempts each
+/// reserved one, all at once; waits for them.
+pub async fn attempt_all(app: &Arc<App>, found: Found) -> PassReport {
+    let attempts_max = app
+        .config
+        .postgres
+        .as_ref()
+        .map_or(0, |pg| pg.completer_attempts);
     let mut report = PassReport {
         ran: true,
         outcomes: Vec::new(),
@@ -91,7 +112,7 @@ pub async fn pass(app: &Arc<App>) -> Result<PassReport, StoreError> {
         metrics::completer_outcome("given_up");
         report.outcomes.push("given_up");
         tracing::error!(key_hash = %id.short(), route = %route,
-            attempts = limits.attempts,
+            attempts = attempts_max,
             "completer gave up on an abandoned request: the upstream never answered it; \
             its outcome is unknown until a client retries it");
     }
@@ -110,12 +131,17 @@ pub async fn pass(app: &Arc<App>) -> Result<PassReport, StoreError> {
         metrics::completer_outcome(outcome);
         report.outcomes.push(outcome);
     }
-    Ok(report)
+    report
 }
 
 /// One attempt at one abandoned request: its outcome.
 async fn attempt(app: Arc<App>, abandoned: Abandoned) -> &'static str {
-    let Some(route) = app.routes.iter().find(|r| r.name == abandoned.route).cloned() else {
+    let Some(route) = app
+        .routes
+        .iter()
+        .find(|r| r.name == abandoned.route)
+        .cloned()
+    else {
         tracing::warn!("completer: the abandoned request's route is gone; tried again later");
         return "error";
     };
@@ -135,8 +161,10 @@ async fn attempt(app: Arc<App>, abandoned: Abandoned) -> &'static str {
     };
     metrics::completer_takeover();
     let at = Binding { scope, record };
-    let request = (app.stores.open_kept(abandoned.request, at))
-        .and_then(|kept| kept.into_parts().map_err(|_| StoreError::Corrupt("kept request")));
+    let request = (app.stores.open_kept(abandoned.request, at)).and_then(|kept| {
+        kept.into_parts()
+            .map_err(|_| StoreError::Corrupt("kept request"))
+    });
     let (parts, body, peer) = match request {
         Ok(request) => request,
         Err(e) => {
@@ -148,7 +176,10 @@ async fn attempt(app: Arc<App>, abandoned: Abandoned) -> &'static str {
             return "given_up";
         }
     };
-    tracing::info!(fence = lease.fence(), "completer: sending an abandoned request again");
+    tracing::info!(
+        fence = lease.fence(),
+        "completer: sending an abandoned request again"
+    );
     let ran = gateway::run(app, route, lease, parts, body, peer, Runner::Completer);
     let (_, _, settled) = Box::pin(ran).await;
     match settled {

@@ -115,7 +115,9 @@ impl Server {
         let graceful = GracefulShutdown::new();
         tracing::info!(listen = %limits.listen, admin = %limits.admin_listen, worker, "idemgate serving");
         // One completer per process (worker 0's), as one reaper; stopped with the server.
-        let completer = (worker == 0).then(|| crate::completer::spawn(app.clone())).flatten();
+        let completer = (worker == 0)
+            .then(|| crate::completer::spawn(app.clone()))
+            .flatten();
         {
             let accepted = workers::accepted_counter(worker);
             let admin = admin.map(|admin| {

@@ -401,7 +401,9 @@ pub async fn run(
         .headers
         .insert(FENCING_TOKEN, HeaderValue::from(lease.fence()));
     if runner == Runner::Completer {
-        parts.headers.insert(COMPLETER, HeaderValue::from_static("1"));
+        parts
+            .headers
+            .insert(COMPLETER, HeaderValue::from_static("1"));
     }
     let started = Instant::now();
     let peer = Peer::new(peer, &app.config.server.trusted_proxies);

@@ -7,17 +7,17 @@
 pub mod canonical;
 pub mod claim;
 pub mod fingerprint;
+pub mod kept;
 pub mod key;
 pub mod keyring;
-pub mod kept;
 pub mod replay;
 pub mod scope;
 pub mod sealed;
 
 pub use claim::{Claim, Completion, Home, Release};
 pub use fingerprint::{Fingerprint, RecordId};
-pub use key::{IdempotencyKey, KeyError};
 pub use kept::KeptRequest;
+pub use key::{IdempotencyKey, KeyError};
 pub use keyring::{Keyring, KeyringError};
 pub use replay::{Encoded, StoredResponse};
 pub use scope::{Scope, ScopeError, ScopeKeys, ScopeSecret};

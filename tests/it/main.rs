@@ -9,6 +9,7 @@ mod cache;
 mod claim_edges;
 mod cli;
 mod cluster_waiters;
+mod completer;
 mod concurrency;
 mod durability;
 mod encoded_once;

@@ -42,8 +42,11 @@ impl Stores {
         kept: Kept,
     ) -> Result<Claim<Lease>, StoreError> {
         let (stores, route, fingerprint) = (self.clone(), route.clone(), *fingerprint);
-        let claim =
-            async move { stores.claim_here(&route, scope, record, fingerprint, kept).await };
+        let claim = async move {
+            stores
+                .claim_here(&route, scope, record, fingerprint, kept)
+                .await
+        };
         // Boxed: a task's future is moved on spawn and its slot again on completion.
         tokio::spawn(Box::pin(claim).in_current_span())
             .await

@@ -20,11 +20,7 @@ impl Stores {
     }
 
     /// Opens a kept request as stored at `at` (the one place one is opened).
-    pub fn open_kept(
-        &self,
-        stored: bytes::Bytes,
-        at: Binding,
-    ) -> Result<KeptRequest, StoreError> {
+    pub fn open_kept(&self, stored: bytes::Bytes, at: Binding) -> Result<KeptRequest, StoreError> {
         let plain = self.0.sealing.open_request(stored, at)?;
         KeptRequest::decode(plain).map_err(|_| StoreError::Corrupt("kept request"))
     }
