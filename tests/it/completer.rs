@@ -23,12 +23,14 @@ const LOCK_TTL: Duration = Duration::from_secs(2);
 const INTERVAL: Duration = Duration::from_millis(500);
 /// How long the upstream takes with each request.
 const LATENCY: Duration = Duration::from_millis(1500);
+const TOKEN: &str = "test-admin-token-0123456789";
 
 /// `[routes.idempotency]` and `[postgres]` of every gateway here; `interval` is the
 /// completer's.
 fn extra(pg: &PgServer, completer: bool, interval: Duration) -> String {
     format!(
-        "[routes.idempotency]\ncompleter = {completer}\nlock_ttl = \"{}ms\"\n{}",
+        "[routes.idempotency]\ncompleter = {completer}\nlock_ttl = \"{}ms\"\n\
+         [admin]\ntoken = \"{TOKEN}\"\n{}",
         LOCK_TTL.as_millis(),
         pg.section(&format!(
             "completer_interval = \"{}ms\"\ncompleter_grace = \"0s\"\ncompleter_attempts = 3",
@@ -106,6 +108,26 @@ async fn abandon(replica: &mut Replica, up: &MockUpstream, keys: &[String]) -> I
     );
     replica.kill();
     Instant::now()
+}
+
+/// The completer outcome counter's value. The recorder is the process's, shared by
+/// the tests that run at once: a test reads at least what it caused.
+async fn outcomes(app: &TestApp, outcome: &str) -> f64 {
+    let text = app.metrics().await;
+    let series = format!("idemgate_completer_outcomes_total{{outcome=\"{outcome}\"}} ");
+    (text.lines())
+        .find_map(|l| l.strip_prefix(&series)?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The admin API's view of `key`'s record in Postgres.
+async fn admin_pg(app: &TestApp, key: &str) -> serde_json::Value {
+    let url = format!("http://{}/admin/keys/payments/{key}", app.admin);
+    let r = (app.client.get(url).bearer_auth(TOKEN).send())
+        .await
+        .unwrap();
+    let v: serde_json::Value = r.json().await.unwrap();
+    v["postgres"].clone()
 }
 
 /// The fencing token (0 when absent) of every request the upstream got for `key`, in
@@ -189,10 +211,11 @@ async fn an_abandoned_request_is_completed_once_and_replayed() {
         (comparable(&second.1), &second.2)
     );
     assert_eq!(sent_for(&up, &key).len(), 2, "nothing ran a third time");
-    assert!(survivor
-        .metrics()
-        .await
-        .contains("idemgate_completer_outcomes_total{outcome=\"completed\"} 1"));
+    let shown = admin_pg(&survivor, &key).await;
+    assert_eq!(shown["state"], "completed", "{shown}");
+    assert_eq!(shown["completer"]["state"], "completed", "{shown}");
+    assert_eq!(shown["completer"]["request_kept"], false, "{shown}");
+    assert!(outcomes(&survivor, "completed").await >= 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -333,5 +356,51 @@ async fn a_retry_racing_the_completer_runs_the_upstream_once() {
     eprintln!(
         "{by_completer} of {} keys run by the completer, the rest by the retry",
         keys.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_the_upstream_never_answers_is_given_up_and_shown() {
+    let (redis, pg, up) = (
+        RedisServer::start(),
+        PgServer::start(),
+        MockUpstream::start().await,
+    );
+    up.set_delay(Duration::from_secs(3));
+    let dir = tempfile::tempdir().unwrap();
+    let mut dead = doomed(dir.path(), &redis, &pg, &up, true).await;
+    // The survivor's upstream calls time out: every attempt gets no answer.
+    let mut cfg = config(&redis.url(), &up.url(), &extra(&pg, true, INTERVAL));
+    cfg.routes[0].upstream_timeout = Duration::from_millis(700);
+    cfg.postgres.as_mut().unwrap().completer_attempts = 2;
+    let survivor = TestApp::spawn(cfg).await;
+    let key = "never-answered".to_string();
+    abandon(&mut dead, &up, std::slice::from_ref(&key)).await;
+
+    // Two attempts (each handed back after its timeout, the second after a backoff),
+    // then given up: counted, marked, the kept request deleted.
+    let gave_up = eventually(Duration::from_secs(15), async || {
+        outcomes(&survivor, "given_up").await >= 1.0
+    })
+    .await;
+    assert!(gave_up, "not given up: {}", survivor.metrics().await);
+    assert!(outcomes(&survivor, "retry").await >= 2.0);
+    let sent = sent_for(&up, &key);
+    assert_eq!(sent.len(), 3, "the client's, then two attempts: {sent:?}");
+    assert!(sent[1].0 > sent[0].0 && sent[2].0 > sent[1].0, "{sent:?}");
+    let shown = admin_pg(&survivor, &key).await;
+    assert_eq!(shown["completer"]["state"], "given_up", "{shown}");
+    assert_eq!(shown["completer"]["attempts"], 2, "{shown}");
+    assert_eq!(shown["completer"]["request_kept"], false, "{shown}");
+    // No more attempts; a client's retry still runs it (the outcome is in doubt).
+    tokio::time::sleep(INTERVAL * 4).await;
+    assert_eq!(sent_for(&up, &key).len(), 3);
+    up.set_delay(Duration::ZERO);
+    let body = format!("{{\"amount\":10,\"key\":\"{key}\"}}");
+    let retry = read(survivor.post(&key, &body).send().await.unwrap()).await;
+    assert_eq!(retry.0, 201, "{retry:?}");
+    assert_eq!(
+        admin_pg(&survivor, &key).await["completer"]["state"],
+        serde_json::Value::Null
     );
 }
