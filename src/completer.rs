@@ -39,6 +39,13 @@ pub fn spawn(app: Arc<App>) -> Option<tokio::task::JoinHandle<()>> {
     if !wanted(&app) {
         return None;
     }
+    if app.config.encryption.is_none() {
+        tracing::warn!(
+            "completer = true without [encryption]: kept requests (their headers, \
+            credentials and idempotency keys among them) are stored in the clear in postgres \
+            while in flight (docs/completer.md)"
+        );
+    }
     let every = pg.completer_interval;
     Some(tokio::spawn(async move {
         loop {

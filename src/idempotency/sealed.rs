@@ -284,6 +284,29 @@ mod tests {
     }
 
     #[test]
+    fn a_kept_request_is_sealed_under_its_own_label() {
+        let sealing = Sealing::new(Some(ring("k1", &["k1"])));
+        let request = Bytes::from_static(b"K\x01POST idempotency-key: secret-key");
+        let sealed = sealing.seal_request(&request, at(1));
+        assert!(!sealed.windows(10).any(|w| w == b"secret-key"));
+        assert_eq!(
+            sealing.open_request(sealed.clone(), at(1)).unwrap(),
+            request
+        );
+        // Bound to its record, and never opened as a response (nor the reverse).
+        assert!(sealing.open_request(sealed.clone(), at(2)).is_err());
+        let as_response = StoredRecord::sealed(sealed).unwrap();
+        assert!(matches!(
+            sealing.open(as_response, at(1)),
+            Err(Unreadable::Forged(_))
+        ));
+        let response = sealing.seal(&response().encode(), at(1)).unwrap();
+        assert!(sealing.open_request(response, at(1)).is_err());
+        // Without encryption it is kept as it is.
+        assert_eq!(Sealing::default().seal_request(&request, at(1)), request);
+    }
+
+    #[test]
     fn seals_and_opens_without_plaintext_at_rest() {
         let sealing = Sealing::new(Some(ring("k1", &["k1"])));
         let sealed = sealing.seal(&response().encode(), at(1)).unwrap();

@@ -404,3 +404,65 @@ async fn a_request_the_upstream_never_answers_is_given_up_and_shown() {
         serde_json::Value::Null
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_kept_request_is_sealed_and_cleared_on_completion() {
+    let (redis, pg, up) = (
+        RedisServer::start(),
+        PgServer::start(),
+        MockUpstream::start().await,
+    );
+    up.set_delay(Duration::from_millis(800));
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("k1");
+    std::fs::write(
+        &key_file,
+        format!("{}\n", "MTExMTExMTExMTExMTExMTExMTExMTExMTExMTExMTE="),
+    )
+    .unwrap();
+    let sealed = format!(
+        "{}[encryption]\nkeys = [{{ id = \"k1\", key_file = \"{}\" }}]\nactive = \"k1\"\n",
+        extra(&pg, true, INTERVAL),
+        key_file.display()
+    );
+    let app = TestApp::spawn(config(&redis.url(), &up.url(), &sealed)).await;
+    let (key, body) = ("sealed-raw-key-42", "{\"card\":\"4111111111111111\"}");
+    let request = app
+        .post(key, body)
+        .header("Authorization", "Bearer tenant-secret");
+    let answer = tokio::spawn(async move { request.send().await.unwrap().status() });
+    let client = pg.client().await;
+    let mut kept: Option<Vec<u8>> = None;
+    for _ in 0..50 {
+        let row = client
+            .query_opt(
+                "SELECT request FROM idemgate_records WHERE request IS NOT NULL",
+                &[],
+            )
+            .await
+            .unwrap();
+        if let Some(row) = row {
+            kept = Some(row.get(0));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let kept = kept.expect("the lease keeps the request while it runs");
+    assert_eq!(kept[0], 2, "sealed envelope");
+    for secret in [key.as_bytes(), b"4111111111111111", b"tenant-secret"] {
+        assert!(
+            !kept.windows(secret.len()).any(|w| w == secret),
+            "plaintext at rest"
+        );
+    }
+    assert_eq!(answer.await.unwrap(), 201);
+    assert_eq!(
+        pg.count("request IS NOT NULL").await,
+        0,
+        "cleared on completion"
+    );
+    assert_eq!(
+        pg.count("state = 'completed' AND completer IS NULL").await,
+        1
+    );
+}
