@@ -178,7 +178,7 @@ async fn an_abandoned_request_is_completed_once_and_replayed() {
     let row = "state = 'completed' AND completer = 'completed' AND request IS NULL";
     assert!(eventually(LATENCY * 3, async || pg.count(row).await == 1).await);
     let sent = sent_for(&up, &key);
-    assert_eq!(sent[0].1, false, "the first one came from the client");
+    assert!(!sent[0].1, "the first one came from the client");
     assert!(sent[1].1, "the second is marked Idempotency-Completer: 1");
     assert!(sent[1].0 > sent[0].0, "fencing tokens {sent:?} do not grow");
     eprintln!("completer re-sent the abandoned request {took:?} after the kill (bound {bound:?})");
