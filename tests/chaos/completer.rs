@@ -15,7 +15,7 @@ use crate::cluster::{Durability, Options, Stack};
 
 /// New keys are started for this long.
 const LOAD: Duration = Duration::from_secs(9);
-const WORKERS: usize = 16;
+const WORKERS: usize = 40;
 /// Every how many keys one is sent by a client that never retries (2 in 5).
 const ONE_SHOT: [usize; 2] = [1, 3];
 
@@ -64,7 +64,7 @@ pub async fn sigkill_no_retry(name: String) -> Report {
                 let key = Key {
                     name: format!("cmp-{n}"),
                     tenant: n % 3,
-                    path: format!("/v1/payments?latency_ms={}", 300 + n % 4 * 100),
+                    path: format!("/v1/payments?latency_ms={}", 400 + n % 4 * 200),
                     end: End::GaveUp,
                 };
                 let one_shot = ONE_SHOT.contains(&(n % 5));
@@ -74,7 +74,7 @@ pub async fn sigkill_no_retry(name: String) -> Report {
         });
     }
     // Replicas die under load, holding leases; each comes back 2 s later.
-    for (at, victim) in [(2500, 1), (5500, 2)] {
+    for (at, victim) in [(2500, 1), (5000, 2), (7500, 0)] {
         tokio::time::sleep_until((t0 + Duration::from_millis(at)).into()).await;
         stack.replicas[victim].kill();
         tokio::time::sleep(Duration::from_secs(2)).await;
