@@ -123,15 +123,18 @@ pub async fn attempt_all(app: &Arc<App>, found: Found) -> PassReport {
             "completer gave up on an abandoned request: the upstream never answered it; \
             its outcome is unknown until a client retries it");
     }
-    let mut attempts = tokio::task::JoinSet::new();
-    for abandoned in found.reserved {
-        let span = tracing::info_span!("completer", route = %abandoned.route,
-            key_hash = %abandoned.id.short(), attempt = abandoned.attempt);
-        let attempt = app.tasks.track_future(attempt(app.clone(), abandoned));
-        attempts.spawn(attempt.instrument(span));
-    }
-    while let Some(done) = attempts.join_next().await {
-        let outcome = done.unwrap_or_else(|e| {
+    // Detached tasks, tracked as requests are (shutdown waits for them): a pass that is
+    // stopped leaves them running to the end, since a lease dropped mid-attempt would
+    // be released, and its kept request with it.
+    let attempts: Vec<_> = (found.reserved.into_iter())
+        .map(|abandoned| {
+            let span = tracing::info_span!("completer", route = %abandoned.route,
+                key_hash = %abandoned.id.short(), attempt = abandoned.attempt);
+            (app.tasks).spawn(attempt(app.clone(), abandoned).instrument(span))
+        })
+        .collect();
+    for done in attempts {
+        let outcome = done.await.unwrap_or_else(|e| {
             tracing::error!(error = %e, "completer attempt failed");
             "error"
         });
