@@ -11,10 +11,11 @@
 //! 409 or the stored result, never a second execution. The kept request is sent again
 //! with its `Idempotency-Key`, the new `Idempotency-Fencing-Token` and
 //! `Idempotency-Completer: 1`, and settled as a first execution would be
-//! ([`gateway::run`]): stored (a later retry replays it) or released on a release
-//! status. An attempt without an answer is tried again after a backoff that doubles;
-//! after `postgres.completer_attempts` the request is given up: counted, logged once
-//! with its `key_hash`, and marked in the admin API.
+//! ([`gateway::run`]): stored, so that a later retry replays it. An attempt that the
+//! upstream refuses (a release status: the key is freed, as for a first execution) or
+//! does not answer is tried again after a backoff that doubles; after
+//! `postgres.completer_attempts` the request is given up: counted, logged once with
+//! its `key_hash`, and marked in the admin API.
 
 use std::sync::Arc;
 
@@ -120,8 +121,8 @@ pub async fn attempt_all(app: &Arc<App>, found: Found) -> PassReport {
         report.outcomes.push("given_up");
         tracing::error!(key_hash = %id.short(), route = %route,
             attempts = attempts_max,
-            "completer gave up on an abandoned request: the upstream never answered it; \
-            its outcome is unknown until a client retries it");
+            "completer gave up on an abandoned request: the upstream refused or never \
+            answered it; its outcome is unknown until a client retries it");
     }
     // Detached tasks, tracked as requests are (shutdown waits for them): a pass that is
     // stopped leaves them running to the end, since a lease dropped mid-attempt would
@@ -194,7 +195,7 @@ async fn attempt(app: Arc<App>, abandoned: Abandoned) -> &'static str {
     let (_, _, settled) = Box::pin(ran).await;
     match settled {
         Settled::Stored => "completed",
-        Settled::Released => "released",
+        Settled::Released => "refused",
         Settled::Failed => "retry",
         Settled::LeaseLost => "lease_lost",
         Settled::NotStored => "not_stored",

@@ -47,9 +47,10 @@ pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub const COMPLETER: HeaderName = HeaderName::from_static("idempotency-completer");
 
 /// Who runs a held lease's request: a client's request, or the completer sending an
-/// abandoned one again. They differ only in what an upstream call that got no answer
-/// leaves: a client's lease is released (its retry runs again); the completer's is
-/// handed back with its kept request, for its next attempt.
+/// abandoned one again. They differ only in what an upstream call that got no answer,
+/// or a release status, leaves: a client's lease is released (its retry runs again);
+/// the completer's is handed back with its kept request, for its next attempt (the
+/// key is just as free for a client's retry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Runner {
     Client,
@@ -61,7 +62,8 @@ pub enum Runner {
 pub enum Settled {
     /// A response is stored for the key (the upstream's, or a stored problem).
     Stored,
-    /// The upstream answered a release status: the key is free.
+    /// The upstream answered a release status: the key is free (the completer's kept
+    /// request stays for its next attempt).
     Released,
     /// No answer from the upstream: released (a client) or handed back (the completer).
     Failed,
@@ -412,7 +414,10 @@ pub async fn run(
     route.metrics.upstream(started);
     let stored = match answer {
         Ok(answer) if route.policy.releases(answer.status) => {
-            Box::pin(release(lease)).await;
+            match runner {
+                Runner::Client => Box::pin(release(lease)).await,
+                Runner::Completer => Box::pin(hand_back(lease)).await,
+            }
             let response =
                 StoredResponse::from_upstream(answer.status, &answer.headers, answer.body);
             let response = response.to_response(false);
@@ -443,9 +448,7 @@ pub async fn run(
         Err(e) if runner == Runner::Completer => {
             tracing::warn!(error = %e,
                 "upstream call failed; the completer tries again after its backoff");
-            if let Err(e) = Box::pin(lease.hand_back()).await {
-                tracing::warn!(error = %e, "could not hand the lease back; it expires");
-            }
+            Box::pin(hand_back(lease)).await;
             let problem = Problem::from(&e).into_response();
             return (Outcome::UpstreamError, problem, Settled::Failed);
         }
@@ -558,6 +561,14 @@ async fn release(lease: Lease) {
     if let Err(e) = lease.release().await {
         tracing::warn!(error = %e,
             "could not release the key; it frees itself when the lease expires");
+    }
+}
+
+/// The completer's attempt did not settle the key: its lease ends now, the request
+/// kept for the next attempt.
+async fn hand_back(lease: Lease) {
+    if let Err(e) = lease.hand_back().await {
+        tracing::warn!(error = %e, "could not hand the lease back; it expires");
     }
 }
 

@@ -360,7 +360,7 @@ async fn a_retry_racing_the_completer_runs_the_upstream_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_request_the_upstream_never_answers_is_given_up_and_shown() {
+async fn a_request_the_upstream_refuses_or_never_answers_is_given_up_and_shown() {
     let (redis, pg, up) = (
         RedisServer::start(),
         PgServer::start(),
@@ -369,16 +369,25 @@ async fn a_request_the_upstream_never_answers_is_given_up_and_shown() {
     up.set_delay(Duration::from_secs(3));
     let dir = tempfile::tempdir().unwrap();
     let mut dead = doomed(dir.path(), &redis, &pg, &up, true).await;
-    // The survivor's upstream calls time out: every attempt gets no answer.
     let mut cfg = config(&redis.url(), &up.url(), &extra(&pg, true, INTERVAL));
     cfg.routes[0].upstream_timeout = Duration::from_millis(700);
-    cfg.postgres.as_mut().unwrap().completer_attempts = 2;
+    cfg.postgres.as_mut().unwrap().completer_attempts = 3;
     let survivor = TestApp::spawn(cfg).await;
     let key = "never-answered".to_string();
     abandon(&mut dead, &up, std::slice::from_ref(&key)).await;
 
-    // Two attempts (each handed back after its timeout, the second after a backoff),
-    // then given up: counted, marked, the kept request deleted.
+    // The first attempt is refused (503, a release status), the next two get no
+    // answer (the survivor's calls time out): each hands its lease back for the next,
+    // after a backoff; then the request is given up: counted, marked, the kept
+    // request deleted.
+    up.set_delay(Duration::ZERO);
+    up.push_statuses(&[503]);
+    let refused = eventually(Duration::from_secs(10), async || {
+        outcomes(&survivor, "refused").await >= 1.0
+    })
+    .await;
+    assert!(refused, "no refused attempt: {}", survivor.metrics().await);
+    up.set_delay(Duration::from_secs(3));
     let gave_up = eventually(Duration::from_secs(15), async || {
         outcomes(&survivor, "given_up").await >= 1.0
     })
@@ -386,15 +395,15 @@ async fn a_request_the_upstream_never_answers_is_given_up_and_shown() {
     assert!(gave_up, "not given up: {}", survivor.metrics().await);
     assert!(outcomes(&survivor, "retry").await >= 2.0);
     let sent = sent_for(&up, &key);
-    assert_eq!(sent.len(), 3, "the client's, then two attempts: {sent:?}");
-    assert!(sent[1].0 > sent[0].0 && sent[2].0 > sent[1].0, "{sent:?}");
+    assert_eq!(sent.len(), 4, "the client's, then three attempts: {sent:?}");
+    assert!(sent.windows(2).all(|w| w[1].0 > w[0].0), "{sent:?}");
     let shown = admin_pg(&survivor, &key).await;
     assert_eq!(shown["completer"]["state"], "given_up", "{shown}");
-    assert_eq!(shown["completer"]["attempts"], 2, "{shown}");
+    assert_eq!(shown["completer"]["attempts"], 3, "{shown}");
     assert_eq!(shown["completer"]["request_kept"], false, "{shown}");
     // No more attempts; a client's retry still runs it (the outcome is in doubt).
     tokio::time::sleep(INTERVAL * 4).await;
-    assert_eq!(sent_for(&up, &key).len(), 3);
+    assert_eq!(sent_for(&up, &key).len(), 4);
     up.set_delay(Duration::ZERO);
     let body = format!("{{\"amount\":10,\"key\":\"{key}\"}}");
     let retry = read(survivor.post(&key, &body).send().await.unwrap()).await;
