@@ -10,6 +10,7 @@ mod claim_edges;
 mod cli;
 mod cluster_waiters;
 mod completer;
+mod completer_kept;
 mod concurrency;
 mod durability;
 mod encoded_once;
