@@ -17,6 +17,8 @@
 //!   (`store::tiers`: claim, settle, records, maintenance).
 //! - [`proxy`]: the upstream client, hop-by-hop, gateway-owned and forwarding headers.
 //! - [`http`]: routers, the gateway handler, admin endpoints, problem+json errors.
+//! - [`completer`]: drives requests abandoned partway (a replica died, the client
+//!   never retried) to completion, on routes that keep their requests.
 //! - [`app`] and [`server`]: the shared application state, listeners, shutdown.
 //! - [`metrics`]: Prometheus metric names and recording.
 //! - [`telemetry`]: log set-up.
@@ -27,6 +29,7 @@
 #![forbid(unsafe_code)]
 
 pub mod app;
+pub mod completer;
 pub mod config;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]

@@ -30,6 +30,28 @@ pub const LIMITED: &str = "idemgate_limited_total";
 pub const OPEN_CONNECTIONS: &str = "idemgate_open_connections";
 pub const BUFFERED_BYTES: &str = "idemgate_buffered_bytes";
 pub const UNREADABLE: &str = "idemgate_stored_records_unreadable_total";
+pub const COMPLETER_PASSES: &str = "idemgate_completer_passes_total";
+pub const COMPLETER_TAKEOVERS: &str = "idemgate_completer_takeovers_total";
+pub const COMPLETER_OUTCOMES: &str = "idemgate_completer_outcomes_total";
+
+/// Every outcome of a completer attempt (`idemgate_completer_outcomes_total`):
+/// `completed` (a response stored), `refused` (a release status) and `retry` (no
+/// answer from the upstream), both tried again after the backoff, `given_up` (out of attempts, or a
+/// kept request that cannot be read), `lease_lost`, `not_stored`, and the attempts that
+/// found the key no longer abandoned: `already_completed`, `in_flight` (a client's
+/// retry holds it), `mismatch`, `error` (the claim failed).
+pub const COMPLETER_OUTCOME_NAMES: [&str; 10] = [
+    "completed",
+    "refused",
+    "retry",
+    "given_up",
+    "lease_lost",
+    "not_stored",
+    "already_completed",
+    "in_flight",
+    "mismatch",
+    "error",
+];
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -168,6 +190,19 @@ fn describe() {
         REDIS_UP,
         "1 while claims go to Redis, 0 while its breaker is open."
     );
+    describe_counter!(
+        COMPLETER_PASSES,
+        "Completer passes, by result: ran (this replica took the pass), skipped (another \
+         replica held it), failed (Postgres)."
+    );
+    describe_counter!(
+        COMPLETER_TAKEOVERS,
+        "Abandoned requests the completer took over (and sent again)."
+    );
+    describe_counter!(
+        COMPLETER_OUTCOMES,
+        "Completer attempts, by outcome (given_up: out of attempts or unreadable)."
+    );
     // Present from the start, so that the first increment shows in increase().
     for name in [
         LEASE_LOST,
@@ -181,6 +216,10 @@ fn describe() {
     for reason in UNREADABLE_REASONS {
         counter!(UNREADABLE, "reason" => reason).absolute(0);
     }
+    for outcome in COMPLETER_OUTCOME_NAMES {
+        counter!(COMPLETER_OUTCOMES, "outcome" => outcome).absolute(0);
+    }
+    counter!(COMPLETER_TAKEOVERS).absolute(0);
     for reason in [DropReason::QueueFull, DropReason::Refused] {
         counter!(WRITE_DROPPED, "reason" => reason.as_str()).absolute(0);
     }
@@ -377,6 +416,20 @@ impl DropReason {
 
 pub fn write_dropped(reason: DropReason) {
     counter!(WRITE_DROPPED, "reason" => reason.as_str()).increment(1);
+}
+
+/// One completer pass: `ran`, `skipped` or `failed`.
+pub fn completer_pass(result: &'static str) {
+    counter!(COMPLETER_PASSES, "result" => result).increment(1);
+}
+
+pub fn completer_takeover() {
+    counter!(COMPLETER_TAKEOVERS).increment(1);
+}
+
+/// One completer attempt's outcome (one of [`COMPLETER_OUTCOME_NAMES`]).
+pub fn completer_outcome(outcome: &'static str) {
+    counter!(COMPLETER_OUTCOMES, "outcome" => outcome).increment(1);
 }
 
 pub fn reaped(n: u64) {

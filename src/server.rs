@@ -114,6 +114,10 @@ impl Server {
         // it watches cannot be skipped or run on a stand-in.
         let graceful = GracefulShutdown::new();
         tracing::info!(listen = %limits.listen, admin = %limits.admin_listen, worker, "idemgate serving");
+        // One completer per process (worker 0's), as one reaper; stopped with the server.
+        let completer = (worker == 0)
+            .then(|| crate::completer::spawn(app.clone()))
+            .flatten();
         {
             let accepted = workers::accepted_counter(worker);
             let admin = admin.map(|admin| {
@@ -162,6 +166,10 @@ impl Server {
             .is_err()
         {
             tracing::warn!("connections still open after shutdown_grace; closing them");
+        }
+        if let Some(completer) = completer {
+            // Attempts already running are tracked in `app.tasks`, awaited below.
+            completer.abort();
         }
         app.tasks.close();
         let left = limits.shutdown_grace.saturating_sub(started.elapsed());

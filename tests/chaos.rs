@@ -28,6 +28,8 @@ mod checker;
 mod claim_faults;
 #[path = "chaos/cluster.rs"]
 mod cluster;
+#[path = "chaos/completer.rs"]
+mod completer;
 #[path = "chaos/driver.rs"]
 mod driver;
 #[path = "chaos/failover.rs"]
@@ -146,6 +148,15 @@ fn postgres_slow_table_locked() {
     run("postgres slow: table locked 3s [claims=redis]", |n| {
         scenarios::postgres_slow(n, Postgres)
     });
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn completer_sigkill_no_retry() {
+    run(
+        "replicas SIGKILLed, 40% of clients never retry [completer]",
+        completer::sigkill_no_retry,
+    );
 }
 
 #[test]

@@ -21,6 +21,14 @@
 //! no response at all (curl: "Empty reply from server"), while the side effect
 //! has already been recorded.
 //!
+//! `--dedupe` (`DEMO_DEDUPE=1`): the upstream the completer needs (docs/completer.md)
+//! treats `Idempotency-Key` as its own deduplication key: a key acts once, and a repeat
+//! gets the first answer without acting again; a request whose
+//! `Idempotency-Fencing-Token` is below one already seen for its key is refused (409).
+//! `GET /_demo/executions` then also lists, per key, the fencing token of every request
+//! received, in arrival order (`received`), and counts refusals (`stale`) and requests
+//! marked `Idempotency-Completer` (`completer`).
+//!
 //! Control endpoints: `GET /_demo/health`, `GET /_demo/executions`,
 //! `POST /_demo/reset`.
 #![forbid(unsafe_code)]
@@ -65,6 +73,9 @@ struct Args {
     /// Probability (0..=1) that a request executes and then has its connection dropped.
     #[arg(long, env = "DEMO_RESET_RATE", default_value = "0.0", value_parser = parse_rate)]
     reset_rate: f64,
+    /// Honour `Idempotency-Key` as the deduplication key (one effect per key).
+    #[arg(long, env = "DEMO_DEDUPE", default_value = "false", value_parser = clap::builder::BoolishValueParser::new())]
+    dedupe: bool,
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {
@@ -86,6 +97,19 @@ struct AppState {
     ledger: Mutex<HashMap<String, u64>>,
     /// Monotonic execution sequence; never reset, so `pay_<n>` ids stay unique.
     seq: AtomicU64,
+    /// `--dedupe`: what each key was answered, and the requests received.
+    dedupe: Mutex<Dedupe>,
+}
+
+/// The deduplication state of `--dedupe`.
+#[derive(Default)]
+struct Dedupe {
+    /// Key -> the first answer (status, body), replayed to every repeat.
+    answers: HashMap<String, (StatusCode, Value)>,
+    /// Key -> the fencing token of each request received, in arrival order (0: none).
+    received: HashMap<String, Vec<i64>>,
+    stale: u64,
+    completer: u64,
 }
 
 impl AppState {
@@ -206,6 +230,16 @@ async fn v1(
         .unwrap_or("<none>")
         .to_owned();
     let latency = q.latency_ms.map_or(st.args.latency, Duration::from_millis);
+    let fence: Option<i64> =
+        (headers.get("idempotency-fencing-token")).and_then(|v| v.to_str().ok()?.parse().ok());
+    if st.args.dedupe && matches!(method, Method::POST | Method::PUT | Method::PATCH) {
+        let mut d = st.dedupe.lock().unwrap_or_else(PoisonError::into_inner);
+        d.received
+            .entry(key.clone())
+            .or_default()
+            .push(fence.unwrap_or(0));
+        d.completer += u64::from(headers.contains_key("idempotency-completer"));
+    }
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
@@ -236,6 +270,25 @@ async fn v1(
         return tagged("failed, not executed", (status, Json(body)));
     }
 
+    if st.args.dedupe {
+        let mut d = st.dedupe.lock().unwrap_or_else(PoisonError::into_inner);
+        let seen = d.received.get(&key).and_then(|f| f.iter().max().copied());
+        if fence.is_some_and(|f| seen.is_some_and(|max| f < max)) {
+            d.stale += 1;
+            let body = json!({"error": "stale fencing token"});
+            return tagged("stale, refused", (StatusCode::CONFLICT, Json(body)));
+        }
+        if let Some((status, body)) = d.answers.get(&key) {
+            return tagged("deduplicated", (*status, Json(body.clone())));
+        }
+        // The effect and its answer are recorded together, as a real upstream records
+        // them in one transaction.
+        let (n, _) = st.record(&key);
+        let status = forced.unwrap_or(StatusCode::CREATED);
+        let body = json!({"id": format!("pay_{n}"), "execution": n, "idempotency_key": key});
+        d.answers.insert(key, (status, body.clone()));
+        return tagged("executed", (status, Json(body)));
+    }
     let (n, key_count) = st.record(&key);
     let reset = q
         .reset
@@ -264,13 +317,22 @@ async fn executions(State(st): State<Shared>) -> Json<Value> {
     let total: u64 = ledger.values().sum();
     let duplicates = ledger.values().filter(|&&c| c > 1).count();
     let keys: BTreeMap<&String, &u64> = ledger.iter().collect();
-    Json(json!({"total": total, "keys": keys, "duplicates": duplicates}))
+    let mut out = json!({"total": total, "keys": keys, "duplicates": duplicates});
+    if st.args.dedupe {
+        let d = st.dedupe.lock().unwrap_or_else(PoisonError::into_inner);
+        let received: BTreeMap<&String, &Vec<i64>> = d.received.iter().collect();
+        out["received"] = json!(received);
+        out["stale"] = json!(d.stale);
+        out["completer"] = json!(d.completer);
+    }
+    Json(out)
 }
 
 async fn reset(State(st): State<Shared>) -> Json<Value> {
     let mut ledger = st.ledger();
     let cleared = ledger.len();
     ledger.clear();
+    *st.dedupe.lock().unwrap_or_else(PoisonError::into_inner) = Dedupe::default();
     Json(json!({"cleared_keys": cleared}))
 }
 
@@ -319,6 +381,7 @@ async fn main() -> anyhow::Result<()> {
         fail_rate = args.fail_rate,
         fail_status = args.fail_status.as_u16(),
         reset_rate = args.reset_rate,
+        dedupe = args.dedupe,
         "demo-upstream listening"
     );
 
@@ -326,6 +389,7 @@ async fn main() -> anyhow::Result<()> {
         args,
         ledger: Mutex::new(HashMap::new()),
         seq: AtomicU64::new(0),
+        dedupe: Mutex::new(Dedupe::default()),
     });
     let app = Router::new()
         .route("/_demo/health", get(health))

@@ -307,6 +307,20 @@ pub struct PostgresConfig {
     pub reap_interval: Duration,
     /// Most rows one reaper statement deletes.
     pub reap_batch: usize,
+    /// How often the completer looks for abandoned requests (routes with
+    /// `idempotency.completer = true`); also the first pause of its backoff, which
+    /// doubles with each attempt.
+    #[serde(with = "humantime_serde")]
+    pub completer_interval: Duration,
+    /// How long after its lease expired an abandoned request is left to a client's
+    /// retry before the completer takes it over.
+    #[serde(with = "humantime_serde")]
+    pub completer_grace: Duration,
+    /// Most times the completer sends one abandoned request; then it is given up
+    /// (counted, logged once, shown in the admin API) and left to a client's retry.
+    pub completer_attempts: u32,
+    /// Most abandoned requests one completer pass takes over.
+    pub completer_batch: usize,
     /// A file holding the password (instead of one in `url`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub password_file: Option<std::path::PathBuf>,
@@ -327,6 +341,10 @@ impl Default for PostgresConfig {
             retry_queue_bytes: ByteSize::mib(256),
             reap_interval: Duration::from_secs(60),
             reap_batch: 1000,
+            completer_interval: Duration::from_secs(5),
+            completer_grace: Duration::from_secs(5),
+            completer_attempts: 5,
+            completer_batch: 100,
             password_file: None,
             tls: PostgresTls::default(),
         }
@@ -490,6 +508,12 @@ idempotency_settings! {
         max_waiters: u32 = 100;
         /// A timeout or reset after the request may have reached the upstream.
         on_ambiguous: OnAmbiguous = OnAmbiguous::Release;
+        /// Keep each request with its durable lease, so that the completer can send it
+        /// again if its replica dies mid-request and the client never retries
+        /// (docs/completer.md). Needs `[postgres]` with `claims = "write_through"`, and
+        /// an upstream that treats the forwarded `Idempotency-Key` as its own
+        /// deduplication key.
+        completer: bool = false;
     }
     global {
         /// A file holding the server secret that keys scope and record ids (HMAC-SHA-256),

@@ -85,6 +85,10 @@ impl fmt::Debug for PostgresConfig {
             retry_queue_bytes,
             reap_interval,
             reap_batch,
+            completer_interval,
+            completer_grace,
+            completer_attempts,
+            completer_batch,
             password_file,
             tls,
         } = self;
@@ -100,6 +104,10 @@ impl fmt::Debug for PostgresConfig {
             .field("retry_queue_bytes", retry_queue_bytes)
             .field("reap_interval", reap_interval)
             .field("reap_batch", reap_batch)
+            .field("completer_interval", completer_interval)
+            .field("completer_grace", completer_grace)
+            .field("completer_attempts", completer_attempts)
+            .field("completer_batch", completer_batch)
             .field("password_file", password_file)
             .field("tls", tls)
             .finish()

@@ -141,7 +141,16 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
                 "must be greater than zero",
             ));
         }
+        positive_duration("postgres.completer_interval", pg.completer_interval)?;
+        if pg.completer_attempts == 0 || pg.completer_batch == 0 {
+            let key = match pg.completer_attempts {
+                0 => "postgres.completer_attempts",
+                _ => "postgres.completer_batch",
+            };
+            return Err(ConfigError::invalid(key, "must be greater than zero"));
+        }
     }
+    completer(config, "idempotency", &config.idempotency)?;
 
     idempotency("idempotency", &config.idempotency)?;
 
@@ -178,6 +187,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         }
         let effective = route.idempotency.apply(&config.idempotency);
         idempotency(&format!("{at}.idempotency"), &effective)?;
+        completer(config, &format!("{at}.idempotency"), &effective)?;
         // The holder's heartbeat extends the lease every third of it, so the upstream
         // call may outlive `lock_ttl`; each extension must have time to land.
         // Saturating: a huge command_timeout is refused here, not an overflow panic.
@@ -193,6 +203,21 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
                 ),
             ));
         }
+    }
+    Ok(())
+}
+
+/// `completer = true` needs a durable lease to keep the request with: `[postgres]` with
+/// `claims = "write_through"`.
+fn completer(config: &Config, at: &str, c: &IdempotencyConfig) -> Result<(), ConfigError> {
+    let durable = (config.postgres.as_ref())
+        .is_some_and(|pg| pg.claims == super::ClaimDurability::WriteThrough);
+    if c.completer && !durable {
+        return Err(ConfigError::invalid(
+            format!("{at}.completer"),
+            "needs [postgres] with claims = \"write_through\": the completer sends a \
+             request again only from a durable lease",
+        ));
     }
     Ok(())
 }

@@ -174,7 +174,14 @@ async fn states(app: &App, t: &Target) -> Result<(Value, Value), Problem> {
         }),
         Some(r) => json!({"state": "in_flight", "lease_remaining_ms": r.ttl_ms}),
     };
-    let postgres = match view.postgres {
+    let completer = view.postgres.flatten().map(|r| {
+        json!({
+            "state": r.completer.map(|m| m.as_str()),
+            "attempts": r.completer_attempts,
+            "request_kept": r.request_kept,
+        })
+    });
+    let mut postgres = match view.postgres {
         None => json!({"state": "not_configured"}),
         Some(None) => json!({"state": "absent"}),
         Some(Some(r)) if r.expires_in_ms <= 0 => json!({"state": "expired"}),
@@ -187,6 +194,10 @@ async fn states(app: &App, t: &Target) -> Result<(Value, Value), Problem> {
             _ => json!({"state": "lease_expired"}),
         },
     };
+    // What the completer did with the record, or holds for it (docs/completer.md).
+    if let (Some(completer), Some(fields)) = (completer, postgres.as_object_mut()) {
+        fields.insert("completer".into(), completer);
+    }
     Ok((redis, postgres))
 }
 

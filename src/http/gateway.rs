@@ -2,11 +2,10 @@
 //!
 //! (headers sanitised, path canonical) -> route -> method covered? -> key -> bounded
 //! body -> scope, record, fingerprint -> claim -> (acquired) forward and record in a
-//! detached task | replay | 409 | mismatch.
+//! detached task ([`super::execute`]) | replay | 409 | mismatch.
 //! Every keyed request ends in one [`Outcome`], counted and logged once, here.
 
 use std::net::SocketAddr;
-use std::pin::pin;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -24,17 +23,15 @@ use super::budget::{ByteBudget, Metered, OverBudget};
 use super::problem::Problem;
 use super::AppState;
 use crate::app::App;
-use crate::config::{AnonymousScope, InFlightPolicy, OnAmbiguous};
+use crate::config::{AnonymousScope, InFlightPolicy};
 use crate::idempotency::{
-    key, Claim, Completion, Fingerprint, KeyError, RecordId, Scope, ScopeError, ScopeSecret,
-    StoredResponse,
+    key, Claim, Fingerprint, KeptRequest, KeyError, RecordId, Scope, ScopeError, ScopeSecret,
 };
 use crate::metrics::{self, Outcome};
 use crate::proxy::headers::{self, Peer};
-use crate::proxy::UpstreamError;
 use crate::route::Route;
-use crate::store::heartbeat::Phase;
-use crate::store::{Failure, Lease, StoreError};
+use crate::store::tiers::Kept;
+use crate::store::{Failure, StoreError};
 
 /// Marks a response forwarded without idempotency because no store could take the claim.
 pub const IDEMPOTENCY_STATUS: HeaderName = HeaderName::from_static("idempotency-status");
@@ -42,6 +39,8 @@ pub const IDEMPOTENCY_STATUS: HeaderName = HeaderName::from_static("idempotency-
 pub const FENCING_TOKEN: HeaderName = HeaderName::from_static("idempotency-fencing-token");
 /// Correlates a request across client, gateway logs and upstream.
 pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+/// Marks a request the completer sent again (docs/completer.md).
+pub const COMPLETER: HeaderName = HeaderName::from_static("idempotency-completer");
 
 /// What one request came to, for the metrics and the log line.
 #[derive(Default)]
@@ -209,9 +208,15 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
     // The branches a first execution does not take are boxed (waiting, the previous
     // id): inline, the largest of them sets the size of this future, and of
     // every future that holds it, which is moved (copied) several times per request.
-    let claim = match app.stores.claim(&route, scope, record, &fingerprint).await {
+    let kept = match policy.settings.completer {
+        true => Kept::Request(KeptRequest::new(&parts, &body, peer.ip()).encode()),
+        false => Kept::Nothing,
+    };
+    let claimed = (app.stores).claim(&route, scope, record, &fingerprint, kept.clone());
+    let claim = match claimed.await {
         Ok(Claim::InFlight { remaining }) if policy.settings.in_flight == InFlightPolicy::Wait => {
-            Box::pin((app.stores).wait(&route, scope, record, &fingerprint, remaining)).await
+            let waited = (app.stores).wait(&route, scope, record, &fingerprint, remaining, kept);
+            Box::pin(waited).await
         }
         other => other,
     };
@@ -238,7 +243,7 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
             // Boxed: the future is KiBs, and spawning, polling to completion and
             // joining a task move it (and its output slot, as large) several times over;
             // a box moves as a pointer.
-            let run = Box::pin(execute(
+            let run = Box::pin(super::execute::execute(
                 app.clone(),
                 route.clone(),
                 lease,
@@ -336,124 +341,9 @@ async fn read_bounded(app: &App, parts: &Parts, body: Body) -> Result<Bytes, Pro
     }
 }
 
-/// Runs the upstream call for a held lease and settles the lease with its outcome.
-async fn execute(
-    app: Arc<App>,
-    route: Arc<Route>,
-    lease: Lease,
-    parts: Parts,
-    body: Bytes,
-    peer: std::net::IpAddr,
-) -> (Outcome, Response) {
-    let _in_flight = route.metrics.in_flight();
-    let max_response = app.config.server.max_response_body.as_u64();
-    let mut parts = parts;
-    parts
-        .headers
-        .insert(FENCING_TOKEN, HeaderValue::from(lease.fence()));
-    let started = Instant::now();
-    let peer = Peer::new(peer, &app.config.server.trusted_proxies);
-    let forward = (app.upstream).forward_buffered(&route, parts, body, peer, max_response);
-    let answer = lease.heartbeat(pin!(forward), Phase::Upstream).await;
-    route.metrics.upstream(started);
-    let stored = match answer {
-        Ok(answer) if route.policy.releases(answer.status) => {
-            Box::pin(release(lease)).await;
-            let response =
-                StoredResponse::from_upstream(answer.status, &answer.headers, answer.body);
-            return (Outcome::UpstreamError, response.to_response(false));
-        }
-        Ok(answer) => {
-            let mut stored =
-                StoredResponse::from_upstream(answer.status, &answer.headers, answer.body);
-            let first = stored.to_response(false);
-            if !route.policy.settings.replay_set_cookie {
-                // The first client gets its cookies; they are not stored, so never replayed.
-                stored.remove_set_cookie();
-            }
-            return settle(&app, &route, lease, stored, first).await;
-        }
-        Err(e @ UpstreamError::ResponseTooLarge(_)) => {
-            // The upstream acted; a retry must not run it again. Store the problem instead.
-            tracing::warn!(error = %e,
-                "upstream response too large to store; storing a 502 problem for this key");
-            Problem::from(&e).to_stored()
-        }
-        Err(e) if e.is_ambiguous() && route.policy.settings.on_ambiguous == OnAmbiguous::Store => {
-            // The upstream may have acted: answer every retry with the same "unknown".
-            tracing::warn!(error = %e,
-                "upstream outcome unknown; storing it for this key (on_ambiguous = store)");
-            Problem::outcome_unknown(&e).to_stored()
-        }
-        Err(e) => {
-            tracing::warn!(error = %e,
-                "upstream call failed; releasing the key");
-            Box::pin(release(lease)).await;
-            return (Outcome::UpstreamError, Problem::from(&e).into_response());
-        }
-    };
-    let first = stored.to_response(false);
-    settle(&app, &route, lease, stored, first).await
-}
-
-/// Completes the lease with `stored` and answers `first` (what this execution's client
-/// gets), unless the lease was lost: then the key's outcome is someone else's.
-async fn settle(
-    app: &Arc<App>,
-    route: &Route,
-    lease: Lease,
-    stored: StoredResponse,
-    first: Response,
-) -> (Outcome, Response) {
-    let (record, scope, lease_fingerprint) = (lease.record(), lease.scope(), lease.fingerprint());
-    // Encoded once: Redis, Postgres and the replay cache all keep this encoding.
-    let encoded = stored.encoded();
-    match lease
-        .complete_encoded(&encoded, route.policy.settings.ttl)
-        .await
-    {
-        Ok(Completion::Stored) => {
-            route.metrics.stored_bytes(encoded.bytes.len());
-            (app.stores).remember_encoded(
-                record,
-                lease_fingerprint,
-                encoded,
-                route.policy.settings.ttl,
-            );
-        }
-        Ok(Completion::LeaseLost) => {
-            metrics::lease_lost();
-            tracing::warn!(
-                "lease lost before completion: another execution holds this key; \
-                answering with its outcome, not ours"
-            );
-            // Every retry gets the other execution's outcome: so does this client.
-            // Boxed: rare, and inline it would grow every execution's future.
-            let found = Box::pin((app.stores).find(route, scope, record, &lease_fingerprint)).await;
-            return match found {
-                Ok(Some(Claim::Completed { response, .. })) => (
-                    Outcome::Replayed,
-                    response.replay(route.policy.settings.replay_set_cookie),
-                ),
-                Err(e) if e.unreadable().is_some() => {
-                    unreadable(&e);
-                    (Outcome::Rejected, Problem::from(&e).into_response())
-                }
-                _ => (
-                    Outcome::InFlight,
-                    Problem::superseded(route.policy.settings.lock_ttl).into_response(),
-                ),
-            };
-        }
-        Err(e) => tracing::error!(error = %e,
-            "could not store the response; a retry after the lease expires will run again"),
-    }
-    (Outcome::Executed, first)
-}
-
 /// A stored record that cannot be read: counted and logged once, here (the span names
 /// the record by `key_hash`). It is not replayed and not re-run.
-fn unreadable(e: &StoreError) {
+pub(super) fn unreadable(e: &StoreError) {
     let reason = e.unreadable().unwrap_or("corrupt");
     metrics::unreadable(reason);
     tracing::error!(error = %e, reason,
@@ -480,15 +370,6 @@ fn scope_of(
                 .collect::<Vec<_>>()
                 .join(", "),
         )),
-    }
-}
-
-/// Boxed where `execute` calls it: ~8 KiB (fred's command future) that a first
-/// execution would otherwise carry inline.
-async fn release(lease: Lease) {
-    if let Err(e) = lease.release().await {
-        tracing::warn!(error = %e,
-            "could not release the key; it frees itself when the lease expires");
     }
 }
 

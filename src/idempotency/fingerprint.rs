@@ -42,6 +42,11 @@ impl RecordId {
         hex::decode(hex_str).ok()?.try_into().ok().map(Self)
     }
 
+    /// From its 32 bytes (as Postgres' `key_hash` holds them).
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        bytes.try_into().ok().map(Self)
+    }
+
     /// A 12-character prefix for log lines.
     pub fn short(self) -> String {
         lower_hex(&self.0[..6])

@@ -2,11 +2,12 @@
 //! ([`key`]), whose it is ([`scope`]), what identifies a request ([`fingerprint`],
 //! with [`canonical`] JSON),
 //! the outcomes of a claim ([`claim`]), what is stored and
-//! replayed ([`replay`]), and how it is sealed at rest ([`keyring`], [`sealed`]).
+//! replayed ([`replay`]), the request kept for the completer ([`kept`]), and how it is sealed at rest ([`keyring`], [`sealed`]).
 
 pub mod canonical;
 pub mod claim;
 pub mod fingerprint;
+pub mod kept;
 pub mod key;
 pub mod keyring;
 pub mod replay;
@@ -15,6 +16,7 @@ pub mod sealed;
 
 pub use claim::{Claim, Completion, Home, Release};
 pub use fingerprint::{Fingerprint, RecordId};
+pub use kept::KeptRequest;
 pub use key::{IdempotencyKey, KeyError};
 pub use keyring::{Keyring, KeyringError};
 pub use replay::{Encoded, StoredResponse};

@@ -160,6 +160,11 @@ impl Scope {
         &self.0
     }
 
+    /// From its 32 bytes (as Postgres' `scope` holds them).
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        bytes.try_into().ok().map(Self)
+    }
+
     /// The id of `key` in this scope (see [`super::RecordId::new`]).
     pub(super) fn derive_record(self, key: &[u8], secret: Option<&ScopeSecret>) -> [u8; 32] {
         let mut h = Hasher::new(secret);

@@ -23,6 +23,9 @@ pub const SEALED_VERSION: u8 = 2;
 const NONCE_LEN: usize = 24;
 const TAG_LEN: usize = 16;
 const LABEL: &[u8] = b"idemgate sealed record v2";
+/// The label of a kept request ([`super::kept`]): sealed in the same envelope, but
+/// never opened as a response, nor a response as a request.
+const REQUEST_LABEL: &[u8] = b"idemgate kept request v1";
 /// Largest associated data: label, version, id length, id, scope, record id.
 const MAX_AAD: usize = LABEL.len() + 2 + MAX_ID_LEN + 64;
 
@@ -111,6 +114,27 @@ impl Sealing {
     /// encoding (`encoded`, as [`StoredResponse::encode`] makes it: sealing does not
     /// encode again); `None` when encryption is off (the caller stores it unsealed).
     pub fn seal(&self, encoded: &[u8], at: Binding) -> Option<Bytes> {
+        self.seal_labelled(LABEL, encoded, at)
+    }
+
+    /// A kept request ([`super::kept`]) as stored: sealed under the active key with its
+    /// own label, or as it is when encryption is off.
+    pub fn seal_request(&self, encoded: &Bytes, at: Binding) -> Bytes {
+        (self.seal_labelled(REQUEST_LABEL, encoded, at)).unwrap_or_else(|| encoded.clone())
+    }
+
+    /// The kept request's encoding from what a store holds at `at`.
+    pub fn open_request(&self, raw: Bytes, at: Binding) -> Result<Bytes, Unreadable> {
+        if raw.first() != Some(&SEALED_VERSION) {
+            return match &self.0 {
+                Some(keyring) if !keyring.replay_unsealed() => Err(Unreadable::Unsealed),
+                _ => Ok(raw),
+            };
+        }
+        self.open_labelled(REQUEST_LABEL, &raw, at)
+    }
+
+    fn seal_labelled(&self, label: &[u8], encoded: &[u8], at: Binding) -> Option<Bytes> {
         let keyring = self.0.as_ref()?;
         let key = keyring.active();
         let id = key.id().as_bytes();
@@ -123,7 +147,7 @@ impl Sealing {
         let start = out.len();
         out.put_slice(encoded);
         let mut aad = [0u8; MAX_AAD];
-        let aad = associated_data(&mut aad, id, at);
+        let aad = associated_data(&mut aad, label, id, at);
         // Fails only for messages beyond 256 GiB, far past any response limit.
         let tag = key
             .cipher()
@@ -144,7 +168,12 @@ impl Sealing {
             }
             StoredRecord::Sealed(raw) => raw,
         };
-        let envelope = Envelope::parse(&raw).map_err(Unreadable::Malformed)?;
+        let plain = self.open_labelled(LABEL, &raw, at)?;
+        StoredResponse::decode(plain).map_err(Unreadable::Malformed)
+    }
+
+    fn open_labelled(&self, label: &[u8], raw: &[u8], at: Binding) -> Result<Bytes, Unreadable> {
+        let envelope = Envelope::parse(raw).map_err(Unreadable::Malformed)?;
         let id = String::from_utf8_lossy(envelope.id).into_owned();
         let keyring = self.0.as_ref().ok_or(Unreadable::NoKeys)?;
         let key = keyring
@@ -152,11 +181,11 @@ impl Sealing {
             .ok_or_else(|| Unreadable::UnknownKey(id.clone()))?;
         let mut plain = BytesMut::from(envelope.ciphertext);
         let mut aad = [0u8; MAX_AAD];
-        let aad = associated_data(&mut aad, envelope.id, at);
+        let aad = associated_data(&mut aad, label, envelope.id, at);
         (key.cipher())
             .decrypt_in_place_detached(envelope.nonce, aad, &mut plain, envelope.tag)
             .map_err(|_| Unreadable::Forged(id))?;
-        StoredResponse::decode(plain.freeze()).map_err(Unreadable::Malformed)
+        Ok(plain.freeze())
     }
 }
 
@@ -190,10 +219,15 @@ impl<'a> Envelope<'a> {
 }
 
 /// Label, version, key id (with its length), scope and record id, written into `buf`.
-fn associated_data<'b>(buf: &'b mut [u8; MAX_AAD], id: &[u8], at: Binding) -> &'b [u8] {
+fn associated_data<'b>(
+    buf: &'b mut [u8; MAX_AAD],
+    label: &[u8],
+    id: &[u8],
+    at: Binding,
+) -> &'b [u8] {
     let mut n = 0;
     for part in [
-        LABEL,
+        label,
         &[SEALED_VERSION, id.len() as u8],
         id,
         &at.scope.as_bytes()[..],
@@ -247,6 +281,29 @@ mod tests {
 
     fn contains(hay: &[u8], needle: &[u8]) -> bool {
         hay.windows(needle.len()).any(|w| w == needle)
+    }
+
+    #[test]
+    fn a_kept_request_is_sealed_under_its_own_label() {
+        let sealing = Sealing::new(Some(ring("k1", &["k1"])));
+        let request = Bytes::from_static(b"K\x01POST idempotency-key: secret-key");
+        let sealed = sealing.seal_request(&request, at(1));
+        assert!(!sealed.windows(10).any(|w| w == b"secret-key"));
+        assert_eq!(
+            sealing.open_request(sealed.clone(), at(1)).unwrap(),
+            request
+        );
+        // Bound to its record, and never opened as a response (nor the reverse).
+        assert!(sealing.open_request(sealed.clone(), at(2)).is_err());
+        let as_response = StoredRecord::sealed(sealed).unwrap();
+        assert!(matches!(
+            sealing.open(as_response, at(1)),
+            Err(Unreadable::Forged(_))
+        ));
+        let response = sealing.seal(&response().encode(), at(1)).unwrap();
+        assert!(sealing.open_request(response, at(1)).is_err());
+        // Without encryption it is kept as it is.
+        assert_eq!(Sealing::default().seal_request(&request, at(1)), request);
     }
 
     #[test]

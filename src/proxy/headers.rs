@@ -39,11 +39,13 @@ const FIXED_HOP_BY_HOP: [HeaderName; 9] = [
 ];
 
 /// Headers only the gateway sets: the fencing token it sends upstream with a held
-/// lease, and the two it answers clients with (`Idempotency-Status`,
-/// `Idempotent-Replayed`). None of them may come from a client, and the last two may
-/// not come from an upstream either.
-const GATEWAY_OWNED_REQUEST: [HeaderName; 3] = [
+/// lease, the mark of a request the completer sent again (`Idempotency-Completer`),
+/// and the two it answers clients with (`Idempotency-Status`, `Idempotent-Replayed`).
+/// None of them may come from a client, and the last two may not come from an
+/// upstream either.
+const GATEWAY_OWNED_REQUEST: [HeaderName; 4] = [
     HeaderName::from_static("idempotency-fencing-token"),
+    HeaderName::from_static("idempotency-completer"),
     HeaderName::from_static("idempotency-status"),
     HeaderName::from_static("idempotent-replayed"),
 ];
@@ -254,11 +256,11 @@ mod tests {
 
     #[test]
     fn the_owned_names_are_those_the_gateway_uses() {
-        use crate::http::gateway::{FENCING_TOKEN, IDEMPOTENCY_STATUS};
+        use crate::http::gateway::{COMPLETER, FENCING_TOKEN, IDEMPOTENCY_STATUS};
         use crate::idempotency::replay::REPLAYED;
         assert_eq!(
             GATEWAY_OWNED_REQUEST,
-            [FENCING_TOKEN, IDEMPOTENCY_STATUS, REPLAYED]
+            [FENCING_TOKEN, COMPLETER, IDEMPOTENCY_STATUS, REPLAYED]
         );
         assert_eq!(GATEWAY_OWNED_RESPONSE, [IDEMPOTENCY_STATUS, REPLAYED]);
     }

@@ -7,7 +7,7 @@
 //! | Redis record | 2 | implied by its fields | `lua/*.lua`, [`super::redis`] |
 //! | response encoding | 1 | first byte | [`crate::idempotency::replay`] |
 //! | sealed envelope | 2 | first byte | [`crate::idempotency::sealed`] |
-//! | Postgres schema | 2 | `idemgate_schema` rows | `migrations/`, [`super::postgres::migrate`] |
+//! | Postgres schema | 3 | `idemgate_schema` rows | `migrations/`, [`super::postgres::migrate`] |
 //!
 //! Redis record layouts: 1 (0.1.0 to 0.3.0) is a hash `{s, f, t, n, r}`; 2 (0.4.0)
 //! adds `w`, set by `claim.lua` when a duplicate was told "in flight", so completions
@@ -55,7 +55,7 @@ pub fn all() -> [StoredFormat; 4] {
         StoredFormat {
             name: "postgres schema",
             writes: migrate::latest() as u32,
-            reads: &[2],
+            reads: &[3],
         },
     ]
 }

@@ -144,6 +144,19 @@ impl Lease {
         let held = self.into_held();
         held.stores.release(&held).await
     }
+
+    /// The completer's attempt got no answer: ends the lease now, keeping the request
+    /// for its next attempt (a client's retry may take the key over meanwhile).
+    pub async fn hand_back(self) -> Result<(), StoreError> {
+        let held = self.into_held();
+        held.stores.hand_back(&held, false).await
+    }
+
+    /// The completer gives the request up: ends the lease now, marks the record.
+    pub async fn give_up(self) -> Result<(), StoreError> {
+        let held = self.into_held();
+        held.stores.hand_back(&held, true).await
+    }
 }
 
 impl Drop for Lease {

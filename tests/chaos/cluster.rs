@@ -64,6 +64,8 @@ pub struct Options {
     pub upstream_timeout: String,
     /// Extra lines in `[idempotency]`.
     pub idempotency: String,
+    /// Extra lines in `[postgres]` (the completer's settings, ...).
+    pub postgres: String,
     /// Environment of the demo upstream (`DEMO_FAIL_RATE`, `DEMO_RESET_RATE`, ...).
     pub upstream_env: Vec<(String, String)>,
     /// Replicas whose Redis traffic goes through the fault proxy.
@@ -98,6 +100,7 @@ impl Default for Options {
             lock_ttl: "3s".into(),
             upstream_timeout: "2s".into(),
             idempotency: String::new(),
+            postgres: String::new(),
             upstream_env: Vec::new(),
             via_fault_proxy: Vec::new(),
             shutdown_grace: "5s".into(),
@@ -236,12 +239,13 @@ fn replica_toml(
         (Durability::RedisOnly, _) | (_, None) => String::new(),
         (d, Some(url)) => format!(
             "[postgres]\nurl = \"{url}\"\nstatement_timeout = \"1s\"\npool_size = 8\n\
-             claims = \"{}\"\n",
+             claims = \"{}\"\n{}\n",
             if d == Durability::WriteThrough {
                 "write_through"
             } else {
                 "redis"
-            }
+            },
+            opts.postgres,
         ),
     };
     format!(

@@ -9,6 +9,8 @@ mod cache;
 mod claim_edges;
 mod cli;
 mod cluster_waiters;
+mod completer;
+mod completer_kept;
 mod concurrency;
 mod durability;
 mod encoded_once;

@@ -6,6 +6,7 @@
 mod canonical;
 mod header_block;
 mod json;
+mod kept;
 mod key;
 
 use proptest::test_runner::Config;

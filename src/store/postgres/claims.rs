@@ -60,10 +60,15 @@ impl Claims {
         token: &str,
         lease: Duration,
     ) -> Answer {
+        (self.claim_ask(ClaimAsk::new(rec, fingerprint, token, lease))).await
+    }
+
+    /// [`Claims::claim`] for `ask`, which may keep a request with its lease.
+    pub async fn claim_ask(&self, ask: ClaimAsk) -> Answer {
         let ended = || StoreError::TaskEnded("claim");
         let (done, answer) = oneshot::channel();
         let job = Job {
-            ask: ClaimAsk::new(rec, fingerprint, token, lease),
+            ask,
             tries: 0,
             done,
         };

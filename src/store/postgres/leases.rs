@@ -32,16 +32,20 @@ use crate::store::StoreError;
 
 /// Inserts leased rows, or takes over expired ones (or ones leased by the same token):
 /// one row per element of the arrays. Returns the token and new fence of each row
-/// taken; a key that is held returns nothing.
+/// taken; a key that is held returns nothing. A row keeps the claim's kept request
+/// (`request`, NULL without one) and lives at least `km` ms with it; `completer` is
+/// `'running'` for the completer's takeover (which keeps counting its attempts) and
+/// NULL for a client's (which starts the count again).
 const CLAIM: &str = "INSERT INTO idemgate_records AS r
        (scope, key_hash, route, fingerprint, state, lock_token,
-        lease_expires_at, created_at, expires_at, fence)
+        lease_expires_at, created_at, expires_at, fence, request, completer)
      SELECT s, k, rt, f, 'leased', t,
             now() + interval '1 millisecond' * ms, now(),
-            now() + interval '1 millisecond' * ms,
-            (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+            now() + interval '1 millisecond' * greatest(ms, km),
+            (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, rq, c
      FROM UNNEST($1::bytea[], $2::bytea[], $3::text[], $4::bytea[], $5::text[],
-                 $6::float8[]) AS u(s, k, rt, f, t, ms)
+                 $6::float8[], $7::bytea[], $8::float8[], $9::text[])
+          AS u(s, k, rt, f, t, ms, rq, km, c)
      ON CONFLICT (scope, key_hash) DO UPDATE SET
        fence = CASE WHEN r.lock_token = EXCLUDED.lock_token THEN r.fence
                     ELSE greatest(r.fence + 1, EXCLUDED.fence) END,
@@ -49,7 +53,10 @@ const CLAIM: &str = "INSERT INTO idemgate_records AS r
        state = 'leased', lock_token = EXCLUDED.lock_token,
        lease_expires_at = EXCLUDED.lease_expires_at, status = NULL,
        headers = NULL, body = NULL, created_at = now(),
-       completed_at = NULL, expires_at = EXCLUDED.expires_at
+       completed_at = NULL, expires_at = EXCLUDED.expires_at,
+       request = EXCLUDED.request, completer = EXCLUDED.completer,
+       completer_attempts = CASE WHEN EXCLUDED.completer IS NULL THEN NULL
+                                 ELSE r.completer_attempts END
      WHERE r.expires_at <= now()
         OR (r.state = 'leased' AND (r.lease_expires_at <= now()
             OR r.lock_token = EXCLUDED.lock_token))
@@ -73,6 +80,19 @@ pub struct ClaimAsk {
     pub fingerprint: Fingerprint,
     pub token: String,
     pub lease: Duration,
+    /// The request kept with the lease for the completer, if any.
+    pub keep: Option<Keep>,
+}
+
+/// A request kept with a durable lease ([`crate::idempotency::kept`]).
+#[derive(Debug, Clone)]
+pub struct Keep {
+    /// As stored: sealed under `[encryption]`.
+    pub request: bytes::Bytes,
+    /// Least time the row lives with it (the record's `ttl`).
+    pub keep: Duration,
+    /// The completer takes the lease over (the row says so, and its attempts count on).
+    pub by_completer: bool,
 }
 
 impl ClaimAsk {
@@ -89,7 +109,14 @@ impl ClaimAsk {
             fingerprint: *fingerprint,
             token: token.to_string(),
             lease,
+            keep: None,
         }
+    }
+
+    /// The same ask, keeping `keep` with the lease.
+    pub fn keeping(mut self, keep: Option<Keep>) -> Self {
+        self.keep = keep;
+        self
     }
 
     pub fn rec(&self) -> RecordRef<'_> {
@@ -189,8 +216,16 @@ impl PgStore {
         let fingerprints = col(|a| &a.fingerprint.as_bytes()[..]);
         let routes: Vec<&str> = sorted.iter().map(|a| a.route.as_str()).collect();
         let tokens: Vec<&str> = sorted.iter().map(|a| a.token.as_str()).collect();
-        let leases: Vec<f64> = (sorted.iter())
-            .map(|a| i64::try_from(a.lease.as_millis()).unwrap_or(i64::MAX) as f64)
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX) as f64;
+        let leases: Vec<f64> = sorted.iter().map(|a| ms(a.lease)).collect();
+        let requests: Vec<Option<&[u8]>> = (sorted.iter())
+            .map(|a| a.keep.as_ref().map(|k| &k.request[..]))
+            .collect();
+        let keeps: Vec<f64> = (sorted.iter())
+            .map(|a| a.keep.as_ref().map_or(0.0, |k| ms(k.keep)))
+            .collect();
+        let completer: Vec<Option<&str>> = (sorted.iter())
+            .map(|a| (a.keep.as_ref()?.by_completer).then_some("running"))
             .collect();
         let started = Instant::now();
         let deadline = started + self.client_timeout;
@@ -200,8 +235,17 @@ impl PgStore {
         };
         let answer = tokio::time::timeout_at(deadline, async {
             let stmt = client.prepare_cached(CLAIM).await?;
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
-                [&scopes, &ids, &routes, &fingerprints, &tokens, &leases];
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+                &scopes,
+                &ids,
+                &routes,
+                &fingerprints,
+                &tokens,
+                &leases,
+                &requests,
+                &keeps,
+                &completer,
+            ];
             client.query(&stmt, &params).await
         })
         .await;

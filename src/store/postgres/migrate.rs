@@ -24,6 +24,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "0002_fencing.sql",
         include_str!("../../../migrations/0002_fencing.sql"),
     ),
+    (
+        3,
+        "0003_completer.additive.sql",
+        include_str!("../../../migrations/0003_completer.additive.sql"),
+    ),
 ];
 
 /// The suffix of a migration that binaries before it may run beside.

@@ -12,6 +12,7 @@
 //! unknown outcome, which the claim path resolves by releasing its token ([`leases`]).
 
 pub mod claims;
+pub mod completer;
 pub mod leases;
 pub mod lookups;
 pub mod migrate;
@@ -75,6 +76,42 @@ pub struct PgRecord {
     pub stored_bytes: i32,
     pub expires_in_ms: i64,
     pub lease_remaining_ms: Option<i64>,
+    /// What the completer did with it (the `completer` column), if anything.
+    pub completer: Option<CompleterMark>,
+    /// Attempts the completer reserved for its kept request.
+    pub completer_attempts: Option<i32>,
+    /// Whether a request is kept with its lease for the completer.
+    pub request_kept: bool,
+}
+
+/// A row's `completer` column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompleterMark {
+    /// The completer holds (or held) the lease.
+    Running,
+    /// The completer completed it.
+    Completed,
+    /// The completer gave it up.
+    GivenUp,
+}
+
+impl CompleterMark {
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "running" => Some(Self::Running),
+            "completed" => Some(Self::Completed),
+            "given_up" => Some(Self::GivenUp),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::GivenUp => "given_up",
+        }
+    }
 }
 
 /// `status` of a row whose response is sealed (not an HTTP status, so a binary that
@@ -266,7 +303,9 @@ impl PgStore {
                            fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status,
                            headers = EXCLUDED.headers, body = EXCLUDED.body,
                            lease_expires_at = NULL, completed_at = now(),
-                           expires_at = EXCLUDED.expires_at
+                           expires_at = EXCLUDED.expires_at, request = NULL,
+                           completer = CASE WHEN r.state = 'leased' AND r.completer = 'running'
+                                 AND r.lock_token = EXCLUDED.lock_token THEN 'completed' END
                          WHERE r.expires_at <= now()
                             OR (r.state = 'leased' AND (r.lock_token = EXCLUDED.lock_token
                                 OR r.lease_expires_at <= now()))
@@ -306,7 +345,8 @@ impl PgStore {
                 .query_opt(
                     "SELECT state, nullif(status, 0::int2), coalesce(octet_length(body), 0) + coalesce(octet_length(headers), 0),
                         (EXTRACT(EPOCH FROM (expires_at - now())) * 1000)::bigint,
-                        (EXTRACT(EPOCH FROM (lease_expires_at - now())) * 1000)::bigint
+                        (EXTRACT(EPOCH FROM (lease_expires_at - now())) * 1000)::bigint,
+                        completer, completer_attempts, request IS NOT NULL
                      FROM idemgate_records WHERE scope = $1 AND key_hash = $2",
                     &[&&rec.scope.as_bytes()[..], &&rec.id.as_bytes()[..]],
                 )
@@ -318,6 +358,9 @@ impl PgStore {
                     stored_bytes: r.get(2),
                     expires_in_ms: r.get(3),
                     lease_remaining_ms: r.get(4),
+                    completer: r.get::<_, Option<&str>>(5).and_then(CompleterMark::parse),
+                    completer_attempts: r.get(6),
+                    request_kept: r.get(7),
                 })
             })
             .transpose()

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use super::super::lease::{Held, Lease};
+use super::super::postgres::leases::{ClaimAsk, Keep};
 use super::super::postgres::{Found, PgClaim, RecordRef};
 use super::super::redis::Record;
 use super::super::slots::slot;
@@ -28,15 +29,24 @@ impl Stores {
     /// as a task of its own, so a caller that goes away while the claim is on its way
     /// (a client timeout, a reset) cannot strand a lease that landed. Its [`Claim`] is
     /// then dropped with nobody to take it, and a dropped [`Lease`] releases itself.
+    ///
+    /// `kept` is what the lease keeps for the completer (a route with `completer = true`
+    /// and write-through claims): a first execution's request, or the completer's own
+    /// takeover of an abandoned one, which is this very claim, as a retry's is.
     pub async fn claim(
         &self,
         route: &Arc<Route>,
         scope: Scope,
         record: RecordId,
         fingerprint: &Fingerprint,
+        kept: Kept,
     ) -> Result<Claim<Lease>, StoreError> {
         let (stores, route, fingerprint) = (self.clone(), route.clone(), *fingerprint);
-        let claim = async move { stores.claim_here(&route, scope, record, fingerprint).await };
+        let claim = async move {
+            stores
+                .claim_here(&route, scope, record, fingerprint, kept)
+                .await
+        };
         // Boxed: a task's future is moved on spawn and its slot again on completion.
         tokio::spawn(Box::pin(claim).in_current_span())
             .await
@@ -50,6 +60,7 @@ impl Stores {
         scope: Scope,
         record: RecordId,
         fingerprint: Fingerprint,
+        kept: Kept,
     ) -> Result<Claim<Lease>, StoreError> {
         let ask = Ask {
             redis_key: self.0.redis.record_key(record),
@@ -57,6 +68,7 @@ impl Stores {
             scope,
             record,
             fingerprint,
+            kept,
         };
         // The fallback is boxed: rare, and inline it would grow the future of every
         // claim, which is moved several times on its way through the task.
@@ -81,8 +93,9 @@ impl Stores {
                 let home = Home::Redis {
                     also_in_postgres: false,
                 };
+                let keep = self.keep(route, &ask);
                 let lease = self.lease(route, ask, home, acquired.fence);
-                self.after_redis_acquire(route, lease, acquired.marker_age)
+                self.after_redis_acquire(route, lease, acquired.marker_age, keep)
                     .await
             }
             Ok(other) => {
@@ -108,6 +121,28 @@ impl Stores {
                 Err(e)
             }
         }
+    }
+
+    /// What the durable lease of `ask` keeps for the completer: its request sealed at
+    /// its record (a first execution on a route with the completer on), or the kept
+    /// request as stored (the completer's takeover).
+    fn keep(&self, route: &Route, ask: &Ask) -> Option<Keep> {
+        let (request, by_completer) = match &ask.kept {
+            Kept::Nothing => return None,
+            Kept::Request(encoded) => {
+                let at = Binding {
+                    scope: ask.scope,
+                    record: ask.record,
+                };
+                (self.0.sealing.seal_request(encoded, at), false)
+            }
+            Kept::Completer(stored) => (stored.clone(), true),
+        };
+        Some(Keep {
+            request,
+            keep: route.policy.settings.ttl + route.policy.settings.lock_ttl,
+            by_completer,
+        })
     }
 
     /// A held lease, unsettled from here on: it must be completed or released.
@@ -140,6 +175,7 @@ impl Stores {
         record: RecordId,
         fingerprint: &Fingerprint,
         remaining: Duration,
+        kept: Kept,
     ) -> Result<Claim<Lease>, StoreError> {
         let in_flight = Claim::InFlight { remaining };
         let Some(waiters) = &self.0.waiters else {
@@ -172,7 +208,7 @@ impl Stores {
             let notified = watch.notify().notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            match self.claim(route, scope, record, fingerprint).await {
+            match (self.claim(route, scope, record, fingerprint, kept.clone())).await {
                 Ok(Claim::InFlight { remaining }) => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     if left.is_zero() {
@@ -276,21 +312,16 @@ impl Stores {
         route: &Route,
         mut lease: Lease,
         marker_age: Duration,
+        keep: Option<Keep>,
     ) -> Result<Claim<Lease>, StoreError> {
         let Some(pg) = &self.0.postgres else {
             return Ok(Claim::Acquired(lease));
         };
         let rec = lease_ref(&lease);
         let found = if pg.durability == ClaimDurability::WriteThrough {
-            match (pg.claims)
-                .claim(
-                    rec,
-                    &lease.fingerprint,
-                    &lease.token,
-                    route.policy.settings.lock_ttl,
-                )
-                .await
-            {
+            let lock_ttl = route.policy.settings.lock_ttl;
+            let ask = ClaimAsk::new(rec, &lease.fingerprint, &lease.token, lock_ttl);
+            match pg.claims.claim_ask(ask.keeping(keep)).await {
                 Ok(PgClaim::Acquired { .. }) => {
                     lease.set_home(Home::Redis {
                         also_in_postgres: true,
@@ -409,14 +440,10 @@ impl Stores {
                     id: ask.record,
                     route: &route.name,
                 };
-                let claimed = (pg.claims)
-                    .claim(
-                        rec,
-                        &ask.fingerprint,
-                        &ask.token,
-                        route.policy.settings.lock_ttl,
-                    )
-                    .await?;
+                let lock_ttl = route.policy.settings.lock_ttl;
+                let claim = ClaimAsk::new(rec, &ask.fingerprint, &ask.token, lock_ttl)
+                    .keeping(self.keep(route, &ask));
+                let claimed = pg.claims.claim_ask(claim).await?;
                 match claimed {
                     PgClaim::Acquired { fence } => {
                         let lease = self.lease(route, ask, Home::Postgres, fence);
@@ -450,6 +477,21 @@ struct Ask {
     scope: Scope,
     record: RecordId,
     fingerprint: Fingerprint,
+    kept: Kept,
+}
+
+/// What a claim keeps with its durable lease for the completer (write-through claims
+/// only: nothing is kept where a claim lives in Redis alone).
+#[derive(Debug, Clone, Default)]
+pub enum Kept {
+    /// Nothing: a route without the completer.
+    #[default]
+    Nothing,
+    /// A first execution's request: its [`crate::idempotency::KeptRequest`] encoding,
+    /// sealed before it is stored.
+    Request(bytes::Bytes),
+    /// The completer taking an abandoned request over: the kept request as stored.
+    Completer(bytes::Bytes),
 }
 
 /// A place among a record's fleet-wide waiters. Leaving happens on drop, so a waiter

@@ -11,10 +11,12 @@
 //!   semantics, answer 503, or forward without idempotency.
 
 mod claim;
+mod completer;
 mod maintenance;
 mod records;
 mod settle;
 
+pub use claim::Kept;
 pub use records::{Health, Invalidation, RecordView};
 
 use std::sync::Arc;
