@@ -325,9 +325,10 @@ async fn a_failover_drops_the_replay_cache(partition: bool) {
         tokio::task::block_in_place(|| cluster.resume(shard));
         until_claims_back(&app, &keys[&shard][1..]).await;
     } else {
-        // A claim on the shard: the old primary answers MOVED, fred re-reads the slot map.
-        let r = app.post(&keys[&shard][1], "{}").send().await.unwrap();
-        assert_eq!(read(r).await.0, 201);
+        // Claims on the shard: the old primary answers MOVED, fred re-reads the slot map.
+        // The first may time out (503): the old primary holds writes while the manual
+        // failover completes (about 1 run in 7 in CI, before and after the lanes).
+        until_claims_back(&app, &keys[&shard][1..]).await;
     }
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
