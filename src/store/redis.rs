@@ -17,10 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use fred::interfaces::ClusterInterface as _;
 use fred::prelude::{
-    ClientLike, Error as FredError, EventInterface, KeysInterface, Pool, PubsubInterface,
-    SortedSetsInterface, Value,
+    ClientLike, Error as FredError, KeysInterface, Pool, PubsubInterface, SortedSetsInterface,
+    Value,
 };
 use fred::types::scripts::Script;
 
@@ -494,25 +493,19 @@ impl RedisStore {
     /// (from the first client that knows the slot map: one reconnecting may not);
     /// otherwise (or before the cluster's slot map is known) one shard of every slot.
     pub fn shards(&self) -> Vec<Shard> {
-        let routing = (self.inner.lanes.pool().clients().iter())
-            .filter_map(|c| c.cached_cluster_state())
-            .find(|r| !r.slots().is_empty());
         let mut shards: Vec<Shard> = Vec::new();
-        for range in routing.iter().flat_map(|r| r.slots()) {
-            let name = format!("{}:{}", range.primary.host, range.primary.port);
-            let bits = bits_of_range(range.start, range.end);
-            match shards.iter_mut().find(|s| s.name == name) {
-                Some(shard) => {
-                    for (w, b) in shard.slots.iter_mut().zip(&bits) {
-                        *w |= b;
-                    }
+        for (name, ranges) in super::redis_lanes::primaries(self.inner.lanes.pool()) {
+            let mut slots = bits_of_range(ranges[0].0, ranges[0].1);
+            for &(start, end) in &ranges[1..] {
+                for (w, b) in slots.iter_mut().zip(&bits_of_range(start, end)) {
+                    *w |= b;
                 }
-                None => shards.push(Shard {
-                    name,
-                    slots: bits,
-                    probe_slot: range.start,
-                }),
             }
+            shards.push(Shard {
+                name,
+                slots,
+                probe_slot: ranges[0].0,
+            });
         }
         if shards.is_empty() {
             shards.push(Shard {
@@ -543,25 +536,7 @@ impl RedisStore {
     /// `MOVED`), with what happened: the Redis this replica talks to may now hold other
     /// records than before. One task per client of the pool, until it closes.
     pub fn on_topology_change(&self, changed: impl Fn(&'static str) + Send + Sync + 'static) {
-        let changed = Arc::new(changed);
-        for client in self.inner.lanes.pool().clients() {
-            let (mut reconnects, mut changes) = (client.reconnect_rx(), client.cluster_change_rx());
-            let changed = changed.clone();
-            tokio::spawn(async move {
-                use tokio::sync::broadcast::error::RecvError;
-                loop {
-                    let what = tokio::select! {
-                        r = reconnects.recv() => r.map(|_| "reconnected"),
-                        r = changes.recv() => r.map(|_| "cluster changed"),
-                    };
-                    match what {
-                        Ok(what) => changed(what),
-                        Err(RecvError::Lagged(_)) => changed("events missed"),
-                        Err(RecvError::Closed) => return,
-                    }
-                }
-            });
-        }
+        super::redis_lanes::on_events(self.inner.lanes.pool(), changed);
     }
 
     /// Proves that the shard serving `slot` takes writes again (the breaker's probe):

@@ -31,7 +31,7 @@ use super::slots::SLOTS;
 pub struct Lanes {
     pool: Pool,
     cluster: bool,
-    map: Arc<RwLock<Arc<LaneMap>>>,
+    map: Arc<RwLock<LaneMap>>,
     next: AtomicUsize,
 }
 
@@ -94,28 +94,12 @@ impl Lanes {
         let lanes = Self {
             pool,
             cluster,
-            map: Arc::new(RwLock::new(Arc::new(LaneMap::unknown()))),
+            map: Arc::new(RwLock::new(LaneMap::unknown())),
             next: AtomicUsize::new(0),
         };
         if cluster {
-            for client in lanes.pool.clients() {
-                let (mut reconnects, mut changes) =
-                    (client.reconnect_rx(), client.cluster_change_rx());
-                let (pool, map) = (lanes.pool.clone(), lanes.map.clone());
-                tokio::spawn(async move {
-                    use tokio::sync::broadcast::error::RecvError;
-                    loop {
-                        let event = tokio::select! {
-                            r = reconnects.recv() => r.map(|_| ()),
-                            r = changes.recv() => r.map(|_| ()),
-                        };
-                        match event {
-                            Ok(()) | Err(RecvError::Lagged(_)) => refresh(&pool, &map),
-                            Err(RecvError::Closed) => return,
-                        }
-                    }
-                });
-            }
+            let (pool, map) = (lanes.pool.clone(), lanes.map.clone());
+            on_events(&lanes.pool, move |_| refresh(&pool, &map));
         }
         lanes
     }
@@ -138,7 +122,7 @@ impl Lanes {
         if !self.cluster {
             return self.pool.next_connected();
         }
-        let map = self.map.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
         let Some(&lane) = map.lane_of_slot.get(usize::from(slot)) else {
             return self.pool.next_connected();
         };
@@ -159,37 +143,60 @@ impl Lanes {
         }
         self.for_slot(super::slots::slot(key))
     }
-
-    /// The pool's index of the client [`Self::for_slot`] would use first for `slot`
-    /// (tests and grouping).
-    pub fn lane_clients(&self, slot: u16) -> Vec<usize> {
-        let map = self.map.read().unwrap_or_else(|e| e.into_inner()).clone();
-        match map.lane_of_slot.get(usize::from(slot)) {
-            Some(&lane) => map.lanes[usize::from(lane)].clone(),
-            None => (0..self.pool.size()).collect(),
-        }
-    }
 }
 
-/// Rebuilds `map` from the slot map of the first client of `pool` that knows one.
-fn refresh(pool: &Pool, map: &RwLock<Arc<LaneMap>>) {
-    let Some(routing) = (pool.clients().iter())
+/// The primaries of the first client of `pool` that knows the cluster's slot map (one
+/// reconnecting may not), each with its slot ranges, in fred's order; empty outside
+/// cluster mode or before the map is known. What [`Lanes`] and
+/// [`super::RedisStore::shards`] both split the slots by.
+pub(super) fn primaries(pool: &Pool) -> Vec<(String, Vec<(u16, u16)>)> {
+    let routing = (pool.clients().iter())
         .filter_map(|c| c.cached_cluster_state())
-        .find(|r| !r.slots().is_empty())
-    else {
-        return;
-    };
+        .find(|r| !r.slots().is_empty());
     let mut primaries: Vec<(String, Vec<(u16, u16)>)> = Vec::new();
-    for range in routing.slots() {
+    for range in routing.iter().flat_map(|r| r.slots()) {
         let name = format!("{}:{}", range.primary.host, range.primary.port);
         match primaries.iter_mut().find(|(n, _)| *n == name) {
             Some((_, ranges)) => ranges.push((range.start, range.end)),
             None => primaries.push((name, vec![(range.start, range.end)])),
         }
     }
+    primaries
+}
+
+/// Calls `changed` whenever a client of `pool` (re)connects or sees the cluster change,
+/// with what happened; one task per client, until it closes.
+pub(super) fn on_events(pool: &Pool, changed: impl Fn(&'static str) + Send + Sync + 'static) {
+    let changed = Arc::new(changed);
+    for client in pool.clients() {
+        let (mut reconnects, mut changes) = (client.reconnect_rx(), client.cluster_change_rx());
+        let changed = changed.clone();
+        tokio::spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
+            loop {
+                let what = tokio::select! {
+                    r = reconnects.recv() => r.map(|_| "reconnected"),
+                    r = changes.recv() => r.map(|_| "cluster changed"),
+                };
+                match what {
+                    Ok(what) => changed(what),
+                    Err(RecvError::Lagged(_)) => changed("events missed"),
+                    Err(RecvError::Closed) => return,
+                }
+            }
+        });
+    }
+}
+
+/// Rebuilds `map` from the slot map of the first client of `pool` that knows one.
+fn refresh(pool: &Pool, map: &RwLock<LaneMap>) {
+    let primaries = primaries(pool);
+    if primaries.is_empty() {
+        return;
+    }
     let built = LaneMap::build(primaries.into_iter().map(|(_, r)| r).collect(), pool.size());
     let mut current = map.write().unwrap_or_else(|e| e.into_inner());
-    if **current != built {
+    if *current != built {
         if built.lanes.len() > pool.size() {
             tracing::warn!(
                 primaries = built.lanes.len(),
@@ -199,7 +206,7 @@ fn refresh(pool: &Pool, map: &RwLock<Arc<LaneMap>>) {
                  clients; set redis.pool_size to at least the number of primaries"
             );
         }
-        *current = Arc::new(built);
+        *current = built;
     }
 }
 
