@@ -160,6 +160,11 @@ impl Places {
 pub struct Ledger {
     pub total: u64,
     pub keys: HashMap<String, u64>,
+    /// `--dedupe` mode only: the fencing token of each request received per key, in
+    /// arrival order (empty otherwise).
+    pub received: HashMap<String, Vec<i64>>,
+    /// `--dedupe` mode only: requests refused for a stale fencing token.
+    pub stale: u64,
 }
 
 /// What the scenarios ask a replica over HTTP, with the stack's client (the process
@@ -494,9 +499,15 @@ impl Stack {
             .iter()
             .map(|(k, n)| (k.clone(), n.as_u64().unwrap()))
             .collect();
+        let received = match v.get("received") {
+            Some(r) => serde_json::from_value(r.clone()).unwrap(),
+            None => HashMap::new(),
+        };
         Ledger {
             total: v["total"].as_u64().unwrap(),
             keys,
+            received,
+            stale: v["stale"].as_u64().unwrap_or(0),
         }
     }
 

@@ -5,7 +5,6 @@
 //! beyond the first for a key carries a higher fencing token than the one before.
 //! A later retry of each abandoned key replays its stored response.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -171,21 +170,13 @@ async fn check(
     }
 
     // At most one effect per key; fencing tokens grow with every request after the first.
-    let v: serde_json::Value = (http.get(format!("{}/_demo/executions", stack.upstream.url())))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    report.executions = v["total"].as_u64().unwrap_or(0);
-    let effects: BTreeMap<String, u64> = serde_json::from_value(v["keys"].clone()).unwrap();
-    for (key, n) in effects.iter().filter(|(_, n)| **n > 1) {
+    let ledger = stack.ledger().await;
+    report.executions = ledger.total;
+    for (key, n) in ledger.keys.iter().filter(|(_, n)| **n > 1) {
         report.duplicates += n - 1;
         report.fail(format!("{key}: {n} effects"));
     }
-    let received: BTreeMap<String, Vec<i64>> =
-        serde_json::from_value(v["received"].clone()).unwrap();
+    let received = ledger.received;
     let mut resent = 0;
     for (key, fences) in &received {
         resent += fences.len() - 1;
@@ -215,14 +206,8 @@ async fn check(
             )),
         }
     }
-    let v: serde_json::Value = (http.get(format!("{}/_demo/executions", stack.upstream.url())))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    if v["total"].as_u64().unwrap_or(0) != report.executions {
+    let after = stack.ledger().await;
+    if after.total != report.executions {
         report.fail("the retries of abandoned keys acted again");
     }
     let gave_up = keys.iter().filter(|k| k.end == End::GaveUp).count();
@@ -238,7 +223,7 @@ async fn check(
         keys.len(),
         abandoned.len(),
         replayed,
-        v["stale"],
+        after.stale,
     ));
     if report.verdict() == "FAIL" || std::env::var_os("CHAOS_KEEP_LOGS").is_some() {
         let dir = stack.keep_logs(name);
