@@ -39,6 +39,17 @@ pub(crate) fn extra(pg: &PgServer, completer: bool, interval: Duration) -> Strin
     )
 }
 
+/// Redis, Postgres and the mock upstream, which takes `latency` with each request.
+pub(crate) async fn stores(latency: Duration) -> (RedisServer, PgServer, MockUpstream) {
+    let (redis, pg, up) = (
+        RedisServer::start(),
+        PgServer::start(),
+        MockUpstream::start().await,
+    );
+    up.set_delay(latency);
+    (redis, pg, up)
+}
+
 /// The replica that dies: a process with the same configuration.
 async fn doomed(
     dir: &Path,
@@ -149,12 +160,7 @@ fn sent_for(up: &MockUpstream, key: &str) -> Vec<(i64, bool)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_abandoned_request_is_completed_once_and_replayed() {
-    let (redis, pg, up) = (
-        RedisServer::start(),
-        PgServer::start(),
-        MockUpstream::start().await,
-    );
-    up.set_delay(LATENCY);
+    let (redis, pg, up) = stores(LATENCY).await;
     let dir = tempfile::tempdir().unwrap();
     let mut dead = doomed(dir.path(), &redis, &pg, &up, true).await;
     let survivor =
@@ -220,12 +226,7 @@ async fn an_abandoned_request_is_completed_once_and_replayed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_the_completer_nothing_happens_until_a_retry() {
-    let (redis, pg, up) = (
-        RedisServer::start(),
-        PgServer::start(),
-        MockUpstream::start().await,
-    );
-    up.set_delay(LATENCY);
+    let (redis, pg, up) = stores(LATENCY).await;
     let dir = tempfile::tempdir().unwrap();
     let mut dead = doomed(dir.path(), &redis, &pg, &up, false).await;
     let survivor = TestApp::spawn(config(
@@ -265,12 +266,7 @@ async fn without_the_completer_nothing_happens_until_a_retry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_retry_racing_the_completer_runs_the_upstream_once() {
-    let (redis, pg, up) = (
-        RedisServer::start(),
-        PgServer::start(),
-        MockUpstream::start().await,
-    );
-    up.set_delay(LATENCY);
+    let (redis, pg, up) = stores(LATENCY).await;
     let dir = tempfile::tempdir().unwrap();
     let mut dead = doomed(dir.path(), &redis, &pg, &up, true).await;
     // The client's replica; and the completer's, whose pass this test runs by hand
@@ -361,12 +357,7 @@ async fn a_retry_racing_the_completer_runs_the_upstream_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_request_the_upstream_refuses_or_never_answers_is_given_up_and_shown() {
-    let (redis, pg, up) = (
-        RedisServer::start(),
-        PgServer::start(),
-        MockUpstream::start().await,
-    );
-    up.set_delay(Duration::from_secs(3));
+    let (redis, pg, up) = stores(Duration::from_secs(3)).await;
     let dir = tempfile::tempdir().unwrap();
     let mut dead = doomed(dir.path(), &redis, &pg, &up, true).await;
     let mut cfg = config(&redis.url(), &up.url(), &extra(&pg, true, INTERVAL));

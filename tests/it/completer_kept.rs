@@ -4,17 +4,12 @@
 
 use std::time::Duration;
 
-use crate::completer::{extra, INTERVAL};
+use crate::completer::{extra, stores, INTERVAL};
 use crate::support::{config, read, MockUpstream, PgServer, RedisServer, TestApp};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_kept_request_is_sealed_and_cleared_on_completion() {
-    let (redis, pg, up) = (
-        RedisServer::start(),
-        PgServer::start(),
-        MockUpstream::start().await,
-    );
-    up.set_delay(Duration::from_millis(800));
+    let (redis, pg, up) = stores(Duration::from_millis(800)).await;
     let dir = tempfile::tempdir().unwrap();
     let key_file = dir.path().join("k1");
     std::fs::write(
