@@ -15,7 +15,7 @@ use idemgate::App;
 use idemgate_fleet::{free_port, Replica};
 
 use crate::support::{
-    comparable, config, eventually, read, MockUpstream, PgServer, RedisServer, TestApp,
+    comparable, config, eventually, read, wait_ready, MockUpstream, PgServer, RedisServer, TestApp,
 };
 
 const IDEMGATE: &str = env!("CARGO_BIN_EXE_idemgate");
@@ -82,16 +82,12 @@ async fn doomed(
         dir.join("doomed.log"),
     );
     replica.start();
-    let http = reqwest::Client::new();
-    let ready = eventually(Duration::from_secs(20), async || {
-        let r = http
-            .get(format!("{}/readyz", replica.admin_url()))
-            .send()
-            .await;
-        r.is_ok_and(|r| r.status() == 200)
-    })
+    wait_ready(
+        &reqwest::Client::new(),
+        &mut replica,
+        Duration::from_secs(20),
+    )
     .await;
-    assert!(ready, "replica not ready: {}", replica.log_text());
     replica
 }
 

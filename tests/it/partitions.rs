@@ -377,19 +377,7 @@ async fn a_cluster_requiring_full_coverage_is_warned_about_at_start() {
         let bin = std::path::Path::new(env!("CARGO_BIN_EXE_idemgate"));
         let mut replica = Replica::new(bin, index, port, admin, config, log);
         replica.start();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let r = http.get(format!("{}/readyz", replica.admin_url())).send();
-            if r.await.is_ok_and(|r| r.status() == 200) {
-                break;
-            }
-            assert!(
-                replica.running() && Instant::now() < deadline,
-                "replica not ready:\n{}",
-                replica.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        crate::support::wait_ready(&http, &mut replica, Duration::from_secs(20)).await;
         warned.push(
             replica
                 .log_text()

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use idemgate_fleet::{free_port, HaProxy, HaproxyConfig, Host, Replica};
 use reqwest::header::HeaderMap;
 
-use crate::support::{comparable, read, tally, MockUpstream, PgServer, RedisServer};
+use crate::support::{comparable, read, tally, wait_ready, MockUpstream, PgServer, RedisServer};
 
 const CURRENT: &str = env!("CARGO_BIN_EXE_idemgate");
 /// How long the upstream takes: duplicates sent together overlap the first execution.
@@ -77,7 +77,7 @@ impl Fleet {
             let mut replica = Replica::new(bin, index, port, admin, config, log);
             // One at a time: the previous release migrates first, as in a real fleet.
             replica.start();
-            ready(&http, &mut replica).await;
+            wait_ready(&http, &mut replica, Duration::from_secs(30)).await;
             replicas.push(replica);
         }
         let backends = replicas.iter().map(Replica::backend).collect();
@@ -178,26 +178,6 @@ fn accepted_by(bin: &Path, config: &Path) {
         bin.display(),
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-async fn ready(http: &reqwest::Client, replica: &mut Replica) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let r = http
-            .get(format!("{}/readyz", replica.admin_url()))
-            .send()
-            .await;
-        if r.is_ok_and(|r| r.status() == 200) {
-            return;
-        }
-        assert!(
-            replica.running() && Instant::now() < deadline,
-            "replica {} not ready; its log:\n{}",
-            replica.index,
-            replica.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Two answers are the same stored response: status, headers (but the per-exchange

@@ -99,6 +99,32 @@ pub async fn durable_stack(
     (redis, pg, upstream, app)
 }
 
+/// Waits until the `idemgate serve` process `replica` answers `/readyz` with 200;
+/// panics with its log if it exits or is not ready `within`.
+pub async fn wait_ready(
+    http: &reqwest::Client,
+    replica: &mut idemgate_fleet::Replica,
+    within: std::time::Duration,
+) {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let r = http
+            .get(format!("{}/readyz", replica.admin_url()))
+            .send()
+            .await;
+        if r.is_ok_and(|r| r.status() == 200) {
+            return;
+        }
+        assert!(
+            replica.running() && std::time::Instant::now() < deadline,
+            "replica {} not ready; its log:\n{}",
+            replica.index,
+            replica.log_text()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// Starts Redis, the mock upstream and a gateway configured with `extra` TOML.
 pub async fn stack(extra: &str) -> (RedisServer, MockUpstream, TestApp) {
     let redis = RedisServer::start();
