@@ -378,22 +378,35 @@ fn metric_names(source: &str) -> Vec<String> {
     names
 }
 
+/// The names `extract` finds in `sources` (at least `least` of them) that have no row
+/// (`| `name` |`) in the doc at `doc`.
+fn without_a_row(
+    doc: &str,
+    sources: &[&str],
+    extract: fn(&str) -> Vec<String>,
+    least: usize,
+) -> Vec<String> {
+    let root = Path::new(ROOT);
+    let text = std::fs::read_to_string(root.join(doc)).unwrap();
+    let mut names = Vec::new();
+    for file in sources {
+        names.extend(extract(&std::fs::read_to_string(root.join(file)).unwrap()));
+    }
+    assert!(
+        names.len() >= least,
+        "names not found in {sources:?}: {names:?}"
+    );
+    (names.into_iter())
+        .filter(|n| !text.contains(&format!("| `{n}` |")))
+        .collect()
+}
+
 /// Every metric name of `src/metrics.rs` (the contract with dashboards and alerts) and
 /// of the worker listeners has a row in the metrics table of docs/operations.md.
 #[test]
 fn every_metric_is_documented() {
-    let root = Path::new(ROOT);
-    let operations = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
-    let mut names = Vec::new();
-    for file in ["src/metrics.rs", "src/server/workers.rs"] {
-        names.extend(metric_names(
-            &std::fs::read_to_string(root.join(file)).unwrap(),
-        ));
-    }
-    assert!(names.len() >= 20, "metric names not found: {names:?}");
-    let missing: Vec<&String> = (names.iter())
-        .filter(|n| !operations.contains(&format!("| `{n}` |")))
-        .collect();
+    let sources = ["src/metrics.rs", "src/server/workers.rs"];
+    let missing = without_a_row("docs/operations.md", &sources, metric_names, 20);
     assert!(
         missing.is_empty(),
         "metrics without a row in docs/operations.md (### Metrics): {missing:?}"
@@ -423,18 +436,8 @@ fn problem_codes(source: &str) -> Vec<String> {
 /// tables of docs/http.md.
 #[test]
 fn every_problem_code_is_documented() {
-    let root = Path::new(ROOT);
-    let http = std::fs::read_to_string(root.join("docs/http.md")).unwrap();
-    let mut codes = Vec::new();
-    for file in ["src/http/problem.rs", "src/http/admin_keys.rs"] {
-        codes.extend(problem_codes(
-            &std::fs::read_to_string(root.join(file)).unwrap(),
-        ));
-    }
-    assert!(codes.len() >= 20, "problem codes not found: {codes:?}");
-    let missing: Vec<&String> = (codes.iter())
-        .filter(|c| !http.contains(&format!("| `{c}` |")))
-        .collect();
+    let sources = ["src/http/problem.rs", "src/http/admin_keys.rs"];
+    let missing = without_a_row("docs/http.md", &sources, problem_codes, 20);
     assert!(
         missing.is_empty(),
         "problem codes without a row in docs/http.md (## Errors): {missing:?}"
