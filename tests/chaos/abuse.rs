@@ -239,11 +239,6 @@ pub async fn slow_readers_and_a_connection_burst(name: String) -> Report {
     if !matches!(after, Ok(200..=299)) {
         report.fail(format!("replica 0 after the attack: {after:?}"));
     }
-    if report.verdict() == "FAIL" {
-        let dir = stack.keep_logs(&name);
-        report
-            .details
-            .push(format!("logs kept in {}", dir.display()));
-    }
+    stack.keep_logs_of(&mut report, &name);
     report
 }

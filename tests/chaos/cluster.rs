@@ -560,6 +560,17 @@ impl Stack {
             .collect()
     }
 
+    /// Keeps the stack's logs when `report` failed, or always with `CHAOS_KEEP_LOGS`
+    /// set, and says where in the report's details.
+    pub fn keep_logs_of(&self, report: &mut crate::checker::Report, scenario: &str) {
+        if report.verdict() == "FAIL" || std::env::var_os("CHAOS_KEEP_LOGS").is_some() {
+            let dir = self.keep_logs(scenario);
+            report
+                .details
+                .push(format!("logs kept in {}", dir.display()));
+        }
+    }
+
     /// Keeps the logs of a failed scenario under target/tmp for inspection.
     pub fn keep_logs(&self, scenario: &str) -> PathBuf {
         let dest = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))

@@ -225,11 +225,6 @@ async fn check(
         replayed,
         after.stale,
     ));
-    if report.verdict() == "FAIL" || std::env::var_os("CHAOS_KEEP_LOGS").is_some() {
-        let dir = stack.keep_logs(name);
-        report
-            .details
-            .push(format!("logs kept in {}", dir.display()));
-    }
+    stack.keep_logs_of(&mut report, name);
     report
 }

@@ -154,11 +154,6 @@ pub async fn finish(
     for l in late {
         report.fail(l);
     }
-    if report.verdict() == "FAIL" || std::env::var_os("CHAOS_KEEP_LOGS").is_some() {
-        let dir = stack.keep_logs(scenario);
-        report
-            .details
-            .push(format!("logs kept in {}", dir.display()));
-    }
+    stack.keep_logs_of(&mut report, scenario);
     report
 }
