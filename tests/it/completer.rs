@@ -100,7 +100,7 @@ async fn abandon(replica: &mut Replica, up: &MockUpstream, keys: &[String]) -> I
             .post(format!("{}/v1/payments", replica.url()))
             .header("Idempotency-Key", key)
             .header("Content-Type", "application/json")
-            .body(format!("{{\"amount\":10,\"key\":\"{key}\"}}"));
+            .body(body_of(key));
         // The client goes away with the replica and never comes back.
         tokio::spawn(async move { drop(request.send().await) });
     }
@@ -115,6 +115,16 @@ async fn abandon(replica: &mut Replica, up: &MockUpstream, keys: &[String]) -> I
     );
     replica.kill();
     Instant::now()
+}
+
+/// The body every request here sends for `key` (the abandoned client's and its retries').
+fn body_of(key: &str) -> String {
+    format!("{{\"amount\":10,\"key\":\"{key}\"}}")
+}
+
+/// A client's retry of `key` on `app`: the abandoned request again, and its answer.
+async fn retry(app: &TestApp, key: &str) -> (u16, reqwest::header::HeaderMap, bytes::Bytes) {
+    read(app.post(key, &body_of(key)).send().await.unwrap()).await
 }
 
 /// The completer outcome counter's value. The recorder is the process's, shared by
@@ -187,22 +197,8 @@ async fn an_abandoned_request_is_completed_once_and_replayed() {
 
     // A later retry replays that response byte for byte: the upstream's answer to the
     // completer (its second execution), headers and all.
-    let first = read(
-        survivor
-            .post(&key, &format!("{{\"amount\":10,\"key\":\"{key}\"}}"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    let second = read(
-        survivor
-            .post(&key, &format!("{{\"amount\":10,\"key\":\"{key}\"}}"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let first = retry(&survivor, &key).await;
+    let second = retry(&survivor, &key).await;
     assert_eq!(first.0, 201);
     assert_eq!(first.1["idempotent-replayed"], "true");
     assert_eq!(first.2, "{\"execution\":2,\"status\":201}");
@@ -245,16 +241,9 @@ async fn without_the_completer_nothing_happens_until_a_retry() {
         "nothing is kept with the completer off"
     );
     // The retry runs it again, as before the completer.
-    let retry = read(
-        survivor
-            .post(&key, &format!("{{\"amount\":10,\"key\":\"{key}\"}}"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let again = retry(&survivor, &key).await;
     assert_eq!(
-        (retry.0, &retry.1["idempotent-replayed"]),
+        (again.0, &again.1["idempotent-replayed"]),
         (201, &"false".parse().unwrap())
     );
     assert_eq!(sent_for(&up, &key).len(), 2);
@@ -291,7 +280,7 @@ async fn a_retry_racing_the_completer_runs_the_upstream_once() {
         futures_util::future::join_all(keys.iter().enumerate().map(|(i, key)| async move {
             // Spread around the completer's start (2 ms), so that each side wins some keys.
             tokio::time::sleep(Duration::from_micros(800 * i as u64)).await;
-            let body = format!("{{\"amount\":10,\"key\":\"{key}\"}}");
+            let body = body_of(key);
             read(client.post(key, &body).send().await.unwrap()).await
         }));
     // The completer has reserved them all (its pass's first half) and takes them over
@@ -318,14 +307,7 @@ async fn a_retry_racing_the_completer_runs_the_upstream_once() {
         assert!(sent[1].0 > sent[0].0);
         // The client got the result (it ran it) or 409 (the completer ran it); either
         // way a later retry replays the one stored response.
-        let later = read(
-            client_side
-                .post(key, &format!("{{\"amount\":10,\"key\":\"{key}\"}}"))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
+        let later = read(client_side.post(key, &body_of(key)).send().await.unwrap()).await;
         assert_eq!(
             (later.0, &later.1["idempotent-replayed"]),
             (201, &"true".parse().unwrap()),
@@ -392,7 +374,7 @@ async fn a_request_the_upstream_refuses_or_never_answers_is_given_up_and_shown()
     tokio::time::sleep(INTERVAL * 4).await;
     assert_eq!(sent_for(&up, &key).len(), 4);
     up.set_delay(Duration::ZERO);
-    let body = format!("{{\"amount\":10,\"key\":\"{key}\"}}");
+    let body = body_of(&key);
     let retry = read(survivor.post(&key, &body).send().await.unwrap()).await;
     assert_eq!(retry.0, 201, "{retry:?}");
     assert_eq!(
