@@ -277,7 +277,7 @@ async fn a_failover_drops_the_replay_cache(partition: bool) {
     config.replay_cache.max_bytes = bytesize::ByteSize::mib(1);
     config.replay_cache.max_age = Duration::from_secs(600);
     let app = TestApp::spawn(config).await;
-    let keys = tokio::task::block_in_place(|| keys_by_primary(&cluster, "c", 10));
+    let keys = tokio::task::block_in_place(|| keys_by_primary(&cluster, "c", 200));
     let shard = *keys.keys().min().unwrap();
     let other = *keys.keys().max().unwrap();
     let (cached, replacement) = (&keys[&shard][0], &keys[&other][0]);
