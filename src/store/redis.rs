@@ -347,16 +347,24 @@ impl RedisStore {
             self.inner.publish.into(),
         ];
         let started = Instant::now();
+        let slot = super::slots::slot(key);
         let reply: i64 = match &self.inner.replica_wait {
-            None => {
-                (self.inner.complete)
-                    .evalsha_with_reload(self.inner.lanes.for_key(key), key, args)
-                    .await?
-            }
-            Some(w) => w
-                .complete(&self.inner.complete, key, args)
+            Some(w) if w.waits(slot) => w
+                .complete(&self.inner.complete, key, args, || {
+                    let shard = self.shard_of(slot);
+                    (shard.name, shard.slots)
+                })
                 .await?
                 .convert()?,
+            wait => {
+                if wait.is_some() {
+                    // Its shard's replicas are not acknowledging (`redis_wait`): no WAIT.
+                    metrics::redis_wait_short();
+                }
+                (self.inner.complete)
+                    .evalsha_with_reload(self.inner.lanes.for_slot(slot), key, args)
+                    .await?
+            }
         };
         metrics::elapsed(&self.inner.ops.complete, started);
         Ok(match reply {
@@ -543,9 +551,56 @@ impl RedisStore {
     /// one `DEL` of a throw-away key in that slot, on a connected client. Touches no
     /// marker.
     pub async fn probe_write(&self, slot: u16) -> Result<(), StoreError> {
-        let key = format!("{}:probe", self.inner.markers.all()[usize::from(slot)]);
-        let _: i64 = self.inner.lanes.for_slot(slot).del(key).await?;
+        let _: i64 = self
+            .inner
+            .lanes
+            .for_slot(slot)
+            .del(self.probe_key(slot))
+            .await?;
         Ok(())
+    }
+
+    /// The probes' throw-away key of `slot`.
+    fn probe_key(&self, slot: u16) -> String {
+        format!("{}:probe", self.inner.markers.all()[usize::from(slot)])
+    }
+
+    /// Whether completions wait for replicas (`redis.wait_replicas` > 0).
+    pub fn waits_for_replicas(&self) -> bool {
+        self.inner.replica_wait.is_some()
+    }
+
+    /// `redis.wait_replicas`: for every shard whose completions skip `WAIT` because its
+    /// replicas stopped acknowledging, checks whether they acknowledge a write again
+    /// (then its completions wait for them again). Shards are checked together; each
+    /// check takes up to `redis.wait_timeout`. Nothing to do without `wait_replicas`.
+    pub async fn recheck_replicas(&self) {
+        let Some(unacked) = self.inner.replica_wait.as_ref().map(|w| w.unacked()) else {
+            return;
+        };
+        if unacked.iter().all(|w| *w == 0) {
+            return;
+        }
+        let shards = (self.shards().into_iter())
+            .filter(|s| s.slots.iter().zip(&unacked).any(|(s, u)| s & u != 0));
+        let mut checks = tokio::task::JoinSet::new();
+        for shard in shards {
+            let store = self.clone();
+            checks.spawn(async move {
+                let Some(wait) = &store.inner.replica_wait else {
+                    return;
+                };
+                let key = store.probe_key(shard.probe_slot);
+                if wait
+                    .acknowledged(shard.probe_slot, &key, &shard.slots)
+                    .await
+                {
+                    tracing::info!(shard = %shard.name, "the replicas acknowledge writes \
+                        again: completions of this shard wait for them again");
+                }
+            });
+        }
+        checks.join_all().await;
     }
 
     /// Deletes the warmth marker of `record_key`'s slot only (one `DEL`): the slot of a

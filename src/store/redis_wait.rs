@@ -17,13 +17,30 @@
 //! the client is answered anyway. If the connection drops between the script and the
 //! `WAIT`, fred re-sends the `WAIT` on a new connection, where it has no writes to wait
 //! for and answers at once.
+//!
+//! A shard whose replicas stopped acknowledging is not waited for. `WAIT` blocks its
+//! connection, and the commands pipelined behind it wait in Redis, which cannot cancel
+//! them: with no replica acknowledging, each connection completes one record per
+//! `wait_timeout`, a queue builds that outlives every caller's command timeout, and it
+//! drains only long after the replicas are back (issue 22: 8-10 s of completions failing
+//! on a replica after a Sentinel partition healed, until the sentinels demoted the old
+//! primary and it resynced). So a short `WAIT` marks its shard's slots
+//! ([`ReplicaWait::unacked`]): their completions run the script alone on the main
+//! connections, counted like a short `WAIT` (the client is answered either way; the
+//! replicas would not have acknowledged), until the probe sees a write of that shard
+//! acknowledged within `wait_timeout` again ([`ReplicaWait::acknowledged`]). A failed
+//! completion-and-`WAIT` marks them too: behind such a queue (or on connections that
+//! fred re-made and flushed its queued pipelines into) the short replies arrive after
+//! every caller has given up, so a short `WAIT` is never seen.
 
 use bytes::Bytes;
 use fred::error::Error as FredError;
-use fred::prelude::{ClientLike, Pool, Value};
+use fred::prelude::{ClientLike, KeysInterface as _, Pool, Value};
 use fred::types::scripts::Script;
+use fred::types::Expiration;
 use fred::types::{ClusterHash, CustomCommand};
 
+use super::cold_slots::{Bits, SlotSet};
 use super::redis_lanes::Lanes;
 use crate::config::RedisConfig;
 
@@ -46,6 +63,9 @@ pub struct ReplicaWait {
     lanes: Lanes,
     replicas: i64,
     timeout_ms: i64,
+    /// Slots of shards whose replicas did not acknowledge their last `WAIT` in time:
+    /// their completions skip `WAIT` until [`Self::acknowledged`] says otherwise.
+    unacked: SlotSet,
 }
 
 impl ReplicaWait {
@@ -63,6 +83,7 @@ impl ReplicaWait {
             lanes,
             replicas: i64::from(config.wait_replicas),
             timeout_ms: i64::try_from(config.wait_timeout.as_millis()).unwrap_or(i64::MAX),
+            unacked: SlotSet::default(),
         }))
     }
 
@@ -92,13 +113,13 @@ impl ReplicaWait {
             let _: () = pipeline
                 .custom(wait.clone(), vec![self.replicas, self.timeout_ms])
                 .await?;
-            let mut results: Vec<Result<Value, FredError>> = pipeline.try_all().await;
-            let acked = results.pop();
-            let reply = results.pop();
-            match (reply, acked) {
+            let mut results = pipeline.try_all::<Value>().await.into_iter();
+            match (results.next(), results.next()) {
                 (Some(Err(e)), _) if attempt == 0 && e.details().starts_with("NOSCRIPT") => {
                     script.load(client).await?;
                 }
+                // The pipeline as a whole failed (fred answers a timeout with one error).
+                (Some(Err(e)), None) => return Err(e),
                 (Some(reply), Some(acked)) => {
                     let reply = reply?;
                     let acked = acked?.as_i64().unwrap_or(0);
@@ -121,15 +142,31 @@ impl ReplicaWait {
         ))
     }
 
+    /// Whether completions of `slot` wait for the replicas (no short `WAIT` there since
+    /// the probe last saw them acknowledge). One atomic load.
+    pub fn waits(&self, slot: u16) -> bool {
+        !self.unacked.contains(slot)
+    }
+
     /// [`Self::run`], then a short `WAIT` counted and logged (the answer goes out
-    /// anyway): the completion script's reply.
+    /// anyway): the completion script's reply. A short `WAIT`, and a pipeline that
+    /// failed (a timeout: most often stuck behind earlier `WAIT`s, whose replies come
+    /// after their callers left), mark the slots of the key's shard (`shard`, asked only
+    /// then): its completions skip `WAIT` from now on, a failed one's retry included.
     pub async fn complete(
         &self,
         script: &Script,
         key: &str,
         args: Vec<Value>,
+        shard: impl FnOnce() -> (String, Bits),
     ) -> Result<Value, FredError> {
-        let (reply, replicated) = self.run(script, key, args).await?;
+        let (reply, replicated) = match self.run(script, key, args).await {
+            Ok(done) => done,
+            Err(e) => {
+                self.stop_waiting(shard, "the completion and its WAIT failed");
+                return Err(e);
+            }
+        };
         if let Replicated::Short { acked, wanted } = replicated {
             crate::metrics::redis_wait_short();
             tracing::warn!(
@@ -138,8 +175,51 @@ impl ReplicaWait {
                 "fewer replicas than redis.wait_replicas acknowledged a completion within \
                  redis.wait_timeout; answering anyway (stored on the primary only)"
             );
+            self.stop_waiting(shard, "a WAIT came back short");
         }
         Ok(reply)
+    }
+
+    /// Marks the slots of `shard`; logs once when they were not marked yet.
+    fn stop_waiting(&self, shard: impl FnOnce() -> (String, Bits), why: &'static str) {
+        let (name, slots) = shard();
+        if self.unacked.add(&slots) {
+            tracing::warn!(
+                shard = %name,
+                why,
+                "completions of this shard no longer wait for its replicas (counted in \
+                 idemgate_redis_wait_short_total) until they acknowledge a write again"
+            );
+        }
+    }
+
+    /// The slots whose completions skip `WAIT` now.
+    pub fn unacked(&self) -> Bits {
+        self.unacked.snapshot()
+    }
+
+    /// The probe's check of a shard in [`Self::unacked`]: a throw-away write to
+    /// `probe_key` (of `slot`: something for the replicas to acknowledge), then `WAIT`,
+    /// pipelined on the slot's `WAIT` connection. If enough replicas acknowledge within
+    /// `redis.wait_timeout`, completions of `slots` wait for them again (true, once).
+    /// Behind a queue of earlier `WAIT`s the check times out and nothing changes.
+    pub async fn acknowledged(&self, slot: u16, probe_key: &str, slots: &Bits) -> bool {
+        let pipeline = self.lanes.for_slot(slot).pipeline();
+        let wait = CustomCommand::new_static("WAIT", ClusterHash::Custom(slot), true);
+        let write: Result<(), _> =
+            (pipeline.set(probe_key, 1, Some(Expiration::PX(60_000)), None, false)).await;
+        let asked: Result<(), _> = pipeline
+            .custom(wait, vec![self.replicas, self.timeout_ms])
+            .await;
+        if write.is_err() || asked.is_err() {
+            return false;
+        }
+        let mut results = pipeline.try_all::<Value>().await.into_iter();
+        let acked = match (results.next(), results.next()) {
+            (Some(Ok(_)), Some(Ok(acked))) => acked.as_i64().unwrap_or(0),
+            _ => return false,
+        };
+        acked >= self.replicas && self.unacked.remove(slots)
     }
 
     /// Closes the connections.

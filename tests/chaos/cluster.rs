@@ -256,7 +256,7 @@ fn replica_toml(
     format!(
         "[server]\nlisten = \"{ip}:{port}\"\nadmin_listen = \"{ip}:{admin}\"\n\
          shutdown_grace = \"{grace}\"\n{server}\n\
-         [log]\nformat = \"text\"\nfilter = \"info\"\n\
+         [log]\nformat = \"text\"\nfilter = \"{filter}\"\n\
          [redis]\n{redis_lines}command_timeout = \"{ct}\"\nconnect_timeout = \"500ms\"\n\
          probe_interval = \"100ms\"\n{redis_extra}\n{sentinel}\
          {postgres}\
@@ -272,6 +272,7 @@ fn replica_toml(
         extra = opts.idempotency,
         ut = opts.upstream_timeout,
         ct = opts.command_timeout,
+        filter = std::env::var("CHAOS_LOG_FILTER").unwrap_or_else(|_| "info".into()),
     )
 }
 

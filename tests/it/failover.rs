@@ -24,17 +24,17 @@ use idemgate::store::RedisStore;
 use crate::support::holdproxy::HoldProxy;
 use crate::support::RedisServer;
 
-const LEASE: Duration = Duration::from_secs(30);
+pub(crate) const LEASE: Duration = Duration::from_secs(30);
 
 /// A primary and a replica that replicates through a hold proxy.
-struct Pair {
-    primary: RedisServer,
+pub(crate) struct Pair {
+    pub(crate) primary: RedisServer,
     replica: RedisServer,
-    link: HoldProxy,
+    pub(crate) link: HoldProxy,
 }
 
 impl Pair {
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let primary = RedisServer::start();
         let link = HoldProxy::start(([127, 0, 0, 1], primary.port).into()).await;
         let replica =
@@ -65,7 +65,7 @@ impl Pair {
     }
 }
 
-fn config(redis: &RedisServer, wait_replicas: u32) -> RedisConfig {
+pub(crate) fn config(redis: &RedisServer, wait_replicas: u32) -> RedisConfig {
     RedisConfig {
         url: redis.url(),
         wait_replicas,
@@ -75,7 +75,7 @@ fn config(redis: &RedisServer, wait_replicas: u32) -> RedisConfig {
     }
 }
 
-fn record(raw_key: &str) -> (RecordId, Fingerprint) {
+pub(crate) fn record(raw_key: &str) -> (RecordId, Fingerprint) {
     let scope = Scope::anonymous("payments", &[http::header::AUTHORIZATION], None);
     let id = RecordId::new(scope, &key::parse(raw_key.as_bytes(), 255).unwrap(), None);
     let json = HeaderValue::from_static("application/json");
@@ -86,11 +86,16 @@ fn record(raw_key: &str) -> (RecordId, Fingerprint) {
     )
 }
 
-fn response() -> Bytes {
+pub(crate) fn response() -> Bytes {
     StoredResponse::from_upstream(StatusCode::CREATED, &HeaderMap::new(), "paid".into()).encode()
 }
 
-async fn acquire(store: &RedisStore, k: &str, fp: &Fingerprint, token: &str) -> Acquired {
+pub(crate) async fn acquire(
+    store: &RedisStore,
+    k: &str,
+    fp: &Fingerprint,
+    token: &str,
+) -> Acquired {
     match store.claim(k, fp, token, LEASE, LEASE).await.unwrap() {
         Claim::Acquired(a) => a,
         other => panic!("not acquired: {other:?}"),

@@ -44,6 +44,7 @@ mod tls_postgres;
 mod tls_redis;
 mod tls_upstream;
 mod topologies;
+mod unacked_replicas;
 mod upgrade;
 mod upstream_failures;
 mod wakeups;

@@ -1,6 +1,7 @@
 //! Maintenance: the Redis breakers (tripped per shard, closed by the probe), the probe
-//! (which also keeps warmth current), the replay cache's reset when this replica's view
-//! of Redis changes, and the Postgres reaper, as background tasks.
+//! (which also keeps warmth current), the recheck of replicas that stopped acknowledging
+//! `WAIT`, the replay cache's reset when this replica's view of Redis changes, and the
+//! Postgres reaper, as background tasks.
 
 use std::time::Duration;
 
@@ -10,7 +11,8 @@ use super::Stores;
 use crate::metrics;
 
 impl Stores {
-    /// Spawns the Redis probe (breakers and warmth), the replay cache's reset on
+    /// Spawns the Redis probe (breakers and warmth), with `redis.wait_replicas` the
+    /// check of replicas that stopped acknowledging, the replay cache's reset on
     /// topology changes and, with Postgres, the reaper.
     pub fn spawn_background(&self, probe_interval: Duration, reap: Option<(Duration, usize)>) {
         let stores = self.clone();
@@ -20,6 +22,16 @@ impl Stores {
                 stores.probe().await;
             }
         });
+        if self.0.redis.waits_for_replicas() {
+            // Apart from the probe: each check may take `redis.wait_timeout`.
+            let stores = self.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(probe_interval).await;
+                    stores.0.redis.recheck_replicas().await;
+                }
+            });
+        }
         if self.0.cache.is_some() {
             let stores = self.clone();
             (self.0.redis).on_topology_change(move |what| stores.forget_replays(what));
