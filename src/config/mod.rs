@@ -244,6 +244,10 @@ pub struct RedisConfig {
     #[serde(with = "humantime_serde")]
     pub probe_interval: Duration,
     /// Replicas that must acknowledge a completion (`WAIT`) before the answer; 0: none.
+    /// Best effort: a completion they do not acknowledge within `wait_timeout` is
+    /// answered all the same (counted in `idemgate_redis_wait_short_total`), and from
+    /// then on that shard's completions do not wait for them (counted too) until a check
+    /// every `probe_interval` sees them acknowledge a write again (docs/guarantees.md).
     pub wait_replicas: u32,
     /// The longest a completion waits for them (`redis.wait_replicas` > 0).
     #[serde(with = "humantime_serde")]
