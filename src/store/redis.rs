@@ -347,23 +347,27 @@ impl RedisStore {
             self.inner.publish.into(),
         ];
         let started = Instant::now();
-        let slot = super::slots::slot(key);
         let reply: i64 = match &self.inner.replica_wait {
-            Some(w) if w.waits(slot) => w
-                .complete(&self.inner.complete, key, args, || {
-                    let shard = self.shard_of(slot);
-                    (shard.name, shard.slots)
-                })
-                .await?
-                .convert()?,
-            wait => {
-                if wait.is_some() {
+            None => {
+                (self.inner.complete)
+                    .evalsha_with_reload(self.inner.lanes.for_key(key), key, args)
+                    .await?
+            }
+            Some(w) => {
+                let slot = super::slots::slot(key);
+                if w.waits(slot) {
+                    let shard = || {
+                        let shard = self.shard_of(slot);
+                        (shard.name, shard.slots)
+                    };
+                    (w.complete(&self.inner.complete, key, args, shard).await?).convert()?
+                } else {
                     // Its shard's replicas are not acknowledging (`redis_wait`): no WAIT.
                     metrics::redis_wait_short();
+                    (self.inner.complete)
+                        .evalsha_with_reload(self.inner.lanes.for_slot(slot), key, args)
+                        .await?
                 }
-                (self.inner.complete)
-                    .evalsha_with_reload(self.inner.lanes.for_slot(slot), key, args)
-                    .await?
             }
         };
         metrics::elapsed(&self.inner.ops.complete, started);
