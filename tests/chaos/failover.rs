@@ -220,6 +220,7 @@ pub async fn cluster_resharded(name: String) -> Report {
             errors.len()
         ));
     }
+    stack.keep_logs_of(&mut report, &name);
     report
 }
 
