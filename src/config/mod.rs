@@ -372,13 +372,13 @@ pub enum LookupOnMiss {
 /// lease is valid, whatever Redis loses (a restart without persistence, a flush, an
 /// eviction, a failover that drops writes not yet replicated) or whichever replicas it is
 /// cut off from. Concurrent claims share Postgres statements, as completions do
-/// (`postgres.batch_max`): a first execution costs about 1.1x the CPU (gateway,
-/// Redis and Postgres) of one with `redis` claims, and ran at 0.76x its req/s on a busy
-/// 2-core machine (`make bench` row `first-wtclaims`). While Postgres is down, keyed
-/// requests answer 503.
+/// (`postgres.batch_max`): in the latest quiet `make bench` (BENCHMARKS.md) a first
+/// execution ran at 1.02x the req/s of one with `redis` claims, which look the key up
+/// in Postgres instead (rows `first-wtclaims` and `first-redisclaims`; 0.76x to 0.88x
+/// in earlier runs on a busy machine). While Postgres is down, keyed requests answer 503.
 ///
-/// `redis` keeps claims in Redis only (the old default, CHANGELOG.md): faster first
-/// executions, and keyed requests go on while Postgres is down, but a key in flight when
+/// `redis` keeps claims in Redis only (the old default, CHANGELOG.md): keyed requests go
+/// on while Postgres is down, but a key in flight when
 /// Redis loses its claim can run a second time if it is retried before the first
 /// execution completes (docs/guarantees.md, "Guarantees, and the window of each mode").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
