@@ -154,6 +154,7 @@ async fn settle(
     first: Response,
 ) -> (Outcome, Response, Settled) {
     let (record, scope, lease_fingerprint) = (lease.record(), lease.scope(), lease.fingerprint());
+    let view = lease.view();
     // Encoded once: Redis, Postgres and the replay cache all keep this encoding.
     let encoded = stored.encoded();
     match lease
@@ -162,11 +163,14 @@ async fn settle(
     {
         Ok(Completion::Stored) => {
             route.metrics.stored_bytes(encoded.bytes.len());
+            // Not if this replica's view of Redis changed since the claim (a breaker
+            // that closed, a failover): the tier that now answers may hold another.
             (app.stores).remember_encoded(
                 record,
                 lease_fingerprint,
                 encoded,
                 route.policy.settings.ttl,
+                view,
             );
         }
         Ok(Completion::LeaseLost) => {

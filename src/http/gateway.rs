@@ -212,6 +212,9 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
         true => Kept::Request(KeptRequest::new(&parts, &body, peer.ip()).encode()),
         false => Kept::Nothing,
     };
+    // What the tiers answer is cached only if this replica's view of them holds
+    // until then (see `Stores::replay_view`).
+    let view = app.stores.replay_view();
     let claimed = (app.stores).claim(&route, scope, record, &fingerprint, kept.clone());
     let claim = match claimed.await {
         Ok(Claim::InFlight { remaining }) if policy.settings.in_flight == InFlightPolicy::Wait => {
@@ -265,7 +268,7 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
         }) => {
             let replay = response.replay(policy.settings.replay_set_cookie);
             app.stores
-                .remember(record, fingerprint, &response, remaining);
+                .remember(record, fingerprint, &response, remaining, view);
             (Outcome::Replayed, replay)
         }
         Ok(Claim::InFlight { remaining }) => (

@@ -28,6 +28,9 @@ pub struct Held {
     pub(crate) fingerprint: Fingerprint,
     /// Grows with every acquisition of this key; forwarded as `Idempotency-Fencing-Token`.
     pub(crate) fence: i64,
+    /// The replay cache's view when the claim started: the completed response is
+    /// cached only if it has not changed since ([`Stores::replay_view`]).
+    pub(crate) view: u64,
     /// When this replica took the lease (just after the claim answered).
     pub(crate) claimed_at: Instant,
     /// Milliseconds after `claimed_at` at which the lease runs out, as far as this
@@ -54,6 +57,11 @@ impl Held {
 
     pub fn fence(&self) -> i64 {
         self.fence
+    }
+
+    /// The replay cache's view when the claim started.
+    pub fn view(&self) -> u64 {
+        self.view
     }
 
     /// Pushes the lease out by `lease` (the heartbeat); false if it is not ours any more.

@@ -9,7 +9,14 @@
 //! (invalidations are published to every replica). Entries are weighed by their
 //! stored size, up to `replay_cache.max_bytes`, and hold a compact copy of the response
 //! (never a slice of a connection's read buffer), so that weight is what they occupy.
+//!
+//! Every [`ReplayCache::clear`] starts a new *view* (a failover, a breaker that opened
+//! or closed, a missed invalidation): a record seen before it, in another view of the
+//! tiers, is not cached after it ([`ReplayCache::view`], checked on insert). A response a
+//! replica completed in Postgres while its breaker was open would otherwise stay cached
+//! past the heal, though Redis, the authority again, holds another one.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -48,6 +55,8 @@ impl Weighter<[u8; 32], Arc<Entry>> for BySize {
 pub struct ReplayCache {
     cache: Cache<[u8; 32], Arc<Entry>, BySize>,
     max_age: Duration,
+    /// Advanced by every `clear`.
+    view: AtomicU64,
 }
 
 impl ReplayCache {
@@ -56,7 +65,14 @@ impl ReplayCache {
         (max_bytes > 0).then(|| Self {
             cache: Cache::with_weighter((max_bytes / 1024).max(16) as usize, max_bytes, BySize),
             max_age,
+            view: AtomicU64::new(0),
         })
+    }
+
+    /// The current view: take it before asking a tier, and insert what the tier
+    /// answered with it.
+    pub fn view(&self) -> u64 {
+        self.view.load(Ordering::SeqCst)
     }
 
     /// The unexpired entry for `record`.
@@ -69,15 +85,26 @@ impl ReplayCache {
         Some(entry)
     }
 
-    /// Caches a compact copy of a completed record that has `remaining` left to live.
+    /// Caches a compact copy of a completed record that has `remaining` left to live,
+    /// read from a tier in view `seen_in` (nothing if the cache was cleared since).
     pub fn insert(
         &self,
         record: RecordId,
         fingerprint: Fingerprint,
         response: &StoredResponse,
         remaining: Duration,
+        seen_in: u64,
     ) {
-        self.insert_compact(record, fingerprint, response.compacted(), remaining);
+        if self.view() != seen_in {
+            return;
+        }
+        self.insert_compact(
+            record,
+            fingerprint,
+            response.compacted(),
+            remaining,
+            seen_in,
+        );
     }
 
     /// [`ReplayCache::insert`] of a copy that is already compact ([`crate::idempotency::Encoded`]).
@@ -87,13 +114,22 @@ impl ReplayCache {
         fingerprint: Fingerprint,
         response: StoredResponse,
         remaining: Duration,
+        seen_in: u64,
     ) {
+        if self.view() != seen_in {
+            return;
+        }
         let entry = Entry {
             fingerprint,
             response,
             expires: Instant::now() + remaining.min(self.max_age),
         };
         self.cache.insert(*record.as_bytes(), Arc::new(entry));
+        // A clear that ran meanwhile may have missed it: `clear` advances the view
+        // before it empties the cache, so one of the two removes the entry.
+        if self.view() != seen_in {
+            self.cache.remove(record.as_bytes());
+        }
     }
 
     /// Forgets `record` (an admin invalidation).
@@ -101,9 +137,11 @@ impl ReplayCache {
         self.cache.remove(record.as_bytes());
     }
 
-    /// Forgets everything: invalidations may have been missed (the subscription that
-    /// carries them reconnected, or fell behind).
+    /// Forgets everything and starts a new view: invalidations may have been missed
+    /// (the subscription that carries them reconnected, or fell behind), or the tier
+    /// answering replays changed (a failover, a breaker).
     pub fn clear(&self) {
+        self.view.fetch_add(1, Ordering::SeqCst);
         self.cache.clear();
     }
 
@@ -145,8 +183,15 @@ mod tests {
             fp(),
             &response(b"a"),
             Duration::from_secs(3600),
+            0,
         );
-        cache.insert(record("b"), fp(), &response(b"b"), Duration::from_millis(1));
+        cache.insert(
+            record("b"),
+            fp(),
+            &response(b"b"),
+            Duration::from_millis(1),
+            0,
+        );
         assert_eq!(cache.get(record("a")).unwrap().response.body, "a");
         std::thread::sleep(Duration::from_millis(5));
         assert!(cache.get(record("b")).is_none(), "expired with its record");
@@ -165,6 +210,7 @@ mod tests {
                 fp(),
                 &response(&BODY),
                 Duration::from_secs(60),
+                0,
             );
         }
         assert!(cache.weight() <= 64 * 1024, "weight {}", cache.weight());
@@ -204,7 +250,7 @@ mod tests {
         assert!(!freed.load(std::sync::atomic::Ordering::SeqCst));
 
         let cache = ReplayCache::new(1 << 20, Duration::from_secs(60)).unwrap();
-        cache.insert(record("a"), fp(), &stored, Duration::from_secs(60));
+        cache.insert(record("a"), fp(), &stored, Duration::from_secs(60), 0);
         drop(stored);
         assert!(
             freed.load(std::sync::atomic::Ordering::SeqCst),
@@ -214,5 +260,20 @@ mod tests {
         assert_eq!(entry.response.body, "{\"a\"}");
         assert_eq!(entry.response.headers[0].1, "req_1");
         assert!(cache.weight() < 1024, "weight {}", cache.weight());
+    }
+
+    #[test]
+    fn a_record_seen_before_a_clear_is_not_cached_after_it() {
+        let cache = ReplayCache::new(1 << 20, Duration::from_secs(60)).unwrap();
+        let before = cache.view();
+        cache.clear();
+        let ttl = Duration::from_secs(60);
+        cache.insert(record("old"), fp(), &response(b"old"), ttl, before);
+        assert!(
+            cache.get(record("old")).is_none(),
+            "seen in the view before"
+        );
+        cache.insert(record("new"), fp(), &response(b"new"), ttl, cache.view());
+        assert_eq!(cache.get(record("new")).unwrap().response.body, "new");
     }
 }

@@ -37,6 +37,7 @@ mod sentinel_partition;
 mod settle;
 mod settle_lease;
 mod shard_warmth;
+mod split_authority;
 mod tenancy;
 mod thread_per_core;
 mod tier_edges;

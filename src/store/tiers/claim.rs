@@ -63,6 +63,7 @@ impl Stores {
         kept: Kept,
     ) -> Result<Claim<Lease>, StoreError> {
         let ask = Ask {
+            view: self.replay_view(),
             redis_key: self.0.redis.record_key(record),
             token: uuid::Uuid::new_v4().simple().to_string(),
             scope,
@@ -158,6 +159,7 @@ impl Stores {
             record: ask.record,
             fingerprint: ask.fingerprint,
             fence,
+            view: ask.view,
             claimed_at: std::time::Instant::now(),
             runs_out_ms: u64::try_from(route.policy.settings.lock_ttl.as_millis())
                 .unwrap_or(u64::MAX)
@@ -472,6 +474,8 @@ impl Stores {
 
 /// What a claim is about, before any store holds anything for it.
 struct Ask {
+    /// The replay cache's view when the claim started ([`Stores::replay_view`]).
+    view: u64,
     redis_key: String,
     token: String,
     scope: Scope,
