@@ -95,6 +95,7 @@ impl ReplayCache {
         remaining: Duration,
         seen_in: u64,
     ) {
+        // Checked here too, so that a stale record is not even copied.
         if self.view() != seen_in {
             return;
         }

@@ -54,17 +54,6 @@ fn keys_by_primary(
     keys
 }
 
-/// Whether some breaker is open (`idemgate_redis_up 0`).
-async fn breaker_open(app: &TestApp) -> bool {
-    let metrics = reqwest::get(format!("http://{}/metrics", app.admin))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    metrics.lines().any(|l| l == "idemgate_redis_up 0")
-}
-
 /// Pauses `primary` and sends claims of `keys` (its keys) until a breaker opens (each
 /// one 503); how many it sent. Panics after 10 s.
 async fn pause_until_open(
@@ -76,7 +65,7 @@ async fn pause_until_open(
     tokio::task::block_in_place(|| cluster.pause(primary));
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut sent = 0;
-    while !breaker_open(app).await {
+    while !app.breaker_open().await {
         assert!(Instant::now() < deadline, "the breaker did not open");
         let r = app.post(&keys[sent % keys.len()], "{}");
         let t = Instant::now();

@@ -10,12 +10,6 @@ use std::time::{Duration, Instant};
 
 use crate::support::{config, read, HoldProxy, MockUpstream, PgServer, RedisServer, TestApp};
 
-/// Whether some breaker is open (`idemgate_redis_up 0`).
-async fn breaker_open(app: &TestApp) -> bool {
-    let metrics = app.metrics().await;
-    metrics.lines().any(|l| l == "idemgate_redis_up 0")
-}
-
 /// A gateway with `claims = "redis"` and the replay cache on, reaching Redis at `redis`.
 async fn gateway(redis: &str, pg: &PgServer, upstream: &MockUpstream) -> TestApp {
     let section = pg.section("claims = \"redis\"");
@@ -39,7 +33,7 @@ async fn replicas_agree_after_the_heal_on_a_key_both_tiers_ran() {
     proxy.hold(true);
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut n = 0;
-    while !breaker_open(&cut_off).await {
+    while !cut_off.breaker_open().await {
         assert!(Instant::now() < deadline, "the breaker did not open");
         let trip = cut_off.post(&format!("trip-{n}"), "{}");
         let _ = trip.timeout(Duration::from_secs(5)).send().await;
@@ -59,7 +53,7 @@ async fn replicas_agree_after_the_heal_on_a_key_both_tiers_ran() {
     // Redis again (its replay cache starts over).
     proxy.hold(false);
     let healed = Instant::now();
-    while breaker_open(&cut_off).await {
+    while cut_off.breaker_open().await {
         assert!(
             healed.elapsed() < Duration::from_secs(3),
             "the breaker did not close before the executions answered"

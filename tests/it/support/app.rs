@@ -66,6 +66,14 @@ impl TestApp {
         response.text().await.unwrap()
     }
 
+    /// Whether some shard's Redis breaker is open (`idemgate_redis_up 0`).
+    pub async fn breaker_open(&self) -> bool {
+        self.metrics()
+            .await
+            .lines()
+            .any(|l| l == "idemgate_redis_up 0")
+    }
+
     /// `GET /readyz` on the admin listener.
     pub async fn readyz(&self) -> reqwest::Response {
         let url = format!("http://{}/readyz", self.admin);
