@@ -1,0 +1,533 @@
+//! The architecture rules of `ARCHITECTURE.md`, checked on the source with no server:
+//! every module of `src/` uses only the modules its line of "Dependencies" allows, no
+//! two files import each other, and no function in `src/` is longer than 80 lines.
+//!
+//! The checker reads the source as text: comments and string literals are blanked, then
+//! every `crate::…` and `super::…` path (brace groups expanded) is a use of the module
+//! it names. A use of a folder's own `mod.rs` from inside the folder (its error type,
+//! say) is always allowed, and so is a `mod.rs` re-exporting its own files.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// The longest a function in `src/` may be, in lines from `fn` to its closing brace.
+const LONGEST_FUNCTION: usize = 80;
+
+/// Functions allowed past [`LONGEST_FUNCTION`], with the reason (file, function).
+const LONG_FUNCTIONS: &[(&str, &str)] = &[];
+
+type ModPath = Vec<String>;
+
+/// One line of ARCHITECTURE.md's "Dependencies": `subject` may use `allowed`.
+#[derive(Debug)]
+struct Rule {
+    subject: ModPath,
+    allowed: Vec<ModPath>,
+}
+
+fn path(text: &str) -> ModPath {
+    text.split("::").map(str::to_owned).collect()
+}
+
+/// The rules: lines `` - `a::b` → `x`, `y::z` `` (or `→ nothing`) under the heading
+/// `## Dependencies`.
+fn rules(architecture: &str) -> Vec<Rule> {
+    let mut rules = Vec::new();
+    let mut inside = false;
+    for line in architecture.lines() {
+        if line.starts_with("## ") {
+            inside = line.trim() == "## Dependencies";
+            continue;
+        }
+        let Some(rest) = line.strip_prefix("- `").filter(|_| inside) else {
+            continue;
+        };
+        let Some((subject, allowed)) = rest.split_once("` →") else {
+            continue;
+        };
+        let allowed = (allowed.split(','))
+            .filter_map(|a| a.trim().strip_prefix('`')?.split('`').next())
+            .map(path)
+            .collect();
+        rules.push(Rule {
+            subject: path(subject),
+            allowed,
+        });
+    }
+    rules
+}
+
+/// Every module file of the library (not `main.rs` or `src/bin/`), by module path, with
+/// its comments and string literals blanked.
+fn modules(src: &Path) -> BTreeMap<ModPath, String> {
+    let mut found = BTreeMap::new();
+    let mut dirs = vec![src.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let file = entry.path();
+            let rel = file
+                .strip_prefix(src)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            if file.is_dir() {
+                if rel != "bin" {
+                    dirs.push(file);
+                }
+                continue;
+            }
+            let Some(stem) = rel.strip_suffix(".rs") else {
+                continue;
+            };
+            if stem == "main" {
+                continue;
+            }
+            let mut module: ModPath = stem.split('/').map(str::to_owned).collect();
+            if matches!(module.last().map(String::as_str), Some("mod" | "lib")) {
+                module.pop();
+            }
+            found.insert(module, code_only(&std::fs::read_to_string(&file).unwrap()));
+        }
+    }
+    found
+}
+
+/// `text` with comments, string and char literals replaced by spaces (lines kept).
+fn code_only(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    let blank = |out: &mut String, from: &[char]| {
+        out.extend(from.iter().map(|&c| if c == '\n' { '\n' } else { ' ' }))
+    };
+    while i < chars.len() {
+        let rest = &chars[i..];
+        let end = if rest.starts_with(&['/', '/']) {
+            rest.iter().position(|&c| c == '\n').unwrap_or(rest.len())
+        } else if rest.starts_with(&['/', '*']) {
+            (2..rest.len())
+                .find(|&k| rest[k - 1] == '*' && rest[k] == '/')
+                .map_or(rest.len(), |k| k + 1)
+        } else if rest[0] == '"' || (rest[0] == 'r' && matches!(rest.get(1), Some('"' | '#'))) {
+            string_end(rest)
+        } else if rest[0] == '\'' && rest.get(1) == Some(&'\\') {
+            (2..rest.len())
+                .find(|&k| rest[k] == '\'')
+                .map_or(1, |k| k + 1)
+        } else if rest[0] == '\'' && rest.get(2) == Some(&'\'') {
+            3
+        } else {
+            out.push(rest[0]);
+            i += 1;
+            continue;
+        };
+        blank(&mut out, &rest[..end]);
+        i += end;
+    }
+    out
+}
+
+/// The length of the (raw) string literal at the start of `rest`.
+fn string_end(rest: &[char]) -> usize {
+    if rest[0] == '"' {
+        let mut k = 1;
+        while k < rest.len() && rest[k] != '"' {
+            k += if rest[k] == '\\' { 2 } else { 1 };
+        }
+        return (k + 1).min(rest.len());
+    }
+    let hashes = rest[1..].iter().take_while(|&&c| c == '#').count();
+    if rest.get(1 + hashes) != Some(&'"') {
+        return 1; // an identifier starting with r
+    }
+    let close: Vec<char> = std::iter::once('"')
+        .chain(std::iter::repeat('#').take(hashes))
+        .collect();
+    (2 + hashes..rest.len())
+        .find(|&k| rest[k..].starts_with(&close))
+        .map_or(rest.len(), |k| k + close.len())
+}
+
+/// The module paths `code` of `module` names through `crate::` or `super::`.
+fn references(module: &[String], code: &str) -> Vec<ModPath> {
+    let mut found = Vec::new();
+    let bytes = code.as_bytes();
+    let mut i = 0;
+    while i < code.len() {
+        let word_start = i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_');
+        let base: Option<(ModPath, usize)> = if !word_start {
+            None
+        } else if code[i..].starts_with("crate::") {
+            Some((Vec::new(), i + 7))
+        } else if code[i..].starts_with("super::") {
+            let mut base = module.to_vec();
+            let mut at = i;
+            while code[at..].starts_with("super::") {
+                base.pop();
+                at += 7;
+            }
+            Some((base, at))
+        } else {
+            None
+        };
+        match base {
+            Some((base, at)) => {
+                let (paths, end) = expand(&code[at..]);
+                found.extend(paths.into_iter().map(|p| [base.clone(), p].concat()));
+                i = at + end.max(1);
+            }
+            None => i += 1,
+        }
+    }
+    found
+}
+
+/// The paths of a `use` tree at the start of `text` (`a::b::C`, `a::{b, c::D}`) and how
+/// many bytes it spans.
+fn expand(text: &str) -> (Vec<ModPath>, usize) {
+    let mut prefix = ModPath::new();
+    let mut i = 0;
+    let bytes = text.as_bytes();
+    loop {
+        while i < text.len() && bytes[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i < text.len() && bytes[i] == b'{' {
+            let mut paths = Vec::new();
+            i += 1;
+            loop {
+                let (inner, used) = expand(&text[i..]);
+                paths.extend(inner.into_iter().map(|p| [prefix.clone(), p].concat()));
+                i += used;
+                while i < text.len() && (bytes[i].is_ascii_whitespace() || bytes[i] == b',') {
+                    i += 1;
+                }
+                if i >= text.len() || bytes[i] == b'}' {
+                    return (paths, i + 1);
+                }
+            }
+        }
+        let start = i;
+        while i < text.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+            i += 1;
+        }
+        if start == i {
+            return (vec![prefix], i);
+        }
+        let segment = &text[start..i];
+        if !matches!(segment, "self") {
+            prefix.push(segment.to_owned());
+        }
+        if text[i..].starts_with("::") {
+            i += 2;
+        } else {
+            return (vec![prefix], i);
+        }
+    }
+}
+
+/// The module file `reference` lands in: its longest prefix that is a module.
+fn resolve<'a>(modules: &'a BTreeMap<ModPath, String>, reference: &[String]) -> &'a ModPath {
+    (0..=reference.len())
+        .rev()
+        .find_map(|n| modules.get_key_value(&reference[..n]).map(|(k, _)| k))
+        .expect("the crate root is a module")
+}
+
+/// Every use against the rules, as `module uses path (allowed: ...)`.
+fn forbidden_uses(rules: &[Rule], modules: &BTreeMap<ModPath, String>) -> Vec<String> {
+    let mut wrong = BTreeSet::new();
+    for (module, code) in modules {
+        let Some(rule) = (rules.iter())
+            .filter(|r| module.starts_with(&r.subject))
+            .max_by_key(|r| r.subject.len())
+        else {
+            continue;
+        };
+        for reference in references(module, code) {
+            let target = resolve(modules, &reference);
+            let inside = reference.starts_with(&rule.subject);
+            let ancestor = !target.is_empty() && module.starts_with(target);
+            let allowed = rule.allowed.iter().any(|a| reference.starts_with(a));
+            if !(inside || ancestor || allowed || target.is_empty()) {
+                wrong.insert(format!(
+                    "{} uses {} (its rule allows: {})",
+                    module.join("::"),
+                    reference.join("::"),
+                    describe(&rule.allowed)
+                ));
+            }
+        }
+    }
+    wrong.into_iter().collect()
+}
+
+fn describe(allowed: &[ModPath]) -> String {
+    if allowed.is_empty() {
+        return "nothing".into();
+    }
+    allowed
+        .iter()
+        .map(|a| a.join("::"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Pairs of files that use each other, apart from a folder's `mod.rs` and its own files.
+fn mutual_imports(modules: &BTreeMap<ModPath, String>) -> Vec<String> {
+    let mut edges: BTreeSet<(ModPath, ModPath)> = BTreeSet::new();
+    for (module, code) in modules {
+        for reference in references(module, code) {
+            let target = resolve(modules, &reference).clone();
+            if &target != module {
+                edges.insert((module.clone(), target));
+            }
+        }
+    }
+    let related = |a: &ModPath, b: &ModPath| a.starts_with(b) || b.starts_with(a);
+    (edges.iter())
+        .filter(|(a, b)| a < b && !related(a, b) && edges.contains(&(b.clone(), a.clone())))
+        .map(|(a, b)| format!("{} <-> {}", a.join("::"), b.join("::")))
+        .collect()
+}
+
+/// Functions longer than `limit` lines in `text`, as `(name, lines)`.
+fn long_functions(text: &str, limit: usize) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut long = Vec::new();
+    for (start, line) in lines.iter().enumerate() {
+        let Some((indent, name)) = function_start(line) else {
+            continue;
+        };
+        let Some(open) = (start..lines.len()).find(|&k| {
+            let l = lines[k].trim_end();
+            l.ends_with('{') || l.ends_with(';')
+        }) else {
+            continue;
+        };
+        if !lines[open].trim_end().ends_with('{') {
+            continue; // a declaration without a body
+        }
+        let close = format!("{indent}}}");
+        let end = (open..lines.len()).find(|&k| lines[k] == close);
+        let length = end.map_or(lines.len() - start, |end| end - start + 1);
+        if length > limit {
+            long.push((name, length));
+        }
+    }
+    long
+}
+
+/// `(indentation, name)` when `line` starts a function.
+fn function_start(line: &str) -> Option<(&str, String)> {
+    let code = line.trim_start();
+    let indent = &line[..line.len() - code.len()];
+    let mut words = code.split_whitespace().peekable();
+    while let Some(&word) = words.peek() {
+        let qualifier = word.starts_with("pub") || matches!(word, "async" | "const" | "unsafe");
+        if !qualifier {
+            break;
+        }
+        words.next();
+    }
+    if words.next()? != "fn" {
+        return None;
+    }
+    let name: String = (words.next()?.chars())
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    Some((indent, name))
+}
+
+fn architecture() -> String {
+    std::fs::read_to_string(Path::new(ROOT).join("ARCHITECTURE.md")).unwrap()
+}
+
+#[test]
+fn every_top_level_module_has_a_dependency_rule() {
+    let rules = rules(&architecture());
+    let modules = modules(&Path::new(ROOT).join("src"));
+    let tops: BTreeSet<&String> = modules.keys().filter_map(|m| m.first()).collect();
+    let missing: Vec<&&String> = (tops.iter())
+        .filter(|top| !rules.iter().any(|r| r.subject == [top.to_string()]))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "modules without a line in ARCHITECTURE.md's Dependencies: {missing:?}"
+    );
+}
+
+/// A cycle among the top-level modules the rules allow, if any (`a → b → a`).
+fn cycle(rules: &[Rule]) -> Option<Vec<String>> {
+    let next = |m: &str| -> Vec<String> {
+        (rules.iter())
+            .filter(|r| r.subject.len() == 1 && r.subject[0] == m)
+            .flat_map(|r| r.allowed.iter().map(|a| a[0].clone()))
+            .filter(|a| a != m)
+            .collect()
+    };
+    fn visit(m: &str, trail: &mut Vec<String>, next: &dyn Fn(&str) -> Vec<String>) -> bool {
+        if trail.iter().any(|t| t == m) {
+            trail.push(m.to_owned());
+            return true;
+        }
+        trail.push(m.to_owned());
+        if next(m).iter().any(|n| visit(n, trail, next)) {
+            return true;
+        }
+        trail.pop();
+        false
+    }
+    rules.iter().find_map(|r| {
+        let mut trail = Vec::new();
+        visit(&r.subject[0], &mut trail, &next).then_some(trail)
+    })
+}
+
+#[test]
+fn the_allowed_directions_have_no_cycle() {
+    let rules = rules(&architecture());
+    assert_eq!(
+        cycle(&rules),
+        None,
+        "ARCHITECTURE.md's Dependencies allow a cycle"
+    );
+}
+
+#[test]
+fn modules_use_only_what_architecture_md_allows() {
+    let rules = rules(&architecture());
+    let wrong = forbidden_uses(&rules, &modules(&Path::new(ROOT).join("src")));
+    assert!(
+        wrong.is_empty(),
+        "uses against ARCHITECTURE.md's Dependencies:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn no_two_files_import_each_other() {
+    let mutual = mutual_imports(&modules(&Path::new(ROOT).join("src")));
+    assert!(
+        mutual.is_empty(),
+        "files that import each other:\n{}",
+        mutual.join("\n")
+    );
+}
+
+#[test]
+fn no_function_in_src_is_longer_than_80_lines() {
+    let src = Path::new(ROOT).join("src");
+    let mut long = Vec::new();
+    let mut dirs = vec![src.clone()];
+    while let Some(dir) = dirs.pop() {
+        for file in std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()) {
+            if file.is_dir() {
+                dirs.push(file);
+                continue;
+            }
+            let rel = file
+                .strip_prefix(ROOT)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let text = std::fs::read_to_string(&file).unwrap();
+            for (name, lines) in long_functions(&text, LONGEST_FUNCTION) {
+                if !LONG_FUNCTIONS.contains(&(rel.as_str(), name.as_str())) {
+                    long.push(format!("{rel}: {name} has {lines} lines"));
+                }
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over 80 lines:\n{}",
+        long.join("\n")
+    );
+}
+
+// The checker itself, on made-up sources: each rule fails when broken.
+
+fn made_up(files: &[(&str, &str)]) -> BTreeMap<ModPath, String> {
+    (files.iter())
+        .map(|(m, code)| {
+            let module = if m.is_empty() { vec![] } else { path(m) };
+            (module, code_only(code))
+        })
+        .collect()
+}
+
+const MADE_UP_RULES: &str = "## Dependencies\n\
+    - `config` → nothing\n\
+    - `store` → `config`, `idempotency::key`\n\
+    - `idempotency` → `config`\n\
+    ## Next\n";
+
+#[test]
+fn a_forbidden_use_is_reported() {
+    let rules = rules(MADE_UP_RULES);
+    let modules = made_up(&[
+        ("", "pub mod config; pub mod store;"),
+        (
+            "config",
+            "use crate::store::StoreError; // crate::http in a comment",
+        ),
+        (
+            "store",
+            "use crate::{config::Config, idempotency::{key::Key, scope}};",
+        ),
+        (
+            "store::redis",
+            "use super::StoreError; let s = \"crate::http\";",
+        ),
+        ("idempotency", ""),
+        ("idempotency::key", ""),
+        ("idempotency::scope", ""),
+    ]);
+    assert_eq!(
+        forbidden_uses(&rules, &modules),
+        [
+            "config uses store::StoreError (its rule allows: nothing)",
+            "store uses idempotency::scope (its rule allows: config, idempotency::key)",
+        ]
+    );
+}
+
+#[test]
+fn a_cycle_in_the_rules_is_reported() {
+    let looped = MADE_UP_RULES.replace("`config` → nothing", "`config` → `store`");
+    assert_eq!(
+        cycle(&rules(&looped)),
+        Some(vec!["config".into(), "store".into(), "config".into()])
+    );
+    assert_eq!(cycle(&rules(MADE_UP_RULES)), None);
+}
+
+#[test]
+fn files_importing_each_other_are_reported() {
+    let modules = made_up(&[
+        ("", ""),
+        (
+            "store",
+            "pub use self::lease::Lease; pub struct StoreError;",
+        ),
+        (
+            "store::lease",
+            "use super::StoreError; use super::heartbeat::beat;",
+        ),
+        ("store::heartbeat", "use crate::store::lease::Lease;"),
+    ]);
+    assert_eq!(
+        mutual_imports(&modules),
+        ["store::heartbeat <-> store::lease"]
+    );
+}
+
+#[test]
+fn a_long_function_is_reported() {
+    let body = "    let x = 1;\n".repeat(81);
+    let text = format!("pub(crate) async fn long() {{\n{body}}}\nfn short() {{\n}}\n");
+    assert_eq!(long_functions(&text, 80), [("long".to_string(), 83)]);
+}
