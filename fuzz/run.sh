@@ -26,8 +26,10 @@ if command -v rustup >/dev/null 2>&1; then cargo=(cargo "+$toolchain"); fi
 if [ "$toolchain" != nightly ] && [[ $toolchain != nightly-* ]]; then export RUSTC_BOOTSTRAP=1; fi
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
-  echo "fuzz: installing cargo-fuzz" >&2
+  echo "fuzz: installing cargo-fuzz 0.13.2 (once per machine)" >&2
+  start=$(date +%s)
   cargo install cargo-fuzz --locked --version 0.13.2
+  echo "fuzz: cargo-fuzz installed in $(( $(date +%s) - start ))s" >&2
 fi
 
 targets=("$@")
