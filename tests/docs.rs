@@ -46,6 +46,7 @@ fn the_documents_include_the_readme_and_the_docs_pages() {
         "docs/operations.md",
         "docs/runbooks.md",
         "docs/metrics.md",
+        "docs/redis.md",
         "docs/history/reliability.md",
         "docs/history/benchmarks.md",
         "docs/guarantees.md",
