@@ -15,7 +15,11 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// `docs/` and in `docs/history/`.
 fn documents(root: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
-    for dir in [root.to_path_buf(), root.join("docs"), root.join("docs/history")] {
+    for dir in [
+        root.to_path_buf(),
+        root.join("docs"),
+        root.join("docs/history"),
+    ] {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
