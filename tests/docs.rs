@@ -248,6 +248,84 @@ fn the_link_check_finds_a_missing_file_and_a_missing_heading() {
     );
 }
 
+/// Where `text` cites a tracker the repository does not hold ("issue 12", "issues
+/// 22-24", "issue #22", "PR #22"): the lines of its prose that do.
+fn tracker_citations(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for line in prose(text) {
+        let lower = line.to_lowercase();
+        let cites = [
+            "issue ",
+            "issues ",
+            "issue #",
+            "issues #",
+            "pr #",
+            "pull request #",
+        ]
+        .iter()
+        .any(|word| {
+            (lower.match_indices(word)).any(|(at, _)| {
+                let rest = &lower[at + word.len()..];
+                rest.starts_with(|c: char| c.is_ascii_digit())
+            })
+        });
+        if cites {
+            found.push(line.trim().to_string());
+        }
+    }
+    found
+}
+
+/// No document cites an issue number: a reader of the repository cannot see the
+/// tracker, so a document says what changed instead. The changelog's upgrade notes keep
+/// theirs; docs/configuration.md is generated from the doc comments of `src/config`.
+#[test]
+fn no_document_cites_a_tracker_number() {
+    let root = Path::new(ROOT);
+    let mut found = Vec::new();
+    for file in documents(root) {
+        if file.ends_with("CHANGELOG.md") || file.ends_with("docs/configuration.md") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let shown = file.strip_prefix(root).unwrap().display().to_string();
+        found.extend(
+            tracker_citations(&text)
+                .into_iter()
+                .map(|c| format!("{shown}: {c}")),
+        );
+    }
+    assert!(found.is_empty(), "tracker numbers:\n{}", found.join("\n"));
+}
+
+/// The citation check finds "issue 12", "Issues 22-24" and "PR #22", and leaves
+/// execution numbers ("exec #454"), anchors and code spans alone.
+#[test]
+fn the_tracker_check_finds_issue_numbers() {
+    let text = "a (issue 12) b\nIssues 22-24 c\nsee PR #22\nexec #454 and [x](#5-a) `issue 9`\n";
+    assert_eq!(
+        tracker_citations(text),
+        ["a (issue 12) b", "Issues 22-24 c", "see PR #22"]
+    );
+}
+
+/// RELIABILITY.md and BENCHMARKS.md open with the current run's table (in their first
+/// 40 lines) and stay under 400 lines; earlier runs live in docs/history/.
+#[test]
+fn the_measurement_documents_open_with_their_table() {
+    let root = Path::new(ROOT);
+    for doc in ["RELIABILITY.md", "BENCHMARKS.md"] {
+        let text = std::fs::read_to_string(root.join(doc)).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines.len() < 400, "{doc} has {} lines", lines.len());
+        let table = lines.iter().position(|l| l.starts_with("|---"));
+        assert!(
+            table.is_some_and(|at| at < 40),
+            "{doc}: no table in the first 40 lines (first at {table:?})"
+        );
+    }
+}
+
 /// `(alert, runbook_url)` of every rule in alerts.yml.
 fn alerts(yml: &str) -> Vec<(String, Option<String>)> {
     let mut out: Vec<(String, Option<String>)> = Vec::new();
