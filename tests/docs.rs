@@ -1,8 +1,8 @@
 //! Checks on the documentation, with no server: every relative Markdown link of the
 //! documents resolves (the file exists; an anchor names a heading of the file), every
-//! alert of `deploy/prometheus/alerts.yml` has a runbook entry in `docs/operations.md`
+//! alert of `deploy/prometheus/alerts.yml` has a runbook entry in `docs/runbooks.md`
 //! and a `runbook_url` annotation pointing at it, every metric the gateway exports is
-//! in the metrics table of `docs/operations.md`, and every complete configuration
+//! in the metrics table of `docs/metrics.md`, and every complete configuration
 //! shown in the documents (a TOML block with a `[[routes]]` table) is one the schema
 //! accepts.
 
@@ -11,11 +11,15 @@ use std::path::{Path, PathBuf};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// The documents whose links are checked: every Markdown file at the top level and in
-/// `docs/`.
+/// The documents whose links are checked: every Markdown file at the top level, in
+/// `docs/` and in `docs/history/`.
 fn documents(root: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
-    for dir in [root.to_path_buf(), root.join("docs")] {
+    for dir in [
+        root.to_path_buf(),
+        root.join("docs"),
+        root.join("docs/history"),
+    ] {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
@@ -44,6 +48,11 @@ fn the_documents_include_the_readme_and_the_docs_pages() {
         "docs/configuration.md",
         "docs/http.md",
         "docs/operations.md",
+        "docs/runbooks.md",
+        "docs/metrics.md",
+        "docs/redis.md",
+        "docs/history/reliability.md",
+        "docs/history/benchmarks.md",
         "docs/guarantees.md",
         "docs/security.md",
         "docs/encryption.md",
@@ -239,6 +248,84 @@ fn the_link_check_finds_a_missing_file_and_a_missing_heading() {
     );
 }
 
+/// Where `text` cites a tracker the repository does not hold ("issue 12", "issues
+/// 22-24", "issue #22", "PR #22"): the lines of its prose that do.
+fn tracker_citations(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for line in prose(text) {
+        let lower = line.to_lowercase();
+        let cites = [
+            "issue ",
+            "issues ",
+            "issue #",
+            "issues #",
+            "pr #",
+            "pull request #",
+        ]
+        .iter()
+        .any(|word| {
+            (lower.match_indices(word)).any(|(at, _)| {
+                let rest = &lower[at + word.len()..];
+                rest.starts_with(|c: char| c.is_ascii_digit())
+            })
+        });
+        if cites {
+            found.push(line.trim().to_string());
+        }
+    }
+    found
+}
+
+/// No document cites an issue number: a reader of the repository cannot see the
+/// tracker, so a document says what changed instead. The changelog's upgrade notes keep
+/// theirs; docs/configuration.md is generated from the doc comments of `src/config`.
+#[test]
+fn no_document_cites_a_tracker_number() {
+    let root = Path::new(ROOT);
+    let mut found = Vec::new();
+    for file in documents(root) {
+        if file.ends_with("CHANGELOG.md") || file.ends_with("docs/configuration.md") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let shown = file.strip_prefix(root).unwrap().display().to_string();
+        found.extend(
+            tracker_citations(&text)
+                .into_iter()
+                .map(|c| format!("{shown}: {c}")),
+        );
+    }
+    assert!(found.is_empty(), "tracker numbers:\n{}", found.join("\n"));
+}
+
+/// The citation check finds "issue 12", "Issues 22-24" and "PR #22", and leaves
+/// execution numbers ("exec #454"), anchors and code spans alone.
+#[test]
+fn the_tracker_check_finds_issue_numbers() {
+    let text = "a (issue 12) b\nIssues 22-24 c\nsee PR #22\nexec #454 and [x](#5-a) `issue 9`\n";
+    assert_eq!(
+        tracker_citations(text),
+        ["a (issue 12) b", "Issues 22-24 c", "see PR #22"]
+    );
+}
+
+/// RELIABILITY.md and BENCHMARKS.md open with the current run's table (in their first
+/// 40 lines) and stay under 400 lines; earlier runs live in docs/history/.
+#[test]
+fn the_measurement_documents_open_with_their_table() {
+    let root = Path::new(ROOT);
+    for doc in ["RELIABILITY.md", "BENCHMARKS.md"] {
+        let text = std::fs::read_to_string(root.join(doc)).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines.len() < 400, "{doc} has {} lines", lines.len());
+        let table = lines.iter().position(|l| l.starts_with("|---"));
+        assert!(
+            table.is_some_and(|at| at < 40),
+            "{doc}: no table in the first 40 lines (first at {table:?})"
+        );
+    }
+}
+
 /// `(alert, runbook_url)` of every rule in alerts.yml.
 fn alerts(yml: &str) -> Vec<(String, Option<String>)> {
     let mut out: Vec<(String, Option<String>)> = Vec::new();
@@ -255,18 +342,18 @@ fn alerts(yml: &str) -> Vec<(String, Option<String>)> {
     out
 }
 
-/// What is wrong with the runbooks of `yml`'s alerts in `operations` (docs/operations.md).
-fn runbook_problems(yml: &str, operations: &str) -> Vec<String> {
-    let entries = anchors(operations);
+/// What is wrong with the runbooks of `yml`'s alerts in `runbooks` (docs/runbooks.md).
+fn runbook_problems(yml: &str, runbooks: &str) -> Vec<String> {
+    let entries = anchors(runbooks);
     let mut problems = Vec::new();
     for (alert, url) in alerts(yml) {
         let anchor = alert.to_lowercase();
         if !entries.contains(&anchor) {
             problems.push(format!(
-                "{alert}: no `## {alert}` entry in docs/operations.md"
+                "{alert}: no `## {alert}` entry in docs/runbooks.md"
             ));
         }
-        let expected = format!("docs/operations.md#{anchor}");
+        let expected = format!("docs/runbooks.md#{anchor}");
         if url.as_deref() != Some(expected.as_str()) {
             problems.push(format!(
                 "{alert}: runbook_url is {url:?}, expected \"{expected}\""
@@ -280,27 +367,27 @@ fn runbook_problems(yml: &str, operations: &str) -> Vec<String> {
 fn every_alert_has_a_runbook_entry_and_annotation() {
     let root = Path::new(ROOT);
     let yml = std::fs::read_to_string(root.join("deploy/prometheus/alerts.yml")).unwrap();
-    let operations = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
+    let runbooks = std::fs::read_to_string(root.join("docs/runbooks.md")).unwrap();
     assert!(
         alerts(&yml).len() >= 9,
         "alerts.yml lost its alerts? {:?}",
         alerts(&yml)
     );
-    let problems = runbook_problems(&yml, &operations);
+    let problems = runbook_problems(&yml, &runbooks);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 /// An alert without an entry, and one without its annotation, are both found.
 #[test]
 fn an_alert_without_a_runbook_is_found() {
-    let yml = "      - alert: IdemgateA\n        annotations:\n          runbook_url: \"docs/operations.md#idemgatea\"\n\
+    let yml = "      - alert: IdemgateA\n        annotations:\n          runbook_url: \"docs/runbooks.md#idemgatea\"\n\
                \x20     - alert: IdemgateB\n        annotations:\n          summary: x\n";
-    let operations = "# Runbooks\n\n## IdemgateA\n";
+    let runbooks = "# Runbooks\n\n## IdemgateA\n";
     assert_eq!(
-        runbook_problems(yml, operations),
+        runbook_problems(yml, runbooks),
         [
-            "IdemgateB: no `## IdemgateB` entry in docs/operations.md",
-            "IdemgateB: runbook_url is None, expected \"docs/operations.md#idemgateb\""
+            "IdemgateB: no `## IdemgateB` entry in docs/runbooks.md",
+            "IdemgateB: runbook_url is None, expected \"docs/runbooks.md#idemgateb\""
         ]
     );
 }
@@ -402,14 +489,14 @@ fn without_a_row(
 }
 
 /// Every metric name of `src/metrics.rs` (the contract with dashboards and alerts) and
-/// of the worker listeners has a row in the metrics table of docs/operations.md.
+/// of the worker listeners has a row in the metrics table of docs/metrics.md.
 #[test]
 fn every_metric_is_documented() {
     let sources = ["src/metrics.rs", "src/server/workers.rs"];
-    let missing = without_a_row("docs/operations.md", &sources, metric_names, 20);
+    let missing = without_a_row("docs/metrics.md", &sources, metric_names, 20);
     assert!(
         missing.is_empty(),
-        "metrics without a row in docs/operations.md (### Metrics): {missing:?}"
+        "metrics without a row in docs/metrics.md: {missing:?}"
     );
 }
 
