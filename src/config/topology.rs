@@ -61,6 +61,29 @@ pub fn check(
     nodes: &[String],
     sentinel: &SentinelConfig,
 ) -> Result<(), ConfigError> {
+    check_mode(mode, nodes, sentinel)?;
+    let urls = nodes.iter().map(|u| ("redis.nodes", u));
+    let sentinels = sentinel.nodes.iter().map(|u| ("redis.sentinel.nodes", u));
+    for (key, url) in urls.chain(sentinels) {
+        if !url.starts_with("redis://") && !url.starts_with("rediss://") {
+            return Err(ConfigError::invalid(
+                key,
+                format!(
+                    "`{}` must start with redis:// or rediss://",
+                    redact_url(url)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The keys each mode needs, and those it does not use.
+fn check_mode(
+    mode: RedisMode,
+    nodes: &[String],
+    sentinel: &SentinelConfig,
+) -> Result<(), ConfigError> {
     let sentinel_given = *sentinel != SentinelConfig::default();
     match mode {
         RedisMode::Standalone | RedisMode::Cluster if sentinel_given => {
@@ -109,19 +132,6 @@ pub fn check(
             ));
         }
         _ => {}
-    }
-    let urls = nodes.iter().map(|u| ("redis.nodes", u));
-    let sentinels = sentinel.nodes.iter().map(|u| ("redis.sentinel.nodes", u));
-    for (key, url) in urls.chain(sentinels) {
-        if !url.starts_with("redis://") && !url.starts_with("rediss://") {
-            return Err(ConfigError::invalid(
-                key,
-                format!(
-                    "`{}` must start with redis:// or rediss://",
-                    redact_url(url)
-                ),
-            ));
-        }
     }
     Ok(())
 }

@@ -213,34 +213,44 @@ fn write_table(
             scope.text()
         )
         .unwrap();
-        writeln!(details, "\n### `{key}`\n\n{}\n", markdown(&item.docs)).unwrap();
-        write!(
-            details,
-            "Type: {ty}. Default: {default}. Scope: {}.",
-            scope.text()
-        )
-        .unwrap();
-        if !key.contains("[]") {
-            write!(
-                details,
-                " Environment: `IDEMGATE__{}`.",
-                key.to_uppercase().replace('.', "__")
-            )
-            .unwrap();
-        }
-        details.push('\n');
-        if let Some(def) = values {
-            write_values(&mut details, key, def)?;
-        }
-        for (_, config, said) in examples.iter().filter(|(k, _, _)| k == key) {
-            writeln!(
-                details,
-                "\ncheck-config, when it is wrong:\n\n```toml\n{config}```\n\n    {said}"
-            )
-            .unwrap();
-        }
+        let about = format!("Type: {ty}. Default: {default}. Scope: {}.", scope.text());
+        write_setting(&mut details, key, item, &about, values, examples)?;
     }
     md.push_str(&details);
+    Ok(())
+}
+
+/// The details of the setting `key`: its description, `about` (type, default, scope),
+/// its environment variable, its values and its examples.
+fn write_setting(
+    details: &mut String,
+    key: &str,
+    item: &Item,
+    about: &str,
+    values: Option<&Def>,
+    examples: &[Example],
+) -> Result<(), ReferenceError> {
+    writeln!(details, "\n### `{key}`\n\n{}\n", markdown(&item.docs)).unwrap();
+    details.push_str(about);
+    if !key.contains("[]") {
+        write!(
+            details,
+            " Environment: `IDEMGATE__{}`.",
+            key.to_uppercase().replace('.', "__")
+        )
+        .unwrap();
+    }
+    details.push('\n');
+    if let Some(def) = values {
+        write_values(details, key, def)?;
+    }
+    for (_, config, said) in examples.iter().filter(|(k, _, _)| *k == key) {
+        writeln!(
+            details,
+            "\ncheck-config, when it is wrong:\n\n```toml\n{config}```\n\n    {said}"
+        )
+        .unwrap();
+    }
     Ok(())
 }
 
