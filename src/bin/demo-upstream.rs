@@ -216,6 +216,11 @@ fn chance() -> f64 {
     (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
+/// Whether `method` has a side effect here (executes and is counted).
+fn side_effecting(method: &Method) -> bool {
+    matches!(*method, Method::POST | Method::PUT | Method::PATCH)
+}
+
 async fn v1(
     State(st): State<Shared>,
     method: Method,
@@ -232,13 +237,8 @@ async fn v1(
     let latency = q.latency_ms.map_or(st.args.latency, Duration::from_millis);
     let fence: Option<i64> =
         (headers.get("idempotency-fencing-token")).and_then(|v| v.to_str().ok()?.parse().ok());
-    if st.args.dedupe && matches!(method, Method::POST | Method::PUT | Method::PATCH) {
-        let mut d = st.dedupe.lock().unwrap_or_else(PoisonError::into_inner);
-        d.received
-            .entry(key.clone())
-            .or_default()
-            .push(fence.unwrap_or(0));
-        d.completer += u64::from(headers.contains_key("idempotency-completer"));
+    if st.args.dedupe && side_effecting(&method) {
+        st.received(&key, fence, headers.contains_key("idempotency-completer"));
     }
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
@@ -248,7 +248,7 @@ async fn v1(
         let body = json!({"object": "list", "path": uri.path(), "data": []});
         return tagged("read", Json(body));
     }
-    if !matches!(method, Method::POST | Method::PUT | Method::PATCH) {
+    if !side_effecting(&method) {
         let body = json!({"error": "method not allowed"});
         return tagged("rejected", (StatusCode::METHOD_NOT_ALLOWED, Json(body)));
     }
@@ -260,18 +260,50 @@ async fn v1(
             return tagged("rejected", (StatusCode::BAD_REQUEST, Json(body)));
         }
     };
-    let fail = match forced {
-        Some(s) => is_transient(s),
-        None => chance() < st.args.fail_rate,
-    };
-    if fail {
-        let status = forced.unwrap_or(st.args.fail_status);
-        let body = json!({"error": "simulated failure", "status": status.as_u16()});
-        return tagged("failed, not executed", (status, Json(body)));
+    if let Some(failed) = st.simulated_failure(forced) {
+        return failed;
+    }
+    if st.args.dedupe {
+        return st.execute_once(key, fence, forced);
+    }
+    st.execute(key, &q, forced, &body)
+}
+
+impl AppState {
+    /// `--dedupe`: notes a request received for `key` with its fencing token (0: none).
+    fn received(&self, key: &str, fence: Option<i64>, from_completer: bool) {
+        let mut d = self.dedupe.lock().unwrap_or_else(PoisonError::into_inner);
+        d.received
+            .entry(key.to_owned())
+            .or_default()
+            .push(fence.unwrap_or(0));
+        d.completer += u64::from(from_completer);
     }
 
-    if st.args.dedupe {
-        let mut d = st.dedupe.lock().unwrap_or_else(PoisonError::into_inner);
+    /// A failure without executing: the `?status=` override if it is transient, else
+    /// one drawn at `--fail-rate`.
+    fn simulated_failure(&self, forced: Option<StatusCode>) -> Option<Response> {
+        let fail = match forced {
+            Some(s) => is_transient(s),
+            None => chance() < self.args.fail_rate,
+        };
+        if !fail {
+            return None;
+        }
+        let status = forced.unwrap_or(self.args.fail_status);
+        let body = json!({"error": "simulated failure", "status": status.as_u16()});
+        Some(tagged("failed, not executed", (status, Json(body))))
+    }
+
+    /// `--dedupe`: executes `key` once; a repeat gets the first answer, a stale fencing
+    /// token 409.
+    fn execute_once(
+        &self,
+        key: String,
+        fence: Option<i64>,
+        forced: Option<StatusCode>,
+    ) -> Response {
+        let mut d = self.dedupe.lock().unwrap_or_else(PoisonError::into_inner);
         let seen = d.received.get(&key).and_then(|f| f.iter().max().copied());
         if fence.is_some_and(|f| seen.is_some_and(|max| f < max)) {
             d.stale += 1;
@@ -283,33 +315,44 @@ async fn v1(
         }
         // The effect and its answer are recorded together, as a real upstream records
         // them in one transaction.
-        let (n, _) = st.record(&key);
+        let (n, _) = self.record(&key);
         let status = forced.unwrap_or(StatusCode::CREATED);
         let body = json!({"id": format!("pay_{n}"), "execution": n, "idempotency_key": key});
         d.answers.insert(key, (status, body.clone()));
-        return tagged("executed", (status, Json(body)));
+        tagged("executed", (status, Json(body)))
     }
-    let (n, key_count) = st.record(&key);
-    let reset = q
-        .reset
-        .unwrap_or_else(|| forced.is_none() && chance() < st.args.reset_rate);
-    if reset {
-        return tagged("executed, connection dropped", dropped_connection());
+
+    /// Executes `key` (every time), then answers, or drops the connection at
+    /// `?reset=true` or `--reset-rate`.
+    fn execute(
+        &self,
+        key: String,
+        q: &Overrides,
+        forced: Option<StatusCode>,
+        body: &Bytes,
+    ) -> Response {
+        let (n, key_count) = self.record(&key);
+        let reset = q
+            .reset
+            .unwrap_or_else(|| forced.is_none() && chance() < self.args.reset_rate);
+        if reset {
+            return tagged("executed, connection dropped", dropped_connection());
+        }
+        let amount = serde_json::from_slice::<Value>(body)
+            .ok()
+            .and_then(|v| v.get("amount").cloned())
+            .unwrap_or(Value::Null);
+        let body = json!({
+            "id": format!("pay_{n}"),
+            "execution": n,
+            "key_executions": key_count,
+            "idempotency_key": key,
+            "amount": amount,
+        });
+        let status = forced.unwrap_or(StatusCode::CREATED);
+        let headers = [("x-demo-execution", HeaderValue::from(n))];
+        tagged("executed", (status, headers, Json(body)))
     }
-    let amount = serde_json::from_slice::<Value>(&body)
-        .ok()
-        .and_then(|v| v.get("amount").cloned())
-        .unwrap_or(Value::Null);
-    let body = json!({
-        "id": format!("pay_{n}"),
-        "execution": n,
-        "key_executions": key_count,
-        "idempotency_key": key,
-        "amount": amount,
-    });
-    let status = forced.unwrap_or(StatusCode::CREATED);
-    let headers = [("x-demo-execution", HeaderValue::from(n))];
-    tagged("executed", (status, headers, Json(body)))
 }
 
 async fn executions(State(st): State<Shared>) -> Json<Value> {

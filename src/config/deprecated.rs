@@ -12,7 +12,7 @@ use std::fmt;
 
 use figment::value::{Dict, Value};
 
-use super::ConfigError;
+use super::error::ConfigError;
 
 /// A setting renamed within a table of the schema.
 struct Rename {

@@ -1,8 +1,9 @@
 //! `[encryption]`: the keys that seal stored responses at rest. The section
-//! deserialises straight into a [`Keyring`] (the key files are read then), so a
-//! missing file, a key of the wrong length, a duplicate id or an unknown `active` is
-//! an error that names the key, reported by `check-config` and at start-up. Written
-//! back (the effective configuration) as ids and file paths only, never key material.
+//! deserialises straight into its key material, [`EncryptionKeys`] (the key files are
+//! read then), so a missing file, a key of the wrong length, a duplicate id or an
+//! unknown `active` is an error that names the key, reported by `check-config` and at
+//! start-up. Written back (the effective configuration) as ids and file paths only,
+//! never key material.
 //!
 //! ```toml
 //! [encryption]
@@ -17,7 +18,7 @@ use std::path::PathBuf;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::idempotency::Keyring;
+use super::keys::EncryptionKeys;
 
 /// `[encryption]`: the keys that seal stored responses at rest (XChaCha20-Poly1305);
 /// absent, responses are stored in the clear. Every replica needs every key that
@@ -57,21 +58,21 @@ fn replay_unsealed_default() -> bool {
     REPLAY_UNSEALED_DEFAULT
 }
 
-/// For `#[serde(with = "encryption")]` on `Option<Keyring>`.
-pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Keyring>, D::Error> {
+/// For `#[serde(with = "encryption")]` on `Option<EncryptionKeys>`.
+pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<EncryptionKeys>, D::Error> {
     let Some(repr) = Option::<EncryptionRepr>::deserialize(d)? else {
         return Ok(None);
     };
     let keys: Vec<(String, PathBuf)> = (repr.keys.into_iter())
         .map(|k| (k.id, k.key_file))
         .collect();
-    Keyring::from_files(&keys, &repr.active, repr.replay_unsealed)
+    EncryptionKeys::from_files(&keys, &repr.active, repr.replay_unsealed)
         .map(Some)
         .map_err(D::Error::custom)
 }
 
-pub fn serialize<S: Serializer>(keyring: &Option<Keyring>, s: S) -> Result<S::Ok, S::Error> {
-    let repr = keyring.as_ref().map(|ring| EncryptionRepr {
+pub fn serialize<S: Serializer>(keys: &Option<EncryptionKeys>, s: S) -> Result<S::Ok, S::Error> {
+    let repr = keys.as_ref().map(|ring| EncryptionRepr {
         keys: (ring.keys().iter())
             .map(|k| KeyRepr {
                 id: k.id().to_string(),
@@ -109,7 +110,7 @@ mod tests {
     }
 
     #[test]
-    fn the_section_becomes_a_keyring_and_writes_back_without_key_material() {
+    fn the_section_becomes_key_material_and_writes_back_without_it() {
         let (k1, k2) = (key_file(KEY), key_file(KEY));
         let c = Config::from_toml(&toml(&[("k1", k1.path()), ("k2", k2.path())], "k2")).unwrap();
         let ring = c.encryption.as_ref().unwrap();

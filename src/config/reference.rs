@@ -24,6 +24,11 @@ use source::{Def, Defs, Item};
 /// The files the configuration types are defined in.
 const FILES: &[&str] = &[
     include_str!("mod.rs"),
+    include_str!("server.rs"),
+    include_str!("redis.rs"),
+    include_str!("postgres.rs"),
+    include_str!("idempotency.rs"),
+    include_str!("routes.rs"),
     include_str!("topology.rs"),
     include_str!("tls.rs"),
     include_str!("runtime.rs"),

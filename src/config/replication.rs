@@ -10,29 +10,33 @@
 
 use std::time::Duration;
 
-use super::{ConfigError, RedisConfig};
+use super::error::ConfigError;
 
 /// Default `redis.wait_timeout`.
 pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// The rules of `redis.wait_replicas` and `redis.wait_timeout`.
-pub fn check(r: &RedisConfig) -> Result<(), ConfigError> {
-    if r.wait_replicas > 16 {
+pub fn check(
+    wait_replicas: u32,
+    wait_timeout: Duration,
+    command_timeout: Duration,
+) -> Result<(), ConfigError> {
+    if wait_replicas > 16 {
         return Err(ConfigError::invalid(
             "redis.wait_replicas",
             "must be between 0 (no WAIT) and 16",
         ));
     }
-    if r.wait_replicas > 0 {
+    if wait_replicas > 0 {
         // WAIT 0 ms would block forever; a WAIT past the command timeout would turn
         // every completion on a shard without its replica into a timeout.
-        if r.wait_timeout.is_zero() || r.wait_timeout >= r.command_timeout {
+        if wait_timeout.is_zero() || wait_timeout >= command_timeout {
             return Err(ConfigError::invalid(
                 "redis.wait_timeout",
                 format!(
                     "must be above 0 and below redis.command_timeout ({}) when \
                      redis.wait_replicas is set: WAIT blocks its connection until then",
-                    humantime::format_duration(r.command_timeout)
+                    humantime::format_duration(command_timeout)
                 ),
             ));
         }

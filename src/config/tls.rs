@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::ConfigError;
+use super::error::ConfigError;
 
 /// `[redis.tls]`: used when `redis.url` is `rediss://`.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -12,7 +12,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{redact_url, ConfigError, RedisConfig};
+use super::error::ConfigError;
+use super::url_secrets::redact_url;
 
 /// `redis.mode`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,58 +56,14 @@ pub struct SentinelConfig {
 }
 
 /// The rules across `redis.mode`, `redis.nodes` and `redis.sentinel`.
-pub fn check(r: &RedisConfig) -> Result<(), ConfigError> {
-    let sentinel_given = r.sentinel != SentinelConfig::default();
-    match r.mode {
-        RedisMode::Standalone | RedisMode::Cluster if sentinel_given => {
-            return Err(ConfigError::invalid(
-                "redis.sentinel",
-                format!(
-                    "is only used with redis.mode = \"sentinel\" (mode is \"{}\"); set the \
-                     mode or remove [redis.sentinel]",
-                    r.mode.as_str()
-                ),
-            ));
-        }
-        RedisMode::Standalone | RedisMode::Sentinel if !r.nodes.is_empty() => {
-            return Err(ConfigError::invalid(
-                "redis.nodes",
-                format!(
-                    "lists cluster seed nodes, used only with redis.mode = \"cluster\" (mode \
-                     is \"{}\"); {}",
-                    r.mode.as_str(),
-                    if r.mode == RedisMode::Standalone {
-                        "set mode = \"cluster\", or use redis.url for one Redis"
-                    } else {
-                        "list the sentinels in redis.sentinel.nodes"
-                    }
-                ),
-            ));
-        }
-        RedisMode::Cluster if r.nodes.is_empty() => {
-            return Err(ConfigError::invalid(
-                "redis.nodes",
-                "mode = \"cluster\" needs at least one seed node, e.g. nodes = \
-                 [\"redis://10.0.0.1:6379\"]",
-            ));
-        }
-        RedisMode::Sentinel if r.sentinel.nodes.is_empty() => {
-            return Err(ConfigError::invalid(
-                "redis.sentinel.nodes",
-                "mode = \"sentinel\" needs at least one sentinel, e.g. nodes = \
-                 [\"redis://10.0.0.1:26379\"]",
-            ));
-        }
-        RedisMode::Sentinel if r.sentinel.service_name.is_empty() => {
-            return Err(ConfigError::invalid(
-                "redis.sentinel.service_name",
-                "mode = \"sentinel\" needs the name the sentinels monitor the primary under",
-            ));
-        }
-        _ => {}
-    }
-    let urls = r.nodes.iter().map(|u| ("redis.nodes", u));
-    let sentinels = r.sentinel.nodes.iter().map(|u| ("redis.sentinel.nodes", u));
+pub fn check(
+    mode: RedisMode,
+    nodes: &[String],
+    sentinel: &SentinelConfig,
+) -> Result<(), ConfigError> {
+    check_mode(mode, nodes, sentinel)?;
+    let urls = nodes.iter().map(|u| ("redis.nodes", u));
+    let sentinels = sentinel.nodes.iter().map(|u| ("redis.sentinel.nodes", u));
     for (key, url) in urls.chain(sentinels) {
         if !url.starts_with("redis://") && !url.starts_with("rediss://") {
             return Err(ConfigError::invalid(
@@ -121,13 +78,71 @@ pub fn check(r: &RedisConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// The keys each mode needs, and those it does not use.
+fn check_mode(
+    mode: RedisMode,
+    nodes: &[String],
+    sentinel: &SentinelConfig,
+) -> Result<(), ConfigError> {
+    let sentinel_given = *sentinel != SentinelConfig::default();
+    match mode {
+        RedisMode::Standalone | RedisMode::Cluster if sentinel_given => {
+            return Err(ConfigError::invalid(
+                "redis.sentinel",
+                format!(
+                    "is only used with redis.mode = \"sentinel\" (mode is \"{}\"); set the \
+                     mode or remove [redis.sentinel]",
+                    mode.as_str()
+                ),
+            ));
+        }
+        RedisMode::Standalone | RedisMode::Sentinel if !nodes.is_empty() => {
+            return Err(ConfigError::invalid(
+                "redis.nodes",
+                format!(
+                    "lists cluster seed nodes, used only with redis.mode = \"cluster\" (mode \
+                     is \"{}\"); {}",
+                    mode.as_str(),
+                    if mode == RedisMode::Standalone {
+                        "set mode = \"cluster\", or use redis.url for one Redis"
+                    } else {
+                        "list the sentinels in redis.sentinel.nodes"
+                    }
+                ),
+            ));
+        }
+        RedisMode::Cluster if nodes.is_empty() => {
+            return Err(ConfigError::invalid(
+                "redis.nodes",
+                "mode = \"cluster\" needs at least one seed node, e.g. nodes = \
+                 [\"redis://10.0.0.1:6379\"]",
+            ));
+        }
+        RedisMode::Sentinel if sentinel.nodes.is_empty() => {
+            return Err(ConfigError::invalid(
+                "redis.sentinel.nodes",
+                "mode = \"sentinel\" needs at least one sentinel, e.g. nodes = \
+                 [\"redis://10.0.0.1:26379\"]",
+            ));
+        }
+        RedisMode::Sentinel if sentinel.service_name.is_empty() => {
+            return Err(ConfigError::invalid(
+                "redis.sentinel.service_name",
+                "mode = \"sentinel\" needs the name the sentinels monitor the primary under",
+            ));
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
 /// Hides the passwords of the topology keys (for `check-config` output).
-pub fn redact(r: &mut RedisConfig) {
-    for url in r.nodes.iter_mut().chain(r.sentinel.nodes.iter_mut()) {
+pub fn redact(nodes: &mut [String], sentinel: &mut SentinelConfig) {
+    for url in nodes.iter_mut().chain(sentinel.nodes.iter_mut()) {
         *url = redact_url(url);
     }
-    if r.sentinel.password.is_some() {
-        r.sentinel.password = Some("***".into());
+    if sentinel.password.is_some() {
+        sentinel.password = Some("***".into());
     }
 }
 

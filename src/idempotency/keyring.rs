@@ -1,61 +1,16 @@
-//! The keys that seal stored responses (`[encryption]`): each a 32-byte key read from
-//! a file, under an id that sealed records carry, and the one that seals new records
-//! (`active`). Built once, while the configuration is read; its key material is never
-//! shown (`Debug` and the configuration's TOML name the ids and files only).
+//! The keys that seal stored responses (`[encryption]`): one cipher per key, under the
+//! id that sealed records carry, and the one that seals new records (`active`). Built
+//! from the key material the configuration read ([`EncryptionKeys`], where a key at
+//! fault is reported); its key material is never shown (`Debug` names the ids and files
+//! only).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use base64::Engine as _;
 use chacha20poly1305::{KeyInit, XChaCha20Poly1305};
 
-/// Longest key id: sealed records store its length in one byte.
-pub const MAX_ID_LEN: usize = 64;
-
-/// Bytes of a key, before base64.
-pub const KEY_LEN: usize = 32;
-
-/// Why `[encryption]` did not make a keyring. Every message names the key at fault.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum KeyringError {
-    #[error("`encryption.keys` is empty: give at least one key")]
-    NoKeys,
-    #[error(
-        "`encryption.keys[{index}].id`: `{id}` is not a key id (1 to {MAX_ID_LEN} \
-         characters of A-Z, a-z, 0-9, `.`, `_`, `-`)"
-    )]
-    BadId { index: usize, id: String },
-    #[error("`encryption.keys[{index}].id`: `{id}` is used twice (ids must be unique)")]
-    DuplicateId { index: usize, id: String },
-    #[error("`encryption.keys[{index}]` (id `{id}`): cannot read key_file {file}: {reason}")]
-    Unreadable {
-        index: usize,
-        id: String,
-        file: PathBuf,
-        reason: String,
-    },
-    #[error(
-        "`encryption.keys[{index}]` (id `{id}`): key_file {file} is not base64 \
-         (write one with `openssl rand -base64 32`)"
-    )]
-    NotBase64 {
-        index: usize,
-        id: String,
-        file: PathBuf,
-    },
-    #[error(
-        "`encryption.keys[{index}]` (id `{id}`): key_file {file} holds {len} bytes, not \
-         {KEY_LEN} (write one with `openssl rand -base64 32`)"
-    )]
-    WrongLength {
-        index: usize,
-        id: String,
-        file: PathBuf,
-        len: usize,
-    },
-    #[error("`encryption.active`: `{active}` is not the id of any of `encryption.keys` ({known})")]
-    UnknownActive { active: String, known: String },
-}
+use crate::config::EncryptionKeys;
+pub use crate::config::{KeyringError, KEY_LEN, MAX_ID_LEN};
 
 /// One key of the ring.
 #[derive(Clone)]
@@ -101,83 +56,31 @@ struct Inner {
 }
 
 impl Keyring {
-    /// Reads each `(id, key_file)` and picks `active`. `replay_unsealed`: whether
-    /// records stored without encryption (before it was turned on) still replay.
+    /// A cipher for each key of `[encryption]`, in the configured order.
+    pub fn new(read: &EncryptionKeys) -> Self {
+        let keys = (read.keys().iter())
+            .map(|k| Key {
+                id: k.id().to_string(),
+                file: k.file().to_path_buf(),
+                cipher: XChaCha20Poly1305::new(k.bytes().into()),
+            })
+            .collect();
+        Self(Arc::new(Inner {
+            keys,
+            active: read.active_index(),
+            replay_unsealed: read.replay_unsealed(),
+        }))
+    }
+
+    /// Reads each `(id, key_file)` and picks `active` ([`EncryptionKeys::from_files`]).
+    /// `replay_unsealed`: whether records stored without encryption (before it was
+    /// turned on) still replay.
     pub fn from_files(
         keys: &[(String, PathBuf)],
         active: &str,
         replay_unsealed: bool,
     ) -> Result<Self, KeyringError> {
-        Self::build(keys, active, replay_unsealed, |path| {
-            std::fs::read(path).map_err(|e| e.to_string())
-        })
-    }
-
-    /// As [`from_files`](Self::from_files), reading files through `read`.
-    fn build(
-        keys: &[(String, PathBuf)],
-        active: &str,
-        replay_unsealed: bool,
-        read: impl Fn(&Path) -> Result<Vec<u8>, String>,
-    ) -> Result<Self, KeyringError> {
-        if keys.is_empty() {
-            return Err(KeyringError::NoKeys);
-        }
-        let mut ring: Vec<Key> = Vec::with_capacity(keys.len());
-        for (index, (id, file)) in keys.iter().enumerate() {
-            let (id, file) = (id.clone(), file.clone());
-            if !valid_id(&id) {
-                return Err(KeyringError::BadId { index, id });
-            }
-            if ring.iter().any(|k| k.id == id) {
-                return Err(KeyringError::DuplicateId { index, id });
-            }
-            let contents = match read(&file) {
-                Ok(contents) => contents,
-                Err(reason) => {
-                    return Err(KeyringError::Unreadable {
-                        index,
-                        id,
-                        file,
-                        reason,
-                    })
-                }
-            };
-            let bytes = match decode_key(&contents) {
-                Some(bytes) => bytes,
-                None => return Err(KeyringError::NotBase64 { index, id, file }),
-            };
-            if bytes.len() != KEY_LEN {
-                let len = bytes.len();
-                return Err(KeyringError::WrongLength {
-                    index,
-                    id,
-                    file,
-                    len,
-                });
-            }
-            let cipher = XChaCha20Poly1305::new_from_slice(&bytes).map_err(|_| {
-                KeyringError::WrongLength {
-                    index,
-                    id: id.clone(),
-                    file: file.clone(),
-                    len: bytes.len(),
-                }
-            })?;
-            ring.push(Key { id, file, cipher });
-        }
-        let Some(active) = ring.iter().position(|k| k.id == active) else {
-            let known: Vec<&str> = ring.iter().map(|k| k.id.as_str()).collect();
-            return Err(KeyringError::UnknownActive {
-                active: active.to_string(),
-                known: known.join(", "),
-            });
-        };
-        Ok(Self(Arc::new(Inner {
-            keys: ring,
-            active,
-            replay_unsealed,
-        })))
+        EncryptionKeys::from_files(keys, active, replay_unsealed).map(|read| Self::new(&read))
     }
 
     /// Every key, in the configured order.
@@ -201,115 +104,51 @@ impl Keyring {
     }
 }
 
-fn valid_id(id: &str) -> bool {
-    (1..=MAX_ID_LEN).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
-
-/// Base64 (standard alphabet, padded) with surrounding whitespace allowed, as
-/// `openssl rand -base64 32` writes it.
-fn decode_key(contents: &[u8]) -> Option<Vec<u8>> {
-    let text = std::str::from_utf8(contents).ok()?.trim();
-    base64::engine::general_purpose::STANDARD.decode(text).ok()
-}
-
 #[cfg(test)]
 mod tests {
+    use std::io::Write;
+
     use super::*;
 
     const K1: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\n"; // 32 bytes
-    const SHORT: &str = "c2hvcnQ=\n"; // "short"
 
-    fn ring(keys: &[(&str, &str)], active: &str) -> Result<Keyring, KeyringError> {
-        let keys: Vec<(String, PathBuf)> = (keys.iter())
-            .map(|(id, file)| (id.to_string(), PathBuf::from(file)))
+    fn ring(ids: &[&str], active: &str) -> (Keyring, Vec<tempfile::NamedTempFile>) {
+        let files: Vec<tempfile::NamedTempFile> = (ids.iter())
+            .map(|_| {
+                let mut f = tempfile::NamedTempFile::new().unwrap();
+                f.write_all(K1.as_bytes()).unwrap();
+                f
+            })
             .collect();
-        Keyring::build(&keys, active, true, |path| match path.to_str() {
-            Some("k1") | Some("k2") => Ok(K1.as_bytes().to_vec()),
-            Some("short") => Ok(SHORT.as_bytes().to_vec()),
-            Some("text") => Ok(b"not base64 at all!\n".to_vec()),
-            _ => Err("No such file or directory (os error 2)".into()),
-        })
+        let keys: Vec<(String, PathBuf)> = (ids.iter().zip(&files))
+            .map(|(id, f)| (id.to_string(), f.path().to_path_buf()))
+            .collect();
+        (Keyring::from_files(&keys, active, true).unwrap(), files)
     }
 
     #[test]
     fn reads_keys_and_picks_the_active_one() {
-        let ring = ring(&[("k1", "k1"), ("k2", "k2")], "k2").unwrap();
+        let (ring, _files) = ring(&["k1", "k2"], "k2");
         assert_eq!(ring.active().id(), "k2");
         assert_eq!(ring.keys().len(), 2);
         assert!(ring.get(b"k1").is_some());
         assert!(ring.get(b"k3").is_none());
+        assert!(ring.replay_unsealed());
     }
 
     #[test]
-    fn a_missing_file_names_the_key() {
-        let err = ring(&[("k1", "k1"), ("k2", "/nowhere")], "k1").unwrap_err();
+    fn errors_are_the_configurations() {
+        let missing = [("k1".to_string(), PathBuf::from("/nonexistent/idemgate-key"))];
+        let err = Keyring::from_files(&missing, "k1", true).unwrap_err();
         assert!(
-            matches!(err, KeyringError::Unreadable { index: 1, .. }),
+            matches!(err, KeyringError::Unreadable { index: 0, .. }),
             "{err:?}"
         );
-        let text = err.to_string();
-        assert!(
-            text.contains("encryption.keys[1]") && text.contains("`k2`"),
-            "{text}"
-        );
-        assert!(text.contains("/nowhere"), "{text}");
-    }
-
-    #[test]
-    fn a_key_of_the_wrong_length_names_the_key() {
-        let err = ring(&[("k1", "short")], "k1").unwrap_err();
-        assert!(
-            matches!(
-                err,
-                KeyringError::WrongLength {
-                    index: 0,
-                    len: 5,
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
-        assert!(err.to_string().contains("not 32"), "{err}");
-        let err = ring(&[("k1", "text")], "k1").unwrap_err();
-        assert!(
-            matches!(err, KeyringError::NotBase64 { index: 0, .. }),
-            "{err:?}"
-        );
-    }
-
-    #[test]
-    fn an_unknown_active_key_lists_the_known_ones() {
-        let err = ring(&[("k1", "k1"), ("k2", "k2")], "k3").unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "`encryption.active`: `k3` is not the id of any of `encryption.keys` (k1, k2)"
-        );
-    }
-
-    #[test]
-    fn duplicate_and_bad_ids_are_refused() {
-        let err = ring(&[("k1", "k1"), ("k1", "k2")], "k1").unwrap_err();
-        assert_eq!(
-            err,
-            KeyringError::DuplicateId {
-                index: 1,
-                id: "k1".into()
-            }
-        );
-        let err = ring(&[("k 1", "k1")], "k 1").unwrap_err();
-        assert!(
-            matches!(err, KeyringError::BadId { index: 0, .. }),
-            "{err:?}"
-        );
-        assert_eq!(ring(&[], "k1").unwrap_err(), KeyringError::NoKeys);
     }
 
     #[test]
     fn debug_never_shows_key_material() {
-        let ring = ring(&[("k1", "k1")], "k1").unwrap();
+        let (ring, _files) = ring(&["k1"], "k1");
         let shown = format!("{ring:?}");
         assert!(
             shown.contains("<redacted>") && shown.contains("k1"),

@@ -17,7 +17,7 @@ use http::header::{
 };
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::cidr::TrustedProxies;
+use crate::config::TrustedProxies;
 
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");

@@ -6,7 +6,6 @@
 //! Keyed requests are forwarded fully buffered (the response is stored);
 //! other requests stream through untouched.
 
-pub mod cidr;
 pub mod headers;
 
 use std::collections::HashMap;

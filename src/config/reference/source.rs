@@ -133,31 +133,47 @@ fn parse_file(text: &str, defs: &mut Defs) {
                 }
             }
             State::Macro { global, continued } => {
-                if line == "global {" {
-                    *global = true;
-                } else if line == "}" && *global {
-                    // The end of `global { }`; the invocation's own `}` follows.
-                    *global = false;
+                if macro_line(line, global, continued, (&docs, &attrs), defs) {
                     state = State::Top;
-                } else if let Some((name, rest)) = line.split_once(':') {
-                    if is_ident(name) {
-                        let ty = rest.split_once('=').map_or(rest, |(ty, _)| ty);
-                        let settings = defs.entry("idempotency_settings!".into()).or_default();
-                        settings.items.push(Item {
-                            name: name.to_string(),
-                            ty: ty.trim().to_string(),
-                            docs: join(&docs),
-                            serde: serde_args(&attrs),
-                            global_only: *global,
-                        });
-                        *continued = !line.ends_with(';');
-                    }
                 }
             }
         }
         docs.clear();
         attrs.clear();
     }
+}
+
+/// One line inside `idempotency_settings! { ... }`: a setting (with the doc comment
+/// and attributes before it) joins the declared settings. Returns whether the
+/// invocation ended.
+fn macro_line(
+    line: &str,
+    global: &mut bool,
+    continued: &mut bool,
+    (docs, attrs): (&[String], &[String]),
+    defs: &mut Defs,
+) -> bool {
+    if line == "global {" {
+        *global = true;
+    } else if line == "}" && *global {
+        // The end of `global { }`; the invocation's own `}` follows.
+        *global = false;
+        return true;
+    } else if let Some((name, rest)) = line.split_once(':') {
+        if is_ident(name) {
+            let ty = rest.split_once('=').map_or(rest, |(ty, _)| ty);
+            let settings = defs.entry("idempotency_settings!".into()).or_default();
+            settings.items.push(Item {
+                name: name.to_string(),
+                ty: ty.trim().to_string(),
+                docs: join(docs),
+                serde: serde_args(attrs),
+                global_only: *global,
+            });
+            *continued = !line.ends_with(';');
+        }
+    }
+    false
 }
 
 /// `pub struct Name {` or `enum Name {`: the kind and the name.

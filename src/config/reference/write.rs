@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::source::{Defs, Item};
+use super::source::{Def, Defs, Item};
 use super::{examples, type_name, variant_name, ReferenceError, Scope, Table};
 use crate::config::{Config, PostgresConfig};
 
@@ -117,9 +117,34 @@ pub(super) fn slug(heading: &str) -> String {
         .collect()
 }
 
+/// An example of `check-config` for a key: the key, the configuration, what it says.
+type Example = (&'static str, String, String);
+
 pub(super) fn write(defs: &Defs, tables: &[Table]) -> Result<String, ReferenceError> {
     let defaults = defaults();
-    let mut examples: Vec<(&str, String, String)> = Vec::new();
+    let examples = checked_examples(tables)?;
+    let mut md = String::new();
+    md.push_str(include_str!("intro.md"));
+    let unknown = message("[redis]\nurll = \"redis://127.0.0.1:6379\"\n").unwrap_or_default();
+    writeln!(md, "\ncheck-config says:\n\n    {unknown}\n").unwrap();
+    md.push_str("## Sections\n\n");
+    for t in tables {
+        let h = heading(&t.path);
+        let docs = table_docs(&t.docs);
+        let first = docs.split("\n\n").next().unwrap_or("");
+        let first = first.split(". ").next().unwrap_or("").trim_end_matches('.');
+        writeln!(md, "- [{h}](#{}): {first}.", slug(&h)).unwrap();
+    }
+    for t in tables {
+        write_table(&mut md, defs, t, tables, &examples, &defaults)?;
+    }
+    Ok(md)
+}
+
+/// Each of [`examples::EXAMPLES`] with what check-config says about it, checked: it is
+/// refused, the message names the key, and the key is a table or a setting.
+fn checked_examples(tables: &[Table]) -> Result<Vec<Example>, ReferenceError> {
+    let mut examples: Vec<Example> = Vec::new();
     for (key, config) in examples::EXAMPLES {
         let config = examples::toml(config);
         let said = message(&config)
@@ -141,103 +166,119 @@ pub(super) fn write(defs: &Defs, tables: &[Table]) -> Result<String, ReferenceEr
         }
         examples.push((key, config, said));
     }
-    let mut md = String::new();
-    md.push_str(include_str!("intro.md"));
-    let unknown = message("[redis]\nurll = \"redis://127.0.0.1:6379\"\n").unwrap_or_default();
-    writeln!(md, "\ncheck-config says:\n\n    {unknown}\n").unwrap();
-    md.push_str("## Sections\n\n");
-    for t in tables {
-        let h = heading(&t.path);
-        let docs = table_docs(&t.docs);
-        let first = docs.split("\n\n").next().unwrap_or("");
-        let first = first.split(". ").next().unwrap_or("").trim_end_matches('.');
-        writeln!(md, "- [{h}](#{}): {first}.", slug(&h)).unwrap();
+    Ok(examples)
+}
+
+/// One table's section: its description, its examples, the table of its settings and
+/// each setting's details.
+fn write_table(
+    md: &mut String,
+    defs: &Defs,
+    t: &Table,
+    tables: &[Table],
+    examples: &[Example],
+    defaults: &toml::Value,
+) -> Result<(), ReferenceError> {
+    let h = heading(&t.path);
+    writeln!(md, "\n## {h}\n\n{}\n", table_docs(&t.docs)).unwrap();
+    if t.overrides {
+        md.push_str("A route overrides these settings of [`[idempotency]`](#idempotency); the others are global:\n\n");
+        for (key, item, scope) in tables.iter().flat_map(|t| &t.settings) {
+            if *scope == Scope::Overridable {
+                writeln!(md, "- [`{}`](#{})", item.name, slug(key)).unwrap();
+            }
+        }
+        return Ok(());
     }
-    for t in tables {
-        let h = heading(&t.path);
-        writeln!(md, "\n## {h}\n\n{}\n", table_docs(&t.docs)).unwrap();
-        if t.overrides {
-            md.push_str("A route overrides these settings of [`[idempotency]`](#idempotency); the others are global:\n\n");
-            for (key, item, scope) in tables.iter().flat_map(|t| &t.settings) {
-                if *scope == Scope::Overridable {
-                    writeln!(md, "- [`{}`](#{})", item.name, slug(key)).unwrap();
-                }
-            }
-            continue;
-        }
-        for (_, config, said) in examples.iter().filter(|(k, _, _)| *k == t.path) {
-            writeln!(
-                md,
-                "check-config, when it is wrong:\n\n```toml\n{config}```\n\n    {said}\n"
-            )
-            .unwrap();
-        }
-        if t.settings.is_empty() {
-            continue;
-        }
-        md.push_str("| Setting | Type | Default | Scope |\n|---|---|---|---|\n");
-        let mut details = String::new();
-        for (key, item, scope) in &t.settings {
-            let (ty, values) = type_name(defs, key, &item.ty)?;
-            let default = default_text(t, key, item, &defaults)?;
-            writeln!(
-                md,
-                "| [`{}`](#{}) | {ty} | {default} | {} |",
-                item.name,
-                slug(key),
-                scope.text()
-            )
-            .unwrap();
-            writeln!(details, "\n### `{key}`\n\n{}\n", markdown(&item.docs)).unwrap();
-            write!(
-                details,
-                "Type: {ty}. Default: {default}. Scope: {}.",
-                scope.text()
-            )
-            .unwrap();
-            if !key.contains("[]") {
-                write!(
-                    details,
-                    " Environment: `IDEMGATE__{}`.",
-                    key.to_uppercase().replace('.', "__")
-                )
-                .unwrap();
-            }
-            details.push('\n');
-            if let Some(def) = values {
-                // The enum's own doc, unless it only names the setting.
-                let about = table_docs(&def.docs);
-                if !(about.is_empty() || about.starts_with('`') && !about.contains(' ')) {
-                    writeln!(details, "\n{about}").unwrap();
-                }
-                details.push_str("\nValues:\n\n");
-                for v in &def.items {
-                    let name = variant_name(def, v);
-                    if v.docs.is_empty() {
-                        let value = format!("{key} = \"{name}\"");
-                        return Err(ReferenceError::Undocumented(vec![value]));
-                    }
-                    let said = message(&toml_for(key, &format!("\"{name}\""))).unwrap_or_default();
-                    if said.contains("unknown variant") {
-                        return Err(ReferenceError::Example(
-                            key.clone(),
-                            format!("`{name}` is refused: {said}"),
-                        ));
-                    }
-                    writeln!(details, "- `\"{name}\"`: {}", markdown(&v.docs)).unwrap();
-                }
-            }
-            for (_, config, said) in examples.iter().filter(|(k, _, _)| k == key) {
-                writeln!(
-                    details,
-                    "\ncheck-config, when it is wrong:\n\n```toml\n{config}```\n\n    {said}"
-                )
-                .unwrap();
-            }
-        }
-        md.push_str(&details);
+    for (_, config, said) in examples.iter().filter(|(k, _, _)| *k == t.path) {
+        writeln!(
+            md,
+            "check-config, when it is wrong:\n\n```toml\n{config}```\n\n    {said}\n"
+        )
+        .unwrap();
     }
-    Ok(md)
+    if t.settings.is_empty() {
+        return Ok(());
+    }
+    md.push_str("| Setting | Type | Default | Scope |\n|---|---|---|---|\n");
+    let mut details = String::new();
+    for (key, item, scope) in &t.settings {
+        let (ty, values) = type_name(defs, key, &item.ty)?;
+        let default = default_text(t, key, item, defaults)?;
+        writeln!(
+            md,
+            "| [`{}`](#{}) | {ty} | {default} | {} |",
+            item.name,
+            slug(key),
+            scope.text()
+        )
+        .unwrap();
+        let about = format!("Type: {ty}. Default: {default}. Scope: {}.", scope.text());
+        write_setting(&mut details, key, item, &about, values, examples)?;
+    }
+    md.push_str(&details);
+    Ok(())
+}
+
+/// The details of the setting `key`: its description, `about` (type, default, scope),
+/// its environment variable, its values and its examples.
+fn write_setting(
+    details: &mut String,
+    key: &str,
+    item: &Item,
+    about: &str,
+    values: Option<&Def>,
+    examples: &[Example],
+) -> Result<(), ReferenceError> {
+    writeln!(details, "\n### `{key}`\n\n{}\n", markdown(&item.docs)).unwrap();
+    details.push_str(about);
+    if !key.contains("[]") {
+        write!(
+            details,
+            " Environment: `IDEMGATE__{}`.",
+            key.to_uppercase().replace('.', "__")
+        )
+        .unwrap();
+    }
+    details.push('\n');
+    if let Some(def) = values {
+        write_values(details, key, def)?;
+    }
+    for (_, config, said) in examples.iter().filter(|(k, _, _)| *k == key) {
+        writeln!(
+            details,
+            "\ncheck-config, when it is wrong:\n\n```toml\n{config}```\n\n    {said}"
+        )
+        .unwrap();
+    }
+    Ok(())
+}
+
+/// The values of the enum setting `key`, each with its description, checked against
+/// the loader (each value must be accepted).
+fn write_values(details: &mut String, key: &str, def: &Def) -> Result<(), ReferenceError> {
+    // The enum's own doc, unless it only names the setting.
+    let about = table_docs(&def.docs);
+    if !(about.is_empty() || about.starts_with('`') && !about.contains(' ')) {
+        writeln!(details, "\n{about}").unwrap();
+    }
+    details.push_str("\nValues:\n\n");
+    for v in &def.items {
+        let name = variant_name(def, v);
+        if v.docs.is_empty() {
+            let value = format!("{key} = \"{name}\"");
+            return Err(ReferenceError::Undocumented(vec![value]));
+        }
+        let said = message(&toml_for(key, &format!("\"{name}\""))).unwrap_or_default();
+        if said.contains("unknown variant") {
+            return Err(ReferenceError::Example(
+                key.to_string(),
+                format!("`{name}` is refused: {said}"),
+            ));
+        }
+        writeln!(details, "- `\"{name}\"`: {}", markdown(&v.docs)).unwrap();
+    }
+    Ok(())
 }
 
 /// The default as the table shows it: the serialised value, `none`, or `required`.

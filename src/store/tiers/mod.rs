@@ -31,7 +31,7 @@ use super::waiters::Waiters;
 use super::warmth::Warmth;
 use super::{PgStore, RedisStore};
 use crate::config::{ClaimDurability, Config};
-use crate::idempotency::Sealing;
+use crate::idempotency::{Keyring, Sealing};
 
 /// The durable tier, when `[postgres]` is configured.
 pub struct Durable {
@@ -103,7 +103,7 @@ impl Stores {
             postgres,
             waiters,
             cache,
-            sealing: Sealing::new(config.encryption.clone()),
+            sealing: Sealing::new(config.encryption.as_ref().map(Keyring::new)),
             breaker: Breaker::default(),
             silent_after: config.redis.command_timeout * 2,
             warmth: Warmth::new(

@@ -1,14 +1,21 @@
-//! `Debug` for the configuration sections that hold secrets (`[redis]`, its
-//! `[redis.sentinel]`, `[postgres]`, `[admin]`): URL passwords are shown as `***`
-//! (via [`redact_url`]) and the admin token and the sentinel password as `Some("***")`,
-//! so a `{:?}` in a log line or a panic message never carries them.
+//! The configuration shown without its secrets: `Debug` for the sections that hold
+//! secrets (`[redis]`, its `[redis.sentinel]`, `[postgres]`, `[admin]`), where URL
+//! passwords are shown as `***` (via [`redact_url`]) and the admin token and the
+//! sentinel password as `Some("***")`, so a `{:?}` in a log line or a panic message
+//! never carries them; and the effective configuration as TOML
+//! ([`Config::to_redacted_toml`], what `check-config` prints), secrets hidden too.
 //!
 //! Each impl destructures its struct without `..`: a field added later fails to compile
 //! here until someone decides whether it is secret.
 
 use std::fmt;
 
-use super::{redact_url, AdminConfig, PostgresConfig, RedisConfig, SentinelConfig};
+use super::postgres::PostgresConfig;
+use super::redis::RedisConfig;
+use super::server::AdminConfig;
+use super::topology::{self, SentinelConfig};
+use super::url_secrets::redact_url;
+use super::Config;
 
 /// `Some("***")` for a present secret, `None` otherwise.
 fn hidden(secret: &Option<String>) -> Option<&'static str> {
@@ -124,6 +131,21 @@ impl fmt::Debug for AdminConfig {
     }
 }
 
+impl Config {
+    /// The effective configuration as TOML, with secrets (URL passwords) redacted.
+    pub fn to_redacted_toml(&self) -> String {
+        let mut shown = self.clone();
+        shown.redis.url = redact_url(&shown.redis.url);
+        topology::redact(&mut shown.redis.nodes, &mut shown.redis.sentinel);
+        if let Some(pg) = shown.postgres.as_mut() {
+            pg.url = redact_url(&pg.url);
+        }
+        if shown.admin.token.is_some() {
+            shown.admin.token = Some("***".into());
+        }
+        toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+    }
+}
 #[cfg(test)]
 mod tests {
     use crate::config::{Config, PostgresConfig};
@@ -152,5 +174,16 @@ mod tests {
         ] {
             assert!(shown.contains(kept), "{kept} in {shown}");
         }
+    }
+
+    #[test]
+    fn redacted_toml_round_trips() {
+        let mut c = Config::default();
+        c.redis.url = "redis://u:pw@127.0.0.1:6379".into();
+        let text = c.to_redacted_toml();
+        assert!(!text.contains("pw@"), "{text}");
+        assert!(text.contains("u:***@"), "{text}");
+        let back = Config::from_toml(&text.replace("u:***@", "")).unwrap();
+        assert_eq!(back.idempotency.ttl, c.idempotency.ttl);
     }
 }

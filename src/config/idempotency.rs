@@ -1,0 +1,240 @@
+//! `[idempotency]` and `[routes.idempotency]`: every idempotency setting declared once
+//! (`idempotency_settings!`), the policies they choose between, and the rules a route's
+//! effective settings must meet.
+
+use std::time::Duration;
+
+use http::{HeaderName, Method, StatusCode};
+use serde::{Deserialize, Serialize};
+
+use super::error::{positive_duration, ConfigError};
+use super::postgres::{ClaimDurability, PostgresConfig};
+use super::typed;
+
+/// `idempotency.on_redis_unavailable`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnRedisUnavailable {
+    /// Claim in Postgres instead (needs `[postgres]`).
+    Postgres,
+    /// Answer 503 `store_unavailable`.
+    Reject,
+    /// Forward without idempotency, marked `Idempotency-Status: bypassed`.
+    PassThrough,
+}
+
+/// Declares each idempotency setting once (its type, serde form, default and doc) and
+/// generates from that one list [`IdempotencyConfig`] with its `Default`, the
+/// per-route [`IdempotencyOverrides`] (every route setting as an `Option`) and
+/// [`IdempotencyOverrides::apply`], which merges a route's overrides over the
+/// defaults. Settings under `global` cannot be overridden per route.
+macro_rules! idempotency_settings {
+    (
+        route { $( $(#[$rmeta:meta])* $rname:ident : $rty:ty = $rdefault:expr; )* }
+        global { $( $(#[$gmeta:meta])* $gname:ident : $gty:ty = $gdefault:expr; )* }
+    ) => {
+        /// `[idempotency]`: the defaults every route starts from; also a route's
+        /// effective settings once its overrides are applied ([`crate::route::Policy`]).
+        #[derive(Debug, Clone, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields, default)]
+        pub struct IdempotencyConfig {
+            $( $(#[$rmeta])* pub $rname: $rty, )*
+            $( $(#[$gmeta])* pub $gname: $gty, )*
+        }
+
+        impl Default for IdempotencyConfig {
+            fn default() -> Self {
+                Self {
+                    $( $rname: $rdefault, )*
+                    $( $gname: $gdefault, )*
+                }
+            }
+        }
+
+        /// `[routes.idempotency]`: this route's own values of settings of `[idempotency]`
+        /// ([`IdempotencyConfig`]); a setting left out takes the `[idempotency]` value.
+        #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields, default)]
+        pub struct IdempotencyOverrides {
+            $(
+                $(#[$rmeta])*
+                #[serde(skip_serializing_if = "Option::is_none")]
+                pub $rname: Option<$rty>,
+            )*
+        }
+
+        impl IdempotencyOverrides {
+            /// The route's effective settings: each override, else the default.
+            pub fn apply(&self, base: &IdempotencyConfig) -> IdempotencyConfig {
+                IdempotencyConfig {
+                    $( $rname: self.$rname.clone().unwrap_or_else(|| base.$rname.clone()), )*
+                    $( $gname: base.$gname.clone(), )*
+                }
+            }
+        }
+    };
+}
+
+idempotency_settings! {
+    route {
+        /// The header that carries the idempotency key.
+        #[serde(with = "typed")]
+        header: HeaderName = HeaderName::from_static("idempotency-key");
+        /// Other headers accepted for the key, after `header`.
+        #[serde(with = "typed")]
+        header_aliases: Vec<HeaderName> = vec![HeaderName::from_static("x-idempotency-key")];
+        /// The methods that go through the idempotency layer; others pass through.
+        #[serde(with = "typed")]
+        methods: Vec<Method> = vec![Method::POST, Method::PATCH];
+        /// Whether a covered request without a key is refused (400).
+        required: bool = false;
+        /// Longest key accepted, in visible ASCII characters; a longer key is refused (400).
+        max_key_length: usize = 255;
+        /// How long a completed response is kept and replayed.
+        #[serde(with = "humantime_serde")]
+        ttl: Duration = Duration::from_secs(24 * 3600);
+        /// The lease of an in-flight request (extended by its heartbeat).
+        #[serde(with = "humantime_serde")]
+        lock_ttl: Duration = Duration::from_secs(30);
+        /// The headers whose values name the tenant (each absent, or present once). Prefer
+        /// a stable tenant header set by the auth layer (`X-Tenant-Id`) over a credential
+        /// that changes when it is refreshed (`Authorization`).
+        #[serde(with = "typed")]
+        scope_headers: Vec<HeaderName> = vec![http::header::AUTHORIZATION];
+        /// A keyed request with none of `scope_headers`: refused, or put in one scope that
+        /// every such caller shares (and so sees each other's stored responses).
+        anonymous: AnonymousScope = AnonymousScope::Reject;
+        /// Whether replays repeat the first response's `Set-Cookie` headers. When false,
+        /// they are not stored at all: only the first execution's client gets them.
+        replay_set_cookie: bool = false;
+        /// The status of a reused key with a different request (a 4xx).
+        #[serde(with = "typed")]
+        mismatch_status: StatusCode = StatusCode::UNPROCESSABLE_ENTITY;
+        /// Upstream statuses that release the key instead of being stored.
+        #[serde(with = "typed")]
+        release_statuses: Vec<StatusCode> = vec![
+            StatusCode::REQUEST_TIMEOUT,
+            StatusCode::TOO_EARLY,
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::BAD_GATEWAY,
+            StatusCode::SERVICE_UNAVAILABLE,
+            StatusCode::GATEWAY_TIMEOUT,
+        ];
+        /// What a keyed request gets while Redis is down (its breaker open) or a claim
+        /// times out.
+        on_redis_unavailable: OnRedisUnavailable = OnRedisUnavailable::Postgres;
+        /// What a duplicate of an in-flight request gets: 409 at once, or a wait for the result.
+        in_flight: InFlightPolicy = InFlightPolicy::Reject;
+        /// How long a waiting duplicate waits before its 409.
+        #[serde(with = "humantime_serde")]
+        wait_timeout: Duration = Duration::from_secs(10);
+        /// Most duplicates waiting on one key across the fleet; more get 409 at once.
+        max_waiters: u32 = 100;
+        /// A timeout or reset after the request may have reached the upstream.
+        on_ambiguous: OnAmbiguous = OnAmbiguous::Release;
+        /// Keep each request with its durable lease, so that the completer can send it
+        /// again if its replica dies mid-request and the client never retries
+        /// (docs/completer.md). Needs `[postgres]` with `claims = "write_through"`, and
+        /// an upstream that treats the forwarded `Idempotency-Key` as its own
+        /// deduplication key.
+        completer: bool = false;
+    }
+    global {
+        /// A file holding the server secret that keys scope and record ids (HMAC-SHA-256),
+        /// so that hashes in logs and Postgres cannot be reversed. Global only.
+        scope_secret_file: Option<std::path::PathBuf> = None;
+        /// After introducing `scope_secret_file`: also look new keys up under their
+        /// unkeyed (pre-secret) ids, so records stored before the upgrade replay. Turn off
+        /// one `ttl` after the upgrade. Global only.
+        lookup_unkeyed_ids: bool = false;
+    }
+}
+
+/// `idempotency.anonymous`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnonymousScope {
+    /// 400 `idempotency_scope_missing`.
+    Reject,
+    /// One scope for every caller without the scope headers, on this route.
+    Shared,
+}
+
+/// `idempotency.in_flight`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InFlightPolicy {
+    /// 409 `idempotency_key_in_flight` with `Retry-After`.
+    Reject,
+    /// Wait up to `wait_timeout` for the holder, then replay (or 409).
+    Wait,
+}
+
+/// `idempotency.on_ambiguous`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnAmbiguous {
+    /// Release the key: a retry runs again (the upstream deduplicates on the forwarded key).
+    Release,
+    /// Store a 502/504 `upstream_outcome_unknown` problem and replay it.
+    Store,
+}
+impl IdempotencyConfig {
+    /// The rules of one set of settings (`[idempotency]`, or a route's effective ones),
+    /// each error naming its key under `at`.
+    pub(super) fn check(&self, at: &str) -> Result<(), ConfigError> {
+        // Header names, methods and statuses were parsed with the configuration.
+        if self.scope_headers.is_empty() {
+            return Err(ConfigError::invalid(
+                format!("{at}.scope_headers"),
+                "name at least one tenant header",
+            ));
+        }
+        if self.max_key_length == 0 || self.max_key_length > 4096 {
+            return Err(ConfigError::invalid(
+                format!("{at}.max_key_length"),
+                "must be between 1 and 4096",
+            ));
+        }
+        positive_duration(&format!("{at}.ttl"), self.ttl)?;
+        positive_duration(&format!("{at}.lock_ttl"), self.lock_ttl)?;
+        if self.ttl < self.lock_ttl {
+            return Err(ConfigError::invalid(
+                format!("{at}.ttl"),
+                "must be at least `lock_ttl`: a response must be kept at least as long as its lease",
+            ));
+        }
+        positive_duration(&format!("{at}.wait_timeout"), self.wait_timeout)?;
+        if self.max_waiters == 0 {
+            return Err(ConfigError::invalid(
+                format!("{at}.max_waiters"),
+                "must be greater than zero",
+            ));
+        }
+        if !self.mismatch_status.is_client_error() {
+            return Err(ConfigError::invalid(
+                format!("{at}.mismatch_status"),
+                "must be a 4xx status",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `completer = true` needs a durable lease to keep the request with: `[postgres]` with
+    /// `claims = "write_through"`.
+    pub(super) fn check_completer(
+        &self,
+        at: &str,
+        postgres: Option<&PostgresConfig>,
+    ) -> Result<(), ConfigError> {
+        let durable = postgres.is_some_and(|pg| pg.claims == ClaimDurability::WriteThrough);
+        if self.completer && !durable {
+            return Err(ConfigError::invalid(
+                format!("{at}.completer"),
+                "needs [postgres] with claims = \"write_through\": the completer sends a \
+                 request again only from a durable lease",
+            ));
+        }
+        Ok(())
+    }
+}

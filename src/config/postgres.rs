@@ -1,0 +1,190 @@
+//! `[postgres]`, the durable tier: its settings, where claims are held
+//! ([`ClaimDurability`]), when Redis claims are checked against it
+//! ([`LookupOnMiss`]), and its rules.
+
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use serde::{Deserialize, Serialize};
+
+use super::error::{positive_duration, ConfigError};
+use super::tls::PostgresTls;
+use super::url_secrets::url_password;
+
+/// `[postgres]`: the durable tier.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PostgresConfig {
+    /// `postgres://user:password@host:port/dbname`; libpq's TLS parameters (`sslmode`...)
+    /// may be given here or in `[postgres.tls]`.
+    pub url: String,
+    /// Connections to Postgres (per process; divided among the workers of
+    /// `thread_per_core`).
+    pub pool_size: usize,
+    /// Apply `migrations/` at `serve` start.
+    pub migrate_on_start: bool,
+    /// When a Redis claim is acquired, whether to look the key up in Postgres first.
+    pub lookup_on_miss: LookupOnMiss,
+    /// Where claims are held: `write_through` (the default) also commits each claim to
+    /// Postgres before forwarding; `redis` keeps them in Redis only (see [`ClaimDurability`]).
+    pub claims: ClaimDurability,
+    /// Deadline of one Postgres statement (claim, lookup, a write-through batch).
+    #[serde(with = "humantime_serde")]
+    pub statement_timeout: Duration,
+    /// Most records one write-through statement carries, most keys one batched lookup
+    /// statement reads, and most claims one batched claim statement makes.
+    pub batch_max: usize,
+    /// Most records waiting for Postgres to come back; beyond it, records are dropped (and counted).
+    pub retry_queue: usize,
+    /// Most bytes of records waiting for Postgres; beyond it, records are dropped (and
+    /// counted), so an outage cannot grow the queue past the process's memory.
+    pub retry_queue_bytes: ByteSize,
+    /// How often the reaper deletes expired records.
+    #[serde(with = "humantime_serde")]
+    pub reap_interval: Duration,
+    /// Most rows one reaper statement deletes.
+    pub reap_batch: usize,
+    /// How often the completer looks for abandoned requests (routes with
+    /// `idempotency.completer = true`); also the first pause of its backoff, which
+    /// doubles with each attempt.
+    #[serde(with = "humantime_serde")]
+    pub completer_interval: Duration,
+    /// How long after its lease expired an abandoned request is left to a client's
+    /// retry before the completer takes it over.
+    #[serde(with = "humantime_serde")]
+    pub completer_grace: Duration,
+    /// Most times the completer sends one abandoned request; then it is given up
+    /// (counted, logged once, shown in the admin API) and left to a client's retry.
+    pub completer_attempts: u32,
+    /// Most abandoned requests one completer pass takes over.
+    pub completer_batch: usize,
+    /// A file holding the password (instead of one in `url`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<std::path::PathBuf>,
+    pub tls: PostgresTls,
+}
+
+impl Default for PostgresConfig {
+    fn default() -> Self {
+        Self {
+            url: "postgres://postgres@127.0.0.1:5432/postgres".into(),
+            pool_size: 8,
+            migrate_on_start: true,
+            lookup_on_miss: LookupOnMiss::Always,
+            claims: ClaimDurability::WriteThrough,
+            statement_timeout: Duration::from_secs(2),
+            batch_max: 256,
+            retry_queue: 10_000,
+            retry_queue_bytes: ByteSize::mib(256),
+            reap_interval: Duration::from_secs(60),
+            reap_batch: 1000,
+            completer_interval: Duration::from_secs(5),
+            completer_grace: Duration::from_secs(5),
+            completer_attempts: 5,
+            completer_batch: 100,
+            password_file: None,
+            tls: PostgresTls::default(),
+        }
+    }
+}
+
+/// `postgres.lookup_on_miss`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LookupOnMiss {
+    /// Every acquired Redis claim is checked against Postgres before forwarding.
+    Always,
+    /// Skip the check while Redis provably holds everything written within the longest `ttl`.
+    WhenCold,
+}
+
+/// `postgres.claims`: where a claim is held before the request is forwarded. Completed
+/// responses are written through to Postgres in both modes.
+///
+/// The default is `write_through`: no request is forwarded twice for one key while its
+/// lease is valid, whatever Redis loses (a restart without persistence, a flush, an
+/// eviction, a failover that drops writes not yet replicated) or whichever replicas it is
+/// cut off from. Concurrent claims share Postgres statements, as completions do
+/// (`postgres.batch_max`): in the latest quiet `make bench` (BENCHMARKS.md) a first
+/// execution ran at 1.02x the req/s of one with `redis` claims, which look the key up
+/// in Postgres instead (rows `first-wtclaims` and `first-redisclaims`; 0.76x to 0.88x
+/// in earlier runs on a busy machine). While Postgres is down, keyed requests answer 503.
+///
+/// `redis` keeps claims in Redis only (the old default, CHANGELOG.md): keyed requests go
+/// on while Postgres is down, but a key in flight when
+/// Redis loses its claim can run a second time if it is retried before the first
+/// execution completes (docs/guarantees.md, "Guarantees, and the window of each mode").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClaimDurability {
+    /// Claims live in Redis only; completed responses are written through.
+    #[serde(rename = "redis")]
+    RedisOnly,
+    /// Claims are also committed to Postgres before the upstream call (the default).
+    WriteThrough,
+}
+impl PostgresConfig {
+    /// The rules of `[postgres]`.
+    pub(super) fn check(&self) -> Result<(), ConfigError> {
+        self.check_connection()?;
+        if !(1..=256).contains(&self.pool_size) {
+            return Err(ConfigError::invalid(
+                "postgres.pool_size",
+                "must be between 1 and 256",
+            ));
+        }
+        positive_duration("postgres.statement_timeout", self.statement_timeout)?;
+        positive_duration("postgres.reap_interval", self.reap_interval)?;
+        if !(1..=10_000).contains(&self.batch_max) {
+            return Err(ConfigError::invalid(
+                "postgres.batch_max",
+                "must be between 1 and 10000",
+            ));
+        }
+        if self.retry_queue == 0 {
+            return Err(ConfigError::invalid(
+                "postgres.retry_queue",
+                "must be greater than zero",
+            ));
+        }
+        if self.reap_batch == 0 {
+            return Err(ConfigError::invalid(
+                "postgres.reap_batch",
+                "must be greater than zero",
+            ));
+        }
+        positive_duration("postgres.completer_interval", self.completer_interval)?;
+        if self.completer_attempts == 0 || self.completer_batch == 0 {
+            let key = match self.completer_attempts {
+                0 => "postgres.completer_attempts",
+                _ => "postgres.completer_batch",
+            };
+            return Err(ConfigError::invalid(key, "must be greater than zero"));
+        }
+        Ok(())
+    }
+
+    /// `postgres.url`, with the TLS parameters of `[postgres.tls]`, and its password.
+    fn check_connection(&self) -> Result<(), ConfigError> {
+        if !(self.url.starts_with("postgres://") || self.url.starts_with("postgresql://")) {
+            return Err(ConfigError::invalid(
+                "postgres.url",
+                "must start with postgres://",
+            ));
+        }
+        let resolved = self.tls.resolve(&self.url)?;
+        if self.password_file.is_some() && url_password(&resolved.url) {
+            return Err(ConfigError::invalid(
+                "postgres.password_file",
+                "postgres.url carries a password too: set it in one place",
+            ));
+        }
+        if resolved.url.parse::<tokio_postgres::Config>().is_err() {
+            return Err(ConfigError::invalid(
+                "postgres.url",
+                "is not a valid connection URL",
+            ));
+        }
+        Ok(())
+    }
+}

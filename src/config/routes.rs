@@ -1,0 +1,81 @@
+//! `[[routes]]`: each upstream with the path prefix routed to it, and the rules of a
+//! route's own keys (its idempotency settings are checked as
+//! [`IdempotencyConfig`](super::idempotency::IdempotencyConfig)s).
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use http::Uri;
+use serde::{Deserialize, Serialize};
+
+use super::error::{positive_duration, ConfigError};
+use super::idempotency::IdempotencyOverrides;
+use super::tls::UpstreamTls;
+use super::typed;
+
+/// `[[routes]]`: one upstream and the path prefix routed to it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// The route's name, in metrics (`route` label) and logs: 1 to 64 of `A-Z`, `a-z`,
+    /// `0-9`, `_`, `-`, unique.
+    pub name: String,
+    /// Requests whose path it covers, by whole segments, go to this route (the longest
+    /// such prefix wins); starts with `/`.
+    pub path_prefix: String,
+    /// `http://host:port` or `https://host:port`, parsed (and checked) while the
+    /// configuration is read.
+    #[serde(with = "typed")]
+    pub upstream: Uri,
+    /// Longest the upstream may take to answer; then 504 `upstream_timeout`, and the
+    /// key is released or the outcome stored (`idempotency.on_ambiguous`).
+    #[serde(with = "humantime_serde", default = "default_upstream_timeout")]
+    pub upstream_timeout: Duration,
+    #[serde(default)]
+    pub idempotency: IdempotencyOverrides,
+    #[serde(default)]
+    pub tls: UpstreamTls,
+}
+
+fn default_upstream_timeout() -> Duration {
+    Duration::from_secs(20)
+}
+impl RouteConfig {
+    /// The rules of the route at `at` (`routes[0]`): its name, valid and not among
+    /// `names` (the routes before it), its prefix, timeout and TLS settings.
+    pub(super) fn check<'a>(
+        &'a self,
+        at: &str,
+        names: &mut HashSet<&'a str>,
+    ) -> Result<(), ConfigError> {
+        let name_ok = !self.name.is_empty()
+            && self.name.len() <= 64
+            && (self.name.bytes()).all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !name_ok {
+            return Err(ConfigError::invalid(
+                format!("{at}.name"),
+                "must be 1 to 64 characters of A-Z, a-z, 0-9, `_` or `-`",
+            ));
+        }
+        if !names.insert(self.name.as_str()) {
+            return Err(ConfigError::invalid(
+                format!("{at}.name"),
+                format!("duplicate route name `{}`", self.name),
+            ));
+        }
+        if !self.path_prefix.starts_with('/') {
+            return Err(ConfigError::invalid(
+                format!("{at}.path_prefix"),
+                "must start with `/`",
+            ));
+        }
+        positive_duration(&format!("{at}.upstream_timeout"), self.upstream_timeout)?;
+        if self.upstream.scheme_str() != Some("https") && self.tls.is_set() {
+            return Err(ConfigError::invalid(
+                format!("{at}.tls"),
+                "is set but the upstream is not https://: the connection would be plaintext",
+            ));
+        }
+        Ok(())
+    }
+}

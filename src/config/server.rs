@@ -1,0 +1,215 @@
+//! The gateway process's own sections and their rules: `[server]` (listeners, limits,
+//! timeouts, trusted proxies, the runtime), `[admin]` (the admin API's token) and
+//! `[log]`.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use serde::{Deserialize, Serialize};
+
+use super::cidr::TrustedProxies;
+use super::error::{positive_duration, positive_size, ConfigError};
+use super::runtime::{Runtime, Workers};
+use super::typed;
+
+/// `[server]`: listeners and limits of the HTTP edge.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address for proxied traffic.
+    #[serde(with = "typed")]
+    pub listen: SocketAddr,
+    /// Address for `/healthz` and `/readyz`.
+    #[serde(with = "typed")]
+    pub admin_listen: SocketAddr,
+    /// Largest request body read for a keyed request; larger is 413.
+    pub max_request_body: ByteSize,
+    /// Largest upstream response body the gateway buffers and stores.
+    pub max_response_body: ByteSize,
+    /// Largest request head (request line plus headers) a client may send.
+    pub max_header_size: ByteSize,
+    /// How long a client may take to send its request head (slowloris guard).
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// How long a client may take to send the body of a keyed request; slower is 408.
+    #[serde(with = "humantime_serde")]
+    pub body_read_timeout: Duration,
+    /// Lingering close: after answering before the request body was read (413, 408, an
+    /// early error), read and discard up to this many more bytes of it, so the client
+    /// sees the answer instead of a reset. `0B` turns lingering off.
+    pub linger_bytes: ByteSize,
+    /// Lingering close: the longest the rest of a body is read and discarded for.
+    #[serde(with = "humantime_serde")]
+    pub linger_time: Duration,
+    /// How long in-flight requests may take to finish after SIGTERM/SIGINT.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+    /// Peers (CIDRs) whose `X-Forwarded-*` and `Forwarded` headers are extended; from
+    /// any other peer they are replaced. Empty: nobody is trusted.
+    pub trusted_proxies: TrustedProxies,
+    /// Most connections open on the proxy listener; beyond it, new connections wait in
+    /// the kernel's accept queue, unserved, until one closes.
+    pub max_connections: usize,
+    /// Most requests being handled at once on the proxy listener; beyond it, 503
+    /// `overloaded` with `Retry-After`.
+    pub max_in_flight: usize,
+    /// Longest a response write may wait for the client to read (no progress at all);
+    /// then the connection is closed and the response it held freed.
+    #[serde(with = "humantime_serde")]
+    pub write_timeout: Duration,
+    /// Memory for buffered bodies (keyed request bodies, stored and replayed responses)
+    /// across all requests; a keyed request that does not fit gets 503 `overloaded`.
+    pub buffer_budget: ByteSize,
+    /// `multi_thread` or `thread_per_core` ([`Runtime`]).
+    pub runtime: Runtime,
+    /// Worker threads: `"auto"` (the available cores) or a count ([`Workers`]).
+    pub workers: Workers,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            admin_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
+            max_request_body: ByteSize::mib(1),
+            max_response_body: ByteSize::mib(8),
+            max_header_size: ByteSize::kib(16),
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+            linger_bytes: ByteSize::mib(8),
+            linger_time: Duration::from_secs(5),
+            shutdown_grace: Duration::from_secs(30),
+            trusted_proxies: TrustedProxies::default(),
+            max_connections: 4096,
+            max_in_flight: 1024,
+            write_timeout: Duration::from_secs(30),
+            buffer_budget: ByteSize::mib(256),
+            runtime: Runtime::default(),
+            workers: Workers::default(),
+        }
+    }
+}
+
+/// `[log]`: log format and filter.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `text` or `json`.
+    pub format: LogFormat,
+    /// A `tracing` filter directive such as `info` or `idemgate=debug`; `RUST_LOG` wins.
+    pub filter: String,
+    /// Lines the log writer thread may fall behind stderr by; beyond, lines are dropped
+    /// (and counted) instead of making requests wait.
+    pub queue_lines: usize,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Text,
+            filter: "info".into(),
+            queue_lines: 64 * 1024,
+        }
+    }
+}
+
+/// Output format of the logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    Text,
+    /// One JSON object per line (the request span's fields under `span`).
+    Json,
+}
+
+/// `[admin]`: the admin API on the admin listener.
+#[derive(Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Bearer token for `/admin/*`; absent means the admin API is off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// A file holding the token instead (`token` and `token_file` exclude each other).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<std::path::PathBuf>,
+}
+impl ServerConfig {
+    /// The bounds of `[server]`.
+    pub(super) fn check(&self) -> Result<(), ConfigError> {
+        positive_size("server.max_request_body", self.max_request_body.as_u64())?;
+        positive_size("server.max_response_body", self.max_response_body.as_u64())?;
+        if self.max_header_size.as_u64() < 8192 {
+            return Err(ConfigError::invalid(
+                "server.max_header_size",
+                "must be at least 8KiB",
+            ));
+        }
+        positive_duration("server.header_read_timeout", self.header_read_timeout)?;
+        positive_duration("server.body_read_timeout", self.body_read_timeout)?;
+        self.check_limits()
+    }
+
+    /// `server.max_connections`, `max_in_flight`, `write_timeout` and `buffer_budget`.
+    fn check_limits(&self) -> Result<(), ConfigError> {
+        if !(1..=1_000_000).contains(&self.max_connections) {
+            return Err(ConfigError::invalid(
+                "server.max_connections",
+                "must be between 1 and 1000000",
+            ));
+        }
+        if !(1..=1_000_000).contains(&self.max_in_flight) {
+            return Err(ConfigError::invalid(
+                "server.max_in_flight",
+                "must be between 1 and 1000000",
+            ));
+        }
+        positive_duration("server.write_timeout", self.write_timeout)?;
+        let one = (self.max_request_body.as_u64()).saturating_add(self.max_response_body.as_u64());
+        if self.buffer_budget.as_u64() < one {
+            return Err(ConfigError::invalid(
+                "server.buffer_budget",
+                format!(
+                    "must hold at least one request and its response: \
+                     server.max_request_body + server.max_response_body ({one} bytes)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl LogConfig {
+    /// The bounds of `[log]`.
+    pub(super) fn check(&self) -> Result<(), ConfigError> {
+        if !(1..=1 << 24).contains(&self.queue_lines) {
+            return Err(ConfigError::invalid(
+                "log.queue_lines",
+                "must be between 1 and 16777216",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl AdminConfig {
+    /// One token, given once, and long enough.
+    pub(super) fn check(&self) -> Result<(), ConfigError> {
+        if self.token.is_some() && self.token_file.is_some() {
+            return Err(ConfigError::invalid(
+                "admin.token_file",
+                "set `admin.token` or `admin.token_file`, not both",
+            ));
+        }
+        if let Some(token) = &self.token {
+            if token.len() < 16 {
+                return Err(ConfigError::invalid(
+                    "admin.token",
+                    "must be at least 16 characters (or absent to turn the admin API off)",
+                ));
+            }
+        }
+        Ok(())
+    }
+}

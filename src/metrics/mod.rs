@@ -1,0 +1,106 @@
+//! Prometheus metrics: the recorder, the metric names (a contract with dashboards and
+//! alerts), and one small function per thing measured. Labels are bounded: route
+//! name, outcome, operation or reason; never a key, a tenant or a raw path.
+//!
+//! One file per subsystem, each with its names, their descriptions and its recording
+//! functions: [`requests`] (the request path), [`store`] (Redis, Postgres, the
+//! breaker, fallbacks), [`write_through`], [`completer`] and [`limits`]; this file
+//! installs the recorder and counts the log lines dropped.
+
+mod completer;
+mod limits;
+mod requests;
+mod store;
+mod write_through;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics::counter;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+pub use completer::{
+    completer_outcome, completer_pass, completer_takeover, COMPLETER_OUTCOMES,
+    COMPLETER_OUTCOME_NAMES, COMPLETER_PASSES, COMPLETER_TAKEOVERS,
+};
+pub use limits::{limits_sampled, Limit, BUFFERED_BYTES, LIMITED, OPEN_CONNECTIONS};
+pub use requests::{
+    unmatched, InFlightGuard, Outcome, RouteMetrics, IN_FLIGHT, OUTCOMES, REQUESTS,
+    REQUEST_DURATION, STORED_BYTES, UNKEYED_REQUESTS, UPSTREAM_DURATION,
+};
+pub use store::{
+    elapsed, fallback, lease_lost, postgres_op, redis_up, redis_wait_short, tier_disagreement,
+    unreadable, RedisOps, FALLBACK, LEASE_LOST, POSTGRES_DURATION, REDIS_DURATION, REDIS_UP,
+    REDIS_WAIT_SHORT, TIER_DISAGREEMENTS, UNREADABLE, UNREADABLE_REASONS,
+};
+pub use write_through::{
+    queue_depth, reaped, write_dropped, write_failure, DropReason, QUEUE_DEPTH, REAPED,
+    WRITE_DROPPED, WRITE_FAILURES,
+};
+
+pub const LOG_DROPPED: &str = "idemgate_log_lines_dropped_total";
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+const SIZE_BUCKETS: &[f64] = &[
+    256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0,
+];
+
+/// Installs the process-wide recorder once and returns its handle for `/metrics`.
+pub fn install() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("duration_seconds".into()), LATENCY_BUCKETS)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(STORED_BYTES.into()), SIZE_BUCKETS)
+                })
+                .expect("static buckets are valid");
+            let recorder = builder.build_recorder();
+            let handle = recorder.handle();
+            if metrics::set_global_recorder(recorder).is_err() {
+                tracing::warn!("a metrics recorder was already installed; /metrics stays empty");
+            }
+            describe();
+            handle
+        })
+        .clone()
+}
+
+/// Describes every metric, and registers the counters that must be present from the
+/// start (so that the first increment shows in `increase()`) and the gauges' first
+/// values.
+fn describe() {
+    requests::describe();
+    store::describe();
+    write_through::describe();
+    completer::describe();
+    limits::describe();
+    metrics::describe_counter!(
+        LOG_DROPPED,
+        "Log lines dropped because stderr could not keep up."
+    );
+    requests::start();
+    store::start();
+    write_through::start();
+    completer::start();
+    limits::start();
+    counter!(LOG_DROPPED).absolute(0);
+}
+
+/// Drains histogram buckets now and then, as the recorder requires.
+pub fn spawn_upkeep(handle: PrometheusHandle) {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            handle.run_upkeep();
+        }
+    });
+}
+
+/// Sets the dropped log lines counter (the writer thread counts them).
+pub fn log_lines_dropped(total: u64) {
+    counter!(LOG_DROPPED).absolute(total);
+}

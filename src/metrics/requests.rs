@@ -1,0 +1,175 @@
+//! The request path's metrics: keyed requests by route and outcome
+//! (`idemgate_requests_total` and their duration), unkeyed requests, upstream calls,
+//! upstream calls in flight under a lease and the size of stored responses, each
+//! route's handles registered once ([`RouteMetrics`]).
+
+use std::time::Instant;
+
+use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
+
+pub const REQUESTS: &str = "idemgate_requests_total";
+pub const REQUEST_DURATION: &str = "idemgate_request_duration_seconds";
+pub const UNKEYED_REQUESTS: &str = "idemgate_unkeyed_requests_total";
+pub const UPSTREAM_DURATION: &str = "idemgate_upstream_duration_seconds";
+pub const IN_FLIGHT: &str = "idemgate_in_flight";
+pub const STORED_BYTES: &str = "idemgate_stored_response_bytes";
+
+/// Every outcome, in [`Outcome`] order.
+pub const OUTCOMES: [Outcome; 10] = [
+    Outcome::Executed,
+    Outcome::Replayed,
+    Outcome::InFlight,
+    Outcome::Mismatch,
+    Outcome::InvalidKey,
+    Outcome::MissingKey,
+    Outcome::Bypassed,
+    Outcome::UpstreamError,
+    Outcome::StoreUnavailable,
+    Outcome::Rejected,
+];
+
+/// How a keyed request ended, as counted in `idemgate_requests_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Outcome {
+    Executed,
+    Replayed,
+    InFlight,
+    Mismatch,
+    InvalidKey,
+    MissingKey,
+    Bypassed,
+    UpstreamError,
+    StoreUnavailable,
+    Rejected,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Executed => "executed",
+            Outcome::Replayed => "replayed",
+            Outcome::InFlight => "in_flight",
+            Outcome::Mismatch => "mismatch",
+            Outcome::InvalidKey => "invalid_key",
+            Outcome::MissingKey => "missing_key",
+            Outcome::Bypassed => "bypassed",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::StoreUnavailable => "store_unavailable",
+            Outcome::Rejected => "rejected",
+        }
+    }
+}
+
+/// Describes the request path's metrics.
+pub(super) fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(REQUESTS, "Keyed requests by route and outcome.");
+    describe_histogram!(
+        REQUEST_DURATION,
+        Unit::Seconds,
+        "End-to-end duration of keyed requests."
+    );
+    describe_counter!(
+        UNKEYED_REQUESTS,
+        "Requests proxied without idempotency (method not covered, or no key)."
+    );
+    describe_histogram!(UPSTREAM_DURATION, Unit::Seconds, "Upstream call duration.");
+    describe_gauge!(IN_FLIGHT, "Upstream calls running under a lease.");
+    describe_histogram!(STORED_BYTES, Unit::Bytes, "Size of stored responses.");
+}
+
+/// Sets the request path's gauges to their starting values.
+pub(super) fn start() {
+    gauge!(IN_FLIGHT).set(0.0);
+}
+
+/// One route's metric handles, registered once at start so that a request records
+/// without building label sets or looking anything up.
+pub struct RouteMetrics {
+    requests: [(Counter, Histogram); 10],
+    unkeyed: Counter,
+    upstream: Histogram,
+    /// Unlabelled, the same series for every route: kept here so that a request does
+    /// not look them up.
+    in_flight: Gauge,
+    stored_bytes: Histogram,
+}
+
+impl RouteMetrics {
+    pub fn new(route: &str) -> Self {
+        let route = route.to_string();
+        Self {
+            requests: OUTCOMES.map(|o| {
+                let labels = [
+                    ("route", route.clone()),
+                    ("outcome", o.as_str().to_string()),
+                ];
+                (
+                    counter!(REQUESTS, &labels),
+                    histogram!(REQUEST_DURATION, &labels),
+                )
+            }),
+            unkeyed: counter!(UNKEYED_REQUESTS, "route" => route.clone()),
+            upstream: histogram!(UPSTREAM_DURATION, "route" => route),
+            in_flight: gauge!(IN_FLIGHT),
+            stored_bytes: histogram!(STORED_BYTES),
+        }
+    }
+
+    /// Counts an upstream call under a lease in `idemgate_in_flight` while the guard lives.
+    pub fn in_flight(&self) -> InFlightGuard {
+        InFlightGuard::on(self.in_flight.clone())
+    }
+
+    pub fn stored_bytes(&self, n: usize) {
+        self.stored_bytes.record(n as f64);
+    }
+
+    pub fn request(&self, outcome: Outcome, started: Instant) {
+        let (count, duration) = &self.requests[outcome as usize];
+        count.increment(1);
+        duration.record(started.elapsed().as_secs_f64());
+    }
+
+    pub fn unkeyed(&self) {
+        self.unkeyed.increment(1);
+    }
+
+    pub fn upstream(&self, started: Instant) {
+        self.upstream.record(started.elapsed().as_secs_f64());
+    }
+}
+
+impl std::fmt::Debug for RouteMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RouteMetrics")
+    }
+}
+
+/// Requests that matched no route.
+pub fn unmatched(started: Instant) {
+    let labels = [
+        ("route", "_unmatched"),
+        ("outcome", Outcome::Rejected.as_str()),
+    ];
+    counter!(REQUESTS, &labels).increment(1);
+    histogram!(REQUEST_DURATION, &labels).record(started.elapsed().as_secs_f64());
+}
+
+/// Counts an upstream call under a lease for as long as it lives
+/// ([`RouteMetrics::in_flight`]).
+pub struct InFlightGuard(Gauge);
+
+impl InFlightGuard {
+    fn on(gauge: Gauge) -> Self {
+        gauge.increment(1.0);
+        Self(gauge)
+    }
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
+}

@@ -1,0 +1,143 @@
+//! The stores' metrics: Redis and Postgres operation durations, Redis's breaker
+//! (`idemgate_redis_up`), its `WAIT` falling short, requests served through a fallback
+//! path, completions refused for a lost lease, tiers disagreeing, and stored records
+//! that could not be read.
+
+use std::time::Instant;
+
+use metrics::{counter, gauge, histogram, Histogram};
+
+pub const REDIS_DURATION: &str = "idemgate_redis_duration_seconds";
+pub const POSTGRES_DURATION: &str = "idemgate_postgres_duration_seconds";
+pub const FALLBACK: &str = "idemgate_fallback_total";
+pub const LEASE_LOST: &str = "idemgate_lease_lost_total";
+pub const REDIS_WAIT_SHORT: &str = "idemgate_redis_wait_short_total";
+pub const REDIS_UP: &str = "idemgate_redis_up";
+pub const TIER_DISAGREEMENTS: &str = "idemgate_tier_disagreements_total";
+pub const UNREADABLE: &str = "idemgate_stored_records_unreadable_total";
+
+/// Describes the stores' metrics.
+pub(super) fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_histogram!(
+        REDIS_DURATION,
+        Unit::Seconds,
+        "Redis operation duration by op."
+    );
+    describe_histogram!(
+        POSTGRES_DURATION,
+        Unit::Seconds,
+        "Postgres operation duration by op."
+    );
+    describe_counter!(
+        FALLBACK,
+        "Requests served through a fallback path, by reason."
+    );
+    describe_counter!(
+        LEASE_LOST,
+        "Completions refused because the lease had been taken over."
+    );
+    describe_counter!(
+        REDIS_WAIT_SHORT,
+        "Completions that fewer replicas than redis.wait_replicas acknowledged in time."
+    );
+    describe_counter!(
+        TIER_DISAGREEMENTS,
+        "Completions where Redis and Postgres disagreed about who holds a key, by kind."
+    );
+    describe_counter!(
+        UNREADABLE,
+        "Stored records that could not be read (answered 500, never replayed), by reason."
+    );
+    describe_gauge!(
+        REDIS_UP,
+        "1 while claims go to Redis, 0 while its breaker is open."
+    );
+}
+
+/// Registers the stores' counters at zero (so that the first increment shows in
+/// `increase()`) and sets `idemgate_redis_up`.
+pub(super) fn start() {
+    for name in [LEASE_LOST, REDIS_WAIT_SHORT] {
+        counter!(name).absolute(0);
+    }
+    for reason in UNREADABLE_REASONS {
+        counter!(UNREADABLE, "reason" => reason).absolute(0);
+    }
+    gauge!(REDIS_UP).set(1.0);
+}
+
+/// `idemgate_redis_duration_seconds` of each Redis store operation, registered once (by
+/// the Redis store, after [`install`](super::install)) so that a call does not look them up.
+pub struct RedisOps {
+    pub claim: Histogram,
+    pub complete: Histogram,
+    pub release: Histogram,
+    pub extend: Histogram,
+    pub peek: Histogram,
+    pub invalidate: Histogram,
+}
+
+impl RedisOps {
+    pub fn new() -> Self {
+        let op = |op: &'static str| histogram!(REDIS_DURATION, "op" => op);
+        Self {
+            claim: op("claim"),
+            complete: op("complete"),
+            release: op("release"),
+            extend: op("extend"),
+            peek: op("peek"),
+            invalidate: op("invalidate"),
+        }
+    }
+}
+
+impl Default for RedisOps {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Records the time since `started` in `histogram`.
+pub fn elapsed(histogram: &Histogram, started: Instant) {
+    histogram.record(started.elapsed().as_secs_f64());
+}
+
+pub fn postgres_op(op: &'static str, started: Instant) {
+    histogram!(POSTGRES_DURATION, "op" => op).record(started.elapsed().as_secs_f64());
+}
+
+pub fn fallback(reason: &'static str) {
+    counter!(FALLBACK, "reason" => reason).increment(1);
+}
+
+pub fn tier_disagreement(kind: &'static str) {
+    counter!(TIER_DISAGREEMENTS, "kind" => kind).increment(1);
+}
+
+pub fn redis_wait_short() {
+    counter!(REDIS_WAIT_SHORT).increment(1);
+}
+
+/// Every `reason` of [`UNREADABLE`] (`Unreadable::reason`, and `corrupt`).
+pub const UNREADABLE_REASONS: [&str; 6] = [
+    "forged",
+    "unknown_key",
+    "no_keys",
+    "unsealed",
+    "malformed",
+    "corrupt",
+];
+
+/// A stored record could not be read: `reason` from `StoreError::unreadable`.
+pub fn unreadable(reason: &'static str) {
+    counter!(UNREADABLE, "reason" => reason).increment(1);
+}
+
+pub fn lease_lost() {
+    counter!(LEASE_LOST).increment(1);
+}
+
+pub fn redis_up(up: bool) {
+    gauge!(REDIS_UP).set(if up { 1.0 } else { 0.0 });
+}
