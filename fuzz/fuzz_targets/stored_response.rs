@@ -8,7 +8,7 @@
 
 use arbitrary::Unstructured;
 use bytes::Bytes;
-use idemgate::idempotency::replay::REPLAYED;
+use idemgate::proxy::headers::REPLAYED;
 use idemgate::idempotency::{StoredRecord, StoredResponse};
 use libfuzzer_sys::fuzz_target;
 
