@@ -11,11 +11,13 @@
 //! 409 or the stored result, never a second execution. The kept request is sent again
 //! with its `Idempotency-Key`, the new `Idempotency-Fencing-Token` and
 //! `Idempotency-Completer: 1`, and settled as a first execution would be
-//! ([`flow::run`]): stored, so that a later retry replays it. An attempt that the
+//! ([`flow::run()`]): stored, so that a later retry replays it. An attempt that the
 //! upstream refuses (a release status: the key is freed, as for a first execution) or
 //! does not answer is tried again after a backoff that doubles; after
 //! `postgres.completer_attempts` the request is given up: counted, logged once with
 //! its `key_hash`, and marked in the admin API.
+//!
+//! [`Stores::claim`]: crate::store::Stores::claim
 
 use std::sync::Arc;
 

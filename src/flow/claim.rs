@@ -21,7 +21,7 @@ use crate::store::{Failure, Lease, StoreError};
 
 /// What claiming a key came to.
 pub enum Claimed {
-    /// This request holds the key: run it ([`super::run`]).
+    /// This request holds the key: run it ([`super::run()`]).
     Acquired(Lease),
     /// No store could take the claim: forward without idempotency.
     Bypassed,

@@ -9,7 +9,7 @@
 //!    body ([`body`]), the record id and the fingerprint.
 //! 3. [`claim`]: the replay cache, [`Stores::claim`](crate::store::Stores::claim),
 //!    waiting while the key is in flight, the record under the previous scope secret.
-//! 4. [`run`]: the upstream call under the held lease (fencing token, heartbeat), on a
+//! 4. [`run`](mod@run): the upstream call under the held lease (fencing token, heartbeat), on a
 //!    detached task.
 //! 5. [`settle`]: complete the lease with the answer (or release it, or hand it back),
 //!    and answer.
