@@ -31,19 +31,11 @@ pub enum Claimed {
 
 /// Claims the key of `request` (sent by `peer`) on `route`.
 pub async fn claim(app: &App, route: &Arc<Route>, request: &Identified, peer: IpAddr) -> Claimed {
+    if let Some(answered) = cached(app, route, request) {
+        return answered;
+    }
     let settings = &route.policy.settings;
     let (scope, record, fingerprint) = (request.scope, request.record, &request.fingerprint);
-    // A completed record this replica has seen never changes: answer from memory.
-    if let Some(hit) = app.stores.cached(record) {
-        let (outcome, reply) = if hit.fingerprint == *fingerprint {
-            let replay = hit.response.replay(settings.replay_set_cookie);
-            (Outcome::Replayed, Ok(replay))
-        } else {
-            let refused = Refused::Mismatch(settings.mismatch_status);
-            (Outcome::Mismatch, Err(refused))
-        };
-        return Claimed::Answered(outcome, reply);
-    }
     // The branches a first execution does not take are boxed (waiting, the previous
     // id): inline, the largest of them sets the size of this future, and of
     // every future that holds it, which is moved (copied) several times per request.
@@ -87,6 +79,20 @@ pub async fn claim(app: &App, route: &Arc<Route>, request: &Identified, peer: Ip
         Ok(Claim::Bypassed) => Claimed::Bypassed,
         Err(e) => failed(e),
     }
+}
+
+/// A completed record this replica has seen never changes: answer from memory.
+fn cached(app: &App, route: &Route, request: &Identified) -> Option<Claimed> {
+    let settings = &route.policy.settings;
+    let hit = app.stores.cached(request.record)?;
+    let (outcome, reply) = if hit.fingerprint == request.fingerprint {
+        let replay = hit.response.replay(settings.replay_set_cookie);
+        (Outcome::Replayed, Ok(replay))
+    } else {
+        let refused = Refused::Mismatch(settings.mismatch_status);
+        (Outcome::Mismatch, Err(refused))
+    };
+    Some(Claimed::Answered(outcome, reply))
 }
 
 /// Upgrading to a scope secret: the key may be stored under its old id (only while

@@ -9,7 +9,7 @@ use axum::response::Response;
 
 use super::refused::{unreadable, Refused, Reply};
 use crate::app::App;
-use crate::idempotency::{Claim, Completion, StoredResponse};
+use crate::idempotency::{Claim, Completion, Fingerprint, RecordId, Scope, StoredResponse};
 use crate::metrics::{self, Outcome};
 use crate::proxy::{Buffered, UpstreamError};
 use crate::route::Route;
@@ -72,28 +72,9 @@ pub async fn complete(
             );
         }
         Ok(Completion::LeaseLost) => {
-            metrics::lease_lost();
-            tracing::warn!(
-                "lease lost before completion: another execution holds this key; \
-                answering with its outcome, not ours"
-            );
-            // Every retry gets the other execution's outcome: so does this client.
             // Boxed: rare, and inline it would grow every execution's future.
-            let found = Box::pin((app.stores).find(route, scope, record, &lease_fingerprint)).await;
-            let (outcome, reply) = match found {
-                Ok(Some(Claim::Completed { response, .. })) => (
-                    Outcome::Replayed,
-                    Ok(response.replay(route.policy.settings.replay_set_cookie)),
-                ),
-                Err(e) if e.unreadable().is_some() => {
-                    unreadable(&e);
-                    (Outcome::Rejected, Err(Refused::Store(e)))
-                }
-                _ => (
-                    Outcome::InFlight,
-                    Err(Refused::Superseded(route.policy.settings.lock_ttl)),
-                ),
-            };
+            let lost = lease_lost(app, route, scope, record, lease_fingerprint);
+            let (outcome, reply) = Box::pin(lost).await;
             return (outcome, reply, Settled::LeaseLost);
         }
         Err(e) => {
@@ -103,6 +84,36 @@ pub async fn complete(
         }
     }
     (Outcome::Executed, Ok(first), Settled::Stored)
+}
+
+/// The lease was lost before completion: every retry gets the other execution's
+/// outcome, and so does this client.
+async fn lease_lost(
+    app: &App,
+    route: &Route,
+    scope: Scope,
+    record: RecordId,
+    fingerprint: Fingerprint,
+) -> (Outcome, Reply) {
+    metrics::lease_lost();
+    tracing::warn!(
+        "lease lost before completion: another execution holds this key; \
+        answering with its outcome, not ours"
+    );
+    match (app.stores).find(route, scope, record, &fingerprint).await {
+        Ok(Some(Claim::Completed { response, .. })) => (
+            Outcome::Replayed,
+            Ok(response.replay(route.policy.settings.replay_set_cookie)),
+        ),
+        Err(e) if e.unreadable().is_some() => {
+            unreadable(&e);
+            (Outcome::Rejected, Err(Refused::Store(e)))
+        }
+        _ => (
+            Outcome::InFlight,
+            Err(Refused::Superseded(route.policy.settings.lock_ttl)),
+        ),
+    }
 }
 
 /// The upstream answered a release status: the key is freed (a client's lease
