@@ -11,18 +11,20 @@
 //! 409 or the stored result, never a second execution. The kept request is sent again
 //! with its `Idempotency-Key`, the new `Idempotency-Fencing-Token` and
 //! `Idempotency-Completer: 1`, and settled as a first execution would be
-//! ([`execute::run`]): stored, so that a later retry replays it. An attempt that the
+//! ([`flow::run()`]): stored, so that a later retry replays it. An attempt that the
 //! upstream refuses (a release status: the key is freed, as for a first execution) or
 //! does not answer is tried again after a backoff that doubles; after
 //! `postgres.completer_attempts` the request is given up: counted, logged once with
 //! its `key_hash`, and marked in the admin API.
+//!
+//! [`Stores::claim`]: crate::store::Stores::claim
 
 use std::sync::Arc;
 
 use tracing::Instrument;
 
 use crate::app::App;
-use crate::http::execute::{self, Runner, Settled};
+use crate::flow::{self, Runner, Settled};
 use crate::idempotency::{Binding, Claim};
 use crate::metrics;
 use crate::store::postgres::completer::{Abandoned, Found, PassLimits};
@@ -191,7 +193,7 @@ async fn attempt(app: Arc<App>, abandoned: Abandoned) -> &'static str {
         fence = lease.fence(),
         "completer: sending an abandoned request again"
     );
-    let ran = execute::run(app, route, lease, parts, body, peer, Runner::Completer);
+    let ran = flow::run(app, route, lease, parts, body, peer, Runner::Completer);
     let (_, _, settled) = Box::pin(ran).await;
     match settled {
         Settled::Stored => "completed",

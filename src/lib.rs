@@ -31,6 +31,7 @@
 pub mod app;
 pub mod completer;
 pub mod config;
+pub mod flow;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

@@ -33,11 +33,11 @@ use tower::ServiceExt;
 
 use crate::app::App;
 use crate::config::ServerConfig;
-use crate::http::gateway::X_REQUEST_ID;
 use crate::http::limits::{overloaded, Limits, ResponseBody};
 use crate::http::linger::{LingerBounds, Lingering};
 use crate::http::{admin_router, proxy_router};
 use crate::metrics::{self, Limit};
+use crate::proxy::headers::X_REQUEST_ID;
 
 pub mod workers;
 pub mod write_timeout;

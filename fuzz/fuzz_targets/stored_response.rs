@@ -8,8 +8,8 @@
 
 use arbitrary::Unstructured;
 use bytes::Bytes;
-use idemgate::idempotency::replay::REPLAYED;
 use idemgate::idempotency::{StoredRecord, StoredResponse};
+use idemgate::proxy::headers::REPLAYED;
 use libfuzzer_sys::fuzz_target;
 
 fn round_trips(r: &StoredResponse) {

@@ -28,11 +28,11 @@ use hyper::body::{Body, Frame, SizeHint};
 use metrics::Counter;
 
 use super::budget::{ByteBudget, Charge};
-use super::gateway::X_REQUEST_ID;
 use super::problem::Problem;
 use crate::config::ServerConfig;
-use crate::idempotency::replay::REPLAYED;
 use crate::metrics::Limit;
+use crate::proxy::headers::REPLAYED;
+use crate::proxy::headers::X_REQUEST_ID;
 
 /// The limits one proxy listener enforces on its requests.
 pub struct Limits {

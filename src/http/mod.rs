@@ -4,7 +4,6 @@
 pub mod admin;
 pub mod admin_keys;
 pub mod budget;
-pub mod execute;
 pub mod gateway;
 pub mod limits;
 pub mod linger;

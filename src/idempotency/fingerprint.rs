@@ -1,5 +1,6 @@
 //! Hashes that identify a request: the record id of (scope, key), and the fingerprint
-//! of what was asked. (The scope itself: [`super::scope`].)
+//! of what was asked. (The scope itself, and how ids are derived and written in hex:
+//! [`super::scope`].)
 //!
 //! * **Record id** = SHA-256 of (scope, key), or HMAC-SHA-256 under the scope secret:
 //!   the only form in which a key reaches Redis, Postgres or a log line.
@@ -11,7 +12,7 @@ use sha2::{Digest, Sha256};
 
 use super::canonical::canonicalize;
 use super::key::IdempotencyKey;
-use super::scope::{Scope, ScopeSecret};
+use super::scope::{lower_hex, push_lower_hex, Scope, ScopeSecret};
 
 /// Identity of one idempotency record: a hash of (scope, key).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -50,22 +51,6 @@ impl RecordId {
     /// A 12-character prefix for log lines.
     pub fn short(self) -> String {
         lower_hex(&self.0[..6])
-    }
-}
-
-/// Lower-case hex, as `hex::encode` writes it, without its per-character iterator
-/// (ids are written in hex on every request: store keys, log lines).
-pub(crate) fn lower_hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2);
-    push_lower_hex(&mut out, bytes);
-    out
-}
-
-fn push_lower_hex(out: &mut String, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for &b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
     }
 }
 

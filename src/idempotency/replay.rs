@@ -13,10 +13,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{DATE, SERVER, SET_COOKIE};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
-use crate::proxy::headers::is_hop_by_hop;
-
-/// Header that tells a client whether it got a replay.
-pub const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+use crate::proxy::headers::{is_hop_by_hop, REPLAYED};
 
 /// First byte of an unsealed record: the version of this encoding ([`crate::store::formats`]).
 pub const ENCODING_VERSION: u8 = 1;

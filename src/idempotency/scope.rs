@@ -1,5 +1,5 @@
-//! Tenant scope: which tenant (and route) an idempotency key belongs to, and the server
-//! secret that keys every id derived from it.
+//! Tenant scope: which tenant (and route) an idempotency key belongs to, the server
+//! secret that keys every id derived from it, and the lower-case hex ids are written in.
 //!
 //! * A request's scope is built from the route name and the values of the route's
 //!   `scope_headers` (each absent, or present exactly once). A request that carries none
@@ -147,7 +147,7 @@ impl Scope {
     }
 
     pub fn to_hex(self) -> String {
-        super::fingerprint::lower_hex(&self.0)
+        lower_hex(&self.0)
     }
 
     /// From the hex form that log lines carry as `scope_hash`.
@@ -171,6 +171,22 @@ impl Scope {
         h.update(&self.0);
         h.field(key);
         h.finish()
+    }
+}
+
+/// Lower-case hex, as `hex::encode` writes it, without its per-character iterator
+/// (ids are written in hex on every request: store keys, log lines).
+pub(crate) fn lower_hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    push_lower_hex(&mut out, bytes);
+    out
+}
+
+pub(super) fn push_lower_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for &b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
     }
 }
 

@@ -25,6 +25,17 @@ pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for
 pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
+/// Correlates a request across client, gateway logs and upstream.
+pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+/// Grows with every acquisition of a key, so an upstream can refuse a stale holder.
+pub const FENCING_TOKEN: HeaderName = HeaderName::from_static("idempotency-fencing-token");
+/// Marks a request the completer sent again (docs/completer.md).
+pub const COMPLETER: HeaderName = HeaderName::from_static("idempotency-completer");
+/// Marks a response forwarded without idempotency because no store could take the claim.
+pub const IDEMPOTENCY_STATUS: HeaderName = HeaderName::from_static("idempotency-status");
+/// Header that tells a client whether it got a replay.
+pub const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
 /// The fields that are hop-by-hop whatever `Connection` says (RFC 9110 section 7.6.1).
 const FIXED_HOP_BY_HOP: [HeaderName; 9] = [
     CONNECTION,
@@ -43,16 +54,9 @@ const FIXED_HOP_BY_HOP: [HeaderName; 9] = [
 /// and the two it answers clients with (`Idempotency-Status`, `Idempotent-Replayed`).
 /// None of them may come from a client, and the last two may not come from an
 /// upstream either.
-const GATEWAY_OWNED_REQUEST: [HeaderName; 4] = [
-    HeaderName::from_static("idempotency-fencing-token"),
-    HeaderName::from_static("idempotency-completer"),
-    HeaderName::from_static("idempotency-status"),
-    HeaderName::from_static("idempotent-replayed"),
-];
-const GATEWAY_OWNED_RESPONSE: [HeaderName; 2] = [
-    HeaderName::from_static("idempotency-status"),
-    HeaderName::from_static("idempotent-replayed"),
-];
+const GATEWAY_OWNED_REQUEST: [HeaderName; 4] =
+    [FENCING_TOKEN, COMPLETER, IDEMPOTENCY_STATUS, REPLAYED];
+const GATEWAY_OWNED_RESPONSE: [HeaderName; 2] = [IDEMPOTENCY_STATUS, REPLAYED];
 
 /// RFC 9110 section 7.6.1: the fixed hop-by-hop fields plus any named in `Connection`.
 pub fn is_hop_by_hop(name: &HeaderName, headers: &HeaderMap) -> bool {
@@ -255,14 +259,23 @@ mod tests {
     }
 
     #[test]
-    fn the_owned_names_are_those_the_gateway_uses() {
-        use crate::http::gateway::{COMPLETER, FENCING_TOKEN, IDEMPOTENCY_STATUS};
-        use crate::idempotency::replay::REPLAYED;
+    fn the_owned_names_are_the_wire_names() {
+        let names =
+            |owned: &[HeaderName]| owned.iter().map(HeaderName::to_string).collect::<Vec<_>>();
         assert_eq!(
-            GATEWAY_OWNED_REQUEST,
-            [FENCING_TOKEN, COMPLETER, IDEMPOTENCY_STATUS, REPLAYED]
+            names(&GATEWAY_OWNED_REQUEST),
+            [
+                "idempotency-fencing-token",
+                "idempotency-completer",
+                "idempotency-status",
+                "idempotent-replayed"
+            ]
         );
-        assert_eq!(GATEWAY_OWNED_RESPONSE, [IDEMPOTENCY_STATUS, REPLAYED]);
+        assert_eq!(
+            names(&GATEWAY_OWNED_RESPONSE),
+            ["idempotency-status", "idempotent-replayed"]
+        );
+        assert_eq!(X_REQUEST_ID.as_str(), "x-request-id");
     }
 
     fn spoofed() -> HeaderMap {

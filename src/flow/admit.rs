@@ -1,0 +1,60 @@
+//! Phase 1, admit: which route a request is on, whether the route covers its method,
+//! and its idempotency key. What is not admitted to the idempotent path is forwarded
+//! unkeyed ([`pass_through`]), or refused (no route, a missing or invalid key).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::Request;
+
+use super::refused::{Refused, Reply};
+use crate::app::App;
+use crate::idempotency::{key, IdempotencyKey, KeyError};
+use crate::metrics::Outcome;
+use crate::proxy::headers::Peer;
+use crate::route::Route;
+
+/// The route whose `path_prefix` matches `path`, if any.
+pub fn route(app: &App, path: &str) -> Option<Arc<Route>> {
+    app.routes.find(path).cloned()
+}
+
+/// The request's idempotency key; `None` when the request goes through unkeyed (a
+/// method the route does not cover, or no key on a route that does not require one).
+/// A refusal comes with the outcome it is counted as.
+pub fn key(route: &Route, request: &Request) -> Result<Option<IdempotencyKey>, (Outcome, Refused)> {
+    let policy = &route.policy;
+    if !policy.covers(request.method()) {
+        return Ok(None);
+    }
+    match key::extract(
+        request.headers(),
+        &policy.key_headers,
+        policy.settings.max_key_length,
+    ) {
+        Ok(Some(key)) => Ok(Some(key)),
+        Ok(None) if policy.settings.required => {
+            let header = policy.key_headers[0].to_string();
+            Err((Outcome::MissingKey, KeyError::Missing(header).into()))
+        }
+        Ok(None) => Ok(None),
+        Err(e) => Err((Outcome::InvalidKey, e.into())),
+    }
+}
+
+/// Forwards a request without idempotency, and without touching any store.
+pub async fn pass_through(app: &App, route: &Route, request: Request, peer: SocketAddr) -> Reply {
+    let (parts, body) = request.into_parts();
+    let peer = Peer::new(peer.ip(), &app.config.server.trusted_proxies);
+    match app
+        .upstream
+        .forward_streaming(route, parts, body, peer)
+        .await
+    {
+        Ok(response) => Ok(response),
+        Err(e) => {
+            tracing::warn!(error = %e, "upstream call failed");
+            Err(Refused::Upstream(e))
+        }
+    }
+}

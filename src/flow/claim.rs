@@ -1,0 +1,133 @@
+//! Phase 3, claim: a completed record this replica has seen is answered from memory;
+//! otherwise the key is claimed in the stores ([`Stores::claim`]), waited for while
+//! another request holds it (`in_flight = "wait"`), and, while ids move to a new scope
+//! secret, looked up under its previous id. What the claim comes to is a held lease,
+//! an answer, or a bypass ([`Claimed`]).
+//!
+//! [`Stores::claim`]: crate::store::Stores::claim
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use super::identify::{scope_of, Identified};
+use super::refused::{unreadable, Refused, Reply};
+use crate::app::App;
+use crate::config::InFlightPolicy;
+use crate::idempotency::{Claim, KeptRequest, RecordId};
+use crate::metrics::Outcome;
+use crate::route::Route;
+use crate::store::tiers::Kept;
+use crate::store::{Failure, Lease, StoreError};
+
+/// What claiming a key came to.
+pub enum Claimed {
+    /// This request holds the key: run it ([`super::run()`]).
+    Acquired(Lease),
+    /// No store could take the claim: forward without idempotency.
+    Bypassed,
+    /// Answered without running: a replay, a refusal.
+    Answered(Outcome, Reply),
+}
+
+/// Claims the key of `request` (sent by `peer`) on `route`.
+pub async fn claim(app: &App, route: &Arc<Route>, request: &Identified, peer: IpAddr) -> Claimed {
+    if let Some(answered) = cached(app, route, request) {
+        return answered;
+    }
+    let settings = &route.policy.settings;
+    let (scope, record, fingerprint) = (request.scope, request.record, &request.fingerprint);
+    // The branches a first execution does not take are boxed (waiting, the previous
+    // id): inline, the largest of them sets the size of this future, and of
+    // every future that holds it, which is moved (copied) several times per request.
+    let kept = match settings.completer {
+        true => Kept::Request(KeptRequest::new(&request.parts, &request.body, peer).encode()),
+        false => Kept::Nothing,
+    };
+    // What the tiers answer is cached only if this replica's view of them holds
+    // until then (see `Stores::replay_view`).
+    let view = app.stores.replay_view();
+    let claimed = (app.stores).claim(route, scope, record, fingerprint, kept.clone());
+    let claim = match claimed.await {
+        Ok(Claim::InFlight { remaining }) if settings.in_flight == InFlightPolicy::Wait => {
+            let waited = (app.stores).wait(route, scope, record, fingerprint, remaining, kept);
+            Box::pin(waited).await
+        }
+        other => other,
+    };
+    let claim = match claim {
+        Ok(Claim::Acquired(lease)) => under_previous_id(app, route, request, lease).await,
+        claim => claim,
+    };
+    match claim {
+        Ok(Claim::Acquired(lease)) => Claimed::Acquired(lease),
+        Ok(Claim::Completed {
+            response,
+            remaining,
+        }) => {
+            let replay = response.replay(settings.replay_set_cookie);
+            app.stores
+                .remember(record, *fingerprint, &response, remaining, view);
+            Claimed::Answered(Outcome::Replayed, Ok(replay))
+        }
+        Ok(Claim::InFlight { remaining }) => {
+            Claimed::Answered(Outcome::InFlight, Err(Refused::InFlight(remaining)))
+        }
+        Ok(Claim::Mismatch) => {
+            let refused = Refused::Mismatch(settings.mismatch_status);
+            Claimed::Answered(Outcome::Mismatch, Err(refused))
+        }
+        Ok(Claim::Bypassed) => Claimed::Bypassed,
+        Err(e) => failed(e),
+    }
+}
+
+/// A completed record this replica has seen never changes: answer from memory.
+fn cached(app: &App, route: &Route, request: &Identified) -> Option<Claimed> {
+    let settings = &route.policy.settings;
+    let hit = app.stores.cached(request.record)?;
+    let (outcome, reply) = if hit.fingerprint == request.fingerprint {
+        let replay = hit.response.replay(settings.replay_set_cookie);
+        (Outcome::Replayed, Ok(replay))
+    } else {
+        let refused = Refused::Mismatch(settings.mismatch_status);
+        (Outcome::Mismatch, Err(refused))
+    };
+    Some(Claimed::Answered(outcome, reply))
+}
+
+/// Upgrading to a scope secret: the key may be stored under its old id (only while
+/// `previous` is set; otherwise the lease as acquired).
+async fn under_previous_id(
+    app: &App,
+    route: &Route,
+    request: &Identified,
+    lease: Lease,
+) -> Result<Claim<Lease>, StoreError> {
+    let Some(previous) = &app.scope_keys.previous else {
+        return Ok(Claim::Acquired(lease));
+    };
+    let old = scope_of(route, &request.parts.headers, previous.as_ref())
+        .map(|scope| (scope, RecordId::new(scope, &request.key, previous.as_ref())));
+    match old {
+        Ok((old_scope, old_record)) => {
+            let found = (app.stores).under_previous_id(route, lease, old_scope, old_record);
+            Box::pin(found).await
+        }
+        Err(_) => Ok(Claim::Acquired(lease)),
+    }
+}
+
+/// The claim failed: nothing was forwarded.
+fn failed(e: StoreError) -> Claimed {
+    if e.unreadable().is_some() {
+        unreadable(&e);
+    } else {
+        tracing::warn!(error = %e,
+            "claim failed; answering without forwarding");
+    }
+    let outcome = match e.failure() {
+        Failure::Unavailable => Outcome::StoreUnavailable,
+        Failure::Internal => Outcome::Rejected,
+    };
+    Claimed::Answered(outcome, Err(Refused::Store(e)))
+}

@@ -1,0 +1,76 @@
+//! Phase 2, identify: whose key it is (the tenant scope, checked before the body is
+//! read), the bounded body ([`super::body`]), the record id of (scope, key) and the
+//! fingerprint of what was asked.
+
+use axum::extract::Request;
+use bytes::Bytes;
+use http::header::CONTENT_TYPE;
+use http::request::Parts;
+use http::HeaderName;
+
+use super::body;
+use super::refused::Refused;
+use crate::app::App;
+use crate::config::AnonymousScope;
+use crate::idempotency::{Fingerprint, IdempotencyKey, RecordId, Scope, ScopeError, ScopeSecret};
+use crate::route::Route;
+
+/// A keyed request, identified: what the claim and the upstream call need.
+pub struct Identified {
+    pub parts: Parts,
+    pub body: Bytes,
+    pub key: IdempotencyKey,
+    pub scope: Scope,
+    pub record: RecordId,
+    pub fingerprint: Fingerprint,
+}
+
+/// The scope, the body, the record id and the fingerprint of a keyed request.
+pub async fn identify(
+    app: &App,
+    route: &Route,
+    key: IdempotencyKey,
+    request: Request,
+) -> Result<Identified, Refused> {
+    let secret = app.scope_keys.current.as_ref();
+    let scope = scope_of(route, request.headers(), secret)?;
+    let (parts, body) = request.into_parts();
+    let body = body::read_bounded(&app.config.server, &parts, body).await?;
+    let record = RecordId::new(scope, &key, secret);
+    let fingerprint = Fingerprint::new(
+        &parts.method,
+        &parts.uri,
+        parts.headers.get(CONTENT_TYPE),
+        &body,
+    );
+    Ok(Identified {
+        parts,
+        body,
+        key,
+        scope,
+        record,
+        fingerprint,
+    })
+}
+
+/// The request's tenant scope under `secret`, or why it has none.
+pub fn scope_of(
+    route: &Route,
+    headers: &http::HeaderMap,
+    secret: Option<&ScopeSecret>,
+) -> Result<Scope, ScopeError> {
+    let names = &route.policy.settings.scope_headers;
+    match Scope::from_headers(&route.name, headers, names, secret)? {
+        Some(scope) => Ok(scope),
+        None if route.policy.settings.anonymous == AnonymousScope::Shared => {
+            Ok(Scope::anonymous(&route.name, names, secret))
+        }
+        None => Err(ScopeError::Missing(
+            names
+                .iter()
+                .map(HeaderName::as_str)
+                .collect::<Vec<_>>()
+                .join(", "),
+        )),
+    }
+}

@@ -1,0 +1,111 @@
+//! The request flow of the idempotency layer, as named phases in the order a keyed
+//! request meets them (headers already sanitised and the path canonical, at the edge:
+//! [`crate::http::gateway`]):
+//!
+//! 1. [`admit`]: the route, whether it covers the method, the idempotency key (a
+//!    request without one, or on a method the route does not cover, is forwarded
+//!    unkeyed: [`admit::pass_through`]).
+//! 2. [`identify`]: the tenant scope (checked before the body is read), the bounded
+//!    body ([`body`]), the record id and the fingerprint.
+//! 3. [`claim`]: the replay cache, [`Stores::claim`](crate::store::Stores::claim),
+//!    waiting while the key is in flight, the record under the previous scope secret.
+//! 4. [`run`](mod@run): the upstream call under the held lease (fencing token, heartbeat), on a
+//!    detached task.
+//! 5. [`settle`]: complete the lease with the answer (or release it, or hand it back),
+//!    and answer.
+//!
+//! Every keyed request ends in one [`Outcome`], left in the [`Trace`] for the edge to
+//! count and log; an answer the gateway makes itself is a [`Refused`], which the edge
+//! renders as problem+json. The completer runs phases 4 and 5 for an abandoned request
+//! ([`run()`] with [`Runner::Completer`]).
+
+pub mod admit;
+pub mod body;
+pub mod claim;
+pub mod identify;
+pub mod refused;
+pub mod run;
+pub mod settle;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::Request;
+
+use self::claim::Claimed;
+use crate::app::App;
+use crate::idempotency::{RecordId, Scope};
+use crate::metrics::Outcome;
+use crate::route::Route;
+
+pub use self::body::BodyError;
+pub use self::refused::{Refused, Reply};
+pub use self::run::run;
+pub use self::settle::{Runner, Settled};
+
+/// One request through the phases: its response, or what the gateway refuses it with.
+pub async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut Trace) -> Reply {
+    let Some(route) = admit::route(app, request.uri().path()) else {
+        let refused = Refused::NoRoute(request.uri().path().len());
+        return trace.refused(Outcome::Rejected, refused);
+    };
+    trace.routed(&route);
+    let key = match admit::key(&route, &request) {
+        Ok(Some(key)) => key,
+        Ok(None) => return admit::pass_through(app, &route, request, peer).await,
+        Err((outcome, refused)) => return trace.refused(outcome, refused),
+    };
+    let identified = match identify::identify(app, &route, key, request).await {
+        Ok(identified) => identified,
+        Err(refused) => return trace.refused(Outcome::Rejected, refused),
+    };
+    trace.identified(identified.scope, identified.record);
+    let (outcome, reply) = match claim::claim(app, &route, &identified, peer.ip()).await {
+        Claimed::Acquired(lease) => run::detached(app, &route, lease, identified, peer).await,
+        Claimed::Answered(outcome, reply) => (outcome, reply),
+        Claimed::Bypassed => {
+            let (parts, body) = (identified.parts, Body::from(identified.body));
+            let request = Request::from_parts(parts, body);
+            let reply = admit::pass_through(app, &route, request, peer).await;
+            (Outcome::Bypassed, reply)
+        }
+    };
+    trace.outcome = Some(outcome);
+    reply
+}
+
+/// What one request came to, for the metrics and the log line.
+#[derive(Default)]
+pub struct Trace {
+    pub route: Option<Arc<Route>>,
+    /// `None`: forwarded unkeyed.
+    pub outcome: Option<Outcome>,
+    pub scope: Option<Scope>,
+    pub record: Option<RecordId>,
+    /// `record.short()`, when the span needed it.
+    pub key_hash: Option<String>,
+}
+
+impl Trace {
+    fn routed(&mut self, route: &Arc<Route>) {
+        self.route = Some(route.clone());
+        tracing::Span::current().record("route", route.name.as_str());
+    }
+
+    fn identified(&mut self, scope: Scope, record: RecordId) {
+        (self.scope, self.record) = (Some(scope), Some(record));
+        // Made once, and only when something records it (the span, then the log line).
+        let span = tracing::Span::current();
+        if !span.is_disabled() {
+            let short = record.short();
+            span.record("key_hash", short.as_str());
+            self.key_hash = Some(short);
+        }
+    }
+
+    fn refused(&mut self, outcome: Outcome, refused: Refused) -> Reply {
+        self.outcome = Some(outcome);
+        Err(refused)
+    }
+}

@@ -1,0 +1,155 @@
+//! Phase 4, run: the upstream call for a held lease, with the fencing token and under
+//! the lease's heartbeat, and what its answer means for the key (stored, a stored
+//! problem for an upstream that may have acted, released, handed back), settled in
+//! [`super::settle`]. A client's request ([`detached`]) and the completer's attempt at
+//! an abandoned one ([`crate::completer`]) run the same code ([`run()`], [`Runner`]).
+
+use std::net::{IpAddr, SocketAddr};
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::HeaderValue;
+use tracing::Instrument;
+
+use super::identify::Identified;
+use super::refused::{Refused, Reply};
+use super::settle::{self, Runner, Settled};
+use crate::app::App;
+use crate::config::OnAmbiguous;
+use crate::http::problem::Problem;
+use crate::idempotency::StoredResponse;
+use crate::metrics::Outcome;
+use crate::proxy::headers::{Peer, COMPLETER, FENCING_TOKEN};
+use crate::proxy::{Buffered, UpstreamError};
+use crate::route::Route;
+use crate::store::heartbeat::Phase;
+use crate::store::Lease;
+
+/// Runs a client's request for its held lease on a detached task and waits for it: a
+/// client that goes away must not cancel the upstream call or the recording of its
+/// result.
+pub async fn detached(
+    app: &Arc<App>,
+    route: &Arc<Route>,
+    lease: Lease,
+    request: Identified,
+    peer: SocketAddr,
+) -> (Outcome, Reply) {
+    // Boxed: the future is KiBs, and spawning, polling to completion and
+    // joining a task move it (and its output slot, as large) several times over;
+    // a box moves as a pointer.
+    let run = Box::pin(execute(
+        app.clone(),
+        route.clone(),
+        lease,
+        request.parts,
+        request.body,
+        peer.ip(),
+    ));
+    let task = (app.tasks).spawn(run.in_current_span());
+    task.await.unwrap_or_else(|e| {
+        // The detail (a panic message) is for the log, not for the client.
+        tracing::error!(error = %e, "request task failed");
+        (Outcome::UpstreamError, Err(Refused::TaskFailed))
+    })
+}
+
+/// Runs the upstream call for a client's held lease and settles the lease with its outcome.
+async fn execute(
+    app: Arc<App>,
+    route: Arc<Route>,
+    lease: Lease,
+    parts: Parts,
+    body: Bytes,
+    peer: IpAddr,
+) -> (Outcome, Reply) {
+    let (outcome, reply, _) = run(app, route, lease, parts, body, peer, Runner::Client).await;
+    (outcome, reply)
+}
+
+/// Runs the upstream call for a held lease and settles the lease with its outcome, as
+/// `runner` does ([`Runner`]).
+pub async fn run(
+    app: Arc<App>,
+    route: Arc<Route>,
+    lease: Lease,
+    parts: Parts,
+    body: Bytes,
+    peer: IpAddr,
+    runner: Runner,
+) -> (Outcome, Reply, Settled) {
+    let _in_flight = route.metrics.in_flight();
+    let answer = call(&app, &route, &lease, parts, body, peer, runner).await;
+    let stored = match answer {
+        Ok(answer) if route.policy.releases(answer.status) => {
+            return settle::released(lease, answer, runner).await;
+        }
+        Ok(answer) => {
+            let mut stored =
+                StoredResponse::from_upstream(answer.status, &answer.headers, answer.body);
+            let first = stored.to_response(false);
+            if !route.policy.settings.replay_set_cookie {
+                // The first client gets its cookies; they are not stored, so never replayed.
+                stored.remove_set_cookie();
+            }
+            return settle::complete(&app, &route, lease, stored, first).await;
+        }
+        Err(e) => match stored_problem(&route, &e) {
+            Some(stored) => stored,
+            None => return settle::failed(lease, e, runner).await,
+        },
+    };
+    let first = stored.to_response(false);
+    settle::complete(&app, &route, lease, stored, first).await
+}
+
+/// The upstream call, with the lease's fencing token (and the completer's mark), under
+/// the lease's heartbeat.
+async fn call(
+    app: &App,
+    route: &Route,
+    lease: &Lease,
+    mut parts: Parts,
+    body: Bytes,
+    peer: IpAddr,
+    runner: Runner,
+) -> Result<Buffered, UpstreamError> {
+    let max_response = app.config.server.max_response_body.as_u64();
+    parts
+        .headers
+        .insert(FENCING_TOKEN, HeaderValue::from(lease.fence()));
+    if runner == Runner::Completer {
+        parts
+            .headers
+            .insert(COMPLETER, HeaderValue::from_static("1"));
+    }
+    let started = Instant::now();
+    let peer = Peer::new(peer, &app.config.server.trusted_proxies);
+    let forward = (app.upstream).forward_buffered(route, parts, body, peer, max_response);
+    let answer = lease.heartbeat(pin!(forward), Phase::Upstream).await;
+    route.metrics.upstream(started);
+    answer
+}
+
+/// What is stored for a failed upstream call that may have acted, so that a retry
+/// does not run it again; `None` when the call can be tried again.
+fn stored_problem(route: &Route, e: &UpstreamError) -> Option<StoredResponse> {
+    match e {
+        UpstreamError::ResponseTooLarge(_) => {
+            // The upstream acted; a retry must not run it again. Store the problem instead.
+            tracing::warn!(error = %e,
+                "upstream response too large to store; storing a 502 problem for this key");
+            Some(Problem::from(e).to_stored())
+        }
+        e if e.is_ambiguous() && route.policy.settings.on_ambiguous == OnAmbiguous::Store => {
+            // The upstream may have acted: answer every retry with the same "unknown".
+            tracing::warn!(error = %e,
+                "upstream outcome unknown; storing it for this key (on_ambiguous = store)");
+            Some(Problem::outcome_unknown(e).to_stored())
+        }
+        _ => None,
+    }
+}
