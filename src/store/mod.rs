@@ -3,22 +3,13 @@
 //! [`tiers::Stores`] combines them (write-through, cold-Redis lookups, the Redis
 //! circuit breaker). Every store failure is a [`StoreError`], classified by source.
 
-pub mod breaker;
-pub mod cold_slots;
 pub mod formats;
 pub mod heartbeat;
 pub mod lease;
 pub mod memory;
 pub mod postgres;
 pub mod redis;
-pub mod redis_connect;
-pub mod redis_lanes;
-pub mod redis_wait;
-pub mod sentinel_watch;
-pub mod slots;
 pub mod tiers;
-pub mod waiters;
-pub mod warmth;
 
 pub use self::lease::Lease;
 pub use self::postgres::PgStore;

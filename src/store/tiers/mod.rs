@@ -21,14 +21,14 @@ pub use records::{Health, Invalidation, RecordView};
 
 use std::sync::Arc;
 
-use super::breaker::Breaker;
 use super::memory::ReplayCache;
 use super::postgres::claims::Claims;
 use super::postgres::lookups::Lookups;
 use super::postgres::writer::Writer;
-use super::sentinel_watch::SentinelWatch;
-use super::waiters::Waiters;
-use super::warmth::Warmth;
+use super::redis::breaker::Breaker;
+use super::redis::sentinel_watch::SentinelWatch;
+use super::redis::waiters::Waiters;
+use super::redis::warmth::Warmth;
 use super::{PgStore, RedisStore};
 use crate::config::{ClaimDurability, Config};
 use crate::idempotency::Sealing;

@@ -185,7 +185,7 @@ impl Stores {
             redis counts as cold until the warmth marker is reset");
         self.0
             .warmth
-            .set_cold(super::super::slots::slot(&lease.redis_key));
+            .set_cold(super::super::redis::slots::slot(&lease.redis_key));
         // This record's slot, before the client is answered (one DEL): a retry on
         // another replica then looks the key up. If it fails, the reset below (retried
         // by the probe) still covers the slot.

@@ -37,9 +37,9 @@ use fred::prelude::{Builder, ClientLike, EventInterface, PubsubInterface, Reconn
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::Notify;
 
-use super::memory::ReplayCache;
 use crate::config::RedisConfig;
 use crate::idempotency::RecordId;
+use crate::store::memory::ReplayCache;
 
 /// Cluster mode: how long a waiter waits for a wake-up before it re-subscribes and
 /// re-checks its record (one `SSUBSCRIBE` per channel and one claim per waiter).
@@ -156,7 +156,7 @@ impl Waiters {
         channels: Channels,
         cache: Option<Arc<ReplayCache>>,
     ) -> Result<Arc<Self>, fred::error::Error> {
-        let fred_config = super::redis_connect::fred_config(config)?;
+        let fred_config = super::connect::fred_config(config)?;
         let subscriber: SubscriberClient = Builder::from_config(fred_config)
             .with_performance_config(|p| p.broadcast_channel_capacity = 4096)
             .with_connection_config(|c| c.connection_timeout = config.connect_timeout)
