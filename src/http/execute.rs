@@ -22,7 +22,7 @@ use crate::metrics::{self, Outcome};
 use crate::proxy::headers::Peer;
 use crate::proxy::UpstreamError;
 use crate::route::Route;
-use crate::store::heartbeat::Phase;
+use crate::store::lease::Phase;
 use crate::store::Lease;
 
 /// Who runs a held lease's request: a client's request, or the completer sending an

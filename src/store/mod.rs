@@ -4,7 +4,6 @@
 //! circuit breaker). Every store failure is a [`StoreError`], classified by source.
 
 pub mod formats;
-pub mod heartbeat;
 pub mod lease;
 pub mod memory;
 pub mod postgres;
