@@ -24,8 +24,9 @@ use deadpool_postgres::Object;
 use tokio::time::Instant;
 use tokio_postgres::types::Type;
 
+use super::batcher::shared;
 use super::writer::refused;
-use super::{shared, timed_out, PgClaim, PgStore, RecordRef};
+use super::{timed_out, PgClaim, PgStore, RecordRef};
 use crate::idempotency::{Fingerprint, RecordId, Release, Scope};
 use crate::metrics;
 use crate::store::StoreError;

@@ -11,6 +11,7 @@
 //! or network that does not answer at all); a statement whose answer it never got has an
 //! unknown outcome, which the claim path resolves by releasing its token ([`leases`]).
 
+mod batcher;
 pub mod claims;
 pub mod completer;
 pub mod leases;
@@ -478,21 +479,6 @@ impl PgStore {
             }
         }
     }
-}
-
-/// `e` once for each of `n` requests that shared the statement it failed (itself when
-/// alone): a timeout stays a timeout, anything else is [`StoreError::PgShared`].
-fn shared(e: StoreError, n: usize) -> Vec<StoreError> {
-    if n == 1 {
-        return vec![e];
-    }
-    let e = std::sync::Arc::new(e);
-    (0..n)
-        .map(|_| match *e {
-            StoreError::PgTimeout => StoreError::PgTimeout,
-            _ => StoreError::PgShared(e.clone()),
-        })
-        .collect()
 }
 
 /// The client's deadline for a statement: the server's, plus a quarter of it (at least
