@@ -7,24 +7,16 @@
 //! key twice (a statement cannot touch a row twice); its rows are taken in key order, so
 //! that two rounds in flight at once lock shared keys in the same order.
 //!
-//! A claim whose outcome is unknown (no answer within the client's timeout, or the
-//! connection lost after it was sent) may have committed, while its caller was told it
-//! failed: nobody would ever release that lease, and the key would answer 409 until it
-//! expired. Such a claim's tokens are released in the background, as the Redis path does;
-//! a release is compare-and-delete on the token, so it is harmless if the claim never
-//! landed. It goes first on the claim's own session, where Postgres runs it only after
-//! the claim ended, committed or not; if that session is lost, from another one once
-//! the server's statement timeout has ended the claim, until the lease would have
-//! expired anyway.
+//! A claim whose outcome is unknown (no answer, or a connection lost after it was sent)
+//! is released in the background ([`unknown`](super::unknown)).
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use deadpool_postgres::Object;
 use tokio::time::Instant;
-use tokio_postgres::types::Type;
 
 use super::batcher::shared;
+use super::unknown::Tokens;
 use super::writer::refused;
 use super::{timed_out, PgClaim, PgStore, RecordRef};
 use crate::idempotency::{Fingerprint, RecordId, Release, Scope};
@@ -65,12 +57,6 @@ const CLAIM: &str = "INSERT INTO idemgate_records AS r
 
 const RELEASE: &str = "DELETE FROM idemgate_records
      WHERE scope = $1 AND key_hash = $2 AND state = 'leased' AND lock_token = $3";
-
-/// [`RELEASE`] for many tokens at once; returns the keys released.
-const RELEASE_MANY: &str = "DELETE FROM idemgate_records r
-     USING UNNEST($1::bytea[], $2::bytea[], $3::text[]) AS u(s, k, t)
-     WHERE r.scope = u.s AND r.key_hash = u.k AND r.state = 'leased' AND r.lock_token = u.t
-     RETURNING r.key_hash";
 
 /// One claim: `token` asks for `id` under `scope` for `lease`.
 #[derive(Debug, Clone)]
@@ -263,68 +249,14 @@ impl PgStore {
             // Postgres answered with an error: the statement did not commit.
             Ok(Err(e)) if e.as_db_error().is_some() => Err(timed_out(e.into())),
             Ok(Err(e)) => {
-                self.release_unknown(client, asks);
+                self.release_unknown(client, unknown_tokens(asks));
                 Err(e.into())
             }
             Err(_) => {
-                self.release_unknown(client, asks);
+                self.release_unknown(client, unknown_tokens(asks));
                 Err(StoreError::PgTimeout)
             }
         }
-    }
-
-    /// Releases the claims of `asks`, whose outcome is unknown, in the background: on
-    /// `client` (the claim's session) first, then on others (see the module docs).
-    fn release_unknown(&self, client: Object, asks: &[&ClaimAsk]) {
-        let store = self.clone();
-        let lease = asks.iter().map(|a| a.lease).max().unwrap_or_default();
-        let tokens = Tokens {
-            scopes: asks.iter().map(|a| a.scope.as_bytes().to_vec()).collect(),
-            ids: asks.iter().map(|a| a.id).collect(),
-            tokens: asks.iter().map(|a| a.token.clone()).collect(),
-        };
-        tokio::spawn(async move {
-            let until = Instant::now() + lease;
-            let ids: Vec<&[u8]> = tokens.ids.iter().map(|id| &id.as_bytes()[..]).collect();
-            // Unprepared, so that it goes out at once even while the session's answers
-            // are late: one round trip, no statement to prepare first.
-            let same_session = tokio::time::timeout(
-                store.client_timeout * 2,
-                client.query_typed(
-                    RELEASE_MANY,
-                    &[
-                        (&tokens.scopes, Type::BYTEA_ARRAY),
-                        (&ids, Type::BYTEA_ARRAY),
-                        (&tokens.tokens, Type::TEXT_ARRAY),
-                    ],
-                ),
-            )
-            .await;
-            if let Ok(Ok(rows)) = same_session {
-                return tokens.released(&rows);
-            }
-            // A session that does not answer leaves the pool (closing it ends its backend).
-            drop(Object::take(client));
-            while Instant::now() + store.timeout < until {
-                tokio::time::sleep(store.timeout).await;
-                let released = store
-                    .timed("release", async {
-                        let client = store.pool.get().await?;
-                        let stmt = client.prepare_cached(RELEASE_MANY).await?;
-                        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
-                            [&tokens.scopes, &ids, &tokens.tokens];
-                        Ok(client.query(&stmt, &params).await?)
-                    })
-                    .await;
-                if let Ok(rows) = released {
-                    return tokens.released(&rows);
-                }
-            }
-            for id in &tokens.ids {
-                tracing::warn!(key_hash = %id.short(), "could not release a postgres claim \
-                    whose outcome is unknown; it ends when its lease expires");
-            }
-        });
     }
 
     /// Pushes out `rec`'s lease if `token` still holds it (the holder's heartbeat).
@@ -383,22 +315,12 @@ async fn release_on(
     })
 }
 
-/// The tokens of claims whose outcome is unknown.
-struct Tokens {
-    scopes: Vec<Vec<u8>>,
-    ids: Vec<RecordId>,
-    tokens: Vec<String>,
-}
-
-impl Tokens {
-    /// Logs the claims a release found (`rows`: their keys): they had committed.
-    fn released(&self, rows: &[tokio_postgres::Row]) {
-        for row in rows {
-            let key: &[u8] = row.get(0);
-            if let Some(id) = self.ids.iter().find(|id| id.as_bytes()[..] == *key) {
-                tracing::info!(key_hash = %id.short(), "released a postgres claim whose \
-                    answer was lost: it had committed after its caller gave up on it");
-            }
-        }
+/// The tokens of the claims `asks`, whose outcome is unknown.
+fn unknown_tokens(asks: &[&ClaimAsk]) -> Tokens {
+    Tokens {
+        scopes: asks.iter().map(|a| a.scope.as_bytes().to_vec()).collect(),
+        ids: asks.iter().map(|a| a.id).collect(),
+        tokens: asks.iter().map(|a| a.token.clone()).collect(),
+        lease: asks.iter().map(|a| a.lease).max().unwrap_or_default(),
     }
 }
