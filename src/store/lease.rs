@@ -5,9 +5,10 @@
 //!
 //! The lease's owner is the gateway, not a client connection: see `Stores::claim`.
 //!
-//! The heartbeat ([`Held::heartbeat`]): while the holder works on a record (the upstream call,
-//! then storing its response), the lease is pushed out by `lock_ttl` every third of
-//! `lock_ttl`, so it cannot lapse under a live holder and let a duplicate run.
+//! The heartbeat ([`Held::heartbeat`]): while the holder works on a record (the
+//! upstream call, then storing its response), the lease is pushed out by `lock_ttl`
+//! every third of `lock_ttl`, so it cannot lapse under a live holder and let a
+//! duplicate run.
 //!
 //! Storing is covered too ([`Lease::complete`]): completing in Redis may take
 //! several attempts (three, each bounded by `redis.command_timeout`; with Redis as the only

@@ -8,7 +8,7 @@
 //! that two rounds in flight at once lock shared keys in the same order.
 //!
 //! A claim whose outcome is unknown (no answer, or a connection lost after it was sent)
-//! is released in the background ([`unknown`](super::unknown)).
+//! is released in the background (`unknown`).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -197,23 +197,7 @@ impl PgStore {
         sorted.sort_unstable_by(|a, b| {
             (a.scope.as_bytes(), a.id.as_bytes()).cmp(&(b.scope.as_bytes(), b.id.as_bytes()))
         });
-        let col = |f: fn(&ClaimAsk) -> &[u8]| sorted.iter().map(|a| f(a)).collect::<Vec<_>>();
-        let scopes = col(|a| &a.scope.as_bytes()[..]);
-        let ids = col(|a| &a.id.as_bytes()[..]);
-        let fingerprints = col(|a| &a.fingerprint.as_bytes()[..]);
-        let routes: Vec<&str> = sorted.iter().map(|a| a.route.as_str()).collect();
-        let tokens: Vec<&str> = sorted.iter().map(|a| a.token.as_str()).collect();
-        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX) as f64;
-        let leases: Vec<f64> = sorted.iter().map(|a| ms(a.lease)).collect();
-        let requests: Vec<Option<&[u8]>> = (sorted.iter())
-            .map(|a| a.keep.as_ref().map(|k| &k.request[..]))
-            .collect();
-        let keeps: Vec<f64> = (sorted.iter())
-            .map(|a| a.keep.as_ref().map_or(0.0, |k| ms(k.keep)))
-            .collect();
-        let completer: Vec<Option<&str>> = (sorted.iter())
-            .map(|a| (a.keep.as_ref()?.by_completer).then_some("running"))
-            .collect();
+        let columns = ClaimColumns::of(&sorted);
         let started = Instant::now();
         let deadline = started + self.client_timeout;
         let client = match tokio::time::timeout_at(deadline, self.pool.get()).await {
@@ -222,18 +206,7 @@ impl PgStore {
         };
         let answer = tokio::time::timeout_at(deadline, async {
             let stmt = client.prepare_cached(CLAIM).await?;
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
-                &scopes,
-                &ids,
-                &routes,
-                &fingerprints,
-                &tokens,
-                &leases,
-                &requests,
-                &keeps,
-                &completer,
-            ];
-            client.query(&stmt, &params).await
+            client.query(&stmt, &columns.params()).await
         })
         .await;
         metrics::postgres_op("claim", started.into_std());
@@ -322,5 +295,57 @@ fn unknown_tokens(asks: &[&ClaimAsk]) -> Tokens {
         ids: asks.iter().map(|a| a.id).collect(),
         tokens: asks.iter().map(|a| a.token.clone()).collect(),
         lease: asks.iter().map(|a| a.lease).max().unwrap_or_default(),
+    }
+}
+
+/// The parameters of [`CLAIM`]: one array per column, rows in the given order.
+struct ClaimColumns<'a> {
+    scopes: Vec<&'a [u8]>,
+    ids: Vec<&'a [u8]>,
+    routes: Vec<&'a str>,
+    fingerprints: Vec<&'a [u8]>,
+    tokens: Vec<&'a str>,
+    leases: Vec<f64>,
+    requests: Vec<Option<&'a [u8]>>,
+    keeps: Vec<f64>,
+    completer: Vec<Option<&'static str>>,
+}
+
+impl<'a> ClaimColumns<'a> {
+    fn of(sorted: &[&'a ClaimAsk]) -> Self {
+        let col = |f: fn(&ClaimAsk) -> &[u8]| sorted.iter().map(|a| f(a)).collect::<Vec<_>>();
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX) as f64;
+        Self {
+            scopes: col(|a| &a.scope.as_bytes()[..]),
+            ids: col(|a| &a.id.as_bytes()[..]),
+            fingerprints: col(|a| &a.fingerprint.as_bytes()[..]),
+            routes: sorted.iter().map(|a| a.route.as_str()).collect(),
+            tokens: sorted.iter().map(|a| a.token.as_str()).collect(),
+            leases: sorted.iter().map(|a| ms(a.lease)).collect(),
+            requests: (sorted.iter())
+                .map(|a| a.keep.as_ref().map(|k| &k.request[..]))
+                .collect(),
+            keeps: (sorted.iter())
+                .map(|a| a.keep.as_ref().map_or(0.0, |k| ms(k.keep)))
+                .collect(),
+            completer: (sorted.iter())
+                .map(|a| (a.keep.as_ref()?.by_completer).then_some("running"))
+                .collect(),
+        }
+    }
+
+    /// `$1` to `$9`, in the statement's order.
+    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 9] {
+        [
+            &self.scopes,
+            &self.ids,
+            &self.routes,
+            &self.fingerprints,
+            &self.tokens,
+            &self.leases,
+            &self.requests,
+            &self.keeps,
+            &self.completer,
+        ]
     }
 }

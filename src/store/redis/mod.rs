@@ -1,11 +1,11 @@
 //! Redis as the claim and response store: [`RedisStore`], its connections, and what
 //! every script shares (the record keys, the loaded scripts, the one decoder of record
-//! replies). One file per Lua script holds its Rust side: [`claim`](self::claim)
-//! (`lua/claim.lua`), `complete`, `release`, `extend`, `wait`, `peek` and `invalidate`.
-//! Beside them: the pool ([`connect`]), its split between shards ([`lanes`]), `WAIT` for
-//! replicas ([`replicas`]), the shard map and warmth markers ([`shards`], [`slots`],
-//! [`cold_slots`], [`warmth`]), the circuit breaker ([`breaker`]), the Sentinel watch
-//! ([`sentinel_watch`]) and the waiters' subscription ([`waiters`]).
+//! replies). One file per Lua script holds its Rust side, named after it (`claim` for
+//! `lua/claim.lua`, then `complete`, `release`, `extend`, `wait`, `peek`, `invalidate`).
+//! Beside them: the pool ([`connect`]), its split between shards ([`lanes`]), `WAIT`
+//! for replicas ([`replicas`]), the shard map and probes (`shards`), hash slots and
+//! warmth ([`slots`], [`cold_slots`], [`warmth`]), the circuit breaker ([`breaker`]),
+//! the Sentinel watch ([`sentinel_watch`]) and the waiters' subscription ([`waiters`]).
 //!
 //! Every script is safe to run twice with the same arguments, because fred re-sends
 //! a command that was in flight when its connection dropped. Scripts run with

@@ -29,25 +29,9 @@ impl Stores {
             return Ok(in_flight);
         };
         let policy = &route.policy;
-        let key = self.0.redis.record_key(record);
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        match (self.0.redis)
-            .join_waiters(
-                &key,
-                policy.settings.max_waiters,
-                &id,
-                policy.settings.wait_timeout * 2,
-            )
-            .await
-        {
-            Ok(true) => {}
-            _ => return Ok(in_flight),
-        }
         // Leaves the waiters however this ends, a caller hanging up included.
-        let _slot = WaiterSlot {
-            redis: self.0.redis.clone(),
-            key,
-            id,
+        let Some(_slot) = self.join_waiters(route, record).await else {
+            return Ok(in_flight);
         };
         let watch = waiters.watch(self.0.redis.channel(&_slot.key)).await;
         let deadline = Instant::now() + policy.settings.wait_timeout;
@@ -79,6 +63,33 @@ impl Stores {
             }
         };
         result
+    }
+}
+
+impl Stores {
+    /// Takes a place among `record`'s fleet-wide waiters; `None` when they are full (or
+    /// Redis did not answer).
+    async fn join_waiters(&self, route: &Route, record: RecordId) -> Option<WaiterSlot> {
+        let policy = &route.policy;
+        let key = self.0.redis.record_key(record);
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        match (self.0.redis)
+            .join_waiters(
+                &key,
+                policy.settings.max_waiters,
+                &id,
+                policy.settings.wait_timeout * 2,
+            )
+            .await
+        {
+            Ok(true) => {}
+            _ => return None,
+        }
+        Some(WaiterSlot {
+            redis: self.0.redis.clone(),
+            key,
+            id,
+        })
     }
 }
 
