@@ -1,7 +1,9 @@
 //! The stores behind the claim path: Redis ([`redis::RedisStore`]) holds leases and
 //! completed responses with TTLs; Postgres ([`postgres::PgStore`]) is the durable tier;
 //! [`tiers::Stores`] combines them (write-through, cold-Redis lookups, the Redis
-//! circuit breaker). Every store failure is a [`StoreError`], classified by source.
+//! circuit breaker). A held claim is a [`lease::Lease`] (the guard and its heartbeat);
+//! [`memory`] is the replay cache, [`formats`] the stored formats' versions. Every
+//! store failure is a [`StoreError`], classified by source.
 
 pub mod formats;
 pub mod lease;
