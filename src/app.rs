@@ -17,8 +17,8 @@ use crate::store::memory::ReplayCache;
 use crate::store::postgres::claims::Claims;
 use crate::store::postgres::lookups::Lookups;
 use crate::store::postgres::writer::Writer;
+use crate::store::redis::waiters::{Channels, Waiters};
 use crate::store::tiers::Durable;
-use crate::store::waiters::{Channels, Waiters};
 use crate::store::{PgStore, RedisStore, Stores};
 
 /// Everything a request needs, built once.

@@ -14,5 +14,5 @@ pub fn decode_record_reply(script: &'static str, reply: Value) -> Result<Record,
 
 /// The decoder of `invalidate.lua` replies.
 pub fn decode_invalidate_reply(reply: Value) -> Result<Invalidated, StoreError> {
-    crate::store::redis::decode_invalidate_reply(reply)
+    crate::store::redis::invalidate::decode_invalidate_reply(reply)
 }

@@ -25,7 +25,7 @@ use crate::metrics::Outcome;
 use crate::proxy::headers::{Peer, COMPLETER, FENCING_TOKEN};
 use crate::proxy::{Buffered, UpstreamError};
 use crate::route::Route;
-use crate::store::heartbeat::Phase;
+use crate::store::lease::Phase;
 use crate::store::Lease;
 
 /// Runs a client's request for its held lease on a detached task and waits for it: a

@@ -1,24 +1,16 @@
 //! The stores behind the claim path: Redis ([`redis::RedisStore`]) holds leases and
 //! completed responses with TTLs; Postgres ([`postgres::PgStore`]) is the durable tier;
 //! [`tiers::Stores`] combines them (write-through, cold-Redis lookups, the Redis
-//! circuit breaker). Every store failure is a [`StoreError`], classified by source.
+//! circuit breaker). A held claim is a [`lease::Lease`] (the guard and its heartbeat);
+//! [`memory`] is the replay cache, [`formats`] the stored formats' versions. Every
+//! store failure is a [`StoreError`], classified by source.
 
-pub mod breaker;
-pub mod cold_slots;
 pub mod formats;
-pub mod heartbeat;
 pub mod lease;
 pub mod memory;
 pub mod postgres;
 pub mod redis;
-pub mod redis_connect;
-pub mod redis_lanes;
-pub mod redis_wait;
-pub mod sentinel_watch;
-pub mod slots;
 pub mod tiers;
-pub mod waiters;
-pub mod warmth;
 
 pub use self::lease::Lease;
 pub use self::postgres::PgStore;

@@ -295,7 +295,7 @@ pub async fn markers_vouching_across(
         let key = loop {
             let bytes: [u8; 32] = rand::rng().random();
             let key = store.record_key(RecordId::from_hex(&hex::encode(bytes)).unwrap());
-            if owned(idemgate::store::slots::slot(&key)) {
+            if owned(idemgate::store::redis::slots::slot(&key)) {
                 break key;
             }
         };

@@ -17,8 +17,8 @@ use fred::types::scripts::Script;
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use idemgate::config::RedisConfig;
 use idemgate::idempotency::{key, Claim, Completion, Fingerprint, RecordId, Scope, StoredResponse};
+use idemgate::store::redis::replicas::{ReplicaWait, Replicated};
 use idemgate::store::redis::Acquired;
-use idemgate::store::redis_wait::{ReplicaWait, Replicated};
 use idemgate::store::RedisStore;
 
 use crate::support::holdproxy::HoldProxy;

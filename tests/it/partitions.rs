@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use idemgate::store::slots::slot;
+use idemgate::store::redis::slots::slot;
 use idemgate::Config;
 use idemgate_fleet::RedisCluster;
 
@@ -81,7 +81,7 @@ async fn pause_until_open(
 
 /// Keys of the healthy shards all go through, for 3 s, while one primary is paused.
 /// Two fixes, each shown necessary (3 runs of 3 failed without it, 8-27 of ~170 keys
-/// refused): the pool split into lanes (`store::redis_lanes`; before, fred's clients
+/// refused): the pool split into lanes (`store::redis::lanes`; before, fred's clients
 /// that touched the paused primary reconnected as a whole and served no shard), and the
 /// cluster's `cluster-require-full-coverage no` (the launcher's setting; with Redis'
 /// default `yes` the healthy nodes answer CLUSTERDOWN once the paused one is marked

@@ -4,7 +4,7 @@
 //! part in a namespace of its own; packets vanish, no RST). Redis-only mode, where what
 //! a replica stores on the wrong side of the cut is simply lost.
 //!
-//! Before the sentinel watch (`store/sentinel_watch.rs`) A kept sending every claim to
+//! Before the sentinel watch (`store/redis/sentinel_watch.rs`) A kept sending every claim to
 //! the old primary for the whole partition (503s, never following the promotion the
 //! majority made), and B kept storing responses on the old primary, all lost when it
 //! rejoined as a replica. Now A follows the promotion and B stops claiming in Redis.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use idemgate::config::RedisConfig;
 use idemgate::idempotency::{key, RecordId, Scope};
-use idemgate::store::slots::slot;
+use idemgate::store::redis::slots::slot;
 use idemgate::store::RedisStore;
 use idemgate_fleet::{RedisCluster, SentinelSet};
 use rand::Rng;

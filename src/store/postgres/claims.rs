@@ -13,12 +13,11 @@
 //! A caller that went away (its answer can no longer be delivered) leaves nothing
 //! behind: not yet claimed, it is dropped from the round; claimed, its lease is released.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
+use super::batcher::{Batch, Batcher};
 use super::leases::{ClaimAsk, CLAIM_TRIES};
 use super::{PgClaim, PgStore, RecordRef};
 use crate::idempotency::{Fingerprint, Release};
@@ -36,19 +35,16 @@ struct Job {
 /// Handle to the claim task. Cheap to clone.
 #[derive(Clone)]
 pub struct Claims {
-    jobs: mpsc::Sender<Job>,
-    statements: Arc<AtomicU64>,
+    batcher: Batcher<Job>,
 }
 
 impl Claims {
     /// Spawns the task that runs up to `batch_max` queued claims per round (and queues
     /// at most four rounds' worth; more callers wait to queue).
     pub fn spawn(pg: PgStore, batch_max: usize) -> Self {
-        let batch_max = batch_max.max(1);
-        let (jobs, rx) = mpsc::channel(batch_max * 4);
-        let statements = Arc::new(AtomicU64::new(0));
-        tokio::spawn(run(pg, rx, batch_max, statements.clone()));
-        Self { jobs, statements }
+        Self {
+            batcher: Batcher::spawn(Rounds { pg }, batch_max),
+        }
     }
 
     /// Claims `rec` with `token` for `lease` (see [`PgStore::claim`]), sharing a
@@ -72,73 +68,63 @@ impl Claims {
             tries: 0,
             done,
         };
-        self.jobs.send(job).await.map_err(|_| ended())?;
+        self.batcher.send(job).await.map_err(|_| ended())?;
         answer.await.unwrap_or_else(|_| Err(ended()))
     }
 
     /// Claim statements run so far (each claims one or more keys).
     pub fn statements(&self) -> u64 {
-        self.statements.load(Ordering::Relaxed)
+        self.batcher.statements()
     }
 }
 
-async fn run(pg: PgStore, mut rx: mpsc::Receiver<Job>, batch_max: usize, count: Arc<AtomicU64>) {
-    // Queued claims in order of arrival, tried-again ones first.
-    let mut carry: Vec<Job> = Vec::with_capacity(batch_max);
-    loop {
-        if carry.is_empty() {
-            match rx.recv().await {
-                Some(job) => carry.push(job),
-                None => return,
+/// The claim rounds: one [`PgStore::claim_round`] per round.
+struct Rounds {
+    pg: PgStore,
+}
+
+impl Batch for Rounds {
+    type Job = Job;
+
+    /// The next round out of `queued`, in order: up to `max` claims, each key once. The
+    /// rest (a later claim of a key in the round, and whatever is past `max`) keeps its
+    /// order. Claims nobody waits for any more are dropped: nothing is claimed for them.
+    fn pick(&mut self, mut queued: Vec<Job>, max: usize) -> (Vec<Job>, Vec<Job>) {
+        queued.retain(|job| !job.done.is_closed());
+        let mut keys = std::collections::HashSet::with_capacity(queued.len());
+        let (mut round, mut rest) = (Vec::with_capacity(queued.len().min(max)), Vec::new());
+        for job in queued {
+            if round.len() < max && keys.insert((*job.ask.scope.as_bytes(), *job.ask.id.as_bytes()))
+            {
+                round.push(job);
+            } else {
+                rest.push(job);
             }
         }
-        while carry.len() < batch_max {
-            match rx.try_recv() {
-                Ok(job) => carry.push(job),
-                Err(_) => break,
-            }
-        }
-        // Nobody waits for these any more: claim nothing for them.
-        carry.retain(|job| !job.done.is_closed());
-        let (round, rest) = pick(std::mem::take(&mut carry), batch_max);
-        carry = rest;
-        if round.is_empty() {
-            continue;
-        }
-        count.fetch_add(1, Ordering::Relaxed);
+        (round, rest)
+    }
+
+    /// Runs the round and answers each claim; a claim that met a row expiring under it
+    /// goes again (ahead of later claims of the same keys, as a claim alone would be),
+    /// [`CLAIM_TRIES`] rounds at most.
+    async fn run(&mut self, round: Vec<Job>) -> Vec<Job> {
+        let pg = &self.pg;
         let asks: Vec<&ClaimAsk> = round.iter().map(|job| &job.ask).collect();
         let outcomes = pg.claim_round(&asks).await;
         let mut again = Vec::new();
         for (mut job, outcome) in round.into_iter().zip(outcomes) {
             match outcome {
-                Ok(Some(claim)) => deliver(&pg, job, Ok(claim)),
+                Ok(Some(claim)) => deliver(pg, job, Ok(claim)),
                 Ok(None) if job.tries + 1 < CLAIM_TRIES => {
                     job.tries += 1;
                     again.push(job);
                 }
-                Ok(None) => deliver(&pg, job, Err(StoreError::ClaimRaced)),
-                Err(e) => deliver(&pg, job, Err(e)),
+                Ok(None) => deliver(pg, job, Err(StoreError::ClaimRaced)),
+                Err(e) => deliver(pg, job, Err(e)),
             }
         }
-        // Ahead of later claims of the same keys, as a claim alone would be.
-        again.append(&mut carry);
-        carry = again;
+        again
     }
-}
-
-/// The next round out of `queued`, in order: up to `max` claims, each key once. The
-/// rest (a later claim of a key in the round, and whatever is past `max`) keeps its order.
-fn pick(queued: Vec<Job>, max: usize) -> (Vec<Job>, Vec<Job>) {
-    let mut keys = std::collections::HashSet::with_capacity(queued.len());
-    let (mut round, mut rest) = (Vec::with_capacity(queued.len().min(max)), Vec::new());
-    for job in queued {
-        if round.len() < max && keys.insert((*job.ask.scope.as_bytes(), *job.ask.id.as_bytes())) {
-            round.push(job);
-        } else {
-            rest.push(job);
-        }
-    }
-    (round, rest)
 }
 
 /// Answers `job`'s caller; an acquired lease nobody is left to settle is released.

@@ -119,24 +119,7 @@ impl PgStore {
                 )
                 .await?;
             tx.commit().await?;
-            let mut found = Found::default();
-            for row in given_up {
-                found
-                    .given_up
-                    .push((record_id(row.get(0))?, row.get::<_, String>(1)));
-            }
-            for row in reserved {
-                found.reserved.push(Abandoned {
-                    scope: Scope::from_bytes(row.get(0)).ok_or(StoreError::Corrupt("scope"))?,
-                    id: record_id(row.get(1))?,
-                    route: row.get(2),
-                    fingerprint: Fingerprint::from_bytes(row.get(3))
-                        .ok_or(StoreError::Corrupt("fingerprint"))?,
-                    request: Bytes::from(row.get::<_, Vec<u8>>(4)),
-                    attempt: row.get(5),
-                });
-            }
-            Ok(Some(found))
+            decode_pass(&given_up, &reserved).map(Some)
         })
         .await;
         metrics::postgres_op("completer_pass", started);
@@ -187,4 +170,29 @@ impl PgStore {
 
 fn record_id(bytes: &[u8]) -> Result<RecordId, StoreError> {
     RecordId::from_bytes(bytes).ok_or(StoreError::Corrupt("record id"))
+}
+
+/// A pass's rows: the records given up (key, route) and those reserved for an attempt.
+fn decode_pass(
+    given_up: &[tokio_postgres::Row],
+    reserved: &[tokio_postgres::Row],
+) -> Result<Found, StoreError> {
+    let mut found = Found::default();
+    for row in given_up {
+        found
+            .given_up
+            .push((record_id(row.get(0))?, row.get::<_, String>(1)));
+    }
+    for row in reserved {
+        found.reserved.push(Abandoned {
+            scope: Scope::from_bytes(row.get(0)).ok_or(StoreError::Corrupt("scope"))?,
+            id: record_id(row.get(1))?,
+            route: row.get(2),
+            fingerprint: Fingerprint::from_bytes(row.get(3))
+                .ok_or(StoreError::Corrupt("fingerprint"))?,
+            request: Bytes::from(row.get::<_, Vec<u8>>(4)),
+            attempt: row.get(5),
+        });
+    }
+    Ok(found)
 }

@@ -7,25 +7,18 @@
 //! key twice (a statement cannot touch a row twice); its rows are taken in key order, so
 //! that two rounds in flight at once lock shared keys in the same order.
 //!
-//! A claim whose outcome is unknown (no answer within the client's timeout, or the
-//! connection lost after it was sent) may have committed, while its caller was told it
-//! failed: nobody would ever release that lease, and the key would answer 409 until it
-//! expired. Such a claim's tokens are released in the background, as the Redis path does;
-//! a release is compare-and-delete on the token, so it is harmless if the claim never
-//! landed. It goes first on the claim's own session, where Postgres runs it only after
-//! the claim ended, committed or not; if that session is lost, from another one once
-//! the server's statement timeout has ended the claim, until the lease would have
-//! expired anyway.
+//! A claim whose outcome is unknown (no answer, or a connection lost after it was sent)
+//! is released in the background (`unknown`).
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use deadpool_postgres::Object;
 use tokio::time::Instant;
-use tokio_postgres::types::Type;
 
+use super::batcher::shared;
+use super::unknown::Tokens;
 use super::writer::refused;
-use super::{shared, timed_out, PgClaim, PgStore, RecordRef};
+use super::{timed_out, PgClaim, PgStore, RecordRef};
 use crate::idempotency::{Fingerprint, RecordId, Release, Scope};
 use crate::metrics;
 use crate::store::StoreError;
@@ -64,12 +57,6 @@ const CLAIM: &str = "INSERT INTO idemgate_records AS r
 
 const RELEASE: &str = "DELETE FROM idemgate_records
      WHERE scope = $1 AND key_hash = $2 AND state = 'leased' AND lock_token = $3";
-
-/// [`RELEASE`] for many tokens at once; returns the keys released.
-const RELEASE_MANY: &str = "DELETE FROM idemgate_records r
-     USING UNNEST($1::bytea[], $2::bytea[], $3::text[]) AS u(s, k, t)
-     WHERE r.scope = u.s AND r.key_hash = u.k AND r.state = 'leased' AND r.lock_token = u.t
-     RETURNING r.key_hash";
 
 /// One claim: `token` asks for `id` under `scope` for `lease`.
 #[derive(Debug, Clone)]
@@ -210,23 +197,7 @@ impl PgStore {
         sorted.sort_unstable_by(|a, b| {
             (a.scope.as_bytes(), a.id.as_bytes()).cmp(&(b.scope.as_bytes(), b.id.as_bytes()))
         });
-        let col = |f: fn(&ClaimAsk) -> &[u8]| sorted.iter().map(|a| f(a)).collect::<Vec<_>>();
-        let scopes = col(|a| &a.scope.as_bytes()[..]);
-        let ids = col(|a| &a.id.as_bytes()[..]);
-        let fingerprints = col(|a| &a.fingerprint.as_bytes()[..]);
-        let routes: Vec<&str> = sorted.iter().map(|a| a.route.as_str()).collect();
-        let tokens: Vec<&str> = sorted.iter().map(|a| a.token.as_str()).collect();
-        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX) as f64;
-        let leases: Vec<f64> = sorted.iter().map(|a| ms(a.lease)).collect();
-        let requests: Vec<Option<&[u8]>> = (sorted.iter())
-            .map(|a| a.keep.as_ref().map(|k| &k.request[..]))
-            .collect();
-        let keeps: Vec<f64> = (sorted.iter())
-            .map(|a| a.keep.as_ref().map_or(0.0, |k| ms(k.keep)))
-            .collect();
-        let completer: Vec<Option<&str>> = (sorted.iter())
-            .map(|a| (a.keep.as_ref()?.by_completer).then_some("running"))
-            .collect();
+        let columns = ClaimColumns::of(&sorted);
         let started = Instant::now();
         let deadline = started + self.client_timeout;
         let client = match tokio::time::timeout_at(deadline, self.pool.get()).await {
@@ -235,18 +206,7 @@ impl PgStore {
         };
         let answer = tokio::time::timeout_at(deadline, async {
             let stmt = client.prepare_cached(CLAIM).await?;
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
-                &scopes,
-                &ids,
-                &routes,
-                &fingerprints,
-                &tokens,
-                &leases,
-                &requests,
-                &keeps,
-                &completer,
-            ];
-            client.query(&stmt, &params).await
+            client.query(&stmt, &columns.params()).await
         })
         .await;
         metrics::postgres_op("claim", started.into_std());
@@ -262,68 +222,14 @@ impl PgStore {
             // Postgres answered with an error: the statement did not commit.
             Ok(Err(e)) if e.as_db_error().is_some() => Err(timed_out(e.into())),
             Ok(Err(e)) => {
-                self.release_unknown(client, asks);
+                self.release_unknown(client, unknown_tokens(asks));
                 Err(e.into())
             }
             Err(_) => {
-                self.release_unknown(client, asks);
+                self.release_unknown(client, unknown_tokens(asks));
                 Err(StoreError::PgTimeout)
             }
         }
-    }
-
-    /// Releases the claims of `asks`, whose outcome is unknown, in the background: on
-    /// `client` (the claim's session) first, then on others (see the module docs).
-    fn release_unknown(&self, client: Object, asks: &[&ClaimAsk]) {
-        let store = self.clone();
-        let lease = asks.iter().map(|a| a.lease).max().unwrap_or_default();
-        let tokens = Tokens {
-            scopes: asks.iter().map(|a| a.scope.as_bytes().to_vec()).collect(),
-            ids: asks.iter().map(|a| a.id).collect(),
-            tokens: asks.iter().map(|a| a.token.clone()).collect(),
-        };
-        tokio::spawn(async move {
-            let until = Instant::now() + lease;
-            let ids: Vec<&[u8]> = tokens.ids.iter().map(|id| &id.as_bytes()[..]).collect();
-            // Unprepared, so that it goes out at once even while the session's answers
-            // are late: one round trip, no statement to prepare first.
-            let same_session = tokio::time::timeout(
-                store.client_timeout * 2,
-                client.query_typed(
-                    RELEASE_MANY,
-                    &[
-                        (&tokens.scopes, Type::BYTEA_ARRAY),
-                        (&ids, Type::BYTEA_ARRAY),
-                        (&tokens.tokens, Type::TEXT_ARRAY),
-                    ],
-                ),
-            )
-            .await;
-            if let Ok(Ok(rows)) = same_session {
-                return tokens.released(&rows);
-            }
-            // A session that does not answer leaves the pool (closing it ends its backend).
-            drop(Object::take(client));
-            while Instant::now() + store.timeout < until {
-                tokio::time::sleep(store.timeout).await;
-                let released = store
-                    .timed("release", async {
-                        let client = store.pool.get().await?;
-                        let stmt = client.prepare_cached(RELEASE_MANY).await?;
-                        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
-                            [&tokens.scopes, &ids, &tokens.tokens];
-                        Ok(client.query(&stmt, &params).await?)
-                    })
-                    .await;
-                if let Ok(rows) = released {
-                    return tokens.released(&rows);
-                }
-            }
-            for id in &tokens.ids {
-                tracing::warn!(key_hash = %id.short(), "could not release a postgres claim \
-                    whose outcome is unknown; it ends when its lease expires");
-            }
-        });
     }
 
     /// Pushes out `rec`'s lease if `token` still holds it (the holder's heartbeat).
@@ -382,22 +288,64 @@ async fn release_on(
     })
 }
 
-/// The tokens of claims whose outcome is unknown.
-struct Tokens {
-    scopes: Vec<Vec<u8>>,
-    ids: Vec<RecordId>,
-    tokens: Vec<String>,
+/// The tokens of the claims `asks`, whose outcome is unknown.
+fn unknown_tokens(asks: &[&ClaimAsk]) -> Tokens {
+    Tokens {
+        scopes: asks.iter().map(|a| a.scope.as_bytes().to_vec()).collect(),
+        ids: asks.iter().map(|a| a.id).collect(),
+        tokens: asks.iter().map(|a| a.token.clone()).collect(),
+        lease: asks.iter().map(|a| a.lease).max().unwrap_or_default(),
+    }
 }
 
-impl Tokens {
-    /// Logs the claims a release found (`rows`: their keys): they had committed.
-    fn released(&self, rows: &[tokio_postgres::Row]) {
-        for row in rows {
-            let key: &[u8] = row.get(0);
-            if let Some(id) = self.ids.iter().find(|id| id.as_bytes()[..] == *key) {
-                tracing::info!(key_hash = %id.short(), "released a postgres claim whose \
-                    answer was lost: it had committed after its caller gave up on it");
-            }
+/// The parameters of [`CLAIM`]: one array per column, rows in the given order.
+struct ClaimColumns<'a> {
+    scopes: Vec<&'a [u8]>,
+    ids: Vec<&'a [u8]>,
+    routes: Vec<&'a str>,
+    fingerprints: Vec<&'a [u8]>,
+    tokens: Vec<&'a str>,
+    leases: Vec<f64>,
+    requests: Vec<Option<&'a [u8]>>,
+    keeps: Vec<f64>,
+    completer: Vec<Option<&'static str>>,
+}
+
+impl<'a> ClaimColumns<'a> {
+    fn of(sorted: &[&'a ClaimAsk]) -> Self {
+        let col = |f: fn(&ClaimAsk) -> &[u8]| sorted.iter().map(|a| f(a)).collect::<Vec<_>>();
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX) as f64;
+        Self {
+            scopes: col(|a| &a.scope.as_bytes()[..]),
+            ids: col(|a| &a.id.as_bytes()[..]),
+            fingerprints: col(|a| &a.fingerprint.as_bytes()[..]),
+            routes: sorted.iter().map(|a| a.route.as_str()).collect(),
+            tokens: sorted.iter().map(|a| a.token.as_str()).collect(),
+            leases: sorted.iter().map(|a| ms(a.lease)).collect(),
+            requests: (sorted.iter())
+                .map(|a| a.keep.as_ref().map(|k| &k.request[..]))
+                .collect(),
+            keeps: (sorted.iter())
+                .map(|a| a.keep.as_ref().map_or(0.0, |k| ms(k.keep)))
+                .collect(),
+            completer: (sorted.iter())
+                .map(|a| (a.keep.as_ref()?.by_completer).then_some("running"))
+                .collect(),
         }
+    }
+
+    /// `$1` to `$9`, in the statement's order.
+    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 9] {
+        [
+            &self.scopes,
+            &self.ids,
+            &self.routes,
+            &self.fingerprints,
+            &self.tokens,
+            &self.leases,
+            &self.requests,
+            &self.keeps,
+            &self.completer,
+        ]
     }
 }

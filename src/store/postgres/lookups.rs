@@ -7,14 +7,13 @@
 //! committed before the lease was taken: batching changes no outcome, only how many
 //! statements Postgres runs (about one per round instead of one per request).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio_postgres::Row;
 
-use super::{shared, Found, PgStore, RecordRef, RecordState, SEALED_STATUS};
+use super::batcher::{shared, Batch, Batcher};
+use super::{Found, PgStore, RecordRef, RecordState, SEALED_STATUS};
 use crate::idempotency::{Fingerprint, RecordId, Scope, StoredRecord, StoredResponse};
 use crate::store::StoreError;
 
@@ -77,18 +76,16 @@ struct Job {
 /// Handle to the lookup task. Cheap to clone.
 #[derive(Clone)]
 pub struct Lookups {
-    jobs: mpsc::Sender<Job>,
-    statements: Arc<AtomicU64>,
+    batcher: Batcher<Job>,
 }
 
 impl Lookups {
     /// Spawns the task that runs up to `batch_max` queued lookups per statement.
     pub fn spawn(pg: PgStore, batch_max: usize) -> Self {
-        let batch_max = batch_max.max(1);
-        let (jobs, rx) = mpsc::channel(batch_max * 4);
-        let statements = Arc::new(AtomicU64::new(0));
-        tokio::spawn(run(pg, rx, batch_max, statements.clone()));
-        Self { jobs, statements }
+        let keys = Vec::with_capacity(batch_max.max(1));
+        Self {
+            batcher: Batcher::spawn(Rounds { pg, keys }, batch_max),
+        }
     }
 
     /// Looks `rec` up, sharing a statement with whatever else is queued.
@@ -99,36 +96,51 @@ impl Lookups {
             key: (rec.scope, rec.id),
             done,
         };
-        self.jobs.send(job).await.map_err(|_| ended())?;
+        self.batcher.send(job).await.map_err(|_| ended())?;
         answer.await.unwrap_or_else(|_| Err(ended()))
     }
 
     /// Statements run so far (each answers one or more lookups).
     pub fn statements(&self) -> u64 {
-        self.statements.load(Ordering::Relaxed)
+        self.batcher.statements()
     }
 }
 
-async fn run(pg: PgStore, mut rx: mpsc::Receiver<Job>, batch_max: usize, count: Arc<AtomicU64>) {
-    let mut batch: Vec<Job> = Vec::with_capacity(batch_max);
-    let mut keys = Vec::with_capacity(batch_max);
-    while rx.recv_many(&mut batch, batch_max).await > 0 {
+/// The lookup rounds: one [`PgStore::lookup_many`] per round.
+struct Rounds {
+    pg: PgStore,
+    /// The round's keys (kept to reuse its allocation).
+    keys: Vec<(Scope, RecordId)>,
+}
+
+impl Batch for Rounds {
+    type Job = Job;
+
+    /// Everything queued, up to `max` lookups (a key may be looked up twice in a round).
+    fn pick(&mut self, mut queued: Vec<Job>, max: usize) -> (Vec<Job>, Vec<Job>) {
+        let rest = queued.split_off(queued.len().min(max));
+        (queued, rest)
+    }
+
+    /// Answers each lookup of the round; a failed statement fails them all.
+    async fn run(&mut self, round: Vec<Job>) -> Vec<Job> {
+        let keys = &mut self.keys;
         keys.clear();
-        keys.extend(batch.iter().map(|job| job.key));
-        count.fetch_add(1, Ordering::Relaxed);
-        match pg.lookup_many(&keys).await {
+        keys.extend(round.iter().map(|job| job.key));
+        match self.pg.lookup_many(keys).await {
             Ok(found) => {
-                for (job, found) in batch.drain(..).zip(found) {
+                for (job, found) in round.into_iter().zip(found) {
                     let _ = job.done.send(found);
                 }
             }
             Err(e) => {
                 // Every request of the round gets the failure (the caller logs it).
-                for (job, e) in batch.drain(..).zip(shared(e, keys.len())) {
+                for (job, e) in round.into_iter().zip(shared(e, keys.len())) {
                     let _ = job.done.send(Err(e));
                 }
             }
         }
+        Vec::new()
     }
 }
 

@@ -16,8 +16,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
+use super::batcher::{Batch, Batcher};
 use super::{CompletedRecord, PgStore};
 use crate::metrics;
 use crate::store::StoreError;
@@ -42,7 +43,10 @@ struct Job {
     done: oneshot::Sender<Outcome>,
 }
 
+/// What the writer's tasks share: the store, the retry queue and the counters.
 struct Shared {
+    pg: PgStore,
+    batch_max: usize,
     retry: Mutex<VecDeque<CompletedRecord>>,
     capacity: usize,
     /// Most bytes the retry queue may hold (`postgres.retry_queue_bytes`): a count alone
@@ -61,17 +65,16 @@ struct Shared {
 /// Handle to the writer tasks. Cheap to clone.
 #[derive(Clone)]
 pub struct Writer {
-    jobs: mpsc::Sender<Job>,
+    batcher: Batcher<Job>,
     shared: Arc<Shared>,
-    pg: PgStore,
-    batch_max: usize,
 }
 
 impl Writer {
     /// Spawns the group-commit task and the retry task.
     pub fn spawn(pg: PgStore, batch_max: usize, capacity: usize, capacity_bytes: u64) -> Self {
-        let (jobs, rx) = mpsc::channel(batch_max * 4);
         let shared = Arc::new(Shared {
+            pg,
+            batch_max,
             retry: Mutex::new(VecDeque::new()),
             capacity,
             capacity_bytes,
@@ -81,26 +84,22 @@ impl Writer {
             failures: AtomicU64::new(0),
             flushing: tokio::sync::Mutex::new(()),
         });
-        let writer = Self {
-            jobs,
+        tokio::spawn(shared.clone().retry_loop());
+        Self {
+            batcher: Batcher::spawn(GroupCommit(shared.clone()), batch_max),
             shared,
-            pg,
-            batch_max,
-        };
-        tokio::spawn(writer.clone().group_commit(rx));
-        tokio::spawn(writer.clone().retry_loop());
-        writer
+        }
     }
 
     /// Writes one record, sharing a statement with whatever else is pending. An error
     /// means its durable copy was given up: Postgres refused it, or the queue was full.
     pub async fn write(&self, record: CompletedRecord) -> Outcome {
         if self.shared.degraded.load(Ordering::Relaxed) {
-            return self.enqueue(record);
+            return self.shared.enqueue(record);
         }
         let (done, wait) = oneshot::channel();
-        if let Err(e) = self.jobs.send(Job { record, done }).await {
-            return self.enqueue(e.0.record);
+        if let Err(job) = self.batcher.send(Job { record, done }).await {
+            return self.shared.enqueue(job.record);
         }
         wait.await
             .unwrap_or_else(|_| Err(StoreError::TaskEnded("write-through")))
@@ -113,7 +112,7 @@ impl Writer {
 
     /// Records waiting for Postgres.
     pub fn queue_depth(&self) -> usize {
-        self.shared.retry.lock().map_or(0, |q| q.len())
+        self.shared.queue_depth()
     }
 
     /// Records given up: the retry queue was full, or Postgres refused them.
@@ -130,7 +129,7 @@ impl Writer {
     pub async fn drain(&self, within: Duration) -> bool {
         let deadline = Instant::now() + within;
         while self.queue_depth() > 0 && Instant::now() < deadline {
-            if self.flush_retry_batch().await.is_err() {
+            if self.shared.flush_retry_batch().await.is_err() {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
@@ -144,75 +143,36 @@ impl Writer {
         }
         left == 0
     }
+}
+
+impl Shared {
+    /// Records waiting for Postgres.
+    fn queue_depth(&self) -> usize {
+        self.retry.lock().map_or(0, |q| q.len())
+    }
 
     fn enqueue(&self, record: CompletedRecord) -> Outcome {
-        let mut queue = self.shared.retry.lock().unwrap_or_else(|p| p.into_inner());
+        let mut queue = self.retry.lock().unwrap_or_else(|p| p.into_inner());
         let size = queued_size(&record);
-        let bytes = self.shared.queued_bytes.load(Ordering::Relaxed);
-        if queue.len() >= self.shared.capacity || bytes + size > self.shared.capacity_bytes {
-            self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+        let bytes = self.queued_bytes.load(Ordering::Relaxed);
+        if queue.len() >= self.capacity || bytes + size > self.capacity_bytes {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
             metrics::write_dropped(metrics::DropReason::QueueFull);
             tracing::error!(key_hash = %record.id.short(), "write-through retry queue full; \
                 dropping the durable copy of a stored response");
             return Err(StoreError::QueueFull);
         }
         queue.push_back(record);
-        self.shared
-            .queued_bytes
-            .store(bytes + size, Ordering::Relaxed);
+        self.queued_bytes.store(bytes + size, Ordering::Relaxed);
         metrics::queue_depth(queue.len());
         Ok(WriteOutcome::Queued)
     }
 
-    async fn group_commit(self, mut rx: mpsc::Receiver<Job>) {
-        let mut carry: Vec<Job> = Vec::new();
-        loop {
-            if carry.is_empty() {
-                match rx.recv().await {
-                    Some(job) => carry.push(job),
-                    None => return,
-                }
-            }
-            while carry.len() < self.batch_max {
-                match rx.try_recv() {
-                    Ok(job) => carry.push(job),
-                    Err(_) => break,
-                }
-            }
-            let mut taken =
-                batches::pick(carry.iter().map(|j| &j.record), self.batch_max).into_iter();
-            let (batch, rest): (Vec<Job>, Vec<Job>) =
-                (carry.drain(..)).partition(|_| taken.next().unwrap_or(false));
-            carry = rest;
-            let records: Vec<CompletedRecord> = batch.iter().map(|j| j.record.clone()).collect();
-            let settled = self.settle(&records).await;
-            let mut jobs = batch.into_iter();
-            // Settled first: zip must not take a job it has no settlement for.
-            for (each, job) in settled.each.into_iter().zip(jobs.by_ref()) {
-                let outcome = each.map(|written| match written {
-                    true => WriteOutcome::Written,
-                    false => WriteOutcome::Conflict,
-                });
-                let _ = job.done.send(outcome);
-            }
-            if let Some(e) = settled.failing {
-                if !self.shared.degraded.swap(true, Ordering::Relaxed) {
-                    tracing::error!(error = %e, "write-through to postgres failing; \
-                        queueing records until it returns");
-                }
-                for job in jobs {
-                    let outcome = self.enqueue(job.record);
-                    let _ = job.done.send(outcome);
-                }
-            }
-        }
-    }
-
-    async fn retry_loop(self) {
+    async fn retry_loop(self: Arc<Self>) {
         loop {
             tokio::time::sleep(Duration::from_millis(250)).await;
             if self.queue_depth() == 0 {
-                self.shared.degraded.store(false, Ordering::Relaxed);
+                self.degraded.store(false, Ordering::Relaxed);
                 continue;
             }
             while self.queue_depth() > 0 {
@@ -220,7 +180,7 @@ impl Writer {
                     break;
                 }
             }
-            if self.queue_depth() == 0 && self.shared.degraded.swap(false, Ordering::Relaxed) {
+            if self.queue_depth() == 0 && self.degraded.swap(false, Ordering::Relaxed) {
                 tracing::info!("postgres is back; write-through queue drained");
             }
         }
@@ -229,9 +189,9 @@ impl Writer {
     /// Writes the oldest queued records; removes them once settled (written, in
     /// conflict, or refused and given up).
     async fn flush_retry_batch(&self) -> Result<(), StoreError> {
-        let _flushing = self.shared.flushing.lock().await;
+        let _flushing = self.flushing.lock().await;
         let batch: Vec<CompletedRecord> = {
-            let queue = self.shared.retry.lock().unwrap_or_else(|p| p.into_inner());
+            let queue = self.retry.lock().unwrap_or_else(|p| p.into_inner());
             let taken = batches::pick(queue.iter().take(self.batch_max), self.batch_max);
             let n = taken.iter().take_while(|t| **t).count();
             queue.iter().take(n).cloned().collect()
@@ -249,12 +209,55 @@ impl Writer {
                     another record for its key (taken over while postgres was away)");
             }
         }
-        let mut queue = self.shared.retry.lock().unwrap_or_else(|p| p.into_inner());
+        let mut queue = self.retry.lock().unwrap_or_else(|p| p.into_inner());
         let done = settled.each.len().min(queue.len());
         let freed: u64 = queue.drain(..done).map(|r| queued_size(&r)).sum();
-        self.shared.queued_bytes.fetch_sub(freed, Ordering::Relaxed);
+        self.queued_bytes.fetch_sub(freed, Ordering::Relaxed);
         metrics::queue_depth(queue.len());
         settled.failing.map_or(Ok(()), Err)
+    }
+}
+
+/// The group-commit rounds: one multi-row statement per round ([`Shared::settle`]).
+struct GroupCommit(Arc<Shared>);
+
+impl Batch for GroupCommit {
+    type Job = Job;
+
+    /// Up to `max` records and [`MAX_BATCH_BYTES`], each key once ([`batches::pick`]).
+    fn pick(&mut self, mut queued: Vec<Job>, max: usize) -> (Vec<Job>, Vec<Job>) {
+        let mut taken = batches::pick(queued.iter().map(|j| &j.record), max).into_iter();
+        queued
+            .drain(..)
+            .partition(|_| taken.next().unwrap_or(false))
+    }
+
+    /// Writes the round and answers each record; when Postgres fails, the records it
+    /// did not settle go to the retry queue (and new ones go there directly).
+    async fn run(&mut self, batch: Vec<Job>) -> Vec<Job> {
+        let shared = &self.0;
+        let records: Vec<CompletedRecord> = batch.iter().map(|j| j.record.clone()).collect();
+        let settled = shared.settle(&records).await;
+        let mut jobs = batch.into_iter();
+        // Settled first: zip must not take a job it has no settlement for.
+        for (each, job) in settled.each.into_iter().zip(jobs.by_ref()) {
+            let outcome = each.map(|written| match written {
+                true => WriteOutcome::Written,
+                false => WriteOutcome::Conflict,
+            });
+            let _ = job.done.send(outcome);
+        }
+        if let Some(e) = settled.failing {
+            if !shared.degraded.swap(true, Ordering::Relaxed) {
+                tracing::error!(error = %e, "write-through to postgres failing; \
+                    queueing records until it returns");
+            }
+            for job in jobs {
+                let outcome = shared.enqueue(job.record);
+                let _ = job.done.send(outcome);
+            }
+        }
+        Vec::new()
     }
 }
 

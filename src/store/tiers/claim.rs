@@ -1,24 +1,21 @@
-//! The claim phase: take a key (in Redis, else by policy in Postgres), check what
-//! Postgres knows when Redis may have forgotten, wait for an in-flight holder, and
-//! find records without claiming them.
+//! The claim phase: take a key (in Redis, else by policy in Postgres), and check what
+//! Postgres knows when Redis may have forgotten. Waiting for an in-flight holder is in
+//! [`wait`](super::wait), finding records without claiming them in [`find`](super::find).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tracing::Instrument;
 
 use super::super::lease::{Held, Lease};
 use super::super::postgres::leases::{ClaimAsk, Keep};
 use super::super::postgres::{Found, PgClaim, RecordRef};
-use super::super::redis::Record;
-use super::super::slots::slot;
-use super::super::{RedisStore, StoreError};
+use super::super::redis::slots::slot;
+use super::super::StoreError;
 use super::settle::{binding, lease_ref};
 use super::Stores;
 use crate::config::{ClaimDurability, OnRedisUnavailable};
-use crate::idempotency::{
-    Binding, Claim, Fingerprint, Home, RecordId, Scope, StoredRecord, StoredResponse,
-};
+use crate::idempotency::{Binding, Claim, Fingerprint, Home, RecordId, Scope};
 use crate::metrics;
 use crate::route::Route;
 
@@ -165,147 +162,6 @@ impl Stores {
                 .unwrap_or(u64::MAX)
                 .into(),
         })
-    }
-
-    /// A duplicate found the key in flight and may wait (`in_flight = "wait"`): joins the
-    /// key's waiters (capped fleet-wide) and re-claims whenever the holder completes or
-    /// releases (pub/sub) or its lease runs out, until `wait_timeout`.
-    pub async fn wait(
-        &self,
-        route: &Arc<Route>,
-        scope: Scope,
-        record: RecordId,
-        fingerprint: &Fingerprint,
-        remaining: Duration,
-        kept: Kept,
-    ) -> Result<Claim<Lease>, StoreError> {
-        let in_flight = Claim::InFlight { remaining };
-        let Some(waiters) = &self.0.waiters else {
-            return Ok(in_flight);
-        };
-        let policy = &route.policy;
-        let key = self.0.redis.record_key(record);
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        match (self.0.redis)
-            .join_waiters(
-                &key,
-                policy.settings.max_waiters,
-                &id,
-                policy.settings.wait_timeout * 2,
-            )
-            .await
-        {
-            Ok(true) => {}
-            _ => return Ok(in_flight),
-        }
-        // Leaves the waiters however this ends, a caller hanging up included.
-        let _slot = WaiterSlot {
-            redis: self.0.redis.clone(),
-            key,
-            id,
-        };
-        let watch = waiters.watch(self.0.redis.channel(&_slot.key)).await;
-        let deadline = Instant::now() + policy.settings.wait_timeout;
-        let result = loop {
-            let notified = watch.notify().notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            match (self.claim(route, scope, record, fingerprint, kept.clone())).await {
-                Ok(Claim::InFlight { remaining }) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        break Ok(Claim::InFlight { remaining });
-                    }
-                    // Woken by the holder, or when its lease runs out, whichever is first;
-                    // in a cluster, re-subscribed and re-checked every `RECHECK` too (a
-                    // slot that moved lost its subscription: see `waiters`).
-                    let nap = (remaining + Duration::from_millis(10)).min(left);
-                    let recheck = watch.recheck().filter(|r| *r < nap);
-                    tokio::select! {
-                        () = &mut notified => {}
-                        () = tokio::time::sleep(recheck.unwrap_or(nap)) => {
-                            if recheck.is_some() {
-                                watch.refresh().await;
-                            }
-                        }
-                    }
-                }
-                other => break other,
-            }
-        };
-        result
-    }
-
-    /// What the stores hold for a record now, without claiming it (Redis, then
-    /// Postgres); `None` when neither has it.
-    pub async fn find(
-        &self,
-        route: &Route,
-        scope: Scope,
-        record: RecordId,
-        fingerprint: &Fingerprint,
-    ) -> Result<Option<Claim<Lease>>, StoreError> {
-        let key = self.0.redis.record_key(record);
-        if !self.0.breaker.is_open(slot(&key)) {
-            if let Record::Known(claim) = self.0.redis.peek(&key, fingerprint).await? {
-                let claim = claim.map_acquired(|_| unreachable!("peek never acquires"));
-                let at = Binding { scope, record };
-                return Ok(Some(
-                    claim.try_map_response(|stored| self.open(stored, at))?,
-                ));
-            }
-        }
-        let Some(pg) = &self.0.postgres else {
-            return Ok(None);
-        };
-        let rec = RecordRef {
-            scope,
-            id: record,
-            route: &route.name,
-        };
-        let found = pg.lookups.lookup(rec).await?;
-        let at = Binding { scope, record };
-        found
-            .map(|found| self.found_to_claim(found, fingerprint, at))
-            .transpose()
-    }
-
-    /// `lease` was acquired under a key's current id, but the key may be stored under
-    /// the id it had before a scope secret was introduced (`lookup_unkeyed_ids`). A
-    /// completed old record is copied to the new id (the lease completes with it) and
-    /// answers; an old lease or mismatch answers and the new lease goes; if Postgres
-    /// cannot say, the claim fails closed.
-    pub async fn under_previous_id(
-        &self,
-        route: &Route,
-        lease: Lease,
-        old_scope: Scope,
-        old_record: RecordId,
-    ) -> Result<Claim<Lease>, StoreError> {
-        let answer = match (self.find(route, old_scope, old_record, &lease.fingerprint())).await {
-            Ok(None) => return Ok(Claim::Acquired(lease)),
-            Ok(Some(Claim::Completed {
-                response,
-                remaining,
-            })) => {
-                // Carry the record over to its new id: later retries find it at once.
-                metrics::fallback("previous_id");
-                if let Err(e) = lease.complete(&response, remaining).await {
-                    tracing::warn!(error = %e, "could not copy the record to its new id");
-                }
-                return Ok(Claim::Completed {
-                    response,
-                    remaining,
-                });
-            }
-            Ok(Some(claim)) => Ok(claim),
-            Err(e) => Err(e),
-        };
-        metrics::fallback("previous_id");
-        if let Err(e) = lease.release().await {
-            tracing::debug!(error = %e, "could not release; the lease expires");
-        }
-        answer
     }
 
     /// Redis said Acquired: make sure Postgres does not know better.
@@ -496,62 +352,4 @@ pub enum Kept {
     Request(bytes::Bytes),
     /// The completer taking an abandoned request over: the kept request as stored.
     Completer(bytes::Bytes),
-}
-
-/// A place among a record's fleet-wide waiters. Leaving happens on drop, so a waiter
-/// whose caller hung up (its request future dropped mid-wait) frees its place at once
-/// instead of holding it until the set expires.
-struct WaiterSlot {
-    redis: RedisStore,
-    key: String,
-    id: String,
-}
-
-impl Drop for WaiterSlot {
-    fn drop(&mut self) {
-        let (redis, key, id) = (
-            self.redis.clone(),
-            std::mem::take(&mut self.key),
-            std::mem::take(&mut self.id),
-        );
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                if let Err(e) = redis.leave_waiters(&key, &id).await {
-                    tracing::debug!(error = %e, "could not leave the waiters; the place lapses");
-                }
-            });
-        }
-    }
-}
-
-impl Stores {
-    /// What a Postgres record means for a request with `fingerprint`; a completed one
-    /// is opened at `at`.
-    fn found_to_claim(
-        &self,
-        found: Found,
-        fingerprint: &Fingerprint,
-        at: Binding,
-    ) -> Result<Claim<Lease>, StoreError> {
-        Ok(match found {
-            Found::Completed {
-                fingerprint: stored,
-                response,
-                remaining,
-            } if stored == *fingerprint => Claim::Completed {
-                response: self.open(response, at)?,
-                remaining,
-            },
-            Found::Leased {
-                fingerprint: stored,
-                remaining,
-            } if stored == *fingerprint => Claim::InFlight { remaining },
-            _ => Claim::Mismatch,
-        })
-    }
-
-    /// The one place stored records are opened (see [`crate::idempotency::sealed`]).
-    fn open(&self, stored: StoredRecord, at: Binding) -> Result<StoredResponse, StoreError> {
-        Ok(self.0.sealing.open(stored, at)?)
-    }
 }

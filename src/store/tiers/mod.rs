@@ -1,8 +1,9 @@
 //! Redis and Postgres together: the claim path across tiers, write-through of
 //! completions, the Redis circuit breaker and its fallback policies, and the
 //! background probe and reaper tasks. One file per phase of a key's life:
-//! [`claim`] (claim, wait, the cold-Redis lookup, fallbacks), [`settle`] (extend,
-//! complete, release) and [`maintenance`] (the probe and the reaper).
+//! [`claim`] (claim, the cold-Redis lookup, fallbacks), [`wait`] (duplicates waiting
+//! for an in-flight holder), [`find`] (records found without claiming them),
+//! [`settle`] (extend, complete, release) and [`maintenance`] (the probe and the reaper).
 //!
 //! * A claim goes to Redis unless its breaker is open. An acquired Redis claim is
 //!   checked against Postgres first (cold-Redis lookup, or a Postgres claim with
@@ -12,23 +13,25 @@
 
 mod claim;
 mod completer;
+mod find;
 mod maintenance;
 mod records;
 mod settle;
+mod wait;
 
 pub use claim::Kept;
 pub use records::{Health, Invalidation, RecordView};
 
 use std::sync::Arc;
 
-use super::breaker::Breaker;
 use super::memory::ReplayCache;
 use super::postgres::claims::Claims;
 use super::postgres::lookups::Lookups;
 use super::postgres::writer::Writer;
-use super::sentinel_watch::SentinelWatch;
-use super::waiters::Waiters;
-use super::warmth::Warmth;
+use super::redis::breaker::Breaker;
+use super::redis::sentinel_watch::SentinelWatch;
+use super::redis::waiters::Waiters;
+use super::redis::warmth::Warmth;
 use super::{PgStore, RedisStore};
 use crate::config::{ClaimDurability, Config};
 use crate::idempotency::{Keyring, Sealing};

@@ -3,6 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+
 use super::super::lease::Held;
 use super::super::postgres::writer::WriteOutcome;
 use super::super::postgres::{stored_columns, CompletedRecord, RecordRef};
@@ -73,23 +75,7 @@ impl Stores {
             }
             Home::Redis { also_in_postgres } => {
                 let encoded = sealed.as_ref().unwrap_or(&response.bytes);
-                let complete = || {
-                    (self.0.redis).complete(
-                        &lease.redis_key,
-                        &lease.token,
-                        encoded.clone(),
-                        ttl,
-                        &lease.fingerprint,
-                    )
-                };
-                let in_redis = match self.0.postgres {
-                    // Postgres takes the record if Redis cannot: three tries are enough.
-                    Some(_) => retry_redis(None, complete).await,
-                    // Redis only: a response Redis does not take is not stored anywhere,
-                    // and the key runs again after its lease. Keep trying while the
-                    // lease lasts (a failover promotes a replica within it).
-                    None => retry_redis(Some(lease), complete).await,
-                };
+                let in_redis = self.complete_in_redis(lease, encoded, ttl).await;
                 // Lost in Redis: with claims only in Redis, the other holder's answer is
                 // the one to keep. With claims written through, Postgres is the
                 // authority: its token check decides (another request may have taken
@@ -101,37 +87,74 @@ impl Stores {
                     return in_redis;
                 };
                 let durable = pg.writer.write(record()).await;
-                match (&in_redis, &durable) {
-                    (_, Err(e)) => tracing::error!(key_hash = %lease.record.short(), error = %e,
-                        "stored response has no durable copy"),
-                    (_, Ok(WriteOutcome::Queued)) => {
-                        tracing::warn!(key_hash = %lease.record.short(),
-                        "postgres unavailable: durable copy queued for retry")
-                    }
-                    _ => {}
-                }
-                match (in_redis, durable) {
-                    (Err(_) | Ok(Completion::LeaseLost), Ok(WriteOutcome::Written)) => {
-                        // Stored, but Redis lacks it while our lease there runs out: with
-                        // when_cold, a retry after that must look it up, on every replica.
-                        Box::pin(self.redis_lacks_record(lease)).await;
-                        Ok(Completion::Stored)
-                    }
-                    (_, Ok(WriteOutcome::Conflict)) if also_in_postgres => {
-                        Ok(Completion::LeaseLost)
-                    }
-                    (Ok(Completion::Stored), Ok(WriteOutcome::Conflict)) => {
-                        // claims = "redis": Redis decides who holds a key; Postgres held
-                        // another record for it (a claim taken while Redis was away).
-                        metrics::tier_disagreement("stored_in_redis_conflict_in_postgres");
-                        tracing::warn!(key_hash = %lease.record.short(),
-                            "tiers disagree: stored in redis, but postgres holds another \
-                            record for this key (redis decides with claims = \"redis\")");
-                        Ok(Completion::Stored)
-                    }
-                    (result, _) => result,
-                }
+                (self.reconcile(lease, also_in_postgres, in_redis, durable)).await
             }
+        }
+    }
+
+    /// Stores the response in Redis under the lease, retrying while Redis fails: three
+    /// tries when Postgres can take the record instead, else as long as the lease lasts.
+    async fn complete_in_redis(
+        &self,
+        lease: &Held,
+        encoded: &Bytes,
+        ttl: Duration,
+    ) -> Result<Completion, StoreError> {
+        let complete = || {
+            (self.0.redis).complete(
+                &lease.redis_key,
+                &lease.token,
+                encoded.clone(),
+                ttl,
+                &lease.fingerprint,
+            )
+        };
+        match self.0.postgres {
+            // Postgres takes the record if Redis cannot: three tries are enough.
+            Some(_) => retry_redis(None, complete).await,
+            // Redis only: a response Redis does not take is not stored anywhere,
+            // and the key runs again after its lease. Keep trying while the
+            // lease lasts (a failover promotes a replica within it).
+            None => retry_redis(Some(lease), complete).await,
+        }
+    }
+
+    /// What a completion in Redis and its write-through to Postgres come to together;
+    /// a durable copy that is missing or only queued is logged.
+    async fn reconcile(
+        &self,
+        lease: &Held,
+        also_in_postgres: bool,
+        in_redis: Result<Completion, StoreError>,
+        durable: Result<WriteOutcome, StoreError>,
+    ) -> Result<Completion, StoreError> {
+        match (&in_redis, &durable) {
+            (_, Err(e)) => tracing::error!(key_hash = %lease.record.short(), error = %e,
+                "stored response has no durable copy"),
+            (_, Ok(WriteOutcome::Queued)) => {
+                tracing::warn!(key_hash = %lease.record.short(),
+                "postgres unavailable: durable copy queued for retry")
+            }
+            _ => {}
+        }
+        match (in_redis, durable) {
+            (Err(_) | Ok(Completion::LeaseLost), Ok(WriteOutcome::Written)) => {
+                // Stored, but Redis lacks it while our lease there runs out: with
+                // when_cold, a retry after that must look it up, on every replica.
+                Box::pin(self.redis_lacks_record(lease)).await;
+                Ok(Completion::Stored)
+            }
+            (_, Ok(WriteOutcome::Conflict)) if also_in_postgres => Ok(Completion::LeaseLost),
+            (Ok(Completion::Stored), Ok(WriteOutcome::Conflict)) => {
+                // claims = "redis": Redis decides who holds a key; Postgres held
+                // another record for it (a claim taken while Redis was away).
+                metrics::tier_disagreement("stored_in_redis_conflict_in_postgres");
+                tracing::warn!(key_hash = %lease.record.short(),
+                    "tiers disagree: stored in redis, but postgres holds another \
+                    record for this key (redis decides with claims = \"redis\")");
+                Ok(Completion::Stored)
+            }
+            (result, _) => result,
         }
     }
 
@@ -185,7 +208,7 @@ impl Stores {
             redis counts as cold until the warmth marker is reset");
         self.0
             .warmth
-            .set_cold(super::super::slots::slot(&lease.redis_key));
+            .set_cold(super::super::redis::slots::slot(&lease.redis_key));
         // This record's slot, before the client is answered (one DEL): a retry on
         // another replica then looks the key up. If it fails, the reset below (retried
         // by the probe) still covers the slot.

@@ -14,7 +14,7 @@
 
 use std::collections::HashSet;
 
-use super::Writer;
+use super::Shared;
 use crate::metrics;
 use crate::store::postgres::CompletedRecord;
 use crate::store::StoreError;
@@ -96,7 +96,7 @@ pub struct Settled {
     pub failing: Option<StoreError>,
 }
 
-impl Writer {
+impl Shared {
     /// Writes `records` in one statement, or, when Postgres refuses it for what it
     /// carries, one record at a time (see the module docs). Refused records are counted
     /// and logged here; every failed statement counts as a write-through failure.
@@ -149,16 +149,14 @@ impl Writer {
     }
 
     fn failed_statement(&self) {
-        self.shared
-            .failures
+        self.failures
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         metrics::write_failure();
     }
 
     /// Counts and logs a record Postgres refused on its own: its durable copy is given up.
     fn give_up(&self, record: &CompletedRecord, e: &StoreError) {
-        self.shared
-            .dropped
+        self.dropped
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         metrics::write_dropped(metrics::DropReason::Refused);
         let sqlstate = match e {

@@ -45,9 +45,9 @@ use std::time::Duration;
 
 use super::cold_slots::{slots_of, Bits, SlotSet};
 
+use super::RedisStore;
 use crate::config::LookupOnMiss;
 use crate::metrics;
-use crate::store::RedisStore;
 
 #[derive(Debug)]
 pub struct Warmth {

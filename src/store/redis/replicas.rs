@@ -41,7 +41,7 @@ use fred::types::Expiration;
 use fred::types::{ClusterHash, CustomCommand};
 
 use super::cold_slots::{Bits, SlotSet};
-use super::redis_lanes::Lanes;
+use super::lanes::Lanes;
 use crate::config::RedisConfig;
 
 /// The fewest `WAIT` connections (the main pool's default size).
@@ -75,7 +75,7 @@ impl ReplicaWait {
             return Ok(None);
         }
         let size = config.pool_size.max(MIN_WAIT_CONNECTIONS);
-        let pool = super::redis_connect::build_pool(config, size)?;
+        let pool = super::connect::build_pool(config, size)?;
         let lanes = Lanes::new(pool, config.mode == crate::config::RedisMode::Cluster);
         lanes.pool().connect();
         // Not awaited: the main pool's start-up already says whether Redis answers.

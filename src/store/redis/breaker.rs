@@ -117,7 +117,7 @@ impl Breaker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::cold_slots::{all_slots, bits_of_range};
+    use crate::store::redis::cold_slots::{all_slots, bits_of_range};
 
     #[test]
     fn transitions_report_once() {

@@ -56,7 +56,7 @@ pub fn fred_config(config: &RedisConfig) -> Result<FredConfig, FredError> {
 /// A pool of `size` clients for `config`, not yet connected: the command timeout, the
 /// connection timeouts, the unresponsive-connection check and the reconnect policy of
 /// every pool the store keeps (the main one, and the `WAIT` connections of
-/// [`super::redis_wait`]).
+/// [`super::replicas`]).
 pub fn build_pool(config: &RedisConfig, size: usize) -> Result<Pool, FredError> {
     Builder::from_config(fred_config(config)?)
         .with_performance_config(|p| p.default_command_timeout = config.command_timeout)

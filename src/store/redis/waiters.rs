@@ -34,12 +34,13 @@ use std::time::{Duration, Instant};
 
 use fred::clients::SubscriberClient;
 use fred::prelude::{Builder, ClientLike, EventInterface, PubsubInterface, ReconnectPolicy};
-use tokio::sync::broadcast::error::RecvError;
+use fred::types::Message;
+use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::sync::Notify;
 
-use super::memory::ReplayCache;
 use crate::config::RedisConfig;
 use crate::idempotency::RecordId;
+use crate::store::memory::ReplayCache;
 
 /// Cluster mode: how long a waiter waits for a wake-up before it re-subscribes and
 /// re-checks its record (one `SSUBSCRIBE` per channel and one claim per waiter).
@@ -156,7 +157,7 @@ impl Waiters {
         channels: Channels,
         cache: Option<Arc<ReplayCache>>,
     ) -> Result<Arc<Self>, fred::error::Error> {
-        let fred_config = super::redis_connect::fred_config(config)?;
+        let fred_config = super::connect::fred_config(config)?;
         let subscriber: SubscriberClient = Builder::from_config(fred_config)
             .with_performance_config(|p| p.broadcast_channel_capacity = 4096)
             .with_connection_config(|c| c.connection_timeout = config.connect_timeout)
@@ -172,75 +173,13 @@ impl Waiters {
             sharded,
             invalidations: channels.invalidations.clone(),
         });
-        let mut messages = subscriber.message_rx();
-        let (fan_out, on_message) = (waiters.clone(), cache.clone());
-        tokio::spawn(async move {
-            let cache = on_message;
-            loop {
-                match messages.recv().await {
-                    Ok(message) if message.channel == fan_out.invalidations => {
-                        let Some(key) = message.value.as_string() else {
-                            continue;
-                        };
-                        if let (Some(cache), Some(record)) = (&cache, record_of(&key)) {
-                            cache.remove(record);
-                        }
-                        fan_out.wake(&format!("{key}:done"));
-                    }
-                    Ok(message) => fan_out.wake(&message.channel),
-                    // Missed some: wake everyone (each re-checks its record), and forget
-                    // the replay cache, since a missed message may be an invalidation.
-                    Err(RecvError::Lagged(_)) => {
-                        if let Some(cache) = &cache {
-                            cache.clear();
-                        }
-                        fan_out.wake_all();
-                    }
-                    Err(RecvError::Closed) => return,
-                }
-            }
-        });
+        fan_out(waiters.clone(), subscriber.message_rx(), cache.clone());
         // While the subscription was down, invalidations went unheard: after every
         // (re)connection, the replay cache starts empty, and waiters re-check.
-        let mut reconnects = subscriber.reconnect_rx();
-        let (on_reconnect, fan_out) = (cache.clone(), waiters.clone());
-        tokio::spawn(async move {
-            loop {
-                match reconnects.recv().await {
-                    Ok(_) | Err(RecvError::Lagged(_)) => {
-                        if let Some(cache) = &on_reconnect {
-                            cache.clear();
-                        }
-                        fan_out.wake_all();
-                    }
-                    Err(RecvError::Closed) => return,
-                }
-            }
-        });
+        forget_on_reconnect(waiters.clone(), subscriber.reconnect_rx(), cache);
         subscriber.connect();
         let _resubscribe = subscriber.manage_subscriptions();
-        tokio::spawn(async move {
-            // The first subscription may meet a Redis that is down: keep trying.
-            loop {
-                let subscribed = subscriber.wait_for_connect().await.is_ok()
-                    && subscriber
-                        .subscribe(channels.invalidations.clone())
-                        .await
-                        .is_ok()
-                    && (channels.sharded
-                        || subscriber
-                            .psubscribe(channels.pattern.clone())
-                            .await
-                            .is_ok());
-                if subscribed {
-                    break;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-            }
-            // Keep the client alive for the life of the process.
-            std::future::pending::<()>().await;
-            drop(subscriber);
-        });
+        subscribe(subscriber, channels);
         Ok(waiters)
     }
 
@@ -304,4 +243,87 @@ impl Waiters {
             notify.notify_waiters();
         }
     }
+}
+
+/// Wakes the waiters of each completion or release the subscription hears; an admin
+/// invalidation also drops its record from the replay cache.
+fn fan_out(
+    fan_out: Arc<Waiters>,
+    mut messages: broadcast::Receiver<Message>,
+    cache: Option<Arc<ReplayCache>>,
+) {
+    tokio::spawn(async move {
+        loop {
+            match messages.recv().await {
+                Ok(message) if message.channel == fan_out.invalidations => {
+                    let Some(key) = message.value.as_string() else {
+                        continue;
+                    };
+                    if let (Some(cache), Some(record)) = (&cache, record_of(&key)) {
+                        cache.remove(record);
+                    }
+                    fan_out.wake(&format!("{key}:done"));
+                }
+                Ok(message) => fan_out.wake(&message.channel),
+                // Missed some: wake everyone (each re-checks its record), and forget
+                // the replay cache, since a missed message may be an invalidation.
+                Err(RecvError::Lagged(_)) => {
+                    if let Some(cache) = &cache {
+                        cache.clear();
+                    }
+                    fan_out.wake_all();
+                }
+                Err(RecvError::Closed) => return,
+            }
+        }
+    });
+}
+
+/// After every (re)connection of the subscriber: the replay cache starts empty, and
+/// every waiter re-checks its record.
+fn forget_on_reconnect<T: Clone + Send + 'static>(
+    fan_out: Arc<Waiters>,
+    mut reconnects: broadcast::Receiver<T>,
+    on_reconnect: Option<Arc<ReplayCache>>,
+) {
+    tokio::spawn(async move {
+        loop {
+            match reconnects.recv().await {
+                Ok(_) | Err(RecvError::Lagged(_)) => {
+                    if let Some(cache) = &on_reconnect {
+                        cache.clear();
+                    }
+                    fan_out.wake_all();
+                }
+                Err(RecvError::Closed) => return,
+            }
+        }
+    });
+}
+
+/// Subscribes to the invalidations and (outside cluster mode) the completion channels'
+/// pattern, retrying until it succeeds, then keeps the client for the process' life.
+fn subscribe(subscriber: SubscriberClient, channels: Channels) {
+    tokio::spawn(async move {
+        // The first subscription may meet a Redis that is down: keep trying.
+        loop {
+            let subscribed = subscriber.wait_for_connect().await.is_ok()
+                && subscriber
+                    .subscribe(channels.invalidations.clone())
+                    .await
+                    .is_ok()
+                && (channels.sharded
+                    || subscriber
+                        .psubscribe(channels.pattern.clone())
+                        .await
+                        .is_ok());
+            if subscribed {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        // Keep the client alive for the life of the process.
+        std::future::pending::<()>().await;
+        drop(subscriber);
+    });
 }

@@ -1,0 +1,116 @@
+//! The one shape of Postgres' batched statements: callers queue jobs on a channel, and
+//! one task gathers what is queued (up to `postgres.batch_max` jobs) into a round, runs
+//! one statement for it and answers each caller. [`claims`](super::claims),
+//! [`lookups`](super::lookups) and the [`writer`](super::writer) differ only in what a
+//! round takes ([`Batch::pick`]) and how it runs and answers ([`Batch::run`]).
+//!
+//! A round does not wait for more jobs: it takes what is queued when the task gets to
+//! it, so a lone request pays no delay, and under load rounds grow by themselves. The
+//! channel holds four rounds' worth; more callers wait to queue.
+//!
+//! A failed statement fails every job of its round: [`shared`] is how its one error
+//! reaches each caller.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use crate::store::StoreError;
+
+/// One kind of batched statement: what a round takes, and how it runs.
+pub(super) trait Batch: Send + 'static {
+    /// A queued request, carrying whatever answers its caller.
+    type Job: Send + 'static;
+
+    /// Splits `queued` (in order of arrival, jobs to try again first) into the next
+    /// round, at most `max` jobs, and the rest, which keeps its order for later rounds.
+    fn pick(&mut self, queued: Vec<Self::Job>, max: usize) -> (Vec<Self::Job>, Vec<Self::Job>);
+
+    /// Runs one round's statement and answers its callers; returns the jobs to try
+    /// again, which go ahead of everything still queued.
+    fn run(&mut self, round: Vec<Self::Job>) -> impl Future<Output = Vec<Self::Job>> + Send;
+}
+
+/// Handle to a batching task: where its jobs queue, and how many statements it ran.
+pub(super) struct Batcher<J> {
+    jobs: mpsc::Sender<J>,
+    statements: Arc<AtomicU64>,
+}
+
+impl<J> Clone for Batcher<J> {
+    fn clone(&self) -> Self {
+        Self {
+            jobs: self.jobs.clone(),
+            statements: self.statements.clone(),
+        }
+    }
+}
+
+impl<J: Send + 'static> Batcher<J> {
+    /// Spawns the task that runs `batch` over rounds of up to `batch_max` queued jobs.
+    pub(super) fn spawn<B: Batch<Job = J>>(batch: B, batch_max: usize) -> Self {
+        let batch_max = batch_max.max(1);
+        let (jobs, rx) = mpsc::channel(batch_max * 4);
+        let statements = Arc::new(AtomicU64::new(0));
+        tokio::spawn(gather(batch, rx, batch_max, statements.clone()));
+        Self { jobs, statements }
+    }
+
+    /// Queues `job`, waiting for room; gives it back when the task is gone.
+    pub(super) async fn send(&self, job: J) -> Result<(), J> {
+        self.jobs.send(job).await.map_err(|e| e.0)
+    }
+
+    /// Statements run so far (each for one or more jobs).
+    pub(super) fn statements(&self) -> u64 {
+        self.statements.load(Ordering::Relaxed)
+    }
+}
+
+/// The task: gathers what is queued into rounds until every handle is gone.
+async fn gather<B: Batch>(
+    mut batch: B,
+    mut rx: mpsc::Receiver<B::Job>,
+    batch_max: usize,
+    count: Arc<AtomicU64>,
+) {
+    // Queued jobs in order of arrival, tried-again ones first.
+    let mut carry: Vec<B::Job> = Vec::with_capacity(batch_max);
+    loop {
+        if carry.is_empty() && rx.recv_many(&mut carry, batch_max).await == 0 {
+            return;
+        }
+        while carry.len() < batch_max {
+            match rx.try_recv() {
+                Ok(job) => carry.push(job),
+                Err(_) => break,
+            }
+        }
+        let (round, rest) = batch.pick(std::mem::take(&mut carry), batch_max);
+        carry = rest;
+        if round.is_empty() {
+            continue;
+        }
+        count.fetch_add(1, Ordering::Relaxed);
+        let mut again = batch.run(round).await;
+        again.append(&mut carry);
+        carry = again;
+    }
+}
+
+/// `e` once for each of `n` requests that shared the statement it failed (itself when
+/// alone): a timeout stays a timeout, anything else is [`StoreError::PgShared`].
+pub(super) fn shared(e: StoreError, n: usize) -> Vec<StoreError> {
+    if n == 1 {
+        return vec![e];
+    }
+    let e = std::sync::Arc::new(e);
+    (0..n)
+        .map(|_| match *e {
+            StoreError::PgTimeout => StoreError::PgTimeout,
+            _ => StoreError::PgShared(e.clone()),
+        })
+        .collect()
+}

@@ -1,0 +1,112 @@
+//! The write-through statement: completed records, many in one statement (the
+//! [`writer`](super::writer) gathers them). A record is written when its key is free,
+//! expired, or leased by its own token; first writer wins, and a lost lease never
+//! overwrites.
+
+use std::collections::HashSet;
+
+use tokio_postgres::types::ToSql;
+
+use super::{CompletedRecord, PgStore};
+use crate::store::StoreError;
+
+/// Inserts the completed records (one per element of the arrays), or overwrites a row
+/// that is expired or leased by the same token (or whose lease ran out); returns the
+/// key of each row written. A completion by the completer's lease marks it completed.
+const WRITE_THROUGH: &str = "INSERT INTO idemgate_records AS r
+                           (scope, key_hash, route, fingerprint, state, lock_token, status,
+                            headers, body, created_at, completed_at, expires_at)
+                         SELECT s, k, rt, f, 'completed', t, st, h, b, now(), now(),
+                                now() + interval '1 millisecond' * ttl
+                         FROM UNNEST($1::bytea[], $2::bytea[], $3::text[], $4::bytea[],
+                                     $5::text[], $6::int2[], $7::bytea[], $8::bytea[],
+                                     $9::int8[]) AS u(s, k, rt, f, t, st, h, b, ttl)
+                         ON CONFLICT (scope, key_hash) DO UPDATE SET
+                           state = 'completed', lock_token = EXCLUDED.lock_token,
+                           fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status,
+                           headers = EXCLUDED.headers, body = EXCLUDED.body,
+                           lease_expires_at = NULL, completed_at = now(),
+                           expires_at = EXCLUDED.expires_at, request = NULL,
+                           completer = CASE WHEN r.state = 'leased' AND r.completer = 'running'
+                                 AND r.lock_token = EXCLUDED.lock_token THEN 'completed' END
+                         WHERE r.expires_at <= now()
+                            OR (r.state = 'leased' AND (r.lock_token = EXCLUDED.lock_token
+                                OR r.lease_expires_at <= now()))
+                         RETURNING key_hash";
+
+impl PgStore {
+    /// Writes completed records in one statement. A record is written when its key is
+    /// free, expired, or leased by its own token; otherwise left alone (first writer
+    /// wins, and a lost lease never overwrites). Returns, per record, whether it was written.
+    pub async fn complete_batch(
+        &self,
+        records: &[CompletedRecord],
+    ) -> Result<Vec<bool>, StoreError> {
+        // Rows in key order, as the claim rounds take theirs (`leases`): a batch of
+        // completions and a round of claims crossing on two keys wait for each other
+        // instead of deadlocking.
+        let mut sorted: Vec<&CompletedRecord> = records.iter().collect();
+        sorted.sort_unstable_by(|a, b| {
+            (a.scope.as_bytes(), a.id.as_bytes()).cmp(&(b.scope.as_bytes(), b.id.as_bytes()))
+        });
+        let columns = Columns::of(&sorted);
+        let written: HashSet<Vec<u8>> = self
+            .timed("write_through", async {
+                let client = self.pool.get().await?;
+                let stmt = client.prepare_cached(WRITE_THROUGH).await?;
+                let rows = client.query(&stmt, &columns.params()).await?;
+                Ok(rows.iter().map(|r| r.get::<_, Vec<u8>>(0)).collect())
+            })
+            .await?;
+        Ok(records
+            .iter()
+            .map(|r| written.contains(&r.id.as_bytes()[..]))
+            .collect())
+    }
+}
+
+/// The parameters of [`WRITE_THROUGH`]: one array per column, rows in the given order.
+struct Columns<'a> {
+    scopes: Vec<&'a [u8]>,
+    ids: Vec<&'a [u8]>,
+    routes: Vec<&'a str>,
+    fingerprints: Vec<&'a [u8]>,
+    tokens: Vec<&'a str>,
+    statuses: Vec<i16>,
+    headers: Vec<&'a [u8]>,
+    bodies: Vec<&'a [u8]>,
+    ttls: Vec<i64>,
+}
+
+impl<'a> Columns<'a> {
+    fn of(sorted: &[&'a CompletedRecord]) -> Self {
+        let col =
+            |f: fn(&CompletedRecord) -> &[u8]| sorted.iter().map(|r| f(r)).collect::<Vec<&[u8]>>();
+        Self {
+            scopes: col(|r| &r.scope.as_bytes()[..]),
+            ids: col(|r| &r.id.as_bytes()[..]),
+            routes: sorted.iter().map(|r| r.route.as_str()).collect(),
+            fingerprints: col(|r| &r.fingerprint.as_bytes()[..]),
+            tokens: sorted.iter().map(|r| r.token.as_str()).collect(),
+            statuses: sorted.iter().map(|r| r.status).collect(),
+            headers: col(|r| &r.headers[..]),
+            bodies: col(|r| &r.body[..]),
+            ttls: sorted.iter().map(|r| r.ttl_ms).collect(),
+        }
+    }
+
+    /// `$1` to `$9`, in the statement's order.
+    fn params(&self) -> [&(dyn ToSql + Sync); 9] {
+        [
+            &self.scopes,
+            &self.ids,
+            &self.routes,
+            &self.fingerprints,
+            &self.tokens,
+            &self.statuses,
+            &self.headers,
+            &self.bodies,
+            &self.ttls,
+        ]
+    }
+}

@@ -1,0 +1,127 @@
+//! The Rust side of `lua/claim.lua`: taking a record's lease (or learning what holds
+//! it), re-sent while its slot migrates, released in the background when it fails.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use fred::prelude::{Client, ClientLike, Error as FredError, Value};
+
+use super::{channel, decode_record_reply, millis, Acquired, Record, RedisStore};
+use crate::idempotency::{Claim, Fingerprint, StoredRecord};
+use crate::metrics;
+use crate::store::StoreError;
+
+impl RedisStore {
+    /// Runs `lua/claim.lua`.
+    ///
+    /// KEYS: `[record key, fence key, warmth marker of the record's slot]` (the marker
+    /// only where the mode uses it). ARGV: `[fingerprint (32 bytes), lock token, lease
+    /// ms, fence key ttl ms, vouch-after ms]`.
+    /// Reply: `{"A", fence, marker age ms}` acquired with its fencing token (age 0
+    /// without the marker),
+    /// `{"C", encoded response, remaining ms}` completed with this fingerprint,
+    /// `{"I", remaining ms}` leased by another token (the record is then marked as
+    /// waited for: its completion or release publishes), `{"M"}` another fingerprint;
+    /// decoded by [`decode_record_reply`], the one decoder of record replies.
+    ///
+    /// A claim that fails may still have landed: its token is released in the
+    /// background on the same connection (a compare-and-delete, harmless if it never
+    /// ran) and the error returned, so the caller never forwards an unclaimed request.
+    pub async fn claim(
+        &self,
+        key: &str,
+        fingerprint: &Fingerprint,
+        token: &str,
+        lease: Duration,
+        fence_ttl: Duration,
+    ) -> Result<Claim<Acquired, StoredRecord>, StoreError> {
+        let args = || -> Vec<Value> {
+            vec![
+                Bytes::copy_from_slice(fingerprint.as_bytes()).into(),
+                token.into(),
+                millis(lease).into(),
+                millis(fence_ttl).into(),
+                self.vouch_after().unwrap_or(0).into(),
+            ]
+        };
+        let marker = self.vouch_after().is_some();
+        let started = Instant::now();
+        let client = self.inner.lanes.for_key(key);
+        let reply = self.run_claim(client, key, marker, args).await;
+        metrics::elapsed(&self.inner.ops.claim, started);
+        let reply = match reply {
+            Ok(v) => v,
+            Err(e) => return Err(self.claim_failed(client, key, token, e)),
+        };
+        match decode_record_reply("claim", reply)? {
+            Record::Acquired(acquired) => Ok(Claim::Acquired(acquired)),
+            Record::Known(claim) => Ok(claim),
+            Record::Absent => Err(StoreError::Protocol {
+                script: "claim",
+                detail: "absent is not a claim reply".into(),
+            }),
+        }
+    }
+
+    /// Sends the claim script on `client`, again while its slot migrates.
+    async fn run_claim(
+        &self,
+        client: &Client,
+        key: &str,
+        marker: bool,
+        args: impl Fn() -> Vec<Value>,
+    ) -> Result<Value, FredError> {
+        let script = &self.inner.claim;
+        let mut reply: Result<Value, FredError> = script
+            .evalsha_with_reload(client, self.claim_keys(key, marker), args())
+            .await;
+        // While its slot migrates between primaries (resharding), Redis answers
+        // `-TRYAGAIN` to a script whose keys are split between the two nodes (the
+        // marker already moved, the new record not there yet): the claim ran nowhere,
+        // so it is sent again (the same token: safe to re-send) once the keys moved,
+        // for up to ~1.6 s (a slot of many keys takes a while to move).
+        for pause in [5, 20, 50, 100, 200, 400, 800] {
+            match &reply {
+                Err(e) if slot_migrating(e) => {
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                    reply = script
+                        .evalsha_with_reload(client, self.claim_keys(key, marker), args())
+                        .await;
+                }
+                _ => break,
+            }
+        }
+        reply
+    }
+
+    /// A claim of unknown outcome: releases its token in the background on the same
+    /// connection and says what the failure means.
+    fn claim_failed(&self, client: &Client, key: &str, token: &str, e: FredError) -> StoreError {
+        // A slow answer on a live connection is not an outage: the caller answers
+        // 503 for this request but keeps claims in Redis. Only a lost connection
+        // counts as Redis being unavailable (and may move claims elsewhere).
+        let slow = e.kind() == &fred::error::ErrorKind::Timeout && client.is_connected();
+        let (client, script) = (client.clone(), self.inner.release.clone());
+        let publish = self.inner.publish;
+        let args = vec![token.to_string(), channel(key), publish.to_string()];
+        let key = key.to_string();
+        tokio::spawn(async move {
+            let released: Result<i64, FredError> =
+                script.evalsha_with_reload(&client, key, args).await;
+            if let Err(e) = released {
+                tracing::debug!(error = %e, "could not release a claim of unknown outcome");
+            }
+        });
+        match e.kind() {
+            fred::error::ErrorKind::Timeout if !slow => StoreError::Unavailable(e),
+            _ => StoreError::from(e),
+        }
+    }
+}
+
+/// Whether Redis refused a command because its slot is being migrated and the
+/// command's keys are split between the two nodes (`-TRYAGAIN`; fred has no kind for
+/// it): retry after a moment, as the cluster specification says.
+fn slot_migrating(e: &FredError) -> bool {
+    e.details().starts_with("TRYAGAIN")
+}

@@ -1,0 +1,106 @@
+//! The Rust side of `lua/complete.lua`: storing a response under the lease, with
+//! `WAIT` for replicas where `redis.wait_replicas` asks for it ([`super::replicas`]).
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use fred::prelude::Value;
+
+use super::{channel, millis, RedisStore};
+use crate::idempotency::{Completion, Fingerprint};
+use crate::metrics;
+use crate::store::StoreError;
+
+impl RedisStore {
+    /// Runs `lua/complete.lua`.
+    ///
+    /// KEYS: `[record key]`. ARGV: `[lock token, encoded response, ttl ms, fingerprint,
+    /// completion channel, "PUBLISH" or "SPUBLISH"]`.
+    /// Reply: `1` stored (or already stored by this token, or the record had expired
+    /// unclaimed), `0` another token holds the record: nothing was written. Publishes on
+    /// the channel only if a claim answered "in flight" for the record (or it had expired).
+    pub async fn complete(
+        &self,
+        key: &str,
+        token: &str,
+        encoded: Bytes,
+        ttl: Duration,
+        fingerprint: &Fingerprint,
+    ) -> Result<Completion, StoreError> {
+        let args: Vec<Value> = vec![
+            token.into(),
+            encoded.into(),
+            millis(ttl).into(),
+            Bytes::copy_from_slice(fingerprint.as_bytes()).into(),
+            channel(key).into(),
+            self.inner.publish.into(),
+        ];
+        let started = Instant::now();
+        let reply: i64 = match &self.inner.replica_wait {
+            None => {
+                (self.inner.complete)
+                    .evalsha_with_reload(self.inner.lanes.for_key(key), key, args)
+                    .await?
+            }
+            Some(w) => {
+                let slot = super::slots::slot(key);
+                if w.waits(slot) {
+                    let shard = || {
+                        let shard = self.shard_of(slot);
+                        (shard.name, shard.slots)
+                    };
+                    (w.complete(&self.inner.complete, key, args, shard).await?).convert()?
+                } else {
+                    // Its shard's replicas are not acknowledging (`replicas`): no WAIT.
+                    metrics::redis_wait_short();
+                    (self.inner.complete)
+                        .evalsha_with_reload(self.inner.lanes.for_slot(slot), key, args)
+                        .await?
+                }
+            }
+        };
+        metrics::elapsed(&self.inner.ops.complete, started);
+        Ok(match reply {
+            1 => Completion::Stored,
+            _ => Completion::LeaseLost,
+        })
+    }
+
+    /// Whether completions wait for replicas (`redis.wait_replicas` > 0).
+    pub fn waits_for_replicas(&self) -> bool {
+        self.inner.replica_wait.is_some()
+    }
+
+    /// `redis.wait_replicas`: for every shard whose completions skip `WAIT` because its
+    /// replicas stopped acknowledging, checks whether they acknowledge a write again
+    /// (then its completions wait for them again). Shards are checked together; each
+    /// check takes up to `redis.wait_timeout`. Nothing to do without `wait_replicas`.
+    pub async fn recheck_replicas(&self) {
+        let Some(unacked) = self.inner.replica_wait.as_ref().map(|w| w.unacked()) else {
+            return;
+        };
+        if unacked.iter().all(|w| *w == 0) {
+            return;
+        }
+        let shards = (self.shards().into_iter())
+            .filter(|s| s.slots.iter().zip(&unacked).any(|(s, u)| s & u != 0));
+        let mut checks = tokio::task::JoinSet::new();
+        for shard in shards {
+            let store = self.clone();
+            checks.spawn(async move {
+                let Some(wait) = &store.inner.replica_wait else {
+                    return;
+                };
+                let key = store.probe_key(shard.probe_slot);
+                if wait
+                    .acknowledged(shard.probe_slot, &key, &shard.slots)
+                    .await
+                {
+                    tracing::info!(shard = %shard.name, "the replicas acknowledge writes \
+                        again: completions of this shard wait for them again");
+                }
+            });
+        }
+        checks.join_all().await;
+    }
+}

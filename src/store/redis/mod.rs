@@ -1,0 +1,382 @@
+//! Redis as the claim and response store: [`RedisStore`], its connections, and what
+//! every script shares (the record keys, the loaded scripts, the one decoder of record
+//! replies). One file per Lua script holds its Rust side, named after it (`claim` for
+//! `lua/claim.lua`, then `complete`, `release`, `extend`, `wait`, `peek`, `invalidate`).
+//! Beside them: the pool ([`connect`]), its split between shards ([`lanes`]), `WAIT`
+//! for replicas ([`replicas`]), the shard map and probes (`shards`), hash slots and
+//! warmth ([`slots`], [`cold_slots`], [`warmth`]), the circuit breaker ([`breaker`]),
+//! the Sentinel watch ([`sentinel_watch`]) and the waiters' subscription ([`waiters`]).
+//!
+//! Every script is safe to run twice with the same arguments, because fred re-sends
+//! a command that was in flight when its connection dropped. Scripts run with
+//! `EVALSHA` and reload themselves after `NOSCRIPT` (a restarted or failed-over Redis).
+//!
+//! Keys: `<prefix>:{<record id hex>}`; the braces are a Redis Cluster hash tag, so
+//! every key of one record lands in one slot, and so do its completion channel and the
+//! warmth marker the claim script reads ([`slots`]): every script runs in one
+//! slot ([`RedisStore::script_keys`] lists what each is given, for the test that
+//! proves it). In cluster mode completions publish on sharded pub/sub (`SPUBLISH`).
+
+pub mod breaker;
+mod claim;
+pub mod cold_slots;
+mod complete;
+pub mod connect;
+mod extend;
+pub(crate) mod invalidate;
+pub mod lanes;
+mod peek;
+mod release;
+pub mod replicas;
+pub mod sentinel_watch;
+mod shards;
+pub mod slots;
+mod wait;
+pub mod waiters;
+pub mod warmth;
+
+pub use self::invalidate::Invalidated;
+pub use self::shards::Shard;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::prelude::{ClientLike, Error as FredError, KeysInterface, Pool, Value};
+use fred::types::scripts::Script;
+
+use self::lanes::Lanes;
+use self::replicas::ReplicaWait;
+use self::slots::SlotMarkers;
+use super::StoreError;
+use crate::config::{RedisConfig, RedisMode};
+use crate::idempotency::{Claim, RecordId, StoredRecord};
+use crate::metrics;
+
+const CLAIM_LUA: &str = include_str!("../../../lua/claim.lua");
+const COMPLETE_LUA: &str = include_str!("../../../lua/complete.lua");
+const RELEASE_LUA: &str = include_str!("../../../lua/release.lua");
+const PEEK_LUA: &str = include_str!("../../../lua/peek.lua");
+const EXTEND_LUA: &str = include_str!("../../../lua/extend.lua");
+const WAIT_LUA: &str = include_str!("../../../lua/wait.lua");
+
+/// What an acquired Redis claim carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acquired {
+    /// The record's fencing token for this acquisition.
+    pub fence: i64,
+    /// Age of the warmth marker, read in the same script: how long this Redis has
+    /// provably held every write (0 when it was absent and set just now).
+    pub marker_age: Duration,
+}
+
+/// A record as Redis holds it, for the admin API.
+#[derive(Debug, Clone, Copy)]
+pub struct RedisRecord {
+    /// Completed (else leased).
+    pub completed: bool,
+    /// Time to live: the lease left, or the replay window left.
+    pub ttl_ms: i64,
+    /// Size of the stored response (0 while leased).
+    pub stored_bytes: i64,
+}
+
+/// Connections to Redis plus the loaded scripts. Cheap to clone.
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The pool, split between the cluster's shards ([`Lanes`]).
+    lanes: Lanes,
+    /// `redis.wait_replicas` > 0: completions run with `WAIT` on these connections.
+    replica_wait: Option<ReplicaWait>,
+    prefix: String,
+    markers: SlotMarkers,
+    ops: metrics::RedisOps,
+    /// `SPUBLISH` (cluster: sharded pub/sub) or `PUBLISH`, for completions and releases.
+    publish: &'static str,
+    /// From what age (ms) a warmth marker vouches: the claim script checks the
+    /// marker's origin only from then on ([`RedisStore::set_vouch_after`]); `u64::MAX`
+    /// (the default): the mode never uses the verdict, so the marker is not read.
+    vouch_after_ms: AtomicU64,
+    claim: Script,
+    complete: Script,
+    release: Script,
+    peek: Script,
+    extend: Script,
+    wait: Script,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.inner.prefix)
+            .finish()
+    }
+}
+
+impl RedisStore {
+    /// Builds the pool and starts connecting. Does not fail when Redis is down: the
+    /// pool keeps reconnecting and calls fail with [`StoreError`] until it answers.
+    pub async fn connect(config: &RedisConfig) -> Result<Self, FredError> {
+        let pool = self::connect::build_pool(config, config.pool_size)?;
+        // Lanes listen for (re)connections before the first one.
+        let lanes = Lanes::new(pool, config.mode == RedisMode::Cluster);
+        let pool = lanes.pool();
+        pool.connect();
+        let connected = tokio::time::timeout(config.connect_timeout, pool.wait_for_connect()).await;
+        if !matches!(connected, Ok(Ok(()))) {
+            tracing::warn!(url = %crate::config::redact_url(&config.url), mode = config.mode.as_str(),
+                "redis is not reachable yet; keyed requests answer 503 until it is");
+        }
+        lanes.refresh();
+        let replica_wait = ReplicaWait::connect(config).await?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                lanes,
+                replica_wait,
+                prefix: config.key_prefix.clone(),
+                markers: SlotMarkers::new(&config.key_prefix),
+                ops: metrics::RedisOps::new(),
+                publish: if config.mode == RedisMode::Cluster {
+                    "SPUBLISH"
+                } else {
+                    "PUBLISH"
+                },
+                vouch_after_ms: AtomicU64::new(u64::MAX),
+                claim: Script::from_lua(CLAIM_LUA),
+                complete: Script::from_lua(COMPLETE_LUA),
+                release: Script::from_lua(RELEASE_LUA),
+                peek: Script::from_lua(PEEK_LUA),
+                extend: Script::from_lua(EXTEND_LUA),
+                wait: Script::from_lua(WAIT_LUA),
+            }),
+        })
+    }
+
+    /// The Redis key of a record.
+    pub fn record_key(&self, record: RecordId) -> String {
+        // `<prefix>:{<hex>}`, built without the formatting machinery (every request).
+        let prefix = &self.inner.prefix;
+        let mut key = String::with_capacity(prefix.len() + 2 + 64 + 1);
+        key.push_str(prefix);
+        key.push_str(":{");
+        record.push_hex(&mut key);
+        key.push('}');
+        key
+    }
+
+    /// Whether completions publish on sharded pub/sub (cluster mode).
+    pub fn sharded_pubsub(&self) -> bool {
+        self.inner.publish == "SPUBLISH"
+    }
+
+    /// The marker age from which warmth may vouch for a shard (the longest ttl): the
+    /// claim script checks the marker's origin once it is that old. `None`: the mode
+    /// never uses the verdict (Redis only, write-through claims), so claims neither
+    /// read nor write the marker.
+    pub fn set_vouch_after(&self, age: Option<Duration>) {
+        let ms = age.map_or(u64::MAX, |a| {
+            u64::try_from(a.as_millis()).unwrap_or(u64::MAX - 1)
+        });
+        self.inner.vouch_after_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The marker age from which warmth may vouch, if claims read the marker.
+    fn vouch_after(&self) -> Option<i64> {
+        let ms = self.inner.vouch_after_ms.load(Ordering::Relaxed);
+        (ms != u64::MAX).then(|| i64::try_from(ms).unwrap_or(i64::MAX))
+    }
+
+    /// KEYS of the claim script for a record key, with the slot's warmth marker when
+    /// `marker` (where claims read it).
+    fn claim_keys(&self, key: &str, marker: bool) -> Vec<String> {
+        let mut keys = vec![key.to_string(), fence_key(key)];
+        if marker {
+            keys.push(self.inner.markers.for_key(key).to_string());
+        }
+        keys
+    }
+
+    /// For one record key, the keys and channels each script is given (KEYS, and the
+    /// channel it publishes on), built by the same functions the calls use: every one
+    /// must be in the record's slot.
+    pub fn script_keys(&self, key: &str) -> Vec<(&'static str, Vec<String>)> {
+        let one = vec![key.to_string()];
+        let with_channel = vec![key.to_string(), channel(key)];
+        vec![
+            ("claim", self.claim_keys(key, true)),
+            ("complete", with_channel.clone()),
+            ("release", with_channel),
+            ("peek", one.clone()),
+            ("extend", one.clone()),
+            ("invalidate", one),
+            ("wait", vec![waiters_key(key)]),
+        ]
+    }
+
+    /// Completion channel of a record key.
+    pub fn channel(&self, key: &str) -> String {
+        channel(key)
+    }
+
+    /// `PING`, for readiness.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.inner.lanes.pool().next().ping::<()>(None).await?;
+        Ok(())
+    }
+
+    /// Whether every connection of the pool goes to `addr` (sentinel mode: the
+    /// primary the sentinels name; fred connects to the address they gave).
+    /// A connection being re-made counts as neither. The `WAIT` connections
+    /// (`redis.wait_replicas`) must point there too, when they are connected at all.
+    pub fn connected_to(&self, addr: &(String, u16)) -> bool {
+        let wait_ok = (self.inner.replica_wait.as_ref())
+            .map_or(true, |w| points_to(w.pool(), addr) != Some(false));
+        wait_ok && points_to(self.inner.lanes.pool(), addr) == Some(true)
+    }
+
+    /// Drops every connection and makes new ones (sentinel mode: asking the sentinels
+    /// again), without waiting longer than `within`.
+    pub async fn reconnect(&self, within: Duration) {
+        let _ = tokio::time::timeout(within, self.inner.lanes.pool().force_reconnection()).await;
+        if let Some(w) = &self.inner.replica_wait {
+            w.reconnect(within).await;
+        }
+    }
+
+    /// Closes the connections.
+    pub async fn quit(&self) {
+        if let Some(w) = &self.inner.replica_wait {
+            w.quit().await;
+        }
+        let _ = self.inner.lanes.pool().quit().await;
+    }
+
+    /// `CONFIG GET maxmemory-policy`.
+    pub async fn maxmemory_policy(&self) -> Result<String, StoreError> {
+        self.config_get("maxmemory-policy").await
+    }
+
+    /// `CONFIG GET cluster-require-full-coverage` (of one node: a cluster's nodes are
+    /// configured alike).
+    pub async fn cluster_requires_full_coverage(&self) -> Result<bool, StoreError> {
+        Ok(self.config_get("cluster-require-full-coverage").await? == "yes")
+    }
+
+    /// `CONFIG GET <name>` of one node.
+    async fn config_get(&self, name: &'static str) -> Result<String, StoreError> {
+        let reply: Vec<String> = (self.inner.lanes.pool().next())
+            .custom(fred::cmd!("CONFIG"), vec!["GET", name])
+            .await?;
+        reply.get(1).cloned().ok_or(StoreError::Protocol {
+            script: "CONFIG GET",
+            detail: format!("no {name}"),
+        })
+    }
+
+    /// What Redis holds for a record key (admin API; not on the request path).
+    pub async fn inspect(&self, key: &str) -> Result<Option<RedisRecord>, StoreError> {
+        let client = self.inner.lanes.for_key(key);
+        let state: Option<String> = client.custom(fred::cmd!("HGET"), vec![key, "s"]).await?;
+        let Some(state) = state else {
+            return Ok(None);
+        };
+        let ttl_ms: i64 = client.pttl(key).await?;
+        let bytes: i64 = client.custom(fred::cmd!("HSTRLEN"), vec![key, "r"]).await?;
+        Ok(Some(RedisRecord {
+            completed: state == "C",
+            ttl_ms,
+            stored_bytes: bytes,
+        }))
+    }
+}
+
+/// Whether every open connection of `pool` goes to `addr` (`None`: none is open).
+fn points_to(pool: &Pool, addr: &(String, u16)) -> Option<bool> {
+    let mut any = false;
+    for client in pool.clients() {
+        for server in client.active_connections() {
+            if server.port != addr.1 || *server.host != *addr.0 {
+                return Some(false);
+            }
+            any = true;
+        }
+    }
+    any.then_some(true)
+}
+
+/// The record's fencing counter: same hash tag, so the same cluster slot.
+fn fence_key(record_key: &str) -> String {
+    format!("{record_key}:n")
+}
+
+/// The fleet-wide set of duplicates waiting on a record (`:ws`: a sorted set; `:w`
+/// was the counter of earlier versions, left to expire on its own).
+fn waiters_key(record_key: &str) -> String {
+    format!("{record_key}:ws")
+}
+
+/// Where completion and release of a record are published.
+fn channel(record_key: &str) -> String {
+    format!("{record_key}:done")
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1)
+}
+
+/// A record reply of the claim or peek script, decoded.
+#[derive(Debug)]
+pub enum Record {
+    /// The claim script took the lease.
+    Acquired(Acquired),
+    /// Completed (the record as stored: maybe sealed), leased by another token, or
+    /// another fingerprint.
+    Known(Claim<Acquired, StoredRecord>),
+    /// No record (peek only).
+    Absent,
+}
+
+/// The one decoder of the replies of `claim.lua` and `peek.lua`.
+pub(crate) fn decode_record_reply(
+    script: &'static str,
+    reply: Value,
+) -> Result<Record, StoreError> {
+    let bad = |detail: &str| StoreError::Protocol {
+        script,
+        detail: detail.to_string(),
+    };
+    let ms = |v: &Value, what: &str| {
+        (v.as_i64())
+            .map(|ms| Duration::from_millis(ms.max(0) as u64))
+            .ok_or_else(|| bad(what))
+    };
+    let Value::Array(mut items) = reply else {
+        return Err(bad("not an array"));
+    };
+    let tag = items.first().and_then(|v| v.as_bytes_str());
+    match tag.as_deref() {
+        Some("A") if items.len() == 3 => Ok(Record::Acquired(Acquired {
+            fence: (items[1].as_i64()).ok_or_else(|| bad("fence is not a number"))?,
+            marker_age: ms(&items[2], "marker age is not a number")?,
+        })),
+        Some("C") if items.len() == 3 => {
+            let remaining = ms(&items[2], "remaining ttl is not a number")?;
+            let raw = (items.swap_remove(1).into_bytes()).ok_or_else(|| bad("no response"))?;
+            let response = StoredRecord::decode(raw).map_err(StoreError::Corrupt)?;
+            Ok(Record::Known(Claim::Completed {
+                response,
+                remaining,
+            }))
+        }
+        Some("I") if items.len() == 2 => Ok(Record::Known(Claim::InFlight {
+            remaining: ms(&items[1], "remaining lease is not a number")?,
+        })),
+        Some("M") => Ok(Record::Known(Claim::Mismatch)),
+        Some("N") => Ok(Record::Absent),
+        _ => Err(bad("unknown reply tag")),
+    }
+}

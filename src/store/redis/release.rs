@@ -1,0 +1,36 @@
+//! The Rust side of `lua/release.lua`: gives a lease back unstored.
+
+use std::time::Instant;
+
+use super::{channel, RedisStore};
+use crate::idempotency::Release;
+use crate::metrics;
+use crate::store::StoreError;
+
+impl RedisStore {
+    /// Runs `lua/release.lua`.
+    ///
+    /// KEYS: `[record key]`. ARGV: `[lock token, completion channel, "PUBLISH" or
+    /// "SPUBLISH"]`.
+    /// Reply: `1` released (or already gone), `0` not held by this token. Publishes on
+    /// the channel only if a claim answered "in flight" for the record.
+    pub async fn release(&self, key: &str, token: &str) -> Result<Release, StoreError> {
+        let started = Instant::now();
+        let reply: i64 = (self.inner.release)
+            .evalsha_with_reload(
+                self.inner.lanes.for_key(key),
+                key,
+                vec![
+                    token.to_string(),
+                    channel(key),
+                    self.inner.publish.to_string(),
+                ],
+            )
+            .await?;
+        metrics::elapsed(&self.inner.ops.release, started);
+        Ok(match reply {
+            1 => Release::Released,
+            _ => Release::NotHeld,
+        })
+    }
+}

@@ -1,0 +1,123 @@
+//! Finding records without claiming them: what the stores hold for a key (Redis, then
+//! Postgres), a key stored under its previous id, and what a Postgres record means for
+//! a request (the one place stored records are opened).
+
+use super::super::lease::Lease;
+use super::super::postgres::{Found, RecordRef};
+use super::super::redis::slots::slot;
+use super::super::redis::Record;
+use super::super::StoreError;
+use super::Stores;
+use crate::idempotency::{
+    Binding, Claim, Fingerprint, RecordId, Scope, StoredRecord, StoredResponse,
+};
+use crate::metrics;
+use crate::route::Route;
+
+impl Stores {
+    /// What the stores hold for a record now, without claiming it (Redis, then
+    /// Postgres); `None` when neither has it.
+    pub async fn find(
+        &self,
+        route: &Route,
+        scope: Scope,
+        record: RecordId,
+        fingerprint: &Fingerprint,
+    ) -> Result<Option<Claim<Lease>>, StoreError> {
+        let key = self.0.redis.record_key(record);
+        if !self.0.breaker.is_open(slot(&key)) {
+            if let Record::Known(claim) = self.0.redis.peek(&key, fingerprint).await? {
+                let claim = claim.map_acquired(|_| unreachable!("peek never acquires"));
+                let at = Binding { scope, record };
+                return Ok(Some(
+                    claim.try_map_response(|stored| self.open(stored, at))?,
+                ));
+            }
+        }
+        let Some(pg) = &self.0.postgres else {
+            return Ok(None);
+        };
+        let rec = RecordRef {
+            scope,
+            id: record,
+            route: &route.name,
+        };
+        let found = pg.lookups.lookup(rec).await?;
+        let at = Binding { scope, record };
+        found
+            .map(|found| self.found_to_claim(found, fingerprint, at))
+            .transpose()
+    }
+
+    /// `lease` was acquired under a key's current id, but the key may be stored under
+    /// the id it had before a scope secret was introduced (`lookup_unkeyed_ids`). A
+    /// completed old record is copied to the new id (the lease completes with it) and
+    /// answers; an old lease or mismatch answers and the new lease goes; if Postgres
+    /// cannot say, the claim fails closed.
+    pub async fn under_previous_id(
+        &self,
+        route: &Route,
+        lease: Lease,
+        old_scope: Scope,
+        old_record: RecordId,
+    ) -> Result<Claim<Lease>, StoreError> {
+        let answer = match (self.find(route, old_scope, old_record, &lease.fingerprint())).await {
+            Ok(None) => return Ok(Claim::Acquired(lease)),
+            Ok(Some(Claim::Completed {
+                response,
+                remaining,
+            })) => {
+                // Carry the record over to its new id: later retries find it at once.
+                metrics::fallback("previous_id");
+                if let Err(e) = lease.complete(&response, remaining).await {
+                    tracing::warn!(error = %e, "could not copy the record to its new id");
+                }
+                return Ok(Claim::Completed {
+                    response,
+                    remaining,
+                });
+            }
+            Ok(Some(claim)) => Ok(claim),
+            Err(e) => Err(e),
+        };
+        metrics::fallback("previous_id");
+        if let Err(e) = lease.release().await {
+            tracing::debug!(error = %e, "could not release; the lease expires");
+        }
+        answer
+    }
+
+    /// What a Postgres record means for a request with `fingerprint`; a completed one
+    /// is opened at `at`.
+    pub(super) fn found_to_claim(
+        &self,
+        found: Found,
+        fingerprint: &Fingerprint,
+        at: Binding,
+    ) -> Result<Claim<Lease>, StoreError> {
+        Ok(match found {
+            Found::Completed {
+                fingerprint: stored,
+                response,
+                remaining,
+            } if stored == *fingerprint => Claim::Completed {
+                response: self.open(response, at)?,
+                remaining,
+            },
+            Found::Leased {
+                fingerprint: stored,
+                remaining,
+            } if stored == *fingerprint => Claim::InFlight { remaining },
+            _ => Claim::Mismatch,
+        })
+    }
+
+    /// The one place stored records are opened (see [`crate::idempotency::sealed`]).
+    pub(super) fn open(
+        &self,
+        stored: StoredRecord,
+        at: Binding,
+    ) -> Result<StoredResponse, StoreError> {
+        Ok(self.0.sealing.open(stored, at)?)
+    }
+}
