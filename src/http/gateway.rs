@@ -19,7 +19,6 @@ use http::{HeaderName, HeaderValue};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tracing::Instrument;
 
-use super::budget::{ByteBudget, Metered, OverBudget};
 use super::problem::Problem;
 use super::AppState;
 use crate::app::App;
@@ -30,6 +29,7 @@ use crate::idempotency::{
 use crate::metrics::{self, Outcome};
 use crate::proxy::headers::{self, Peer};
 use crate::route::Route;
+use crate::server::layers::budget::{ByteBudget, Metered, OverBudget};
 use crate::store::tiers::Kept;
 use crate::store::{Failure, StoreError};
 
@@ -306,12 +306,12 @@ async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &mut T
 
 /// Reads the whole body within `server.body_read_timeout`, refusing more than
 /// `server.max_request_body` bytes (declared or actual). What a refused body still
-/// brings is read and discarded after the answer ([`super::linger`]).
+/// brings is read and discarded after the answer ([`crate::server::layers::linger`]).
 ///
 /// The body is charged to `server.buffer_budget` (when the server set one) before
 /// anything is claimed: its declared length up front, the rest as it arrives; one
 /// that does not fit, or any request once the budget is spent, gets 503 `overloaded`.
-/// The charge travels inside the returned bytes ([`super::limits`]).
+/// The charge travels inside the returned bytes ([`crate::server::layers::budget`]).
 async fn read_bounded(app: &App, parts: &Parts, body: Body) -> Result<Bytes, Problem> {
     let limit = app.config.server.max_request_body.as_u64();
     let declared = (parts.headers.get(CONTENT_LENGTH))
