@@ -113,6 +113,10 @@ fn main() -> ExitCode {
             for deprecation in &config.deprecated {
                 eprintln!("idemgate: warning: {deprecation}");
             }
+            // Warnings do not fail a valid configuration: the exit code stays 0.
+            for warning in idemgate::config::warnings(&config) {
+                eprintln!("idemgate: warning: {warning}");
+            }
             print!("{}", config.to_redacted_toml());
             ExitCode::SUCCESS
         }

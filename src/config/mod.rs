@@ -19,6 +19,7 @@ mod tls;
 mod topology;
 mod typed;
 mod validate;
+mod warnings;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -35,6 +36,7 @@ pub use runtime::{worker_share, Runtime, Workers};
 pub use tls::{read_secret, PostgresTls, RedisTls, ResolvedPgTls, SslMode, UpstreamTls};
 pub use topology::{RedisMode, SentinelConfig};
 pub use validate::validate;
+pub use warnings::{warnings, Warning};
 
 use crate::proxy::cidr::TrustedProxies;
 
