@@ -8,7 +8,7 @@ use hyper::body::Incoming;
 use tower::{Layer, Service};
 
 use super::body::Lingering;
-use super::bounds::LingerBounds;
+use super::LingerBounds;
 
 /// Wraps each request body of a listener in a [`Lingering`] ([`Linger`]).
 #[derive(Debug, Clone, Copy)]

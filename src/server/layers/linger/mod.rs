@@ -17,10 +17,31 @@
 //! [`LingerLayer`] puts every request body of a listener in a [`Lingering`].
 
 mod body;
-mod bounds;
-mod drain;
 mod layer;
 
+use std::time::Duration;
+
+use crate::config::ServerConfig;
+
 pub use body::Lingering;
-pub use bounds::LingerBounds;
 pub use layer::{Linger, LingerLayer};
+
+/// How much of an abandoned request body is read and discarded, and for how long.
+#[derive(Debug, Clone, Copy)]
+pub struct LingerBounds {
+    pub bytes: u64,
+    pub time: Duration,
+}
+
+impl LingerBounds {
+    pub fn from_config(server: &ServerConfig) -> Self {
+        Self {
+            bytes: server.linger_bytes.as_u64(),
+            time: server.linger_time,
+        }
+    }
+
+    fn off(&self) -> bool {
+        self.bytes == 0 || self.time.is_zero()
+    }
+}
