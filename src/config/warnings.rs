@@ -84,15 +84,14 @@ mod tests {
     #[test]
     fn a_config_alone_decides_its_warnings() {
         let mut config = Config::default();
-        assert_eq!(
-            warnings(&config),
-            [
-                Warning::NoRoutes,
-                Warning::NoScopeSecret,
-                Warning::RedisOnly
-            ]
-        );
-        config.idempotency.on_redis_unavailable = OnRedisUnavailable::Postgres;
-        assert!(warnings(&config).contains(&Warning::FallbackWithoutPostgres));
+        let defaults = [
+            Warning::NoRoutes,
+            Warning::NoScopeSecret,
+            Warning::RedisOnly,
+            Warning::FallbackWithoutPostgres,
+        ];
+        assert_eq!(warnings(&config), defaults);
+        config.idempotency.on_redis_unavailable = OnRedisUnavailable::Reject;
+        assert_eq!(warnings(&config), defaults[..3]);
     }
 }
