@@ -7,9 +7,7 @@ use anyhow::Context;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{
-    validate, ClaimDurability, Config, InFlightPolicy, OnRedisUnavailable, RedisMode,
-};
+use crate::config::{validate, warnings, Config, InFlightPolicy, PostgresConfig, RedisMode};
 use crate::idempotency::{ScopeKeys, ScopeSecret};
 use crate::proxy::Upstream;
 use crate::route::RouteTable;
@@ -54,122 +52,29 @@ impl App {
         Self::build_part(config, Some(part)).await
     }
 
+    /// The steps of [`App::build`], in order.
     async fn build_part(mut config: Config, part: Option<WorkerPart>) -> anyhow::Result<Self> {
         let first = part.as_ref().map_or(true, |p| p.index == 0);
         validate(&config)?;
         crate::tls::secrets::admin_token(&mut config.admin)?;
-        if config.routes.is_empty() {
-            tracing::warn!("no [[routes]] configured: every proxied request answers 404");
+        for warning in warnings(&config) {
+            tracing::warn!("{warning}");
         }
         let scope_keys = scope_keys(&config).await?;
         let upstream = Upstream::new(&config.routes)?;
-        let metrics = crate::metrics::install();
-        if first {
-            crate::metrics::spawn_upkeep(metrics.clone());
-        }
-        let redis = RedisStore::connect(&config.redis).await?;
-        match redis.maxmemory_policy().await {
-            Ok(policy) if policy != "noeviction" => tracing::warn!(
-                policy,
-                "redis maxmemory-policy is not noeviction: redis may evict leases and stored \
-                 responses under memory pressure"
-            ),
-            _ => {}
-        }
-        if config.redis.mode == RedisMode::Cluster
-            && matches!(redis.cluster_requires_full_coverage().await, Ok(true))
-        {
-            tracing::warn!(
-                "redis cluster-require-full-coverage is yes: while one primary is unreachable \
-                 (a crash, a network partition) every node refuses every key until the \
-                 failover, so keys of healthy shards answer 503 (or move to postgres); set \
-                 it to no so that the other shards keep serving"
-            );
-        }
+        let metrics = start_metrics(first);
+        let redis = connect_redis(&config).await?;
         let postgres = match &config.postgres {
-            None => {
-                tracing::warn!(
-                    "no [postgres] configured: redis-only mode; stored responses \
-                    are lost if redis loses its data, and across a failover or a network \
-                    partition a key can run twice and an acknowledged response can be lost \
-                    (docs/guarantees.md: the measured windows)"
-                );
-                if config.idempotency.on_redis_unavailable == OnRedisUnavailable::Postgres {
-                    tracing::warn!(
-                        "on_redis_unavailable = \"postgres\" without [postgres]: \
-                        keyed requests answer 503 while redis is down"
-                    );
-                }
-                None
-            }
-            Some(pg) => {
-                if pg.claims == ClaimDurability::RedisOnly {
-                    tracing::warn!(
-                        "postgres.claims = \"redis\": when replicas disagree about redis (a \
-                        failover, a network partition) a key can run twice and its clients can \
-                        get two different responses (docs/guarantees.md: the measured windows); \
-                        the default claims = \"write_through\" has no such window"
-                    );
-                }
-                let store = PgStore::new(pg)?;
-                let prepared = if pg.migrate_on_start {
-                    (store.migrate().await.map(drop)).context("migrating postgres (postgres.url)")
-                } else {
-                    (store.check_schema().await).context("checking the postgres schema")
-                };
-                prepared.map_err(|e| crate::tls::postgres::explain(e, pg))?;
-                let spawn = || Batchers {
-                    writer: Writer::spawn(
-                        store.clone(),
-                        pg.batch_max,
-                        pg.retry_queue,
-                        pg.retry_queue_bytes.as_u64(),
-                    ),
-                    lookups: Lookups::spawn(store.clone(), pg.batch_max),
-                    claims: Claims::spawn(store.clone(), pg.batch_max),
-                };
-                // Spawned on the runtime of the first worker that gets here (worker 0).
-                let Batchers {
-                    writer,
-                    lookups,
-                    claims,
-                } = match &part {
-                    Some(part) => part.batchers.get_or_init(spawn).clone(),
-                    None => spawn(),
-                };
-                Some(Durable {
-                    store,
-                    writer,
-                    lookups,
-                    claims,
-                    durability: pg.claims,
-                })
-            }
+            Some(pg) => Some(prepare_postgres(pg, part.as_ref()).await?),
+            None => None,
         };
-        let waiting = (config.routes.iter())
-            .map(|r| r.idempotency.apply(&config.idempotency).in_flight)
-            .any(|p| p == InFlightPolicy::Wait);
-        let rc = &config.replay_cache;
         let cache = match part {
             Some(part) => part.cache,
-            None => ReplayCache::new(rc.max_bytes.as_u64(), rc.max_age).map(Arc::new),
+            None => replay_cache(&config),
         };
-        let waiters = if waiting || cache.is_some() {
-            let channels = Channels {
-                pattern: redis.channel_pattern(),
-                invalidations: redis.invalidation_channel(),
-                sharded: redis.sharded_pubsub(),
-            };
-            Some(Waiters::start(&config.redis, channels, cache.clone())?)
-        } else {
-            None
-        };
+        let waiters = start_waiters(&config, &redis, &cache)?;
         let stores = Stores::new(&config, redis, postgres, waiters, cache);
-        stores.probe().await;
-        let reap = (config.postgres.as_ref())
-            .filter(|_| first)
-            .map(|p| (p.reap_interval, p.reap_batch));
-        stores.spawn_background(config.redis.probe_interval, reap);
+        start_background(&stores, &config, first).await;
         Ok(Self {
             routes: RouteTable::new(&config),
             stores,
@@ -180,6 +85,121 @@ impl App {
             config,
         })
     }
+}
+
+/// Installs the metrics recorder; the first worker also keeps it (upkeep).
+fn start_metrics(first: bool) -> PrometheusHandle {
+    let metrics = crate::metrics::install();
+    if first {
+        crate::metrics::spawn_upkeep(metrics.clone());
+    }
+    metrics
+}
+
+/// Connects Redis (which need not be up), then warns about what the server says of
+/// itself: an eviction policy that may evict leases, a cluster that stops every
+/// shard while one is down.
+async fn connect_redis(config: &Config) -> anyhow::Result<RedisStore> {
+    let redis = RedisStore::connect(&config.redis).await?;
+    match redis.maxmemory_policy().await {
+        Ok(policy) if policy != "noeviction" => tracing::warn!(
+            policy,
+            "redis maxmemory-policy is not noeviction: redis may evict leases and stored \
+             responses under memory pressure"
+        ),
+        _ => {}
+    }
+    if config.redis.mode == RedisMode::Cluster
+        && matches!(redis.cluster_requires_full_coverage().await, Ok(true))
+    {
+        tracing::warn!(
+            "redis cluster-require-full-coverage is yes: while one primary is unreachable \
+             (a crash, a network partition) every node refuses every key until the \
+             failover, so keys of healthy shards answer 503 (or move to postgres); set \
+             it to no so that the other shards keep serving"
+        );
+    }
+    Ok(redis)
+}
+
+/// Prepares Postgres (migrates it, or checks its schema with
+/// `postgres.migrate_on_start = false`) and its batchers.
+async fn prepare_postgres(
+    pg: &PostgresConfig,
+    part: Option<&WorkerPart>,
+) -> anyhow::Result<Durable> {
+    let store = PgStore::new(pg)?;
+    let prepared = if pg.migrate_on_start {
+        (store.migrate().await.map(drop)).context("migrating postgres (postgres.url)")
+    } else {
+        (store.check_schema().await).context("checking the postgres schema")
+    };
+    prepared.map_err(|e| crate::tls::postgres::explain(e, pg))?;
+    let spawn = || Batchers {
+        writer: Writer::spawn(
+            store.clone(),
+            pg.batch_max,
+            pg.retry_queue,
+            pg.retry_queue_bytes.as_u64(),
+        ),
+        lookups: Lookups::spawn(store.clone(), pg.batch_max),
+        claims: Claims::spawn(store.clone(), pg.batch_max),
+    };
+    // Spawned on the runtime of the first worker that gets here (worker 0).
+    let Batchers {
+        writer,
+        lookups,
+        claims,
+    } = match part {
+        Some(part) => part.batchers.get_or_init(spawn).clone(),
+        None => spawn(),
+    };
+    Ok(Durable {
+        store,
+        writer,
+        lookups,
+        claims,
+        durability: pg.claims,
+    })
+}
+
+/// The replay cache of a process (`None`: off).
+fn replay_cache(config: &Config) -> Option<Arc<ReplayCache>> {
+    let rc = &config.replay_cache;
+    ReplayCache::new(rc.max_bytes.as_u64(), rc.max_age).map(Arc::new)
+}
+
+/// Starts the waiters (the Redis subscription that wakes waiting duplicates and
+/// clears the replay cache) when a route waits for in-flight duplicates or the cache
+/// is on.
+fn start_waiters(
+    config: &Config,
+    redis: &RedisStore,
+    cache: &Option<Arc<ReplayCache>>,
+) -> anyhow::Result<Option<Arc<Waiters>>> {
+    let waiting = (config.routes.iter())
+        .map(|r| r.idempotency.apply(&config.idempotency).in_flight)
+        .any(|p| p == InFlightPolicy::Wait);
+    if !waiting && cache.is_none() {
+        return Ok(None);
+    }
+    let channels = Channels {
+        pattern: redis.channel_pattern(),
+        invalidations: redis.invalidation_channel(),
+        sharded: redis.sharded_pubsub(),
+    };
+    let waiters = Waiters::start(&config.redis, channels, cache.clone())?;
+    Ok(Some(waiters))
+}
+
+/// Probes the stores once, then starts their background tasks: the Redis probe,
+/// and on the first worker the reaper.
+async fn start_background(stores: &Stores, config: &Config, first: bool) {
+    stores.probe().await;
+    let reap = (config.postgres.as_ref())
+        .filter(|_| first)
+        .map(|p| (p.reap_interval, p.reap_batch));
+    stores.spawn_background(config.redis.probe_interval, reap);
 }
 
 /// What a worker of `server.runtime = "thread_per_core"` is given by the process.
@@ -204,15 +224,11 @@ pub struct Batchers {
     claims: Claims,
 }
 
-/// Reads `idempotency.scope_secret_file`; warns when there is none.
+/// Reads `idempotency.scope_secret_file` (unkeyed ids without one).
 async fn scope_keys(config: &Config) -> anyhow::Result<ScopeKeys> {
     let c = &config.idempotency;
     let Some(path) = &c.scope_secret_file else {
-        tracing::warn!(
-            "no idempotency.scope_secret_file: scope and record ids are unkeyed SHA-256, \
-            so a scope_hash in logs or Postgres can be brute-forced back to a short tenant \
-            credential; set a secret (see docs/security.md)"
-        );
+        // Warned about with the other configuration warnings.
         return Ok(ScopeKeys::default());
     };
     let bytes = tokio::fs::read(path)

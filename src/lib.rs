@@ -29,6 +29,7 @@
 #![forbid(unsafe_code)]
 
 pub mod app;
+pub mod budget;
 pub mod completer;
 pub mod config;
 pub mod flow;
@@ -38,6 +39,7 @@ pub mod fuzzing;
 pub mod http;
 pub mod idempotency;
 pub mod metrics;
+pub mod problem;
 pub mod proxy;
 pub mod route;
 pub mod server;

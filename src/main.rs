@@ -109,13 +109,7 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::CheckConfig(_) => {
-            for deprecation in &config.deprecated {
-                eprintln!("idemgate: warning: {deprecation}");
-            }
-            print!("{}", config.to_redacted_toml());
-            ExitCode::SUCCESS
-        }
+        Command::CheckConfig(_) => check_config(&config),
         Command::Health(args) => health(&config, args.timeout),
         Command::ConfigReference(_) => unreachable!("written before a configuration is loaded"),
         Command::Serve(_) => report(serve(config)),
@@ -135,6 +129,20 @@ fn main() -> ExitCode {
             Ok(())
         })),
     }
+}
+
+/// `idemgate check-config`: the deprecations and the configuration warnings on
+/// standard error, the configuration (secrets redacted) on standard output. Warnings
+/// do not fail a valid configuration: the exit code stays 0.
+fn check_config(config: &Config) -> ExitCode {
+    for deprecation in &config.deprecated {
+        eprintln!("idemgate: warning: {deprecation}");
+    }
+    for warning in idemgate::config::warnings(config) {
+        eprintln!("idemgate: warning: {warning}");
+    }
+    print!("{}", config.to_redacted_toml());
+    ExitCode::SUCCESS
 }
 
 fn report(result: anyhow::Result<()>) -> ExitCode {

@@ -36,6 +36,7 @@ mod topology;
 mod typed;
 mod url_secrets;
 mod validate;
+mod warnings;
 
 use std::time::Duration;
 
@@ -59,6 +60,7 @@ pub use tls::{read_secret, PostgresTls, RedisTls, ResolvedPgTls, SslMode, Upstre
 pub use topology::{RedisMode, SentinelConfig};
 pub use url_secrets::redact_url;
 pub use validate::validate;
+pub use warnings::{warnings, Warning};
 
 /// The whole configuration of one gateway process.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

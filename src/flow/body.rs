@@ -12,7 +12,7 @@ use http::request::Parts;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use crate::config::ServerConfig;
-use crate::http::budget::{ByteBudget, Metered, OverBudget};
+use crate::budget::{ByteBudget, Metered, OverBudget};
 
 /// Why a request body was not read; nothing was claimed.
 #[derive(Debug, thiserror::Error)]
@@ -33,12 +33,12 @@ pub enum BodyError {
 
 /// Reads the whole body within `server.body_read_timeout`, refusing more than
 /// `server.max_request_body` bytes (declared or actual). What a refused body still
-/// brings is read and discarded after the answer ([`crate::http::linger`]).
+/// brings is read and discarded after the answer ([`crate::server::layers::linger`]).
 ///
 /// The body is charged to `server.buffer_budget` (when the server set one) before
 /// anything is claimed: its declared length up front, the rest as it arrives; one
 /// that does not fit, or any request once the budget is spent, gets 503 `overloaded`.
-/// The charge travels inside the returned bytes ([`crate::http::limits`]).
+/// The charge travels inside the returned bytes ([`crate::server::layers::budget`]).
 pub async fn read_bounded(
     server: &ServerConfig,
     parts: &Parts,

@@ -19,7 +19,7 @@ use super::refused::{Refused, Reply};
 use super::settle::{self, Runner, Settled};
 use crate::app::App;
 use crate::config::OnAmbiguous;
-use crate::http::problem::Problem;
+use crate::problem::Problem;
 use crate::idempotency::StoredResponse;
 use crate::metrics::Outcome;
 use crate::proxy::headers::{Peer, COMPLETER, FENCING_TOKEN};

@@ -15,7 +15,7 @@ use http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::problem::Problem;
+use crate::problem::Problem;
 use super::AppState;
 use crate::app::App;
 use crate::idempotency::{key, RecordId, Scope};

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use http::HeaderValue;
 use tracing::Instrument;
 
-use super::problem::Problem;
+use crate::problem::Problem;
 use super::AppState;
 use crate::flow::{self, BodyError, Refused, Trace};
 use crate::idempotency::{RecordId, Scope};

@@ -3,11 +3,7 @@
 
 pub mod admin;
 pub mod admin_keys;
-pub mod budget;
 pub mod gateway;
-pub mod limits;
-pub mod linger;
-pub mod problem;
 pub mod ready_probe;
 
 use std::sync::Arc;

@@ -29,28 +29,16 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
 use anyhow::Context;
-use metrics::Counter;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tokio_util::task::TaskTracker;
 
-use super::{ProxyLimits, Server};
+use super::proxy_limits::ProxyLimits;
+use super::Server;
 use crate::app::{App, Batchers, WorkerPart};
 use crate::config::{worker_share, Config};
 use crate::store::memory::ReplayCache;
-
-/// Connections accepted by each worker's proxy listener.
-const ACCEPTED: &str = "idemgate_worker_connections_accepted_total";
-
-/// The counter of connections accepted by `worker`'s proxy listener.
-pub(super) fn accepted_counter(worker: usize) -> Counter {
-    metrics::describe_counter!(
-        ACCEPTED,
-        "Connections accepted, by worker (one worker with server.runtime = \"multi_thread\")."
-    );
-    metrics::counter!(ACCEPTED, "worker" => worker.to_string())
-}
 
 /// Running workers.
 pub struct Workers {

@@ -73,6 +73,37 @@ fn check_config_prints_the_effective_config_redacted() {
     );
 }
 
+/// The configuration warnings start-up logs are printed by `check-config` too, on
+/// standard error; they do not fail a valid configuration (exit 0).
+#[test]
+fn check_config_prints_the_configuration_warnings_and_still_exits_0() {
+    let file = config_file(&format!(
+        "[idempotency]\non_redis_unavailable = \"postgres\"\n{ROUTE}"
+    ));
+    let (code, stdout, stderr) = check(&file, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    for warning in [
+        "idemgate: warning: no [postgres] configured: redis-only mode",
+        "idemgate: warning: on_redis_unavailable = \"postgres\" without [postgres]: \
+         keyed requests answer 503 while redis is down",
+        "idemgate: warning: no idempotency.scope_secret_file",
+    ] {
+        assert!(stderr.contains(warning), "{warning} not in: {stderr}");
+    }
+    assert!(!stderr.contains("[[routes]]"), "{stderr}");
+    assert!(
+        stdout.contains("on_redis_unavailable = \"postgres\""),
+        "{stdout}"
+    );
+
+    let (code, _, stderr) = check(&config_file(""), &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("idemgate: warning: no [[routes]] configured"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn environment_values_are_validated_too() {
     let (code, _, stderr) = check(

@@ -11,6 +11,8 @@
 //! A timed-out socket is closed with a reset (`SO_LINGER` 0), so the kernel drops
 //! the unsent data at once instead of keeping it for a peer that does not read.
 //! Vectored writes are passed through, so hyper keeps using `writev`.
+//!
+//! A connection-level layer: [`WriteTimeoutLayer`] wraps each accepted socket.
 
 use std::future::Future;
 use std::io::{self, IoSlice};
@@ -22,6 +24,30 @@ use metrics::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
+
+use crate::config::ServerConfig;
+use crate::metrics::Limit;
+
+/// `server.write_timeout` for every connection of a listener.
+#[derive(Clone)]
+pub struct WriteTimeoutLayer {
+    timeout: Duration,
+    timed_out: Counter,
+}
+
+impl WriteTimeoutLayer {
+    pub fn from_config(server: &ServerConfig) -> Self {
+        Self {
+            timeout: server.write_timeout,
+            timed_out: Limit::WriteTimeout.counter(),
+        }
+    }
+
+    /// `stream`, its writes under the timeout.
+    pub fn wrap(&self, stream: TcpStream) -> WriteTimeout {
+        WriteTimeout::new(stream, self.timeout, self.timed_out.clone())
+    }
+}
 
 /// A TCP stream whose writes fail after waiting `timeout` without progress.
 pub struct WriteTimeout {

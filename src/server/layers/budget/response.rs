@@ -1,0 +1,76 @@
+//! The response body the proxy listener hands hyper: its data carries its [`Charge`],
+//! if any; and the 503 `overloaded` answer the proxy listener's limits give.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::HeaderValue;
+use hyper::body::{Body, Frame, SizeHint};
+
+use crate::budget::Charge;
+use crate::proxy::headers::X_REQUEST_ID;
+use crate::problem::Problem;
+
+/// A 503 `overloaded` answer, with the request's id when there is one.
+pub fn overloaded(problem: Problem, request_id: Option<HeaderValue>) -> Response<ResponseBody> {
+    let mut response = problem.into_response();
+    if let Some(id) = request_id {
+        response.headers_mut().insert(X_REQUEST_ID, id);
+    }
+    response.map(ResponseBody::plain)
+}
+
+/// A response body whose data carries its [`Charge`], so the budget is given back
+/// when hyper has written it (or dropped it with the connection), not when hyper has
+/// merely taken it into its write buffer.
+pub struct ResponseBody {
+    inner: axum::body::Body,
+    charge: Option<Charge>,
+}
+
+impl ResponseBody {
+    pub fn plain(inner: axum::body::Body) -> Self {
+        Self {
+            inner,
+            charge: None,
+        }
+    }
+
+    /// `inner`, whose data gives `charge` back once written.
+    pub fn charged(inner: axum::body::Body, charge: Charge) -> Self {
+        Self {
+            inner,
+            charge: Some(charge),
+        }
+    }
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) if frame.is_data() => match this.charge.take() {
+                // A buffered body is one frame: the whole charge goes with it.
+                Some(charge) => Poll::Ready(Some(Ok(frame.map_data(|d| charge.attach(d))))),
+                None => Poll::Ready(Some(Ok(frame))),
+            },
+            other => other,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

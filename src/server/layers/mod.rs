@@ -1,0 +1,17 @@
+//! The proxy and admin listeners' middleware, one folder each, in the order a
+//! connection and then a request meet them:
+//!
+//! - [`write_timeout`]: `server.write_timeout`, on the connection's socket (both
+//!   listeners).
+//! - [`linger`]: lingering close of request bodies answered early (both listeners).
+//! - [`in_flight`]: `server.max_in_flight` (proxy listener).
+//! - [`budget`]: `server.buffer_budget`, for request bodies and buffered responses
+//!   (proxy listener).
+//!
+//! They are composed in [`super::connection`]; `server.max_connections` is the accept
+//! loop's ([`super::proxy_limits`]).
+
+pub mod budget;
+pub mod in_flight;
+pub mod linger;
+pub mod write_timeout;
