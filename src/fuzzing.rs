@@ -1,9 +1,12 @@
 //! What the fuzz targets in `fuzz/` reach that the public API does not: the decoders
-//! of the Lua scripts' replies. Compiled only with the `fuzzing` feature (which only
+//! of the Lua scripts' replies, the route table and canonical paths, and the header a
+//! replay carries. Compiled only with the `fuzzing` feature (which only
 //! the `fuzz/` crate turns on); not part of idemgate's API.
 
 pub use fred::prelude::Value;
 
+pub use crate::proxy::headers::REPLAYED;
+pub use crate::route::{path, RouteTable};
 pub use crate::store::redis::{Invalidated, Record};
 pub use crate::store::StoreError;
 

@@ -28,24 +28,29 @@
 //! for errors and logs.
 #![forbid(unsafe_code)]
 
-pub mod app;
-pub mod budget;
-pub mod completer;
+pub mod commands;
 pub mod config;
-pub mod flow;
+pub mod idempotency;
+#[doc(hidden)]
+pub mod testing;
+
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod http;
-pub mod idempotency;
-pub mod metrics;
-pub mod problem;
-pub mod proxy;
-pub mod route;
-pub mod server;
-pub mod store;
-pub mod telemetry;
-pub mod tls;
+
+pub(crate) mod app;
+pub(crate) mod budget;
+pub(crate) mod completer;
+pub(crate) mod flow;
+pub(crate) mod http;
+pub(crate) mod metrics;
+pub(crate) mod problem;
+pub(crate) mod proxy;
+pub(crate) mod route;
+pub(crate) mod server;
+pub(crate) mod store;
+pub(crate) mod telemetry;
+pub(crate) mod tls;
 
 pub use app::App;
 pub use config::Config;

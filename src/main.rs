@@ -8,11 +8,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use idemgate::commands::{migrate, ready_probe, PgStore, Readiness, StoreError, ThreadPerCore};
 use idemgate::config::{Runtime, Workers};
-use idemgate::http::ready_probe::{self, Readiness};
-use idemgate::server::workers::Workers as ThreadPerCore;
-use idemgate::store::postgres::migrate;
-use idemgate::store::PgStore;
 use idemgate::{App, Config, Server};
 
 /// mimalloc rather than glibc's malloc: a request allocates and frees many small
@@ -79,7 +76,7 @@ fn main() -> ExitCode {
     let version = format!(
         "{}\n{}",
         env!("CARGO_PKG_VERSION"),
-        idemgate::store::formats::summary()
+        idemgate::commands::stored_formats()
     );
     let version: &'static str = Box::leak(version.into_boxed_str());
     let matches = Cli::command().version(version).get_matches();
@@ -192,7 +189,7 @@ fn health(config: &Config, timeout: Duration) -> ExitCode {
 fn with_postgres<F, Fut>(config: Config, work: F) -> anyhow::Result<()>
 where
     F: FnOnce(PgStore, usize) -> Fut,
-    Fut: std::future::Future<Output = Result<(), idemgate::store::StoreError>>,
+    Fut: std::future::Future<Output = Result<(), StoreError>>,
 {
     let pg = config
         .postgres
@@ -208,7 +205,7 @@ where
 }
 
 fn serve(config: Config) -> anyhow::Result<()> {
-    let _log = idemgate::telemetry::init(&config.log);
+    let _log = idemgate::commands::init_logging(&config.log);
     for deprecation in &config.deprecated {
         tracing::warn!(old = %deprecation.old, new = %deprecation.new, "{deprecation}");
     }

@@ -6,7 +6,7 @@
 #![no_main]
 
 use idemgate::config::{redact_url, Config};
-use idemgate::route::RouteTable;
+use idemgate::fuzzing::RouteTable;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

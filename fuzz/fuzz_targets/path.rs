@@ -8,7 +8,7 @@
 #![no_main]
 
 use http::Uri;
-use idemgate::route::path::canonicalize;
+use idemgate::fuzzing::path::canonicalize;
 use idemgate_fuzz::percent_decode;
 use libfuzzer_sys::fuzz_target;
 

@@ -9,7 +9,7 @@
 use arbitrary::Unstructured;
 use bytes::Bytes;
 use idemgate::idempotency::{StoredRecord, StoredResponse};
-use idemgate::proxy::headers::REPLAYED;
+use idemgate::fuzzing::REPLAYED;
 use libfuzzer_sys::fuzz_target;
 
 fn round_trips(r: &StoredResponse) {

@@ -11,8 +11,8 @@ use http::header::CONTENT_LENGTH;
 use http::request::Parts;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use crate::config::ServerConfig;
 use crate::budget::{ByteBudget, Metered, OverBudget};
+use crate::config::ServerConfig;
 
 /// Why a request body was not read; nothing was claimed.
 #[derive(Debug, thiserror::Error)]

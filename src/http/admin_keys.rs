@@ -15,10 +15,10 @@ use http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::problem::Problem;
 use super::AppState;
 use crate::app::App;
 use crate::idempotency::{key, RecordId, Scope};
+use crate::problem::Problem;
 use crate::store::redis::Invalidated;
 
 #[derive(Debug, Deserialize)]

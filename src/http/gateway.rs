@@ -13,11 +13,11 @@ use axum::response::{IntoResponse, Response};
 use http::HeaderValue;
 use tracing::Instrument;
 
-use crate::problem::Problem;
 use super::AppState;
 use crate::flow::{self, BodyError, Refused, Trace};
 use crate::idempotency::{RecordId, Scope};
 use crate::metrics::{self, Outcome};
+use crate::problem::Problem;
 use crate::proxy::headers::{self, IDEMPOTENCY_STATUS, X_REQUEST_ID};
 
 /// Entry point for every request on the proxy listener.

@@ -19,24 +19,14 @@ use std::time::Duration;
 use metrics::counter;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-pub use completer::{
-    completer_outcome, completer_pass, completer_takeover, COMPLETER_OUTCOMES,
-    COMPLETER_OUTCOME_NAMES, COMPLETER_PASSES, COMPLETER_TAKEOVERS,
-};
-pub use limits::{limits_sampled, Limit, BUFFERED_BYTES, LIMITED, OPEN_CONNECTIONS};
-pub use requests::{
-    unmatched, InFlightGuard, Outcome, RouteMetrics, IN_FLIGHT, OUTCOMES, REQUESTS,
-    REQUEST_DURATION, STORED_BYTES, UNKEYED_REQUESTS, UPSTREAM_DURATION,
-};
+pub use completer::{completer_outcome, completer_pass, completer_takeover};
+pub use limits::{limits_sampled, Limit};
+pub use requests::{unmatched, Outcome, RouteMetrics, STORED_BYTES};
 pub use store::{
     elapsed, fallback, lease_lost, postgres_op, redis_up, redis_wait_short, tier_disagreement,
-    unreadable, RedisOps, FALLBACK, LEASE_LOST, POSTGRES_DURATION, REDIS_DURATION, REDIS_UP,
-    REDIS_WAIT_SHORT, TIER_DISAGREEMENTS, UNREADABLE, UNREADABLE_REASONS,
+    unreadable, RedisOps,
 };
-pub use write_through::{
-    queue_depth, reaped, write_dropped, write_failure, DropReason, QUEUE_DEPTH, REAPED,
-    WRITE_DROPPED, WRITE_FAILURES,
-};
+pub use write_through::{queue_depth, reaped, write_dropped, write_failure, DropReason};
 
 pub const LOG_DROPPED: &str = "idemgate_log_lines_dropped_total";
 

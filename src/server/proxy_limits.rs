@@ -17,8 +17,8 @@ use std::time::Duration;
 use ::metrics::Counter;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::budget::ByteBudget;
 use super::layers::in_flight::InFlightLimit;
+use crate::budget::ByteBudget;
 use crate::config::ServerConfig;
 use crate::metrics::{self, Limit};
 

@@ -280,7 +280,7 @@ pub async fn markers_vouching_across(
 ) -> (usize, usize) {
     use idemgate::idempotency::{Claim, Fingerprint, RecordId};
     use rand::Rng;
-    let store = idemgate::store::RedisStore::connect(&idemgate::config::RedisConfig {
+    let store = idemgate::testing::store::RedisStore::connect(&idemgate::config::RedisConfig {
         url: url.to_string(),
         ..Default::default()
     })
@@ -295,7 +295,7 @@ pub async fn markers_vouching_across(
         let key = loop {
             let bytes: [u8; 32] = rand::rng().random();
             let key = store.record_key(RecordId::from_hex(&hex::encode(bytes)).unwrap());
-            if owned(idemgate::store::redis::slots::slot(&key)) {
+            if owned(idemgate::testing::store::redis::slots::slot(&key)) {
                 break key;
             }
         };

@@ -7,9 +7,9 @@ use bytes::Bytes;
 use http::{HeaderValue, Method};
 use idemgate::config::{PostgresConfig, RedisConfig};
 use idemgate::idempotency::{key, Claim, Fingerprint, RecordId, Scope};
-use idemgate::store::postgres::{CompletedRecord, PgClaim, RecordRef};
-use idemgate::store::redis::Invalidated;
-use idemgate::store::{PgStore, RedisStore};
+use idemgate::testing::store::postgres::{CompletedRecord, PgClaim, RecordRef};
+use idemgate::testing::store::redis::Invalidated;
+use idemgate::testing::store::{PgStore, RedisStore};
 
 use crate::support::{
     config, eventually, problem_code, read, MockUpstream, PgServer, RedisServer, TestApp,

@@ -299,7 +299,7 @@ async fn migrate_and_reap_commands_work_and_a_newer_schema_stops_serve() {
     for _ in 0..2 {
         let (code, text) = run("migrate");
         assert_eq!(code, 0, "{text}");
-        let latest = idemgate::store::postgres::migrate::latest();
+        let latest = idemgate::testing::store::postgres::migrate::latest();
         assert!(
             text.contains(&format!("schema at version {latest}")),
             "{text}"
@@ -601,7 +601,7 @@ async fn a_newer_additive_schema_is_accepted_and_any_other_newer_one_refused() {
             .unwrap();
         }
     };
-    let latest = idemgate::store::postgres::migrate::latest();
+    let latest = idemgate::testing::store::postgres::migrate::latest();
     add(latest + 1, "9998_next.additive.sql").await;
     let (code, text) = migrate();
     assert_eq!(code, 0, "an additive newer schema refused: {text}");

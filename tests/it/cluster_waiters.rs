@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use idemgate::store::redis::slots::slot;
+use idemgate::testing::store::redis::slots::slot;
 use idemgate_fleet::RedisCluster;
 
 use crate::shard_warmth::record_key;

@@ -285,14 +285,14 @@ async fn a_retry_racing_the_completer_runs_the_upstream_once() {
         }));
     // The completer has reserved them all (its pass's first half) and takes them over
     // (the second half) while the clients retry: two claims of each key at once.
-    let reserved = idemgate::completer::reserve(&completer)
+    let reserved = idemgate::testing::completer::reserve(&completer)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(reserved.reserved.len(), 6);
     let attempts = async {
         tokio::time::sleep(Duration::from_millis(2)).await;
-        idemgate::completer::attempt_all(&completer, reserved).await
+        idemgate::testing::completer::attempt_all(&completer, reserved).await
     };
     let (answers, pass) = tokio::join!(retries, attempts);
     eprintln!("completer outcomes: {:?}", pass.outcomes);

@@ -17,9 +17,9 @@ use fred::types::scripts::Script;
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use idemgate::config::RedisConfig;
 use idemgate::idempotency::{key, Claim, Completion, Fingerprint, RecordId, Scope, StoredResponse};
-use idemgate::store::redis::replicas::{ReplicaWait, Replicated};
-use idemgate::store::redis::Acquired;
-use idemgate::store::RedisStore;
+use idemgate::testing::store::redis::replicas::{ReplicaWait, Replicated};
+use idemgate::testing::store::redis::Acquired;
+use idemgate::testing::store::RedisStore;
 
 use crate::support::holdproxy::HoldProxy;
 use crate::support::RedisServer;

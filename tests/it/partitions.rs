@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use idemgate::store::redis::slots::slot;
+use idemgate::testing::store::redis::slots::slot;
 use idemgate::Config;
 use idemgate_fleet::RedisCluster;
 

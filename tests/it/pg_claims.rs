@@ -9,9 +9,9 @@ use futures_util::future::join_all;
 use futures_util::FutureExt;
 use idemgate::config::PostgresConfig;
 use idemgate::idempotency::{Fingerprint, RecordId, Scope};
-use idemgate::store::postgres::claims::Claims;
-use idemgate::store::postgres::{CompletedRecord, Found, PgClaim, RecordRef};
-use idemgate::store::PgStore;
+use idemgate::testing::store::postgres::claims::Claims;
+use idemgate::testing::store::postgres::{CompletedRecord, Found, PgClaim, RecordRef};
+use idemgate::testing::store::PgStore;
 
 use crate::support::{eventually, PgServer};
 

@@ -7,9 +7,9 @@ use bytes::Bytes;
 use fred::prelude::{ClientLike, KeysInterface, Value};
 use idemgate::config::PostgresConfig;
 use idemgate::idempotency::{Fingerprint, IdempotencyKey, RecordId, Scope, StoredRecord};
-use idemgate::store::postgres::lookups::Lookups;
-use idemgate::store::postgres::{CompletedRecord, Found, RecordRef};
-use idemgate::store::{PgStore, StoreError};
+use idemgate::testing::store::postgres::lookups::Lookups;
+use idemgate::testing::store::postgres::{CompletedRecord, Found, RecordRef};
+use idemgate::testing::store::{PgStore, StoreError};
 
 use crate::support::{durable_stack, PgServer};
 
@@ -40,7 +40,7 @@ async fn three_replicas_migrating_at_once_leave_one_schema() {
         .get(0);
     assert_eq!(
         versions as usize,
-        idemgate::store::postgres::migrate::MIGRATIONS.len()
+        idemgate::testing::store::postgres::migrate::MIGRATIONS.len()
     );
     stores[0].check_schema().await.unwrap();
 }
@@ -253,7 +253,7 @@ async fn lookup_plan_is_index_scans_even_when_planned_on_an_empty_table() {
     let pg = PgServer::start();
     store(&pg).migrate().await.unwrap();
     let client = pg.client().await;
-    let lookup = idemgate::store::postgres::lookups::LOOKUP;
+    let lookup = idemgate::testing::store::postgres::lookups::LOOKUP;
     client
         .batch_execute(&format!(
             "SET plan_cache_mode = force_generic_plan;

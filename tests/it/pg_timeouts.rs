@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use idemgate::config::PostgresConfig;
 use idemgate::idempotency::{Fingerprint, RecordId, Scope};
-use idemgate::store::postgres::{CompletedRecord, PgClaim, RecordRef};
-use idemgate::store::PgStore;
+use idemgate::testing::store::postgres::{CompletedRecord, PgClaim, RecordRef};
+use idemgate::testing::store::PgStore;
 
 use crate::support::{eventually, HoldProxy, PgServer};
 

@@ -9,9 +9,9 @@ use bytes::Bytes;
 use futures_util::future::join_all;
 use idemgate::config::PostgresConfig;
 use idemgate::idempotency::{Fingerprint, RecordId, Scope};
-use idemgate::store::postgres::writer::{WriteOutcome, Writer, MAX_BATCH_BYTES};
-use idemgate::store::postgres::CompletedRecord;
-use idemgate::store::{PgStore, StoreError};
+use idemgate::testing::store::postgres::writer::{WriteOutcome, Writer, MAX_BATCH_BYTES};
+use idemgate::testing::store::postgres::CompletedRecord;
+use idemgate::testing::store::{PgStore, StoreError};
 
 use crate::support::{eventually, PgServer};
 
@@ -192,7 +192,10 @@ async fn the_retry_queue_is_bounded_in_bytes() {
         "{outcomes:?}"
     );
     assert!(
-        matches!(outcomes[2], Err(idemgate::store::StoreError::QueueFull)),
+        matches!(
+            outcomes[2],
+            Err(idemgate::testing::store::StoreError::QueueFull)
+        ),
         "the third would pass the byte budget: {outcomes:?}"
     );
     assert_eq!(writer.queue_depth(), 2);

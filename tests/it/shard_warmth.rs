@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use idemgate::config::RedisConfig;
 use idemgate::idempotency::{key, RecordId, Scope};
-use idemgate::store::redis::slots::slot;
-use idemgate::store::RedisStore;
+use idemgate::testing::store::redis::slots::slot;
+use idemgate::testing::store::RedisStore;
 use idemgate_fleet::{RedisCluster, SentinelSet};
 use rand::Rng;
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idemgate::idempotency::Completion;
-use idemgate::store::RedisStore;
+use idemgate::testing::store::RedisStore;
 
 use crate::failover::{acquire, config, record, response, Pair, LEASE};
 

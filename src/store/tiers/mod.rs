@@ -20,7 +20,7 @@ mod settle;
 mod wait;
 
 pub use claim::Kept;
-pub use records::{Health, Invalidation, RecordView};
+pub use records::Health;
 
 use std::sync::Arc;
 

@@ -78,12 +78,13 @@ impl Pki {
             .collect::<Result<Vec<_>, _>>()
             .unwrap();
         let key = PrivateKeyDer::from_pem_file(&pair.key).unwrap();
-        let config = rustls::ServerConfig::builder_with_provider(idemgate::tls::provider())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .unwrap();
+        let config =
+            rustls::ServerConfig::builder_with_provider(idemgate::testing::tls::provider())
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(certs, key)
+                .unwrap();
         Arc::new(config)
     }
 }

@@ -11,11 +11,11 @@ use http::Request;
 use hyper::body::Body;
 use tower::{Layer, Service};
 
-use crate::budget::ByteBudget;
 use super::response::{overloaded, ResponseBody};
-use crate::proxy::headers::X_REQUEST_ID;
+use crate::budget::ByteBudget;
 use crate::problem::Problem;
 use crate::proxy::headers::REPLAYED;
+use crate::proxy::headers::X_REQUEST_ID;
 
 /// Puts a [`ByteBudget`] under each request ([`Budgeted`]).
 #[derive(Clone)]

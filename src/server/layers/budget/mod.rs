@@ -21,5 +21,5 @@
 mod layer;
 mod response;
 
-pub use layer::{settle, BudgetLayer, Budgeted, Settling};
+pub use layer::{BudgetLayer, Budgeted};
 pub use response::{overloaded, ResponseBody};

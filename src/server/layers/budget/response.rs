@@ -10,8 +10,8 @@ use http::HeaderValue;
 use hyper::body::{Body, Frame, SizeHint};
 
 use crate::budget::Charge;
-use crate::proxy::headers::X_REQUEST_ID;
 use crate::problem::Problem;
+use crate::proxy::headers::X_REQUEST_ID;
 
 /// A 503 `overloaded` answer, with the request's id when there is one.
 pub fn overloaded(problem: Problem, request_id: Option<HeaderValue>) -> Response<ResponseBody> {

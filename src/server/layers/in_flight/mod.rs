@@ -15,9 +15,9 @@ use metrics::Counter;
 use tower::{Layer, Service};
 
 use super::budget::{overloaded, ResponseBody};
-use crate::proxy::headers::X_REQUEST_ID;
-use crate::problem::Problem;
 use crate::metrics::Limit;
+use crate::problem::Problem;
+use crate::proxy::headers::X_REQUEST_ID;
 
 /// Requests in flight on one proxy listener, up to `server.max_in_flight`.
 pub struct InFlightLimit {

@@ -23,7 +23,6 @@ use std::time::Duration;
 
 use crate::config::ServerConfig;
 
-pub use body::Lingering;
 pub use layer::{Linger, LingerLayer};
 
 /// How much of an abandoned request body is read and discarded, and for how long.
