@@ -6,26 +6,31 @@
 //! back, byte for byte, instead of a second side effect.
 //!
 //! # Layout
-//! - [`config`]: the configuration schema, layered loading and validation.
-//! - [`route`]: the route table, each route's resolved idempotency policy, and the
-//!   canonical request path.
-//! - [`idempotency`]: the vocabulary, independent of any store: keys, tenant scopes
-//!   and the scope secret, record ids and fingerprints, claim outcomes, stored
-//!   responses and replay.
-//! - [`store`]: Redis (one function per Lua script in `lua/`), Postgres (claims,
-//!   lookups, write-through, reaper), the lease guard, and both tiers together
-//!   (`store::tiers`: claim, settle, records, maintenance).
-//! - [`proxy`]: the upstream client, hop-by-hop, gateway-owned and forwarding headers.
-//! - [`http`]: routers, the gateway handler, admin endpoints, problem+json errors.
-//! - [`completer`]: drives requests abandoned partway (a replica died, the client
-//!   never retried) to completion, on routes that keep their requests.
-//! - [`app`] and [`server`]: the shared application state, listeners, shutdown.
-//! - [`metrics`]: Prometheus metric names and recording.
-//! - [`telemetry`]: log set-up.
-//! - [`tls`]: the TLS client configurations of Redis, Postgres and HTTPS upstreams.
+//! In the order a keyed request meets them, then what surrounds them:
+//! - [`server`]: listeners, the accept loop, and one folder per connection layer
+//!   (`server::layers`: write timeout, lingering close, in-flight limit, byte budget).
+//! - [`http`]: the HTTP edge: routers, the gateway handler (request id, canonical path,
+//!   the request span, refusals rendered as problem+json, the one log line), admin.
+//! - [`flow`]: the request flow as named phases: admit → identify → claim → run →
+//!   settle.
+//! - [`idempotency`]: the vocabulary, independent of any store: keys, tenant scopes,
+//!   record ids and fingerprints, claim outcomes, stored responses, encryption at rest.
+//! - [`store`]: Redis (`store::redis`, one file per Lua script in `lua/`), Postgres
+//!   (`store::postgres`), the lease guard and its heartbeat, and both tiers together
+//!   (`store::tiers`).
+//! - [`proxy`]: the upstream client and the header rules; [`route`]: the route table
+//!   and canonical paths; [`problem`]: problem+json; [`budget`]: the byte budget.
+//! - [`completer`]: drives requests abandoned partway to completion through the flow.
+//! - [`app`]: the application state, built once in named start-up steps.
+//! - [`config`]: the configuration schema, loading, rules and warnings (a leaf).
+//! - [`metrics`], [`telemetry`], [`tls`]: metric names, log set-up, TLS clients.
+//! - [`commands`], [`testing`], `fuzzing`: what the binary, the integration tests and
+//!   the fuzz targets reach.
 //!
-//! `ARCHITECTURE.md` has the module map, the path of a keyed request, and the rules
-//! for errors and logs.
+//! The public API is [`config`], [`idempotency`], [`App`], [`Config`], [`Server`] and
+//! [`commands`]; every other module is `pub(crate)`. `ARCHITECTURE.md` has the module
+//! map, the allowed dependencies (checked by `tests/architecture.rs`), the path of a
+//! keyed request, and the rules for errors and logs.
 #![forbid(unsafe_code)]
 
 pub mod commands;

@@ -278,7 +278,7 @@ fn slow_readers_of_a_large_response_and_a_connection_burst() {
     );
 }
 
-// ---- issue 13: Redis Cluster and Sentinel failover, resharding (chaos/failover.rs) ----
+// ---- Redis Cluster and Sentinel failover, resharding (chaos/failover.rs) ----
 
 #[test]
 #[ignore = "chaos: make chaos"]

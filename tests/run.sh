@@ -30,7 +30,7 @@ alert_rules() {
     promtool test rules deploy/prometheus/alerts_test.yml
 }
 cargo_test() {
-  cargo test --all-targets 2>&1 | tee "$log"
+  cargo test --all-targets --no-fail-fast 2>&1 | tee "$log"
 }
 
 stage "alert rules" alert_rules

@@ -439,7 +439,7 @@ SCENARIOS = [
     dict(id="peer-first", label=f"{PEER} first execution (Redis only, no durable copy)", target="peer",
          mode="unique"),
     # redis.pool_size = 1 beside the default (4): one connection costs Redis fewer syscalls
-    # per request, but one fred task then carries every call (issue 15).
+    # per request, but one fred task then carries every call.
     dict(id="first-redis-pool1", label="idemgate first execution, Redis only, redis.pool_size = 1",
          target="gw", mode="unique", postgres=False, env={"IDEMGATE__REDIS__POOL_SIZE": "1"}),
     dict(id="first", label="idemgate first execution, write-through, lookup always", target="gw",
@@ -467,7 +467,7 @@ SCENARIOS = [
          env=TUNED),
     dict(id="first-cold", label="idemgate first execution, lookup_on_miss=when_cold (warm)", target="gw",
          mode="unique", env={"IDEMGATE__POSTGRES__LOOKUP_ON_MISS": "when_cold"}),
-    # Both claims modes set explicitly, side by side (issue 22: write_through is the
+    # Both claims modes set explicitly, side by side (write_through is the
     # default with [postgres], and its target is a share of the Redis-only claims' rate).
     dict(id="first-wtclaims", label="idemgate first execution, claims=write_through", target="gw",
          mode="unique", env={"IDEMGATE__POSTGRES__CLAIMS": "write_through"}),
@@ -485,7 +485,7 @@ SCENARIOS = [
     dict(id="replay-redis-cluster", label="idemgate replay from Redis (replay_cache.max_bytes = 0), on a 3-primary "
          "Redis Cluster", target="gw", mode="replay", prefix="replay-cluster", redis="cluster",
          env={"IDEMGATE__REPLAY_CACHE__MAX_BYTES": "0"}, compare="replay-redis"),
-    # server.runtime = "thread_per_core" (issue 15): one single-threaded runtime per core,
+    # server.runtime = "thread_per_core": one single-threaded runtime per core,
     # each with its own SO_REUSEPORT listener and Redis/Postgres connections.
     dict(id="first-redis-tpc", label="idemgate first execution, Redis only, runtime thread_per_core",
          target="gw", mode="unique", postgres=False, env=TPC),
@@ -821,7 +821,7 @@ def cpu_us(r, parts):
 
 
 def render_cpu(rows):
-    """CPU per request of every process of the chain, per row, and the targets of issue 23."""
+    """CPU per request of every process of the chain, per row, and the CPU targets against the peer."""
     out = ["CPU per request of each process (user + system time from /proc over each run, divided by "
            "the requests of that run; median over runs; µs). The proxy's own column (gateway, peer or "
            "nginx) is what a user pays per request at that hop; Redis runs one command at a time, so its "
@@ -1014,14 +1014,14 @@ def render(results):
                 chk.append(f"- {what}: {got:.2f}x, "
                            + ("met" if got >= want else f"**missed by {(want - got) * base:.0f} req/s "
                               f"({want - got:.2f}x of nginx)**"))
-        # Issue 15's first-execution targets, against nginx and the peer of the same run.
+        # The first-execution targets, against nginx and the peer of the same run.
         for sid, want, what in (("first-redis", 0.5, "first execution, Redis only >= 0.5x nginx"),
                                 ("first", 0.35, "first execution with write-through >= 0.35x nginx")):
             r = rows.get(sid)
             if r:
                 got = r["median"]["rps"] / base
                 chk.append(f"- {what}: {got:.2f}x, " + ("met" if got >= want else f"**missed by {want - got:.2f}x**"))
-    # Issue 22: the claims mode without a duplicate window costs at most a fifth of the
+    # The claims mode without a duplicate window costs at most a fifth of the
     # first-execution rate of claims in Redis only.
     wt, rc = rows.get("first-wtclaims"), rows.get("first-redisclaims")
     if wt and rc:
@@ -1034,7 +1034,7 @@ def render(results):
         got = ours["median"]["rps"] / peer["median"]["rps"]
         chk.append(f"- first execution, Redis only >= 1.6x {PEER}'s first execution: {got:.2f}x, "
                    + ("met" if got >= 1.6 else f"**missed by {1.6 - got:.2f}x**"))
-    # Issue 15's latency targets at the fixed rate: added p50 (first executions), and the
+    # The latency targets at the fixed rate: added p50 (first executions), and the
     # added p99 reported beside nginx's own.
     lat = results.get("latency") or {}
     if lat.get("direct"):

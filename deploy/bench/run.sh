@@ -86,7 +86,7 @@ fi
 FLEET="${FLEET_BIN:-$ROOT/target/release/idemgate-fleet}"
 [[ -x $FLEET ]] || die "$FLEET missing: run cargo build --release --bins"
 
-# The peer the first-execution and replay rows are compared with (issue 15):
+# The peer the first-execution and replay rows are compared with:
 # ldclabs/idempotent-proxy from crates.io, installed once (a release build, a few minutes).
 PEER_VERSION=1.2.2
 export PEER_BIN="${PEER_BIN:-$STATE/peer/bin/idempotent-proxy-server}"

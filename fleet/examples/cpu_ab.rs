@@ -1,4 +1,4 @@
-//! Side-by-side CPU cost of first executions for gateway variants (issue 15).
+//! Side-by-side CPU cost of first executions for gateway variants.
 //!
 //! Starts Redis, Postgres (the launcher's test cluster: fsync off) and the demo upstream
 //! on free loopback ports, then one replica per variant, all at once. Rounds are

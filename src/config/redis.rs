@@ -36,8 +36,8 @@ pub struct RedisConfig {
     /// Connections to Redis; commands are pipelined over each. Each connection has one
     /// fred task that writes, reads and decodes all its calls; four (the default) kept
     /// `make bench`'s first executions 28% faster than one, which costs Redis fewer
-    /// syscalls and CPU per request but makes that task the bottleneck (BENCHMARKS.md,
-    /// issue 15). The `WAIT` connections of `wait_replicas` are a pool of their own.
+    /// syscalls and CPU per request but makes that task the bottleneck
+    /// (docs/history/benchmarks.md). The `WAIT` connections of `wait_replicas` are a pool of their own.
     /// In cluster mode the clients are split between the shards (each client
     /// connects to every primary but sends only its own shards' keys), so that a
     /// primary that stops answering stalls its own shard only: give at least as many

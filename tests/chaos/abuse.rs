@@ -1,4 +1,4 @@
-//! The abuse scenario (issue 11, "Done when"): many slow readers of a large stored
+//! The abuse scenario: many slow readers of a large stored
 //! response plus a burst of new connections, against one replica of the real fleet.
 //! The replica must stay within its memory budget and keep serving other clients.
 //!

@@ -1,4 +1,4 @@
-//! Callers that give up on the claim path (issue 10, items 1 and 4): a claim that the
+//! Callers that give up on the claim path: a claim that the
 //! client abandons while Redis is slow must not strand its lease, and duplicates that
 //! hang up while waiting for the holder must leave the key's waiters.
 //!

@@ -1,4 +1,4 @@
-//! The completer under chaos (issue 24): replicas SIGKILLed under load while a share of
+//! The completer under chaos: replicas SIGKILLed under load while a share of
 //! the clients never retry. Every key left abandoned must end completed (by the
 //! completer) or given up (counted); the demo upstream, honouring the key
 //! (`DEMO_DEDUPE=1`), records at most one effect per key, and every request it received

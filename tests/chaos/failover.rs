@@ -1,4 +1,4 @@
-//! Issue 13 items 5 and 6 under load: a Redis Cluster primary SIGKILLed (its replica
+//! A Redis Cluster primary SIGKILLed (its replica
 //! promoted by the cluster), slots resharded between primaries, and a Sentinel
 //! failover, each on a fleet of three replicas in `redis.mode = "cluster"` or
 //! `"sentinel"` (the fleet launcher's `RedisCluster` and `SentinelSet`). Nodes keep no

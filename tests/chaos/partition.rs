@@ -1,4 +1,4 @@
-//! Issue 22: network partitions, not process deaths. Every part runs in a network
+//! Network partitions, not process deaths. Every part runs in a network
 //! namespace of its own on one bridge (the launcher's `NetLab`, [`Options::partitions`]);
 //! a scenario cuts links mid-load with nftables, so packets vanish where they arrive (no
 //! RST: calls hang until their own timeouts, and both sides go on acting), then heals.

@@ -1,4 +1,4 @@
-//! Issue 10 item 3: the admin `DELETE` decides and deletes in one step per tier, so a
+//! The admin `DELETE` decides and deletes in one step per tier, so a
 //! claim that lands during the call is never deleted without `force`.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Issue 10, item 2: a body over `server.max_request_body` is answered with the 413
+//! A body over `server.max_request_body` is answered with the 413
 //! problem even when the client writes its whole body before reading (Python's
 //! `http.client`, many embedded clients). The gateway reads and discards what is still
 //! coming (lingering close), bounded by `server.linger_bytes` and `server.linger_time`.

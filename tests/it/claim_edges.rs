@@ -1,4 +1,4 @@
-//! Issue 10: callers that go away mid-claim or mid-wait leave nothing behind; a holder
+//! Callers that go away mid-claim or mid-wait leave nothing behind; a holder
 //! that lost its lease answers with the key's outcome; a replay cache whose invalidation
 //! feed reconnected starts empty. Real Redis, real hang-ups.
 

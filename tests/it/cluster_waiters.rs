@@ -1,4 +1,4 @@
-//! Issue 13, item 4: in a cluster, waiting duplicates are woken over sharded pub/sub
+//! In a cluster, waiting duplicates are woken over sharded pub/sub
 //! (`SPUBLISH` in the record's slot, on its shard only), with one `SSUBSCRIBE` per
 //! waited record and replica, dropped when the last waiter leaves, a caller that hangs
 //! up included.
@@ -114,7 +114,7 @@ fn shard_subscribers_anywhere(cluster: &RedisCluster, key: &str) -> u64 {
         .sum()
 }
 
-/// Issue 13, item 6: the slot of a waited record moves to another primary mid-wait.
+/// The slot of a waited record moves to another primary mid-wait.
 /// The old owner drops the sharded subscription (Redis unsubscribes a slot's shard
 /// channels when the node loses the slot) and the completion is published on the new
 /// owner; the waiter still gets the replay soon after the completion (it re-subscribes

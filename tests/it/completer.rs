@@ -1,4 +1,4 @@
-//! The completer (issue 24): a request abandoned partway (its replica SIGKILLed while
+//! The completer: a request abandoned partway (its replica SIGKILLed while
 //! the upstream works, its client gone for good) is sent again by the completer, once,
 //! with the same key and a higher fencing token, and a later retry replays what it
 //! stored; without the completer nothing happens until a retry. A client's retry and

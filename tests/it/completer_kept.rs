@@ -1,4 +1,4 @@
-//! The request kept for the completer (issue 24): sealed at rest under `[encryption]`
+//! The request kept for the completer: sealed at rest under `[encryption]`
 //! and cleared when its record completes; and carried by the write-through claim's own
 //! statement, so that keeping it costs a first execution no extra Postgres write.
 

@@ -1,5 +1,5 @@
 //! Behaviours 4 and 7: one execution under concurrent duplicates; 409 while in flight.
-//! Issue 22: the same with claims written through to Postgres, in shared statements.
+//! The same with claims written through to Postgres, in shared statements.
 
 use std::time::Duration;
 

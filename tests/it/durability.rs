@@ -1,4 +1,4 @@
-//! Issue 3: Postgres write-through, cold-Redis fallback, Redis-outage policies,
+//! Postgres write-through, cold-Redis fallback, Redis-outage policies,
 //! stricter claims, migrations and the reaper, against real Redis and Postgres.
 
 use std::time::Duration;

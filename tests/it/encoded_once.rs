@@ -1,4 +1,4 @@
-//! Issue 15: a first execution's response is encoded once, and that one encoding is what
+//! A first execution's response is encoded once, and that one encoding is what
 //! every tier keeps. Under concurrent duplicates of many keys across two replicas: one
 //! execution per key, and replays from the replay cache, from Redis and from Postgres
 //! (Redis restarted empty) are byte-identical to each key's first answer.

@@ -1,4 +1,4 @@
-//! Issue 14, item 4: responses sealed at rest in Redis and Postgres, bound to their
+//! Responses sealed at rest in Redis and Postgres, bound to their
 //! record, with key rotation; an unreadable record answers 500
 //! `stored_record_unreadable` and is never replayed (nor run again).
 

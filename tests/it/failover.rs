@@ -1,4 +1,4 @@
-//! Issue 13 item 5 at the store level, on a real primary and replica: a completion
+//! At the store level, on a real primary and replica: a completion
 //! acknowledged with `redis.wait_replicas = 1` survives the primary's loss right after
 //! the answer (and the same completion without it is lost: the window), a short `WAIT`
 //! answers after `redis.wait_timeout`, and fencing tokens never go backwards when a

@@ -1,4 +1,4 @@
-//! Issue 6 behaviours: the lease heartbeat, fencing tokens, waiting duplicates and
+//! The lease heartbeat, fencing tokens, waiting duplicates and
 //! ambiguous upstream outcomes.
 
 use std::time::{Duration, Instant};

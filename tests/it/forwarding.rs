@@ -1,4 +1,4 @@
-//! Issue 11 item 6: forwarding headers. From a peer outside `server.trusted_proxies`
+//! Forwarding headers. From a peer outside `server.trusted_proxies`
 //! (by default, every peer) `X-Forwarded-For`, `-Proto` and `-Host` are the gateway's
 //! own and `Forwarded` is dropped; from a trusted proxy they are extended or kept.
 

@@ -36,7 +36,7 @@ async fn expired_lease_lets_a_retry_run_and_the_late_completion_does_not_overwri
         2,
         "the lease had expired, so the retry ran"
     );
-    // Issue 10 item 13: the holder that lost its lease answers with the key's stored
+    // The holder that lost its lease answers with the key's stored
     // outcome (the takeover's), never a 2xx that disagrees with every retry.
     assert_eq!(h1["idempotent-replayed"], "true");
     assert_eq!(b1, b2, "the late holder's client gets the stored response");

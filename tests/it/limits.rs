@@ -1,4 +1,4 @@
-//! Issue 11, item 8: bounded resources on the proxy listener. `server.max_connections`
+//! Bounded resources on the proxy listener. `server.max_connections`
 //! (connections beyond it wait, unserved, until one closes), `server.max_in_flight`
 //! (503 `overloaded` with `Retry-After`, no slot leaked by a client that hangs up) and
 //! `server.buffer_budget` (a keyed request whose body does not fit is refused before

@@ -1,4 +1,4 @@
-//! Issue 4: metrics after real traffic of every outcome (and `promtool check metrics`),
+//! Metrics after real traffic of every outcome (and `promtool check metrics`),
 //! request ids, readiness JSON, and the admin API.
 
 use std::collections::HashMap;

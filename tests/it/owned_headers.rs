@@ -1,4 +1,4 @@
-//! Issue 11 item 5: headers only the gateway may set. A client can neither send one
+//! Headers only the gateway may set. A client can neither send one
 //! upstream (`Idempotency-Fencing-Token` on a request that holds no lease) nor, by
 //! naming it in `Connection`, strip one the gateway added; an upstream cannot answer
 //! a client with `Idempotent-Replayed` or `Idempotency-Status`.

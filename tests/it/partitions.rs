@@ -1,4 +1,4 @@
-//! Issue 22: a Redis Cluster primary that stops answering without closing its
+//! A Redis Cluster primary that stops answering without closing its
 //! connections (SIGSTOP: packets vanish, no RST, as behind a network partition). The
 //! breaker belongs to that primary's shard: keys of the other shards keep going to
 //! Redis; and claims on the shard are back within about 2 s once it answers again,
@@ -238,7 +238,7 @@ async fn claims_are_back_within_two_seconds_of_a_failover() {
     );
 }
 
-/// Issue 22, item 3: a replica's replay cache must not keep answering with a response
+/// A replica's replay cache must not keep answering with a response
 /// its Redis tier no longer holds. A key is completed and cached; its shard fails over
 /// (a manual `CLUSTER FAILOVER`) and the promoted primary holds another completed record
 /// for it (what a failover after a partition leaves: the majority ran the key again).

@@ -1,4 +1,4 @@
-//! Issue 11 item 7: routing on the raw path. Dot segments, encoded separators and
+//! Routing on the raw path. Dot segments, encoded separators and
 //! empty segments are refused before routing (400 `invalid_path`, nothing forwarded);
 //! escaped unreserved characters are decoded before routing, and prefixes cover
 //! whole segments, so a client cannot pick another route's policy by spelling.

@@ -1,4 +1,4 @@
-//! Issue 22: claims in Postgres share statements (`postgres.claims = "write_through"`
+//! Claims in Postgres share statements (`postgres.claims = "write_through"`
 //! and the Redis fallback). Each claim of a round is decided as a claim alone would be:
 //! one acquires per key, duplicates queued together see the winner's lease, expired
 //! leases are taken over with a higher fence, completed records and live leases hold.

@@ -1,4 +1,4 @@
-//! Issue 3 operations: migrations under concurrency, schema versions, the reaper, and
+//! Migrations under concurrency, schema versions, the reaper, and
 //! `lookup_on_miss = "when_cold"`.
 
 use std::time::Duration;

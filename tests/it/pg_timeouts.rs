@@ -1,4 +1,4 @@
-//! Issue 10, items 12 and 8: Postgres statements that stall. A claim that timed out
+//! Postgres statements that stall. A claim that timed out
 //! must not leave its lease behind (the server enforces the timeout too, and a claim
 //! whose outcome is unknown is released), and a reaper pass that stalls must be bounded
 //! and must not leave the fleet-wide reaper lock held.

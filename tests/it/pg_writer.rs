@@ -1,4 +1,4 @@
-//! Issue 10, item 7: the write-through writer against a Postgres that refuses some
+//! The write-through writer against a Postgres that refuses some
 //! records. A refused record is given up (and counted) instead of being retried at the
 //! head of the queue forever; the records around it are written; batches are bounded
 //! in bytes as well as in records.
@@ -163,7 +163,7 @@ async fn a_batch_is_bounded_in_bytes() {
     assert_eq!(statements, 2, "18 MiB of responses take two statements");
 }
 
-/// Issue 11 item 9: the retry queue is bounded in bytes as well as records, so an
+/// The retry queue is bounded in bytes as well as records, so an
 /// outage with large responses cannot grow it past the process's memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_retry_queue_is_bounded_in_bytes() {

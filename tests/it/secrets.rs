@@ -1,4 +1,4 @@
-//! Issue 14, item 5: secrets never leak. The real `idemgate` binary runs at `debug`
+//! Secrets never leak. The real `idemgate` binary runs at `debug`
 //! level against Redis (TLS, an ACL user) and Postgres (TLS), three times:
 //!
 //! * run A: the Redis password in `redis.url`, the Postgres password from

@@ -1,4 +1,4 @@
-//! A network partition of a Sentinel deployment (issue 22): the primary, the first
+//! A network partition of a Sentinel deployment: the primary, the first
 //! configured sentinel and one gateway replica (B) cut off from the replica, the other
 //! two sentinels and another gateway replica (A), with the launcher's `NetLab` (every
 //! part in a namespace of its own; packets vanish, no RST). Redis-only mode, where what

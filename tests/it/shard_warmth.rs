@@ -1,4 +1,4 @@
-//! Issue 13, items 2 and 3: every script runs in one hash slot; cold detection per
+//! Every script runs in one hash slot; cold detection per
 //! shard (one warmth marker per slot, tied to the server process that wrote it), on a real
 //! cluster and a real Sentinel set with Postgres behind them.
 

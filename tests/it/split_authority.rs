@@ -3,7 +3,7 @@
 //! same key in Redis meanwhile (that mode's two-authority window, stated in
 //! docs/guarantees.md). After the heal every replica must answer what Redis holds: a
 //! response this replica completed in Postgres after its view of Redis changed is not
-//! kept in its replay cache (issue 22: "no two replicas serve different responses for
+//! kept in its replay cache ("no two replicas serve different responses for
 //! one key once the partition has healed").
 
 use std::time::{Duration, Instant};

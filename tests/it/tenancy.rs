@@ -1,4 +1,4 @@
-//! Issue 11: a tenant scope that cannot be shared by accident. Anonymous callers are
+//! A tenant scope that cannot be shared by accident. Anonymous callers are
 //! refused unless a route opts in; the scope may take several headers, each at most
 //! once; cookies are not replayed; scope and record ids are keyed by a server secret,
 //! and records stored before the secret are still found during the upgrade.

@@ -1,4 +1,4 @@
-//! Issue 10: where Redis and Postgres meet. A Redis that answers with errors is not a
+//! Where Redis and Postgres meet. A Redis that answers with errors is not a
 //! Redis that is gone; a lookup that cannot answer fails closed; a record only Postgres
 //! holds makes Redis cold on every replica; a Postgres-held lease is acknowledged only
 //! once durable; tiers that disagree are counted.

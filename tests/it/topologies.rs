@@ -1,4 +1,4 @@
-//! Issue 13: the core behaviours against a real Redis Cluster (six nodes, three
+//! The core behaviours against a real Redis Cluster (six nodes, three
 //! primaries) and a real Sentinel set (primary, replica, three sentinels), started by
 //! the fleet launcher: first execution and byte-identical replay, mismatch, 50
 //! concurrent duplicates across three gateway instances with one execution (the

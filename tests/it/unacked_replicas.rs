@@ -1,4 +1,4 @@
-//! `redis.wait_replicas` when the replicas stop acknowledging (issue 22, the Sentinel
+//! `redis.wait_replicas` when the replicas stop acknowledging (the Sentinel
 //! partition rows): `WAIT` blocks its connection for `redis.wait_timeout`, and the
 //! completions pipelined behind it wait in Redis; with no replica acknowledging, the
 //! `WAIT` connections complete one record per `wait_timeout` each and every completion

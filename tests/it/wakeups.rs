@@ -1,4 +1,4 @@
-//! Issue 15: a completion or release publishes its wake-up only when the record says a
+//! A completion or release publishes its wake-up only when the record says a
 //! duplicate was told "in flight" (`w`, set by `lua/claim.lua` in the same step that
 //! answers `I`). These tests fail if a waiter is missed: the lease is 30 s and
 //! `wait_timeout` 3 s, so a waiter that hears nothing re-checks only after 3 s (and

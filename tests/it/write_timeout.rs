@@ -1,4 +1,4 @@
-//! Issue 11, item 8: `server.write_timeout`. A client that sends a keyed request and
+//! `server.write_timeout`. A client that sends a keyed request and
 //! never reads its (large) response is disconnected once the write has waited that
 //! long, and the response it pinned goes back to `server.buffer_budget`: a replay that
 //! did not fit while it was held does afterwards.

@@ -1,4 +1,4 @@
-//! Property tests of the hand-written parsers (issue 10 item 15): canonical JSON and
+//! Property tests of the hand-written parsers: canonical JSON and
 //! the fingerprint built on it, the `Idempotency-Key` decoder, and the stored header
 //! block. What the properties found is kept as plain tests (the corpus) at the end of
 //! the module of the parser concerned.

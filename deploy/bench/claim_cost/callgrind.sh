@@ -1,5 +1,5 @@
 #!/bin/bash
-# Instructions per EVALSHA of one claim-script variant (issue 23): a redis-server of its
+# Instructions per EVALSHA of one claim-script variant: a redis-server of its
 # own under valgrind callgrind, counting inside evalShaCommand only; repeatable.
 #   bash callgrind.sh VARIANT SCRIPT.lua CALLS     (variants: see stats.py)
 v=$1; s=$2; n=$3; port=$((17900 + RANDOM % 90)); d=$(mktemp -d)

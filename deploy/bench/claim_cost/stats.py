@@ -1,4 +1,4 @@
-"""The claim script's cost in Redis (issue 23): interleaved rounds of EVALSHA of two
+"""The claim script's cost in Redis: interleaved rounds of EVALSHA of two
 versions of lua/claim.lua against a running redis-server, each round read from Redis'
 own INFO commandstats (usec_per_call of evalsha).
 

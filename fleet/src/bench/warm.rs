@@ -1,5 +1,5 @@
 //! The bench's warm Redis: every per-slot warmth marker of the gateway
-//! (`<prefix>:warm:{<tag>}`, one per hash slot, as `src/store/slots.rs` names them)
+//! (`<prefix>:warm:{<tag>}`, one per hash slot, as `src/store/redis/slots.rs` names them)
 //! set two days in the past as this server process's own (the number, then turned
 //! "raw" by an APPEND of nothing that is neither replicated nor persisted: the proof of
 //! origin `lua/claim.lua` checks), so that `lookup_on_miss = "when_cold"` rows run

@@ -14,7 +14,7 @@
 //! command in flight on that connection. fred flushes after every `EVALSHA` (its
 //! `should_flush`), so each script call is one `writev` whatever the load; fewer
 //! connections still let Redis read several calls and write several replies per
-//! syscall (BENCHMARKS.md, issue 15, "Redis client").
+//! syscall (docs/history/benchmarks.md, "What changed and what it bought").
 
 use std::time::Duration;
 

@@ -7,7 +7,7 @@
 //! reconnects the client *as a whole*, re-reading the slot map and connecting to every
 //! primary in it, the unreachable one included, until the cluster has promoted its
 //! replica; meanwhile every command queued on that client waits, whatever its shard
-//! (issue 22: up to ~2 s of 503s for keys of healthy shards in Redis-only mode). With
+//! (up to ~2 s of 503s for keys of healthy shards in Redis-only mode). With
 //! lanes, only the clients of the unreachable primary's shard ever send to it, so only
 //! they reconnect; the other shards' clients never notice.
 //!

@@ -22,7 +22,7 @@
 //! connection, and the commands pipelined behind it wait in Redis, which cannot cancel
 //! them: with no replica acknowledging, each connection completes one record per
 //! `wait_timeout`, a queue builds that outlives every caller's command timeout, and it
-//! drains only long after the replicas are back (issue 22: 8-10 s of completions failing
+//! drains only long after the replicas are back (8-10 s of completions failing
 //! on a replica after a Sentinel partition healed, until the sentinels demoted the old
 //! primary and it resynced). So a short `WAIT` marks its shard's slots
 //! ([`ReplicaWait::unacked`]): their completions run the script alone on the main
