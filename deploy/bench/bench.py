@@ -706,7 +706,7 @@ GENERIC = re.compile(r"\(inlined\)|tokio::runtime::|std::panic|core::panic|core:
                      r"start_thread|clone3|__rust_begin_short_backtrace|std::sys::backtrace|"
                      r"hyper_util::server::graceful|0xffffffffffffffff|std::sys::thread|"
                      r"tokio::loom|tokio::task::coop|core::pin::Pin|futures_util::future::future::Map|"
-                     r"entry_SYSCALL|idemgate::server::accept_loop|axum::util::MapIntoResponseFuture|"
+                     r"entry_SYSCALL|idemgate::server::accept::accept_loop|axum::util::MapIntoResponseFuture|"
                      r"tower::util::oneshot|axum::routing::route::RouteFuture|IntoServiceFuture")
 
 
