@@ -8,8 +8,8 @@
 
 use arbitrary::Unstructured;
 use bytes::Bytes;
-use idemgate::idempotency::{StoredRecord, StoredResponse};
 use idemgate::fuzzing::REPLAYED;
+use idemgate::idempotency::{StoredRecord, StoredResponse};
 use libfuzzer_sys::fuzz_target;
 
 fn round_trips(r: &StoredResponse) {
