@@ -9,24 +9,23 @@ use std::sync::Arc;
 
 use chacha20poly1305::{KeyInit, XChaCha20Poly1305};
 
-use crate::config::EncryptionKeys;
+use crate::config::{EncryptionKeys, KeyMaterial};
 pub use crate::config::{KeyringError, KEY_LEN, MAX_ID_LEN};
 
-/// One key of the ring.
+/// One key of the ring: the key as the configuration read it, and its cipher.
 #[derive(Clone)]
 pub struct Key {
-    id: String,
-    file: PathBuf,
+    material: KeyMaterial,
     cipher: XChaCha20Poly1305,
 }
 
 impl Key {
     pub fn id(&self) -> &str {
-        &self.id
+        self.material.id()
     }
 
     pub fn file(&self) -> &Path {
-        &self.file
+        self.material.file()
     }
 
     pub(crate) fn cipher(&self) -> &XChaCha20Poly1305 {
@@ -34,13 +33,10 @@ impl Key {
     }
 }
 
+/// The key material's `Debug`: ids and files, never the key.
 impl std::fmt::Debug for Key {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Key")
-            .field("id", &self.id)
-            .field("key_file", &self.file)
-            .field("key", &"<redacted>")
-            .finish()
+        self.material.fmt(f)
     }
 }
 
@@ -60,9 +56,8 @@ impl Keyring {
     pub fn new(read: &EncryptionKeys) -> Self {
         let keys = (read.keys().iter())
             .map(|k| Key {
-                id: k.id().to_string(),
-                file: k.file().to_path_buf(),
                 cipher: XChaCha20Poly1305::new(k.bytes().into()),
+                material: k.clone(),
             })
             .collect();
         Self(Arc::new(Inner {
@@ -95,7 +90,7 @@ impl Keyring {
 
     /// The key with this id, if the ring has it.
     pub fn get(&self, id: &[u8]) -> Option<&Key> {
-        self.0.keys.iter().find(|k| k.id.as_bytes() == id)
+        self.0.keys.iter().find(|k| k.id().as_bytes() == id)
     }
 
     /// Whether records stored unsealed still replay.
