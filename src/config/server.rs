@@ -223,7 +223,10 @@ impl ServerConfig {
             ));
         }
         if !self.http2_keep_alive_interval.is_zero() {
-            positive_duration("server.http2_keep_alive_timeout", self.http2_keep_alive_timeout)?;
+            positive_duration(
+                "server.http2_keep_alive_timeout",
+                self.http2_keep_alive_timeout,
+            )?;
         }
         Ok(())
     }
