@@ -13,6 +13,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::ConnectInfo;
 use axum::response::Response;
@@ -47,6 +48,8 @@ pub(super) struct Connections<S> {
     write_timeout: WriteTimeoutLayer,
     /// HTTP/1.1 and HTTP/2 (prior knowledge), with the `[server]` settings of each.
     builder: auto::Builder<TokioExecutor>,
+    /// Also the longest wait for the first bytes that tell the protocol.
+    header_read_timeout: Duration,
     /// The router inside its request layers.
     service: S,
 }
@@ -78,6 +81,7 @@ impl<S> Connections<S> {
         Self {
             write_timeout: WriteTimeoutLayer::from_config(server),
             builder: builder(server),
+            header_read_timeout: server.header_read_timeout,
             service,
         }
     }
@@ -131,14 +135,41 @@ where
         graceful: &GracefulShutdown,
     ) -> impl Future<Output = Result<(), BoxError>> + Send + 'static {
         let _ = stream.set_nodelay(true);
-        let io = self.write_timeout.wrap(stream);
         let service = Extension(ConnectInfo(peer)).layer(self.service.clone());
         let service = hyper::service::service_fn(move |request: Request<Incoming>| {
             service.clone().oneshot(request)
         });
-        let connection = (self.builder)
-            .serve_connection(TokioIo::new(io), service)
-            .into_owned();
-        graceful.watch(connection)
+        let (write_timeout, builder) = (self.write_timeout.clone(), self.builder.clone());
+        let header_read_timeout = self.header_read_timeout;
+        let watcher = graceful.watcher();
+        async move {
+            if !protocol_known(&stream, header_read_timeout).await {
+                return Ok(());
+            }
+            let io = write_timeout.wrap(stream);
+            let connection = builder.serve_connection(TokioIo::new(io), service);
+            watcher.watch(connection.into_owned()).await
+        }
     }
+}
+
+/// Waits, at most `within`, until the client has sent enough to tell HTTP/1 from the
+/// HTTP/2 preface (or closed). hyper-util's version detection has no timeout of its
+/// own and hyper's header-read timeout starts after it, so without this a connection
+/// that stays silent, or stops partway through the preface, would hold its
+/// `max_connections` slot for ever. False: the client was too slow; drop it.
+async fn protocol_known(stream: &TcpStream, within: Duration) -> bool {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let known = async {
+        let mut buf = [0u8; PREFACE.len()];
+        loop {
+            match stream.peek(&mut buf).await {
+                Ok(n) if n == 0 || n == PREFACE.len() || buf[..n] != PREFACE[..n] => return,
+                Err(_) => return,
+                // Part of the preface: wait for the rest.
+                Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+            }
+        }
+    };
+    tokio::time::timeout(within, known).await.is_ok()
 }

@@ -185,3 +185,30 @@ async fn a_peer_that_does_not_answer_pings_is_disconnected() {
         .expect("the connection is closed once a ping goes unanswered");
     assert!(pinged, "the gateway pinged first");
 }
+
+/// Whether the gateway closes `stream` within `within`, reading and dropping what it sends.
+async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
+    let mut sink = [0u8; 1024];
+    let closed = async { while !matches!(stream.read(&mut sink).await, Ok(0) | Err(_)) {} };
+    tokio::time::timeout(within, closed).await.is_ok()
+}
+
+#[tokio::test]
+async fn silent_connections_and_partial_prefaces_are_closed_after_header_read_timeout() {
+    let (_redis, _upstream, app) = stack("[server]\nheader_read_timeout = \"500ms\"\n").await;
+    let mut silent = TcpStream::connect(app.addr).await.unwrap();
+    let mut partial = TcpStream::connect(app.addr).await.unwrap();
+    partial.write_all(&PREFACE[..10]).await.unwrap();
+    let mut h1_partial = TcpStream::connect(app.addr).await.unwrap();
+    h1_partial.write_all(b"GET / HT").await.unwrap();
+    for (name, stream) in [
+        ("silent", &mut silent),
+        ("partial preface", &mut partial),
+        ("partial HTTP/1 head", &mut h1_partial),
+    ] {
+        assert!(
+            closed_within(stream, Duration::from_secs(5)).await,
+            "{name}"
+        );
+    }
+}
