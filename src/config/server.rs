@@ -27,9 +27,11 @@ pub struct ServerConfig {
     pub max_request_body: ByteSize,
     /// Largest upstream response body the gateway buffers and stores.
     pub max_response_body: ByteSize,
-    /// Largest request head (request line plus headers) a client may send.
+    /// Largest request head (request line plus headers) a client may send; on HTTP/2, the
+    /// largest header list of a stream (`SETTINGS_MAX_HEADER_LIST_SIZE`, 431 beyond it).
     pub max_header_size: ByteSize,
-    /// How long a client may take to send its request head (slowloris guard).
+    /// How long a client may take to send its request head (slowloris guard); also how
+    /// long a new connection may take to send the bytes that tell HTTP/1.1 from HTTP/2.
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
     /// How long a client may take to send the body of a keyed request; slower is 408.
@@ -37,7 +39,8 @@ pub struct ServerConfig {
     pub body_read_timeout: Duration,
     /// Lingering close: after answering before the request body was read (413, 408, an
     /// early error), read and discard up to this many more bytes of it, so the client
-    /// sees the answer instead of a reset. `0B` turns lingering off.
+    /// sees the answer instead of a reset. `0B` turns lingering off. HTTP/1 only: an
+    /// HTTP/2 stream answered early is ended with `RST_STREAM` `NO_ERROR` instead.
     pub linger_bytes: ByteSize,
     /// Lingering close: the longest the rest of a body is read and discarded for.
     #[serde(with = "humantime_serde")]
@@ -49,10 +52,11 @@ pub struct ServerConfig {
     /// any other peer they are replaced. Empty: nobody is trusted.
     pub trusted_proxies: TrustedProxies,
     /// Most connections open on the proxy listener; beyond it, new connections wait in
-    /// the kernel's accept queue, unserved, until one closes.
+    /// the kernel's accept queue, unserved, until one closes. An HTTP/2 connection takes
+    /// one, whatever its streams.
     pub max_connections: usize,
-    /// Most requests being handled at once on the proxy listener; beyond it, 503
-    /// `overloaded` with `Retry-After`.
+    /// Most requests (HTTP/2 streams included) being handled at once on the proxy
+    /// listener; beyond it, 503 `overloaded` with `Retry-After`.
     pub max_in_flight: usize,
     /// Longest a response write may wait for the client to read (no progress at all);
     /// then the connection is closed and the response it held freed.

@@ -115,6 +115,13 @@ async fn curl_speaks_h2c_and_http1_on_the_same_port() {
     assert!(h1.contains("idempotent-replayed: true"), "{h1}");
     assert_eq!(upstream.executions(), 1, "the HTTP/1.1 retry was a replay");
 
+    // The admin listener is served the same way.
+    let admin = format!("http://{}/healthz", app.admin);
+    let healthz = curl(&["--http2-prior-knowledge", &admin]).await;
+    assert!(healthz.ends_with("2 200"), "{healthz}");
+    let healthz = curl(&["--http1.1", &admin]).await;
+    assert!(healthz.ends_with("1.1 200"), "{healthz}");
+
     // An `Upgrade: h2c` request is answered over HTTP/1.1: no upgrade, as before.
     let upgrade = curl(&["--http2", &app.url("/v1/ping")]).await;
     assert!(upgrade.ends_with("1.1 201"), "{upgrade}");
