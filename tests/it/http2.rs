@@ -4,12 +4,15 @@
 //! settings are in `http2_frames.rs`.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::future::join_all;
+use futures_util::{stream, StreamExt};
 use http::{HeaderMap, Request};
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
 use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
@@ -267,4 +270,42 @@ async fn a_header_list_over_max_header_size_is_refused_per_stream() {
     )
     .await;
     assert_eq!(status, 201, "the connection goes on");
+}
+
+#[tokio::test]
+async fn a_stream_whose_body_stalls_gets_408_and_the_connection_goes_on() {
+    let (_redis, upstream, app) = stack("[server]\nbody_read_timeout = \"300ms\"\n").await;
+    let tcp = TcpStream::connect(app.addr).await.unwrap();
+    let (mut send, connection) = http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    // Part of a JSON body, then nothing: the stream stays open.
+    let first = Frame::data(Bytes::from_static(b"{\"n\":"));
+    let chunks = stream::once(async move { Ok::<_, Infallible>(first) }).chain(stream::pending());
+    let request = Request::post(app.url("/v1/payments"))
+        .header("idempotency-key", "h2-stalled")
+        .header("content-type", "application/json")
+        .body(BodyExt::boxed(StreamBody::new(chunks)))
+        .unwrap();
+    let started = Instant::now();
+    let response = send.send_request(request).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    assert_eq!(parts.status, 408);
+    assert_eq!(problem_code(&parts.headers, &body), "request_body_timeout");
+    assert_eq!(upstream.executions(), 0);
+
+    // Another stream on the same connection is served.
+    let done = Full::new(Bytes::from_static(b"{}"))
+        .map_err(|e| match e {})
+        .boxed();
+    let request = Request::post(app.url("/v1/payments"))
+        .header("idempotency-key", "h2-after-stall")
+        .header("content-type", "application/json")
+        .body(done)
+        .unwrap();
+    send.ready().await.unwrap();
+    assert_eq!(send.send_request(request).await.unwrap().status(), 201);
 }
