@@ -27,9 +27,11 @@ pub struct ServerConfig {
     pub max_request_body: ByteSize,
     /// Largest upstream response body the gateway buffers and stores.
     pub max_response_body: ByteSize,
-    /// Largest request head (request line plus headers) a client may send.
+    /// Largest request head (request line plus headers) a client may send; on HTTP/2, the
+    /// largest header list of a stream (`SETTINGS_MAX_HEADER_LIST_SIZE`, 431 beyond it).
     pub max_header_size: ByteSize,
-    /// How long a client may take to send its request head (slowloris guard).
+    /// How long a client may take to send its request head (slowloris guard); also how
+    /// long a new connection may take to send the bytes that tell HTTP/1.1 from HTTP/2.
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
     /// How long a client may take to send the body of a keyed request; slower is 408.
@@ -37,7 +39,8 @@ pub struct ServerConfig {
     pub body_read_timeout: Duration,
     /// Lingering close: after answering before the request body was read (413, 408, an
     /// early error), read and discard up to this many more bytes of it, so the client
-    /// sees the answer instead of a reset. `0B` turns lingering off.
+    /// sees the answer instead of a reset. `0B` turns lingering off. HTTP/1 only: an
+    /// HTTP/2 stream answered early is ended with `RST_STREAM` `NO_ERROR` instead.
     pub linger_bytes: ByteSize,
     /// Lingering close: the longest the rest of a body is read and discarded for.
     #[serde(with = "humantime_serde")]
@@ -49,10 +52,11 @@ pub struct ServerConfig {
     /// any other peer they are replaced. Empty: nobody is trusted.
     pub trusted_proxies: TrustedProxies,
     /// Most connections open on the proxy listener; beyond it, new connections wait in
-    /// the kernel's accept queue, unserved, until one closes.
+    /// the kernel's accept queue, unserved, until one closes. An HTTP/2 connection takes
+    /// one, whatever its streams.
     pub max_connections: usize,
-    /// Most requests being handled at once on the proxy listener; beyond it, 503
-    /// `overloaded` with `Retry-After`.
+    /// Most requests (HTTP/2 streams included) being handled at once on the proxy
+    /// listener; beyond it, 503 `overloaded` with `Retry-After`.
     pub max_in_flight: usize,
     /// Longest a response write may wait for the client to read (no progress at all);
     /// then the connection is closed and the response it held freed.
@@ -65,6 +69,34 @@ pub struct ServerConfig {
     pub runtime: Runtime,
     /// Worker threads: `"auto"` (the available cores) or a count ([`Workers`]).
     pub workers: Workers,
+    /// HTTP/2 (h2c with prior knowledge, on `listen` and `admin_listen` beside HTTP/1.1):
+    /// most streams a client may have open at once on one connection (the
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS` the gateway announces). Each stream is a request
+    /// and meets `max_in_flight`, `buffer_budget` and the body limits as an HTTP/1.1
+    /// request does; the header list of each is bounded by `max_header_size`.
+    pub http2_max_concurrent_streams: u32,
+    /// HTTP/2: the flow-control window of each stream, how much request body a client may
+    /// send on a stream before the gateway reads it. Between 64KiB and 2GiB - 1 byte.
+    pub http2_initial_stream_window: ByteSize,
+    /// HTTP/2: the flow-control window of a whole connection, across its streams: the most
+    /// unread request body one connection can hold. At least `http2_initial_stream_window`,
+    /// at most 2GiB - 1 byte.
+    pub http2_initial_connection_window: ByteSize,
+    /// HTTP/2 rapid reset guard (CVE-2023-44487): most streams a client may open and reset
+    /// before the gateway has started on them; beyond it the connection is closed with
+    /// `GOAWAY` `ENHANCE_YOUR_CALM`.
+    pub http2_max_pending_accept_reset_streams: usize,
+    /// HTTP/2: most streams the gateway may reset on one connection because the client
+    /// broke the protocol on them (a reset flood provoked from the client's side); beyond
+    /// it the connection is closed with `GOAWAY` `ENHANCE_YOUR_CALM`.
+    pub http2_max_local_error_reset_streams: usize,
+    /// HTTP/2: how often an HTTP/2 connection is pinged to find a peer that is gone;
+    /// `0s` turns pings off.
+    #[serde(with = "humantime_serde")]
+    pub http2_keep_alive_interval: Duration,
+    /// HTTP/2: how long a ping may go unanswered before the connection is closed.
+    #[serde(with = "humantime_serde")]
+    pub http2_keep_alive_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -87,6 +119,13 @@ impl Default for ServerConfig {
             buffer_budget: ByteSize::mib(256),
             runtime: Runtime::default(),
             workers: Workers::default(),
+            http2_max_concurrent_streams: 100,
+            http2_initial_stream_window: ByteSize::kib(256),
+            http2_initial_connection_window: ByteSize::mib(1),
+            http2_max_pending_accept_reset_streams: 20,
+            http2_max_local_error_reset_streams: 1024,
+            http2_keep_alive_interval: Duration::from_secs(20),
+            http2_keep_alive_timeout: Duration::from_secs(20),
         }
     }
 }
@@ -148,7 +187,52 @@ impl ServerConfig {
         }
         positive_duration("server.header_read_timeout", self.header_read_timeout)?;
         positive_duration("server.body_read_timeout", self.body_read_timeout)?;
-        self.check_limits()
+        self.check_limits()?;
+        self.check_http2()
+    }
+
+    /// The `server.http2_*` settings.
+    fn check_http2(&self) -> Result<(), ConfigError> {
+        if self.http2_max_concurrent_streams == 0 {
+            return Err(ConfigError::invalid(
+                "server.http2_max_concurrent_streams",
+                "must be at least 1",
+            ));
+        }
+        const MAX_WINDOW: u64 = (1 << 31) - 1;
+        let stream = self.http2_initial_stream_window.as_u64();
+        let connection = self.http2_initial_connection_window.as_u64();
+        if !(65_536..=MAX_WINDOW).contains(&stream) {
+            return Err(ConfigError::invalid(
+                "server.http2_initial_stream_window",
+                "must be between 64KiB and 2GiB - 1 byte",
+            ));
+        }
+        if !(stream..=MAX_WINDOW).contains(&connection) {
+            return Err(ConfigError::invalid(
+                "server.http2_initial_connection_window",
+                "must be between server.http2_initial_stream_window and 2GiB - 1 byte",
+            ));
+        }
+        if self.http2_max_pending_accept_reset_streams == 0 {
+            return Err(ConfigError::invalid(
+                "server.http2_max_pending_accept_reset_streams",
+                "must be at least 1",
+            ));
+        }
+        if self.http2_max_local_error_reset_streams == 0 {
+            return Err(ConfigError::invalid(
+                "server.http2_max_local_error_reset_streams",
+                "must be at least 1",
+            ));
+        }
+        if !self.http2_keep_alive_interval.is_zero() {
+            positive_duration(
+                "server.http2_keep_alive_timeout",
+                self.http2_keep_alive_timeout,
+            )?;
+        }
+        Ok(())
     }
 
     /// `server.max_connections`, `max_in_flight`, `write_timeout` and `buffer_budget`.

@@ -234,4 +234,60 @@ mod tests {
             assert!(e.contains(key), "{toml:?} gave {e}");
         }
     }
+
+    #[test]
+    fn http2_settings_have_safe_defaults_and_name_their_key() {
+        let d = Config::from_toml("").unwrap().server;
+        assert_eq!(d.http2_max_concurrent_streams, 100);
+        assert_eq!(d.http2_initial_stream_window.as_u64(), 256 << 10);
+        assert_eq!(d.http2_initial_connection_window.as_u64(), 1 << 20);
+        assert_eq!(d.http2_max_pending_accept_reset_streams, 20);
+        assert_eq!(d.http2_max_local_error_reset_streams, 1024);
+        assert_eq!(d.http2_keep_alive_interval.as_secs(), 20);
+        assert_eq!(d.http2_keep_alive_timeout.as_secs(), 20);
+        let ok = Config::from_toml(
+            "[server]\nhttp2_max_concurrent_streams = 1\nhttp2_initial_stream_window = \"64KiB\"\n\
+             http2_initial_connection_window = \"64KiB\"\nhttp2_keep_alive_interval = \"0s\"\n\
+             http2_keep_alive_timeout = \"0s\"\n",
+        );
+        assert!(ok.is_ok(), "the smallest values, pings off: {ok:?}");
+        let cases = [
+            (
+                "http2_max_concurrent_streams = 0",
+                "server.http2_max_concurrent_streams",
+            ),
+            (
+                "http2_initial_stream_window = \"65535B\"",
+                "server.http2_initial_stream_window",
+            ),
+            (
+                "http2_initial_stream_window = \"2GiB\"",
+                "server.http2_initial_stream_window",
+            ),
+            (
+                "http2_initial_connection_window = \"128KiB\"\nhttp2_initial_stream_window = \"256KiB\"",
+                "server.http2_initial_connection_window",
+            ),
+            (
+                "http2_initial_connection_window = \"2GiB\"",
+                "server.http2_initial_connection_window",
+            ),
+            (
+                "http2_max_pending_accept_reset_streams = 0",
+                "server.http2_max_pending_accept_reset_streams",
+            ),
+            (
+                "http2_max_local_error_reset_streams = 0",
+                "server.http2_max_local_error_reset_streams",
+            ),
+            (
+                "http2_keep_alive_timeout = \"0s\"",
+                "server.http2_keep_alive_timeout",
+            ),
+        ];
+        for (setting, key) in cases {
+            let e = err(&format!("[server]\n{setting}\n"));
+            assert!(e.contains(key), "{setting:?} gave {e}");
+        }
+    }
 }

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use ::metrics::Counter;
 use tokio::net::{TcpListener, TcpStream};
 
+use super::connection::BoxError;
 use super::proxy_limits::ProxyLimits;
 
 /// Connections accepted by each worker's proxy listener.
@@ -31,7 +32,7 @@ pub(super) async fn accept_loop<F>(
     accepted: Option<Counter>,
 ) -> Infallible
 where
-    F: Future<Output = hyper::Result<()>> + Send + 'static,
+    F: Future<Output = Result<(), BoxError>> + Send + 'static,
 {
     loop {
         let (stream, peer) = accept(&listener).await;

@@ -1,10 +1,13 @@
 //! How a listener serves a connection, composed in one place ([`Connections`]): the
-//! connection-level layer on its socket ([`WriteTimeoutLayer`]), hyper's HTTP/1
-//! settings (a header-read timeout, a request head of at most
-//! `server.max_header_size`), the peer's address for the handlers, and the request
-//! layers around the listener's router, outermost first: lingering close, then on the
-//! proxy listener `server.max_in_flight` and `server.buffer_budget`
-//! ([`super::layers`]).
+//! connection-level layer on its socket ([`WriteTimeoutLayer`]), hyper-util's auto
+//! connection builder (HTTP/1.1, or HTTP/2 when the connection opens with the h2c
+//! preface: prior knowledge), its HTTP/1 settings (a header-read timeout, a request head
+//! of at most `server.max_header_size`) and HTTP/2 ones (`server.http2_*`, a header list
+//! of at most `server.max_header_size`), the peer's address for the handlers, and the
+//! request layers around the listener's router, outermost first: lingering close
+//! (HTTP/1 only), then on the proxy listener `server.max_in_flight` and
+//! `server.buffer_budget` ([`super::layers`]). An HTTP/2 stream meets the request layers
+//! as an HTTP/1.1 request does.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -17,8 +20,8 @@ use axum::response::Response;
 use axum::{Extension, Router};
 use http::Request;
 use hyper::body::{Body, Incoming};
-use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpStream;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
@@ -32,7 +35,7 @@ use crate::app::App;
 use crate::config::ServerConfig;
 use crate::http::{admin_router, proxy_router};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The proxy listener's request layers around the gateway.
 pub(super) type ProxyService = Linger<Admit<Budgeted<Router>>>;
@@ -43,8 +46,10 @@ pub(super) type AdminService = Linger<Router>;
 /// What a listener does with each connection it accepts.
 pub(super) struct Connections<S> {
     write_timeout: WriteTimeoutLayer,
+    /// HTTP/1.1 and HTTP/2 (prior knowledge), with the `[server]` settings of each.
+    builder: auto::Builder<TokioExecutor>,
+    /// Also the longest wait for the first bytes that tell the protocol.
     header_read_timeout: Duration,
-    max_buf: usize,
     /// The router inside its request layers.
     service: S,
 }
@@ -75,11 +80,41 @@ impl<S> Connections<S> {
     fn new(server: &ServerConfig, service: S) -> Self {
         Self {
             write_timeout: WriteTimeoutLayer::from_config(server),
+            builder: builder(server),
             header_read_timeout: server.header_read_timeout,
-            max_buf: (server.max_header_size.as_u64() as usize).max(8192),
             service,
         }
     }
+}
+
+/// The auto connection builder: HTTP/1.1 unless the connection starts with the HTTP/2
+/// preface.
+fn builder(server: &ServerConfig) -> auto::Builder<TokioExecutor> {
+    let max_header = server.max_header_size.as_u64();
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(server.header_read_timeout)
+        .max_buf_size((max_header as usize).max(8192));
+    let keep_alive = Some(server.http2_keep_alive_interval).filter(|d| !d.is_zero());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(max_header).unwrap_or(u32::MAX))
+        .max_concurrent_streams(server.http2_max_concurrent_streams)
+        .initial_stream_window_size(window(server.http2_initial_stream_window))
+        .initial_connection_window_size(window(server.http2_initial_connection_window))
+        .max_pending_accept_reset_streams(server.http2_max_pending_accept_reset_streams)
+        .max_local_error_reset_streams(server.http2_max_local_error_reset_streams)
+        .keep_alive_interval(keep_alive)
+        .keep_alive_timeout(server.http2_keep_alive_timeout);
+    builder
+}
+
+/// A flow-control window (validated below 2^31 bytes).
+fn window(size: bytesize::ByteSize) -> u32 {
+    u32::try_from(size.as_u64()).unwrap_or(u32::MAX >> 1)
 }
 
 impl<S, B> Connections<S>
@@ -98,18 +133,43 @@ where
         stream: TcpStream,
         peer: SocketAddr,
         graceful: &GracefulShutdown,
-    ) -> impl Future<Output = hyper::Result<()>> + Send + 'static {
+    ) -> impl Future<Output = Result<(), BoxError>> + Send + 'static {
         let _ = stream.set_nodelay(true);
-        let io = self.write_timeout.wrap(stream);
         let service = Extension(ConnectInfo(peer)).layer(self.service.clone());
         let service = hyper::service::service_fn(move |request: Request<Incoming>| {
             service.clone().oneshot(request)
         });
-        let connection = http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(self.header_read_timeout)
-            .max_buf_size(self.max_buf)
-            .serve_connection(TokioIo::new(io), service);
-        graceful.watch(connection)
+        let (write_timeout, builder) = (self.write_timeout.clone(), self.builder.clone());
+        let header_read_timeout = self.header_read_timeout;
+        let watcher = graceful.watcher();
+        async move {
+            if !protocol_known(&stream, header_read_timeout).await {
+                return Ok(());
+            }
+            let io = write_timeout.wrap(stream);
+            let connection = builder.serve_connection(TokioIo::new(io), service);
+            watcher.watch(connection.into_owned()).await
+        }
     }
+}
+
+/// Waits, at most `within`, until the client has sent enough to tell HTTP/1 from the
+/// HTTP/2 preface (or closed). hyper-util's version detection has no timeout of its
+/// own and hyper's header-read timeout starts after it, so without this a connection
+/// that stays silent, or stops partway through the preface, would hold its
+/// `max_connections` slot for ever. False: the client was too slow; drop it.
+async fn protocol_known(stream: &TcpStream, within: Duration) -> bool {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let known = async {
+        let mut buf = [0u8; PREFACE.len()];
+        loop {
+            match stream.peek(&mut buf).await {
+                Ok(n) if n == 0 || n == PREFACE.len() || buf[..n] != PREFACE[..n] => return,
+                Err(_) => return,
+                // Part of the preface: wait for the rest.
+                Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+            }
+        }
+    };
+    tokio::time::timeout(within, known).await.is_ok()
 }

@@ -180,17 +180,24 @@ fn sigterm(child: &std::process::Child) {
 #[tokio::test]
 async fn sigterm_drains_in_flight_requests_then_exits_0() {
     // A keyed request: its upstream call runs in a detached task (`app.tasks`).
-    sigterm_with_a_slow_request_in_flight(true).await;
+    sigterm_with_a_slow_request_in_flight(true, false).await;
 }
 
 #[tokio::test]
 async fn sigterm_drains_an_in_flight_pass_through_request() {
     // Unkeyed, so proxied without idempotency: only the connection drain
     // (`GracefulShutdown`) keeps the process alive until its answer is written.
-    sigterm_with_a_slow_request_in_flight(false).await;
+    sigterm_with_a_slow_request_in_flight(false, false).await;
 }
 
-async fn sigterm_with_a_slow_request_in_flight(keyed: bool) {
+#[tokio::test]
+async fn sigterm_drains_an_in_flight_http2_stream() {
+    // Unkeyed over h2c: the connection's graceful shutdown (GOAWAY) lets the stream
+    // already open finish.
+    sigterm_with_a_slow_request_in_flight(false, true).await;
+}
+
+async fn sigterm_with_a_slow_request_in_flight(keyed: bool, h2: bool) {
     let redis = RedisServer::start();
     let upstream = MockUpstream::start().await;
     upstream.set_delay(Duration::from_millis(1200));
@@ -200,7 +207,11 @@ async fn sigterm_with_a_slow_request_in_flight(keyed: bool) {
         _file,
         ..
     } = serve(&redis, &upstream, "", Stdio::null()).await;
-    let mut request = reqwest::Client::new()
+    let client = match h2 {
+        true => reqwest::Client::builder().http2_prior_knowledge().build(),
+        false => reqwest::Client::builder().build(),
+    };
+    let mut request = (client.unwrap())
         .post(format!("http://127.0.0.1:{listen}/v1/payments"))
         .body("{}");
     if keyed {
@@ -215,6 +226,8 @@ async fn sigterm_with_a_slow_request_in_flight(keyed: bool) {
         .unwrap()
         .expect("in-flight request completes");
     assert_eq!(answer.status(), 201);
+    let version = [reqwest::Version::HTTP_11, reqwest::Version::HTTP_2][usize::from(h2)];
+    assert_eq!(answer.version(), version);
     assert_eq!(
         answer.text().await.unwrap(),
         "{\"execution\":1,\"status\":201}"

@@ -18,6 +18,8 @@ mod encryption;
 mod failover;
 mod faults;
 mod forwarding;
+mod http2;
+mod http2_frames;
 mod keys;
 mod lease;
 mod limits;

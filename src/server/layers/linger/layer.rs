@@ -1,16 +1,21 @@
-//! Lingering close as a request layer: every request body in a [`Lingering`].
+//! Lingering close as a request layer: every HTTP/1 request body in a [`Lingering`].
+//!
+//! HTTP/2 streams are left as they are: a stream answered before its body was read is
+//! ended by hyper with `RST_STREAM` `NO_ERROR` after the response (RFC 9113, 8.1), which
+//! tells the client to stop sending while the connection and its other streams go on;
+//! there is no socket to close early, so nothing to linger for.
 
 use std::task::{Context, Poll};
 
 use axum::body::Body;
-use http::Request;
+use http::{Request, Version};
 use hyper::body::Incoming;
 use tower::{Layer, Service};
 
 use super::body::Lingering;
 use super::LingerBounds;
 
-/// Wraps each request body of a listener in a [`Lingering`] ([`Linger`]).
+/// Wraps each HTTP/1 request body of a listener in a [`Lingering`] ([`Linger`]).
 #[derive(Debug, Clone, Copy)]
 pub struct LingerLayer {
     bounds: LingerBounds,
@@ -54,7 +59,11 @@ where
 
     fn call(&mut self, request: Request<Incoming>) -> S::Future {
         let (parts, body) = request.into_parts();
-        let body = Body::new(Lingering::new(body, &parts.headers, self.bounds));
+        let body = if parts.version == Version::HTTP_2 {
+            Body::new(body)
+        } else {
+            Body::new(Lingering::new(body, &parts.headers, self.bounds))
+        };
         self.inner.call(Request::from_parts(parts, body))
     }
 }
