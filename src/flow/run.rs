@@ -41,33 +41,18 @@ pub async fn detached(
     // Boxed: the future is KiBs, and spawning, polling to completion and
     // joining a task move it (and its output slot, as large) several times over;
     // a box moves as a pointer.
-    let run = Box::pin(execute(
-        app.clone(),
-        route.clone(),
-        lease,
-        request.parts,
-        request.body,
-        peer.ip(),
-    ));
-    let task = (app.tasks).spawn(run.in_current_span());
+    let (owned, route) = (app.clone(), route.clone());
+    let (parts, body) = (request.parts, request.body);
+    let client = Box::pin(async move {
+        let ran = run(owned, route, lease, parts, body, peer.ip(), Runner::Client).await;
+        (ran.0, ran.1)
+    });
+    let task = (app.tasks).spawn(client.in_current_span());
     task.await.unwrap_or_else(|e| {
         // The detail (a panic message) is for the log, not for the client.
         tracing::error!(error = %e, "request task failed");
         (Outcome::UpstreamError, Err(Refused::TaskFailed))
     })
-}
-
-/// Runs the upstream call for a client's held lease and settles the lease with its outcome.
-async fn execute(
-    app: Arc<App>,
-    route: Arc<Route>,
-    lease: Lease,
-    parts: Parts,
-    body: Bytes,
-    peer: IpAddr,
-) -> (Outcome, Reply) {
-    let (outcome, reply, _) = run(app, route, lease, parts, body, peer, Runner::Client).await;
-    (outcome, reply)
 }
 
 /// Runs the upstream call for a held lease and settles the lease with its outcome, as
