@@ -19,7 +19,8 @@
 //!   (`store::postgres`), the lease guard and its heartbeat, and both tiers together
 //!   (`store::tiers`).
 //! - [`proxy`]: the upstream client and the header rules; [`route`]: the route table
-//!   and canonical paths; [`problem`]: problem+json; [`budget`]: the byte budget.
+//!   and canonical paths; [`problem`]: problem+json; [`grpc`]: gRPC statuses (read
+//!   from upstream answers, and each problem as one); [`budget`]: the byte budget.
 //! - [`completer`]: drives requests abandoned partway to completion through the flow.
 //! - [`app`]: the application state, built once in named start-up steps.
 //! - [`config`]: the configuration schema, loading, rules and warnings (a leaf).
@@ -47,6 +48,7 @@ pub(crate) mod app;
 pub(crate) mod budget;
 pub(crate) mod completer;
 pub(crate) mod flow;
+pub(crate) mod grpc;
 pub(crate) mod http;
 pub(crate) mod metrics;
 pub(crate) mod problem;

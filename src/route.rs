@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use http::{HeaderName, Method, StatusCode, Uri};
 
-use crate::config::{Config, IdempotencyConfig, RouteConfig};
+use crate::config::{Config, GrpcCode, IdempotencyConfig, RouteConfig, UpstreamProtocol};
 use crate::metrics::RouteMetrics;
 
 /// One route with its effective (defaults plus overrides) idempotency policy.
@@ -20,6 +20,7 @@ pub struct Route {
     pub path_prefix: String,
     pub upstream: Uri,
     pub upstream_timeout: Duration,
+    pub upstream_protocol: UpstreamProtocol,
     pub policy: Policy,
     pub metrics: RouteMetrics,
 }
@@ -54,6 +55,11 @@ impl Policy {
     pub fn releases(&self, status: StatusCode) -> bool {
         self.settings.release_statuses.contains(&status)
     }
+
+    /// Whether a gRPC call that ended with `code` releases the key instead of being stored.
+    pub fn releases_grpc(&self, code: GrpcCode) -> bool {
+        self.settings.release_grpc_statuses.contains(&code)
+    }
 }
 
 impl Route {
@@ -63,6 +69,7 @@ impl Route {
             path_prefix: route.path_prefix.clone(),
             upstream: route.upstream.clone(),
             upstream_timeout: route.upstream_timeout,
+            upstream_protocol: route.upstream_protocol,
             policy: Policy::new(route.idempotency.apply(defaults)),
             metrics: RouteMetrics::new(&route.name),
         }

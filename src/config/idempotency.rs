@@ -8,6 +8,7 @@ use http::{HeaderName, Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use super::error::{positive_duration, ConfigError};
+use super::grpc::GrpcCode;
 use super::postgres::{ClaimDurability, PostgresConfig};
 use super::typed;
 
@@ -120,6 +121,15 @@ idempotency_settings! {
             StatusCode::SERVICE_UNAVAILABLE,
             StatusCode::GATEWAY_TIMEOUT,
         ];
+        /// gRPC statuses (by name, as `grpc-status` carries them in a `200` response to a
+        /// gRPC call) that release the key instead of being stored, as
+        /// `release_statuses` does for HTTP statuses: codes by which a gRPC server says
+        /// it did not act. `OK` cannot be one (docs/http.md, "gRPC").
+        release_grpc_statuses: Vec<GrpcCode> = vec![
+            GrpcCode::Unavailable,
+            GrpcCode::ResourceExhausted,
+            GrpcCode::DeadlineExceeded,
+        ];
         /// What a keyed request gets while Redis is down (its breaker open) or a claim
         /// times out.
         on_redis_unavailable: OnRedisUnavailable = OnRedisUnavailable::Postgres;
@@ -209,6 +219,12 @@ impl IdempotencyConfig {
             return Err(ConfigError::invalid(
                 format!("{at}.max_waiters"),
                 "must be greater than zero",
+            ));
+        }
+        if self.release_grpc_statuses.contains(&GrpcCode::Ok) {
+            return Err(ConfigError::invalid(
+                format!("{at}.release_grpc_statuses"),
+                "cannot hold OK: every successful call would be free to run again",
             ));
         }
         if !self.mismatch_status.is_client_error() {

@@ -20,6 +20,7 @@ mod cidr;
 mod deprecated;
 mod encryption;
 mod error;
+mod grpc;
 mod idempotency;
 mod keys;
 mod load;
@@ -45,6 +46,7 @@ use serde::{Deserialize, Serialize};
 pub use cidr::{Cidr, TrustedProxies};
 pub use deprecated::Deprecation;
 pub use error::ConfigError;
+pub use grpc::GrpcCode;
 pub use idempotency::{
     AnonymousScope, IdempotencyConfig, IdempotencyOverrides, InFlightPolicy, OnAmbiguous,
     OnRedisUnavailable,
@@ -53,7 +55,7 @@ pub use keys::{EncryptionKeys, KeyMaterial, KeyringError, KEY_LEN, MAX_ID_LEN};
 pub use load::ENV_PREFIX;
 pub use postgres::{ClaimDurability, LookupOnMiss, PostgresConfig};
 pub use redis::{RedisConfig, ReplayCacheConfig};
-pub use routes::RouteConfig;
+pub use routes::{RouteConfig, UpstreamProtocol};
 pub use runtime::{worker_share, Runtime, Workers};
 pub use server::{AdminConfig, LogConfig, LogFormat, ServerConfig};
 pub use tls::{read_secret, PostgresTls, RedisTls, ResolvedPgTls, SslMode, UpstreamTls};

@@ -31,6 +31,12 @@ pub struct RouteConfig {
     /// key is released or the outcome stored (`idempotency.on_ambiguous`).
     #[serde(with = "humantime_serde", default = "default_upstream_timeout")]
     pub upstream_timeout: Duration,
+    /// How the gateway talks to the upstream: `"http1"`, `"h2c"` (HTTP/2 with prior
+    /// knowledge, `http://` only) or `"h2"` (HTTP/2 over TLS chosen by ALPN, `https://`
+    /// only). HTTP/2 upstreams share one multiplexed connection per upstream; gRPC
+    /// upstreams need `"h2c"` or `"h2"`.
+    #[serde(default)]
+    pub upstream_protocol: UpstreamProtocol,
     #[serde(default)]
     pub idempotency: IdempotencyOverrides,
     #[serde(default)]
@@ -39,6 +45,19 @@ pub struct RouteConfig {
 
 fn default_upstream_timeout() -> Duration {
     Duration::from_secs(20)
+}
+
+/// `routes.upstream_protocol`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1, a pool of connections (over TLS for `https://`).
+    #[default]
+    Http1,
+    /// HTTP/2 with prior knowledge, in the clear (`http://`).
+    H2c,
+    /// HTTP/2 over TLS, ALPN `h2` (`https://`).
+    H2,
 }
 impl RouteConfig {
     /// The rules of the route at `at` (`routes[0]`): its name, valid and not among
@@ -70,7 +89,19 @@ impl RouteConfig {
             ));
         }
         positive_duration(&format!("{at}.upstream_timeout"), self.upstream_timeout)?;
-        if self.upstream.scheme_str() != Some("https") && self.tls.is_set() {
+        let https = self.upstream.scheme_str() == Some("https");
+        let protocol_fits = match self.upstream_protocol {
+            UpstreamProtocol::Http1 => true,
+            UpstreamProtocol::H2c => !https,
+            UpstreamProtocol::H2 => https,
+        };
+        if !protocol_fits {
+            return Err(ConfigError::invalid(
+                format!("{at}.upstream_protocol"),
+                "\"h2c\" needs an http:// upstream and \"h2\" an https:// one",
+            ));
+        }
+        if !https && self.tls.is_set() {
             return Err(ConfigError::invalid(
                 format!("{at}.tls"),
                 "is set but the upstream is not https://: the connection would be plaintext",

@@ -19,6 +19,7 @@ use super::refused::{Refused, Reply};
 use super::settle::{self, Runner, Settled};
 use crate::app::App;
 use crate::config::OnAmbiguous;
+use crate::grpc;
 use crate::idempotency::StoredResponse;
 use crate::metrics::Outcome;
 use crate::problem::Problem;
@@ -67,14 +68,16 @@ pub async fn run(
     runner: Runner,
 ) -> (Outcome, Reply, Settled) {
     let _in_flight = route.metrics.in_flight();
+    let is_grpc = grpc::is_grpc(&parts.headers);
     let answer = call(&app, &route, &lease, parts, body, peer, runner).await;
     let stored = match answer {
-        Ok(answer) if route.policy.releases(answer.status) => {
+        Ok(answer) if releases(&route, &answer) => {
             return settle::released(lease, answer, runner).await;
         }
         Ok(answer) => {
             let mut stored =
-                StoredResponse::from_upstream(answer.status, &answer.headers, answer.body);
+                StoredResponse::from_upstream(answer.status, &answer.headers, answer.body)
+                    .with_trailers(answer.trailers.as_ref());
             let first = stored.to_response(false);
             if !route.policy.settings.replay_set_cookie {
                 // The first client gets its cookies; they are not stored, so never replayed.
@@ -82,7 +85,7 @@ pub async fn run(
             }
             return settle::complete(&app, &route, lease, stored, first).await;
         }
-        Err(e) => match stored_problem(&route, &e) {
+        Err(e) => match stored_problem(&route, &e, is_grpc) {
             Some(stored) => stored,
             None => return settle::failed(lease, e, runner).await,
         },
@@ -119,22 +122,40 @@ async fn call(
     answer
 }
 
+/// Whether the upstream's answer releases the key: a release status, or a gRPC answer
+/// (`200`, `application/grpc`) whose `grpc-status` is a release one.
+fn releases(route: &Route, answer: &Buffered) -> bool {
+    let policy = &route.policy;
+    if policy.releases(answer.status) {
+        return true;
+    }
+    let grpc_status = || grpc::status_of(&answer.headers, answer.trailers.as_ref());
+    answer.status == http::StatusCode::OK
+        && grpc::is_grpc(&answer.headers)
+        && grpc_status().is_some_and(|code| policy.releases_grpc(code))
+}
+
 /// What is stored for a failed upstream call that may have acted, so that a retry
-/// does not run it again; `None` when the call can be tried again.
-fn stored_problem(route: &Route, e: &UpstreamError) -> Option<StoredResponse> {
-    match e {
+/// does not run it again (as a gRPC status for a gRPC call); `None` when the call can
+/// be tried again.
+fn stored_problem(route: &Route, e: &UpstreamError, is_grpc: bool) -> Option<StoredResponse> {
+    let problem = match e {
         UpstreamError::ResponseTooLarge(_) => {
             // The upstream acted; a retry must not run it again. Store the problem instead.
             tracing::warn!(error = %e,
                 "upstream response too large to store; storing a 502 problem for this key");
-            Some(Problem::from(e).to_stored())
+            Problem::from(e)
         }
         e if e.is_ambiguous() && route.policy.settings.on_ambiguous == OnAmbiguous::Store => {
             // The upstream may have acted: answer every retry with the same "unknown".
             tracing::warn!(error = %e,
                 "upstream outcome unknown; storing it for this key (on_ambiguous = store)");
-            Some(Problem::outcome_unknown(e).to_stored())
+            Problem::outcome_unknown(e)
         }
-        _ => None,
-    }
+        _ => return None,
+    };
+    Some(match is_grpc {
+        true => grpc::to_stored(&problem),
+        false => problem.to_stored(),
+    })
 }

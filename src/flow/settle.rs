@@ -123,7 +123,8 @@ pub async fn released(lease: Lease, answer: Buffered, runner: Runner) -> (Outcom
         Runner::Client => Box::pin(release(lease)).await,
         Runner::Completer => Box::pin(hand_back(lease)).await,
     }
-    let response = StoredResponse::from_upstream(answer.status, &answer.headers, answer.body);
+    let response = StoredResponse::from_upstream(answer.status, &answer.headers, answer.body)
+        .with_trailers(answer.trailers.as_ref());
     let response = response.to_response(false);
     (Outcome::UpstreamError, Ok(response), Settled::Released)
 }

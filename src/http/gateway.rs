@@ -1,8 +1,9 @@
 //! The proxied-traffic handler: the HTTP edge of the request flow ([`crate::flow`]).
 //!
 //! Headers sanitised, request id, path canonical, then [`flow::serve`] in the
-//! request's span; what the gateway answers itself ([`Refused`]) is rendered as
-//! problem+json here ([`super::problem`]). Every keyed request ends in one
+//! request's span; what the gateway answers itself ([`Refused`]) is rendered here:
+//! as problem+json ([`crate::problem`]), or as a gRPC status for a gRPC call
+//! ([`crate::grpc`]). Every keyed request ends in one
 //! [`Outcome`], counted and logged once, here.
 
 use std::net::SocketAddr;
@@ -15,6 +16,7 @@ use tracing::Instrument;
 
 use super::AppState;
 use crate::flow::{self, BodyError, Refused, Trace};
+use crate::grpc;
 use crate::idempotency::{RecordId, Scope};
 use crate::metrics::{self, Outcome};
 use crate::problem::Problem;
@@ -30,6 +32,7 @@ pub async fn handle(
     // Before anything reads or adds a header: a client can neither set a header only
     // the gateway sets nor, through `Connection`, remove one the gateway adds.
     headers::sanitize_incoming(request.headers_mut());
+    let is_grpc = grpc::is_grpc(request.headers());
     let request_id = request_id(request.headers().get(&X_REQUEST_ID));
     request
         .headers_mut()
@@ -47,10 +50,10 @@ pub async fn handle(
         Ok(()) => (flow::serve(&app, peer, request, &mut trace))
             .instrument(span.clone())
             .await
-            .unwrap_or_else(|refused| problem(refused).into_response()),
+            .unwrap_or_else(|refused| render(problem(refused), is_grpc)),
         Err(e) => {
             trace.outcome = Some(Outcome::Rejected);
-            Problem::invalid_path(e).into_response()
+            render(Problem::invalid_path(e), is_grpc)
         }
     };
     if trace.outcome == Some(Outcome::Bypassed) {
@@ -107,7 +110,15 @@ fn request_id(given: Option<&HeaderValue>) -> HeaderValue {
         })
 }
 
-/// The problem+json answer of a refusal.
+/// A problem as the answer: problem+json, or a gRPC status to a gRPC call.
+fn render(problem: Problem, is_grpc: bool) -> Response {
+    match is_grpc {
+        true => grpc::answer(&problem),
+        false => problem.into_response(),
+    }
+}
+
+/// The problem of a refusal.
 fn problem(refused: Refused) -> Problem {
     match refused {
         Refused::NoRoute(path_len) => Problem::no_route(path_len),

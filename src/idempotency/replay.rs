@@ -5,11 +5,18 @@
 //!
 //! Encoding (version 1): `0x01`, status (u16 BE), header count (u16 BE), then per
 //! header its name length (u16 BE), name, value length (u32 BE), value; the rest is
-//! the body. Version 2 is the same, sealed ([`super::sealed`]).
+//! the body. Version 2 is the same, sealed ([`super::sealed`]). Version 3, written only
+//! for a response with trailers (a gRPC call's status): `0x03`, status, the header
+//! block, then the trailers as a second block of the same form, then the body.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use axum::body::Body;
 use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
+use hyper::body::Frame;
 use http::header::{DATE, SERVER, SET_COOKIE};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
@@ -17,16 +24,20 @@ use crate::proxy::headers::{is_hop_by_hop, REPLAYED};
 
 /// First byte of an unsealed record: the version of this encoding ([`crate::store::formats`]).
 pub const ENCODING_VERSION: u8 = 1;
+/// First byte of an unsealed record with trailers (2 is the sealed envelope's).
+pub const TRAILERS_VERSION: u8 = 3;
 
 /// Most headers a record holds: the encoding counts them in a u16.
 const MAX_HEADERS: usize = u16::MAX as usize;
 
-/// A response as recorded for a key: status, end-to-end headers, body.
+/// A response as recorded for a key: status, end-to-end headers, body, trailers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredResponse {
     pub status: StatusCode,
     pub headers: Vec<(HeaderName, HeaderValue)>,
     pub body: Bytes,
+    /// Sent after the body, in order (a gRPC call's `grpc-status` and the rest).
+    pub trailers: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl StoredResponse {
@@ -44,12 +55,25 @@ impl StoredResponse {
             status,
             headers,
             body,
+            trailers: Vec::new(),
         }
     }
 
-    /// The response to send: stored status, headers and body, plus `Idempotent-Replayed`.
+    /// Adds the upstream's trailers (all of them, in order, at most 65 535).
+    pub fn with_trailers(mut self, trailers: Option<&HeaderMap>) -> Self {
+        if let Some(trailers) = trailers {
+            self.trailers = (trailers.iter())
+                .take(MAX_HEADERS)
+                .map(|(n, v)| (n.clone(), v.clone()))
+                .collect();
+        }
+        self
+    }
+
+    /// The response to send: stored status, headers, body and trailers, plus
+    /// `Idempotent-Replayed`.
     pub fn to_response(&self, replayed: bool) -> Response {
-        let mut response = Response::new(Body::from(self.body.clone()));
+        let mut response = Response::new(self.to_body());
         *response.status_mut() = self.status;
         let headers = response.headers_mut();
         headers.reserve(self.headers.len() + 1);
@@ -59,6 +83,22 @@ impl StoredResponse {
         let flag = if replayed { "true" } else { "false" };
         headers.insert(REPLAYED, HeaderValue::from_static(flag));
         response
+    }
+
+    /// The body, then the trailers when there are any.
+    fn to_body(&self) -> Body {
+        if self.trailers.is_empty() {
+            return Body::from(self.body.clone());
+        }
+        let mut trailers = HeaderMap::with_capacity(self.trailers.len());
+        for (name, value) in &self.trailers {
+            trailers.append(name.clone(), value.clone());
+        }
+        let data = (!self.body.is_empty()).then(|| self.body.clone());
+        Body::new(WithTrailers {
+            data,
+            trailers: Some(trailers),
+        })
     }
 
     /// The response for a replay: as stored, with `Idempotent-Replayed: true`, minus any
@@ -100,12 +140,16 @@ impl StoredResponse {
 
     /// Size of the stored form, for limits and metrics.
     pub fn encoded_len(&self) -> usize {
-        5 + self
-            .encoded_headers()
-            .iter()
-            .map(|(n, v)| 6 + n.as_str().len() + v.len())
-            .sum::<usize>()
-            + self.body.len()
+        let block = |fields: &[(HeaderName, HeaderValue)]| {
+            2 + (fields.iter())
+                .map(|(n, v)| 6 + n.as_str().len() + v.len())
+                .sum::<usize>()
+        };
+        let trailers = match self.trailers.is_empty() {
+            true => 0,
+            false => block(self.encoded_trailers()),
+        };
+        3 + block(self.encoded_headers()) + trailers + self.body.len()
     }
 
     pub fn encode(&self) -> Bytes {
@@ -116,13 +160,17 @@ impl StoredResponse {
 
     /// Appends the encoding to `out` (what [`super::sealed`] encrypts in place).
     pub fn encode_into(&self, out: &mut BytesMut) {
-        out.put_u8(ENCODING_VERSION);
+        match self.trailers.is_empty() {
+            true => out.put_u8(ENCODING_VERSION),
+            false => out.put_u8(TRAILERS_VERSION),
+        }
         out.put_u16(self.status.as_u16());
         self.put_headers(out);
         out.put_slice(&self.body);
     }
 
-    /// The header block alone (count, then name/value pairs), as Postgres stores it.
+    /// The header block alone (count, then name/value pairs; then the trailers' block
+    /// when there are trailers), as Postgres stores it.
     pub fn encode_headers(&self) -> Bytes {
         let mut out = BytesMut::with_capacity(self.encoded_len() - self.body.len());
         self.put_headers(&mut out);
@@ -135,24 +183,30 @@ impl StoredResponse {
         &self.headers[..self.headers.len().min(MAX_HEADERS)]
     }
 
+    fn encoded_trailers(&self) -> &[(HeaderName, HeaderValue)] {
+        &self.trailers[..self.trailers.len().min(MAX_HEADERS)]
+    }
+
+    /// The header block, and the trailers' block when there are trailers.
     fn put_headers(&self, out: &mut BytesMut) {
-        let headers = self.encoded_headers();
-        out.put_u16(headers.len() as u16);
-        for (name, value) in headers {
-            out.put_u16(name.as_str().len() as u16);
-            out.put_slice(name.as_str().as_bytes());
-            out.put_u32(value.len() as u32);
-            out.put_slice(value.as_bytes());
+        put_block(out, self.encoded_headers());
+        if !self.trailers.is_empty() {
+            put_block(out, self.encoded_trailers());
         }
     }
 
     pub fn decode(mut raw: Bytes) -> Result<Self, &'static str> {
-        if take(&mut raw, 1)?[0] != ENCODING_VERSION {
+        let version = take(&mut raw, 1)?[0];
+        if version != ENCODING_VERSION && version != TRAILERS_VERSION {
             return Err("unknown encoding version");
         }
         let status = int(&mut raw, 2)? as u16;
         let headers = take_headers(&mut raw)?;
-        Self::from_parts(status, headers, raw)
+        let trailers = match version {
+            TRAILERS_VERSION => take_headers(&mut raw)?,
+            _ => Vec::new(),
+        };
+        Self::from_parts(status, headers, raw, trailers)
     }
 
     /// Rebuilds a response from its status, [`encode_headers`](Self::encode_headers) block and body.
@@ -161,20 +215,54 @@ impl StoredResponse {
         mut headers: Bytes,
         body: Bytes,
     ) -> Result<Self, &'static str> {
-        let headers = take_headers(&mut headers)?;
-        Self::from_parts(status, headers, body)
+        let fields = take_headers(&mut headers)?;
+        // What follows the headers in the block is the trailers' block (none before
+        // trailers were stored: the block ended there).
+        let trailers = match headers.is_empty() {
+            true => Vec::new(),
+            false => take_headers(&mut headers)?,
+        };
+        Self::from_parts(status, fields, body, trailers)
     }
 
     fn from_parts(
         status: u16,
         headers: Vec<(HeaderName, HeaderValue)>,
         body: Bytes,
+        trailers: Vec<(HeaderName, HeaderValue)>,
     ) -> Result<Self, &'static str> {
         Ok(Self {
             status: StatusCode::from_u16(status).map_err(|_| "bad status")?,
             headers,
             body,
+            trailers,
         })
+    }
+}
+
+/// A body of one data frame (if any) and then trailers.
+struct WithTrailers {
+    data: Option<Bytes>,
+    trailers: Option<HeaderMap>,
+}
+
+impl hyper::body::Body for WithTrailers {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let frame = match self.data.take() {
+            Some(data) => Some(Frame::data(data)),
+            None => self.trailers.take().map(Frame::trailers),
+        };
+        Poll::Ready(frame.map(Ok))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.is_none() && self.trailers.is_none()
     }
 }
 
@@ -192,6 +280,16 @@ impl Encoded {
     pub fn header_block(&self) -> Bytes {
         let end = self.bytes.len() - self.compact.body.len();
         self.bytes.slice(3..end)
+    }
+}
+
+fn put_block(out: &mut BytesMut, fields: &[(HeaderName, HeaderValue)]) {
+    out.put_u16(fields.len() as u16);
+    for (name, value) in fields {
+        out.put_u16(name.as_str().len() as u16);
+        out.put_slice(name.as_str().as_bytes());
+        out.put_u32(value.len() as u32);
+        out.put_slice(value.as_bytes());
     }
 }
 
@@ -280,6 +378,34 @@ mod tests {
         );
         assert_eq!(r.body, "hi");
         assert_eq!(r.encode(), &v1[..], "the encoding of version 1 changed");
+    }
+
+    #[test]
+    fn trailers_round_trip_in_version_3_and_only_then() {
+        let mut t = HeaderMap::new();
+        t.append("grpc-status", HeaderValue::from_static("0"));
+        t.append("x-cost", HeaderValue::from_static("a"));
+        t.append("x-cost", HeaderValue::from_static("b"));
+        let s = sample().with_trailers(Some(&t));
+        let encoded = s.encode();
+        assert_eq!((encoded[0], encoded.len()), (TRAILERS_VERSION, s.encoded_len()));
+        assert_eq!(StoredResponse::decode(encoded).unwrap(), s);
+        let parts = StoredResponse::from_stored_parts(201, s.encode_headers(), s.body.clone());
+        assert_eq!(parts.unwrap(), s);
+        assert_eq!(s.encoded().header_block(), s.encode_headers());
+        let plain = sample().with_trailers(None);
+        assert_eq!(plain.encode()[0], ENCODING_VERSION);
+    }
+
+    #[tokio::test]
+    async fn a_response_with_trailers_sends_them_after_the_body() {
+        use http_body_util::BodyExt;
+        let mut t = HeaderMap::new();
+        t.append("grpc-status", HeaderValue::from_static("5"));
+        let s = sample().with_trailers(Some(&t));
+        let collected = s.to_response(true).into_body().collect().await.unwrap();
+        assert_eq!(collected.trailers().unwrap()["grpc-status"], "5");
+        assert_eq!(collected.to_bytes(), s.body);
     }
 
     #[test]

@@ -36,6 +36,27 @@ pub const IDEMPOTENCY_STATUS: HeaderName = HeaderName::from_static("idempotency-
 /// Header that tells a client whether it got a replay.
 pub const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
+/// `TE: trailers`, what a gRPC server requires of a request (the one `TE` HTTP/2 allows).
+pub const TRAILERS: HeaderValue = HeaderValue::from_static("trailers");
+
+/// Whether a request or response is gRPC: `Content-Type` `application/grpc`, alone or
+/// with a `+format` or parameters (gRPC-Web's `application/grpc-web` is not: it
+/// carries its trailers in the body, as any HTTP response).
+pub fn is_grpc(headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(http::header::CONTENT_TYPE) else {
+        return false;
+    };
+    let value = value.as_bytes();
+    let Some(rest) = value
+        .get(..16)
+        .filter(|p| p.eq_ignore_ascii_case(b"application/grpc"))
+        .map(|_| &value[16..])
+    else {
+        return false;
+    };
+    matches!(rest.first(), None | Some(b'+' | b';' | b' '))
+}
+
 /// The fields that are hop-by-hop whatever `Connection` says (RFC 9110 section 7.6.1).
 const FIXED_HOP_BY_HOP: [HeaderName; 9] = [
     CONNECTION,
@@ -341,5 +362,21 @@ mod tests {
         assert!(p.trusted);
         assert_eq!(p.ip.to_string(), "10.1.2.3");
         assert!(!Peer::new("11.0.0.1".parse().unwrap(), &trusted).trusted);
+    }
+
+    #[test]
+    fn grpc_is_told_by_its_content_type() {
+        let with = |ct: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static(ct));
+            is_grpc(&h)
+        };
+        for yes in ["application/grpc", "application/grpc+proto", "Application/GRPC; x=1"] {
+            assert!(with(yes), "{yes}");
+        }
+        for no in ["application/grpc-web", "application/grpcx", "application/json", "text/grpc"] {
+            assert!(!with(no), "{no}");
+        }
+        assert!(!is_grpc(&HeaderMap::new()));
     }
 }

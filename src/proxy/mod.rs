@@ -1,10 +1,11 @@
-//! The upstream side: pooled HTTP/1 clients (`http://` and `https://`: one shared,
-//! plus one per route with TLS settings of its own, see [`crate::tls::upstream`]),
-//! request forwarding, and the errors an upstream call can end in ([`UpstreamError`]).
-//! A TLS handshake failure is a connect error: nothing was sent.
+//! The upstream side: pooled clients (HTTP/1 for `http://` and `https://`: one shared;
+//! one per route with TLS settings of its own, see [`crate::tls::upstream`], or with
+//! an HTTP/2 `upstream_protocol`: one multiplexed connection per upstream), request
+//! forwarding, and the errors an upstream call can end in ([`UpstreamError`]). A TLS
+//! handshake failure is a connect error: nothing was sent.
 //!
-//! Keyed requests are forwarded fully buffered (the response is stored);
-//! other requests stream through untouched.
+//! Keyed requests are forwarded fully buffered (the response is stored, trailers
+//! included); other requests stream through untouched, trailers included.
 
 pub mod headers;
 
@@ -21,7 +22,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use self::headers::Peer;
-use crate::config::RouteConfig;
+use crate::config::{RouteConfig, UpstreamProtocol};
 use crate::route::Route;
 use crate::tls::upstream::{self as tls, Connector};
 use crate::tls::TlsError;
@@ -56,6 +57,8 @@ pub struct Buffered {
     pub status: StatusCode,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// The trailers after the body (HTTP/2, chunked HTTP/1): a gRPC call's status.
+    pub trailers: Option<HeaderMap>,
 }
 
 type HttpClient = Client<Connector, Body>;
@@ -63,9 +66,9 @@ type HttpClient = Client<Connector, Body>;
 /// The HTTP clients of the routes.
 #[derive(Clone)]
 pub struct Upstream {
-    /// Every route without TLS settings of its own.
+    /// Every HTTP/1 route without TLS settings of its own.
     shared: HttpClient,
-    /// Routes with `[routes.tls]`, by name.
+    /// Routes with `[routes.tls]` or an HTTP/2 `upstream_protocol`, by name.
     own: HashMap<String, HttpClient>,
 }
 
@@ -74,16 +77,22 @@ impl Upstream {
     /// the system's roots).
     pub fn new(routes: &[RouteConfig]) -> Result<Self, TlsError> {
         let https = |r: &RouteConfig| r.upstream.scheme_str() == Some("https");
-        let shared_https = routes.iter().any(|r| https(r) && !r.tls.is_set());
+        let shares = |r: &RouteConfig| !r.tls.is_set() && r.upstream_protocol == UpstreamProtocol::Http1;
+        let shared_https = routes.iter().any(|r| https(r) && shares(r));
         let mut own = HashMap::new();
         for (i, route) in routes.iter().enumerate() {
-            if route.tls.is_set() {
-                let connector = tls::for_route(&format!("routes[{i}]"), &route.name, &route.tls)?;
-                own.insert(route.name.clone(), client(connector));
-            }
+            let protocol = route.upstream_protocol;
+            let connector = if route.tls.is_set() {
+                tls::for_route(&format!("routes[{i}]"), &route.name, &route.tls, protocol)?
+            } else if !shares(route) {
+                tls::with_protocol(https(route), protocol)?
+            } else {
+                continue;
+            };
+            own.insert(route.name.clone(), client(connector, protocol));
         }
         Ok(Self {
-            shared: client(tls::shared(shared_https)?),
+            shared: client(tls::shared(shared_https)?, UpstreamProtocol::Http1),
             own,
         })
     }
@@ -107,7 +116,7 @@ impl Upstream {
             let response = (self.client(route).request(request).await).map_err(classify)?;
             let (mut parts, body) = response.into_parts();
             headers::strip_gateway_owned_response(&mut parts.headers);
-            let body = Limited::new(body, max_response as usize)
+            let collected = Limited::new(body, max_response as usize)
                 .collect()
                 .await
                 .map_err(|e| {
@@ -118,12 +127,13 @@ impl Upstream {
                     } else {
                         UpstreamError::Exchange(e)
                     }
-                })?
-                .to_bytes();
+                })?;
+            let trailers = collected.trailers().cloned();
             Ok(Buffered {
                 status: parts.status,
                 headers: parts.headers,
-                body,
+                body: collected.to_bytes(),
+                trailers,
             })
         };
         tokio::time::timeout(route.upstream_timeout, exchange)
@@ -153,11 +163,20 @@ impl Upstream {
     }
 }
 
-fn client(connector: Connector) -> HttpClient {
-    Client::builder(TokioExecutor::new())
+fn client(connector: Connector, protocol: UpstreamProtocol) -> HttpClient {
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder
         .pool_idle_timeout(Duration::from_secs(30))
-        .pool_max_idle_per_host(256)
-        .build(connector)
+        .pool_max_idle_per_host(256);
+    if protocol != UpstreamProtocol::Http1 {
+        // One connection per upstream, its streams multiplexed; pings find a dead one.
+        builder
+            .http2_only(true)
+            .http2_keep_alive_interval(Duration::from_secs(20))
+            .http2_keep_alive_timeout(Duration::from_secs(20))
+            .http2_keep_alive_while_idle(true);
+    }
+    builder.build(connector)
 }
 
 fn classify(e: hyper_util::client::legacy::Error) -> UpstreamError {
@@ -172,7 +191,17 @@ fn classify(e: hyper_util::client::legacy::Error) -> UpstreamError {
 fn build_request(route: &Route, mut parts: Parts, body: Body, peer: Peer) -> Request<Body> {
     headers::prepare_upstream_request(&mut parts.headers, peer);
     parts.uri = upstream_uri(&route.upstream, &parts.uri);
-    parts.version = http::Version::HTTP_11;
+    parts.version = match route.upstream_protocol {
+        UpstreamProtocol::Http1 => http::Version::HTTP_11,
+        UpstreamProtocol::H2c | UpstreamProtocol::H2 => {
+            // `TE` is hop-by-hop and was removed on arrival; `trailers`, the one value
+            // HTTP/2 allows, is what gRPC servers require to see.
+            if headers::is_grpc(&parts.headers) {
+                parts.headers.insert(http::header::TE, headers::TRAILERS);
+            }
+            http::Version::HTTP_2
+        }
+    };
     Request::from_parts(parts, body)
 }
 

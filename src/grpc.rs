@@ -1,0 +1,143 @@
+//! gRPC on keyed routes: a gRPC call's status read from an upstream answer (to decide
+//! whether it releases the key), and what the gateway answers a gRPC call with itself:
+//! the gRPC status of each [`Problem`], as a trailers-only response, never problem+json.
+//!
+//! A call is gRPC when its `Content-Type` is ([`is_grpc`]). Its key, scope and
+//! fingerprint are an HTTP request's: the `idempotency-key` metadata is the header,
+//! and the fingerprint covers the framed message bytes. Statuses (docs/http.md, "gRPC"):
+//! a reused key is `FAILED_PRECONDITION` (the call is refused because of what the
+//! system holds, not because of its arguments), a key in flight `ABORTED`, a store or
+//! an upstream that cannot be reached `UNAVAILABLE`, a missing or invalid key or scope
+//! `INVALID_ARGUMENT`; `grpc-message` starts with the problem's `code`.
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use http::header::CONTENT_TYPE;
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+
+use crate::config::GrpcCode;
+use crate::idempotency::StoredResponse;
+use crate::problem::Problem;
+
+pub use crate::proxy::headers::is_grpc;
+
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+/// gRPC's retry pushback: how long a client's retry policy waits before trying again.
+const GRPC_RETRY_PUSHBACK: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
+const APPLICATION_GRPC: HeaderValue = HeaderValue::from_static("application/grpc");
+
+/// The status a gRPC answer ends with: its trailers' `grpc-status`, or its headers'
+/// for a trailers-only answer. `None` when there is none, or not a number gRPC knows.
+pub fn status_of(headers: &HeaderMap, trailers: Option<&HeaderMap>) -> Option<GrpcCode> {
+    let value = trailers
+        .and_then(|t| t.get(GRPC_STATUS))
+        .or_else(|| headers.get(GRPC_STATUS))?;
+    let n = value.to_str().ok()?.trim().parse::<u32>().ok()?;
+    GrpcCode::from_number(n)
+}
+
+/// The gRPC status of a problem the gateway answers with.
+pub fn code_for(problem: &Problem) -> GrpcCode {
+    match problem.code {
+        "idempotency_key_reused" => GrpcCode::FailedPrecondition,
+        "idempotency_key_in_flight" | "idempotency_outcome_superseded" => GrpcCode::Aborted,
+        "idempotency_key_missing"
+        | "idempotency_key_invalid"
+        | "idempotency_scope_missing"
+        | "idempotency_scope_duplicated"
+        | "invalid_path"
+        | "request_body_unreadable" => GrpcCode::InvalidArgument,
+        "route_not_found" => GrpcCode::Unimplemented,
+        "request_body_too_large" | "upstream_response_too_large" => GrpcCode::ResourceExhausted,
+        "request_body_timeout" | "upstream_timeout" => GrpcCode::DeadlineExceeded,
+        "store_unavailable" | "overloaded" | "upstream_unavailable" => GrpcCode::Unavailable,
+        "upstream_outcome_unknown" => GrpcCode::Unknown,
+        _ => GrpcCode::Internal,
+    }
+}
+
+/// A problem as a gRPC call's answer: `200`, `Content-Type: application/grpc`, no body,
+/// and the status in the headers (a trailers-only response): `grpc-status`,
+/// `grpc-message` (`<code>: <detail>`, percent-encoded as gRPC requires) and, when the
+/// problem says when to retry, `grpc-retry-pushback-ms`.
+pub fn answer(problem: &Problem) -> Response {
+    let mut response = Response::new(Body::empty());
+    let headers = response.headers_mut();
+    *headers = status_headers(problem);
+    if let Some(secs) = problem.retry_after {
+        headers.insert(GRPC_RETRY_PUSHBACK, HeaderValue::from(secs * 1000));
+    }
+    response
+}
+
+/// A problem stored for a gRPC call (an outcome unknown, a response too large): the
+/// same trailers-only answer as [`answer`], replayed to every retry.
+pub fn to_stored(problem: &Problem) -> StoredResponse {
+    StoredResponse::from_upstream(StatusCode::OK, &status_headers(problem), Bytes::new())
+}
+
+/// `Content-Type`, `grpc-status` and `grpc-message` of a problem's status.
+fn status_headers(problem: &Problem) -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(4);
+    headers.insert(CONTENT_TYPE, APPLICATION_GRPC);
+    let code = u16::from(code_for(problem).number());
+    headers.insert(GRPC_STATUS, HeaderValue::from(code));
+    headers.insert(GRPC_MESSAGE, message(problem));
+    headers
+}
+
+/// `<code>: <detail>`, percent-encoded: every byte outside printable ASCII, and `%`.
+fn message(problem: &Problem) -> HeaderValue {
+    let text = format!("{}: {}", problem.code, problem.detail);
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if (0x20..=0x7e).contains(&b) && b != b'%' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    HeaderValue::from_str(&out).unwrap_or(HeaderValue::from_static("internal_error"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_problem_becomes_a_trailers_only_status_with_its_code_in_the_message() {
+        let r = answer(&Problem::in_flight(Duration::from_millis(1500)));
+        assert_eq!(r.status(), StatusCode::OK);
+        let h = r.headers();
+        assert_eq!(h[CONTENT_TYPE], "application/grpc");
+        assert_eq!(h["grpc-status"], "10");
+        let message = h["grpc-message"].to_str().unwrap();
+        assert!(message.starts_with("idempotency_key_in_flight: "), "{message}");
+        assert_eq!(h["grpc-retry-pushback-ms"], "2000");
+        let reused = answer(&Problem::mismatch(StatusCode::UNPROCESSABLE_ENTITY));
+        assert_eq!(reused.headers()["grpc-status"], "9");
+    }
+
+    #[test]
+    fn the_message_is_percent_encoded() {
+        let p = Problem::internal("50% done\nnaïve");
+        let m = message(&p);
+        assert_eq!(m, "internal_error: 50%25 done%0Ana%C3%AFve");
+    }
+
+    #[test]
+    fn the_status_is_read_from_trailers_then_headers() {
+        let mut headers = HeaderMap::new();
+        let mut trailers = HeaderMap::new();
+        assert_eq!(status_of(&headers, Some(&trailers)), None);
+        headers.insert(GRPC_STATUS, HeaderValue::from_static("14"));
+        assert_eq!(status_of(&headers, None), Some(GrpcCode::Unavailable));
+        trailers.insert(GRPC_STATUS, HeaderValue::from_static("0"));
+        assert_eq!(status_of(&headers, Some(&trailers)), Some(GrpcCode::Ok));
+        trailers.insert(GRPC_STATUS, HeaderValue::from_static("99"));
+        assert_eq!(status_of(&HeaderMap::new(), Some(&trailers)), None);
+    }
+}
