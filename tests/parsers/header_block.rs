@@ -42,10 +42,15 @@ fn headers() -> impl Strategy<Value = Vec<(HeaderName, HeaderValue)>> {
 
 fn response() -> impl Strategy<Value = StoredResponse> {
     let body = prop::collection::vec(any::<u8>(), 0..128);
-    (100u16..=999, headers(), body).prop_map(|(status, headers, body)| StoredResponse {
-        status: StatusCode::from_u16(status).unwrap(),
-        headers,
-        body: Bytes::from(body),
+    // Trailers: none (encoding 1) as often as some (encoding 3).
+    let trailers = prop_oneof![Just(Vec::new()), headers()];
+    (100u16..=999, headers(), body, trailers).prop_map(|(status, headers, body, trailers)| {
+        StoredResponse {
+            status: StatusCode::from_u16(status).unwrap(),
+            headers,
+            body: Bytes::from(body),
+            trailers,
+        }
     })
 }
 
@@ -115,6 +120,7 @@ fn the_largest_name_and_a_value_past_64_kib_round_trip() {
         status: StatusCode::OK,
         headers: vec![(name, value)],
         body: Bytes::from_static(b"body"),
+        trailers: Vec::new(),
     };
     assert_round_trips(&r).unwrap();
 }
