@@ -2,6 +2,7 @@
 # `make test`: every check that proves behaviour, stage by stage, then one summary line.
 #   alert rules   promtool check rules + promtool test rules (deploy/prometheus/)
 #   deploy        deploy/check.sh (manifests, Dockerfile; its tools once per machine)
+#   grpc tools    tests/grpc/setup.sh (grpcio for the gRPC tests; once per machine)
 #   cargo test    cargo test --all-targets: unit, integration (tests/it), parsers,
 #                 architecture, docs, the fast chaos scenarios
 # The slower gates (cargo deny, the upgrade check, the fuzz smoke) are `make ci`'s.
@@ -35,6 +36,7 @@ cargo_test() {
 
 stage "alert rules" alert_rules
 stage "deploy" bash deploy/check.sh
+stage "grpc tools" bash tests/grpc/setup.sh
 stage "cargo test" cargo_test
 
 # cargo prints one "test result: ok. 12 passed; 0 failed; 1 ignored; ..." per binary.

@@ -19,7 +19,7 @@ use http::uri::PathAndQuery;
 use http::{HeaderMap, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Limited};
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use self::headers::Peer;
 use crate::config::{RouteConfig, UpstreamProtocol};
@@ -171,6 +171,7 @@ fn client(connector: Connector, protocol: UpstreamProtocol) -> HttpClient {
     if protocol != UpstreamProtocol::Http1 {
         // One connection per upstream, its streams multiplexed; pings find a dead one.
         builder
+            .timer(TokioTimer::new())
             .http2_only(true)
             .http2_keep_alive_interval(Duration::from_secs(20))
             .http2_keep_alive_timeout(Duration::from_secs(20))

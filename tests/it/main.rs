@@ -18,6 +18,7 @@ mod encryption;
 mod failover;
 mod faults;
 mod forwarding;
+mod grpc;
 mod http2;
 mod http2_frames;
 mod keys;

@@ -17,6 +17,8 @@ use axum::Router;
 pub struct Seen {
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// The HTTP version the request came in (HTTP/2 from an `h2c` or `h2` route).
+    pub version: axum::http::Version,
 }
 
 #[derive(Default)]
@@ -77,9 +79,11 @@ impl MockUpstream {
                         app.clone().oneshot(request.map(axum::body::Body::new))
                     });
                     let io = hyper_util::rt::TokioIo::new(tls);
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(io, service)
-                        .await;
+                    // HTTP/1.1 or HTTP/2, as the client speaks (ALPN in `config`, if any).
+                    let builder = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    );
+                    let _ = builder.serve_connection(io, service).await;
                 });
             }
         });
@@ -125,10 +129,19 @@ impl MockUpstream {
     }
 }
 
-async fn handle(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn handle(
+    State(shared): State<Arc<Shared>>,
+    version: axum::http::Version,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let execution = {
         let mut seen = shared.seen.lock().unwrap();
-        seen.push(Seen { headers, body });
+        seen.push(Seen {
+            headers,
+            body,
+            version,
+        });
         seen.len()
     };
     let delay = *shared.delay.lock().unwrap();

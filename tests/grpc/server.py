@@ -1,0 +1,98 @@
+"""A real gRPC server (grpcio) for the gRPC tests, without protobuf: messages are raw
+bytes. Prints its port, then serves until killed.
+
+Methods of `demo.Payments`:
+- `Create` (unary): counts one execution per `idempotency-key`; the message says what
+  to do: `sleep:<ms>:...` waits first, `unavailable...` aborts with UNAVAILABLE,
+  `declined...` aborts with FAILED_PRECONDITION and trailers of its own; otherwise it
+  answers `paid:<message>:<n>:<random>` with initial metadata `x-first` and trailers
+  `x-ledger` (random) and `x-receipt-bin` (random bytes), so a second execution can
+  never answer the same bytes.
+- `Count` (unary): the executions per key, as JSON.
+- `Feed` (server streaming): three messages, then trailers.
+- `Chat` (bidirectional): answers each message as it arrives.
+Every method but `Count` counts an execution per key.
+"""
+import json
+import os
+import sys
+import threading
+import time
+from concurrent import futures
+
+import grpc
+
+executions = {}
+lock = threading.Lock()
+
+
+def key_of(context):
+    for k, v in context.invocation_metadata():
+        if k == "idempotency-key":
+            return v
+    return ""
+
+
+def execute(context):
+    key = key_of(context)
+    with lock:
+        executions[key] = executions.get(key, 0) + 1
+        return executions[key]
+
+
+def create(request, context):
+    n = execute(context)
+    if request.startswith(b"sleep:"):
+        time.sleep(int(request.split(b":")[1]) / 1000)
+    if request.startswith(b"unavailable"):
+        context.abort(grpc.StatusCode.UNAVAILABLE, "try again later")
+    if request.startswith(b"declined"):
+        context.set_trailing_metadata((("x-decline-reason", "insufficient-funds"),))
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, "card declined")
+    context.send_initial_metadata((("x-first", "1"),))
+    context.set_trailing_metadata(
+        (("x-ledger", os.urandom(8).hex()), ("x-receipt-bin", os.urandom(12)))
+    )
+    return b"paid:" + request + b":" + str(n).encode() + b":" + os.urandom(8).hex().encode()
+
+
+def count(request, context):
+    with lock:
+        return json.dumps(executions).encode()
+
+
+def feed(request, context):
+    execute(context)
+    for i in range(3):
+        yield request + b":" + str(i).encode()
+    context.set_trailing_metadata((("x-fed", "3"),))
+
+
+def chat(requests, context):
+    execute(context)
+    for message in requests:
+        yield b"echo:" + message
+
+
+def main():
+    handler = grpc.method_handlers_generic_handler(
+        "demo.Payments",
+        {
+            "Create": grpc.unary_unary_rpc_method_handler(create),
+            "Count": grpc.unary_unary_rpc_method_handler(count),
+            "Feed": grpc.unary_stream_rpc_method_handler(feed),
+            "Chat": grpc.stream_stream_rpc_method_handler(chat),
+        },
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=64))
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    print(port, flush=True)
+    # Ends with its parent: the test closes our stdin when it drops us.
+    sys.stdin.read()
+    server.stop(0)
+
+
+if __name__ == "__main__":
+    main()
