@@ -115,7 +115,10 @@ mod tests {
         assert_eq!(h[CONTENT_TYPE], "application/grpc");
         assert_eq!(h["grpc-status"], "10");
         let message = h["grpc-message"].to_str().unwrap();
-        assert!(message.starts_with("idempotency_key_in_flight: "), "{message}");
+        assert!(
+            message.starts_with("idempotency_key_in_flight: "),
+            "{message}"
+        );
         assert_eq!(h["grpc-retry-pushback-ms"], "2000");
         let reused = answer(&Problem::mismatch(StatusCode::UNPROCESSABLE_ENTITY));
         assert_eq!(reused.headers()["grpc-status"], "9");

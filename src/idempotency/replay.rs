@@ -16,9 +16,9 @@ use std::task::{Context, Poll};
 use axum::body::Body;
 use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
-use hyper::body::Frame;
 use http::header::{DATE, SERVER, SET_COOKIE};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use hyper::body::Frame;
 
 use crate::proxy::headers::{is_hop_by_hop, REPLAYED};
 
@@ -388,7 +388,10 @@ mod tests {
         t.append("x-cost", HeaderValue::from_static("b"));
         let s = sample().with_trailers(Some(&t));
         let encoded = s.encode();
-        assert_eq!((encoded[0], encoded.len()), (TRAILERS_VERSION, s.encoded_len()));
+        assert_eq!(
+            (encoded[0], encoded.len()),
+            (TRAILERS_VERSION, s.encoded_len())
+        );
         assert_eq!(StoredResponse::decode(encoded).unwrap(), s);
         let parts = StoredResponse::from_stored_parts(201, s.encode_headers(), s.body.clone());
         assert_eq!(parts.unwrap(), s);

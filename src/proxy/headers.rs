@@ -371,10 +371,19 @@ mod tests {
             h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static(ct));
             is_grpc(&h)
         };
-        for yes in ["application/grpc", "application/grpc+proto", "Application/GRPC; x=1"] {
+        for yes in [
+            "application/grpc",
+            "application/grpc+proto",
+            "Application/GRPC; x=1",
+        ] {
             assert!(with(yes), "{yes}");
         }
-        for no in ["application/grpc-web", "application/grpcx", "application/json", "text/grpc"] {
+        for no in [
+            "application/grpc-web",
+            "application/grpcx",
+            "application/json",
+            "text/grpc",
+        ] {
             assert!(!with(no), "{no}");
         }
         assert!(!is_grpc(&HeaderMap::new()));

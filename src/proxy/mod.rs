@@ -77,7 +77,8 @@ impl Upstream {
     /// the system's roots).
     pub fn new(routes: &[RouteConfig]) -> Result<Self, TlsError> {
         let https = |r: &RouteConfig| r.upstream.scheme_str() == Some("https");
-        let shares = |r: &RouteConfig| !r.tls.is_set() && r.upstream_protocol == UpstreamProtocol::Http1;
+        let shares =
+            |r: &RouteConfig| !r.tls.is_set() && r.upstream_protocol == UpstreamProtocol::Http1;
         let shared_https = routes.iter().any(|r| https(r) && shares(r));
         let mut own = HashMap::new();
         for (i, route) in routes.iter().enumerate() {

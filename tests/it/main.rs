@@ -51,5 +51,6 @@ mod topologies;
 mod unacked_replicas;
 mod upgrade;
 mod upstream_failures;
+mod upstream_h2;
 mod wakeups;
 mod write_timeout;
