@@ -75,9 +75,15 @@ pub async fn run(
             return settle::released(lease, answer, runner).await;
         }
         Ok(answer) => {
+            // Trailers are kept for gRPC answers only: what other responses carried
+            // in trailers was never stored, and is not now (response encoding 1).
+            let trailers = answer
+                .trailers
+                .as_ref()
+                .filter(|_| grpc::is_grpc(&answer.headers));
             let mut stored =
                 StoredResponse::from_upstream(answer.status, &answer.headers, answer.body)
-                    .with_trailers(answer.trailers.as_ref());
+                    .with_trailers(trailers);
             let first = stored.to_response(false);
             if !route.policy.settings.replay_set_cookie {
                 // The first client gets its cookies; they are not stored, so never replayed.

@@ -5,7 +5,7 @@
 //! | format | version | carried by | where |
 //! |---|---|---|---|
 //! | Redis record | 2 | implied by its fields | `lua/*.lua`, [`super::redis`] |
-//! | response encoding | 1 | first byte | [`crate::idempotency::replay`] |
+//! | response encoding | 1, 3 with trailers | first byte | [`crate::idempotency::replay`] |
 //! | sealed envelope | 2 | first byte | [`crate::idempotency::sealed`] |
 //! | Postgres schema | 3 | `idemgate_schema` rows | `migrations/`, [`super::postgres::migrate`] |
 //!
@@ -13,7 +13,14 @@
 //! adds `w`, set by `claim.lua` when a duplicate was told "in flight", so completions
 //! and releases publish a wake-up only then. Layout 2 reads layout 1 (a record without
 //! `w` gets no wake-up: a duplicate told "in flight" by a layout-1 replica re-checks
-//! when the lease it saw runs out, or gives up at its `wait_timeout`). Each binary reads its own versions and the previous release's;
+//! when the lease it saw runs out, or gives up at its `wait_timeout`).
+//!
+//! Response encoding 3 (0.5.0) adds the trailers: it is written only for a gRPC answer
+//! with trailers (other responses' trailers are not stored), so only for a gRPC call
+//! over HTTP/2, something 0.4.0 never received
+//! (it speaks HTTP/1.1 only), so no record 0.4.0 could be asked to replay is in it.
+//! Postgres holds its trailers after the header block in the same column, where 0.4.0
+//! would not look. Each binary reads its own versions and the previous release's;
 //! a version the previous release cannot read is written only once a setting says the
 //! whole fleet runs the new one (none so far: every format written now is one 0.4.0
 //! reads).
@@ -45,7 +52,7 @@ pub fn all() -> [StoredFormat; 4] {
         StoredFormat {
             name: "response encoding",
             writes: u32::from(ENCODING_VERSION),
-            reads: &[1],
+            reads: &[1, 3],
         },
         StoredFormat {
             name: "sealed envelope",
@@ -86,7 +93,7 @@ mod tests {
         let text = summary();
         for name in [
             "redis record 2 (reads 1, 2)",
-            "response encoding 1",
+            "response encoding 1 (reads 1, 3)",
             "sealed envelope 2",
         ] {
             assert!(text.contains(name), "{text}");
