@@ -18,6 +18,7 @@ mod encryption;
 mod failover;
 mod faults;
 mod forwarding;
+mod haproxy_h2;
 mod http2;
 mod http2_frames;
 mod keys;
