@@ -1,7 +1,8 @@
 //! HAProxy in front of the replicas: [`HaproxyConfig`] renders its configuration
 //! (round robin, health check `GET /readyz` on each replica's admin port, HTTP/1.1 or
-//! HTTP/2 to the replicas as [`BackendProto`] says) and [`HaProxy`] runs it in the foreground
-//! (`-db`), killed on drop. The front accepts HTTP/1.1 from clients either way.
+//! HTTP/2 to the replicas as [`BackendProto`] says) and [`HaProxy`] runs it in the
+//! foreground (`-db`), killed on drop. The front accepts HTTP/1.1 from clients either
+//! way.
 
 use std::net::Ipv4Addr;
 use std::path::Path;
