@@ -13,7 +13,9 @@
 #   demo-upstream   127.0.0.1:3000   fake payments API (src/bin/demo-upstream.rs)
 #   idemgate x N    127.0.0.1:8081.. proxy, 127.0.0.1:9091.. admin (/readyz, /metrics)
 #   haproxy         127.0.0.1:8080   round robin over the replicas, health check
-#                                    GET /readyz on each admin port; stats on :8404
+#                                    GET /readyz on each admin port; stats on :8404;
+#                                    HTTP/1.1 to the replicas, or HTTP/2 (h2c,
+#                                    `proto h2`) with PROTO=h2; clients speak HTTP/1.1
 #   prometheus      127.0.0.1:9099   scrapes every replica's /metrics (only when
 #                                    the Debian package could be installed)
 # State (pid files, logs, generated configs, data) lives in .state/ at the repo root.
@@ -25,6 +27,7 @@
 # Environment:
 #   REPLICAS          number of gateway replicas, 1..8 (default 3)
 #   REDIS             standalone (default), cluster or sentinel: the Redis tier
+#   PROTO             http1 (default) or h2: what HAProxy speaks to the replicas
 #   IDEMGATE_CONFIG   gateway config (default deploy/local/idemgate.toml)
 #   DEMO_LATENCY, DEMO_FAIL_RATE, DEMO_FAIL_STATUS, DEMO_RESET_RATE
 #                     passed through to demo-upstream (see its --help)
@@ -38,6 +41,7 @@ cd "$ROOT"
 
 REPLICAS="${REPLICAS:-3}"
 REDIS="${REDIS:-standalone}"
+PROTO="${PROTO:-http1}"
 CONFIG="${IDEMGATE_CONFIG:-deploy/local/idemgate.toml}"
 READY_TIMEOUT="${READY_TIMEOUT:-30}"
 IDEMGATE="$ROOT/target/release/idemgate"
@@ -50,6 +54,10 @@ fi
 case $REDIS in
 standalone | cluster | sentinel) ;;
 *) die "REDIS must be standalone, cluster or sentinel (got '$REDIS')" ;;
+esac
+case $PROTO in
+http1 | h2) ;;
+*) die "PROTO must be http1 or h2 (got '$PROTO')" ;;
 esac
 
 # --- prerequisites ---------------------------------------------------------
@@ -93,8 +101,9 @@ fi
 # Started by the launcher (fleet/, `idemgate-fleet`), the same code that starts the
 # chaos suite's fleet: Redis, Postgres (initdb on first run; migrations), the demo
 # upstream, the replicas, HAProxy and Prometheus, each waited for until ready. It
-# reads REPLICAS, REDIS, IDEMGATE_CONFIG and READY_TIMEOUT; DEMO_* reach the upstream.
-export REPLICAS REDIS READY_TIMEOUT IDEMGATE_CONFIG="$CONFIG"
+# reads REPLICAS, REDIS, PROTO, IDEMGATE_CONFIG and READY_TIMEOUT; DEMO_* reach the
+# upstream.
+export REPLICAS REDIS PROTO READY_TIMEOUT IDEMGATE_CONFIG="$CONFIG"
 "$FLEET" up || die "the fleet did not start (see the error above; logs: .state/*.log)"
 [[ -f $STATE/pg.home ]] && PGDATA="$(<"$STATE/pg.home")/pg"
 have_prometheus=0
@@ -118,7 +127,7 @@ esac
 demo_key="demo-$(date +%s)"  # fresh per run: stored responses outlive make down (Postgres)
 cat <<EOF
 
-idemgate local fleet is up ($REPLICAS replicas, Redis $REDIS):
+idemgate local fleet is up ($REPLICAS replicas, Redis $REDIS, HAProxy to the replicas over $PROTO):
   gateway    http://127.0.0.1:$LB_PORT   (HAProxy, round robin; routes /v1/ -> demo upstream)
   haproxy    http://127.0.0.1:$LB_STATS_PORT/stats$replica_lines
 $prom_line

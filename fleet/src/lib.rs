@@ -34,7 +34,9 @@ mod redis_cluster;
 mod sentinel;
 
 pub use gateway::{Replica, Upstream};
-pub use haproxy::{render_local as haproxy_local_config, Backend, HaProxy, HaproxyConfig};
+pub use haproxy::{
+    render_local as haproxy_local_config, Backend, BackendProto, HaProxy, HaproxyConfig,
+};
 pub use net::{free_port, http_status, port_open, wait_addr, wait_port, Host};
 pub use netlab::NetLab;
 pub use postgres::{bindir as pg_bindir, postgres_owner, PgServer, PgTls};

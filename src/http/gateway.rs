@@ -29,6 +29,7 @@ pub async fn handle(
     mut request: Request,
 ) -> Response {
     let started = Instant::now();
+    let protocol = protocol(request.version());
     // Before anything reads or adds a header: a client can neither set a header only
     // the gateway sets nor, through `Connection`, remove one the gateway adds.
     headers::sanitize_incoming(request.headers_mut());
@@ -62,7 +63,7 @@ pub async fn handle(
     response
         .headers_mut()
         .insert(X_REQUEST_ID, request_id.clone());
-    count_and_log(&mut trace, &request_id, &response, started);
+    count_and_log(&mut trace, &request_id, protocol, &response, started);
     response
 }
 
@@ -70,6 +71,7 @@ pub async fn handle(
 fn count_and_log(
     trace: &mut Trace,
     request_id: &HeaderValue,
+    protocol: &str,
     response: &Response,
     started: Instant,
 ) {
@@ -86,6 +88,7 @@ fn count_and_log(
         request_id = request_id.to_str().unwrap_or(""),
         route,
         outcome = trace.outcome.map_or("unkeyed", Outcome::as_str),
+        protocol,
         status = response.status().as_u16(),
         // Whole microseconds, so the number prints as written (0.102, not
         // 0.10200300000000001): shorter to format, and to read.
@@ -97,6 +100,15 @@ fn count_and_log(
         scope_hash = trace.scope.map(Scope::to_hex).unwrap_or_default(),
         "request"
     );
+}
+
+/// How the request came: `http2` (a stream of an HTTP/2 connection) or `http1`.
+fn protocol(version: http::Version) -> &'static str {
+    if version == http::Version::HTTP_2 {
+        "http2"
+    } else {
+        "http1"
+    }
 }
 
 /// The client's `X-Request-Id` when it is sane (1 to 128 visible ASCII), else a new one.

@@ -17,8 +17,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use idemgate_fleet::{
-    free_port, HaProxy, HaproxyConfig, Host, NetLab, RedisCluster, Replica, SentinelSet, Upstream,
-    SENTINEL_SERVICE,
+    free_port, BackendProto, HaProxy, HaproxyConfig, Host, NetLab, RedisCluster, Replica,
+    SentinelSet, Upstream, SENTINEL_SERVICE,
 };
 use tempfile::TempDir;
 
@@ -409,6 +409,7 @@ impl Stack {
                 backends,
                 abort_on_close: opts.abort_on_close,
                 health_checks: opts.health_checks,
+                proto: BackendProto::Http1,
             },
         );
         let stack = Self {

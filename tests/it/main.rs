@@ -19,6 +19,7 @@ mod failover;
 mod faults;
 mod forwarding;
 mod grpc;
+mod haproxy_h2;
 mod http2;
 mod http2_frames;
 mod keys;

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use idemgate_fleet::{free_port, HaProxy, HaproxyConfig, Host, Replica};
+use idemgate_fleet::{free_port, BackendProto, HaProxy, HaproxyConfig, Host, Replica};
 use reqwest::header::HeaderMap;
 
 use crate::support::{comparable, read, tally, wait_ready, MockUpstream, PgServer, RedisServer};
@@ -89,6 +89,7 @@ impl Fleet {
                 backends,
                 abort_on_close: true,
                 health_checks: true,
+                proto: BackendProto::Http1,
             },
         );
         let fleet = Self {

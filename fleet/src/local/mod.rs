@@ -3,7 +3,8 @@
 //! stop what the other started): one pid file and one log per process
 //! (`redis`, `upstream`, `gateway-<i>`, `haproxy`, `prometheus`), the Postgres cluster
 //! in `.state/pg` (see [`pg`]), generated `haproxy.cfg` and Prometheus targets. The
-//! Redis tier is one server, a Redis Cluster or a Sentinel set ([`redis_tier`], `REDIS=`).
+//! Redis tier is one server, a Redis Cluster or a Sentinel set ([`redis_tier`], `REDIS=`);
+//! HAProxy speaks HTTP/1.1 or HTTP/2 to the replicas ([`BackendProto`], `PROTO=`).
 //! [`Local::up`] is safe to run twice (a part whose pid file names a live process is
 //! left alone); [`Local::down`] stops the replicas first so they drain while the stores
 //! are still up. Installing packages and building the binaries stay with the caller.
@@ -16,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::haproxy::{binary as haproxy_bin, render_local, Backend};
+use crate::haproxy::{binary as haproxy_bin, render_local, Backend, BackendProto};
 use crate::net::{http_status, port_open};
 use daemon::{alive, launch, stop, stop_all};
 pub use pg::PG_BIN;
@@ -46,6 +47,8 @@ pub struct Local {
     /// The Redis tier's topology and ports.
     pub redis: Topology,
     pub redis_ports: RedisPorts,
+    /// What HAProxy speaks to the replicas (HTTP/1.1 unless `PROTO=h2`).
+    pub proto: BackendProto,
 }
 
 type Res = Result<(), String>;
@@ -61,6 +64,7 @@ impl Local {
             ready_timeout: Duration::from_secs(30),
             redis: Topology::Standalone,
             redis_ports: RedisPorts::FIXED,
+            proto: BackendProto::Http1,
         }
     }
 
@@ -186,7 +190,7 @@ impl Local {
             stop_all("idemgate", &surplus, Duration::from_secs(35));
         }
         self.start_prometheus()?;
-        println!("\nidemgate local fleet is up ({} replicas, Redis {}): gateway http://127.0.0.1:{LB_PORT}; stop with make down", self.replicas, self.redis.as_str());
+        println!("\nidemgate local fleet is up ({} replicas, Redis {}, HAProxy to replicas {}): gateway http://127.0.0.1:{LB_PORT}; stop with make down", self.replicas, self.redis.as_str(), self.proto.as_str());
         Ok(())
     }
 
@@ -239,7 +243,7 @@ impl Local {
             .collect();
         let cfg = self.file("haproxy.cfg");
         let new = self.file("haproxy.cfg.new");
-        let text = render_local(LB_PORT, LB_STATS_PORT, &backends);
+        let text = render_local(LB_PORT, LB_STATS_PORT, &backends, self.proto);
         std::fs::write(&new, &text).map_err(|e| e.to_string())?;
         let valid = Command::new(haproxy_bin())
             .args(["-c", "-q", "-f"])
