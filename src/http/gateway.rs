@@ -18,7 +18,7 @@ use super::AppState;
 use crate::flow::{self, BodyError, Refused, Trace};
 use crate::grpc;
 use crate::idempotency::{RecordId, Scope};
-use crate::metrics::{self, Outcome};
+use crate::metrics::{self, Outcome, Protocol};
 use crate::problem::Problem;
 use crate::proxy::headers::{self, IDEMPOTENCY_STATUS, X_REQUEST_ID};
 
@@ -29,11 +29,11 @@ pub async fn handle(
     mut request: Request,
 ) -> Response {
     let started = Instant::now();
-    let protocol = protocol(request.version());
     // Before anything reads or adds a header: a client can neither set a header only
     // the gateway sets nor, through `Connection`, remove one the gateway adds.
     headers::sanitize_incoming(request.headers_mut());
     let is_grpc = grpc::is_grpc(request.headers());
+    let protocol = protocol(request.version(), is_grpc);
     let request_id = request_id(request.headers().get(&X_REQUEST_ID));
     request
         .headers_mut()
@@ -71,7 +71,7 @@ pub async fn handle(
 fn count_and_log(
     trace: &mut Trace,
     request_id: &HeaderValue,
-    protocol: &str,
+    protocol: Protocol,
     response: &Response,
     started: Instant,
 ) {
@@ -82,13 +82,16 @@ fn count_and_log(
     match (&trace.route, trace.outcome) {
         (Some(r), Some(outcome)) => r.metrics.request(outcome, started),
         (Some(r), None) => r.metrics.unkeyed(),
-        (None, _) => metrics::unmatched(started),
+        (None, _) => metrics::unmatched(started, protocol),
+    }
+    if let Some(r) = &trace.route {
+        r.metrics.protocol(protocol);
     }
     tracing::info!(
         request_id = request_id.to_str().unwrap_or(""),
         route,
         outcome = trace.outcome.map_or("unkeyed", Outcome::as_str),
-        protocol,
+        protocol = protocol.as_str(),
         status = response.status().as_u16(),
         // Whole microseconds, so the number prints as written (0.102, not
         // 0.10200300000000001): shorter to format, and to read.
@@ -102,12 +105,12 @@ fn count_and_log(
     );
 }
 
-/// How the request came: `http2` (a stream of an HTTP/2 connection) or `http1`.
-fn protocol(version: http::Version) -> &'static str {
-    if version == http::Version::HTTP_2 {
-        "http2"
-    } else {
-        "http1"
+/// How the request came: a gRPC call, another stream of an HTTP/2 connection, or HTTP/1.
+fn protocol(version: http::Version, is_grpc: bool) -> Protocol {
+    match (version, is_grpc) {
+        (http::Version::HTTP_2, true) => Protocol::Grpc,
+        (http::Version::HTTP_2, false) => Protocol::Http2,
+        _ => Protocol::Http1,
     }
 }
 

@@ -21,7 +21,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub use completer::{completer_outcome, completer_pass, completer_takeover};
 pub use limits::{limits_sampled, Limit};
-pub use requests::{unmatched, Outcome, RouteMetrics, STORED_BYTES};
+pub use requests::{unmatched, Outcome, Protocol, RouteMetrics, STORED_BYTES};
 pub use store::{
     elapsed, fallback, lease_lost, postgres_op, redis_up, redis_wait_short, tier_disagreement,
     unreadable, RedisOps,

@@ -1,5 +1,6 @@
 //! The request path's metrics: keyed requests by route and outcome
-//! (`idemgate_requests_total` and their duration), unkeyed requests, upstream calls,
+//! (`idemgate_requests_total` and their duration), unkeyed requests, every request by
+//! the protocol it came in ([`Protocol`]), upstream calls,
 //! upstream calls in flight under a lease and the size of stored responses, each
 //! route's handles registered once ([`RouteMetrics`]).
 
@@ -10,6 +11,7 @@ use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
 pub const REQUESTS: &str = "idemgate_requests_total";
 pub const REQUEST_DURATION: &str = "idemgate_request_duration_seconds";
 pub const UNKEYED_REQUESTS: &str = "idemgate_unkeyed_requests_total";
+pub const REQUESTS_BY_PROTOCOL: &str = "idemgate_requests_by_protocol_total";
 pub const UPSTREAM_DURATION: &str = "idemgate_upstream_duration_seconds";
 pub const IN_FLIGHT: &str = "idemgate_in_flight";
 pub const STORED_BYTES: &str = "idemgate_stored_response_bytes";
@@ -61,6 +63,30 @@ impl Outcome {
     }
 }
 
+/// What a request came in as, for `idemgate_requests_by_protocol_total` and the log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Protocol {
+    /// HTTP/1.x.
+    Http1,
+    /// A stream of an HTTP/2 connection, not gRPC.
+    Http2,
+    /// A gRPC call (HTTP/2 with `Content-Type: application/grpc`).
+    Grpc,
+}
+
+impl Protocol {
+    const ALL: [Protocol; 3] = [Protocol::Http1, Protocol::Http2, Protocol::Grpc];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Http1 => "http1",
+            Protocol::Http2 => "http2",
+            Protocol::Grpc => "grpc",
+        }
+    }
+}
+
 /// Describes the request path's metrics.
 pub(super) fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
@@ -73,6 +99,10 @@ pub(super) fn describe() {
     describe_counter!(
         UNKEYED_REQUESTS,
         "Requests proxied without idempotency (method not covered, or no key)."
+    );
+    describe_counter!(
+        REQUESTS_BY_PROTOCOL,
+        "Requests on the proxy listener by route and protocol (http1, http2, grpc), keyed or not."
     );
     describe_histogram!(UPSTREAM_DURATION, Unit::Seconds, "Upstream call duration.");
     describe_gauge!(IN_FLIGHT, "Upstream calls running under a lease.");
@@ -89,6 +119,7 @@ pub(super) fn start() {
 pub struct RouteMetrics {
     requests: [(Counter, Histogram); 10],
     unkeyed: Counter,
+    protocols: [Counter; 3],
     upstream: Histogram,
     /// Unlabelled, the same series for every route: kept here so that a request does
     /// not look them up.
@@ -111,6 +142,9 @@ impl RouteMetrics {
                 )
             }),
             unkeyed: counter!(UNKEYED_REQUESTS, "route" => route.clone()),
+            protocols: Protocol::ALL.map(|p| {
+                counter!(REQUESTS_BY_PROTOCOL, "route" => route.clone(), "protocol" => p.as_str())
+            }),
             upstream: histogram!(UPSTREAM_DURATION, "route" => route),
             in_flight: gauge!(IN_FLIGHT),
             stored_bytes: histogram!(STORED_BYTES),
@@ -136,6 +170,10 @@ impl RouteMetrics {
         self.unkeyed.increment(1);
     }
 
+    pub fn protocol(&self, protocol: Protocol) {
+        self.protocols[protocol as usize].increment(1);
+    }
+
     pub fn upstream(&self, started: Instant) {
         self.upstream.record(started.elapsed().as_secs_f64());
     }
@@ -148,12 +186,14 @@ impl std::fmt::Debug for RouteMetrics {
 }
 
 /// Requests that matched no route.
-pub fn unmatched(started: Instant) {
+pub fn unmatched(started: Instant, protocol: Protocol) {
     let labels = [
         ("route", "_unmatched"),
         ("outcome", Outcome::Rejected.as_str()),
     ];
     counter!(REQUESTS, &labels).increment(1);
+    let labels = [("route", "_unmatched"), ("protocol", protocol.as_str())];
+    counter!(REQUESTS_BY_PROTOCOL, &labels).increment(1);
     histogram!(REQUEST_DURATION, &labels).record(started.elapsed().as_secs_f64());
 }
 
