@@ -354,3 +354,21 @@ async fn streaming_calls_pass_through_unkeyed_and_keyed_ones_are_buffered_or_ref
     );
     assert_eq!(server.executions(&direct, "chat-1").await, 0);
 }
+
+#[tokio::test]
+async fn with_in_flight_wait_concurrent_duplicates_get_the_first_answer() {
+    let (_redis, server, _app, target) = grpc_stack("in_flight = \"wait\"\n").await;
+    let direct = format!("127.0.0.1:{}", server.port);
+    let mut burst = create("pay-7", "sleep:500:70 EUR");
+    burst["parallel"] = json!(6);
+    let out = calls(&target, json!([burst])).await;
+    let burst = out[0].as_array().unwrap();
+    assert!(burst.iter().all(|r| r["code"] == "OK"), "{burst:?}");
+    assert!(burst.iter().all(|r| r["messages"] == burst[0]["messages"]), "{burst:?}");
+    assert!(burst.iter().all(|r| r["trailing"] == burst[0]["trailing"]), "{burst:?}");
+    let replayed = (burst.iter())
+        .filter(|r| metadata(r, "initial", "idempotent-replayed") == Some("true"))
+        .count();
+    assert_eq!(replayed, 5, "{burst:?}");
+    assert_eq!(server.executions(&direct, "pay-7").await, 1);
+}
