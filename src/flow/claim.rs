@@ -4,6 +4,11 @@
 //! secret, looked up under its previous id. What the claim comes to is a held lease,
 //! an answer, or a bypass ([`Claimed`]).
 //!
+//! A record whose fingerprint differs is compared again under the route's previous
+//! fingerprint policy, when it has one ([`Identified::previous`]): a record stored
+//! before the policy changed replays for a retry that matches it under the rules it
+//! was stored by ([`under_previous_policy`]).
+//!
 //! [`Stores::claim`]: crate::store::Stores::claim
 
 use std::net::IpAddr;
@@ -13,7 +18,7 @@ use super::identify::{scope_of, Identified};
 use super::refused::{unreadable, Refused, Reply};
 use crate::app::App;
 use crate::config::InFlightPolicy;
-use crate::idempotency::{Claim, KeptRequest, RecordId};
+use crate::idempotency::{Claim, Fingerprint, KeptRequest, RecordId};
 use crate::metrics::Outcome;
 use crate::route::Route;
 use crate::store::tiers::Kept;
@@ -72,12 +77,44 @@ pub async fn claim(app: &App, route: &Arc<Route>, request: &Identified, peer: Ip
         Ok(Claim::InFlight { remaining }) => {
             Claimed::Answered(Outcome::InFlight, Err(Refused::InFlight(remaining)))
         }
-        Ok(Claim::Mismatch) => {
-            let refused = Refused::Mismatch(settings.mismatch_status);
-            Claimed::Answered(Outcome::Mismatch, Err(refused))
-        }
+        Ok(Claim::Mismatch) => match request.previous {
+            Some(previous) => Box::pin(under_previous_policy(app, route, request, previous)).await,
+            None => mismatch(route),
+        },
         Ok(Claim::Bypassed) => Claimed::Bypassed,
         Err(e) => failed(e),
+    }
+}
+
+fn mismatch(route: &Route) -> Claimed {
+    let refused = Refused::Mismatch(route.policy.settings.mismatch_status);
+    Claimed::Answered(Outcome::Mismatch, Err(refused))
+}
+
+/// The record did not match this request's fingerprint; it may have been stored before
+/// the route's fingerprint policy changed: it answers if it matches `previous`, the
+/// request's fingerprint under the previous policy (a replay, or in flight: never a
+/// wait or a claim, so a lease is only ever taken under the current policy).
+async fn under_previous_policy(
+    app: &App,
+    route: &Route,
+    request: &Identified,
+    previous: Fingerprint,
+) -> Claimed {
+    let settings = &route.policy.settings;
+    let found = (app.stores).find(route, request.scope, request.record, &previous);
+    match found.await {
+        Ok(Some(Claim::Completed { response, .. })) => {
+            let replay = response.replay(settings.replay_set_cookie);
+            Claimed::Answered(Outcome::Replayed, Ok(replay))
+        }
+        Ok(Some(Claim::InFlight { remaining })) => {
+            Claimed::Answered(Outcome::InFlight, Err(Refused::InFlight(remaining)))
+        }
+        Err(e) => failed(e),
+        // Gone since (expired, released), or no match under either policy: the answer
+        // the current policy gave.
+        Ok(_) => mismatch(route),
     }
 }
 
@@ -85,7 +122,9 @@ pub async fn claim(app: &App, route: &Arc<Route>, request: &Identified, peer: Ip
 fn cached(app: &App, route: &Route, request: &Identified) -> Option<Claimed> {
     let settings = &route.policy.settings;
     let hit = app.stores.cached(request.record)?;
-    let (outcome, reply) = if hit.fingerprint == request.fingerprint {
+    let matches = hit.fingerprint == request.fingerprint
+        || request.previous.is_some_and(|previous| hit.fingerprint == previous);
+    let (outcome, reply) = if matches {
         let replay = hit.response.replay(settings.replay_set_cookie);
         (Outcome::Replayed, Ok(replay))
     } else {

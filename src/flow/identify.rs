@@ -23,6 +23,9 @@ pub struct Identified {
     pub scope: Scope,
     pub record: RecordId,
     pub fingerprint: Fingerprint,
+    /// The fingerprint under the route's `fingerprint_previous` policy, when it differs:
+    /// a record stored before the policy changed is matched under it ([`super::claim`]).
+    pub previous: Option<Fingerprint>,
 }
 
 /// The scope, the body, the record id and the fingerprint of a keyed request.
@@ -50,6 +53,7 @@ pub async fn identify(
         scope,
         record,
         fingerprint,
+        previous: None,
     })
 }
 
