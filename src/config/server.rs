@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::cidr::TrustedProxies;
 use super::error::{positive_duration, positive_size, ConfigError};
 use super::runtime::{Runtime, Workers};
+use super::tls::ListenerTls;
 use super::typed;
 
 /// `[server]`: listeners and limits of the HTTP edge.
@@ -97,6 +98,7 @@ pub struct ServerConfig {
     /// HTTP/2: how long a ping may go unanswered before the connection is closed.
     #[serde(with = "humantime_serde")]
     pub http2_keep_alive_timeout: Duration,
+    pub tls: ListenerTls,
 }
 
 impl Default for ServerConfig {
@@ -126,6 +128,7 @@ impl Default for ServerConfig {
             http2_max_local_error_reset_streams: 1024,
             http2_keep_alive_interval: Duration::from_secs(20),
             http2_keep_alive_timeout: Duration::from_secs(20),
+            tls: ListenerTls::default(),
         }
     }
 }
@@ -188,7 +191,8 @@ impl ServerConfig {
         positive_duration("server.header_read_timeout", self.header_read_timeout)?;
         positive_duration("server.body_read_timeout", self.body_read_timeout)?;
         self.check_limits()?;
-        self.check_http2()
+        self.check_http2()?;
+        self.tls.check()
     }
 
     /// The `server.http2_*` settings.
