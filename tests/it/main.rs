@@ -43,6 +43,7 @@ mod split_authority;
 mod tenancy;
 mod thread_per_core;
 mod tier_edges;
+mod tls_listener;
 mod tls_postgres;
 mod tls_redis;
 mod tls_upstream;
