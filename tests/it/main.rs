@@ -46,6 +46,7 @@ mod tier_edges;
 mod tls_listener;
 mod tls_postgres;
 mod tls_redis;
+mod tls_reload;
 mod tls_upstream;
 mod topologies;
 mod unacked_replicas;
