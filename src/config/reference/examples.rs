@@ -19,6 +19,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("server.write_timeout", "[server]\nwrite_timeout = \"0s\""),
     ("server.buffer_budget", "[server]\nbuffer_budget = \"8MiB\""),
     ("server.tls.key", "[server.tls]\ncert = \"/etc/idemgate/tls.crt\""),
+    ("server.tls.cert", "[server.tls]\nkey = \"/etc/idemgate/tls.key\""),
     ("server.trusted_proxies", "[server]\ntrusted_proxies = [\"10.0.0.0/33\"]"),
     ("server.runtime", "[server]\nruntime = \"fibers\""),
     ("server.workers", "[server]\nworkers = 0"),
