@@ -102,7 +102,8 @@ impl Server {
         // `shutdown()` below consumes this very value, so the drain of the connections
         // it watches cannot be skipped or run on a stand-in.
         let graceful = GracefulShutdown::new();
-        tracing::info!(listen = %server.listen, admin = %server.admin_listen, worker = self.worker, "idemgate serving");
+        let tls = app.listener_cert.is_some();
+        tracing::info!(listen = %server.listen, admin = %server.admin_listen, tls, worker = self.worker, "idemgate serving");
         // One completer per process (worker 0's), as one reaper; stopped with the server.
         let completer = (self.worker == 0)
             .then(|| crate::completer::spawn(app.clone()))

@@ -18,11 +18,22 @@ fn port() -> u16 {
     listener.local_addr().unwrap().port()
 }
 
-/// A configuration file whose `[server.tls]` names `cert` and `key`.
+/// A configuration file whose `[server.tls]` names `cert` and `key`, with `server`
+/// settings.
 fn config_file(dir: &Path, redis: &str, listen: u16, cert: &Path, key: &Path) -> PathBuf {
+    config_with(dir, redis, (listen, ""), cert, key)
+}
+
+fn config_with(
+    dir: &Path,
+    redis: &str,
+    (listen, server): (u16, &str),
+    cert: &Path,
+    key: &Path,
+) -> PathBuf {
     let path = dir.join("idemgate.toml");
     let text = format!(
-        "[server]\nlisten = \"127.0.0.1:{listen}\"\nadmin_listen = \"127.0.0.1:{}\"\n\
+        "[server]\nlisten = \"127.0.0.1:{listen}\"\nadmin_listen = \"127.0.0.1:{}\"\n{server}\n\
          [server.tls]\ncert = \"{}\"\nkey = \"{}\"\n[redis]\nurl = \"{redis}\"\n",
         port(),
         cert.display(),
@@ -78,16 +89,14 @@ impl Drop for Killed {
     }
 }
 
-#[tokio::test]
-async fn sighup_and_changed_files_reload_the_certificate_and_a_bad_file_keeps_the_old_one() {
-    let pki = Pki::generate();
-    let redis = RedisServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+/// `idemgate serve` with `server` settings, presenting `pki.server` from files in
+/// `dir` (`tls.crt`, `tls.key`); its log in `dir/stderr.log`. Returns it and its port.
+fn serve(dir: &Path, pki: &Pki, redis: &RedisServer, server: &str) -> (Killed, u16) {
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
     install(&pki.server, &cert, &key);
     let listen = port();
-    let file = config_file(dir.path(), &redis.url(), listen, &cert, &key);
-    let log = dir.path().join("stderr.log");
+    let file = config_with(dir, &redis.url(), (listen, server), &cert, &key);
+    let log = dir.join("stderr.log");
     let child = Command::new(BIN)
         .args(["serve", "--config"])
         .arg(&file)
@@ -95,7 +104,17 @@ async fn sighup_and_changed_files_reload_the_certificate_and_a_bad_file_keeps_th
         .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
         .spawn()
         .unwrap();
-    let child = Killed(child);
+    (Killed(child), listen)
+}
+
+#[tokio::test]
+async fn sighup_and_changed_files_reload_the_certificate_and_a_bad_file_keeps_the_old_one() {
+    let pki = Pki::generate();
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (child, listen) = serve(dir.path(), &pki, &redis, "");
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let log = dir.path().join("stderr.log");
     let ca = pki.ca.clone();
     let as_localhost = || trusted_as(&ca, listen, "localhost");
     let as_wrong = || trusted_as(&ca, listen, "wrong.example");
@@ -149,6 +168,46 @@ async fn sighup_and_changed_files_reload_the_certificate_and_a_bad_file_keeps_th
     assert!(!as_wrong());
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("certificate reloaded"), "{text}");
+}
+
+#[tokio::test]
+async fn thread_per_core_workers_share_the_certificate_and_its_reload() {
+    let pki = Pki::generate();
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let server = "runtime = \"thread_per_core\"\nworkers = 2";
+    let (child, listen) = serve(dir.path(), &pki, &redis, server);
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let ca = pki.ca.clone();
+    assert!(
+        eventually(Duration::from_secs(15), async || trusted_as(
+            &ca,
+            listen,
+            "localhost"
+        ))
+        .await,
+        "never served TLS"
+    );
+    install(&pki.wrong_name, &cert, &key);
+    sighup(&child.0);
+    assert!(
+        eventually(Duration::from_secs(5), async || trusted_as(
+            &ca,
+            listen,
+            "wrong.example"
+        ))
+        .await
+    );
+    // Each connection lands on either worker (SO_REUSEPORT): every one sees the new
+    // certificate.
+    for i in 0..12 {
+        assert!(trusted_as(&ca, listen, "wrong.example"), "connection {i}");
+        assert!(!trusted_as(&ca, listen, "localhost"), "connection {i}");
+    }
+    let text = std::fs::read_to_string(dir.path().join("stderr.log")).unwrap();
+    let on_sighup = |l: &&str| l.contains("certificate reloaded") && l.contains("SIGHUP");
+    let reloads = text.lines().filter(on_sighup).count();
+    assert_eq!(reloads, 1, "one watcher per process: {text}");
 }
 
 /// How often the gateway looks at the files.
