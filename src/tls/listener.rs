@@ -30,11 +30,11 @@ pub struct ListenerCert {
     cert_file: PathBuf,
     key_file: PathBuf,
     current: RwLock<Arc<CertifiedKey>>,
-    /// The files' modification times and sizes when last read.
+    /// The files' modification times, sizes and inodes when last read.
     seen: Mutex<Option<Stamp>>,
 }
 
-type Stamp = [(SystemTime, u64); 2];
+type Stamp = [(SystemTime, u64, u64); 2];
 
 impl ListenerCert {
     /// The pair of `[server.tls]`; `None` without TLS on the listener.
@@ -156,11 +156,17 @@ fn read_pair(cert_file: &Path, key_file: &Path) -> Result<CertifiedKey, TlsError
     })
 }
 
-/// Both files' modification times and sizes (`None` if either cannot be read).
+/// Both files' modification times, sizes and inodes, symbolic links followed (`None` if
+/// either cannot be read): a file renamed over the old one is seen even with the same
+/// time and size.
 fn stamp(cert_file: &Path, key_file: &Path) -> Option<Stamp> {
     let one = |path: &Path| {
         let meta = std::fs::metadata(path).ok()?;
-        Some((meta.modified().ok()?, meta.len()))
+        #[cfg(unix)]
+        let inode = std::os::unix::fs::MetadataExt::ino(&meta);
+        #[cfg(not(unix))]
+        let inode = 0;
+        Some((meta.modified().ok()?, meta.len(), inode))
     };
     Some([one(cert_file)?, one(key_file)?])
 }
