@@ -18,6 +18,7 @@ use crate::store::postgres::writer::Writer;
 use crate::store::redis::waiters::{Channels, Waiters};
 use crate::store::tiers::Durable;
 use crate::store::{PgStore, RedisStore, Stores};
+use crate::tls::listener::ListenerCert;
 
 /// Everything a request needs, built once.
 pub struct App {
@@ -31,6 +32,8 @@ pub struct App {
     pub metrics: PrometheusHandle,
     /// How scope and record ids are derived (the scope secret, if any).
     pub scope_keys: ScopeKeys,
+    /// The proxy listener's certificate, with `[server.tls]`.
+    pub(crate) listener_cert: Option<Arc<ListenerCert>>,
 }
 
 impl App {
@@ -57,6 +60,10 @@ impl App {
         let first = part.as_ref().map_or(true, |p| p.index == 0);
         validate(&config)?;
         crate::tls::secrets::admin_token(&mut config.admin)?;
+        let listener_cert = match &part {
+            Some(part) => part.listener_cert.clone(),
+            None => ListenerCert::load(&config.server.tls)?,
+        };
         for warning in warnings(&config) {
             tracing::warn!("{warning}");
         }
@@ -82,6 +89,7 @@ impl App {
             tasks: TaskTracker::new(),
             metrics,
             scope_keys,
+            listener_cert,
             config,
         })
     }
@@ -211,6 +219,8 @@ pub struct WorkerPart {
     /// The Postgres batchers every worker shares: set by the first worker that builds
     /// them (worker 0, whose runtime runs their tasks), cloned by the others.
     pub batchers: Arc<OnceLock<Batchers>>,
+    /// The proxy listener's certificate (`[server.tls]`), loaded once for every worker.
+    pub listener_cert: Option<Arc<ListenerCert>>,
 }
 
 /// The write-through, lookup and claim batchers of a process. Shared by the

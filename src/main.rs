@@ -128,10 +128,15 @@ fn main() -> ExitCode {
     }
 }
 
-/// `idemgate check-config`: the deprecations and the configuration warnings on
+/// `idemgate check-config`: the listener's certificate files read (exit 2 if they cannot
+/// be used, as for a configuration error), the deprecations and the configuration warnings on
 /// standard error, the configuration (secrets redacted) on standard output. Warnings
 /// do not fail a valid configuration: the exit code stays 0.
 fn check_config(config: &Config) -> ExitCode {
+    if let Err(e) = idemgate::commands::check_listener_tls(config) {
+        eprintln!("idemgate: {e}");
+        return ExitCode::from(2);
+    }
     for deprecation in &config.deprecated {
         eprintln!("idemgate: warning: {deprecation}");
     }

@@ -6,6 +6,10 @@
 //! A listener accepts ([`accept`]), wraps each connection in its layers and serves it
 //! ([`connection`]: composed there, one folder each under [`layers`]).
 //!
+//! With `[server.tls]` the proxy listener serves TLS only ([`handshake`]), its
+//! certificate reloaded on SIGHUP or when its files change (`crate::tls::listener`);
+//! the admin listener stays plain.
+//!
 //! Limits (on the proxy listener; the admin listener only has the write timeout):
 //! - `server.max_connections`: [`proxy_limits`].
 //! - `server.max_in_flight`: [`layers::in_flight`]; `server.buffer_budget`:
@@ -26,6 +30,7 @@ use crate::app::App;
 
 mod accept;
 mod connection;
+mod handshake;
 pub mod layers;
 mod proxy_limits;
 pub mod workers;
@@ -97,16 +102,24 @@ impl Server {
         // `shutdown()` below consumes this very value, so the drain of the connections
         // it watches cannot be skipped or run on a stand-in.
         let graceful = GracefulShutdown::new();
-        tracing::info!(listen = %server.listen, admin = %server.admin_listen, worker = self.worker, "idemgate serving");
+        let tls = app.listener_cert.is_some();
+        tracing::info!(listen = %server.listen, admin = %server.admin_listen, tls, worker = self.worker, "idemgate serving");
         // One completer per process (worker 0's), as one reaper; stopped with the server.
         let completer = (self.worker == 0)
             .then(|| crate::completer::spawn(app.clone()))
             .flatten();
+        // `[server.tls]`: one watcher per process (worker 0's) reloads the certificate.
+        let reloads = (app.listener_cert.clone())
+            .filter(|_| self.worker == 0)
+            .map(|cert| tokio::spawn(cert.watch()));
         tokio::select! {
             never = self.accept(&graceful) => match never {},
             () = shutdown => {}
         }
         // The listeners were dropped with `accept`: no new connections.
+        if let Some(reloads) = reloads {
+            reloads.abort();
+        }
         let started = Instant::now();
         drain_connections(graceful, server.shutdown_grace).await;
         let left = server.shutdown_grace.saturating_sub(started.elapsed());

@@ -58,7 +58,9 @@ pub use redis::{RedisConfig, ReplayCacheConfig};
 pub use routes::{RouteConfig, UpstreamProtocol};
 pub use runtime::{worker_share, Runtime, Workers};
 pub use server::{AdminConfig, LogConfig, LogFormat, ServerConfig};
-pub use tls::{read_secret, PostgresTls, RedisTls, ResolvedPgTls, SslMode, UpstreamTls};
+pub use tls::{
+    read_secret, ListenerTls, PostgresTls, RedisTls, ResolvedPgTls, SslMode, UpstreamTls,
+};
 pub use topology::{RedisMode, SentinelConfig};
 pub use url_secrets::redact_url;
 pub use validate::validate;

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::cidr::TrustedProxies;
 use super::error::{positive_duration, positive_size, ConfigError};
 use super::runtime::{Runtime, Workers};
+use super::tls::ListenerTls;
 use super::typed;
 
 /// `[server]`: listeners and limits of the HTTP edge.
@@ -31,7 +32,9 @@ pub struct ServerConfig {
     /// largest header list of a stream (`SETTINGS_MAX_HEADER_LIST_SIZE`, 431 beyond it).
     pub max_header_size: ByteSize,
     /// How long a client may take to send its request head (slowloris guard); also how
-    /// long a new connection may take to send the bytes that tell HTTP/1.1 from HTTP/2.
+    /// long a new connection may take to send the bytes that tell HTTP/1.1 from HTTP/2,
+    /// or, with `[server.tls]`, to finish its TLS handshake (and send the HTTP/2 preface
+    /// after ALPN `h2`).
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
     /// How long a client may take to send the body of a keyed request; slower is 408.
@@ -69,7 +72,8 @@ pub struct ServerConfig {
     pub runtime: Runtime,
     /// Worker threads: `"auto"` (the available cores) or a count ([`Workers`]).
     pub workers: Workers,
-    /// HTTP/2 (h2c with prior knowledge, on `listen` and `admin_listen` beside HTTP/1.1):
+    /// HTTP/2 (h2c with prior knowledge, on `listen` and `admin_listen` beside HTTP/1.1;
+    /// with `[server.tls]`, ALPN `h2` on `listen`):
     /// most streams a client may have open at once on one connection (the
     /// `SETTINGS_MAX_CONCURRENT_STREAMS` the gateway announces). Each stream is a request
     /// and meets `max_in_flight`, `buffer_budget` and the body limits as an HTTP/1.1
@@ -97,6 +101,7 @@ pub struct ServerConfig {
     /// HTTP/2: how long a ping may go unanswered before the connection is closed.
     #[serde(with = "humantime_serde")]
     pub http2_keep_alive_timeout: Duration,
+    pub tls: ListenerTls,
 }
 
 impl Default for ServerConfig {
@@ -126,6 +131,7 @@ impl Default for ServerConfig {
             http2_max_local_error_reset_streams: 1024,
             http2_keep_alive_interval: Duration::from_secs(20),
             http2_keep_alive_timeout: Duration::from_secs(20),
+            tls: ListenerTls::default(),
         }
     }
 }
@@ -188,7 +194,8 @@ impl ServerConfig {
         positive_duration("server.header_read_timeout", self.header_read_timeout)?;
         positive_duration("server.body_read_timeout", self.body_read_timeout)?;
         self.check_limits()?;
-        self.check_http2()
+        self.check_http2()?;
+        self.tls.check()
     }
 
     /// The `server.http2_*` settings.

@@ -1,5 +1,5 @@
-//! TLS settings of each dependency (`[redis.tls]`, `[postgres.tls]`, `[routes.tls]`)
-//! and secrets read from files (`redis.password_file`, `postgres.password_file`,
+//! TLS settings of the proxy listener (`[server.tls]`) and of each dependency
+//! (`[redis.tls]`, `[postgres.tls]`, `[routes.tls]`), and secrets read from files (`redis.password_file`, `postgres.password_file`,
 //! `admin.token_file`).
 //!
 //! Postgres takes libpq's names and meanings: `sslmode`, `sslrootcert`, `sslcert`,
@@ -13,6 +13,46 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::error::ConfigError;
+
+/// `[server.tls]`: HTTPS on `server.listen`. With `cert` and `key` set, the proxy
+/// listener serves TLS only, offering HTTP/2 (`h2`) and HTTP/1.1 (`http/1.1`) by ALPN; the
+/// admin listener stays plain HTTP. Both files are read again on SIGHUP and when either
+/// file changes (checked every 5 seconds): new handshakes get the new certificate, open
+/// connections keep theirs, and a pair that cannot be used (unreadable, not PEM, a key
+/// that does not go with the certificate) leaves the one in use in place, with a warning.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ListenerTls {
+    /// PEM file of the certificate chain the listener presents, the server's certificate
+    /// first; needs `key`. Absent: plain HTTP (and h2c) on `server.listen`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert: Option<PathBuf>,
+    /// PEM file of the private key of `cert` (PKCS#8, PKCS#1 or SEC1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<PathBuf>,
+}
+
+impl ListenerTls {
+    /// The certificate and key files, when TLS is on.
+    pub fn files(&self) -> Option<(&Path, &Path)> {
+        Some((self.cert.as_deref()?, self.key.as_deref()?))
+    }
+
+    /// Both files or neither.
+    pub(super) fn check(&self) -> Result<(), ConfigError> {
+        match (&self.cert, &self.key) {
+            (Some(_), None) => Err(ConfigError::invalid(
+                "server.tls.key",
+                "required with server.tls.cert",
+            )),
+            (None, Some(_)) => Err(ConfigError::invalid(
+                "server.tls.cert",
+                "required with server.tls.key",
+            )),
+            _ => Ok(()),
+        }
+    }
+}
 
 /// `[redis.tls]`: used when `redis.url` is `rediss://`.
 #[derive(Debug, Clone, Serialize, Deserialize)]

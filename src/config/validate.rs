@@ -188,6 +188,11 @@ mod tests {
         assert!(e.contains("routes[0].tls"), "{e}");
         let e = err("[admin]\ntoken = \"0123456789abcdef\"\ntoken_file = \"/t\"\n");
         assert!(e.contains("admin.token_file"), "{e}");
+        Config::from_toml("[server.tls]\ncert = \"/c.pem\"\nkey = \"/k.pem\"\n").unwrap();
+        let e = err("[server.tls]\ncert = \"/c.pem\"\n");
+        assert!(e.contains("server.tls.key"), "{e}");
+        let e = err("[server.tls]\nkey = \"/k.pem\"\n");
+        assert!(e.contains("server.tls.cert"), "{e}");
     }
 
     #[test]

@@ -8,6 +8,11 @@
 //! (HTTP/1 only), then on the proxy listener `server.max_in_flight` and
 //! `server.buffer_budget` ([`super::layers`]). An HTTP/2 stream meets the request layers
 //! as an HTTP/1.1 request does.
+//!
+//! With `[server.tls]` the proxy listener serves TLS only: the TLS stream runs over the
+//! write-timeout socket (so the timeout bounds the encrypted writes), after a handshake
+//! bounded by `server.header_read_timeout` ([`super::handshake`]), and the builder serves
+//! the protocol ALPN chose (`h2`: HTTP/2 only; else HTTP/1.1 only).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -24,8 +29,10 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
+use super::handshake;
 use super::layers::budget::{BudgetLayer, Budgeted};
 use super::layers::in_flight::{Admit, InFlightLayer};
 use super::layers::linger::{Linger, LingerBounds, LingerLayer};
@@ -52,6 +59,8 @@ pub(super) struct Connections<S> {
     header_read_timeout: Duration,
     /// The router inside its request layers.
     service: S,
+    /// With `[server.tls]`, on the proxy listener.
+    tls: Option<TlsAcceptor>,
 }
 
 impl Connections<ProxyService> {
@@ -62,8 +71,12 @@ impl Connections<ProxyService> {
             .layer(LingerLayer::new(LingerBounds::from_config(&server)))
             .layer(InFlightLayer::new(gate.in_flight.clone()))
             .layer(BudgetLayer::new(gate.budget.clone()))
-            .service(proxy_router(app));
-        Self::new(&server, service)
+            .service(proxy_router(app.clone()));
+        let tls = (app.listener_cert.as_ref()).map(|cert| TlsAcceptor::from(cert.server_config()));
+        Self {
+            tls,
+            ..Self::new(&server, service)
+        }
     }
 }
 
@@ -83,6 +96,7 @@ impl<S> Connections<S> {
             builder: builder(server),
             header_read_timeout: server.header_read_timeout,
             service,
+            tls: None,
         }
     }
 }
@@ -142,12 +156,26 @@ where
         let (write_timeout, builder) = (self.write_timeout.clone(), self.builder.clone());
         let header_read_timeout = self.header_read_timeout;
         let watcher = graceful.watcher();
+        let tls = self.tls.clone();
         async move {
-            if !protocol_known(&stream, header_read_timeout).await {
-                return Ok(());
-            }
+            let Some(tls) = tls else {
+                if !protocol_known(&stream, header_read_timeout).await {
+                    return Ok(());
+                }
+                let io = write_timeout.wrap(stream);
+                let connection = builder.serve_connection(TokioIo::new(io), service);
+                return watcher.watch(connection.into_owned()).await;
+            };
             let io = write_timeout.wrap(stream);
-            let connection = builder.serve_connection(TokioIo::new(io), service);
+            let Some(accepted) = handshake::accept(&tls, io, header_read_timeout).await else {
+                return Ok(());
+            };
+            let builder = if accepted.h2 {
+                builder.http2_only()
+            } else {
+                builder.http1_only()
+            };
+            let connection = builder.serve_connection(TokioIo::new(accepted.io), service);
             watcher.watch(connection.into_owned()).await
         }
     }

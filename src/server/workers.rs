@@ -8,7 +8,8 @@
 //!
 //! Shared by the workers: the metrics recorder, the replay cache (a concurrent map, no
 //! wake-ups), the proxy listener's limits (`max_connections`, `max_in_flight` and
-//! `buffer_budget` stay limits of the process) and the Postgres write-through and
+//! `buffer_budget` stay limits of the process), the listener's TLS certificate (reloaded
+//! by worker 0) and the Postgres write-through and
 //! lookup batchers ([`Batchers`]: one statement for the records of every worker, as
 //! in `multi_thread`; their tasks run on worker 0). Worker 0 also runs the admin
 //! listener, whose `/readyz` reports worker 0's view of the stores, the reaper and the
@@ -39,6 +40,7 @@ use super::Server;
 use crate::app::{App, Batchers, WorkerPart};
 use crate::config::{worker_share, Config};
 use crate::store::memory::ReplayCache;
+use crate::tls::listener::ListenerCert;
 
 /// Running workers.
 pub struct Workers {
@@ -66,6 +68,7 @@ impl Workers {
         let rc = &config.replay_cache;
         let cache = ReplayCache::new(rc.max_bytes.as_u64(), rc.max_age).map(Arc::new);
         let batchers: Arc<OnceLock<Batchers>> = Arc::default();
+        let listener_cert = ListenerCert::load(&config.server.tls)?;
         // Closed at once: its wait ends when every worker's token is dropped.
         let serving = TaskTracker::new();
         serving.close();
@@ -84,6 +87,7 @@ impl Workers {
                 index,
                 cache: cache.clone(),
                 batchers: batchers.clone(),
+                listener_cert: listener_cert.clone(),
             };
             let (gate, go, stop) = (gate.clone(), workers.go.clone(), workers.stop.clone());
             let serving = (serving.token(), serving.clone());

@@ -1,9 +1,11 @@
 //! TLS to the dependencies: one rustls client configuration builder ([`client_config`]:
 //! trusted roots, an optional client certificate, how much of the server certificate
 //! is verified) used by Redis ([`redis`]), Postgres ([`postgres`]) and HTTPS upstreams
-//! ([`upstream`]). The crypto provider is `ring`, chosen explicitly rather than
+//! ([`upstream`]); and TLS on the proxy listener ([`listener`]: its certificate, reloaded
+//! on SIGHUP or when the files change). The crypto provider is `ring`, chosen explicitly rather than
 //! through a process-wide default.
 
+pub mod listener;
 pub mod postgres;
 pub mod redis;
 pub mod secrets;
@@ -102,12 +104,7 @@ pub fn client_config(
         None => Ok(builder.with_no_client_auth()),
         Some(id) => {
             let certs = certs(id.key, id.cert_file)?;
-            let key = PrivateKeyDer::from_pem_file(id.key_file).map_err(|e| {
-                TlsError::new(
-                    id.key,
-                    format!("no private key read from {}: {e}", id.key_file.display()),
-                )
-            })?;
+            let key = private_key(id.key, id.key_file)?;
             (builder.with_client_auth_cert(certs, key)).map_err(|e| {
                 TlsError::new(
                     id.key,
@@ -154,6 +151,16 @@ fn system_roots() -> &'static [CertificateDer<'static>] {
             tracing::warn!(errors = ?found.errors, "some system CA certificates could not be read");
         }
         found.certs
+    })
+}
+
+/// The private key of a PEM file.
+fn private_key(key: &str, path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| {
+        TlsError::new(
+            key,
+            format!("no private key read from {}: {e}", path.display()),
+        )
     })
 }
 

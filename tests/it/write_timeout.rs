@@ -15,10 +15,10 @@ use crate::limits::limited;
 use crate::support::{config, problem_code, read, RedisServer, TestApp};
 
 /// Larger than what the kernel buffers for a client that does not read.
-const BIG: usize = 6 << 20;
+pub(crate) const BIG: usize = 6 << 20;
 
 /// An upstream that answers every request with `BIG` bytes; counts its executions.
-async fn big_upstream() -> (SocketAddr, Arc<AtomicUsize>) {
+pub(crate) async fn big_upstream() -> (SocketAddr, Arc<AtomicUsize>) {
     let executions = Arc::new(AtomicUsize::new(0));
     let counted = executions.clone();
     let app = axum::Router::new().fallback(move || {
@@ -38,7 +38,7 @@ async fn big_upstream() -> (SocketAddr, Arc<AtomicUsize>) {
 }
 
 /// A connection with a small receive buffer, so that the response stays in the server.
-async fn connect_small(addr: SocketAddr) -> TcpStream {
+pub(crate) async fn connect_small(addr: SocketAddr) -> TcpStream {
     let socket = TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(16 << 10).unwrap();
     socket.connect(addr).await.unwrap()
