@@ -69,6 +69,7 @@ THREADS = int(os.environ.get("THREADS", "2"))
 # The h2c rows: connections, and requests in flight (streams) on each.
 H2_CONNS = int(os.environ.get("H2_CONNS", "1"))
 H2_STREAMS = int(os.environ.get("H2_STREAMS", "100"))
+H2_SHAPE = f"{H2_CONNS} connection{'s' if H2_CONNS > 1 else ''} x {H2_STREAMS} streams"
 LAT_RATE = int(os.environ.get("LAT_RATE", "400"))
 LAT_DURATION = int(os.environ.get("LAT_DURATION", "8"))
 LAT_ROUNDS = int(os.environ.get("LAT_ROUNDS", "2"))
@@ -465,7 +466,7 @@ SCENARIOS = [
          mode="replay", profile=True),
     # The h2c rows: the row above over HTTP/2 (prior knowledge) on one connection with
     # H2_STREAMS requests in flight (h2c-load in place of wrk; the label says how many).
-    dict(id="replay-h2c", label=f"idemgate replay over h2c ({H2_CONNS} connection(s) x {H2_STREAMS} streams)",
+    dict(id="replay-h2c", label=f"idemgate replay over h2c ({H2_SHAPE})",
          target="gw", mode="replay", client="h2c"),
     dict(id="replay-redis", label="idemgate replay from Redis (replay_cache.max_bytes = 0)", target="gw",
          mode="replay", env={"IDEMGATE__REPLAY_CACHE__MAX_BYTES": "0"}),
@@ -481,8 +482,8 @@ SCENARIOS = [
          target="gw", mode="unique", postgres=False, env={"IDEMGATE__REDIS__POOL_SIZE": "1"}),
     dict(id="first", label="idemgate first execution, write-through, lookup always", target="gw",
          mode="unique", profile=True),
-    dict(id="first-h2c", label=f"idemgate first execution over h2c ({H2_CONNS} connection(s) x {H2_STREAMS} "
-         "streams), write-through, lookup always", target="gw", mode="unique", client="h2c"),
+    dict(id="first-h2c", label=f"idemgate first execution over h2c ({H2_SHAPE}), write-through, "
+         "lookup always", target="gw", mode="unique", client="h2c"),
     # The same row in a fresh Redis: its own key prefix, so its warmth markers are new (the
     # bench's Redis has every marker of the default prefix two days old: the steady state of
     # a Redis older than the longest ttl, where each claim checks the marker's origin).
@@ -974,7 +975,7 @@ def render(results):
                f"{m['mem_gib']} GiB, Linux {m['kernel']}. wrk: {THREADS} threads, {CONNS} connections, "
                f"{RUNS} runs of {DURATION} s after a {WARMUP} s warm-up, median shown"
                + (f" (h2c rows: `idemgate-fleet bench h2c-load` in place of wrk, {H2_CONNS} connection(s) x "
-                  f"{H2_STREAMS} streams, {THREADS} threads)" if any(k.endswith("-h2c") for k in rows) else "")
+                  f"{H2_STREAMS} streams each, {THREADS} threads)" if any(k.endswith("-h2c") for k in rows) else "")
                + ". Every process "
                f"(wrk, gateway, Redis, Postgres, upstream, nginx/HAProxy) shares the same {m['nproc']} cores.\n")
     out.append("| path | log | req/s (median) | runs | x nginx | p50 ms | p99 ms | peak RSS per replica (MiB) "
