@@ -198,11 +198,38 @@ pub async fn floods(name: String, plan: Plan) -> Report {
         let _ = w.await;
     }
     let _ = sampler.await;
-    let peak_rss = *peak.lock().unwrap();
-    let outcomes = std::mem::take(&mut *normal.lock().unwrap());
+    let measured = Measured {
+        unlimited,
+        cores: (baseline_cores, after_cores),
+        rss_kib: (baseline_rss, *peak.lock().unwrap(), after_rss),
+        outcomes: std::mem::take(&mut *normal.lock().unwrap()),
+    };
+    let mut report = verdict(&stack, &name, measured, &rapid, &count).await;
+    stack.keep_logs_of(&mut report, &name);
+    report
+}
+
+/// What was read of the replica and the ordinary clients around the floods.
+struct Measured {
+    unlimited: bool,
+    /// CPU cores before and after the floods.
+    cores: (f64, f64),
+    /// RSS before, at its peak and after, in KiB.
+    rss_kib: (u64, u64, u64),
+    outcomes: Vec<Outcome>,
+}
+
+/// The row: the ledger read, every number in its notes, every bound checked.
+async fn verdict(stack: &Stack, name: &str, m: Measured, rapid: &Phase, count: &Phase) -> Report {
+    let Measured {
+        unlimited,
+        cores: (baseline_cores, after_cores),
+        rss_kib: (baseline_rss, peak_rss, after_rss),
+        outcomes,
+    } = m;
 
     let mut report = Report {
-        scenario: name.clone(),
+        scenario: name.to_string(),
         requests: outcomes.len(),
         ..Default::default()
     };
@@ -235,7 +262,7 @@ pub async fn floods(name: String, plan: Plan) -> Report {
     ));
     judge(
         &mut report,
-        &[&rapid, &count],
+        &[rapid, count],
         &outcomes,
         (p99, flood_executions),
     );
@@ -250,7 +277,6 @@ pub async fn floods(name: String, plan: Plan) -> Report {
             "the replica used {after_cores:.2} cores after the floods, {baseline_cores:.2} before"
         ));
     }
-    stack.keep_logs_of(&mut report, &name);
     report
 }
 
