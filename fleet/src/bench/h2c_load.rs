@@ -217,7 +217,8 @@ async fn stream(
     tally
 }
 
-async fn run(load: Load) -> String {
+/// The JSON line, or why nothing could be measured (no h2c connection, no answer).
+async fn run(load: Load) -> Result<String, String> {
     let started = Instant::now();
     let until = started + Duration::from_secs(load.seconds);
     let mut total = Tally::default();
@@ -243,12 +244,21 @@ async fn run(load: Load) -> String {
             )));
         }
     }
+    if streams.is_empty() {
+        return Err(format!(
+            "no h2c connection to {} could be opened",
+            load.addr
+        ));
+    }
     for s in streams {
         if let Ok(t) = s.await {
             total.merge(t);
         }
     }
-    total.json(started.elapsed())
+    if total.latencies_us.is_empty() {
+        return Err(format!("no request to {} was answered over h2c", load.addr));
+    }
+    Ok(total.json(started.elapsed()))
 }
 
 /// `idemgate-fleet bench h2c-load ARGS`: prints the JSON line.
@@ -259,7 +269,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("no tokio runtime: {e}"))?;
-    println!("{}", runtime.block_on(run(load)));
+    println!("{}", runtime.block_on(run(load))?);
     Ok(())
 }
 
