@@ -11,6 +11,9 @@
 //! the duplicates; the same scenario with `postgres.claims = "write_through"` must
 //! show none.
 
+#[path = "it/support/h2wire.rs"]
+#[allow(dead_code)]
+mod h2wire;
 #[path = "it/support/postgres.rs"]
 #[allow(dead_code)]
 mod postgres;
@@ -36,6 +39,10 @@ mod driver;
 mod failover;
 #[path = "chaos/faultproxy.rs"]
 mod faultproxy;
+#[path = "chaos/h2_flooders.rs"]
+mod h2_flooders;
+#[path = "chaos/h2_floods.rs"]
+mod h2_floods;
 #[path = "chaos/harness.rs"]
 mod harness;
 #[path = "chaos/partition.rs"]
@@ -71,6 +78,14 @@ fn clients_disconnecting_mid_request() {
     run("clients disconnecting mid-request", |n| {
         scenarios::client_disconnect(n, 3)
     });
+}
+
+#[test]
+fn http2_rapid_reset_and_stream_count_floods() {
+    run(
+        "abuse: HTTP/2 rapid-reset and stream-count floods, one connection at a time",
+        |n| h2_floods::floods(n, h2_floods::FAST),
+    );
 }
 
 // ---- slow scenarios: `make chaos` ----
@@ -275,6 +290,15 @@ fn slow_readers_of_a_large_response_and_a_connection_burst() {
     run(
         "abuse: 120 slow readers of a 6 MiB replay, 600-connection burst",
         abuse::slow_readers_and_a_connection_burst,
+    );
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn http2_floods_four_attackers() {
+    run(
+        "abuse: HTTP/2 rapid-reset and stream-count floods, 4 attackers at once, 10 s each",
+        |n| h2_floods::floods(n, h2_floods::HEAVY),
     );
 }
 

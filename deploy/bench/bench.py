@@ -15,7 +15,10 @@ the Redis Cluster rows a cluster of three primaries (started for those rows only
 same request (POST /v1/payments, or /URL_UP on the peer; a 31-byte JSON body, an
 Idempotency-Key) it measures:
 
-  * throughput: wrk (closed loop), RUNS runs of DURATION after a WARMUP, median;
+  * throughput: wrk (closed loop), RUNS runs of DURATION after a WARMUP, median; the
+    h2c rows the same with `idemgate-fleet bench h2c-load` (fleet/src/bench/h2c_load.rs:
+    H2_CONNS h2c connections with H2_STREAMS requests in flight on each, the request
+    and keys of wrk.lua, the same JSON line) in place of wrk;
   * latency at a fixed rate: k6 constant-arrival-rate (open loop), LAT_RATE req/s
     for LAT_DURATION, p50/p99 and p99 added over the direct upstream;
   * peak RSS (VmHWM) of every replica, CPU used by each process, gateway metrics;
@@ -63,6 +66,10 @@ DURATION = int(os.environ.get("DURATION", "5"))
 WARMUP = int(os.environ.get("WARMUP", "1"))
 CONNS = int(os.environ.get("CONNS", "32"))
 THREADS = int(os.environ.get("THREADS", "2"))
+# The h2c rows: connections, and requests in flight (streams) on each.
+H2_CONNS = int(os.environ.get("H2_CONNS", "1"))
+H2_STREAMS = int(os.environ.get("H2_STREAMS", "100"))
+H2_SHAPE = f"{H2_CONNS} connection{'s' if H2_CONNS > 1 else ''} x {H2_STREAMS} streams"
 LAT_RATE = int(os.environ.get("LAT_RATE", "400"))
 LAT_DURATION = int(os.environ.get("LAT_DURATION", "8"))
 LAT_ROUNDS = int(os.environ.get("LAT_ROUNDS", "2"))
@@ -352,6 +359,33 @@ def run_wrk(url, args, duration, tag):
     return res
 
 
+def run_h2c(url, args, duration, tag):
+    """The h2c rows' load: `idemgate-fleet bench h2c-load` (H2_CONNS connections, H2_STREAMS
+    streams each), its JSON line as run_wrk returns wrk's, its CPU time as wrk_cpu_s."""
+    argv = [str(FLEET), "bench", "h2c-load", url] + args + [
+        "--connections", str(H2_CONNS), "--streams", str(H2_STREAMS), "--seconds", str(duration),
+        "--threads", str(THREADS)]
+    raw = RAW / f"h2c-{tag}.txt"
+    with open(raw, "w") as f:
+        f.write(" ".join(argv) + "\n")
+        f.flush()
+        p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
+        _, status, ru = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+    out = raw.read_text()
+    line = [l for l in out.splitlines() if l.startswith("{")]
+    if p.returncode != 0 or not line:
+        raise RuntimeError(f"h2c-load failed ({raw}): {out[-500:]}")
+    res = json.loads(line[-1])
+    res["wrk_cpu_s"] = round(ru.ru_utime + ru.ru_stime, 3)
+    return res
+
+
+def load(s, url, args, duration, tag):
+    """A row's closed-loop load: wrk, or h2c-load for the h2c rows (client="h2c")."""
+    return (run_h2c if s.get("client") == "h2c" else run_wrk)(url, args, duration, tag)
+
+
 def run_k6(target, mode, prefix, tag, nkeys=1, path="/v1/payments"):
     out = RAW / f"k6-{tag}.json"
     env = dict(os.environ, TARGET=target, REQ_PATH=path, MODE=mode, PREFIX=prefix, NKEYS=str(nkeys), RATE=str(LAT_RATE),
@@ -430,6 +464,10 @@ SCENARIOS = [
     dict(id="nginx", label="nginx proxy_pass, keepalive (baseline)", target="nginx", mode="unique", profile=True),
     dict(id="replay", label="idemgate replay (stored keys; replay cache on, the default)", target="gw",
          mode="replay", profile=True),
+    # The h2c rows: the row above over HTTP/2 (prior knowledge) on one connection with
+    # H2_STREAMS requests in flight (h2c-load in place of wrk; the label says how many).
+    dict(id="replay-h2c", label=f"idemgate replay over h2c ({H2_SHAPE})",
+         target="gw", mode="replay", client="h2c"),
     dict(id="replay-redis", label="idemgate replay from Redis (replay_cache.max_bytes = 0)", target="gw",
          mode="replay", env={"IDEMGATE__REPLAY_CACHE__MAX_BYTES": "0"}),
     dict(id="peer-replay", label=f"{PEER} replay (stored keys, from Redis)", target="peer", mode="replay"),
@@ -444,6 +482,8 @@ SCENARIOS = [
          target="gw", mode="unique", postgres=False, env={"IDEMGATE__REDIS__POOL_SIZE": "1"}),
     dict(id="first", label="idemgate first execution, write-through, lookup always", target="gw",
          mode="unique", profile=True),
+    dict(id="first-h2c", label=f"idemgate first execution over h2c ({H2_SHAPE}), write-through, "
+         "lookup always", target="gw", mode="unique", client="h2c"),
     # The same row in a fresh Redis: its own key prefix, so its warmth markers are new (the
     # bench's Redis has every marker of the default prefix two days old: the steady state of
     # a Redis older than the longest ttl, where each claim checks the marker's origin).
@@ -537,7 +577,7 @@ def perf_record(s, url, gw_pids, results):
     cpu-clock samples with DWARF call chains (Rust code here has no frame pointers)."""
     data = STATE / f"perf-{s['id']}.data"
     out = {}
-    wrk = threading.Thread(target=lambda: out.update(run_wrk(url, wrk_args(s, "perf"), 7, f"{s['id']}-perf")))
+    wrk = threading.Thread(target=lambda: out.update(load(s, url, wrk_args(s, "perf"), 7, f"{s['id']}-perf")))
     wrk.start()
     time.sleep(1.5)
     stats = {}
@@ -593,7 +633,7 @@ def run_scenario(s, results):
     try:
         seed_once(s)
         upstream_ledger_reset()
-        run_wrk(target, wrk_args(s, "warmup"), WARMUP, f"{s['id']}-warmup")
+        load(s, target, wrk_args(s, "warmup"), WARMUP, f"{s['id']}-warmup")
         m0 = scrape(n) if gws else {}
         runs = []
         discarded = []
@@ -604,7 +644,7 @@ def run_scenario(s, results):
                 upstream_ledger_reset()
                 i0 = redis_snapshot(rports)
                 c0 = cpu_snapshot()
-                res = run_wrk(target, wrk_args(s, f"r{r}a{attempt}"), DURATION, f"{s['id']}-r{r}a{attempt}")
+                res = load(s, target, wrk_args(s, f"r{r}a{attempt}"), DURATION, f"{s['id']}-r{r}a{attempt}")
                 c1 = cpu_snapshot()
                 if rports:
                     res["redis_nodes"] = redis_delta(redis_snapshot(rports), i0)
@@ -812,7 +852,8 @@ def answer_problems(r):
 # The per-process CPU table: column -> the bench parts (cpu_snapshot names) it sums.
 CPU_COLS = [("gateway", ("gw",)), ("peer", ("peer",)), ("nginx", ("nginx",)), ("HAProxy", ("haproxy",)),
             ("Redis", ("redis", "redis-shard-1", "redis-shard-2", "redis-shard-3")),
-            ("Postgres", ("postgres",)), ("upstream", ("upstream",)), ("load generator (wrk)", ("wrk",))]
+            ("Postgres", ("postgres",)), ("upstream", ("upstream",)),
+            ("load generator (wrk; h2c-load in the h2c rows)", ("wrk",))]
 
 
 def cpu_us(r, parts):
@@ -932,7 +973,10 @@ def render(results):
     out = []
     out.append(f"Measured {m['date']} on commit `{m['commit']}`: {m['nproc']} vCPUs ({m['cpu']}), "
                f"{m['mem_gib']} GiB, Linux {m['kernel']}. wrk: {THREADS} threads, {CONNS} connections, "
-               f"{RUNS} runs of {DURATION} s after a {WARMUP} s warm-up, median shown. Every process "
+               f"{RUNS} runs of {DURATION} s after a {WARMUP} s warm-up, median shown"
+               + (f" (h2c rows: `idemgate-fleet bench h2c-load` in place of wrk, {H2_CONNS} connection(s) x "
+                  f"{H2_STREAMS} streams each, {THREADS} threads)" if any(k.endswith("-h2c") for k in rows) else "")
+               + ". Every process "
                f"(wrk, gateway, Redis, Postgres, upstream, nginx/HAProxy) shares the same {m['nproc']} cores.\n")
     out.append("| path | log | req/s (median) | runs | x nginx | p50 ms | p99 ms | peak RSS per replica (MiB) "
                "| CPU cores used (median run) | CPU µs per request, all bench processes |")
@@ -1059,6 +1103,9 @@ def render(results):
         worst = max(hw, key=lambda t: t[1])
         chk.append(f"- peak RSS per replica < 64 MiB: largest {worst[1]:.1f} MiB ({worst[0]}), "
                    + ("met" if worst[1] < 64 else "**missed**"))
+        h2c = [f"{mib:.1f} MiB ({rid})" for rid, mib in hw if rid.endswith("-h2c")]
+        if h2c:
+            chk.append(f"- peak RSS per replica under h2c load: {', '.join(h2c)}")
     out += chk
     out.append("")
     # Sanity: outcomes as counted by the gateways during the measured runs.
@@ -1258,7 +1305,8 @@ def main():
     started = time.time()
     results = {"machine": machine(), "scenarios": [],
                "settings": {"runs": RUNS, "duration_s": DURATION, "warmup_s": WARMUP, "threads": THREADS,
-                            "connections": CONNS, "lat_rate": LAT_RATE, "lat_duration_s": LAT_DURATION,
+                            "connections": CONNS, "h2c_connections": H2_CONNS, "h2c_streams": H2_STREAMS,
+                            "lat_rate": LAT_RATE, "lat_duration_s": LAT_DURATION,
                             "replay_keys": NKEYS},
                "busy_cores_before_start": quiet}
     complete = False
@@ -1318,9 +1366,10 @@ def rerender():
     """`bench.py --render`: the table section again from results/results.json."""
     results = json.loads((RESULTS_DIR / "results.json").read_text())
     s = results.get("settings", {})
-    global RUNS, DURATION, WARMUP, THREADS, CONNS, LAT_RATE, LAT_DURATION
+    global RUNS, DURATION, WARMUP, THREADS, CONNS, LAT_RATE, LAT_DURATION, H2_CONNS, H2_STREAMS
     RUNS, DURATION, WARMUP = s.get("runs", RUNS), s.get("duration_s", DURATION), s.get("warmup_s", WARMUP)
     THREADS, CONNS = s.get("threads", THREADS), s.get("connections", CONNS)
+    H2_CONNS, H2_STREAMS = s.get("h2c_connections", H2_CONNS), s.get("h2c_streams", H2_STREAMS)
     LAT_RATE, LAT_DURATION = s.get("lat_rate", LAT_RATE), s.get("lat_duration_s", LAT_DURATION)
     section = render(results)
     (RESULTS_DIR / "table.md").write_text(section)

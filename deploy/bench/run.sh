@@ -27,6 +27,9 @@
 #   BENCH_COMMIT                  names their source in the report when they are not this tree's
 #   RUNS=3 DURATION=5 WARMUP=1    wrk runs per row, seconds per run, warm-up seconds
 #   THREADS=2 CONNS=32            wrk threads and connections
+#   H2_CONNS=1 H2_STREAMS=100     the h2c rows' connections and streams in flight on each (their
+#                                 load client is `idemgate-fleet bench h2c-load`, not wrk: h2load
+#                                 cannot send a key of its own with each request)
 #   LAT_RATE=400 LAT_DURATION=8 LAT_ROUNDS=2    the fixed-rate latency phase (k6)
 #   NKEYS=5000                    stored keys the replay rows draw from
 #   PROFILE=1                     perf profiles of the replay and first-execution paths

@@ -1,73 +1,22 @@
-//! The `server.http2_*` settings seen on the wire: a raw HTTP/2 client that writes
-//! frames by hand (as an abusive client would: no flow control, no limits obeyed) and
-//! reads what the gateway announces and how it closes a connection it refuses to serve.
+//! The `server.http2_*` settings seen on the wire: the raw HTTP/2 client of
+//! `support/h2wire.rs` writes frames by hand (as an abusive client would: no flow control,
+//! no limits obeyed) and reads what the gateway announces and how it closes a connection
+//! it refuses to serve.
 
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::support::h2wire::{
+    frame, get, goaway, next, CANCEL, ENHANCE_YOUR_CALM, GOAWAY, HEADERS, PING, PREFACE,
+    RST_STREAM, SETTINGS, WINDOW_UPDATE,
+};
 use crate::support::{read, stack, TestApp};
 
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const HEADERS: u8 = 0x1;
-const RST_STREAM: u8 = 0x3;
-const SETTINGS: u8 = 0x4;
-const PING: u8 = 0x6;
-const GOAWAY: u8 = 0x7;
-const WINDOW_UPDATE: u8 = 0x8;
-const ENHANCE_YOUR_CALM: u32 = 0xb;
-
-/// One frame: its 9-byte head and `payload`.
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = payload.len() as u32;
-    let mut out = len.to_be_bytes()[1..].to_vec();
-    out.extend([kind, flags]);
-    out.extend(stream.to_be_bytes());
-    out.extend(payload);
-    out
-}
-
-/// A `GET /` HEADERS frame (HPACK static table entries, a literal authority);
-/// `end_stream` closes the client's side.
-fn get(stream: u32, end_stream: bool) -> Vec<u8> {
-    let mut block = vec![0x82, 0x86, 0x84, 0x41, 9];
-    block.extend(b"localhost");
-    frame(HEADERS, 0x4 | u8::from(end_stream), stream, &block)
-}
-
-/// A connection that has sent the preface and an empty SETTINGS frame.
+/// A connection to the gateway that has sent the preface and an empty SETTINGS frame.
 async fn open(app: &TestApp) -> TcpStream {
-    let mut stream = TcpStream::connect(app.addr).await.unwrap();
-    stream.write_all(PREFACE).await.unwrap();
-    stream.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
-    stream
-}
-
-/// The next frame: (type, stream, payload); `None` at the end of the connection.
-async fn next(stream: &mut TcpStream) -> Option<(u8, u32, Vec<u8>)> {
-    let mut head = [0u8; 9];
-    stream.read_exact(&mut head).await.ok()?;
-    let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
-    let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
-    let mut payload = vec![0u8; len];
-    stream.read_exact(&mut payload).await.ok()?;
-    Some((head[3], id, payload))
-}
-
-/// Reads frames until a GOAWAY (its error code) or the end of the connection (`None`).
-async fn goaway(stream: &mut TcpStream) -> Option<u32> {
-    let read = async {
-        while let Some((kind, _, payload)) = next(stream).await {
-            if kind == GOAWAY {
-                return Some(u32::from_be_bytes(payload[4..8].try_into().unwrap()));
-            }
-        }
-        None
-    };
-    tokio::time::timeout(Duration::from_secs(10), read)
-        .await
-        .expect("the gateway ended the connection")
+    crate::support::h2wire::open(app.addr).await
 }
 
 /// The gateway's first SETTINGS frame as (identifier, value) pairs, and the increment of
@@ -161,7 +110,7 @@ async fn a_rapid_reset_flood_gets_goaway_enhance_your_calm() {
     let mut few = open(&app).await;
     for i in 0..4u32 {
         few.write_all(&get(2 * i + 1, true)).await.unwrap();
-        let cancel = frame(RST_STREAM, 0, 2 * i + 1, &8u32.to_be_bytes());
+        let cancel = frame(RST_STREAM, 0, 2 * i + 1, &CANCEL.to_be_bytes());
         few.write_all(&cancel).await.unwrap();
     }
     few.write_all(&get(9, true)).await.unwrap();
@@ -171,7 +120,7 @@ async fn a_rapid_reset_flood_gets_goaway_enhance_your_calm() {
     let mut flood = Vec::new();
     for i in 0..1000u32 {
         flood.extend(get(2 * i + 1, true));
-        flood.extend(frame(RST_STREAM, 0, 2 * i + 1, &8u32.to_be_bytes()));
+        flood.extend(frame(RST_STREAM, 0, 2 * i + 1, &CANCEL.to_be_bytes()));
     }
     // The gateway may close before reading it all.
     let _ = stream.write_all(&flood).await;

@@ -11,6 +11,7 @@
 //!                                              `redis-cluster` = every cluster node)
 //! bench down                                   stop everything
 //! bench ps                                     running parts and pids, as JSON
+//! bench h2c-load URL unique|replay ...         the h2c rows' load client (h2c_load.rs)
 //! ```
 //!
 //! Progress goes to stderr; `start`, `stop` and `ps` end by printing the running parts
@@ -103,6 +104,7 @@ fn run(bench: &Bench, args: &[String]) -> Result<(), String> {
             println!("{}", ports_json());
             return Ok(());
         }
+        ("h2c-load", _) => return super::h2c_load::main(rest),
         ("start", Some("redis")) => bench.start_redis()?,
         ("start", Some("redis-cluster")) => bench.start_redis_cluster()?,
         ("start", Some("postgres")) => bench.start_postgres()?,

@@ -24,6 +24,7 @@
 mod cli;
 mod cluster;
 mod gateway_config;
+mod h2c_load;
 pub mod peer;
 mod warm;
 

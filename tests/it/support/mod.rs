@@ -3,6 +3,9 @@
 
 pub mod app;
 pub mod certs;
+// Shared with the chaos suite, which uses what the frame tests do not.
+#[allow(dead_code)]
+pub mod h2wire;
 pub mod holdproxy;
 pub mod postgres;
 pub mod recorder;
