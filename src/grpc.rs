@@ -45,6 +45,8 @@ pub fn code_for(problem: &Problem) -> GrpcCode {
         "idempotency_key_in_flight" | "idempotency_outcome_superseded" => GrpcCode::Aborted,
         "idempotency_key_missing"
         | "idempotency_key_invalid"
+        | "idempotency_key_not_in_body"
+        | "idempotency_key_conflict"
         | "idempotency_scope_missing"
         | "idempotency_scope_duplicated"
         | "invalid_path"

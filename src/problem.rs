@@ -227,6 +227,18 @@ impl From<KeyError> for Problem {
                 "Invalid idempotency key",
                 e.to_string(),
             ),
+            KeyError::NotInBody(_) => Self::new(
+                StatusCode::BAD_REQUEST,
+                "idempotency_key_not_in_body",
+                "Idempotency key missing from the body",
+                format!("{e}; nothing was claimed or forwarded"),
+            ),
+            KeyError::Conflict(_) => Self::new(
+                StatusCode::BAD_REQUEST,
+                "idempotency_key_conflict",
+                "Idempotency keys disagree",
+                format!("{e}; nothing was claimed or forwarded"),
+            ),
         }
     }
 }

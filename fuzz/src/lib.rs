@@ -17,11 +17,29 @@ const NAMES: &[&str] = &[
 ];
 
 /// A response as a store would hold it: any status `StatusCode` accepts, up to 8
-/// headers (real names or fuzz-chosen ones that parse), any body.
+/// headers (real names or fuzz-chosen ones that parse), any body, and up to 4 trailers
+/// (a gRPC answer's; none half the time, as most responses).
 pub fn stored_response(u: &mut Unstructured) -> Result<StoredResponse> {
     let status = StatusCode::from_u16(u.int_in_range(100..=999)?).expect("100..=999 is a status");
-    let mut headers = Vec::new();
-    for _ in 0..u.int_in_range(0..=8)? {
+    let headers = fields(u, 8)?;
+    let body = Bytes::copy_from_slice(u.arbitrary::<&[u8]>()?);
+    let trailers = if u.arbitrary()? {
+        fields(u, 4)?
+    } else {
+        Vec::new()
+    };
+    Ok(StoredResponse {
+        status,
+        headers,
+        body,
+        trailers,
+    })
+}
+
+/// Up to `max` header fields, real names or fuzz-chosen ones that parse.
+fn fields(u: &mut Unstructured, max: u32) -> Result<Vec<(HeaderName, HeaderValue)>> {
+    let mut fields = Vec::new();
+    for _ in 0..u.int_in_range(0..=max)? {
         let name = if u.arbitrary()? {
             HeaderName::from_static(u.choose(NAMES)?)
         } else {
@@ -33,14 +51,9 @@ pub fn stored_response(u: &mut Unstructured) -> Result<StoredResponse> {
         let Ok(value) = HeaderValue::from_bytes(u.arbitrary::<&[u8]>()?) else {
             continue;
         };
-        headers.push((name, value));
+        fields.push((name, value));
     }
-    let body = Bytes::copy_from_slice(u.arbitrary::<&[u8]>()?);
-    Ok(StoredResponse {
-        status,
-        headers,
-        body,
-    })
+    Ok(fields)
 }
 
 /// Every `%XY` escape of `bytes` decoded (an invalid one kept as is).

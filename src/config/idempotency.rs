@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::{positive_duration, ConfigError};
 use super::grpc::GrpcCode;
+use super::key_from::KeyFrom;
 use super::postgres::{ClaimDurability, PostgresConfig};
 use super::typed;
 
@@ -87,6 +88,14 @@ idempotency_settings! {
         /// The methods that go through the idempotency layer; others pass through.
         #[serde(with = "typed")]
         methods: Vec<Method> = vec![Method::POST, Method::PATCH];
+        /// Where the key is read: `"header"` (`header`, then `header_aliases`) or
+        /// `"json:<JSON Pointer>"`, a string member of a JSON body (`"json:/idempotency_key"`,
+        /// as APIs that carry the key in the body have it). With a pointer, the header
+        /// still wins when present, and a body that names another key is refused (400
+        /// `idempotency_key_conflict`); a key that is not a string, or is named twice on
+        /// the way, is refused (400 `idempotency_key_not_in_body`), as is a body without
+        /// one where `required` (docs/http.md, "Where the key comes from").
+        key_from: KeyFrom = KeyFrom::Header;
         /// Whether a covered request without a key is refused (400).
         required: bool = false;
         /// Longest key accepted, in visible ASCII characters; a longer key is refused (400).

@@ -22,6 +22,7 @@ mod encryption;
 mod error;
 mod grpc;
 mod idempotency;
+mod key_from;
 mod keys;
 mod load;
 mod pointer;
@@ -52,6 +53,7 @@ pub use idempotency::{
     AnonymousScope, IdempotencyConfig, IdempotencyOverrides, InFlightPolicy, OnAmbiguous,
     OnRedisUnavailable,
 };
+pub use key_from::KeyFrom;
 pub use keys::{EncryptionKeys, KeyMaterial, KeyringError, KEY_LEN, MAX_ID_LEN};
 pub use load::ENV_PREFIX;
 pub use pointer::{JsonPointer, PointerError, Segment};

@@ -254,6 +254,7 @@ fn type_name<'a>(
         "HeaderName" => "header name",
         "Method" => "HTTP method",
         "StatusCode" => "status code",
+        "KeyFrom" => "`\"header\"` or `\"json:<JSON Pointer>\"`",
         "GrpcCode" => "gRPC status name (`\"OK\"` to `\"UNAUTHENTICATED\"`)",
         "Uri" => "URL",
         "PathBuf" | "std::path::PathBuf" => "path",

@@ -1,6 +1,7 @@
 //! Phase 1, admit: which route a request is on, whether the route covers its method,
-//! and its idempotency key. What is not admitted to the idempotent path is forwarded
-//! unkeyed ([`pass_through`]), or refused (no route, a missing or invalid key).
+//! and its idempotency key ([`Admitted`]: from the header, or still to be read from the
+//! body). What is not admitted to the idempotent path is forwarded unkeyed
+//! ([`pass_through`]), or refused (no route, a missing or invalid key).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use axum::extract::Request;
 
 use super::refused::{Refused, Reply};
 use crate::app::App;
+use crate::config::KeyFrom;
 use crate::idempotency::{key, IdempotencyKey, KeyError};
 use crate::metrics::Outcome;
 use crate::proxy::headers::Peer;
@@ -19,20 +21,33 @@ pub fn route(app: &App, path: &str) -> Option<Arc<Route>> {
     app.routes.find(path).cloned()
 }
 
+/// How a request on the idempotent path is keyed.
+pub enum Admitted {
+    /// By its header.
+    Key(IdempotencyKey),
+    /// By its JSON body (`key_from = "json:..."`), read in [`super::identify`]; the
+    /// header's key, if any, wins there when the body agrees.
+    InBody(Option<IdempotencyKey>),
+}
+
 /// The request's idempotency key; `None` when the request goes through unkeyed (a
 /// method the route does not cover, or no key on a route that does not require one).
 /// A refusal comes with the outcome it is counted as.
-pub fn key(route: &Route, request: &Request) -> Result<Option<IdempotencyKey>, (Outcome, Refused)> {
+pub fn key(route: &Route, request: &Request) -> Result<Option<Admitted>, (Outcome, Refused)> {
     let policy = &route.policy;
     if !policy.covers(request.method()) {
         return Ok(None);
     }
-    match key::extract(
+    let header = key::extract(
         request.headers(),
         &policy.key_headers,
         policy.settings.max_key_length,
-    ) {
-        Ok(Some(key)) => Ok(Some(key)),
+    );
+    if let (KeyFrom::Json(_), Ok(header)) = (&policy.settings.key_from, &header) {
+        return Ok(Some(Admitted::InBody(header.clone())));
+    }
+    match header {
+        Ok(Some(key)) => Ok(Some(Admitted::Key(key))),
         Ok(None) if policy.settings.required => {
             let header = policy.key_headers[0].to_string();
             Err((Outcome::MissingKey, KeyError::Missing(header).into()))

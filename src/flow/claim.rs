@@ -123,7 +123,9 @@ fn cached(app: &App, route: &Route, request: &Identified) -> Option<Claimed> {
     let settings = &route.policy.settings;
     let hit = app.stores.cached(request.record)?;
     let matches = hit.fingerprint == request.fingerprint
-        || request.previous.is_some_and(|previous| hit.fingerprint == previous);
+        || request
+            .previous
+            .is_some_and(|previous| hit.fingerprint == previous);
     let (outcome, reply) = if matches {
         let replay = hit.response.replay(settings.replay_set_cookie);
         (Outcome::Replayed, Ok(replay))

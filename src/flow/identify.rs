@@ -1,18 +1,22 @@
 //! Phase 2, identify: whose key it is (the tenant scope, checked before the body is
-//! read), the bounded body ([`super::body`]), the record id of (scope, key) and the
-//! fingerprint of what was asked.
+//! read), the bounded body ([`super::body`]), the key when the route reads it from the
+//! body, the record id of (scope, key) and the fingerprint of what was asked.
 
+use axum::body::Body;
 use axum::extract::Request;
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::request::Parts;
 use http::HeaderName;
 
+use super::admit::Admitted;
 use super::body;
 use super::refused::Refused;
 use crate::app::App;
-use crate::config::AnonymousScope;
-use crate::idempotency::{Fingerprint, IdempotencyKey, RecordId, Scope, ScopeError, ScopeSecret};
+use crate::config::{AnonymousScope, KeyFrom};
+use crate::idempotency::{
+    key, Fingerprint, IdempotencyKey, KeyError, RecordId, Scope, ScopeError, ScopeSecret,
+};
 use crate::route::Route;
 
 /// A keyed request, identified: what the claim and the upstream call need.
@@ -28,17 +32,38 @@ pub struct Identified {
     pub previous: Option<Fingerprint>,
 }
 
-/// The scope, the body, the record id and the fingerprint of a keyed request.
+/// What identifying a request came to.
+pub enum Identity {
+    Keyed(Identified),
+    /// Its key was to be read from the body, which has none, on a route that does not
+    /// require one: forwarded unkeyed (the body read, so buffered).
+    Unkeyed(Request),
+}
+
+/// The scope, the body, the key (when the route reads it from the body), the record id
+/// and the fingerprint of a keyed request.
 pub async fn identify(
     app: &App,
     route: &Route,
-    key: IdempotencyKey,
+    admitted: Admitted,
     request: Request,
-) -> Result<Identified, Refused> {
+) -> Result<Identity, Refused> {
     let secret = app.scope_keys.current.as_ref();
     let scope = scope_of(route, request.headers(), secret)?;
     let (parts, body) = request.into_parts();
     let body = body::read_bounded(&app.config.server, &parts, body).await?;
+    let key = match admitted {
+        Admitted::Key(key) => key,
+        Admitted::InBody(header) => match key_in_body(route, header, &body)? {
+            Some(key) => key,
+            None => {
+                return Ok(Identity::Unkeyed(Request::from_parts(
+                    parts,
+                    Body::from(body),
+                )))
+            }
+        },
+    };
     let record = RecordId::new(scope, &key, secret);
     let fingerprint = Fingerprint::new(
         &parts.method,
@@ -46,7 +71,7 @@ pub async fn identify(
         parts.headers.get(CONTENT_TYPE),
         &body,
     );
-    Ok(Identified {
+    Ok(Identity::Keyed(Identified {
         parts,
         body,
         key,
@@ -54,7 +79,23 @@ pub async fn identify(
         record,
         fingerprint,
         previous: None,
-    })
+    }))
+}
+
+/// The key of a route with `key_from = "json:..."`; `None`: none, and none required.
+fn key_in_body(
+    route: &Route,
+    header: Option<IdempotencyKey>,
+    body: &[u8],
+) -> Result<Option<IdempotencyKey>, KeyError> {
+    let settings = &route.policy.settings;
+    let KeyFrom::Json(at) = &settings.key_from else {
+        return Ok(header);
+    };
+    match key::from_body(header, body, at, settings.max_key_length)? {
+        None if settings.required => Err(KeyError::NotInBody(at.to_string())),
+        key => Ok(key),
+    }
 }
 
 /// The request's tenant scope under `secret`, or why it has none.

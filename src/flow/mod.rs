@@ -34,6 +34,7 @@ use axum::body::Body;
 use axum::extract::Request;
 
 use self::claim::Claimed;
+use self::identify::Identity;
 use crate::app::App;
 use crate::idempotency::{RecordId, Scope};
 use crate::metrics::Outcome;
@@ -57,8 +58,11 @@ pub async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &m
         Err((outcome, refused)) => return trace.refused(outcome, refused),
     };
     let identified = match identify::identify(app, &route, key, request).await {
-        Ok(identified) => identified,
-        Err(refused) => return trace.refused(Outcome::Rejected, refused),
+        Ok(Identity::Keyed(identified)) => identified,
+        Ok(Identity::Unkeyed(request)) => {
+            return admit::pass_through(app, &route, request, peer).await;
+        }
+        Err(refused) => return trace.refused(refused.outcome(), refused),
     };
     trace.identified(identified.scope, identified.record);
     let (outcome, reply) = match claim::claim(app, &route, &identified, peer.ip()).await {

@@ -9,7 +9,7 @@ use http::StatusCode;
 
 use super::body::BodyError;
 use crate::idempotency::{KeyError, ScopeError};
-use crate::metrics;
+use crate::metrics::{self, Outcome};
 use crate::proxy::UpstreamError;
 use crate::store::StoreError;
 
@@ -50,6 +50,18 @@ pub enum Refused {
     /// The request's task failed (a panic, logged where it was caught).
     #[error("the request failed inside the gateway")]
     TaskFailed,
+}
+
+impl Refused {
+    /// How a request refused before its claim is counted: a key missing from where the
+    /// route reads it, a key refused, or anything else.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Refused::Key(KeyError::Missing(_) | KeyError::NotInBody(_)) => Outcome::MissingKey,
+            Refused::Key(_) => Outcome::InvalidKey,
+            _ => Outcome::Rejected,
+        }
+    }
 }
 
 /// A stored record that cannot be read: counted and logged once, here (the span names

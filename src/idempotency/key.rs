@@ -1,11 +1,14 @@
-//! The `Idempotency-Key` request header: where it is read from and what a valid key is.
+//! The idempotency key: where it is read from (the `Idempotency-Key` request header, or
+//! a string in the JSON body: [`from_body`]) and what a valid key is.
 //!
-//! A key is accepted as a bare token (`abc-123`) or in the RFC 8941 sf-string form
-//! (`"abc-123"`, with `\"` and `\\` escapes). The decoded key must be 1 to
-//! `max_key_length` visible ASCII characters. The raw key is never logged; use
-//! the record's hash (see [`super::fingerprint::RecordId`]).
+//! A header key is accepted as a bare token (`abc-123`) or in the RFC 8941 sf-string
+//! form (`"abc-123"`, with `\"` and `\\` escapes); a body key is the JSON string as it
+//! is. The key must be 1 to `max_key_length` visible ASCII characters. The raw key is
+//! never logged; use the record's hash (see [`super::fingerprint::RecordId`]).
 
 use http::{HeaderMap, HeaderName};
+
+use super::pointer::{self, JsonPointer, StringAtError};
 
 /// A validated idempotency key, as the client meant it (sf-string quotes removed).
 #[derive(Clone, PartialEq, Eq)]
@@ -31,6 +34,13 @@ pub enum KeyError {
     Missing(String),
     #[error("the idempotency key {0}")]
     Invalid(&'static str),
+    /// The body has no string key at the route's pointer (named) where one is needed,
+    /// or holds something other than one string there.
+    #[error("the JSON body has no idempotency key at `{0}` (a string, named once)")]
+    NotInBody(String),
+    /// The header and the body (at the pointer named) carry different keys.
+    #[error("the idempotency key header and the body's `{0}` name different keys")]
+    Conflict(String),
 }
 
 /// Reads the key from the first of `names` present in `headers`.
@@ -64,6 +74,34 @@ pub fn parse(raw: &[u8], max_len: usize) -> Result<IdempotencyKey, KeyError> {
     } else {
         raw.to_vec()
     };
+    validate(key, max_len)
+}
+
+/// The key of a request whose route reads it from the JSON body at `at`
+/// (`key_from = "json:..."`): the header's key (`header`, already parsed) when there is
+/// one, refused if the body names another; else the body's. `Ok(None)`: no key anywhere
+/// (the caller decides, as for a missing header). A body that is not JSON has no key in
+/// it; a value that is not one string is refused.
+pub fn from_body(
+    header: Option<IdempotencyKey>,
+    body: &[u8],
+    at: &JsonPointer,
+    max_len: usize,
+) -> Result<Option<IdempotencyKey>, KeyError> {
+    let in_body = match pointer::string_at(body, at) {
+        Ok(Some(value)) => Some(validate(value.into_bytes(), max_len)?),
+        Ok(None) | Err(StringAtError::NotJson) => None,
+        Err(_) => return Err(KeyError::NotInBody(at.to_string())),
+    };
+    match (header, in_body) {
+        (Some(header), Some(body)) if header != body => Err(KeyError::Conflict(at.to_string())),
+        (Some(key), _) | (None, Some(key)) => Ok(Some(key)),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The rules every key meets, wherever it was read.
+fn validate(key: Vec<u8>, max_len: usize) -> Result<IdempotencyKey, KeyError> {
     if key.is_empty() {
         return Err(KeyError::Invalid("must not be empty"));
     }
@@ -172,5 +210,41 @@ mod tests {
         assert_eq!(extract(&h, &names, 255).unwrap().unwrap().as_str(), "main");
         h.append("idempotency-key", HeaderValue::from_static("again"));
         assert!(extract(&h, &names, 255).is_err());
+    }
+
+    #[test]
+    fn a_body_key_is_read_at_its_pointer_and_the_header_wins_if_it_agrees() {
+        let at: JsonPointer = "/meta/key".parse().unwrap();
+        let body = br#"{"amount":1,"meta":{"key":"order-42"}}"#;
+        let key = |s: &str| parse(s.as_bytes(), 255).unwrap();
+        let read = |header: Option<&str>, body: &[u8]| from_body(header.map(key), body, &at, 255);
+        assert_eq!(read(None, body).unwrap().unwrap().as_str(), "order-42");
+        assert_eq!(
+            read(Some("order-42"), body).unwrap().unwrap().as_str(),
+            "order-42"
+        );
+        assert_eq!(
+            read(Some("other"), body),
+            Err(KeyError::Conflict("/meta/key".into()))
+        );
+        assert_eq!(read(Some("h"), b"{}").unwrap().unwrap().as_str(), "h");
+        assert_eq!(read(None, b"{\"meta\":{}}"), Ok(None));
+        assert_eq!(read(None, b"not json"), Ok(None));
+        for bad in [
+            &br#"{"meta":{"key":7}}"#[..],
+            br#"{"meta":{"key":"a","key":"b"}}"#,
+        ] {
+            assert_eq!(
+                read(None, bad),
+                Err(KeyError::NotInBody("/meta/key".into()))
+            );
+        }
+        // The rules of a header key: visible ASCII, not empty, not too long; no
+        // sf-string decoding of a body key.
+        assert!(read(None, br#"{"meta":{"key":"a b"}}"#).is_err());
+        assert!(read(None, br#"{"meta":{"key":""}}"#).is_err());
+        assert!(from_body(None, br#"{"meta":{"key":"abcdef"}}"#, &at, 5).is_err());
+        let quoted = read(None, br#"{"meta":{"key":"\"x\""}}"#).unwrap().unwrap();
+        assert_eq!(quoted.as_str(), "\"x\"");
     }
 }

@@ -22,6 +22,7 @@ mod grpc;
 mod haproxy_h2;
 mod http2;
 mod http2_frames;
+mod key_from;
 mod keys;
 mod lease;
 mod limits;
