@@ -21,6 +21,7 @@ mod deprecated;
 mod encryption;
 mod error;
 mod grpc;
+mod header_pattern;
 mod idempotency;
 mod keys;
 mod load;
@@ -32,6 +33,7 @@ mod replication;
 mod routes;
 mod runtime;
 mod server;
+mod status_set;
 mod tls;
 mod topology;
 mod typed;
@@ -47,6 +49,7 @@ pub use cidr::{Cidr, TrustedProxies};
 pub use deprecated::Deprecation;
 pub use error::ConfigError;
 pub use grpc::GrpcCode;
+pub use header_pattern::{HeaderPattern, ReplayOmit};
 pub use idempotency::{
     AnonymousScope, IdempotencyConfig, IdempotencyOverrides, InFlightPolicy, OnAmbiguous,
     OnRedisUnavailable,
@@ -58,6 +61,7 @@ pub use redis::{RedisConfig, ReplayCacheConfig};
 pub use routes::{RouteConfig, UpstreamProtocol};
 pub use runtime::{worker_share, Runtime, Workers};
 pub use server::{AdminConfig, LogConfig, LogFormat, ServerConfig};
+pub use status_set::{StatusEntry, StatusSet};
 pub use tls::{read_secret, PostgresTls, RedisTls, ResolvedPgTls, SslMode, UpstreamTls};
 pub use topology::{RedisMode, SentinelConfig};
 pub use url_secrets::redact_url;

@@ -254,6 +254,8 @@ fn type_name<'a>(
         "HeaderName" => "header name",
         "Method" => "HTTP method",
         "StatusCode" => "status code",
+        "StatusSet" => "list of status codes and classes (`\"5xx\"`)",
+        "HeaderPattern" => "header name or prefix (`\"x-ratelimit-*\"`)",
         "GrpcCode" => "gRPC status name (`\"OK\"` to `\"UNAUTHENTICATED\"`)",
         "Uri" => "URL",
         "PathBuf" | "std::path::PathBuf" => "path",

@@ -64,7 +64,7 @@ pub async fn claim(app: &App, route: &Arc<Route>, request: &Identified, peer: Ip
             response,
             remaining,
         }) => {
-            let replay = response.replay(settings.replay_set_cookie);
+            let replay = response.replay(&route.policy.replay_omit);
             app.stores
                 .remember(record, *fingerprint, &response, remaining, view);
             Claimed::Answered(Outcome::Replayed, Ok(replay))
@@ -86,7 +86,7 @@ fn cached(app: &App, route: &Route, request: &Identified) -> Option<Claimed> {
     let settings = &route.policy.settings;
     let hit = app.stores.cached(request.record)?;
     let (outcome, reply) = if hit.fingerprint == request.fingerprint {
-        let replay = hit.response.replay(settings.replay_set_cookie);
+        let replay = hit.response.replay(&route.policy.replay_omit);
         (Outcome::Replayed, Ok(replay))
     } else {
         let refused = Refused::Mismatch(settings.mismatch_status);
