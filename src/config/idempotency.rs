@@ -234,7 +234,7 @@ impl IdempotencyConfig {
         if let Some((i, success)) = self.release_statuses.first_success() {
             return Err(ConfigError::invalid(
                 format!("{at}.release_statuses[{i}]"),
-                format!("{success} is a success: the route would never store one"),
+                format!("{success} is a success: the route would store none, and every retry would run again"),
             ));
         }
         if self.release_grpc_statuses.contains(&GrpcCode::Ok) {
