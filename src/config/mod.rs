@@ -13,8 +13,10 @@
 //! `[admin]`, `[log]`), [`redis`] (`[redis]`, `[replay_cache]`, with [`topology`] and
 //! [`replication`]), [`postgres`], [`idempotency`], [`routes`], [`encryption`] (read by
 //! [`keys`]), [`tls`] and [`runtime`]; [`load`] reads them, [`validate()`] runs their rules
-//! and those across sections, [`redacted`] shows them without secrets. The module uses
-//! nothing else of the crate: the rest of the gateway depends on it, not the reverse.
+//! and those across sections, [`redacted`] shows them without secrets; [`status_set`] and
+//! [`header_pattern`] are the status and header lists of [`idempotency`] (codes and
+//! classes, names and prefixes). The module uses nothing else of the crate: the rest of
+//! the gateway depends on it, not the reverse.
 
 mod cidr;
 mod deprecated;
