@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use http::{HeaderName, Method, StatusCode, Uri};
 
-use crate::config::{Config, GrpcCode, IdempotencyConfig, RouteConfig, UpstreamProtocol};
+use crate::config::{
+    Config, GrpcCode, IdempotencyConfig, ReplayOmit, RouteConfig, UpstreamProtocol,
+};
 use crate::metrics::RouteMetrics;
 
 /// One route with its effective (defaults plus overrides) idempotency policy.
@@ -31,6 +33,9 @@ pub struct Route {
 pub struct Policy {
     /// The key header first, then its aliases.
     pub key_headers: Vec<HeaderName>,
+    /// The response headers kept out of stored responses and replays
+    /// (`replay_omit_headers`, and `Set-Cookie` unless `replay_set_cookie`).
+    pub replay_omit: ReplayOmit,
     pub settings: IdempotencyConfig,
 }
 
@@ -40,8 +45,11 @@ impl Policy {
             .chain(&settings.header_aliases)
             .cloned()
             .collect();
+        let replay_omit =
+            ReplayOmit::new(&settings.replay_omit_headers, settings.replay_set_cookie);
         Self {
             key_headers,
+            replay_omit,
             settings,
         }
     }
@@ -53,7 +61,7 @@ impl Policy {
 
     /// Whether an upstream answer with `status` releases the key instead of being stored.
     pub fn releases(&self, status: StatusCode) -> bool {
-        self.settings.release_statuses.contains(&status)
+        self.settings.release_statuses.contains(status)
     }
 
     /// Whether a gRPC call that ended with `code` releases the key instead of being stored.

@@ -9,8 +9,10 @@ use serde::{Deserialize, Serialize};
 
 use super::error::{positive_duration, ConfigError};
 use super::grpc::GrpcCode;
+use super::header_pattern::HeaderPattern;
 use super::key_from::KeyFrom;
 use super::postgres::{ClaimDurability, PostgresConfig};
+use super::status_set::StatusSet;
 use super::typed;
 
 /// `idempotency.on_redis_unavailable`.
@@ -117,19 +119,27 @@ idempotency_settings! {
         /// Whether replays repeat the first response's `Set-Cookie` headers. When false,
         /// they are not stored at all: only the first execution's client gets them.
         replay_set_cookie: bool = false;
+        /// Response headers that are passed to the first client but never stored, so
+        /// replays do not repeat them: names, or prefixes ending in `*`
+        /// (`"x-ratelimit-*"`), in any case; `*` only at the end. Beside `Set-Cookie`'s
+        /// rule (`replay_set_cookie`). Replays of records stored before a header was
+        /// listed leave it out too (docs/http.md, "What a replay repeats").
+        replay_omit_headers: Vec<HeaderPattern> = HeaderPattern::defaults();
         /// The status of a reused key with a different request (a 4xx).
         #[serde(with = "typed")]
         mismatch_status: StatusCode = StatusCode::UNPROCESSABLE_ENTITY;
-        /// Upstream statuses that release the key instead of being stored.
-        #[serde(with = "typed")]
-        release_statuses: Vec<StatusCode> = vec![
+        /// Upstream statuses that release the key instead of being stored: codes (`503`)
+        /// and classes (`"5xx"`, `"4xx"`); `["4xx", "5xx"]` stores only successes and
+        /// redirects. A success (`"2xx"`, `200` to `299`) is refused: the route would
+        /// never store one.
+        release_statuses: StatusSet = StatusSet::codes(&[
             StatusCode::REQUEST_TIMEOUT,
             StatusCode::TOO_EARLY,
             StatusCode::TOO_MANY_REQUESTS,
             StatusCode::BAD_GATEWAY,
             StatusCode::SERVICE_UNAVAILABLE,
             StatusCode::GATEWAY_TIMEOUT,
-        ];
+        ]);
         /// gRPC statuses (by name, as `grpc-status` carries them in a `200` response to a
         /// gRPC call) that release the key instead of being stored, as
         /// `release_statuses` does for HTTP statuses: codes by which a gRPC server says
@@ -228,6 +238,12 @@ impl IdempotencyConfig {
             return Err(ConfigError::invalid(
                 format!("{at}.max_waiters"),
                 "must be greater than zero",
+            ));
+        }
+        if let Some((i, success)) = self.release_statuses.first_success() {
+            return Err(ConfigError::invalid(
+                format!("{at}.release_statuses[{i}]"),
+                format!("{success} is a success: the route would store none, and every retry would run again"),
             ));
         }
         if self.release_grpc_statuses.contains(&GrpcCode::Ok) {

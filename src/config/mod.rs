@@ -13,14 +13,17 @@
 //! `[admin]`, `[log]`), [`redis`] (`[redis]`, `[replay_cache]`, with [`topology`] and
 //! [`replication`]), [`postgres`], [`idempotency`], [`routes`], [`encryption`] (read by
 //! [`keys`]), [`tls`] and [`runtime`]; [`load`] reads them, [`validate()`] runs their rules
-//! and those across sections, [`redacted`] shows them without secrets. The module uses
-//! nothing else of the crate: the rest of the gateway depends on it, not the reverse.
+//! and those across sections, [`redacted`] shows them without secrets; [`status_set`] and
+//! [`header_pattern`] are the status and header lists of [`idempotency`] (codes and
+//! classes, names and prefixes). The module uses nothing else of the crate: the rest of
+//! the gateway depends on it, not the reverse.
 
 mod cidr;
 mod deprecated;
 mod encryption;
 mod error;
 mod grpc;
+mod header_pattern;
 mod idempotency;
 mod key_from;
 mod keys;
@@ -34,6 +37,7 @@ mod replication;
 mod routes;
 mod runtime;
 mod server;
+mod status_set;
 mod tls;
 mod topology;
 mod typed;
@@ -49,6 +53,7 @@ pub use cidr::{Cidr, TrustedProxies};
 pub use deprecated::Deprecation;
 pub use error::ConfigError;
 pub use grpc::GrpcCode;
+pub use header_pattern::{HeaderPattern, ReplayOmit};
 pub use idempotency::{
     AnonymousScope, IdempotencyConfig, IdempotencyOverrides, InFlightPolicy, OnAmbiguous,
     OnRedisUnavailable,
@@ -62,6 +67,7 @@ pub use redis::{RedisConfig, ReplayCacheConfig};
 pub use routes::{RouteConfig, UpstreamProtocol};
 pub use runtime::{worker_share, Runtime, Workers};
 pub use server::{AdminConfig, LogConfig, LogFormat, ServerConfig};
+pub use status_set::{StatusEntry, StatusSet};
 pub use tls::{
     read_secret, ListenerTls, PostgresTls, RedisTls, ResolvedPgTls, SslMode, UpstreamTls,
 };

@@ -255,6 +255,8 @@ fn type_name<'a>(
         "Method" => "HTTP method",
         "StatusCode" => "status code",
         "KeyFrom" => "`\"header\"` or `\"json:<JSON Pointer>\"`",
+        "StatusSet" => "list of status codes and classes (`\"5xx\"`)",
+        "HeaderPattern" => "header name or prefix (`\"x-ratelimit-*\"`)",
         "GrpcCode" => "gRPC status name (`\"OK\"` to `\"UNAUTHENTICATED\"`)",
         "Uri" => "URL",
         "PathBuf" | "std::path::PathBuf" => "path",

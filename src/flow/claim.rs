@@ -69,7 +69,7 @@ pub async fn claim(app: &App, route: &Arc<Route>, request: &Identified, peer: Ip
             response,
             remaining,
         }) => {
-            let replay = response.replay(settings.replay_set_cookie);
+            let replay = response.replay(&route.policy.replay_omit);
             app.stores
                 .remember(record, *fingerprint, &response, remaining, view);
             Claimed::Answered(Outcome::Replayed, Ok(replay))
@@ -101,11 +101,10 @@ async fn under_previous_policy(
     request: &Identified,
     previous: Fingerprint,
 ) -> Claimed {
-    let settings = &route.policy.settings;
     let found = (app.stores).find(route, request.scope, request.record, &previous);
     match found.await {
         Ok(Some(Claim::Completed { response, .. })) => {
-            let replay = response.replay(settings.replay_set_cookie);
+            let replay = response.replay(&route.policy.replay_omit);
             Claimed::Answered(Outcome::Replayed, Ok(replay))
         }
         Ok(Some(Claim::InFlight { remaining })) => {
@@ -127,7 +126,7 @@ fn cached(app: &App, route: &Route, request: &Identified) -> Option<Claimed> {
             .previous
             .is_some_and(|previous| hit.fingerprint == previous);
     let (outcome, reply) = if matches {
-        let replay = hit.response.replay(settings.replay_set_cookie);
+        let replay = hit.response.replay(&route.policy.replay_omit);
         (Outcome::Replayed, Ok(replay))
     } else {
         let refused = Refused::Mismatch(settings.mismatch_status);

@@ -85,10 +85,9 @@ pub async fn run(
                 StoredResponse::from_upstream(answer.status, &answer.headers, answer.body)
                     .with_trailers(trailers);
             let first = stored.to_response(false);
-            if !route.policy.settings.replay_set_cookie {
-                // The first client gets its cookies; they are not stored, so never replayed.
-                stored.remove_set_cookie();
-            }
+            // The first client gets its cookies and per-exchange headers
+            // (`replay_omit_headers`); they are not stored, so never replayed.
+            stored.omit(&route.policy.replay_omit);
             return settle::complete(&app, &route, lease, stored, first).await;
         }
         Err(e) => match stored_problem(&route, &e, is_grpc) {

@@ -103,7 +103,7 @@ async fn lease_lost(
     match (app.stores).find(route, scope, record, &fingerprint).await {
         Ok(Some(Claim::Completed { response, .. })) => (
             Outcome::Replayed,
-            Ok(response.replay(route.policy.settings.replay_set_cookie)),
+            Ok(response.replay(&route.policy.replay_omit)),
         ),
         Err(e) if e.unreadable().is_some() => {
             unreadable(&e);

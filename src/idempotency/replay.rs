@@ -16,10 +16,11 @@ use std::task::{Context, Poll};
 use axum::body::Body;
 use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
-use http::header::{DATE, SERVER, SET_COOKIE};
+use http::header::{DATE, SERVER};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use hyper::body::Frame;
 
+use crate::config::ReplayOmit;
 use crate::proxy::headers::{is_hop_by_hop, REPLAYED};
 
 /// First byte of an unsealed record: the version of this encoding ([`crate::store::formats`]).
@@ -73,12 +74,20 @@ impl StoredResponse {
     /// The response to send: stored status, headers, body and trailers, plus
     /// `Idempotent-Replayed`.
     pub fn to_response(&self, replayed: bool) -> Response {
+        self.response_without(replayed, None)
+    }
+
+    /// [`to_response`](Self::to_response) without the headers `omit` names.
+    fn response_without(&self, replayed: bool, omit: Option<&ReplayOmit>) -> Response {
         let mut response = Response::new(self.to_body());
         *response.status_mut() = self.status;
         let headers = response.headers_mut();
         headers.reserve(self.headers.len() + 1);
+        let omit = omit.filter(|o| !o.is_empty());
         for (name, value) in &self.headers {
-            headers.append(name.clone(), value.clone());
+            if !omit.is_some_and(|o| o.omits(name)) {
+                headers.append(name.clone(), value.clone());
+            }
         }
         let flag = if replayed { "true" } else { "false" };
         headers.insert(REPLAYED, HeaderValue::from_static(flag));
@@ -101,20 +110,20 @@ impl StoredResponse {
         })
     }
 
-    /// The response for a replay: as stored, with `Idempotent-Replayed: true`, minus any
-    /// `Set-Cookie` (from records stored before it was kept out) unless the route
-    /// replays cookies.
-    pub fn replay(&self, set_cookie: bool) -> Response {
-        let mut response = self.to_response(true);
-        if !set_cookie {
-            response.headers_mut().remove(SET_COOKIE);
-        }
-        response
+    /// The response for a replay: as stored, with `Idempotent-Replayed: true`, minus the
+    /// headers the route keeps out of replays (`omit`): a record stored before they were
+    /// kept out (or under another route policy) may hold them.
+    pub fn replay(&self, omit: &ReplayOmit) -> Response {
+        self.response_without(true, Some(omit))
     }
 
-    /// Drops `Set-Cookie`: what a route that does not replay cookies stores.
-    pub fn remove_set_cookie(&mut self) {
-        self.headers.retain(|(name, _)| *name != SET_COOKIE);
+    /// Drops the headers the route keeps out of what it stores (`Set-Cookie` unless it
+    /// replays cookies, `replay_omit_headers`): what the route stores. In place: no
+    /// allocation.
+    pub fn omit(&mut self, omit: &ReplayOmit) {
+        if !omit.is_empty() {
+            self.headers.retain(|(name, _)| !omit.omits(name));
+        }
     }
 
     /// A copy held in one allocation of exactly [`encoded_len`](Self::encoded_len) bytes.
@@ -418,6 +427,24 @@ mod tests {
         assert!(
             StoredResponse::decode(Bytes::from_static(b"\x01\x00\xc8\x00\x01\x00\x05ab")).is_err()
         );
+    }
+
+    #[test]
+    fn omitted_headers_are_not_stored_and_not_replayed_from_old_records() {
+        use crate::config::HeaderPattern;
+        let omit = ReplayOmit::new(&[HeaderPattern::parse("x-request-*").unwrap()], false);
+        let old = sample();
+        let replay = old.replay(&omit);
+        let names: Vec<&str> = replay.headers().keys().map(|n| n.as_str()).collect();
+        assert_eq!(names, ["content-type", "idempotent-replayed"]);
+        let mut stored = sample();
+        stored.omit(&omit);
+        assert_eq!(stored.headers, [old.headers[0].clone()]);
+        let nothing = ReplayOmit::new(&[], true);
+        stored = sample();
+        stored.omit(&nothing);
+        assert_eq!(stored, old);
+        assert_eq!(old.replay(&nothing).headers().len(), 5);
     }
 
     #[test]

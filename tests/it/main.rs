@@ -36,6 +36,7 @@ mod pg_ops;
 mod pg_timeouts;
 mod pg_writer;
 mod replay;
+mod replay_policy;
 mod resharding;
 mod secrets;
 mod sentinel_partition;

@@ -30,6 +30,8 @@ struct Shared {
     padding: Mutex<usize>,
     /// The server name of each TLS handshake that completed (TLS only).
     sni: Mutex<Vec<Option<String>>>,
+    /// Headers added to every answer, each with a value of its own per execution.
+    exchange_headers: Mutex<Vec<&'static str>>,
 }
 
 #[derive(Clone)]
@@ -114,6 +116,12 @@ impl MockUpstream {
         *self.shared.padding.lock().unwrap() = bytes;
     }
 
+    /// Every answer carries these headers (`x-ratelimit-remaining`, `server-timing`),
+    /// each valued `execution=N`, so that no two executions send the same value.
+    pub fn set_exchange_headers(&self, names: &[&'static str]) {
+        *self.shared.exchange_headers.lock().unwrap() = names.to_vec();
+    }
+
     /// The next answers use these statuses, in order; then 201.
     pub fn push_statuses(&self, statuses: &[u16]) {
         self.shared.statuses.lock().unwrap().extend(statuses);
@@ -167,5 +175,10 @@ async fn handle(
     h.insert("x-execution", HeaderValue::from(execution));
     h.insert("connection", HeaderValue::from_static("x-hop"));
     h.insert("x-hop", HeaderValue::from_static("must-not-be-stored"));
+    for name in shared.exchange_headers.lock().unwrap().iter() {
+        let value = HeaderValue::from_str(&format!("execution={execution}")).unwrap();
+        let name = axum::http::HeaderName::from_bytes(name.as_bytes()).unwrap();
+        h.append(name, value);
+    }
     response
 }
