@@ -24,6 +24,7 @@ mod grpc;
 mod idempotency;
 mod keys;
 mod load;
+mod pointer;
 mod postgres;
 mod redacted;
 mod redis;
@@ -53,6 +54,7 @@ pub use idempotency::{
 };
 pub use keys::{EncryptionKeys, KeyMaterial, KeyringError, KEY_LEN, MAX_ID_LEN};
 pub use load::ENV_PREFIX;
+pub use pointer::{JsonPointer, PointerError, Segment};
 pub use postgres::{ClaimDurability, LookupOnMiss, PostgresConfig};
 pub use redis::{RedisConfig, ReplayCacheConfig};
 pub use routes::{RouteConfig, UpstreamProtocol};

@@ -10,6 +10,7 @@ pub mod fingerprint;
 pub mod kept;
 pub mod key;
 pub mod keyring;
+pub mod pointer;
 pub mod replay;
 pub mod scope;
 pub mod sealed;

@@ -364,8 +364,14 @@ async fn with_in_flight_wait_concurrent_duplicates_get_the_first_answer() {
     let out = calls(&target, json!([burst])).await;
     let burst = out[0].as_array().unwrap();
     assert!(burst.iter().all(|r| r["code"] == "OK"), "{burst:?}");
-    assert!(burst.iter().all(|r| r["messages"] == burst[0]["messages"]), "{burst:?}");
-    assert!(burst.iter().all(|r| r["trailing"] == burst[0]["trailing"]), "{burst:?}");
+    assert!(
+        burst.iter().all(|r| r["messages"] == burst[0]["messages"]),
+        "{burst:?}"
+    );
+    assert!(
+        burst.iter().all(|r| r["trailing"] == burst[0]["trailing"]),
+        "{burst:?}"
+    );
     let replayed = (burst.iter())
         .filter(|r| metadata(r, "initial", "idempotent-replayed") == Some("true"))
         .count();
