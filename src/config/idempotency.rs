@@ -8,6 +8,7 @@ use http::{HeaderName, Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use super::error::{positive_duration, ConfigError};
+use super::fingerprint::FingerprintPolicy;
 use super::grpc::GrpcCode;
 use super::postgres::{ClaimDurability, PostgresConfig};
 use super::typed;
@@ -108,6 +109,13 @@ idempotency_settings! {
         /// Whether replays repeat the first response's `Set-Cookie` headers. When false,
         /// they are not stored at all: only the first execution's client gets them.
         replay_set_cookie: bool = false;
+        /// What of a keyed request its fingerprint covers, the hash a retry with the same
+        /// key must match (docs/http.md, "Fingerprint").
+        fingerprint: FingerprintPolicy = FingerprintPolicy::default();
+        /// The policy records stored before the last change of `fingerprint` were made
+        /// under; keep it one `ttl` after a change. The default is the default policy (the
+        /// fingerprint of earlier releases).
+        fingerprint_previous: FingerprintPolicy = FingerprintPolicy::default();
         /// The status of a reused key with a different request (a 4xx).
         #[serde(with = "typed")]
         mismatch_status: StatusCode = StatusCode::UNPROCESSABLE_ENTITY;

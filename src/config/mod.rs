@@ -20,6 +20,7 @@ mod cidr;
 mod deprecated;
 mod encryption;
 mod error;
+mod fingerprint;
 mod grpc;
 mod idempotency;
 mod keys;
@@ -47,6 +48,7 @@ use serde::{Deserialize, Serialize};
 pub use cidr::{Cidr, TrustedProxies};
 pub use deprecated::Deprecation;
 pub use error::ConfigError;
+pub use fingerprint::{BodyMode, FingerprintPolicy, QueryMode};
 pub use grpc::GrpcCode;
 pub use idempotency::{
     AnonymousScope, IdempotencyConfig, IdempotencyOverrides, InFlightPolicy, OnAmbiguous,

@@ -1,10 +1,10 @@
 //! Phase 2, identify: whose key it is (the tenant scope, checked before the body is
 //! read), the bounded body ([`super::body`]), the record id of (scope, key) and the
-//! fingerprint of what was asked.
+//! fingerprint of what was asked, under the route's `fingerprint` policy (and under
+//! `fingerprint_previous` too when that differs, for records stored before a change).
 
 use axum::extract::Request;
 use bytes::Bytes;
-use http::header::CONTENT_TYPE;
 use http::request::Parts;
 use http::HeaderName;
 
@@ -23,6 +23,10 @@ pub struct Identified {
     pub scope: Scope,
     pub record: RecordId,
     pub fingerprint: Fingerprint,
+    /// The fingerprint under the route's `fingerprint_previous`, when that policy differs
+    /// from `fingerprint` (a record stored before the change was made under it).
+    #[allow(dead_code)] // for the claim, which is to match a stored record against it
+    pub previous: Option<Fingerprint>,
 }
 
 /// The scope, the body, the record id and the fingerprint of a keyed request.
@@ -37,12 +41,11 @@ pub async fn identify(
     let (parts, body) = request.into_parts();
     let body = body::read_bounded(&app.config.server, &parts, body).await?;
     let record = RecordId::new(scope, &key, secret);
-    let fingerprint = Fingerprint::new(
-        &parts.method,
-        &parts.uri,
-        parts.headers.get(CONTENT_TYPE),
-        &body,
-    );
+    let settings = &route.policy.settings;
+    let under = |policy| Fingerprint::new(policy, &parts.method, &parts.uri, &parts.headers, &body);
+    let fingerprint = under(&settings.fingerprint);
+    let previous = (settings.fingerprint_previous != settings.fingerprint)
+        .then(|| under(&settings.fingerprint_previous));
     Ok(Identified {
         parts,
         body,
@@ -50,6 +53,7 @@ pub async fn identify(
         scope,
         record,
         fingerprint,
+        previous,
     })
 }
 
