@@ -17,6 +17,7 @@ mod encoded_once;
 mod encryption;
 mod failover;
 mod faults;
+mod fingerprint;
 mod forwarding;
 mod grpc;
 mod haproxy_h2;
