@@ -11,7 +11,7 @@ use http::HeaderName;
 use super::body;
 use super::refused::Refused;
 use crate::app::App;
-use crate::config::AnonymousScope;
+use crate::config::{AnonymousScope, IdempotencyConfig};
 use crate::idempotency::{Fingerprint, IdempotencyKey, RecordId, Scope, ScopeError, ScopeSecret};
 use crate::route::Route;
 
@@ -41,11 +41,7 @@ pub async fn identify(
     let (parts, body) = request.into_parts();
     let body = body::read_bounded(&app.config.server, &parts, body).await?;
     let record = RecordId::new(scope, &key, secret);
-    let settings = &route.policy.settings;
-    let under = |policy| Fingerprint::new(policy, &parts.method, &parts.uri, &parts.headers, &body);
-    let fingerprint = under(&settings.fingerprint);
-    let previous = (settings.fingerprint_previous != settings.fingerprint)
-        .then(|| under(&settings.fingerprint_previous));
+    let (fingerprint, previous) = fingerprints(&route.policy.settings, &parts, &body);
     Ok(Identified {
         parts,
         body,
@@ -55,6 +51,19 @@ pub async fn identify(
         fingerprint,
         previous,
     })
+}
+
+/// The request's fingerprint under the route's `fingerprint`, and under
+/// `fingerprint_previous` when that policy differs (else nothing more is hashed).
+fn fingerprints(
+    settings: &IdempotencyConfig,
+    parts: &Parts,
+    body: &[u8],
+) -> (Fingerprint, Option<Fingerprint>) {
+    let under = |policy| Fingerprint::new(policy, &parts.method, &parts.uri, &parts.headers, body);
+    let previous = (settings.fingerprint_previous != settings.fingerprint)
+        .then(|| under(&settings.fingerprint_previous));
+    (under(&settings.fingerprint), previous)
 }
 
 /// The request's tenant scope under `secret`, or why it has none.
@@ -76,5 +85,35 @@ pub fn scope_of(
                 .collect::<Vec<_>>()
                 .join(", "),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_previous_fingerprint_only_when_the_policies_differ() {
+        let request = http::Request::post("/v1/p")
+            .header("content-type", "application/json")
+            .body(())
+            .unwrap();
+        let (parts, ()) = request.into_parts();
+        let body = br#"{"amount":1,"ts":2}"#;
+        let mut settings = IdempotencyConfig::default();
+        let (today, previous) = fingerprints(&settings, &parts, body);
+        assert_eq!(previous, None);
+
+        settings.fingerprint.ignore_json = vec!["/ts".parse().unwrap()];
+        let (now, previous) = fingerprints(&settings, &parts, body);
+        assert_ne!(now, today);
+        assert_eq!(
+            previous,
+            Some(today),
+            "the default policy's, as stored before"
+        );
+
+        settings.fingerprint_previous = settings.fingerprint.clone();
+        assert_eq!(fingerprints(&settings, &parts, body), (now, None));
     }
 }
