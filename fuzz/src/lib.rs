@@ -40,6 +40,7 @@ pub fn stored_response(u: &mut Unstructured) -> Result<StoredResponse> {
         status,
         headers,
         body,
+        trailers: Vec::new(),
     })
 }
 
