@@ -81,8 +81,8 @@ pub enum StringAtError {
 /// nothing is there. A member that appears twice in an object on the pointer's path is
 /// [`StringAtError::Ambiguous`] (parsers disagree on which one counts); repeated members
 /// elsewhere in the body do not matter. Values off the path are skipped unconverted; a
-/// number at the pointer itself that no `f64` holds (`1e400`) is
-/// [`StringAtError::NotJson`] rather than [`StringAtError::NotAString`].
+/// number on the path itself that no `f64` holds (`1e400`) is [`StringAtError::NotJson`]
+/// rather than [`StringAtError::NotAString`] or missing.
 pub fn string_at(body: &[u8], pointer: &JsonPointer) -> Result<Option<String>, StringAtError> {
     if pointer.has_wildcard() {
         return Err(StringAtError::Wildcard);
@@ -277,11 +277,11 @@ mod tests {
         let big = r#"{"k":"v","n":1e400,"a":[1e400,"s"],"m":-1e999}"#;
         assert_eq!(at(big, "/k"), Ok(Some("v".into())));
         assert_eq!(at(big, "/a/1"), Ok(Some("s".into())));
-        // At the pointer itself serde_json reads the number, and refuses it: still a
+        // On the pointer's path serde_json reads the number, and refuses it: still a
         // refusal, under another name.
         assert_eq!(at(big, "/n"), Err(StringAtError::NotJson));
         assert_eq!(at(big, "/a/0"), Err(StringAtError::NotJson));
-        assert_eq!(at(big, "/m/x"), Ok(None));
+        assert_eq!(at(big, "/m/x"), Err(StringAtError::NotJson));
     }
 
     #[test]
