@@ -2,11 +2,12 @@
 //! (`idempotency::canonical::canonicalize_ignoring`), on arbitrary bytes: the first line
 //! is pointers separated by tabs, the rest a body. Properties: parsing never panics; a
 //! parsed pointer writes back as its text, has one segment per `/` and a wildcard only
-//! for a `*` segment; `string_at` never panics and refuses a wildcard; leaving values out
-//! never makes a body canonical or not (the same bodies have a form as without pointers);
-//! the form is canonical (canonicalising it again changes nothing); and it is the
-//! body's JSON value with exactly the selected values removed (as serde_json reads both,
-//! checked against a plain tree walk).
+//! for a `*` segment; `string_at` never panics, refuses a wildcard and otherwise finds
+//! what serde_json's `Value::pointer` finds (on bodies without repeated members);
+//! leaving values out never makes a body canonical or not (the same bodies have a form
+//! as without pointers); the form is canonical (canonicalising it again changes
+//! nothing); and it is the body's JSON value with exactly the selected values removed
+//! (as serde_json reads both, checked against a plain tree walk).
 #![no_main]
 
 use idemgate::config::{JsonPointer, Segment};
@@ -61,7 +62,21 @@ fn check_pointer(text: &str, pointer: &JsonPointer, body: &[u8]) {
     let found = string_at(body, pointer);
     if star {
         assert_eq!(found, Err(StringAtError::Wildcard));
+        return;
     }
+    // Against serde_json's own pointer lookup, on bodies without repeated members.
+    let Ok(value) = serde_json::from_slice::<Value>(body) else {
+        return;
+    };
+    if canonicalize(body).is_none() {
+        return;
+    }
+    let expected = match value.pointer(text) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(StringAtError::NotAString),
+    };
+    assert_eq!(found, expected, "pointer {text:?}");
 }
 
 /// One step of a path, owned.
