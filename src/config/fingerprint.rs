@@ -86,4 +86,25 @@ mod tests {
         let bad = "[idempotency.fingerprint]\nbody = \"json\"\n";
         assert!(Config::from_toml(bad).is_err());
     }
+
+    #[test]
+    fn a_route_override_replaces_the_whole_table() {
+        let toml = "[idempotency.fingerprint]\nignore_json = [\"/ts\"]\n\
+                    [[routes]]\nname = \"a\"\npath_prefix = \"/a/\"\nupstream = \"http://127.0.0.1:1\"\n\
+                    [routes.idempotency.fingerprint]\nbody = \"none\"\n\
+                    [[routes]]\nname = \"b\"\npath_prefix = \"/b/\"\nupstream = \"http://127.0.0.1:1\"\n";
+        let config = Config::from_toml(toml).unwrap();
+        let route = |i: usize| config.routes[i].idempotency.apply(&config.idempotency);
+        let a = route(0).fingerprint;
+        assert_eq!((a.body, a.ignore_json.len()), (super::BodyMode::None, 0));
+        let b = route(1).fingerprint;
+        assert_eq!(
+            (b.body, b.ignore_json.len()),
+            (super::BodyMode::CanonicalJson, 1)
+        );
+        assert_eq!(
+            route(0).fingerprint_previous,
+            super::FingerprintPolicy::default()
+        );
+    }
 }
