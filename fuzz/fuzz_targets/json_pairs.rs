@@ -203,7 +203,13 @@ impl Style<'_> {
 fn fingerprint(body: &[u8]) -> Fingerprint {
     let uri = Uri::from_static("/v1/payments");
     let json = HeaderValue::from_static("application/json; charset=utf-8");
-    Fingerprint::new(&Method::POST, &uri, Some(&json), body)
+    Fingerprint::new(
+        &Default::default(),
+        &Method::POST,
+        &uri,
+        &http::HeaderMap::from_iter([(http::header::CONTENT_TYPE, json)]),
+        body,
+    )
 }
 
 fn write(v: &Json, style: &[u8], rotate: usize) -> String {

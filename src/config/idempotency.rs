@@ -8,6 +8,7 @@ use http::{HeaderName, Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use super::error::{positive_duration, ConfigError};
+use super::fingerprint::FingerprintPolicy;
 use super::grpc::GrpcCode;
 use super::header_pattern::HeaderPattern;
 use super::key_from::KeyFrom;
@@ -125,6 +126,13 @@ idempotency_settings! {
         /// rule (`replay_set_cookie`). Replays of records stored before a header was
         /// listed leave it out too (docs/http.md, "What a replay repeats").
         replay_omit_headers: Vec<HeaderPattern> = HeaderPattern::defaults();
+        /// What of a keyed request its fingerprint covers, the hash a retry with the same
+        /// key must match (docs/http.md, "Fingerprint").
+        fingerprint: FingerprintPolicy = FingerprintPolicy::default();
+        /// The policy records stored before the last change of `fingerprint` were made
+        /// under; keep it one `ttl` after a change. The default is the default policy (the
+        /// fingerprint of earlier releases).
+        fingerprint_previous: FingerprintPolicy = FingerprintPolicy::default();
         /// The status of a reused key with a different request (a 4xx).
         #[serde(with = "typed")]
         mismatch_status: StatusCode = StatusCode::UNPROCESSABLE_ENTITY;

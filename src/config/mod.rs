@@ -22,6 +22,7 @@ mod cidr;
 mod deprecated;
 mod encryption;
 mod error;
+mod fingerprint;
 mod grpc;
 mod header_pattern;
 mod idempotency;
@@ -52,6 +53,7 @@ use serde::{Deserialize, Serialize};
 pub use cidr::{Cidr, TrustedProxies};
 pub use deprecated::Deprecation;
 pub use error::ConfigError;
+pub use fingerprint::{BodyMode, FingerprintPolicy, QueryMode};
 pub use grpc::GrpcCode;
 pub use header_pattern::{HeaderPattern, ReplayOmit};
 pub use idempotency::{

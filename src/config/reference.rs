@@ -28,6 +28,7 @@ const FILES: &[&str] = &[
     include_str!("redis.rs"),
     include_str!("postgres.rs"),
     include_str!("idempotency.rs"),
+    include_str!("fingerprint.rs"),
     include_str!("routes.rs"),
     include_str!("topology.rs"),
     include_str!("tls.rs"),
@@ -161,6 +162,7 @@ fn walk(
     let scope = |item: &Item| match path.as_str() {
         "idempotency" if item.global_only => Scope::GlobalOnly,
         "idempotency" => Scope::Overridable,
+        p if p.starts_with("idempotency.") => Scope::Overridable,
         p if p.starts_with("routes[]") => Scope::Route,
         _ => Scope::Global,
     };
@@ -171,6 +173,8 @@ fn walk(
         .collect();
     let docs = match field.docs.is_empty() {
         true => def.docs.clone(),
+        // Two settings of one type (`fingerprint`, `fingerprint_previous`): each its own.
+        false if path.starts_with("idempotency.") => format!("{}\n\n{}", field.docs, def.docs),
         false => format!("{}\n\n{}", def.docs, field.docs),
     };
     out.push(Table {
@@ -180,7 +184,9 @@ fn walk(
         overrides,
         container_default: def.has("default"),
     });
-    for item in fields {
+    // A route's override of a table replaces the whole table: its tables are listed, not
+    // walked again.
+    for item in fields.into_iter().filter(|_| !overrides) {
         walk(defs, item, &path, out)?;
     }
     Ok(())
@@ -252,6 +258,7 @@ fn type_name<'a>(
         "bool" => "boolean",
         "usize" | "u32" | "u64" => "integer",
         "HeaderName" => "header name",
+        "JsonPointer" => "JSON Pointer",
         "Method" => "HTTP method",
         "StatusCode" => "status code",
         "KeyFrom" => "`\"header\"` or `\"json:<JSON Pointer>\"`",

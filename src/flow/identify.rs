@@ -1,11 +1,12 @@
 //! Phase 2, identify: whose key it is (the tenant scope, checked before the body is
 //! read), the bounded body ([`super::body`]), the key when the route reads it from the
-//! body, the record id of (scope, key) and the fingerprint of what was asked.
+//! body, the record id of (scope, key) and the fingerprint of what was asked, under the
+//! route's `fingerprint` policy (and under `fingerprint_previous` too when that differs,
+//! for records stored before a change).
 
 use axum::body::Body;
 use axum::extract::Request;
 use bytes::Bytes;
-use http::header::CONTENT_TYPE;
 use http::request::Parts;
 use http::HeaderName;
 
@@ -13,7 +14,7 @@ use super::admit::Admitted;
 use super::body;
 use super::refused::Refused;
 use crate::app::App;
-use crate::config::{AnonymousScope, KeyFrom};
+use crate::config::{AnonymousScope, IdempotencyConfig, KeyFrom};
 use crate::idempotency::{
     key, Fingerprint, IdempotencyKey, KeyError, RecordId, Scope, ScopeError, ScopeSecret,
 };
@@ -65,12 +66,7 @@ pub async fn identify(
         },
     };
     let record = RecordId::new(scope, &key, secret);
-    let fingerprint = Fingerprint::new(
-        &parts.method,
-        &parts.uri,
-        parts.headers.get(CONTENT_TYPE),
-        &body,
-    );
+    let (fingerprint, previous) = fingerprints(&route.policy.settings, &parts, &body);
     Ok(Identity::Keyed(Identified {
         parts,
         body,
@@ -78,7 +74,7 @@ pub async fn identify(
         scope,
         record,
         fingerprint,
-        previous: None,
+        previous,
     }))
 }
 
@@ -96,6 +92,19 @@ fn key_in_body(
         None if settings.required => Err(KeyError::NotInBody(at.to_string())),
         key => Ok(key),
     }
+}
+
+/// The request's fingerprint under the route's `fingerprint`, and under
+/// `fingerprint_previous` when that policy differs (else nothing more is hashed).
+fn fingerprints(
+    settings: &IdempotencyConfig,
+    parts: &Parts,
+    body: &[u8],
+) -> (Fingerprint, Option<Fingerprint>) {
+    let under = |policy| Fingerprint::new(policy, &parts.method, &parts.uri, &parts.headers, body);
+    let previous = (settings.fingerprint_previous != settings.fingerprint)
+        .then(|| under(&settings.fingerprint_previous));
+    (under(&settings.fingerprint), previous)
 }
 
 /// The request's tenant scope under `secret`, or why it has none.
@@ -117,5 +126,35 @@ pub fn scope_of(
                 .collect::<Vec<_>>()
                 .join(", "),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_previous_fingerprint_only_when_the_policies_differ() {
+        let request = http::Request::post("/v1/p")
+            .header("content-type", "application/json")
+            .body(())
+            .unwrap();
+        let (parts, ()) = request.into_parts();
+        let body = br#"{"amount":1,"ts":2}"#;
+        let mut settings = IdempotencyConfig::default();
+        let (today, previous) = fingerprints(&settings, &parts, body);
+        assert_eq!(previous, None);
+
+        settings.fingerprint.ignore_json = vec!["/ts".parse().unwrap()];
+        let (now, previous) = fingerprints(&settings, &parts, body);
+        assert_ne!(now, today);
+        assert_eq!(
+            previous,
+            Some(today),
+            "the default policy's, as stored before"
+        );
+
+        settings.fingerprint_previous = settings.fingerprint.clone();
+        assert_eq!(fingerprints(&settings, &parts, body), (now, None));
     }
 }

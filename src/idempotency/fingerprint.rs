@@ -5,14 +5,20 @@
 //! * **Record id** = SHA-256 of (scope, key), or HMAC-SHA-256 under the scope secret:
 //!   the only form in which a key reaches Redis, Postgres or a log line.
 //! * **Fingerprint** = SHA-256 of method, path and query, content type and body; a
-//!   JSON body is canonicalised first (keys sorted, whitespace dropped).
+//!   JSON body is canonicalised first (keys sorted, whitespace dropped), all as the
+//!   route's [`FingerprintPolicy`] says: values left out of a JSON body, headers added,
+//!   the body as bytes or not at all, the query's parameters sorted. Each part is
+//!   length-prefixed and each option adds its own tag, so under the default policy the
+//!   hash is the one earlier releases computed (records they stored keep matching).
 
-use http::{HeaderValue, Method, Uri};
+use http::header::CONTENT_TYPE;
+use http::{HeaderMap, HeaderValue, Method, Uri};
 use sha2::{Digest, Sha256};
 
-use super::canonical::canonicalize;
+use super::canonical::canonicalize_ignoring;
 use super::key::IdempotencyKey;
 use super::scope::{lower_hex, push_lower_hex, Scope, ScopeSecret};
+use crate::config::{BodyMode, FingerprintPolicy, QueryMode};
 
 /// Identity of one idempotency record: a hash of (scope, key).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -65,26 +71,49 @@ impl std::fmt::Debug for RecordId {
 pub struct Fingerprint([u8; 32]);
 
 impl Fingerprint {
+    /// The fingerprint of a request under `policy` (the content type is read from
+    /// `headers`).
     pub fn new(
+        policy: &FingerprintPolicy,
         method: &Method,
         uri: &Uri,
-        content_type: Option<&HeaderValue>,
+        headers: &HeaderMap,
         body: &[u8],
     ) -> Self {
         let mut h = Sha256::new();
         field(&mut h, method.as_str().as_bytes());
         let target = uri.path_and_query().map_or("/", |pq| pq.as_str());
-        field(&mut h, target.as_bytes());
-        let ct = content_type.map_or(&b""[..], HeaderValue::as_bytes);
-        field(&mut h, ct);
-        match is_json(ct).then(|| canonicalize(body)).flatten() {
-            Some(canonical) => {
-                h.update(b"json");
-                field(&mut h, &canonical);
+        match (policy.query, uri.query()) {
+            (QueryMode::Sorted, Some(query)) => {
+                field(&mut h, sorted_target(uri.path(), query).as_bytes());
             }
-            None => {
-                h.update(b"raw");
-                field(&mut h, body);
+            _ => field(&mut h, target.as_bytes()),
+        }
+        let ct = headers
+            .get(CONTENT_TYPE)
+            .map_or(&b""[..], HeaderValue::as_bytes);
+        field(&mut h, ct);
+        let json = || is_json(ct).then(|| canonicalize_ignoring(body, &policy.ignore_json));
+        match policy.body {
+            BodyMode::CanonicalJson => match json().flatten() {
+                Some(canonical) => {
+                    h.update(b"json");
+                    field(&mut h, &canonical);
+                }
+                None => raw(&mut h, body),
+            },
+            BodyMode::Bytes => raw(&mut h, body),
+            BodyMode::None => h.update(b"none"),
+        }
+        if !policy.headers.is_empty() {
+            h.update(b"headers");
+            for name in &policy.headers {
+                field(&mut h, name.as_str().as_bytes());
+                let values = headers.get_all(name);
+                h.update((values.iter().count() as u64).to_be_bytes());
+                for value in values {
+                    field(&mut h, trim_ows(value.as_bytes()));
+                }
             }
         }
         Self(h.finalize().into())
@@ -98,6 +127,27 @@ impl Fingerprint {
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
         bytes.try_into().ok().map(Self)
     }
+}
+
+/// A body hashed as its bytes.
+fn raw(h: &mut Sha256, body: &[u8]) {
+    h.update(b"raw");
+    field(h, body);
+}
+
+/// `path?query` with the query's `&`-separated parameters sorted by their raw text.
+fn sorted_target(path: &str, query: &str) -> String {
+    let mut params: Vec<&str> = query.split('&').collect();
+    params.sort_unstable();
+    format!("{path}?{}", params.join("&"))
+}
+
+/// A header value without the spaces and tabs around it (RFC 9110 OWS).
+fn trim_ows(value: &[u8]) -> &[u8] {
+    let ows = |b: &u8| *b == b' ' || *b == b'\t';
+    let start = value.iter().position(|b| !ows(b)).unwrap_or(value.len());
+    let end = value.iter().rposition(|b| !ows(b)).map_or(start, |i| i + 1);
+    &value[start..end]
 }
 
 /// A length-prefixed field, so that no two field sequences hash alike.
@@ -119,99 +169,4 @@ fn is_json(content_type: &[u8]) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lower_hex_is_what_hex_encode_writes() {
-        let bytes: Vec<u8> = (0..=255).collect();
-        assert_eq!(lower_hex(&bytes), hex::encode(&bytes));
-        let id = RecordId([0xa5; 32]);
-        let mut key = String::from("p:");
-        id.push_hex(&mut key);
-        assert_eq!(key, format!("p:{}", hex::encode([0xa5; 32])));
-        assert_eq!(id.short(), "a5a5a5a5a5a5");
-    }
-
-    fn fp(ct: Option<&'static str>, body: &str) -> Fingerprint {
-        let uri: Uri = "/v1/payments?x=1".parse().unwrap();
-        let ct = ct.map(HeaderValue::from_static);
-        Fingerprint::new(&Method::POST, &uri, ct.as_ref(), body.as_bytes())
-    }
-
-    const JSON: Option<&str> = Some("application/json");
-
-    #[test]
-    fn reordered_json_keys_and_whitespace_match() {
-        assert_eq!(
-            fp(JSON, r#"{"a":1,"b":2}"#),
-            fp(JSON, r#"{ "b":2, "a":1 }"#)
-        );
-        assert_eq!(
-            fp(
-                Some("application/merge-patch+json; charset=utf-8"),
-                r#"{"x":{"d":[1,2],"c":null}}"#
-            ),
-            fp(
-                Some("application/merge-patch+json; charset=utf-8"),
-                "{\"x\":{\"c\":null,\"d\":[1, 2]}}\n"
-            ),
-        );
-    }
-
-    #[test]
-    fn different_values_or_order_of_arrays_differ() {
-        assert_ne!(fp(JSON, r#"{"a":1}"#), fp(JSON, r#"{"a":2}"#));
-        assert_ne!(fp(JSON, "[1,2]"), fp(JSON, "[2,1]"));
-    }
-
-    #[test]
-    fn precision_and_repeated_keys_are_not_blurred() {
-        assert_ne!(
-            fp(JSON, r#"{"amount":18446744073709551617}"#),
-            fp(JSON, r#"{"amount":18446744073709551616}"#)
-        );
-        assert_ne!(
-            fp(JSON, r#"{"to":"alice","to":"bob"}"#),
-            fp(JSON, r#"{"to":"bob"}"#)
-        );
-    }
-
-    #[test]
-    fn any_content_type_is_classified_without_panicking() {
-        // Found by fuzz/canonical_json: the `+json` suffix was sliced at a byte offset
-        // inside a multi-byte character (a client-chosen header: a panic per request).
-        let body = r#"{"a":1}"#;
-        for ct in [
-            "x\u{e9}abcd",
-            "\u{e9}\u{e9}\u{e9}",
-            "a\u{20ac}json",
-            "\u{7a4}\u{74f}&2",
-        ] {
-            let ct = HeaderValue::from_bytes(ct.as_bytes()).unwrap();
-            let uri: Uri = "/v1/payments".parse().unwrap();
-            Fingerprint::new(&Method::POST, &uri, Some(&ct), body.as_bytes());
-            assert!(!is_json(ct.as_bytes()));
-        }
-        assert!(is_json("application/vnd.api+JSON; x=\u{e9}".as_bytes()));
-    }
-
-    #[test]
-    fn non_json_bodies_are_compared_raw() {
-        assert_ne!(
-            fp(Some("text/plain"), "{\"a\":1,\"b\":2}"),
-            fp(Some("text/plain"), "{\"b\":2,\"a\":1}")
-        );
-        assert_ne!(fp(JSON, "{not json"), fp(JSON, "{not  json"));
-    }
-
-    #[test]
-    fn method_target_and_content_type_count() {
-        let uri: Uri = "/v1/payments?x=1".parse().unwrap();
-        let other: Uri = "/v1/payments?x=2".parse().unwrap();
-        let a = Fingerprint::new(&Method::POST, &uri, None, b"");
-        assert_ne!(a, Fingerprint::new(&Method::PATCH, &uri, None, b""));
-        assert_ne!(a, Fingerprint::new(&Method::POST, &other, None, b""));
-        assert_ne!(a, fp(Some("text/plain"), ""));
-    }
-}
+mod tests;

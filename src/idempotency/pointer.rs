@@ -80,7 +80,9 @@ pub enum StringAtError {
 /// The string `body` (JSON) holds at `pointer` (one without `*`): `Ok(None)` when
 /// nothing is there. A member that appears twice in an object on the pointer's path is
 /// [`StringAtError::Ambiguous`] (parsers disagree on which one counts); repeated members
-/// elsewhere in the body do not matter.
+/// elsewhere in the body do not matter. Values off the path are skipped unconverted; a
+/// number on the path itself that no `f64` holds (`1e400`) is [`StringAtError::NotJson`]
+/// rather than [`StringAtError::NotAString`] or missing.
 pub fn string_at(body: &[u8], pointer: &JsonPointer) -> Result<Option<String>, StringAtError> {
     if pointer.has_wildcard() {
         return Err(StringAtError::Wildcard);
@@ -271,6 +273,15 @@ mod tests {
         assert_eq!(at("{\"k\":", "/k"), Err(StringAtError::NotJson));
         assert_eq!(at("{\"k\":\"v\"} x", "/k"), Err(StringAtError::NotJson));
         assert_eq!(at(body, "/*"), Err(StringAtError::Wildcard));
+        // Numbers no float holds are JSON all the same, on the path or off it.
+        let big = r#"{"k":"v","n":1e400,"a":[1e400,"s"],"m":-1e999}"#;
+        assert_eq!(at(big, "/k"), Ok(Some("v".into())));
+        assert_eq!(at(big, "/a/1"), Ok(Some("s".into())));
+        // On the pointer's path serde_json reads the number, and refuses it: still a
+        // refusal, under another name.
+        assert_eq!(at(big, "/n"), Err(StringAtError::NotJson));
+        assert_eq!(at(big, "/a/0"), Err(StringAtError::NotJson));
+        assert_eq!(at(big, "/m/x"), Err(StringAtError::NotJson));
     }
 
     #[test]

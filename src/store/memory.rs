@@ -173,7 +173,13 @@ mod tests {
     }
 
     fn fp() -> Fingerprint {
-        Fingerprint::new(&Method::POST, &"/x".parse().unwrap(), None, b"")
+        Fingerprint::new(
+            &Default::default(),
+            &Method::POST,
+            &"/x".parse().unwrap(),
+            &http::HeaderMap::new(),
+            b"",
+        )
     }
 
     #[test]

@@ -287,7 +287,13 @@ pub async fn markers_vouching_across(
     .await
     .unwrap();
     store.set_vouch_after(Some(Duration::from_millis(1)));
-    let fp = Fingerprint::new(&http::Method::POST, &"/probe".parse().unwrap(), None, b"");
+    let fp = Fingerprint::new(
+        &Default::default(),
+        &http::Method::POST,
+        &"/probe".parse().unwrap(),
+        &http::HeaderMap::new(),
+        b"",
+    );
     let lease = Duration::from_secs(1);
     let (mut old, mut claims) = (0, 0);
     let owned = |slot: u16| ranges.iter().any(|&(a, b)| (a..=b).contains(&slot));

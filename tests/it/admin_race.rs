@@ -26,7 +26,13 @@ fn target(raw_key: &str) -> (Scope, RecordId, Fingerprint) {
     (
         scope,
         id,
-        Fingerprint::new(&Method::POST, &uri, Some(&json), b"{}"),
+        Fingerprint::new(
+            &Default::default(),
+            &Method::POST,
+            &uri,
+            &http::HeaderMap::from_iter([(http::header::CONTENT_TYPE, json)]),
+            b"{}",
+        ),
     )
 }
 

@@ -82,7 +82,13 @@ pub(crate) fn record(raw_key: &str) -> (RecordId, Fingerprint) {
     let uri = "/v1/payments".parse().unwrap();
     (
         id,
-        Fingerprint::new(&Method::POST, &uri, Some(&json), b"{}"),
+        Fingerprint::new(
+            &Default::default(),
+            &Method::POST,
+            &uri,
+            &HeaderMap::from_iter([(http::header::CONTENT_TYPE, json)]),
+            b"{}",
+        ),
     )
 }
 

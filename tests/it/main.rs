@@ -17,6 +17,8 @@ mod encoded_once;
 mod encryption;
 mod failover;
 mod faults;
+mod fingerprint;
+mod fingerprint_change;
 mod forwarding;
 mod grpc;
 mod haproxy_h2;

@@ -44,9 +44,10 @@ fn rec(key: &str) -> RecordRef<'static> {
 
 fn fingerprint(body: &str) -> Fingerprint {
     Fingerprint::new(
+        &Default::default(),
         &http::Method::POST,
         &"/v1/x".parse().unwrap(),
-        None,
+        &http::HeaderMap::new(),
         body.as_bytes(),
     )
 }

@@ -70,7 +70,13 @@ async fn a_newer_schema_is_a_clear_error() {
 fn record(key: &str, ttl_ms: i64) -> CompletedRecord {
     let scope = Scope::anonymous("payments", &[http::header::AUTHORIZATION], None);
     let key = idemgate::idempotency::key::parse(key.as_bytes(), 255).unwrap();
-    let fp = Fingerprint::new(&http::Method::POST, &"/v1/x".parse().unwrap(), None, b"");
+    let fp = Fingerprint::new(
+        &Default::default(),
+        &http::Method::POST,
+        &"/v1/x".parse().unwrap(),
+        &http::HeaderMap::new(),
+        b"",
+    );
     record_for(scope, &key, fp, ttl_ms)
 }
 
@@ -201,7 +207,13 @@ async fn batched_lookups_answer_each_key_with_its_own_record() {
             .unwrap()
             .unwrap();
     let key = idemgate::idempotency::key::parse(b"tenant-only", 255).unwrap();
-    let fp = Fingerprint::new(&http::Method::POST, &"/v1/x".parse().unwrap(), None, b"");
+    let fp = Fingerprint::new(
+        &Default::default(),
+        &http::Method::POST,
+        &"/v1/x".parse().unwrap(),
+        &http::HeaderMap::new(),
+        b"",
+    );
     s.complete_batch(&[record_for(other_tenant, &key, fp, 60_000)])
         .await
         .unwrap();

@@ -28,7 +28,13 @@ fn store(url: String, statement_timeout: Duration) -> PgStore {
 }
 
 fn fingerprint() -> Fingerprint {
-    Fingerprint::new(&http::Method::POST, &"/v1/x".parse().unwrap(), None, b"")
+    Fingerprint::new(
+        &Default::default(),
+        &http::Method::POST,
+        &"/v1/x".parse().unwrap(),
+        &http::HeaderMap::new(),
+        b"",
+    )
 }
 
 fn record(key: &str, ttl_ms: i64) -> CompletedRecord {

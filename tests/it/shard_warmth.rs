@@ -345,9 +345,10 @@ async fn the_marker_vouches_only_in_the_process_that_wrote_it() {
     .take(3)
     .collect();
     let fp = idemgate::idempotency::Fingerprint::new(
+        &Default::default(),
         &http::Method::POST,
         &"/v1/x".parse().unwrap(),
-        None,
+        &http::HeaderMap::new(),
         b"",
     );
     let age = |store: RedisStore, key: String| async move {

@@ -15,7 +15,13 @@ fn canon(s: &str) -> Option<String> {
 fn fp(body: &str) -> Fingerprint {
     let json = HeaderValue::from_static("application/json");
     let uri = Uri::from_static("/v1/payments");
-    Fingerprint::new(&Method::POST, &uri, Some(&json), body.as_bytes())
+    Fingerprint::new(
+        &Default::default(),
+        &Method::POST,
+        &uri,
+        &http::HeaderMap::from_iter([(http::header::CONTENT_TYPE, json)]),
+        body.as_bytes(),
+    )
 }
 
 fn styled(j: &Json, style: &[u8]) -> String {

@@ -184,9 +184,13 @@ fn write_table(
     if t.overrides {
         md.push_str("A route overrides these settings of [`[idempotency]`](#idempotency); the others are global:\n\n");
         for (key, item, scope) in tables.iter().flat_map(|t| &t.settings) {
-            if *scope == Scope::Overridable {
+            if *scope == Scope::Overridable && key.matches('.').count() == 1 {
                 writeln!(md, "- [`{}`](#{})", item.name, slug(key)).unwrap();
             }
+        }
+        for sub in tables.iter().filter(|t| t.path.starts_with("idempotency.")) {
+            let (name, h) = (&sub.path["idempotency.".len()..], heading(&sub.path));
+            writeln!(md, "- [`{name}`](#{}), the whole table", slug(&h)).unwrap();
         }
         return Ok(());
     }
