@@ -76,6 +76,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("idempotency.anonymous", "[idempotency]\nanonymous = \"allow\""),
     ("idempotency.mismatch_status", "[idempotency]\nmismatch_status = 500"),
     ("idempotency.replay_omit_headers", "[idempotency]\nreplay_omit_headers = [\"x-ratelimit-*\", \"server-timing\", \"x-*-cost\"]"),
+    ("idempotency.key_from", "[idempotency]\nkey_from = \"json:idempotency_key\""),
     ("idempotency.release_statuses", "[idempotency]\nrelease_statuses = [999]"),
     ("idempotency.release_statuses", "[idempotency]\nrelease_statuses = [503, \"6xx\"]"),
     ("idempotency.release_statuses", "[idempotency]\nrelease_statuses = [\"5xx\", \"2xx\"]"),
