@@ -18,7 +18,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 
 use crate::limits::limited;
-use crate::support::{comparable, problem_code, read, stack, TestApp};
+use crate::support::{comparable, curl_head, problem_code, read, stack, TestApp};
 
 /// A client that speaks HTTP/2 without asking (h2c, prior knowledge).
 fn h2_client() -> reqwest::Client {
@@ -77,20 +77,7 @@ impl H2 {
 
 /// Runs curl with `args` plus the status line's protocol and code after the headers.
 async fn curl(args: &[&str]) -> String {
-    let out = tokio::process::Command::new("curl")
-        .args([
-            "-s",
-            "-D",
-            "-",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_version} %{http_code}",
-        ])
-        .args(args)
-        .output()
-        .await
-        .expect("curl runs");
+    let out = curl_head(args).await;
     assert!(out.status.success(), "curl failed: {out:?}");
     String::from_utf8(out.stdout).unwrap().to_ascii_lowercase()
 }

@@ -16,7 +16,7 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
 use crate::limits::limited;
-use crate::support::{config, stack, Pki, RedisServer, TestApp};
+use crate::support::{config, curl_head, read_until_closed, stack, Pki, RedisServer, TestApp};
 use crate::write_timeout::{big_upstream, connect_small, BIG};
 
 /// `[server]` settings, then `[server.tls]` presenting `pki.server`.
@@ -37,20 +37,8 @@ fn https(app: &TestApp, path: &str) -> String {
 /// output is the response head then `<http_version> <http_code>`.
 async fn curl(app: &TestApp, args: &[&str]) -> std::process::Output {
     let resolve = format!("localhost:{}:127.0.0.1", app.addr.port());
-    tokio::process::Command::new("curl")
-        .args(["-s", "-S", "--max-time", "10", "--resolve", &resolve])
-        .args([
-            "-D",
-            "-",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_version} %{http_code}",
-        ])
-        .args(args)
-        .output()
-        .await
-        .expect("curl runs")
+    let head = ["--max-time", "10", "--resolve", &resolve];
+    curl_head(&[&head[..], args].concat()).await
 }
 
 /// curl's output when it succeeded, lowercased.
@@ -271,17 +259,7 @@ async fn a_tls_client_that_does_not_read_is_cut_off_by_write_timeout() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let mut got = 0usize;
-    let mut buf = vec![0u8; 1 << 16];
-    let ended = tokio::time::timeout(Duration::from_secs(5), async {
-        loop {
-            match stalled.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => got += n,
-            }
-        }
-    })
-    .await;
-    assert!(ended.is_ok(), "still open after {got} bytes");
+    let (got, ended) = read_until_closed(&mut stalled, Duration::from_secs(5)).await;
+    assert!(ended, "still open after {got} bytes");
     assert!(got < BIG, "the whole response arrived ({got} bytes)");
 }

@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
 
 use crate::limits::limited;
-use crate::support::{config, problem_code, read, RedisServer, TestApp};
+use crate::support::{config, problem_code, read, read_until_closed, RedisServer, TestApp};
 
 /// Larger than what the kernel buffers for a client that does not read.
 pub(crate) const BIG: usize = 6 << 20;
@@ -87,21 +87,8 @@ async fn a_client_that_does_not_read_is_cut_off_and_its_response_released() {
     // Past the write timeout the connection is gone: reading now gets what the
     // kernel held, then the end, never the whole response.
     tokio::time::sleep(Duration::from_secs(2) + Duration::from_millis(1500)).await;
-    let mut got = 0usize;
-    let mut buf = vec![0u8; 1 << 16];
-    let ended = tokio::time::timeout(Duration::from_secs(5), async {
-        loop {
-            match stalled.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => got += n,
-            }
-        }
-    })
-    .await;
-    assert!(
-        ended.is_ok(),
-        "the connection is still open after {got} bytes"
-    );
+    let (got, ended) = read_until_closed(&mut stalled, Duration::from_secs(5)).await;
+    assert!(ended, "the connection is still open after {got} bytes");
     assert!(got < BIG, "the whole response arrived ({got} bytes)");
     assert!(limited(&app, "write_timeout").await >= 1.0);
 

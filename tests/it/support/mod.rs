@@ -135,3 +135,36 @@ pub async fn stack(extra: &str) -> (RedisServer, MockUpstream, TestApp) {
     let app = TestApp::spawn(config(&redis.url(), &upstream.url(), extra)).await;
     (redis, upstream, app)
 }
+
+/// Runs curl with `args`, printing the response head and then `<http_version>
+/// <http_code>` (its body goes nowhere).
+pub async fn curl_head(args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new("curl")
+        .args(["-s", "-S", "-D", "-", "-o", "/dev/null"])
+        .args(["-w", "%{http_version} %{http_code}"])
+        .args(args)
+        .output()
+        .await
+        .expect("curl runs")
+}
+
+/// Reads `stream` until the peer closes it (or an error), for at most `within`: the
+/// bytes read, and whether it closed in time.
+pub async fn read_until_closed(
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
+    within: std::time::Duration,
+) -> (usize, bool) {
+    use tokio::io::AsyncReadExt;
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    let ended = tokio::time::timeout(within, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got += n,
+            }
+        }
+    })
+    .await;
+    (got, ended.is_ok())
+}
