@@ -36,6 +36,9 @@ pub struct Policy {
     /// The response headers kept out of stored responses and replays
     /// (`replay_omit_headers`, and `Set-Cookie` unless `replay_set_cookie`).
     pub replay_omit: ReplayOmit,
+    /// Whether `fingerprint_previous` differs from `fingerprint`: only then is a record
+    /// that does not match compared again under the previous policy.
+    pub fingerprint_changed: bool,
     pub settings: IdempotencyConfig,
 }
 
@@ -50,6 +53,7 @@ impl Policy {
         Self {
             key_headers,
             replay_omit,
+            fingerprint_changed: settings.fingerprint_previous != settings.fingerprint,
             settings,
         }
     }

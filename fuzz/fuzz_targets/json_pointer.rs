@@ -72,7 +72,7 @@ fn check_pointer(text: &str, pointer: &JsonPointer, body: &[u8]) {
         return;
     }
     let expected = match value.pointer(text) {
-        None => Ok(None),
+        None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(_) => Err(StringAtError::NotAString),
     };

@@ -43,9 +43,10 @@ pub fn key(route: &Route, request: &Request) -> Result<Option<Admitted>, (Outcom
         &policy.key_headers,
         policy.settings.max_key_length,
     );
-    if let (KeyFrom::Json(_), Ok(header)) = (&policy.settings.key_from, &header) {
-        return Ok(Some(Admitted::InBody(header.clone())));
-    }
+    let header = match (&policy.settings.key_from, header) {
+        (KeyFrom::Json(_), Ok(header)) => return Ok(Some(Admitted::InBody(header))),
+        (_, header) => header,
+    };
     match header {
         Ok(Some(key)) => Ok(Some(Admitted::Key(key))),
         Ok(None) if policy.settings.required => {

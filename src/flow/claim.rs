@@ -5,9 +5,9 @@
 //! an answer, or a bypass ([`Claimed`]).
 //!
 //! A record whose fingerprint differs is compared again under the route's previous
-//! fingerprint policy, when it has one ([`Identified::previous`]): a record stored
-//! before the policy changed replays for a retry that matches it under the rules it
-//! was stored by ([`under_previous_policy`]).
+//! fingerprint policy, when it has one ([`Identified::previous`], hashed only then): a
+//! record stored before the policy changed replays for a retry that matches it under
+//! the rules it was stored by ([`under_previous_policy`]).
 //!
 //! [`Stores::claim`]: crate::store::Stores::claim
 
@@ -77,7 +77,7 @@ pub async fn claim(app: &App, route: &Arc<Route>, request: &Identified, peer: Ip
         Ok(Claim::InFlight { remaining }) => {
             Claimed::Answered(Outcome::InFlight, Err(Refused::InFlight(remaining)))
         }
-        Ok(Claim::Mismatch) => match request.previous {
+        Ok(Claim::Mismatch) => match request.previous(route) {
             Some(previous) => Box::pin(under_previous_policy(app, route, request, previous)).await,
             None => mismatch(route),
         },
@@ -122,9 +122,7 @@ fn cached(app: &App, route: &Route, request: &Identified) -> Option<Claimed> {
     let settings = &route.policy.settings;
     let hit = app.stores.cached(request.record)?;
     let matches = hit.fingerprint == request.fingerprint
-        || request
-            .previous
-            .is_some_and(|previous| hit.fingerprint == previous);
+        || (request.previous(route)).is_some_and(|previous| hit.fingerprint == previous);
     let (outcome, reply) = if matches {
         let replay = hit.response.replay(&route.policy.replay_omit);
         (Outcome::Replayed, Ok(replay))

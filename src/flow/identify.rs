@@ -1,8 +1,8 @@
 //! Phase 2, identify: whose key it is (the tenant scope, checked before the body is
 //! read), the bounded body ([`super::body`]), the key when the route reads it from the
 //! body, the record id of (scope, key) and the fingerprint of what was asked, under the
-//! route's `fingerprint` policy (and under `fingerprint_previous` too when that differs,
-//! for records stored before a change).
+//! route's `fingerprint` policy (under `fingerprint_previous` only when a record does
+//! not match: [`Identified::previous`]).
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -14,7 +14,7 @@ use super::admit::Admitted;
 use super::body;
 use super::refused::Refused;
 use crate::app::App;
-use crate::config::{AnonymousScope, IdempotencyConfig, KeyFrom};
+use crate::config::{AnonymousScope, KeyFrom};
 use crate::idempotency::{
     key, Fingerprint, IdempotencyKey, KeyError, RecordId, Scope, ScopeError, ScopeSecret,
 };
@@ -28,9 +28,6 @@ pub struct Identified {
     pub scope: Scope,
     pub record: RecordId,
     pub fingerprint: Fingerprint,
-    /// The fingerprint under the route's `fingerprint_previous` policy, when it differs:
-    /// a record stored before the policy changed is matched under it ([`super::claim`]).
-    pub previous: Option<Fingerprint>,
 }
 
 /// What identifying a request came to.
@@ -66,7 +63,8 @@ pub async fn identify(
         },
     };
     let record = RecordId::new(scope, &key, secret);
-    let (fingerprint, previous) = fingerprints(&route.policy.settings, &parts, &body);
+    let policy = &route.policy.settings.fingerprint;
+    let fingerprint = Fingerprint::new(policy, &parts.method, &parts.uri, &parts.headers, &body);
     Ok(Identity::Keyed(Identified {
         parts,
         body,
@@ -74,7 +72,6 @@ pub async fn identify(
         scope,
         record,
         fingerprint,
-        previous,
     }))
 }
 
@@ -94,17 +91,24 @@ fn key_in_body(
     }
 }
 
-/// The request's fingerprint under the route's `fingerprint`, and under
-/// `fingerprint_previous` when that policy differs (else nothing more is hashed).
-fn fingerprints(
-    settings: &IdempotencyConfig,
-    parts: &Parts,
-    body: &[u8],
-) -> (Fingerprint, Option<Fingerprint>) {
-    let under = |policy| Fingerprint::new(policy, &parts.method, &parts.uri, &parts.headers, body);
-    let previous = (settings.fingerprint_previous != settings.fingerprint)
-        .then(|| under(&settings.fingerprint_previous));
-    (under(&settings.fingerprint), previous)
+impl Identified {
+    /// The request's fingerprint under the route's `fingerprint_previous`, when that
+    /// policy differs from `fingerprint`: what a record stored before the policy changed
+    /// was made under. Computed only for a record that does not match (hashing the
+    /// body again), never on the way of a request whose record matches or is new.
+    pub fn previous(&self, route: &Route) -> Option<Fingerprint> {
+        let policy = &route.policy;
+        policy.fingerprint_changed.then(|| {
+            let (parts, previous) = (&self.parts, &policy.settings.fingerprint_previous);
+            Fingerprint::new(
+                previous,
+                &parts.method,
+                &parts.uri,
+                &parts.headers,
+                &self.body,
+            )
+        })
+    }
 }
 
 /// The request's tenant scope under `secret`, or why it has none.
@@ -126,35 +130,5 @@ pub fn scope_of(
                 .collect::<Vec<_>>()
                 .join(", "),
         )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_previous_fingerprint_only_when_the_policies_differ() {
-        let request = http::Request::post("/v1/p")
-            .header("content-type", "application/json")
-            .body(())
-            .unwrap();
-        let (parts, ()) = request.into_parts();
-        let body = br#"{"amount":1,"ts":2}"#;
-        let mut settings = IdempotencyConfig::default();
-        let (today, previous) = fingerprints(&settings, &parts, body);
-        assert_eq!(previous, None);
-
-        settings.fingerprint.ignore_json = vec!["/ts".parse().unwrap()];
-        let (now, previous) = fingerprints(&settings, &parts, body);
-        assert_ne!(now, today);
-        assert_eq!(
-            previous,
-            Some(today),
-            "the default policy's, as stored before"
-        );
-
-        settings.fingerprint_previous = settings.fingerprint.clone();
-        assert_eq!(fingerprints(&settings, &parts, body), (now, None));
     }
 }

@@ -75,12 +75,11 @@ pub async fn run(
             return settle::released(lease, answer, runner).await;
         }
         Ok(answer) => {
-            // Trailers are kept for gRPC answers only: what other responses carried
-            // in trailers was never stored, and is not now (response encoding 1).
-            let trailers = answer
-                .trailers
-                .as_ref()
-                .filter(|_| grpc::is_grpc(&answer.headers));
+            // Trailers are kept for a gRPC call answered in gRPC only: what other
+            // responses carried in trailers was never stored, and is not now (response
+            // encoding 1, which the previous release reads).
+            let grpc_answer = is_grpc && grpc::is_grpc(&answer.headers);
+            let trailers = answer.trailers.as_ref().filter(|_| grpc_answer);
             let mut stored =
                 StoredResponse::from_upstream(answer.status, &answer.headers, answer.body)
                     .with_trailers(trailers);

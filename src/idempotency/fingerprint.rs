@@ -81,6 +81,9 @@ impl Fingerprint {
         body: &[u8],
     ) -> Self {
         let mut h = Sha256::new();
+        if *policy != FingerprintPolicy::default() {
+            tag(&mut h, policy);
+        }
         field(&mut h, method.as_str().as_bytes());
         let target = uri.path_and_query().map_or("/", |pq| pq.as_str());
         match (policy.query, uri.query()) {
@@ -126,6 +129,33 @@ impl Fingerprint {
     /// From its 32 stored bytes.
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
         bytes.try_into().ok().map(Self)
+    }
+}
+
+/// The policy itself, first in the hash of every policy but the default (whose hashes
+/// are those of earlier releases): two policies never give two different requests one
+/// fingerprint (say `{"a":1,"x":2}` with `/x` ignored, and `{"a":1,"y":3}` with `/y`),
+/// so a record stored under one policy matches, under another, only a request that it
+/// matches under its own.
+fn tag(h: &mut Sha256, policy: &FingerprintPolicy) {
+    h.update(b"policy");
+    let body: u8 = match policy.body {
+        BodyMode::CanonicalJson => 0,
+        BodyMode::Bytes => 1,
+        BodyMode::None => 2,
+    };
+    let query: u8 = match policy.query {
+        QueryMode::Exact => 0,
+        QueryMode::Sorted => 1,
+    };
+    h.update([body, query]);
+    h.update((policy.ignore_json.len() as u64).to_be_bytes());
+    for pointer in &policy.ignore_json {
+        field(h, pointer.as_str().as_bytes());
+    }
+    h.update((policy.headers.len() as u64).to_be_bytes());
+    for name in &policy.headers {
+        field(h, name.as_str().as_bytes());
     }
 }
 

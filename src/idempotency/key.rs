@@ -229,6 +229,13 @@ mod tests {
         );
         assert_eq!(read(Some("h"), b"{}").unwrap().unwrap().as_str(), "h");
         assert_eq!(read(None, b"{\"meta\":{}}"), Ok(None));
+        assert_eq!(
+            read(None, b"{\"meta\":{\"key\":null}}"),
+            Ok(None),
+            "null is no key"
+        );
+        let null = br#"{"meta":{"key":null}}"#;
+        assert_eq!(read(Some("h"), null).unwrap().unwrap().as_str(), "h");
         assert_eq!(read(None, b"not json"), Ok(None));
         for bad in [
             &br#"{"meta":{"key":7}}"#[..],

@@ -78,7 +78,7 @@ pub enum StringAtError {
 }
 
 /// The string `body` (JSON) holds at `pointer` (one without `*`): `Ok(None)` when
-/// nothing is there. A member that appears twice in an object on the pointer's path is
+/// nothing is there, or `null`. A member that appears twice in an object on the pointer's path is
 /// [`StringAtError::Ambiguous`] (parsers disagree on which one counts); repeated members
 /// elsewhere in the body do not matter. Values off the path are skipped unconverted; a
 /// number on the path itself that no `f64` holds (`1e400`) is [`StringAtError::NotJson`]
@@ -155,8 +155,10 @@ impl<'de> Visitor<'de> for Seek<'_> {
     fn visit_f64<E>(self, _: f64) -> Result<Found, E> {
         self.scalar()
     }
+    // `null` is nothing there (`{"key": null}` is how many serialisers write a member
+    // they have no value for), and so is anything below it.
     fn visit_unit<E>(self) -> Result<Found, E> {
-        self.scalar()
+        Ok(Found::Missing)
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Found, A::Error> {
@@ -267,7 +269,8 @@ mod tests {
         assert_eq!(at(body, "/a/-"), Ok(None));
         assert_eq!(at(body, "/a/01"), Ok(None));
         assert_eq!(at(body, "/a/0"), Ok(Some("x".into())));
-        for wrong in ["/n", "/o", "/a", "/nil", ""] {
+        assert_eq!(at(body, "/nil"), Ok(None), "null is nothing there");
+        for wrong in ["/n", "/o", "/a", ""] {
             assert_eq!(at(body, wrong), Err(StringAtError::NotAString), "{wrong}");
         }
         assert_eq!(at("{\"k\":", "/k"), Err(StringAtError::NotJson));

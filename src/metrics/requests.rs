@@ -192,8 +192,8 @@ pub fn unmatched(started: Instant, protocol: Protocol) {
         ("outcome", Outcome::Rejected.as_str()),
     ];
     counter!(REQUESTS, &labels).increment(1);
-    let labels = [("route", "_unmatched"), ("protocol", protocol.as_str())];
-    counter!(REQUESTS_BY_PROTOCOL, &labels).increment(1);
+    let by_protocol = [("route", "_unmatched"), ("protocol", protocol.as_str())];
+    counter!(REQUESTS_BY_PROTOCOL, &by_protocol).increment(1);
     histogram!(REQUEST_DURATION, &labels).record(started.elapsed().as_secs_f64());
 }
 

@@ -74,3 +74,25 @@ async fn without_the_previous_policy_a_changed_fingerprint_is_a_mismatch() {
     assert_eq!(problem_code(&retry.1, &retry.2), "idempotency_key_reused");
     assert_eq!(upstream.executions(), 1);
 }
+
+#[tokio::test]
+async fn a_request_unlike_a_record_under_both_policies_never_matches_it() {
+    // Stored under the current policy (client_ts ignored); the next request differs from
+    // it under both policies, but its hash under the previous one (ts ignored) would be
+    // the stored hash if policies were not part of the hash.
+    let redis = RedisServer::start();
+    let upstream = MockUpstream::start().await;
+    let extra = "[idempotency.fingerprint]\nignore_json = [\"/client_ts\"]\n\
+                 [idempotency.fingerprint_previous]\nignore_json = [\"/ts\"]\n";
+    let app = TestApp::spawn(config(&redis.url(), &upstream.url(), extra)).await;
+    let first = post(&app, "k1", r#"{"amount":1,"client_ts":9}"#).await;
+    assert_eq!(first.0, 201);
+    let other = post(&app, "k1", r#"{"amount":1,"ts":3}"#).await;
+    assert_eq!(
+        problem_code(&other.1, &other.2),
+        "idempotency_key_reused",
+        "{:?}",
+        other.2
+    );
+    assert_eq!(upstream.executions(), 1);
+}
