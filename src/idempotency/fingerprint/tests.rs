@@ -205,7 +205,10 @@ fn ignored_json_values_do_not_count() {
     let default = under(&DEFAULT, "/v1/p", &json, body);
     let nothing = under(&ignoring(&["/nothing"]), "/v1/p", &json, body);
     assert_ne!(nothing, default);
-    assert_eq!(nothing, under(&ignoring(&["/nothing"]), "/v1/p", &json, body));
+    assert_eq!(
+        nothing,
+        under(&ignoring(&["/nothing"]), "/v1/p", &json, body)
+    );
     assert_ne!(nothing, under(&ignoring(&["/other"]), "/v1/p", &json, body));
 }
 
