@@ -1,8 +1,8 @@
 //! The idempotency key read from a JSON body (`key_from = "json:..."`,
 //! `idempotency::key::from_body`) on arbitrary pointers and bodies. Properties: never
-//! panics; a key it reads is the string serde_json finds at the same pointer; a header
-//! with that key agrees with it and a header with another key conflicts; without a key
-//! in the body, the header's key is the answer.
+//! panics; a key it reads is the string serde_json finds at the same pointer (on bodies
+//! serde_json reads whole); a header with that key agrees with it and a header with
+//! another key conflicts; without a key in the body, the header's key is the answer.
 #![no_main]
 
 use idemgate::config::JsonPointer;
@@ -26,8 +26,11 @@ fuzz_target!(|data: &[u8]| {
     let header = |k: &str| key::parse(k.as_bytes(), 255).ok();
     match from_body(None, body, &at, 255) {
         Ok(Some(found)) => {
-            let value: serde_json::Value =
-                serde_json::from_slice(body).expect("a key was read from a body that is not JSON");
+            // serde_json skips what is off the pointer's path unchecked (a string member
+            // that is not UTF-8, say): compared on the bodies it reads whole.
+            let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
+                return;
+            };
             assert_eq!(
                 value.pointer(at.as_str()).and_then(|v| v.as_str()),
                 Some(found.as_str()),
