@@ -12,7 +12,6 @@ use super::refused::{Refused, Reply};
 use crate::app::App;
 use crate::config::KeyFrom;
 use crate::idempotency::{key, IdempotencyKey, KeyError};
-use crate::metrics::Outcome;
 use crate::proxy::headers::Peer;
 use crate::route::Route;
 
@@ -32,8 +31,8 @@ pub enum Admitted {
 
 /// The request's idempotency key; `None` when the request goes through unkeyed (a
 /// method the route does not cover, or no key on a route that does not require one).
-/// A refusal comes with the outcome it is counted as.
-pub fn key(route: &Route, request: &Request) -> Result<Option<Admitted>, (Outcome, Refused)> {
+/// A refusal is counted as [`Refused::outcome`] says.
+pub fn key(route: &Route, request: &Request) -> Result<Option<Admitted>, Refused> {
     let policy = &route.policy;
     if !policy.covers(request.method()) {
         return Ok(None);
@@ -51,10 +50,10 @@ pub fn key(route: &Route, request: &Request) -> Result<Option<Admitted>, (Outcom
         Ok(Some(key)) => Ok(Some(Admitted::Key(key))),
         Ok(None) if policy.settings.required => {
             let header = policy.key_headers[0].to_string();
-            Err((Outcome::MissingKey, KeyError::Missing(header).into()))
+            Err(KeyError::Missing(header).into())
         }
         Ok(None) => Ok(None),
-        Err(e) => Err((Outcome::InvalidKey, e.into())),
+        Err(e) => Err(e.into()),
     }
 }
 

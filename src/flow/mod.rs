@@ -55,7 +55,7 @@ pub async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &m
     let key = match admit::key(&route, &request) {
         Ok(Some(key)) => key,
         Ok(None) => return admit::pass_through(app, &route, request, peer).await,
-        Err((outcome, refused)) => return trace.refused(outcome, refused),
+        Err(refused) => return trace.refused(refused.outcome(), refused),
     };
     let identified = match identify::identify(app, &route, key, request).await {
         Ok(Identity::Keyed(identified)) => identified,

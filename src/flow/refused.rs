@@ -53,8 +53,8 @@ pub enum Refused {
 }
 
 impl Refused {
-    /// How a request refused before its claim is counted: a key missing from where the
-    /// route reads it, a key refused, or anything else.
+    /// How a request refused before its claim (in admit or identify) is counted: a key
+    /// missing from where the route reads it, a key refused, or anything else.
     pub fn outcome(&self) -> Outcome {
         match self {
             Refused::Key(KeyError::Missing(_) | KeyError::NotInBody(_)) => Outcome::MissingKey,

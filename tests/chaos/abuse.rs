@@ -165,12 +165,7 @@ pub async fn slow_readers_and_a_connection_burst(name: String) -> Report {
     println!("abuse: checks done at {:?}", started.elapsed());
     report.requests = times.len();
     report.executions = ledger.total;
-    report.duplicates = ledger
-        .keys
-        .values()
-        .filter(|&&n| n > 1)
-        .map(|n| n - 1)
-        .sum();
+    report.duplicates = ledger.duplicates();
     let mut limited = String::new();
     for limit in [
         "max_connections",

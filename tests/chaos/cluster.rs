@@ -167,6 +167,13 @@ pub struct Ledger {
     pub stale: u64,
 }
 
+impl Ledger {
+    /// Executions beyond the first of each key.
+    pub fn duplicates(&self) -> u64 {
+        self.keys.values().filter(|&&n| n > 1).map(|n| n - 1).sum()
+    }
+}
+
 /// What the scenarios ask a replica over HTTP, with the stack's client (the process
 /// itself is the launcher's [`Replica`]).
 pub trait Probe {

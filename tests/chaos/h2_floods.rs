@@ -235,12 +235,7 @@ async fn verdict(stack: &Stack, name: &str, m: Measured, rapid: &Phase, count: &
     };
     let ledger = stack.ledger().await;
     report.executions = ledger.total;
-    report.duplicates = ledger
-        .keys
-        .values()
-        .filter(|&&n| n > 1)
-        .map(|n| n - 1)
-        .sum();
+    report.duplicates = ledger.duplicates();
     let flood_executions: u64 = (ledger.keys.iter())
         .filter(|(k, _)| k.starts_with("h2flood-"))
         .map(|(_, n)| n)

@@ -67,16 +67,21 @@ async fn a_newer_schema_is_a_clear_error() {
     assert!(s.check_schema().await.is_err());
 }
 
-fn record(key: &str, ttl_ms: i64) -> CompletedRecord {
-    let scope = Scope::anonymous("payments", &[http::header::AUTHORIZATION], None);
-    let key = idemgate::idempotency::key::parse(key.as_bytes(), 255).unwrap();
-    let fp = Fingerprint::new(
+/// The fingerprint of an empty `POST /v1/x` under the default policy.
+fn empty_post() -> Fingerprint {
+    Fingerprint::new(
         &Default::default(),
         &http::Method::POST,
         &"/v1/x".parse().unwrap(),
         &http::HeaderMap::new(),
         b"",
-    );
+    )
+}
+
+fn record(key: &str, ttl_ms: i64) -> CompletedRecord {
+    let scope = Scope::anonymous("payments", &[http::header::AUTHORIZATION], None);
+    let key = idemgate::idempotency::key::parse(key.as_bytes(), 255).unwrap();
+    let fp = empty_post();
     record_for(scope, &key, fp, ttl_ms)
 }
 
@@ -207,13 +212,7 @@ async fn batched_lookups_answer_each_key_with_its_own_record() {
             .unwrap()
             .unwrap();
     let key = idemgate::idempotency::key::parse(b"tenant-only", 255).unwrap();
-    let fp = Fingerprint::new(
-        &Default::default(),
-        &http::Method::POST,
-        &"/v1/x".parse().unwrap(),
-        &http::HeaderMap::new(),
-        b"",
-    );
+    let fp = empty_post();
     s.complete_batch(&[record_for(other_tenant, &key, fp, 60_000)])
         .await
         .unwrap();
