@@ -27,6 +27,7 @@ mod haproxy;
 pub mod local;
 mod net;
 mod netlab;
+mod patroni;
 mod postgres;
 pub mod probe;
 mod redis;
@@ -39,6 +40,10 @@ pub use haproxy::{
 };
 pub use net::{free_port, http_status, port_open, wait_addr, wait_port, Host};
 pub use netlab::NetLab;
+pub use patroni::{
+    Etcd, Member, PatroniOptions, PatroniPorts, PatroniSet, Replication,
+    DATABASE as PATRONI_DATABASE, TTL as PATRONI_TTL,
+};
 pub use postgres::{bindir as pg_bindir, postgres_owner, PgServer, PgTls};
 pub use redis::{RedisServer, RedisTls};
 pub use redis_cluster::RedisCluster;
