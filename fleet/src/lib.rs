@@ -36,7 +36,8 @@ mod sentinel;
 
 pub use gateway::{Replica, Upstream};
 pub use haproxy::{
-    render_local as haproxy_local_config, Backend, BackendProto, HaProxy, HaproxyConfig,
+    render_local as haproxy_local_config, render_patroni as haproxy_patroni_config, Backend,
+    BackendProto, HaProxy, HaproxyConfig, PgBackend,
 };
 pub use net::{free_port, http_status, port_open, wait_addr, wait_port, Host};
 pub use netlab::NetLab;

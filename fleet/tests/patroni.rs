@@ -5,7 +5,23 @@
 
 use std::time::{Duration, Instant};
 
-use idemgate_fleet::{PatroniOptions, PatroniSet, PATRONI_DATABASE, PATRONI_TTL};
+use idemgate_fleet::{
+    free_port, haproxy_patroni_config, HaProxy, Host, PatroniOptions, PatroniSet, PATRONI_DATABASE,
+    PATRONI_TTL,
+};
+
+/// Whether HAProxy's front reaches a primary (`pg_is_in_recovery()` false) within `within`.
+fn front_reaches_primary(front: std::net::SocketAddr, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        let r = PatroniSet::psql_at(front, PATRONI_DATABASE, "SELECT pg_is_in_recovery()");
+        if r.as_deref() == Ok("f") {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    false
+}
 
 /// Processes whose command line mentions `dir` (patroni's config, postgres' `-D`).
 fn processes_under(dir: &str) -> Vec<String> {
@@ -42,6 +58,11 @@ fn patroni_fails_over_rejoins_and_switches_over() {
     assert!(set
         .url_multi_host()
         .ends_with("/idemgate?target_session_attrs=read-write"));
+    let port = free_port();
+    let text = haproxy_patroni_config(([127, 0, 0, 1], port).into(), &set.haproxy_backends());
+    let lb = HaProxy::start_text(set.dir(), "pg-haproxy", &Host::loopback(), port, &text);
+    let front = ([127, 0, 0, 1], port).into();
+    assert!(front_reaches_primary(front, Duration::from_secs(10)));
 
     let killed = Instant::now();
     assert_eq!(set.kill_primary(), first);
@@ -51,6 +72,10 @@ fn patroni_fails_over_rejoins_and_switches_over() {
     let took = killed.elapsed();
     println!("failover after host loss: {took:?}");
     assert!(took < Duration::from_secs(PATRONI_TTL + 10), "{took:?}");
+    assert!(
+        front_reaches_primary(front, Duration::from_secs(10)),
+        "HAProxy follows"
+    );
 
     set.restart_node(&first);
     assert!(
@@ -62,8 +87,10 @@ fn patroni_fails_over_rejoins_and_switches_over() {
     let third = set.switchover();
     println!("switchover: {:?} ({second} -> {third})", switched.elapsed());
     assert_ne!(third, second);
+    assert!(front_reaches_primary(front, Duration::from_secs(10)));
 
     assert!(!processes_under(&dir).is_empty());
+    drop(lb);
     drop(set);
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(processes_under(&dir), Vec::<String>::new());

@@ -289,12 +289,34 @@ impl PatroniSet {
         )
     }
 
+    /// The nodes as HAProxy's servers ([`crate::haproxy_patroni_config`]).
+    pub fn haproxy_backends(&self) -> Vec<crate::PgBackend> {
+        (self.nodes.iter())
+            .map(|n| crate::PgBackend {
+                name: n.spec.name.clone(),
+                ip: n.spec.host.ip,
+                port: n.spec.pg_port,
+                rest: n.spec.rest_port,
+            })
+            .collect()
+    }
+
+    /// `postgres://postgres@ADDR/idemgate` for a front (HAProxy) on `addr`.
+    pub fn url_via(addr: std::net::SocketAddr) -> String {
+        format!("postgres://postgres@{addr}/{DATABASE}")
+    }
+
     /// `psql -c sql` on node `name` (tuples only, unaligned): its output or stderr.
     pub fn psql(&self, name: &str, db: &str, sql: &str) -> Result<String, String> {
-        let (addr, _) = self.addrs_of(name);
+        Self::psql_at(self.addrs_of(name).0, db, sql)
+    }
+
+    /// `psql -c sql` on whatever listens on `addr` (a node, or HAProxy in front).
+    pub fn psql_at(addr: std::net::SocketAddr, db: &str, sql: &str) -> Result<String, String> {
         let out = Command::new(crate::postgres::bindir().join("psql"))
             .args(["-h", &addr.ip().to_string(), "-p", &addr.port().to_string()])
             .args(["-U", "postgres", "-d", db, "-X", "-A", "-t", "-c", sql])
+            .env("PGCONNECT_TIMEOUT", "3")
             .stdin(Stdio::null())
             .output()
             .map_err(|e| e.to_string())?;
