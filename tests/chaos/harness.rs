@@ -126,7 +126,7 @@ pub async fn finish(
         32,
     )
     .await;
-    if stack.pg.is_some() {
+    if stack.has_postgres() {
         if !stack.wait_queues_drained(Duration::from_secs(15)).await {
             late.push("write-through queues not drained 15 s after the fault".to_string());
         }

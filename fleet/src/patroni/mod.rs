@@ -221,12 +221,21 @@ impl PatroniSet {
         Vec::new()
     }
 
-    /// The member that leads and runs, if any.
+    /// The one node whose REST API answers `GET /primary` with 200 (what HAProxy asks),
+    /// if exactly one does: a node cut off from etcd may still believe it leads for a
+    /// moment, and its `/cluster` view is stale, so each node speaks for itself.
     pub fn primary(&self) -> Option<String> {
-        self.members()
-            .into_iter()
-            .find(Member::is_leader)
-            .map(|m| m.name)
+        let leading: Vec<String> = (self.nodes.iter())
+            .filter(|n| {
+                let rest = n.spec.host.addr(n.spec.rest_port);
+                matches!(rest::get(rest, "/primary"), Some((200, _)))
+            })
+            .map(|n| n.spec.name.clone())
+            .collect();
+        match <[String; 1]>::try_from(leading) {
+            Ok([one]) => Some(one),
+            Err(_) => None,
+        }
     }
 
     /// Until a leader runs; its name. Panics after `within`.
