@@ -1,6 +1,7 @@
 //! One etcd member (etcd 3.4, v3 API only) for a [`super::PatroniSet`]: client and peer
 //! ports on a [`Host`], data in a directory it is given, killed on drop.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -13,13 +14,15 @@ pub struct Etcd {
     pub client_port: u16,
     pub peer_port: u16,
     dir: PathBuf,
+    own_group: bool,
     child: Option<Child>,
 }
 
 impl Etcd {
     /// Starts etcd on `host`, data in `dir/etcd`, log in `dir/etcd.log`; `ports` fixed
-    /// (client, peer) or free ones; returns once it answers `/health`.
-    pub fn start(host: &Host, dir: &Path, ports: Option<(u16, u16)>) -> Self {
+    /// (client, peer) or free ones; returns once it answers `/health`. `own_group`: in
+    /// a process group of its own (it outlives a Ctrl-C of the launcher).
+    pub fn start(host: &Host, dir: &Path, ports: Option<(u16, u16)>, own_group: bool) -> Self {
         for _ in 0..5 {
             let (client_port, peer_port) = ports.unwrap_or_else(|| (free_port(), free_port()));
             let mut etcd = Self {
@@ -27,6 +30,7 @@ impl Etcd {
                 client_port,
                 peer_port,
                 dir: dir.to_path_buf(),
+                own_group,
                 child: None,
             };
             if etcd.spawn() {
@@ -53,7 +57,11 @@ impl Etcd {
             .unwrap();
         let client = format!("http://{}", self.host.addr(self.client_port));
         let peer = format!("http://{}", self.host.addr(self.peer_port));
-        let child = (self.host.command("etcd"))
+        let mut cmd = self.host.command("etcd");
+        if self.own_group {
+            cmd.process_group(0);
+        }
+        let child = cmd
             .args(["--name", "etcd0", "--data-dir"])
             .arg(self.dir.join("etcd"))
             .args(["--listen-client-urls", &client])

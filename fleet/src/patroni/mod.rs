@@ -14,7 +14,7 @@
 //! [`PatroniSet::switchover`] (planned), [`PatroniSet::restart_node`] (back as a replica).
 
 mod etcd;
-mod node;
+pub(crate) mod node;
 mod rest;
 
 use std::path::PathBuf;
@@ -73,6 +73,8 @@ pub struct PatroniOptions {
     /// Fixed ports (`None`: free ones).
     pub ports: Option<PatroniPorts>,
     /// A directory to keep the state in (`None`: a temporary one, deleted on drop).
+    /// With one, every process runs in a process group of its own, so that it
+    /// outlives a Ctrl-C or hang-up of the launcher (`make up`; see [`PatroniSet::detach`]).
     pub dir: Option<PathBuf>,
 }
 
@@ -86,6 +88,14 @@ impl Default for PatroniOptions {
             ports: None,
             dir: None,
         }
+    }
+}
+
+/// The members as the Patroni REST API on `rest` lists them (`GET /cluster`).
+pub fn cluster_at(rest: std::net::SocketAddr) -> Option<Vec<Member>> {
+    match rest::get(rest, "/cluster") {
+        Some((200, body)) => rest::members(&body),
+        _ => None,
     }
 }
 
@@ -140,7 +150,8 @@ impl PatroniSet {
             std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).unwrap();
         }
         let fixed = opts.ports.as_ref();
-        let etcd = Etcd::start(&opts.etcd_host, &dir, fixed.map(|p| p.etcd));
+        let own_group = opts.dir.is_some();
+        let etcd = Etcd::start(&opts.etcd_host, &dir, fixed.map(|p| p.etcd), own_group);
         let hosts: Vec<Host> = (0..opts.nodes)
             .map(|i| opts.hosts.get(i).cloned().unwrap_or_else(Host::loopback))
             .collect();
@@ -156,7 +167,7 @@ impl PatroniSet {
                     dir: dir.join(format!("pg{i}")),
                     clients: clients(&hosts),
                 };
-                Node::new(spec, owner)
+                Node::new(spec, owner, own_group)
             })
             .collect();
         // The first node bootstraps (it takes the initialize key first); the others
@@ -210,15 +221,9 @@ impl PatroniSet {
     /// The members as the first node that answers `GET /cluster` sees them (empty when
     /// none answers).
     pub fn members(&self) -> Vec<Member> {
-        for node in &self.nodes {
-            let rest = node.spec.host.addr(node.spec.rest_port);
-            if let Some((200, body)) = rest::get(rest, "/cluster") {
-                if let Some(m) = rest::members(&body) {
-                    return m;
-                }
-            }
-        }
-        Vec::new()
+        (self.nodes.iter())
+            .find_map(|n| cluster_at(n.spec.host.addr(n.spec.rest_port)))
+            .unwrap_or_default()
     }
 
     /// The one node whose REST API answers `GET /primary` with 200 (what HAProxy asks),

@@ -3,6 +3,7 @@
 //! [`Node::kill`] SIGKILLs along with Patroni, as a lost host would be.
 
 use std::os::unix::fs::chown;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -141,16 +142,19 @@ pub struct Node {
     owner: Option<(u32, u32)>,
     child: Option<Child>,
     detached: bool,
+    /// In a process group of its own (outlives the launcher's Ctrl-C).
+    own_group: bool,
 }
 
 impl Node {
-    pub fn new(spec: NodeSpec, owner: Option<(u32, u32)>) -> Self {
+    pub fn new(spec: NodeSpec, owner: Option<(u32, u32)>, own_group: bool) -> Self {
         spec.prepare(owner);
         Self {
             spec,
             owner,
             child: None,
             detached: false,
+            own_group,
         }
     }
 
@@ -169,6 +173,9 @@ impl Node {
             "patroni",
             self.owner,
         );
+        if self.own_group {
+            cmd.process_group(0);
+        }
         let child = cmd
             .arg(self.spec.config_path())
             .env("HOME", &self.spec.dir)
