@@ -1,8 +1,9 @@
 //! The one place that knows how to start and stop the parts of an idemgate fleet on
 //! loopback: `redis-server` ([`RedisServer`]), PostgreSQL ([`PgServer`]), the demo
 //! upstream ([`Upstream`]), gateway replicas ([`Replica`]) and HAProxy in front
-//! ([`HaProxy`], configuration from [`HaproxyConfig`]), a Redis Cluster ([`RedisCluster`])
-//! and a Sentinel set ([`SentinelSet`]).
+//! ([`HaProxy`], configuration from [`HaproxyConfig`]), a Redis Cluster ([`RedisCluster`]),
+//! a Sentinel set ([`SentinelSet`]) and Postgres made highly available by Patroni with
+//! etcd ([`PatroniSet`], HAProxy in front from [`haproxy_patroni_config`]).
 //!
 //! Every part listens on 127.0.0.1, on a free port ([`free_port`]) or a fixed one, or,
 //! for the partition scenarios, in a network namespace of its own ([`Host`], made by a
@@ -13,7 +14,7 @@
 //! (Redis Cluster, Sentinel, TLS) is taught here once.
 //!
 //! Binaries are passed in (the tests know them from `CARGO_BIN_EXE_*`); the system
-//! servers (`redis-server`, `initdb`/`postgres`, `haproxy`) are looked up on the
+//! servers (`redis-server`, `initdb`/`postgres`, `haproxy`, `patroni`, `etcd`) are looked up on the
 //! machine, as `make test` and `make up` install them. [`bench`] is the fleet of
 //! `make bench` (fixed ports, one part at a time, driven by `deploy/bench/bench.py`);
 //! [`probe`] reads a running fleet's CPU, memory and statement counts for the A/B

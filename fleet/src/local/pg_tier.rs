@@ -188,11 +188,9 @@ impl Local {
     pub fn patroni_down(&self, grace: Duration) {
         let pids = self.patroni_pids();
         if pids.iter().all(|(_, p)| p.is_none()) {
-            let _ = self
-                .patroni_pidfiles()
-                .iter()
-                .map(|(_, f)| std::fs::remove_file(f))
-                .count();
+            for (_, f) in self.patroni_pidfiles() {
+                let _ = std::fs::remove_file(f);
+            }
             return;
         }
         let nodes: Vec<u32> = (pids.iter())
