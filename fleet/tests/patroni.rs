@@ -10,17 +10,9 @@ use idemgate_fleet::{
     PATRONI_TTL,
 };
 
-/// Whether HAProxy's front reaches a primary (`pg_is_in_recovery()` false) within `within`.
+/// Whether HAProxy's front reaches only a primary within `within`.
 fn front_reaches_primary(front: std::net::SocketAddr, within: Duration) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        let r = PatroniSet::psql_at(front, PATRONI_DATABASE, "SELECT pg_is_in_recovery()");
-        if r.as_deref() == Ok("f") {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    false
+    PatroniSet::wait_primary_at(front, within)
 }
 
 /// Processes whose command line mentions `dir` (patroni's config, postgres' `-D`).

@@ -372,6 +372,11 @@ fn start_postgres(opts: &Options, places: &Places, dir: &Path) -> Postgres {
     let port = free_port();
     let text = haproxy_patroni_config(places.lb.addr(port), &set.haproxy_backends());
     let lb = HaProxy::start_text(dir, "pg-haproxy", &places.lb, port, &text);
+    let front = places.lb.addr(port);
+    assert!(
+        PatroniSet::wait_primary_at(front, Duration::from_secs(20)),
+        "HAProxy in front of Patroni never reached only the primary"
+    );
     let url = PatroniSet::url_via(places.lb.addr(port));
     (None, Some(set), Some(lb), Some(url))
 }

@@ -340,6 +340,28 @@ impl PatroniSet {
         }
     }
 
+    /// Until whatever listens on `addr` (HAProxy in front) reaches only a primary: three
+    /// sessions in a row find `pg_is_in_recovery()` false. HAProxy starts with every
+    /// server up and marks the replicas down only after their checks fail, so a fresh
+    /// front may still hand a session to a replica for a second or two.
+    pub fn wait_primary_at(addr: std::net::SocketAddr, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        let mut in_a_row = 0;
+        while Instant::now() < deadline {
+            let r = Self::psql_at(addr, DATABASE, "SELECT pg_is_in_recovery()");
+            in_a_row = if r.as_deref() == Ok("f") {
+                in_a_row + 1
+            } else {
+                0
+            };
+            if in_a_row == 3 {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        false
+    }
+
     fn create_database(&self, leader: &str) {
         let exists = self.psql(
             leader,
