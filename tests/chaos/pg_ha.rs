@@ -113,12 +113,15 @@ pub async fn row_via(
     let mut stack = Stack::start(opts).await;
     let mut run = start(workload(&name, &stack));
     run.at(FAULT_AT_MS).await;
-    let (old, new, took) = tokio::task::block_in_place(|| inject(&mut stack, fault));
+    let (old, new, took) = tokio::task::block_in_place(|| {
+        let changed = inject(&mut stack, fault);
+        // The lost host comes back at once, rejoining while the load goes on.
+        stack.patroni.as_mut().unwrap().restart_node(&changed.0);
+        changed
+    });
     let plans = run.plans().await;
     let rejoined = tokio::task::block_in_place(|| {
-        let set = stack.patroni.as_mut().unwrap();
-        set.restart_node(&old);
-        set.wait_replicas(Duration::from_secs(30))
+        (stack.patroni.as_ref().unwrap()).wait_replicas(Duration::from_secs(30))
     });
     let mut report = finish(&name, &mut stack, &run, &plans, expect(d, replication)).await;
     report.notes.push(format!(

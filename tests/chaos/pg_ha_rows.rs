@@ -8,15 +8,20 @@ use idemgate_fleet::Replication::{Async, Sync};
 
 use crate::cluster::Durability::{Postgres, WriteThrough};
 use crate::cluster::PgVia::Haproxy;
-use crate::harness::run;
+use std::time::Duration;
+
+use crate::harness::{run, run_within};
 use crate::pg_ha::{row, row_via, PgFault::HostLoss, PgFault::Partition, PgFault::Switchover};
 
 // ---- fast subset ----
 
+/// Bounded to 60 s (it takes about 30: the set's bootstrap, 7 s of load, the failover
+/// within the leader key's TTL, the passes after it).
 #[test]
 fn patroni_primary_lost_sync_write_through() {
-    run(
+    run_within(
         "patroni: primary lost, failover [sync, claims=write_through]",
+        Duration::from_secs(60),
         |n| row(n, WriteThrough, Sync, HostLoss),
     );
 }
