@@ -7,9 +7,10 @@
 # the parts). `make up REPLICAS=5` changes the number of replicas; `make up
 # REDIS=cluster` (six nodes) or `REDIS=sentinel` (primary, replica, three sentinels)
 # the Redis tier (default standalone; switching needs `make down` first); `make up
-# PROTO=h2` has HAProxy speak HTTP/2 to the replicas (default http1).
+# PROTO=h2` has HAProxy speak HTTP/2 to the replicas (default http1); `make up
+# POSTGRES=patroni` runs Postgres as a Patroni set (etcd, three nodes, synchronous).
 up:
-	REPLICAS=$(or $(REPLICAS),3) REDIS=$(or $(REDIS),standalone) PROTO=$(or $(PROTO),http1) bash deploy/local/up.sh
+	REPLICAS=$(or $(REPLICAS),3) REDIS=$(or $(REDIS),standalone) POSTGRES=$(or $(POSTGRES),single) PROTO=$(or $(PROTO),http1) bash deploy/local/up.sh
 
 # Stop everything `make up` started (Postgres data in .state/pg is kept).
 down:

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 # command-or-path:package (g++: libFuzzer, built for the fuzz smoke of `make test`)
-want=(redis-server:redis-server /usr/lib/postgresql/15/bin/initdb:postgresql-15 promtool:prometheus /usr/sbin/haproxy:haproxy /usr/sbin/nft:nftables g++:g++)
+want=(redis-server:redis-server /usr/lib/postgresql/15/bin/initdb:postgresql-15 promtool:prometheus /usr/sbin/haproxy:haproxy /usr/sbin/nft:nftables g++:g++ /usr/bin/patroni:patroni /usr/bin/etcd:etcd-server /usr/bin/etcdctl:etcd-client)
 if [ "${1:-}" = image ]; then want=(podman:podman buildah:buildah); fi
 
 missing=()

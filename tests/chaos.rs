@@ -49,6 +49,10 @@ mod harness;
 mod partition;
 #[path = "chaos/partition_rows.rs"]
 mod partition_rows;
+#[path = "chaos/pg_ha.rs"]
+mod pg_ha;
+#[path = "chaos/pg_ha_rows.rs"]
+mod pg_ha_rows;
 #[path = "chaos/report.rs"]
 mod report;
 #[path = "chaos/scenarios.rs"]

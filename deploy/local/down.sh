@@ -4,7 +4,8 @@
 # Order: the gateway replicas first (SIGTERM, all at once, so they drain their
 # in-flight requests and flush the Postgres write-through queue while Redis and
 # Postgres are still up), then the demo upstream, HAProxy, Prometheus, Postgres
-# (`pg_ctl stop -m fast`) and Redis (sentinels, then every data node, of whichever
+# (`pg_ctl stop -m fast`; with POSTGRES=patroni every patroni, which stops its
+# Postgres, then etcd) and Redis (sentinels, then every data node, of whichever
 # REDIS the fleet runs on). Each process named in a .state/*.pid file
 # gets SIGTERM and a grace period, then SIGKILL; pid files are removed.
 # Postgres data (.state/pg) is kept; Redis has no persistence.

@@ -12,6 +12,9 @@ CLUSTER_PORTS="7001 7002 7003 7004 7005 7006"  # REDIS=cluster (bus on port+1000
 SENTINEL_DATA_PORTS="6391 6392"                # REDIS=sentinel: primary, replica
 SENTINEL_PORTS="26381 26382 26383"             # and three sentinels
 PG_PORT=5490
+PATRONI_PG_PORTS="5491 5492 5493"    # POSTGRES=patroni: Postgres of each node
+PATRONI_REST_PORTS="8008 8009 8010"  # and its Patroni REST API
+ETCD_PORT=2389                       # etcd client port (peer 2390)
 UPSTREAM_PORT=3000
 LB_PORT=8080        # HAProxy
 LB_STATS_PORT=8404  # HAProxy stats page

@@ -10,6 +10,11 @@
 #   postgres 15     127.0.0.1:5490   data in .state/pg (initdb on first run, kept
 #                                    across `make down`); runs as `postgres` under root
 #                                    (data under /var/tmp if it cannot reach .state)
+#     POSTGRES=patroni  a Patroni set instead: etcd (2389, peer 2390) and three nodes
+#                     (Postgres 5491..5493, REST API 8008..8010), synchronous replication,
+#                     database idemgate, data in .state/patroni/; the replicas and
+#                     `idemgate migrate` get the multi-host URL (target_session_attrs=
+#                     read-write) through IDEMGATE__POSTGRES__URL
 #   demo-upstream   127.0.0.1:3000   fake payments API (src/bin/demo-upstream.rs)
 #   idemgate x N    127.0.0.1:8081.. proxy, 127.0.0.1:9091.. admin (/readyz, /metrics)
 #   haproxy         127.0.0.1:8080   round robin over the replicas, health check
@@ -27,6 +32,7 @@
 # Environment:
 #   REPLICAS          number of gateway replicas, 1..8 (default 3)
 #   REDIS             standalone (default), cluster or sentinel: the Redis tier
+#   POSTGRES          single (default) or patroni: the Postgres tier
 #   PROTO             http1 (default) or h2: what HAProxy speaks to the replicas
 #   IDEMGATE_CONFIG   gateway config (default deploy/local/idemgate.toml)
 #   DEMO_LATENCY, DEMO_FAIL_RATE, DEMO_FAIL_STATUS, DEMO_RESET_RATE
@@ -41,6 +47,7 @@ cd "$ROOT"
 
 REPLICAS="${REPLICAS:-3}"
 REDIS="${REDIS:-standalone}"
+POSTGRES="${POSTGRES:-single}"
 PROTO="${PROTO:-http1}"
 CONFIG="${IDEMGATE_CONFIG:-deploy/local/idemgate.toml}"
 READY_TIMEOUT="${READY_TIMEOUT:-30}"
@@ -55,6 +62,10 @@ case $REDIS in
 standalone | cluster | sentinel) ;;
 *) die "REDIS must be standalone, cluster or sentinel (got '$REDIS')" ;;
 esac
+case $POSTGRES in
+single | patroni) ;;
+*) die "POSTGRES must be single or patroni (got '$POSTGRES')" ;;
+esac
 case $PROTO in
 http1 | h2) ;;
 *) die "PROTO must be http1 or h2 (got '$PROTO')" ;;
@@ -65,6 +76,7 @@ esac
 # command-or-path:package
 required=(redis-server:redis-server redis-cli:redis-tools "$PG_BIN/initdb:postgresql-15"
     haproxy:haproxy curl:curl)
+[[ $POSTGRES == patroni ]] && required+=(patroni:patroni etcd:etcd-server etcdctl:etcd-client)
 missing=()
 for pair in "${required[@]}"; do
     cmd=${pair%%:*} pkg=${pair#*:}
@@ -101,9 +113,9 @@ fi
 # Started by the launcher (fleet/, `idemgate-fleet`), the same code that starts the
 # chaos suite's fleet: Redis, Postgres (initdb on first run; migrations), the demo
 # upstream, the replicas, HAProxy and Prometheus, each waited for until ready. It
-# reads REPLICAS, REDIS, PROTO, IDEMGATE_CONFIG and READY_TIMEOUT; DEMO_* reach the
+# reads REPLICAS, REDIS, POSTGRES, PROTO, IDEMGATE_CONFIG and READY_TIMEOUT; DEMO_* reach the
 # upstream.
-export REPLICAS REDIS PROTO READY_TIMEOUT IDEMGATE_CONFIG="$CONFIG"
+export REPLICAS REDIS POSTGRES PROTO READY_TIMEOUT IDEMGATE_CONFIG="$CONFIG"
 "$FLEET" up || die "the fleet did not start (see the error above; logs: .state/*.log)"
 [[ -f $STATE/pg.home ]] && PGDATA="$(<"$STATE/pg.home")/pg"
 have_prometheus=0
@@ -124,16 +136,22 @@ cluster) redis_line="  redis      cluster, 3 primaries + 1 replica each: $(urls 
 sentinel) redis_line="  redis      primary + replica $(urls "$SENTINEL_DATA_PORTS"), sentinels $(urls "$SENTINEL_PORTS") (service idemgate)" ;;
 esac
 ((have_prometheus)) || prom_line="  prometheus (not installed)"
+pg_line="  postgres   postgres://postgres@127.0.0.1:$PG_PORT/postgres   (single server, data in ${PGDATA#"$ROOT"/})"
+if [[ $POSTGRES == patroni ]]; then
+    pg_line="  postgres   Patroni, 3 nodes, synchronous: $(urls "$PATRONI_PG_PORTS") (REST $(urls "$PATRONI_REST_PORTS"), etcd 127.0.0.1:$ETCD_PORT)
+             gateways use postgres://postgres@$(urls "$PATRONI_PG_PORTS" | tr ' ' ,)/idemgate?target_session_attrs=read-write
+             members and primary: target/release/idemgate-fleet status"
+fi
 demo_key="demo-$(date +%s)"  # fresh per run: stored responses outlive make down (Postgres)
 cat <<EOF
 
-idemgate local fleet is up ($REPLICAS replicas, Redis $REDIS, HAProxy to the replicas over $PROTO):
+idemgate local fleet is up ($REPLICAS replicas, Redis $REDIS, Postgres $POSTGRES, HAProxy to the replicas over $PROTO):
   gateway    http://127.0.0.1:$LB_PORT   (HAProxy, round robin; routes /v1/ -> demo upstream)
   haproxy    http://127.0.0.1:$LB_STATS_PORT/stats$replica_lines
 $prom_line
   upstream   http://127.0.0.1:$UPSTREAM_PORT   (GET /_demo/executions, POST /_demo/reset)
 $redis_line
-  postgres   postgres://postgres@127.0.0.1:$PG_PORT/postgres   (data in ${PGDATA#"$ROOT"/})
+$pg_line
   logs       .state/*.log
   stop with  make down
 

@@ -1,8 +1,9 @@
 //! The one place that knows how to start and stop the parts of an idemgate fleet on
 //! loopback: `redis-server` ([`RedisServer`]), PostgreSQL ([`PgServer`]), the demo
 //! upstream ([`Upstream`]), gateway replicas ([`Replica`]) and HAProxy in front
-//! ([`HaProxy`], configuration from [`HaproxyConfig`]), a Redis Cluster ([`RedisCluster`])
-//! and a Sentinel set ([`SentinelSet`]).
+//! ([`HaProxy`], configuration from [`HaproxyConfig`]), a Redis Cluster ([`RedisCluster`]),
+//! a Sentinel set ([`SentinelSet`]) and Postgres made highly available by Patroni with
+//! etcd ([`PatroniSet`], HAProxy in front from [`haproxy_patroni_config`]).
 //!
 //! Every part listens on 127.0.0.1, on a free port ([`free_port`]) or a fixed one, or,
 //! for the partition scenarios, in a network namespace of its own ([`Host`], made by a
@@ -13,7 +14,7 @@
 //! (Redis Cluster, Sentinel, TLS) is taught here once.
 //!
 //! Binaries are passed in (the tests know them from `CARGO_BIN_EXE_*`); the system
-//! servers (`redis-server`, `initdb`/`postgres`, `haproxy`) are looked up on the
+//! servers (`redis-server`, `initdb`/`postgres`, `haproxy`, `patroni`, `etcd`) are looked up on the
 //! machine, as `make test` and `make up` install them. [`bench`] is the fleet of
 //! `make bench` (fixed ports, one part at a time, driven by `deploy/bench/bench.py`);
 //! [`probe`] reads a running fleet's CPU, memory and statement counts for the A/B
@@ -27,6 +28,7 @@ mod haproxy;
 pub mod local;
 mod net;
 mod netlab;
+mod patroni;
 mod postgres;
 pub mod probe;
 mod redis;
@@ -35,10 +37,15 @@ mod sentinel;
 
 pub use gateway::{Replica, Upstream};
 pub use haproxy::{
-    render_local as haproxy_local_config, Backend, BackendProto, HaProxy, HaproxyConfig,
+    render_local as haproxy_local_config, render_patroni as haproxy_patroni_config, Backend,
+    BackendProto, HaProxy, HaproxyConfig, PgBackend,
 };
 pub use net::{free_port, http_status, port_open, wait_addr, wait_port, Host};
 pub use netlab::NetLab;
+pub use patroni::{
+    Etcd, Member, PatroniOptions, PatroniPorts, PatroniSet, Replication,
+    DATABASE as PATRONI_DATABASE, TTL as PATRONI_TTL,
+};
 pub use postgres::{bindir as pg_bindir, postgres_owner, PgServer, PgTls};
 pub use redis::{RedisServer, RedisTls};
 pub use redis_cluster::RedisCluster;

@@ -2,7 +2,8 @@
 //! ports, state in `.state/` under the current directory, which must be the
 //! repository root). Environment, as `deploy/local/up.sh` and `down.sh` read it:
 //! `REPLICAS` (1..8, default 3), `REDIS` (`standalone`, the default, `cluster` or
-//! `sentinel`: see `local/redis_tier.rs`), `PROTO` (what HAProxy speaks to the
+//! `sentinel`: see `local/redis_tier.rs`), `POSTGRES` (`single`, the default, or
+//! `patroni`: see `local/pg_tier.rs`), `PROTO` (what HAProxy speaks to the
 //! replicas: `http1`, the default, or `h2`), `IDEMGATE_CONFIG` (default
 //! `deploy/local/idemgate.toml`), `READY_TIMEOUT` (seconds, default 30),
 //! `GRACE_SECONDS` (default 10), `GATEWAY_GRACE_SECONDS` (default 35) and
@@ -16,7 +17,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use idemgate_fleet::local::{Local, Topology};
+use idemgate_fleet::local::{Local, PgTier, Topology};
 use idemgate_fleet::BackendProto;
 
 fn env_or(name: &str, default: &str) -> String {
@@ -42,6 +43,7 @@ fn run(cmd: &str) -> Result<bool, String> {
     local.ready_timeout = secs("READY_TIMEOUT", 30)?;
     local.redis = Topology::parse(&env_or("REDIS", "standalone"))?;
     local.proto = BackendProto::parse(&env_or("PROTO", "http1"))?;
+    local.postgres = PgTier::parse(&env_or("POSTGRES", "single"))?;
     match cmd {
         "up" => local.up().map(|()| true),
         "down" => {

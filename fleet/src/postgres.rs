@@ -56,7 +56,12 @@ pub fn pg_command(bin: &Path, program: &str, owner: Option<(u32, u32)>) -> Comma
 
 /// [`pg_command`] on `host`: in a namespace, `ip netns exec` (as root) then `setpriv`
 /// to the account, each exec'ing the next, so the child is the program itself.
-fn pg_command_on(host: &Host, bin: &Path, program: &str, owner: Option<(u32, u32)>) -> Command {
+pub(crate) fn pg_command_on(
+    host: &Host,
+    bin: &Path,
+    program: &str,
+    owner: Option<(u32, u32)>,
+) -> Command {
     let mut cmd = match (&host.netns, owner) {
         (Some(_), Some((uid, gid))) => {
             let mut cmd = host.command("setpriv");

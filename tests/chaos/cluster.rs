@@ -8,8 +8,10 @@
 //! the scenario's options, writes the replicas' configuration and waits on them.
 //! With [`Options::partitions`], every part runs in a network namespace of its own on
 //! one bridge (the launcher's `NetLab`; [`Places`] names them), so that a scenario can
-//! cut and heal the links between them. Everything is killed when the [`Stack`] is
-//! dropped, and the namespaces are deleted after that.
+//! cut and heal the links between them. With [`Options::pg_ha`], Postgres is a
+//! Patroni set (etcd and three nodes, the launcher's `PatroniSet`), reached through a
+//! multi-host URL or through HAProxy ([`PgVia`]). Everything is killed when the
+//! [`Stack`] is dropped, and the namespaces are deleted after that.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,8 +19,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use idemgate_fleet::{
-    free_port, BackendProto, HaProxy, HaproxyConfig, Host, NetLab, RedisCluster, Replica,
-    SentinelSet, Upstream, SENTINEL_SERVICE,
+    free_port, haproxy_patroni_config, BackendProto, HaProxy, HaproxyConfig, Host, NetLab,
+    PatroniOptions, PatroniSet, RedisCluster, Replica, Replication, SentinelSet, Upstream,
+    SENTINEL_SERVICE,
 };
 use tempfile::TempDir;
 
@@ -49,6 +52,15 @@ pub enum Topology {
     Cluster,
     /// A primary and a replica under three sentinels (`redis.mode = "sentinel"`).
     Sentinel,
+}
+
+/// How the replicas reach a Patroni set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PgVia {
+    /// `postgres://...@n0,n1,n2/idemgate?target_session_attrs=read-write`.
+    MultiHost,
+    /// HAProxy in TCP mode, routing to the node whose REST API says `/primary`.
+    Haproxy,
 }
 
 #[derive(Clone, Debug)]
@@ -85,6 +97,9 @@ pub struct Options {
     pub partitions: bool,
     /// HAProxy's health checks on `/readyz` (off: every replica gets its share).
     pub health_checks: bool,
+    /// Postgres as a Patroni set with this replication, reached this way (`None`: one
+    /// `PgServer`).
+    pub pg_ha: Option<(Replication, PgVia)>,
 }
 
 impl Default for Options {
@@ -110,6 +125,7 @@ impl Default for Options {
             extra: String::new(),
             partitions: false,
             health_checks: true,
+            pg_ha: None,
         }
     }
 }
@@ -122,6 +138,9 @@ pub struct Places {
     pub sentinels: Vec<Host>,
     pub gateways: Vec<Host>,
     pub pg: Host,
+    /// The Patroni nodes and etcd ([`Options::pg_ha`]).
+    pub pg_nodes: Vec<Host>,
+    pub etcd: Host,
     pub upstream: Host,
     pub lb: Host,
 }
@@ -149,6 +168,11 @@ impl Places {
                 .map(|i| place(format!("gw{i}")))
                 .collect(),
             pg: place("pg".into()),
+            pg_nodes: match opts.pg_ha {
+                Some(_) => (0..3).map(|i| place(format!("pg{i}"))).collect(),
+                None => Vec::new(),
+            },
+            etcd: place("etcd".into()),
             upstream: place("upstream".into()),
             lb: place("lb".into()),
         }
@@ -318,12 +342,54 @@ enum RedisAt {
     Sentinel(Vec<String>),
 }
 
+type Postgres = (
+    Option<PgServer>,
+    Option<PatroniSet>,
+    Option<HaProxy>,
+    Option<String>,
+);
+
+/// The durable tier: none, one server, or a Patroni set (and HAProxy in front of it)
+/// with the URL the replicas use.
+fn start_postgres(opts: &Options, places: &Places, dir: &Path) -> Postgres {
+    if opts.durability == Durability::RedisOnly {
+        return (None, None, None, None);
+    }
+    let Some((replication, via)) = opts.pg_ha else {
+        return (Some(PgServer::start_on(&places.pg)), None, None, None);
+    };
+    let set = PatroniSet::start(PatroniOptions {
+        nodes: places.pg_nodes.len(),
+        replication,
+        etcd_host: places.etcd.clone(),
+        hosts: places.pg_nodes.clone(),
+        ..PatroniOptions::default()
+    });
+    if via == PgVia::MultiHost {
+        let url = set.url_multi_host();
+        return (None, Some(set), None, Some(url));
+    }
+    let port = free_port();
+    let text = haproxy_patroni_config(places.lb.addr(port), &set.haproxy_backends());
+    let lb = HaProxy::start_text(dir, "pg-haproxy", &places.lb, port, &text);
+    let front = places.lb.addr(port);
+    assert!(
+        PatroniSet::wait_primary_at(front, Duration::from_secs(20)),
+        "HAProxy in front of Patroni never reached only the primary"
+    );
+    let url = PatroniSet::url_via(places.lb.addr(port));
+    (None, Some(set), Some(lb), Some(url))
+}
+
 pub struct Stack {
     pub haproxy: Option<HaProxy>,
     pub replicas: Vec<Replica>,
     pub upstream: Upstream,
     pub fault: Option<FaultProxy>,
     pub pg: Option<PgServer>,
+    /// [`Options::pg_ha`]: the Patroni set, and HAProxy in front of it ([`PgVia::Haproxy`]).
+    pub patroni: Option<PatroniSet>,
+    pub _pg_lb: Option<HaProxy>,
     /// The one server of [`Topology::Single`] (started, unused, in the others).
     pub redis: RedisServer,
     /// [`Topology::Cluster`].
@@ -357,7 +423,7 @@ impl Stack {
             let (d, s) = (&places.redis, &places.sentinels);
             SentinelSet::start_on([&d[0], &d[1]], [&s[0], &s[1], &s[2]])
         });
-        let pg = (opts.durability != Durability::RedisOnly).then(|| PgServer::start_on(&places.pg));
+        let (pg, patroni, pg_lb, ha_url) = start_postgres(&opts, &places, dir.path());
         let upstream = Upstream::start_on(
             &places.upstream,
             Path::new(DEMO_UPSTREAM),
@@ -384,7 +450,7 @@ impl Stack {
                 }
                 _ => RedisAt::Url(redis.url()),
             };
-            let pg_url = pg.as_ref().map(|p| p.url());
+            let pg_url = pg.as_ref().map(|p| p.url()).or(ha_url.clone());
             let host = &places.gateways[index];
             let toml = replica_toml(
                 &opts,
@@ -425,6 +491,8 @@ impl Stack {
             upstream,
             fault,
             pg,
+            patroni,
+            _pg_lb: pg_lb,
             redis,
             redis_cluster,
             sentinels,
@@ -435,6 +503,11 @@ impl Stack {
         };
         stack.wait_front(Duration::from_secs(10)).await;
         stack
+    }
+
+    /// Whether the replicas have a `[postgres]` (one server or a Patroni set).
+    pub fn has_postgres(&self) -> bool {
+        self.pg.is_some() || self.patroni.is_some()
     }
 
     /// `FLUSHALL` on every primary of the topology (the durable pass).
@@ -522,7 +595,7 @@ impl Stack {
 
     /// Until every running replica's write-through retry queue is empty.
     pub async fn wait_queues_drained(&mut self, within: Duration) -> bool {
-        if self.pg.is_none() {
+        if !self.has_postgres() {
             return true;
         }
         let deadline = Instant::now() + within;

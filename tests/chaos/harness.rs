@@ -24,6 +24,15 @@ where
     F: FnOnce(String) -> Fut,
     Fut: Future<Output = Report>,
 {
+    run_within(scenario, SCENARIO_LIMIT, body)
+}
+
+/// [`run`] with a tighter bound (a fast-subset row that must stay quick).
+pub fn run_within<F, Fut>(scenario: &str, limit: Duration, body: F)
+where
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = Report>,
+{
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let started = Instant::now();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -33,12 +42,12 @@ where
         .unwrap();
     let name = scenario.to_string();
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        runtime.block_on(async { tokio::time::timeout(SCENARIO_LIMIT, body(name)).await })
+        runtime.block_on(async { tokio::time::timeout(limit, body(name)).await })
     }));
     runtime.shutdown_timeout(Duration::from_secs(5));
     let report = match outcome {
         Ok(Ok(report)) => report,
-        Ok(Err(_)) => failed(scenario, format!("timed out after {SCENARIO_LIMIT:?}")),
+        Ok(Err(_)) => failed(scenario, format!("timed out after {limit:?}")),
         Err(panic) => {
             let msg = panic
                 .downcast_ref::<String>()
@@ -126,7 +135,7 @@ pub async fn finish(
         32,
     )
     .await;
-    if stack.pg.is_some() {
+    if stack.has_postgres() {
         if !stack.wait_queues_drained(Duration::from_secs(15)).await {
             late.push("write-through queues not drained 15 s after the fault".to_string());
         }

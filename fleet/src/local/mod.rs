@@ -4,6 +4,7 @@
 //! (`redis`, `upstream`, `gateway-<i>`, `haproxy`, `prometheus`), the Postgres cluster
 //! in `.state/pg` (see [`pg`]), generated `haproxy.cfg` and Prometheus targets. The
 //! Redis tier is one server, a Redis Cluster or a Sentinel set ([`redis_tier`], `REDIS=`);
+//! the Postgres tier one server or a Patroni set ([`pg_tier`], `POSTGRES=`);
 //! HAProxy speaks HTTP/1.1 or HTTP/2 to the replicas ([`BackendProto`], `PROTO=`).
 //! [`Local::up`] is safe to run twice (a part whose pid file names a live process is
 //! left alone); [`Local::down`] stops the replicas first so they drain while the stores
@@ -11,6 +12,7 @@
 
 pub(crate) mod daemon;
 pub(crate) mod pg;
+pub mod pg_tier;
 pub mod redis_tier;
 
 use std::path::{Path, PathBuf};
@@ -21,6 +23,7 @@ use crate::haproxy::{binary as haproxy_bin, render_local, Backend, BackendProto}
 use crate::net::{http_status, port_open};
 use daemon::{alive, launch, stop, stop_all};
 pub use pg::PG_BIN;
+pub use pg_tier::{patroni_ports, patroni_url, PgTier};
 pub use redis_tier::{RedisPorts, Topology};
 
 pub const REDIS_PORT: u16 = 6390;
@@ -49,6 +52,9 @@ pub struct Local {
     pub redis_ports: RedisPorts,
     /// What HAProxy speaks to the replicas (HTTP/1.1 unless `PROTO=h2`).
     pub proto: BackendProto,
+    /// One Postgres server, or a Patroni set (`POSTGRES=patroni`) on these ports.
+    pub postgres: PgTier,
+    pub patroni_ports: crate::PatroniPorts,
 }
 
 type Res = Result<(), String>;
@@ -65,7 +71,38 @@ impl Local {
             redis: Topology::Standalone,
             redis_ports: RedisPorts::FIXED,
             proto: BackendProto::Http1,
+            postgres: PgTier::Single,
+            patroni_ports: patroni_ports(),
         }
+    }
+
+    /// The `IDEMGATE__POSTGRES__URL` that points a replica (and `migrate`) at the
+    /// Patroni set's multi-host URL; none for the single server (the configuration
+    /// file's URL).
+    fn pg_env(&self) -> Vec<(&'static str, String)> {
+        match self.postgres {
+            PgTier::Single => vec![],
+            PgTier::Patroni => vec![("IDEMGATE__POSTGRES__URL", patroni_url(&self.patroni_ports))],
+        }
+    }
+
+    fn postgres_up(&self) -> Res {
+        if self.postgres == PgTier::Patroni {
+            return self.patroni_up();
+        }
+        let mut cluster = pg::Cluster::of(&self.state);
+        cluster.place(&self.state)?;
+        cluster.init(&self.file("initdb.log"))?;
+        if cluster.running() {
+            println!("==> postgres already running");
+        } else {
+            if port_open(PG_PORT) {
+                return Err(format!("postgres: port 127.0.0.1:{PG_PORT} is already in use by a process not started by make up"));
+            }
+            println!("==> starting postgres (log: {})", cluster.log().display());
+            cluster.start(PG_PORT, self.ready_timeout.as_secs())?;
+        }
+        self.wait_ready("postgres", None, || cluster.accepting(PG_PORT))
     }
 
     fn file(&self, name: &str) -> PathBuf {
@@ -147,26 +184,14 @@ impl Local {
             ));
         }
         self.redis_up()?;
-
-        let mut cluster = pg::Cluster::of(&self.state);
-        cluster.place(&self.state)?;
-        cluster.init(&self.file("initdb.log"))?;
-        if cluster.running() {
-            println!("==> postgres already running");
-        } else {
-            if port_open(PG_PORT) {
-                return Err(format!("postgres: port 127.0.0.1:{PG_PORT} is already in use by a process not started by make up"));
-            }
-            println!("==> starting postgres (log: {})", cluster.log().display());
-            cluster.start(PG_PORT, self.ready_timeout.as_secs())?;
-        }
-        self.wait_ready("postgres", None, || cluster.accepting(PG_PORT))?;
+        self.postgres_up()?;
 
         println!("==> applying database migrations");
         let migrated = Command::new(&idemgate)
             .arg("migrate")
             .arg("--config")
             .arg(&self.config)
+            .envs(self.pg_env())
             .status();
         if !migrated.is_ok_and(|s| s.success()) {
             return Err("idemgate migrate failed".into());
@@ -190,7 +215,7 @@ impl Local {
             stop_all("idemgate", &surplus, Duration::from_secs(35));
         }
         self.start_prometheus()?;
-        println!("\nidemgate local fleet is up ({} replicas, Redis {}, HAProxy to replicas {}): gateway http://127.0.0.1:{LB_PORT}; stop with make down", self.replicas, self.redis.as_str(), self.proto.as_str());
+        println!("\nidemgate local fleet is up ({} replicas, Redis {}, Postgres {}, HAProxy to replicas {}): gateway http://127.0.0.1:{LB_PORT}; stop with make down", self.replicas, self.redis.as_str(), self.postgres.as_str(), self.proto.as_str());
         Ok(())
     }
 
@@ -212,7 +237,8 @@ impl Local {
                     "IDEMGATE__SERVER__ADMIN_LISTEN",
                     format!("127.0.0.1:{admin}"),
                 )
-                .envs(self.redis.gateway_env(&self.redis_ports));
+                .envs(self.redis.gateway_env(&self.redis_ports))
+                .envs(self.pg_env());
             self.start(
                 "idemgate",
                 &format!("gateway-{i}"),
@@ -345,6 +371,7 @@ impl Local {
         } else {
             println!("==> postgres not running");
         }
+        self.patroni_down(grace);
         self.redis_down(grace);
         println!("==> local fleet stopped");
     }
@@ -362,15 +389,26 @@ impl Local {
         for (name, pid) in self.redis_status() {
             line(&name, pid);
         }
-        let cluster = pg::Cluster::of(&self.state);
-        let pg_pid = std::fs::read_to_string(cluster.data().join("postmaster.pid")).ok();
-        line(
-            "postgres",
-            cluster
-                .running()
-                .then(|| pg_pid?.lines().next()?.parse().ok())
-                .flatten(),
-        );
+        let (patroni, members) = self.patroni_status();
+        if self.postgres == PgTier::Patroni || patroni.iter().any(|(_, p)| p.is_some()) {
+            for (name, pid) in patroni {
+                line(&name, pid);
+            }
+            println!("patroni members (GET /cluster):");
+            for m in members {
+                println!("{m}");
+            }
+        } else {
+            let cluster = pg::Cluster::of(&self.state);
+            let pg_pid = std::fs::read_to_string(cluster.data().join("postmaster.pid")).ok();
+            line(
+                "postgres",
+                cluster
+                    .running()
+                    .then(|| pg_pid?.lines().next()?.parse().ok())
+                    .flatten(),
+            );
+        }
         line(
             "demo-upstream",
             alive(&self.file("upstream.pid"), "demo-upstream"),

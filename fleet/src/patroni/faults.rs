@@ -1,0 +1,62 @@
+//! What happens to a [`PatroniSet`]'s nodes: host loss ([`PatroniSet::kill_primary`],
+//! [`PatroniSet::kill_node`]), the way back ([`PatroniSet::restart_node`]), a planned
+//! [`PatroniSet::switchover`], and leaving the set running for `make up`
+//! ([`PatroniSet::detach`]).
+
+use std::time::Duration;
+
+use super::{rest, PatroniSet};
+
+impl PatroniSet {
+    /// Host loss of the primary: its patroni and every postgres process SIGKILLed. The
+    /// others take over once the leader key expires ([`TTL`]). Returns its name.
+    pub fn kill_primary(&mut self) -> String {
+        let primary = self.primary().expect("no primary to kill");
+        self.kill_node(&primary);
+        primary
+    }
+
+    /// SIGKILLs node `name`'s patroni and postgres.
+    pub fn kill_node(&mut self, name: &str) {
+        self.node_mut(name).kill();
+    }
+
+    /// Starts node `name` again (after [`Self::kill_node`]): Patroni rewinds it if
+    /// needed and it rejoins as a replica.
+    pub fn restart_node(&mut self, name: &str) {
+        let node = self.node_mut(name);
+        if !node.running() {
+            node.kill();
+            node.start();
+        }
+    }
+
+    /// A planned switchover (`POST /switchover` on the leader, as `patronictl
+    /// switchover --force` does); returns the new primary once it runs. Panics when
+    /// Patroni refuses or nobody takes over within 30 s.
+    pub fn switchover(&self) -> String {
+        let old = self.primary().expect("no primary to switch over from");
+        let (_, rest) = self.addrs_of(&old);
+        let body = format!("{{\"leader\": \"{old}\"}}");
+        let answer = rest::call(rest, "POST", "/switchover", &body, Duration::from_secs(40));
+        assert!(
+            matches!(answer, Some((200, _))),
+            "switchover refused: {answer:?}"
+        );
+        self.wait_new_primary(&old, Duration::from_secs(30))
+            .expect("no new primary 30 s after the switchover")
+    }
+
+    /// Leaves every process running when this is dropped (`make up`, which stops them
+    /// by their pid files): (name, pid) of etcd and of each patroni.
+    pub fn detach(mut self) -> Vec<(String, u32)> {
+        let mut pids = vec![("etcd".to_string(), self.etcd.pid().unwrap_or(0))];
+        self.etcd.detach();
+        for node in &mut self.nodes {
+            pids.push((node.spec.name.clone(), node.pid().unwrap_or(0)));
+            node.detach();
+        }
+        self.nodes.clear();
+        pids
+    }
+}
