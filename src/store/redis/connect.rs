@@ -79,8 +79,11 @@ pub fn build_pool(config: &RedisConfig, size: usize) -> Result<Pool, FredError> 
             c.unresponsive.interval = (config.command_timeout / 2).max(Duration::from_millis(50));
             // fred spends one write attempt on every re-send after a `MOVED` or `ASK`: with
             // its defaults (3 attempts, 5 redirections) a claim redirected three times in a
-            // row while slots move fails before its redirections do. The attempts budget
-            // covers every redirection and still leaves the reconnect attempts.
+            // row while slots move failed with "Too many failed write attempts", which
+            // cannot tell redirections from re-sends over a dropped connection. With the
+            // attempts above the redirections, a command redirected until fred gives up
+            // fails with "Too many redirections": it ran nowhere, and the claim path
+            // sends it again once the slot has moved (`claim::slot_migrating`).
             c.max_redirections = MAX_REDIRECTIONS;
             c.max_command_attempts = MAX_REDIRECTIONS + RECONNECT_ATTEMPTS;
         })
