@@ -328,6 +328,27 @@ mod tests {
     }
 
     #[test]
+    fn key_value_strings_resolve_as_urls_do() {
+        let tls = PostgresTls::default();
+        let r = (tls.resolve(
+            "host=a,b port=1,2 sslmode=verify-full sslrootcert='/my ca.pem' \
+             target_session_attrs=read-write",
+        ))
+        .unwrap();
+        assert_eq!(r.sslmode, SslMode::VerifyFull);
+        assert_eq!(r.sslrootcert.as_deref(), Some(Path::new("/my ca.pem")));
+        assert_eq!(r.url, "host=a,b port=1,2 target_session_attrs=read-write");
+        let keyed = PostgresTls {
+            sslmode: Some(SslMode::Require),
+            ..Default::default()
+        };
+        let e = keyed.resolve("host=h sslmode=disable").unwrap_err();
+        assert!(e.to_string().contains("postgres.tls.sslmode"), "{e}");
+        let e = tls.resolve("not a connection string").unwrap_err();
+        assert!(e.to_string().contains("postgres.url"), "{e}");
+    }
+
+    #[test]
     fn secrets_lose_their_newline_and_errors_name_the_key() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pw");
