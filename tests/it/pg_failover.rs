@@ -232,6 +232,58 @@ async fn writes_follow_the_primary_when_the_old_one_turns_read_only() {
     );
 }
 
+/// A request in flight when its server turns read-only: its claim was committed on A;
+/// its completion meets A read-only (25006) and waits in the write-through retry queue,
+/// which writes it to B once the pool has reconnected. The client gets its response,
+/// and with Redis emptied the replay comes from B; the key ran once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_that_meets_the_old_primary_read_only_lands_on_the_new_one() {
+    let (a, b) = (PgServer::start(), PgServer::start());
+    for pg in [&a, &b] {
+        let store = PgStore::new(&PostgresConfig {
+            url: pg.url(),
+            ..PostgresConfig::default()
+        })
+        .unwrap();
+        store.migrate().await.unwrap();
+    }
+    sql(&b, READ_ONLY).await;
+    let redis = RedisServer::start();
+    let upstream = MockUpstream::start().await;
+    let url = key_value_url(&[a.port, b.port], "target_session_attrs=read-write");
+    let section = format!("[postgres]\nurl = \"{url}\"\nstatement_timeout = \"1s\"\n");
+    let app = TestApp::spawn(config(&redis.url(), &upstream.url(), &section)).await;
+    assert_eq!(app.post("warm", "{}").send().await.unwrap().status(), 201);
+
+    upstream.set_delay(Duration::from_millis(600));
+    let in_flight = tokio::spawn(app.post("in-flight", "{}").send());
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(a.count("state = 'leased'").await, 1, "claimed on A");
+    sql(&a, READ_ONLY).await;
+    sql(&b, WRITABLE).await;
+    let (status, _, body) = read(in_flight.await.unwrap().unwrap()).await;
+    assert_eq!(status, 201);
+    upstream.set_delay(Duration::ZERO);
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while b.count("state = 'completed'").await == 0 {
+        // New requests meet A read-only and move the pool to B.
+        let _ = app.post("nudge", "{}").send().await.unwrap();
+        assert!(Instant::now() < deadline, "the completion never reached B");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    redis.cli(&["FLUSHALL"]);
+    let (status, headers, again) = read(app.post("in-flight", "{}").send().await.unwrap()).await;
+    assert_eq!(status, 201);
+    assert_eq!(headers["idempotent-replayed"], "true");
+    assert_eq!(again, body);
+    assert_eq!(
+        upstream.executions(),
+        3,
+        "warm, in-flight and nudge, once each"
+    );
+}
+
 /// `idemgate serve` in a process of its own (so that its gauges are its own).
 struct Served {
     child: Child,
