@@ -117,11 +117,6 @@ impl PgStore {
         result
     }
 
-    /// `host:port` of the server new connections write to, once one was made.
-    pub fn primary(&self) -> Option<String> {
-        self.servers.current()
-    }
-
     /// Applies missing migrations (see [`migrate::run`]), in a session of their own that
     /// is closed afterwards: a migration (or waiting for another replica's) may take
     /// longer than the statement timeout, and nothing it sets or holds goes back to the pool.

@@ -87,11 +87,6 @@ impl Servers {
             *current = Some(host);
         }
     }
-
-    /// The server new connections reach (`host:port`), once one was made.
-    pub(super) fn current(&self) -> Option<String> {
-        lock(&self.current).clone()
-    }
 }
 
 /// The `pre_recycle` hook: stale connections are dropped, not reused.
