@@ -19,6 +19,7 @@
 //! the gateway depends on it, not the reverse.
 
 mod cidr;
+mod conninfo;
 mod deprecated;
 mod encryption;
 mod error;

@@ -15,8 +15,14 @@ use super::url_secrets::url_password;
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PostgresConfig {
-    /// `postgres://user:password@host:port/dbname`; libpq's TLS parameters (`sslmode`...)
-    /// may be given here or in `[postgres.tls]`.
+    /// `postgres://user:password@host:port/dbname`, or the same as libpq key=value pairs
+    /// (`host=a,b port=5432,5432 dbname=idemgate user=u target_session_attrs=read-write`,
+    /// the form many managed services print); libpq's TLS parameters (`sslmode`...) may be
+    /// given here or in `[postgres.tls]`. Several hosts are tried in order; with
+    /// `target_session_attrs=read-write` only a writable one (the primary) is kept, and
+    /// after a failover new connections find the new primary (a connection whose server
+    /// turned read-only or is shutting down is dropped, not reused). A password here is
+    /// hidden in `check-config`, logs and `Debug` output.
     pub url: String,
     /// Connections to Postgres (per process; divided among the workers of
     /// `thread_per_core`).
@@ -166,12 +172,6 @@ impl PostgresConfig {
 
     /// `postgres.url`, with the TLS parameters of `[postgres.tls]`, and its password.
     fn check_connection(&self) -> Result<(), ConfigError> {
-        if !(self.url.starts_with("postgres://") || self.url.starts_with("postgresql://")) {
-            return Err(ConfigError::invalid(
-                "postgres.url",
-                "must start with postgres://",
-            ));
-        }
         let resolved = self.tls.resolve(&self.url)?;
         if self.password_file.is_some() && url_password(&resolved.url) {
             return Err(ConfigError::invalid(
@@ -182,7 +182,7 @@ impl PostgresConfig {
         if resolved.url.parse::<tokio_postgres::Config>().is_err() {
             return Err(ConfigError::invalid(
                 "postgres.url",
-                "is not a valid connection URL",
+                "is not a valid connection string (a postgres:// URL or libpq key=value pairs)",
             ));
         }
         Ok(())

@@ -176,11 +176,29 @@ impl PostgresTls {
     /// Merges the TLS parameters of `url` with these keys; a setting given in both
     /// places must agree. Errors name the key.
     pub fn resolve(&self, url: &str) -> Result<ResolvedPgTls, ConfigError> {
+        let keyword_form = !super::conninfo::is_url(url);
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let pairs: Vec<(String, String, &str)> = match keyword_form {
+            true => (super::conninfo::parse(url).ok_or_else(|| {
+                ConfigError::invalid(
+                    "postgres.url",
+                    "is neither a postgres:// URL nor libpq key=value pairs",
+                )
+            })?)
+            .into_iter()
+            .map(|(name, value)| (name, value, ""))
+            .collect(),
+            false => (query.split('&').filter(|p| !p.is_empty()))
+                .map(|pair| {
+                    let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+                    (name.to_string(), value.to_string(), pair)
+                })
+                .collect(),
+        };
         let mut kept = Vec::new();
         let mut merged = self.clone();
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        for (name, value, pair) in &pairs {
+            let (name, value) = (name.as_str(), value.as_str());
             match name {
                 "sslmode" => {
                     let mode = SslMode::parse(value).ok_or_else(|| {
@@ -197,7 +215,7 @@ impl PostgresTls {
                 "sslrootcert" => merge(&mut merged.sslrootcert, value.into(), name)?,
                 "sslcert" => merge(&mut merged.sslcert, value.into(), name)?,
                 "sslkey" => merge(&mut merged.sslkey, value.into(), name)?,
-                _ => kept.push(pair),
+                _ => kept.push((name, value, *pair)),
             }
         }
         let identity = match (merged.sslcert, merged.sslkey) {
@@ -210,10 +228,13 @@ impl PostgresTls {
                 ))
             }
         };
-        let url = if kept.is_empty() {
+        let url = if keyword_form {
+            super::conninfo::render(kept.iter().map(|&(name, value, _)| (name, value)))
+        } else if kept.is_empty() {
             base.to_string()
         } else {
-            format!("{base}?{}", kept.join("&"))
+            let raw: Vec<&str> = kept.iter().map(|&(_, _, pair)| pair).collect();
+            format!("{base}?{}", raw.join("&"))
         };
         Ok(ResolvedPgTls {
             url,
@@ -304,6 +325,27 @@ mod tests {
         assert!(e.to_string().contains("sslmode=allow"), "{e}");
         let e = tls.resolve("postgres://h/db?sslcert=/c.pem").unwrap_err();
         assert!(e.to_string().contains("sslkey"), "{e}");
+    }
+
+    #[test]
+    fn key_value_strings_resolve_as_urls_do() {
+        let tls = PostgresTls::default();
+        let r = (tls.resolve(
+            "host=a,b port=1,2 sslmode=verify-full sslrootcert='/my ca.pem' \
+             target_session_attrs=read-write",
+        ))
+        .unwrap();
+        assert_eq!(r.sslmode, SslMode::VerifyFull);
+        assert_eq!(r.sslrootcert.as_deref(), Some(Path::new("/my ca.pem")));
+        assert_eq!(r.url, "host=a,b port=1,2 target_session_attrs=read-write");
+        let keyed = PostgresTls {
+            sslmode: Some(SslMode::Require),
+            ..Default::default()
+        };
+        let e = keyed.resolve("host=h sslmode=disable").unwrap_err();
+        assert!(e.to_string().contains("postgres.tls.sslmode"), "{e}");
+        let e = tls.resolve("not a connection string").unwrap_err();
+        assert!(e.to_string().contains("postgres.url"), "{e}");
     }
 
     #[test]

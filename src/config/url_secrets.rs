@@ -1,8 +1,24 @@
-//! Passwords in connection URLs (`scheme://user:password@host`, `?password=`): whether
-//! a URL carries one, and the URL with it hidden, for `check-config`, `Debug` and logs.
+//! Passwords in connection URLs (`scheme://user:password@host`, `?password=`) and in
+//! libpq key=value strings (`password=...`): whether a connection string carries one,
+//! and the string with it hidden, for `check-config`, `Debug` and logs.
 
-/// Replaces the password of `scheme://user:password@host` with `***`.
+use super::conninfo;
+
+/// Replaces the password of `scheme://user:password@host` (and of every parameter whose
+/// name says password) with `***`; in a key=value string, the value of every such key.
+/// A string that is neither form shows as a placeholder: it may hold anything.
 pub fn redact_url(url: &str) -> String {
+    if !conninfo::is_url(url) {
+        return match conninfo::parse(url) {
+            Some(pairs) => {
+                conninfo::render(pairs.iter().map(|(name, value)| match is_secret(name) {
+                    true => (&**name, "***"),
+                    false => (&**name, &**value),
+                }))
+            }
+            None => "(not a connection string: hidden)".into(),
+        };
+    }
     let (base, query) = match url.split_once('?') {
         Some((base, query)) => (base, Some(query)),
         None => (url, None),
@@ -19,7 +35,7 @@ pub fn redact_url(url: &str) -> String {
         // Secrets may also travel as parameters (`?password=`, libpq's `sslpassword`).
         let params: Vec<String> = (query.split('&'))
             .map(|pair| match pair.split_once('=') {
-                Some((name, _)) if name.to_ascii_lowercase().contains("password") => {
+                Some((name, _)) if is_secret(name) => {
                     format!("{name}=***")
                 }
                 _ => pair.to_string(),
@@ -30,9 +46,17 @@ pub fn redact_url(url: &str) -> String {
     }
     out
 }
+/// Whether a parameter named `name` holds a secret (`password`, `sslpassword`).
+fn is_secret(name: &str) -> bool {
+    name.to_ascii_lowercase().contains("password")
+}
+
 /// Whether `scheme://user:password@host...` carries a password (in the user info or
-/// as a `password` parameter).
+/// as a `password` parameter), or a key=value string a `password=`.
 pub(super) fn url_password(url: &str) -> bool {
+    if !conninfo::is_url(url) {
+        return conninfo::parse(url).is_some_and(|p| p.iter().any(|(n, _)| n == "password"));
+    }
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
     let in_userinfo = (base.split_once("://"))
         .and_then(|(_, rest)| rest.rsplit_once('@'))
@@ -56,5 +80,13 @@ mod tests {
             redact_url("postgres://u@h/db?sslmode=disable&password=s3cret&sslpassword=x"),
             "postgres://u@h/db?sslmode=disable&password=***&sslpassword=***"
         );
+        let pairs = "host=a,b port=1,2 user=u password='s3 cret' sslpassword=x dbname=d";
+        assert_eq!(
+            redact_url(pairs),
+            "host=a,b port=1,2 user=u password=*** sslpassword=*** dbname=d"
+        );
+        assert!(url_password(pairs));
+        assert!(!url_password("host=a user=u"));
+        assert!(!redact_url("password='unterminated secret").contains("secret"));
     }
 }

@@ -6,7 +6,9 @@
 
 use std::fmt;
 
-use super::{ClaimDurability, Config, OnRedisUnavailable};
+use tokio_postgres::config::TargetSessionAttrs;
+
+use super::{ClaimDurability, Config, OnRedisUnavailable, PostgresConfig};
 
 /// A setting that is valid but probably not what a deployment wants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +23,9 @@ pub enum Warning {
     FallbackWithoutPostgres,
     /// `postgres.claims = "redis"`: claims are held in Redis only.
     ClaimsInRedisOnly,
+    /// `postgres.url` names several hosts without `target_session_attrs=read-write`:
+    /// a connection may land on a standby, or on an old primary after a failover.
+    MultiHostWithoutReadWrite,
 }
 
 /// The warnings `config` deserves, in the order start-up logs them.
@@ -43,9 +48,27 @@ pub fn warnings(config: &Config) -> Vec<Warning> {
             if pg.claims == ClaimDurability::RedisOnly {
                 found.push(Warning::ClaimsInRedisOnly);
             }
+            if multi_host_any_server(pg) {
+                found.push(Warning::MultiHostWithoutReadWrite);
+            }
         }
     }
     found
+}
+
+/// Whether `pg.url` lists several hosts and lets a session land on any of them.
+/// (Whether the servers replicate synchronously is set on the servers: no configuration
+/// here can tell.)
+fn multi_host_any_server(pg: &PostgresConfig) -> bool {
+    let Ok(resolved) = pg.tls.resolve(&pg.url) else {
+        return false;
+    };
+    resolved
+        .url
+        .parse::<tokio_postgres::Config>()
+        .is_ok_and(|c| {
+            c.get_hosts().len() > 1 && c.get_target_session_attrs() != TargetSessionAttrs::ReadWrite
+        })
 }
 
 impl fmt::Display for Warning {
@@ -71,7 +94,16 @@ impl fmt::Display for Warning {
                 "postgres.claims = \"redis\": when replicas disagree about redis (a \
                 failover, a network partition) a key can run twice and its clients can \
                 get two different responses (docs/guarantees.md: the measured windows); \
-                the default claims = \"write_through\" has no such window"
+                the default claims = \"write_through\" has no such window; a Postgres \
+                failover does not help either, since Postgres does not hold the claims"
+            }
+            Warning::MultiHostWithoutReadWrite => {
+                "postgres.url lists several hosts without target_session_attrs=read-write: \
+                the gateway may connect to a standby (every write refused) or, after a \
+                failover, keep writing to a server that is no longer the primary; add \
+                target_session_attrs=read-write. Whether the servers replicate synchronously \
+                cannot be checked from here: without it a failover can lose committed claims \
+                and responses, and a key can run twice (docs/operations.md)"
             }
         })
     }
@@ -93,5 +125,26 @@ mod tests {
         assert_eq!(warnings(&config), defaults);
         config.idempotency.on_redis_unavailable = OnRedisUnavailable::Reject;
         assert_eq!(warnings(&config), defaults[..3]);
+    }
+
+    #[test]
+    fn several_hosts_need_read_write_sessions() {
+        let with = |url: &str| {
+            let config = Config {
+                postgres: Some(PostgresConfig {
+                    url: url.into(),
+                    ..PostgresConfig::default()
+                }),
+                ..Config::default()
+            };
+            warnings(&config).contains(&Warning::MultiHostWithoutReadWrite)
+        };
+        assert!(with("postgres://u@a:1,b:2/db"));
+        assert!(with("host=a,b port=1,2 dbname=db sslmode=disable"));
+        assert!(!with(
+            "postgres://u@a:1,b:2/db?target_session_attrs=read-write"
+        ));
+        assert!(!with("host=a,b port=1,2 target_session_attrs=read-write"));
+        assert!(!with("postgres://u@a:1/db"), "one host: nothing to choose");
     }
 }

@@ -28,8 +28,6 @@ pub async fn metrics(State(AppState(app)): State<AppState>) -> Response {
         .into_response()
 }
 
-/// Each dependency and its state; 503 when keyed requests cannot be served under the
-/// configured `on_redis_unavailable` policy.
 /// Configuration an operator should change; each also logged once at start.
 fn warnings(app: &crate::App) -> Vec<&'static str> {
     let mut warnings = Vec::new();
@@ -42,6 +40,15 @@ fn warnings(app: &crate::App) -> Vec<&'static str> {
     warnings
 }
 
+/// Each dependency and its state; 503 when keyed requests cannot be served under the
+/// configured `on_redis_unavailable` policy.
+///
+/// Postgres being down does not make a replica unready (the body says `postgres` is
+/// down, and `idemgate_postgres_up` is 0: the signal to alert on). Every replica
+/// shares one Postgres, so failing readiness would pull them all out of the load
+/// balancer at once: clients would get connection errors instead of the 503s with
+/// `Retry-After` that keyed requests answer meanwhile, and replays still served from
+/// Redis would stop too.
 pub async fn readyz(State(AppState(app)): State<AppState>) -> Response {
     let deadline = app.config.redis.command_timeout.min(Duration::from_secs(2));
     let stores = &app.stores;

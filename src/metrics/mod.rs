@@ -23,8 +23,8 @@ pub use completer::{completer_outcome, completer_pass, completer_takeover};
 pub use limits::{limits_sampled, Limit};
 pub use requests::{unmatched, Outcome, Protocol, RouteMetrics, STORED_BYTES};
 pub use store::{
-    elapsed, fallback, lease_lost, postgres_op, redis_up, redis_wait_short, tier_disagreement,
-    unreadable, RedisOps,
+    elapsed, fallback, lease_lost, postgres_op, postgres_primary, postgres_up, redis_up,
+    redis_wait_short, tier_disagreement, unreadable, RedisOps,
 };
 pub use write_through::{queue_depth, reaped, write_dropped, write_failure, DropReason};
 

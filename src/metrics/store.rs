@@ -1,7 +1,8 @@
 //! The stores' metrics: Redis and Postgres operation durations, Redis's breaker
 //! (`idemgate_redis_up`), its `WAIT` falling short, requests served through a fallback
 //! path, completions refused for a lost lease, tiers disagreeing, and stored records
-//! that could not be read.
+//! that could not be read, and which Postgres server is written to (`idemgate_postgres_up`,
+//! the primary, failovers followed).
 
 use std::time::Instant;
 
@@ -15,6 +16,9 @@ pub const REDIS_WAIT_SHORT: &str = "idemgate_redis_wait_short_total";
 pub const REDIS_UP: &str = "idemgate_redis_up";
 pub const TIER_DISAGREEMENTS: &str = "idemgate_tier_disagreements_total";
 pub const UNREADABLE: &str = "idemgate_stored_records_unreadable_total";
+pub const POSTGRES_UP: &str = "idemgate_postgres_up";
+pub const POSTGRES_PRIMARY: &str = "idemgate_postgres_primary_info";
+pub const POSTGRES_FAILOVERS: &str = "idemgate_postgres_failovers_total";
 
 /// Describes the stores' metrics.
 pub(super) fn describe() {
@@ -53,12 +57,24 @@ pub(super) fn describe() {
         REDIS_UP,
         "1 while claims go to Redis, 0 while its breaker is open."
     );
+    describe_gauge!(
+        POSTGRES_UP,
+        "1 while the last Postgres statement reached a writable server, 0 after one failed for lack of one."
+    );
+    describe_gauge!(
+        POSTGRES_PRIMARY,
+        "1 for the Postgres server (host:port) new connections write to; 0 for the one before."
+    );
+    describe_counter!(
+        POSTGRES_FAILOVERS,
+        "New Postgres connections that reached a different writable server than the one before."
+    );
 }
 
 /// Registers the stores' counters at zero (so that the first increment shows in
 /// `increase()`) and sets `idemgate_redis_up`.
 pub(super) fn start() {
-    for name in [LEASE_LOST, REDIS_WAIT_SHORT] {
+    for name in [LEASE_LOST, REDIS_WAIT_SHORT, POSTGRES_FAILOVERS] {
         counter!(name).absolute(0);
     }
     for reason in UNREADABLE_REASONS {
@@ -136,6 +152,22 @@ pub fn unreadable(reason: &'static str) {
 
 pub fn lease_lost() {
     counter!(LEASE_LOST).increment(1);
+}
+
+/// `idemgate_postgres_up` (a handle, set on every statement's outcome).
+pub fn postgres_up() -> metrics::Gauge {
+    gauge!(POSTGRES_UP)
+}
+
+/// New connections reach `now` instead of `before`: `idemgate_postgres_primary_info`
+/// moves to `now`, and, when there was a `before`, `idemgate_postgres_failovers_total`
+/// counts one.
+pub fn postgres_primary(before: Option<&str>, now: &str) {
+    if let Some(before) = before {
+        gauge!(POSTGRES_PRIMARY, "host" => before.to_string()).set(0.0);
+        counter!(POSTGRES_FAILOVERS).increment(1);
+    }
+    gauge!(POSTGRES_PRIMARY, "host" => now.to_string()).set(1.0);
 }
 
 pub fn redis_up(up: bool) {

@@ -34,6 +34,7 @@ mod owned_headers;
 mod partitions;
 mod paths;
 mod pg_claims;
+mod pg_failover;
 mod pg_ops;
 mod pg_timeouts;
 mod pg_writer;

@@ -1,6 +1,7 @@
 //! Claims while their slot migrates between primaries (resharding): Redis answers
 //! `-TRYAGAIN` while a script's keys are split between the two nodes; the claim is
-//! sent again once they moved, instead of failing the request with a 503.
+//! sent again once they moved, instead of failing the request with a 503; a claim
+//! redirected until fred gives up on it is sent again the same way.
 
 use std::time::Duration;
 
@@ -51,4 +52,51 @@ async fn a_claim_meeting_its_slot_half_migrated_is_retried() {
     assert_eq!(headers["idempotent-replayed"], "true");
     assert_eq!(again, body);
     assert_eq!(upstream.executions(), 1);
+}
+
+/// A new key claimed while its slot is `MIGRATING`: the owner answers `ASK` (none of the
+/// claim's keys are there yet) and fred, which re-sends an asked command by its slot map
+/// rather than to the node named in the `ASK`, meets the same `ASK` again, redirection
+/// after redirection, until its redirections (or, with fred's default of three write
+/// attempts, its attempts) run out. The claim ran nowhere, so it is sent again after a
+/// pause; once the slot has moved (a `MOVED`, then the new owner) it is served, once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_redirected_until_its_slot_has_moved_is_served_once() {
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::start_nodes(3, 0))
+        .await
+        .unwrap();
+    let upstream = MockUpstream::start().await;
+    let app = TestApp::spawn(cluster_config(cluster.seed_urls(), &upstream.url(), "")).await;
+    assert_eq!(app.post("warm", "{}").send().await.unwrap().status(), 201);
+
+    let key = "asked-again";
+    let s = slot(&record_key(key));
+    let from = cluster.primary_for_slot(s);
+    let to = (cluster.primaries().into_iter())
+        .find(|&p| p != from)
+        .unwrap();
+    let nodes = cluster.nodes();
+    let id = |i: usize| nodes[i].cli(&["CLUSTER", "MYID"]).trim().to_string();
+    let ok = |out: String| assert_eq!(out.trim(), "OK");
+    let n = s.to_string();
+    ok(nodes[to].cli(&["CLUSTER", "SETSLOT", &n, "IMPORTING", &id(from)]));
+    ok(nodes[from].cli(&["CLUSTER", "SETSLOT", &n, "MIGRATING", &id(to)]));
+
+    let claim = tokio::spawn(app.post(key, "{}").send());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    tokio::task::block_in_place(|| {
+        for i in cluster.primaries() {
+            ok(nodes[i].cli(&["CLUSTER", "SETSLOT", &n, "NODE", &id(to)]));
+        }
+        cluster.wait_ok(Duration::from_secs(10));
+    });
+    let (status, _, body) = read(claim.await.unwrap().unwrap()).await;
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    let response = app.post(key, "{}").send().await.unwrap();
+    assert_eq!(response.headers()["idempotent-replayed"], "true");
+    assert_eq!(
+        upstream.executions(),
+        2,
+        "warm and the asked key, once each"
+    );
 }

@@ -75,8 +75,9 @@ impl PgStore {
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + self.client_timeout;
         let mut client = match tokio::time::timeout_at(deadline, self.pool.get()).await {
-            Ok(client) => client?,
-            Err(_) => return Err(StoreError::PgTimeout),
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => return Err(self.servers.failed(e.into())),
+            Err(_) => return Err(self.servers.failed(StoreError::PgTimeout)),
         };
         let grace = limits.grace.as_millis() as f64;
         let backoff = limits.backoff.as_millis() as f64;
@@ -124,7 +125,11 @@ impl PgStore {
         .await;
         metrics::postgres_op("completer_pass", started);
         match answer {
-            Ok(result) => result.map_err(timed_out),
+            Ok(result) => {
+                let result = result.map_err(timed_out);
+                self.servers.outcome(&result);
+                result
+            }
             Err(_) => {
                 drop(deadpool_postgres::Object::take(client));
                 Err(StoreError::PgTimeout)

@@ -23,6 +23,10 @@ use crate::idempotency::{Fingerprint, RecordId, Release, Scope};
 use crate::metrics;
 use crate::store::StoreError;
 
+/// What a claim statement came back with: rows, Postgres' error, or nothing in time.
+type ClaimAnswer =
+    Result<Result<Vec<tokio_postgres::Row>, tokio_postgres::Error>, tokio::time::error::Elapsed>;
+
 /// Inserts leased rows, or takes over expired ones (or ones leased by the same token):
 /// one row per element of the arrays. Returns the token and new fence of each row
 /// taken; a key that is held returns nothing. A row keeps the claim's kept request
@@ -201,8 +205,9 @@ impl PgStore {
         let started = Instant::now();
         let deadline = started + self.client_timeout;
         let client = match tokio::time::timeout_at(deadline, self.pool.get()).await {
-            Ok(client) => client?,
-            Err(_) => return Err(StoreError::PgTimeout), // nothing was sent
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => return Err(self.servers.failed(e.into())),
+            Err(_) => return Err(self.servers.failed(StoreError::PgTimeout)), // nothing was sent
         };
         let answer = tokio::time::timeout_at(deadline, async {
             let stmt = client.prepare_cached(CLAIM).await?;
@@ -210,6 +215,18 @@ impl PgStore {
         })
         .await;
         metrics::postgres_op("claim", started.into_std());
+        let result = self.claim_answer(asks, client, answer);
+        self.servers.outcome(&result);
+        result
+    }
+
+    /// What the claim statement's `answer` means for each of `asks`.
+    fn claim_answer(
+        &self,
+        asks: &[&ClaimAsk],
+        client: deadpool_postgres::Object,
+        answer: ClaimAnswer,
+    ) -> Result<Vec<Option<i64>>, StoreError> {
         match answer {
             Ok(Ok(rows)) => {
                 let fences: HashMap<&str, i64> =

@@ -25,6 +25,7 @@ pub mod lookups;
 pub mod migrate;
 mod reaper;
 mod records;
+mod servers;
 mod unknown;
 pub mod writer;
 
@@ -34,6 +35,7 @@ pub use self::records::{
 };
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
@@ -47,6 +49,8 @@ use crate::metrics;
 #[derive(Clone)]
 pub struct PgStore {
     pool: Pool,
+    /// Which server the pool writes to; stale connections ([`servers`]).
+    servers: Arc<servers::Servers>,
     /// `statement_timeout` of every session: Postgres ends a statement after it.
     timeout: Duration,
     /// How long the client waits for an answer: `timeout` plus a margin, so that the
@@ -79,7 +83,10 @@ impl PgStore {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
+        let servers = Arc::new(servers::Servers::new());
         let pool = Pool::builder(manager)
+            .pre_recycle(servers::drop_stale(servers.clone()))
+            .post_create(servers::locate(servers.clone()))
             .max_size(config.pool_size)
             .runtime(Runtime::Tokio1)
             .wait_timeout(Some(config.statement_timeout))
@@ -89,6 +96,7 @@ impl PgStore {
             .map_err(|e| StoreError::PgConfig(e.to_string()))?;
         Ok(Self {
             pool,
+            servers,
             timeout: config.statement_timeout,
             client_timeout: client_timeout(config.statement_timeout),
         })
@@ -103,9 +111,10 @@ impl PgStore {
         let started = Instant::now();
         let result = tokio::time::timeout(self.client_timeout, work).await;
         metrics::postgres_op(op, started);
+        let result = (result.map_err(|_| StoreError::PgTimeout))
+            .and_then(|answer| answer.map_err(timed_out));
+        self.servers.outcome(&result);
         result
-            .map_err(|_| StoreError::PgTimeout)?
-            .map_err(timed_out)
     }
 
     /// Applies missing migrations (see [`migrate::run`]), in a session of their own that

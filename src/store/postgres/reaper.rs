@@ -49,8 +49,9 @@ impl PgStore {
     async fn reap_batch(&self, batch: usize) -> Result<Option<u64>, StoreError> {
         let deadline = tokio::time::Instant::now() + self.client_timeout;
         let mut client = match tokio::time::timeout_at(deadline, self.pool.get()).await {
-            Ok(client) => client?,
-            Err(_) => return Err(StoreError::PgTimeout),
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => return Err(self.servers.failed(e.into())),
+            Err(_) => return Err(self.servers.failed(StoreError::PgTimeout)),
         };
         let answer = tokio::time::timeout_at(deadline, async {
             let tx = client.transaction().await?;
@@ -74,7 +75,11 @@ impl PgStore {
         })
         .await;
         match answer {
-            Ok(result) => result.map_err(timed_out),
+            Ok(result) => {
+                let result = result.map_err(timed_out);
+                self.servers.outcome(&result);
+                result
+            }
             Err(_) => {
                 // The rollback is queued on the session, which is closed rather than
                 // pooled: its transaction, and the lock, end as soon as Postgres gets that

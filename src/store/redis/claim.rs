@@ -79,7 +79,11 @@ impl RedisStore {
         // `-TRYAGAIN` to a script whose keys are split between the two nodes (the
         // marker already moved, the new record not there yet): the claim ran nowhere,
         // so it is sent again (the same token: safe to re-send) once the keys moved,
-        // for up to ~1.6 s (a slot of many keys takes a while to move).
+        // for up to ~1.6 s (a slot of many keys takes a while to move). The same goes
+        // for a claim fred gave up redirecting: the owner of a `MIGRATING` slot answers
+        // `ASK` for keys it lacks (every key of a new claim), and fred 10 re-sends an
+        // asked command by its slot map, to the same owner, until its redirections run
+        // out; every answer was a redirection, so the claim ran nowhere.
         for pause in [5, 20, 50, 100, 200, 400, 800] {
             match &reply {
                 Err(e) if slot_migrating(e) => {
@@ -121,7 +125,10 @@ impl RedisStore {
 
 /// Whether Redis refused a command because its slot is being migrated and the
 /// command's keys are split between the two nodes (`-TRYAGAIN`; fred has no kind for
-/// it): retry after a moment, as the cluster specification says.
+/// it), or fred followed redirections until it gave up: retry after a moment, as the
+/// cluster specification says.
 fn slot_migrating(e: &FredError) -> bool {
     e.details().starts_with("TRYAGAIN")
+        || (*e.kind() == fred::error::ErrorKind::Routing
+            && e.details().starts_with("Too many redirections"))
 }

@@ -24,6 +24,12 @@ use fred::types::config::ClusterDiscoveryPolicy;
 
 use crate::config::{RedisConfig, RedisMode};
 
+/// Most `MOVED`/`ASK` redirections one command follows (fred's default).
+const MAX_REDIRECTIONS: u32 = 5;
+/// Write attempts of one command besides its redirections: re-sends after its
+/// connection closed with the command in flight (fred's default budget).
+const RECONNECT_ATTEMPTS: u32 = 3;
+
 /// The fred configuration of `config` (`fail_fast` off: calls wait for a connection
 /// up to their own timeout rather than failing at once while reconnecting).
 pub fn fred_config(config: &RedisConfig) -> Result<FredConfig, FredError> {
@@ -71,6 +77,15 @@ pub fn build_pool(config: &RedisConfig, size: usize) -> Result<Pool, FredError> 
             // and re-made instead of queueing behind it.
             c.unresponsive.max_timeout = Some(config.command_timeout * 2);
             c.unresponsive.interval = (config.command_timeout / 2).max(Duration::from_millis(50));
+            // fred spends one write attempt on every re-send after a `MOVED` or `ASK`: with
+            // its defaults (3 attempts, 5 redirections) a claim redirected three times in a
+            // row while slots move failed with "Too many failed write attempts", which
+            // cannot tell redirections from re-sends over a dropped connection. With the
+            // attempts above the redirections, a command redirected until fred gives up
+            // fails with "Too many redirections": it ran nowhere, and the claim path
+            // sends it again once the slot has moved (`claim::slot_migrating`).
+            c.max_redirections = MAX_REDIRECTIONS;
+            c.max_command_attempts = MAX_REDIRECTIONS + RECONNECT_ATTEMPTS;
         })
         .set_policy(ReconnectPolicy::new_constant(0, 100))
         .build_pool(size)
@@ -119,6 +134,11 @@ mod tests {
         let pool = build_pool(&c, 3).unwrap();
         assert_eq!(pool.size(), 3);
         assert_eq!(pool.connection_config().tcp.nodelay, Some(true));
+        let conn = pool.connection_config();
+        assert!(
+            conn.max_command_attempts > conn.max_redirections,
+            "every redirection costs a write attempt: the attempts must outlast them"
+        );
     }
 
     #[test]
