@@ -75,14 +75,7 @@ pub async fn run(
             return settle::released(lease, answer, runner).await;
         }
         Ok(answer) => {
-            // Trailers are kept for a gRPC call answered in gRPC only: what other
-            // responses carried in trailers was never stored, and is not now (response
-            // encoding 1, which the previous release reads).
-            let grpc_answer = is_grpc && grpc::is_grpc(&answer.headers);
-            let trailers = answer.trailers.as_ref().filter(|_| grpc_answer);
-            let mut stored =
-                StoredResponse::from_upstream(answer.status, &answer.headers, answer.body)
-                    .with_trailers(trailers);
+            let mut stored = to_store(answer, is_grpc);
             let first = stored.to_response(false);
             // The first client gets its cookies and per-exchange headers
             // (`replay_omit_headers`); they are not stored, so never replayed.
@@ -126,6 +119,30 @@ async fn call(
     answer
 }
 
+/// A body below this is copied out of the upstream connection's buffers with its
+/// headers ([`to_store`]); a larger one fills most of the buffer it arrived in.
+const COMPACT_BELOW: usize = 64 * 1024;
+
+/// What is stored of the upstream's answer. Its header values and a body that arrived
+/// in one read are slices of the upstream connection's read buffer (8 KiB at least),
+/// which they would keep alive while the completion waits for Redis and Postgres: a
+/// small answer is copied into one allocation of its own size first, and the answer,
+/// with its hold on that buffer, dropped here.
+fn to_store(answer: Buffered, is_grpc: bool) -> StoredResponse {
+    // Trailers are kept for a gRPC call answered in gRPC only: what other responses
+    // carried in trailers was never stored, and is not now (response encoding 1, which
+    // the previous release reads).
+    let grpc_answer = is_grpc && grpc::is_grpc(&answer.headers);
+    let trailers = answer.trailers.as_ref().filter(|_| grpc_answer);
+    let small = answer.body.len() < COMPACT_BELOW;
+    let stored = StoredResponse::from_upstream(answer.status, &answer.headers, answer.body)
+        .with_trailers(trailers);
+    match small {
+        true => stored.compacted(),
+        false => stored,
+    }
+}
+
 /// Whether the upstream's answer releases the key: a release status, or a gRPC answer
 /// (`200`, `application/grpc`) whose `grpc-status` is a release one.
 fn releases(route: &Route, answer: &Buffered) -> bool {
@@ -162,4 +179,47 @@ fn stored_problem(route: &Route, e: &UpstreamError, is_grpc: bool) -> Option<Sto
         true => grpc::to_stored(&problem),
         false => problem.to_stored(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use http::{HeaderMap, StatusCode};
+
+    use super::*;
+
+    /// An upstream answer whose header value and body are slices of one read buffer,
+    /// as hyper's HTTP/1 client hands them over.
+    fn answer_in(buffer: &Bytes, body_len: usize) -> Buffered {
+        let mut headers = HeaderMap::new();
+        let value = HeaderValue::from_maybe_shared(buffer.slice(0..16)).unwrap();
+        headers.insert(http::header::CONTENT_TYPE, value);
+        Buffered {
+            status: StatusCode::CREATED,
+            headers,
+            body: buffer.slice(16..16 + body_len),
+            trailers: None,
+        }
+    }
+
+    #[test]
+    fn a_small_answer_keeps_nothing_of_the_upstream_buffer() {
+        let buffer = Bytes::from(vec![b'a'; 8192]);
+        let stored = to_store(answer_in(&buffer, 150), false);
+        assert!(
+            buffer.is_unique(),
+            "the stored answer holds the read buffer"
+        );
+        assert_eq!(stored.body, vec![b'a'; 150]);
+        assert_eq!(stored.headers.len(), 1);
+        assert_eq!(stored.headers[0].1.as_bytes(), &[b'a'; 16]);
+    }
+
+    #[test]
+    fn a_large_answer_is_not_copied() {
+        let buffer = Bytes::from(vec![b'a'; 2 * COMPACT_BELOW]);
+        let stored = to_store(answer_in(&buffer, COMPACT_BELOW), false);
+        assert!(!buffer.is_unique());
+        drop(stored);
+        assert!(buffer.is_unique());
+    }
 }

@@ -164,10 +164,27 @@ impl Upstream {
     }
 }
 
+/// How long an upstream connection stays open unused.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
 fn client(connector: Connector, protocol: UpstreamProtocol) -> HttpClient {
+    client_with_idle(connector, protocol, POOL_IDLE_TIMEOUT)
+}
+
+/// An HTTP/1 client keeps one connection per request in flight (with its read and
+/// write buffers and its task, ~40 KiB): those of a burst are closed once `idle` has
+/// passed unused. The pool's timer is what closes them: without one, hyper checks the
+/// timeout only when a connection is checked out, and a burst's connections stay
+/// open, and their memory held, until the upstream closes them.
+fn client_with_idle(
+    connector: Connector,
+    protocol: UpstreamProtocol,
+    idle: Duration,
+) -> HttpClient {
     let mut builder = Client::builder(TokioExecutor::new());
     builder
-        .pool_idle_timeout(Duration::from_secs(30))
+        .pool_idle_timeout(idle)
+        .pool_timer(TokioTimer::new())
         .pool_max_idle_per_host(256);
     if protocol != UpstreamProtocol::Http1 {
         // One connection per upstream, its streams multiplexed; pings find a dead one.
@@ -231,7 +248,47 @@ fn upstream_uri(base: &Uri, original: &Uri) -> Uri {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
     use super::*;
+
+    #[tokio::test]
+    async fn idle_upstream_connections_are_closed_after_the_idle_timeout() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        // One exchange, then how long the client kept the connection open after it.
+        let upstream = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let _ = socket.read(&mut buf).await.unwrap();
+            (socket
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await)
+                .unwrap();
+            let answered = Instant::now();
+            while let Ok(1..) = socket.read(&mut buf).await {}
+            answered.elapsed()
+        });
+        let idle = Duration::from_millis(200);
+        let client = client_with_idle(tls::shared(false).unwrap(), UpstreamProtocol::Http1, idle);
+        let request = Request::get(format!("http://{addr}/")).body(Body::empty());
+        let response = client.request(request.unwrap()).await.unwrap();
+        assert_eq!(
+            &response.into_body().collect().await.unwrap().to_bytes()[..],
+            b"ok"
+        );
+        let open = tokio::time::timeout(Duration::from_secs(5), upstream)
+            .await
+            .expect("the idle upstream connection was not closed")
+            .unwrap();
+        assert!(
+            open >= idle.mul_f32(0.9),
+            "closed after {open:?}, before it was idle for {idle:?}"
+        );
+        drop(client);
+    }
 
     #[test]
     fn joins_base_path_and_target() {
