@@ -391,3 +391,30 @@ async fn postgres_down_keeps_readyz_200_and_sets_postgres_up_to_0() {
     assert_eq!(sample(&metrics, "idemgate_postgres_up"), Some(1.0));
     assert_eq!(upstream.executions(), 2);
 }
+
+/// A replica starting while its only reachable server is read-only (a standby a load
+/// balancer still sends it to, mid-failover) waits for a writable one instead of
+/// exiting: the migration is retried on new connections and lands once it is writable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_on_a_read_only_server_waits_until_it_is_writable() {
+    let pg = PgServer::start();
+    sql(&pg, READ_ONLY).await;
+    let store = PgStore::new(&PostgresConfig {
+        url: pg.url(),
+        ..PostgresConfig::default()
+    })
+    .unwrap();
+    let migrating = tokio::spawn(async move { store.migrate().await });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !migrating.is_finished(),
+        "gave up on a read-only server at once"
+    );
+    sql(&pg, WRITABLE).await;
+    let applied = tokio::time::timeout(Duration::from_secs(10), migrating)
+        .await
+        .expect("the migration did not follow the server turning writable")
+        .unwrap()
+        .expect("migrated");
+    assert!(!applied.is_empty(), "no migration applied");
+}

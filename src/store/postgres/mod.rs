@@ -45,6 +45,9 @@ use super::StoreError;
 use crate::config::PostgresConfig;
 use crate::metrics;
 
+/// How long a start-up migration waits for a writable server ([`PgStore::migrate`]).
+pub const MIGRATE_FOLLOW: Duration = Duration::from_secs(15);
+
 /// The durable tier.
 #[derive(Clone)]
 pub struct PgStore {
@@ -120,7 +123,25 @@ impl PgStore {
     /// Applies missing migrations (see [`migrate::run`]), in a session of their own that
     /// is closed afterwards: a migration (or waiting for another replica's) may take
     /// longer than the statement timeout, and nothing it sets or holds goes back to the pool.
+    ///
+    /// A server that is read-only or shutting down (a standby that a load balancer still
+    /// sends connections to, a primary being demoted) is tried again on a new connection
+    /// every half second for [`MIGRATE_FOLLOW`], so a replica starting during a failover
+    /// waits for the new primary instead of exiting.
     pub async fn migrate(&self) -> Result<Vec<i32>, StoreError> {
+        let deadline = Instant::now() + MIGRATE_FOLLOW;
+        loop {
+            match self.migrate_once().await {
+                Err(e) if self.servers.gone(&e) && Instant::now() < deadline => {
+                    tracing::warn!(error = %e, "postgres: cannot migrate on a read-only or stopping server; trying a new connection");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                done => return done,
+            }
+        }
+    }
+
+    async fn migrate_once(&self) -> Result<Vec<i32>, StoreError> {
         let mut client = Object::take(self.pool.get().await?);
         client.batch_execute("SET statement_timeout = 0").await?;
         migrate::run(&mut client).await

@@ -59,6 +59,13 @@ impl Servers {
         e
     }
 
+    /// [`Self::failed`] for a caller that retries: whether `e` says the server is
+    /// read-only or shutting down (its connections are then stale).
+    pub(super) fn gone(&self, e: &StoreError) -> bool {
+        self.note(e);
+        unavailable(e) == Unavailable::ServerGone
+    }
+
     fn note(&self, e: &StoreError) {
         match unavailable(e) {
             Unavailable::No => self.up.set(1.0),
