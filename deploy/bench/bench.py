@@ -1286,9 +1286,10 @@ def render_patroni(rows, results):
         if not rs:
             return "- | - | -"
         cells = [f"{med([r['p50_ms'] for r in rs]):.2f} / {med([r['p99_ms'] for r in rs]):.2f}"]
+        # Against first for both Patroni paths; against asynchronous for the synchronous one.
         for other in ("first", "first-patroni-async"):
             os_ = lat.get(other) or []
-            if other == pid or not os_:
+            if pid == "first" or other == pid or not os_:
                 cells.append("-")
                 continue
             a50 = med([r["p50_ms"] - o["p50_ms"] for r, o in zip(rs, os_)])

@@ -98,6 +98,10 @@ impl Bench {
         Cluster::of(&self.state).place(&self.state)?;
         let dir = self.patroni_dir();
         if dir.exists() {
+            // A postmaster left by an earlier set killed outright (its ports are free).
+            for i in 0..NODES {
+                kill_postgres(&dir.join(node_name(i)).join("data"));
+            }
             std::fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         }
         eprintln!(
