@@ -85,9 +85,9 @@ pub fn members(body: &str) -> Option<Vec<Member>> {
 
 /// `PATCH /config {"synchronous_mode": sync}` on the first of `rests` that takes it,
 /// then waits until `GET /cluster` shows the change (a `sync_standby` among the members,
-/// or none) and the leader runs. Patroni applies it to the primary's
-/// `synchronous_standby_names` before it records the synchronous standby, so once the
-/// members show it, commits wait (or no longer wait) for a standby.
+/// or none) and the leader runs. Patroni sets the primary's `synchronous_standby_names`
+/// before it records a synchronous standby (and clears it before it drops the record);
+/// Postgres reloads it a moment later.
 pub fn set_synchronous_mode(
     rests: &[SocketAddr],
     sync: bool,
