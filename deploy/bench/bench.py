@@ -11,7 +11,9 @@ launcher (`idemgate-fleet bench`, fleet/src/bench/) starts and stops every part 
 loopback, on fixed ports (refused if taken), with state and logs under .state/bench/:
 a fresh Redis and a fresh Postgres cluster (initdb, fsync on), the demo upstream,
 nginx, the peer, HAProxy and gateway replicas with each row's configuration, and for
-the Redis Cluster rows a cluster of three primaries (started for those rows only). For the
+the Redis Cluster rows a cluster of three primaries, and for the Patroni rows a Patroni set
+(etcd and three Postgres nodes, synchronous replication; started for those rows and their
+latency paths only). For the
 same request (POST /v1/payments, or /URL_UP on the peer; a 31-byte JSON body, an
 Idempotency-Key) it measures:
 
@@ -208,12 +210,23 @@ def children_of(ppid):
     return kids
 
 
+def part_group(name):
+    """The CPU-accounting group of a part: every replica is "gw"; the postmasters of the
+    Patroni set's nodes are "postgres-ha"; its patroni processes and etcd are "patroni"
+    (the HA manager's own cost)."""
+    for prefix, group in (("gw-", "gw"), ("postgres-ha-", "postgres-ha"), ("patroni-", "patroni")):
+        if name.startswith(prefix):
+            return group
+    return name
+
+
 def components():
-    """name -> list of pids, for CPU accounting."""
+    """name -> list of pids, for CPU accounting (a postmaster with its children: backends,
+    WAL senders and receivers, background workers)."""
     comp = {}
     for n, pid in PARTS.items():
-        group = "gw" if n.startswith("gw-") else n
-        pids = [pid] + (children_of(pid) if n in ("postgres", "nginx") else [])
+        group = part_group(n)
+        pids = [pid] + (children_of(pid) if group in ("postgres", "postgres-ha", "nginx") else [])
         comp.setdefault(group, []).extend(pids)
     return comp
 
@@ -258,9 +271,16 @@ def upstream_ledger_reset():
     urllib.request.urlopen(req, timeout=5).read()
 
 
+def upstream_ledger():
+    """The demo upstream's ledger since its last reset: executions in all, and keys that
+    executed more than once."""
+    led = json.loads(http_get(f"{url('upstream')}/_demo/executions", timeout=10)[1])
+    return led["total"], led["duplicates"]
+
+
 def upstream_executions():
     """Requests the demo upstream executed since its last reset (counts the peer's)."""
-    return json.loads(http_get(f"{url('upstream')}/_demo/executions", timeout=10)[1])["total"]
+    return upstream_ledger()[0]
 
 
 # --- metrics -------------------------------------------------------------------
@@ -482,6 +502,15 @@ SCENARIOS = [
          target="gw", mode="unique", postgres=False, env={"IDEMGATE__REDIS__POOL_SIZE": "1"}),
     dict(id="first", label="idemgate first execution, write-through, lookup always", target="gw",
          mode="unique", profile=True),
+    # The same row against a Patroni set of three nodes (`idemgate-fleet bench start patroni`,
+    # started for these rows and their latency paths only; fsync on, as the single server)
+    # through its multi-host URL: synchronous replication (a commit waits for a standby),
+    # then the same set switched to asynchronous replication (Patroni's synchronous_mode).
+    dict(id="first-patroni", label="idemgate first execution, write-through, Patroni 3 nodes, synchronous "
+         "replication (multi-host URL)", target="gw", mode="unique", patroni="sync", compare="first"),
+    dict(id="first-patroni-async", label="idemgate first execution, write-through, Patroni 3 nodes, "
+         "asynchronous replication (multi-host URL)", target="gw", mode="unique", patroni="async",
+         compare="first"),
     dict(id="first-h2c", label=f"idemgate first execution over h2c ({H2_SHAPE}), write-through, "
          "lookup always", target="gw", mode="unique", client="h2c"),
     # The same row in a fresh Redis: its own key prefix, so its warmth markers are new (the
@@ -616,6 +645,11 @@ def perf_record(s, url, gw_pids, results):
     return (data if gw_pids else None), per_req
 
 
+def patroni_env():
+    """A replica's Postgres: the Patroni set, through its multi-host URL."""
+    return {"IDEMGATE__POSTGRES__URL": PORTS["patroni_url"]}
+
+
 def run_scenario(s, results):
     n = s.get("replicas", 1)
     gws = []
@@ -623,7 +657,11 @@ def run_scenario(s, results):
         if s.get("sync_off"):
             psql("ALTER SYSTEM SET synchronous_commit = off")
             psql("SELECT pg_reload_conf()")
-        gws = start_gateways(n, s.get("log", "warn"), s.get("env"), toml=s.get("toml", ""),
+        env = s.get("env")
+        if s.get("patroni"):
+            fleet("patroni-replication", s["patroni"])
+            env = {**(env or {}), **patroni_env()}
+        gws = start_gateways(n, s.get("log", "warn"), env, toml=s.get("toml", ""),
                              postgres=s.get("postgres", True), cluster=s.get("redis") == "cluster")
         if s["target"] == "lb":
             fleet("start", "haproxy", n)
@@ -648,9 +686,10 @@ def run_scenario(s, results):
                 c1 = cpu_snapshot()
                 if rports:
                     res["redis_nodes"] = redis_delta(redis_snapshot(rports), i0)
-                if s["target"] == "peer":
-                    # The peer has no metrics: the upstream's ledger counts what it forwarded.
-                    res["upstream_executions"] = upstream_executions()
+                if s["target"] in ("peer", "gw", "lb"):
+                    # The peer has no metrics: the upstream's ledger counts what it forwarded;
+                    # for every proxy, keys it executed more than once (duplicates).
+                    res["upstream_executions"], res["upstream_duplicates"] = upstream_ledger()
                 wall = res["duration_us"] / 1e6
                 res["cpu_cores"] = {k: round((c1.get(k, 0) - c0.get(k, 0)) / wall, 3) for k in c1 if k != "_busy"}
                 res["cpu_cores"]["wrk"] = round(res["wrk_cpu_s"] / wall, 3)
@@ -660,6 +699,7 @@ def run_scenario(s, results):
                 log(f"  {s['id']} run {r}: {res['rps']:.0f} req/s, p50 {res['lat_p50_us'] / 1000:.2f} ms, "
                     f"p99 {res['lat_p99_us'] / 1000:.2f} ms, non-2xx {res['err_status']}, "
                     f"201 fresh/replayed {res.get('ok_fresh')}/{res.get('ok_replayed')}, "
+                    f"upstream executions/duplicates {res.get('upstream_executions')}/{res.get('upstream_duplicates')}, "
                     f"other load {res['cpu_cores']['other']:.2f} cores")
                 if not may_retry(attempt, res["cpu_cores"]["other"], DURATION + 1):
                     break
@@ -700,15 +740,25 @@ LAT_PATHS = [
     ("first-cold", "gw", 2, "unique"),
     ("first-wtclaims", "gw", 3, "unique"),
     ("first-async", "gw", 1, "unique"),  # synchronous_commit=off meanwhile
+    # Replica 5 writes through to the Patroni set, switched to synchronous replication
+    # before its first path and to asynchronous for the second (then back).
+    ("first-patroni", "gw", 5, "unique"),
+    ("first-patroni-async", "gw", 5, "unique"),
 ]
+# What the Patroni set runs during a latency path (None: the set is not involved).
+LAT_REPLICATION = {"first-patroni": "sync", "first-patroni-async": "async"}
 
 
 def latency_phase(results):
     """LAT_ROUNDS interleaved rounds over every path, so that whatever else the machine
     does at some moment falls on all paths alike; added latency is taken per round
     (path minus direct, same round), then the median over rounds."""
-    start_gateways(4, "warn", per_replica=[{}, {"IDEMGATE__POSTGRES__LOOKUP_ON_MISS": "when_cold"},
-                                           {"IDEMGATE__POSTGRES__CLAIMS": "write_through"}, {}], redis_only=[4])
+    if "patroni-pg0" not in PARTS:
+        log("starting the Patroni set for its latency paths (idemgate-fleet bench start patroni)")
+        fleet("start", "patroni")
+    start_gateways(5, "warn", per_replica=[{}, {"IDEMGATE__POSTGRES__LOOKUP_ON_MISS": "when_cold"},
+                                           {"IDEMGATE__POSTGRES__CLAIMS": "write_through"}, {}, patroni_env()],
+                   redis_only=[4])
     fleet("start", "peer")
     try:
         seed_once(SCENARIOS[2])
@@ -718,12 +768,16 @@ def latency_phase(results):
                 if pid == "first-async":
                     psql("ALTER SYSTEM SET synchronous_commit = off")
                     psql("SELECT pg_reload_conf()")
+                if pid in LAT_REPLICATION:
+                    fleet("patroni-replication", LAT_REPLICATION[pid])
                 for attempt in range(1 + RETRIES):
                     upstream_ledger_reset()
                     prefix = REPLAY_PREFIX if mode == "replay" else f"lat-{pid}-{rnd}-{attempt}"
                     res = run_k6(url(target, i), mode, prefix, f"{pid}-{rnd}-{attempt}", NKEYS,
                                  PEER_PATH if target == "peer" else "/v1/payments")
+                    res["upstream_duplicates"] = upstream_ledger()[1]
                     log(f"  round {rnd} {pid}: p50 {res['p50_ms']:.2f} ms, p99 {res['p99_ms']:.2f} ms, "
+                        f"upstream duplicates {res['upstream_duplicates']}, "
                         f"p99.9 {res['p999_ms']:.2f} ms, failed {res['failed_rate']:.4f}, "
                         f"dropped {res['dropped_iterations']}, other load {res['other_cores']:.2f} cores")
                     if not may_retry(attempt, res["other_cores"], LAT_DURATION + 2):
@@ -735,7 +789,7 @@ def latency_phase(results):
                 lat[pid].append(res)
         results["latency"] = lat
     finally:
-        fleet("stop", "gateways", "peer")
+        fleet("stop", "gateways", "peer", "patroni")
 
 
 # --- profile report ------------------------------------------------------------
@@ -846,13 +900,17 @@ def answer_problems(r):
         bad.append(f"{replayed} replays in a first-execution row")
     if r["mode"] == "replay" and r["target"] in ("gw", "lb") and fresh:
         bad.append(f"{fresh} first executions in a replay row")
+    dup = sum(x.get("upstream_duplicates", 0) for x in runs)
+    if dup:
+        bad.append(f"{dup} keys executed more than once by the upstream")
     return "; ".join(bad)
 
 
 # The per-process CPU table: column -> the bench parts (cpu_snapshot names) it sums.
 CPU_COLS = [("gateway", ("gw",)), ("peer", ("peer",)), ("nginx", ("nginx",)), ("HAProxy", ("haproxy",)),
             ("Redis", ("redis", "redis-shard-1", "redis-shard-2", "redis-shard-3")),
-            ("Postgres", ("postgres",)), ("upstream", ("upstream",)),
+            ("Postgres (all nodes)", ("postgres", "postgres-ha")), ("Patroni + etcd", ("patroni",)),
+            ("upstream", ("upstream",)),
             ("load generator (wrk; h2c-load in the h2c rows)", ("wrk",))]
 
 
@@ -866,7 +924,10 @@ def render_cpu(rows):
     out = ["CPU per request of each process (user + system time from /proc over each run, divided by "
            "the requests of that run; median over runs; µs). The proxy's own column (gateway, peer or "
            "nginx) is what a user pays per request at that hop; Redis runs one command at a time, so its "
-           "column is the share of one Redis core per request.\n"]
+           "column is the share of one Redis core per request. In the Patroni rows, Postgres sums the "
+           "three nodes' postmasters and their children (the primary's backends and WAL senders, the "
+           "standbys' WAL receivers and startup processes); Patroni + etcd is the HA manager's own cost "
+           "(the three patroni processes and etcd).\n"]
     out.append("| path | " + " | ".join(c for c, _ in CPU_COLS) + " |")
     out.append("|---|" + "---:|" * len(CPU_COLS))
     for s in SCENARIOS:
@@ -1010,6 +1071,7 @@ def render(results):
         out.append(f"| {r['label']}{bad} | {logcol} | {md['rps']:.0f} | {runs} | {ratio} | {fmt_ms(md['lat_p50_us'])} | "
                    f"{fmt_ms(md['lat_p99_us'])} | {hw} | {cores} | {per_req:.0f} |")
     out.append("")
+    out += render_patroni(rows, results)
     out += render_cpu(rows)
     lat = results.get("latency") or {}
     if lat:
@@ -1043,6 +1105,8 @@ def render(results):
                     tgt = f"< {t:g} ms: " + ("met" if med(a99) < t else f"**missed by {med(a99) - t:.2f} ms**")
             worst = max(r.get("other_cores", 0) for r in rs)
             flag = f" (**other processes used up to {worst:.2f} cores**)" if worst > OTHER_MAX else ""
+            dup = sum(r.get("upstream_duplicates", 0) for r in rs)
+            flag += f" (**{dup} keys executed more than once**)" if dup else ""
             out.append(f"| {labels.get(pid, pid)}{flag} | {p50:.2f} | {p99:.2f} | {p999:.2f} | {add} | {tgt} | "
                        f"{failed * 100:.2f}% |")
         out.append("")
@@ -1205,6 +1269,62 @@ def redis_figures(r):
             "low": low, "projected_rps": len(per) * low["req_per_core_s"]}
 
 
+def render_patroni(rows, results):
+    """The Patroni rows beside `first` (one Postgres server): throughput, CPU per request of
+    the gateway, of Postgres (all nodes) and of Patroni + etcd, and the latency that
+    synchronous replication adds at the fixed rate (per round against `first` and against
+    the same set with asynchronous replication, then the median over rounds)."""
+    ids = [i for i in ("first", "first-patroni-async", "first-patroni") if i in rows]
+    lat = results.get("latency") or {}
+    if not any(i.startswith("first-patroni") for i in ids + list(lat)):
+        return []
+    labels = {s["id"]: s["label"] for s in SCENARIOS}
+    base = rows.get("first", {}).get("median", {}).get("rps")
+
+    def lat_cells(pid):
+        rs = lat.get(pid) or []
+        if not rs:
+            return "- | - | -"
+        cells = [f"{med([r['p50_ms'] for r in rs]):.2f} / {med([r['p99_ms'] for r in rs]):.2f}"]
+        # Against first for both Patroni paths; against asynchronous for the synchronous one.
+        for other in ("first", "first-patroni-async"):
+            os_ = lat.get(other) or []
+            if pid == "first" or other == pid or not os_:
+                cells.append("-")
+                continue
+            a50 = med([r["p50_ms"] - o["p50_ms"] for r, o in zip(rs, os_)])
+            a99 = med([r["p99_ms"] - o["p99_ms"] for r, o in zip(rs, os_)])
+            cells.append(f"{a50:+.2f} / {a99:+.2f}")
+        return " | ".join(cells)
+    out = ["Postgres high availability: write-through to a Patroni set of three nodes (etcd, fsync on, "
+           "reached through the multi-host URL with `target_session_attrs=read-write`), with synchronous "
+           "replication (each commit waits until a standby has flushed it) and with asynchronous "
+           "replication, beside `first` (one Postgres server). CPU µs per request from /proc (median "
+           f"over runs); latency from the fixed-rate phase ({LAT_RATE} req/s, medians over rounds; "
+           "*added* = the difference in the same round, median over rounds).\n",
+           "| path | req/s (median) | x first | CPU µs/request: gateway | Postgres (all nodes) | "
+           "Patroni + etcd | all bench processes | p50 / p99 ms | added p50 / p99 ms over first | "
+           "added p50 / p99 ms over asynchronous |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for pid in ("first", "first-patroni-async", "first-patroni"):
+        r = rows.get(pid)
+        if not r and not lat.get(pid):
+            continue
+        if r:
+            rps = r["median"]["rps"]
+            ratio = f"{rps / base:.2f}x" if base else "-"
+            cpu = [cpu_us(r, parts) for parts in (("gw",), ("postgres", "postgres-ha"), ("patroni",))]
+            mid = sorted(r["runs"], key=lambda x: x["rps"])[len(r["runs"]) // 2]
+            total = sum(v for k, v in mid["cpu_cores"].items() if k != "other") / mid["rps"] * 1e6
+            thr = f"{rps:.0f} | {ratio} | " + " | ".join("-" if not v or v != v else f"{v:.1f}" for v in cpu) \
+                + f" | {total:.0f}"
+        else:
+            thr = "- | - | - | - | - | -"
+        out.append(f"| {labels.get(pid, pid)} | {thr} | {lat_cells(pid)} |")
+    out.append("")
+    return out
+
+
 def render_shards(rows):
     """The Redis Cluster rows beside their one-node rows: per-shard figures and the
     projected Redis-bound capacity (a projection: this machine has 2 cores)."""
@@ -1250,13 +1370,13 @@ def render_shards(rows):
 
 
 def summary(section):
-    """What BENCHMARKS.md shows of the section: the machine line, the main table and the
-    targets met or missed. The whole section (CPU per process, Redis' commands, latency
+    """What BENCHMARKS.md shows of the section: the machine line, the main table, the
+    Patroni rows beside `first` and the targets met or missed. The whole section (CPU per process, Redis' commands, latency
     at a fixed rate, outcomes, per-node Redis figures, perf stat) is results/table.md."""
     blocks = section.rstrip("\n").split("\n\n")
     kept = blocks[:2]
     for i, block in enumerate(blocks[2:], start=2):
-        if block.startswith("Targets") and i + 1 < len(blocks):
+        if block.startswith(("Targets", "Postgres high availability")) and i + 1 < len(blocks):
             kept += [block, blocks[i + 1]]
     kept.append("Every other table of this run (CPU per request of each process, where Redis' CPU "
                 "goes, latency at a fixed rate, gateway outcomes, Redis per node, `perf stat` per "
@@ -1321,7 +1441,13 @@ def main():
             if cluster_row and "redis-shard-1" not in PARTS:
                 log("starting the Redis Cluster (3 primaries, idemgate-fleet bench start redis-cluster)")
                 fleet("start", "redis-cluster")
+            if s.get("patroni") and "patroni-pg0" not in PARTS:
+                log("starting the Patroni set (etcd, 3 nodes, idemgate-fleet bench start patroni)")
+                fleet("start", "patroni")
             run_scenario(s, results)
+            # So is the Patroni set (its patroni loops and etcd would count in other rows).
+            if s.get("patroni") and not any(t.get("patroni") for t in chosen[k + 1:]):
+                fleet("stop", "patroni")
             # The cluster runs only while its rows do (it would idle beside the other rows).
             if cluster_row and not any(t.get("redis") == "cluster" for t in chosen[k + 1:]):
                 fleet("stop", "redis-cluster")

@@ -6,12 +6,13 @@
 # with pip; the peer ldclabs/idempotent-proxy with cargo install into
 # .state/bench/peer), builds the release binaries, then runs deploy/bench/bench.py,
 # which measures and has the launcher (`idemgate-fleet bench`, fleet/src/bench/)
-# start and stop everything it measures on loopback (ports 18000-18003, 18011-18014,
-# 18021-18024, 16390, 15490, and the Redis Cluster rows' 16391-16393 with their cluster
-# bus on 26391-26393), writes deploy/bench/results/ and regenerates the table
-# section of BENCHMARKS.md.
+# start and stop everything it measures on loopback (ports 18000-18003, 18011-18015,
+# 18021-18025, 16390, 15490, the Redis Cluster rows' 16391-16393 with their cluster
+# bus on 26391-26393, and the Patroni rows' set: Postgres 15491-15493, Patroni's REST
+# API 18031-18033, etcd 12379-12380), writes deploy/bench/results/ and regenerates the
+# table section of BENCHMARKS.md.
 #
-# Bounded: the measurement is stopped after BENCH_TIMEOUT seconds (default 960 plus
+# Bounded: the measurement is stopped after BENCH_TIMEOUT seconds (default 1140 plus
 # QUIET_WAIT; the build before it is not counted). Every process started is stopped on
 # exit, failure, Ctrl-C or SIGTERM (`idemgate-fleet bench down` in the trap below, plus
 # bench.py's own cleanup).
@@ -43,7 +44,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 STATE="$ROOT/.state/bench"
 # The time limit covers the measurement plus any QUIET_WAIT.
-BENCH_TIMEOUT="${BENCH_TIMEOUT:-$((960 + ${QUIET_WAIT:-0}))}"
+BENCH_TIMEOUT="${BENCH_TIMEOUT:-$((1140 + ${QUIET_WAIT:-0}))}"
 PG_BIN=/usr/lib/postgresql/15/bin
 cd "$ROOT"
 
@@ -57,7 +58,7 @@ as_root() { if [[ $EUID -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 # --- prerequisites (Debian packages installed only when missing) -------------
 required=(wrk:wrk nginx:nginx-light haproxy:haproxy redis-server:redis-server redis-cli:redis-tools
     "$PG_BIN/initdb:postgresql-15" curl:curl perf:linux-perf python3:python3
-    /usr/lib/x86_64-linux-gnu/libmimalloc.so.2:libmimalloc2.0)
+    /usr/lib/x86_64-linux-gnu/libmimalloc.so.2:libmimalloc2.0 patroni:patroni etcd:etcd-server)
 missing=()
 for pair in "${required[@]}"; do
     cmd=${pair%%:*} pkg=${pair#*:}

@@ -1,13 +1,14 @@
 //! The Patroni launcher starts what it says: a leader, a synchronous standby and a
 //! replica, a database, a failover after host loss within the leader key's TTL, the
 //! old primary back as a replica, a planned switchover, and nothing left running after
-//! the drop.
+//! the drop; and a running set switched between synchronous and asynchronous
+//! replication (as `make bench` does between its Patroni rows).
 
 use std::time::{Duration, Instant};
 
 use idemgate_fleet::{
-    free_port, haproxy_patroni_config, HaProxy, Host, PatroniOptions, PatroniSet, PATRONI_DATABASE,
-    PATRONI_TTL,
+    free_port, haproxy_patroni_config, HaProxy, Host, PatroniOptions, PatroniSet, Replication,
+    PATRONI_DATABASE, PATRONI_TTL,
 };
 
 /// Whether HAProxy's front reaches only a primary within `within`.
@@ -86,4 +87,51 @@ fn patroni_fails_over_rejoins_and_switches_over() {
     drop(set);
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(processes_under(&dir), Vec::<String>::new());
+}
+
+/// The primary's `SHOW name`.
+fn show(set: &PatroniSet, name: &str) -> String {
+    let primary = set.primary().expect("a primary");
+    set.psql(&primary, "postgres", &format!("SHOW {name}"))
+        .unwrap_or_else(|e| panic!("SHOW {name} on {primary}: {e}"))
+}
+
+/// Whether the primary's `synchronous_standby_names` is set (`sync`) or empty within 5 s
+/// (Postgres reloads its configuration a moment after Patroni writes it).
+fn standby_names_set(set: &PatroniSet, sync: bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if show(set, "synchronous_standby_names").is_empty() != sync {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+#[test]
+fn replication_switches_between_synchronous_and_asynchronous_with_fsync_on() {
+    let mut set = PatroniSet::start(PatroniOptions {
+        fsync: true,
+        ..PatroniOptions::default()
+    });
+    assert_eq!(show(&set, "fsync"), "on");
+    assert!(standby_names_set(&set, true));
+
+    set.set_replication(Replication::Async).unwrap();
+    assert_eq!(set.replication, Replication::Async);
+    let members = set.members();
+    assert!(
+        !members.iter().any(|m| m.role == "sync_standby"),
+        "{members:?}"
+    );
+    assert!(standby_names_set(&set, false));
+
+    set.set_replication(Replication::Sync).unwrap();
+    let members = set.members();
+    assert!(
+        members.iter().any(|m| m.role == "sync_standby"),
+        "{members:?}"
+    );
+    assert!(standby_names_set(&set, true));
 }

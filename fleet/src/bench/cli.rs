@@ -3,12 +3,14 @@
 //!
 //! ```text
 //! bench ports                                  the fixed ports, as JSON
-//! bench start redis|redis-cluster|postgres|upstream|nginx|peer
+//! bench start redis|redis-cluster|patroni|postgres|upstream|nginx|peer
 //! bench start haproxy REPLICAS
 //! bench start gateways REPLICAS [--log LEVEL] [--redis-only] [--redis-cluster] [--toml TEXT]
 //!       [--env KEY=VALUE]... [--replica-env I:KEY=VALUE]... [--replica-redis-only I]...
 //! bench stop NAME...                           (`gateways` = every replica,
-//!                                              `redis-cluster` = every cluster node)
+//!                                              `redis-cluster` = every cluster node,
+//!                                              `patroni` = etcd and every node)
+//! bench patroni-replication sync|async         switch the running Patroni set
 //! bench down                                   stop everything
 //! bench ps                                     running parts and pids, as JSON
 //! bench h2c-load URL unique|replay ...         the h2c rows' load client (h2c_load.rs)
@@ -21,6 +23,7 @@
 use std::process::ExitCode;
 
 use super::{ports, Bench, GatewayOptions};
+use crate::patroni::Replication;
 
 fn running_json(bench: &Bench) -> String {
     let parts: Vec<String> = (bench.running().into_iter())
@@ -32,7 +35,8 @@ fn running_json(bench: &Bench) -> String {
 fn ports_json() -> String {
     format!(
         "{{\"upstream\": {}, \"nginx\": {}, \"haproxy\": {}, \"peer\": {}, \"redis\": {}, \
-         \"postgres\": {}, \"gateway_base\": {}, \"admin_base\": {}, \"redis_cluster\": {:?}}}",
+         \"postgres\": {}, \"gateway_base\": {}, \"admin_base\": {}, \"redis_cluster\": {:?}, \
+         \"patroni_pg\": {:?}, \"patroni_rest\": {:?}, \"patroni_etcd\": {:?}, \"patroni_url\": \"{}\"}}",
         ports::UPSTREAM,
         ports::NGINX,
         ports::HAPROXY,
@@ -41,7 +45,11 @@ fn ports_json() -> String {
         ports::POSTGRES,
         ports::gateway(0),
         ports::admin(0),
-        ports::REDIS_CLUSTER
+        ports::REDIS_CLUSTER,
+        ports::PATRONI_PG,
+        ports::PATRONI_REST,
+        [ports::PATRONI_ETCD.0, ports::PATRONI_ETCD.1],
+        super::patroni::url()
     )
 }
 
@@ -107,6 +115,9 @@ fn run(bench: &Bench, args: &[String]) -> Result<(), String> {
         ("h2c-load", _) => return super::h2c_load::main(rest),
         ("start", Some("redis")) => bench.start_redis()?,
         ("start", Some("redis-cluster")) => bench.start_redis_cluster()?,
+        ("start", Some("patroni")) => bench.start_patroni()?,
+        ("patroni-replication", Some("sync")) => bench.patroni_replication(Replication::Sync)?,
+        ("patroni-replication", Some("async")) => bench.patroni_replication(Replication::Async)?,
         ("start", Some("postgres")) => bench.start_postgres()?,
         ("start", Some("upstream")) => bench.start_upstream()?,
         ("start", Some("nginx")) => bench.start_nginx()?,
@@ -172,8 +183,15 @@ mod tests {
     fn ports_are_json_with_the_cluster_nodes() {
         let p = ports_json();
         assert!(
-            p.ends_with("\"redis_cluster\": [16391, 16392, 16393]}"),
+            p.contains("\"redis_cluster\": [16391, 16392, 16393], "),
             "{p}"
         );
+        assert!(p.contains("\"patroni_pg\": [15491, 15492, 15493], "), "{p}");
+        let v: serde_json::Value = serde_json::from_str(&p).unwrap();
+        assert_eq!(v["patroni_etcd"][0], 12379);
+        assert!(v["patroni_url"]
+            .as_str()
+            .unwrap()
+            .contains(",127.0.0.1:15493/idemgate?"));
     }
 }

@@ -10,6 +10,8 @@
 //!   keys (a busy production Redis, whose hash tables do not grow during the rows);
 //! - `redis-cluster`: three empty primaries `redis-shard-1..3` ([`cluster`]), for the
 //!   rows that run on Redis Cluster (`redis.mode = "cluster"`);
+//! - `patroni`: etcd and three Patroni nodes with synchronous replication
+//!   ([`patroni`]), for the rows that write through to a highly available Postgres;
 //! - `postgres`: a fresh cluster per start (initdb), durable defaults (`fsync`,
 //!   `synchronous_commit` on), placed as `make up` places it ([`crate::local`]'s
 //!   cluster: under /var/tmp when the `postgres` account cannot reach the checkout);
@@ -25,6 +27,7 @@ mod cli;
 mod cluster;
 mod gateway_config;
 mod h2c_load;
+mod patroni;
 pub mod peer;
 mod warm;
 
@@ -50,6 +53,10 @@ pub mod ports {
     /// The three primaries of the bench's Redis Cluster (bus ports + 10000).
     pub const REDIS_CLUSTER: [u16; 3] = [16391, 16392, 16393];
     pub const POSTGRES: u16 = 15490;
+    /// The Patroni set: etcd (client, peer), each node's Postgres and REST API.
+    pub const PATRONI_ETCD: (u16, u16) = (12379, 12380);
+    pub const PATRONI_PG: [u16; 3] = [15491, 15492, 15493];
+    pub const PATRONI_REST: [u16; 3] = [18031, 18032, 18033];
     /// Replica i (1-based) listens on 18010 + i.
     pub fn gateway(i: u16) -> u16 {
         18010 + i
@@ -80,7 +87,7 @@ fn program(name: &str) -> &str {
         "upstream" => "demo-upstream",
         "peer" => "idempotent-proxy-server",
         n if n.starts_with("gw-") => "idemgate",
-        n => n,
+        n => patroni::program(n).unwrap_or(n),
     }
 }
 
@@ -129,6 +136,9 @@ impl Bench {
                 is_ours(pid, &name).then_some((name, pid))
             })
             .collect();
+        if found.iter().any(|(n, _)| n.starts_with("patroni-pg")) {
+            found.extend(self.patroni_postmasters());
+        }
         found.sort();
         found
     }
@@ -334,10 +344,15 @@ impl Bench {
     }
 
     /// Stops the named parts (`gateways` names every replica, `redis-cluster` every
-    /// cluster node): SIGTERM (SIGINT, a fast
+    /// cluster node, any part of the Patroni set the whole set): SIGTERM (SIGINT, a fast
     /// shutdown, for postgres), then SIGKILL after 10 s.
     pub fn stop(&self, names: &[String]) {
-        let running = self.running();
+        if names.iter().any(|n| patroni::is_part(n)) {
+            self.stop_patroni();
+        }
+        let running: Vec<(String, u32)> = (self.running().into_iter())
+            .filter(|(n, _)| !patroni::is_part(n))
+            .collect();
         let pick = |n: &str| {
             names.iter().any(|w| {
                 w == n
@@ -365,9 +380,9 @@ impl Bench {
     /// Postgres cluster placed under /var/tmp.
     pub fn down(&self) {
         let all: Vec<String> = self.running().into_iter().map(|(n, _)| n).collect();
-        let (stores, front): (Vec<String>, Vec<String>) = all
-            .into_iter()
-            .partition(|n| n == "redis" || n == "postgres" || cluster::is_shard(n));
+        let (stores, front): (Vec<String>, Vec<String>) = all.into_iter().partition(|n| {
+            n == "redis" || n == "postgres" || cluster::is_shard(n) || patroni::is_part(n)
+        });
         self.stop(&front);
         self.stop(&stores);
         let cluster = Cluster::of(&self.state);

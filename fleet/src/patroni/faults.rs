@@ -1,11 +1,12 @@
 //! What happens to a [`PatroniSet`]'s nodes: host loss ([`PatroniSet::kill_primary`],
 //! [`PatroniSet::kill_node`]), the way back ([`PatroniSet::restart_node`]), a planned
-//! [`PatroniSet::switchover`], and leaving the set running for `make up`
+//! [`PatroniSet::switchover`], a change of [`Replication`]
+//! ([`PatroniSet::set_replication`]), and leaving the set running for `make up`
 //! ([`PatroniSet::detach`]).
 
 use std::time::Duration;
 
-use super::{rest, PatroniSet};
+use super::{rest, PatroniSet, Replication};
 
 impl PatroniSet {
     /// Host loss of the primary: its patroni and every postgres process SIGKILLed. The
@@ -45,6 +46,16 @@ impl PatroniSet {
         );
         self.wait_new_primary(&old, Duration::from_secs(30))
             .expect("no new primary 30 s after the switchover")
+    }
+
+    /// Switches the running set to `replication` (Patroni's `synchronous_mode`, through
+    /// `PATCH /config`); returns once the members show it.
+    pub fn set_replication(&mut self, replication: Replication) -> Result<(), String> {
+        let rests: Vec<_> = self.names().iter().map(|n| self.addrs_of(n).1).collect();
+        let sync = replication == Replication::Sync;
+        rest::set_synchronous_mode(&rests, sync, Duration::from_secs(30))?;
+        self.replication = replication;
+        Ok(())
     }
 
     /// Leaves every process running when this is dropped (`make up`, which stops them

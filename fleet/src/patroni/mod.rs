@@ -26,7 +26,7 @@ use tempfile::TempDir;
 
 pub use etcd::Etcd;
 pub use node::TTL;
-pub use rest::Member;
+pub use rest::{set_synchronous_mode, Member};
 
 use crate::net::{free_port, Host};
 use node::{Node, NodeSpec};
@@ -77,6 +77,9 @@ pub struct PatroniOptions {
     /// With one, every process runs in a process group of its own, so that it
     /// outlives a Ctrl-C or hang-up of the launcher (`make up`; see [`PatroniSet::detach`]).
     pub dir: Option<PathBuf>,
+    /// Postgres' `fsync`: off for the tests (speed), on for `make bench` (durable
+    /// defaults, as its single server runs).
+    pub fsync: bool,
 }
 
 impl Default for PatroniOptions {
@@ -88,6 +91,7 @@ impl Default for PatroniOptions {
             hosts: Vec::new(),
             ports: None,
             dir: None,
+            fsync: false,
         }
     }
 }
@@ -167,6 +171,7 @@ impl PatroniSet {
                     replication: opts.replication,
                     dir: dir.join(format!("pg{i}")),
                     clients: clients(&hosts),
+                    fsync: opts.fsync,
                 };
                 Node::new(spec, owner, own_group)
             })

@@ -1,9 +1,10 @@
-//! Patroni's REST API and etcd's `/health`, over a tiny blocking HTTP/1.0 client, and
-//! the members of `GET /cluster` ([`Member`]).
+//! Patroni's REST API and etcd's `/health`, over a tiny blocking HTTP/1.0 client, the
+//! members of `GET /cluster` ([`Member`]), and switching synchronous replication on
+//! or off for a running set ([`set_synchronous_mode`]).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -80,6 +81,40 @@ pub fn members(body: &str) -> Option<Vec<Member>> {
             })
             .collect(),
     )
+}
+
+/// `PATCH /config {"synchronous_mode": sync}` on the first of `rests` that takes it,
+/// then waits until `GET /cluster` shows the change (a `sync_standby` among the members,
+/// or none) and the leader runs. Patroni sets the primary's `synchronous_standby_names`
+/// before it records a synchronous standby (and clears it before it drops the record);
+/// Postgres reloads it a moment later.
+pub fn set_synchronous_mode(
+    rests: &[SocketAddr],
+    sync: bool,
+    within: Duration,
+) -> Result<(), String> {
+    let body = format!("{{\"synchronous_mode\": {sync}}}");
+    let patched = (rests.iter())
+        .find_map(|r| call(*r, "PATCH", "/config", &body, TIMEOUT).filter(|(s, _)| *s == 200));
+    if patched.is_none() {
+        return Err(format!("no Patroni node took PATCH /config {body}"));
+    }
+    let deadline = Instant::now() + within;
+    loop {
+        let m = (rests.iter())
+            .find_map(|r| get(*r, "/cluster").and_then(|(_, b)| members(&b)))
+            .unwrap_or_default();
+        let has_sync = m.iter().any(|m| m.role == "sync_standby");
+        if has_sync == sync && m.iter().any(Member::is_leader) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "synchronous_mode {sync} not in effect after {within:?}: {m:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[cfg(test)]
