@@ -145,11 +145,8 @@ fn config_file(text: &str) -> tempfile::NamedTempFile {
     f
 }
 
-/// Two servers, both migrated; B read-only. The gateway writes to A; then A turns
-/// read-only and B writable (as in a switchover): within a few refused requests
-/// (503, nothing forwarded) new keys are served from B, and no key runs twice.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn writes_follow_the_primary_when_the_old_one_turns_read_only() {
+/// Two migrated servers: A writable (the primary), B read-only (as a standby answers).
+async fn primary_and_standby() -> (PgServer, PgServer) {
     let (a, b) = (PgServer::start(), PgServer::start());
     for pg in [&a, &b] {
         let store = PgStore::new(&PostgresConfig {
@@ -160,6 +157,15 @@ async fn writes_follow_the_primary_when_the_old_one_turns_read_only() {
         store.migrate().await.unwrap();
     }
     sql(&b, READ_ONLY).await;
+    (a, b)
+}
+
+/// Two servers, both migrated; B read-only. The gateway writes to A; then A turns
+/// read-only and B writable (as in a switchover): within a few refused requests
+/// (503, nothing forwarded) new keys are served from B, and no key runs twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_follow_the_primary_when_the_old_one_turns_read_only() {
+    let (a, b) = primary_and_standby().await;
     let redis = RedisServer::start();
     let upstream = MockUpstream::start().await;
     let url = key_value_url(&[a.port, b.port], "target_session_attrs=read-write");
@@ -238,16 +244,7 @@ async fn writes_follow_the_primary_when_the_old_one_turns_read_only() {
 /// and with Redis emptied the replay comes from B; the key ran once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_completion_that_meets_the_old_primary_read_only_lands_on_the_new_one() {
-    let (a, b) = (PgServer::start(), PgServer::start());
-    for pg in [&a, &b] {
-        let store = PgStore::new(&PostgresConfig {
-            url: pg.url(),
-            ..PostgresConfig::default()
-        })
-        .unwrap();
-        store.migrate().await.unwrap();
-    }
-    sql(&b, READ_ONLY).await;
+    let (a, b) = primary_and_standby().await;
     let redis = RedisServer::start();
     let upstream = MockUpstream::start().await;
     let url = key_value_url(&[a.port, b.port], "target_session_attrs=read-write");
