@@ -127,7 +127,9 @@ impl PgStore {
     /// A server that is read-only or shutting down (a standby that a load balancer still
     /// sends connections to, a primary being demoted) is tried again on a new connection
     /// every half second for [`MIGRATE_FOLLOW`], so a replica starting during a failover
-    /// waits for the new primary instead of exiting.
+    /// waits for the new primary instead of exiting. A start-up that reaches no server
+    /// at all (nothing listening, or no host taking a read-write session under
+    /// `target_session_attrs=read-write`) fails at once, as before.
     pub async fn migrate(&self) -> Result<Vec<i32>, StoreError> {
         let deadline = Instant::now() + MIGRATE_FOLLOW;
         loop {
