@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::{timed_out, PgStore, RecordRef};
+use super::{PgStore, RecordRef};
 use crate::idempotency::{Fingerprint, RecordId, Scope};
 use crate::metrics;
 use crate::store::StoreError;
@@ -74,11 +74,7 @@ impl PgStore {
     pub async fn abandoned(&self, limits: PassLimits) -> Result<Option<Found>, StoreError> {
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + self.client_timeout;
-        let mut client = match tokio::time::timeout_at(deadline, self.pool.get()).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => return Err(self.servers.failed(e.into())),
-            Err(_) => return Err(self.servers.failed(StoreError::PgTimeout)),
-        };
+        let mut client = self.checkout(deadline).await?;
         let grace = limits.grace.as_millis() as f64;
         let backoff = limits.backoff.as_millis() as f64;
         let max = i32::try_from(limits.attempts).unwrap_or(i32::MAX);
@@ -125,11 +121,7 @@ impl PgStore {
         .await;
         metrics::postgres_op("completer_pass", started);
         match answer {
-            Ok(result) => {
-                let result = result.map_err(timed_out);
-                self.servers.outcome(&result);
-                result
-            }
+            Ok(result) => self.answered(result),
             Err(_) => {
                 drop(deadpool_postgres::Object::take(client));
                 Err(StoreError::PgTimeout)

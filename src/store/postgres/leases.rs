@@ -204,11 +204,7 @@ impl PgStore {
         let columns = ClaimColumns::of(&sorted);
         let started = Instant::now();
         let deadline = started + self.client_timeout;
-        let client = match tokio::time::timeout_at(deadline, self.pool.get()).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => return Err(self.servers.failed(e.into())),
-            Err(_) => return Err(self.servers.failed(StoreError::PgTimeout)), // nothing was sent
-        };
+        let client = self.checkout(deadline).await?; // on failure, nothing was sent
         let answer = tokio::time::timeout_at(deadline, async {
             let stmt = client.prepare_cached(CLAIM).await?;
             client.query(&stmt, &columns.params()).await

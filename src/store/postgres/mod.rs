@@ -105,6 +105,23 @@ impl PgStore {
         })
     }
 
+    /// A pooled connection by `deadline` (a failure noted as a statement's would be:
+    /// [`servers`]); nothing has been sent when this fails.
+    async fn checkout(&self, deadline: tokio::time::Instant) -> Result<Object, StoreError> {
+        match tokio::time::timeout_at(deadline, self.pool.get()).await {
+            Ok(Ok(client)) => Ok(client),
+            Ok(Err(e)) => Err(self.servers.failed(e.into())),
+            Err(_) => Err(self.servers.failed(StoreError::PgTimeout)),
+        }
+    }
+
+    /// What a transaction that answered in time came to, its outcome noted.
+    fn answered<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        let result = result.map_err(timed_out);
+        self.servers.outcome(&result);
+        result
+    }
+
     /// Runs `work` under the client's timeout.
     async fn timed<T>(
         &self,

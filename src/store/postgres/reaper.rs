@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use deadpool_postgres::Object;
 
-use super::{timed_out, PgStore};
+use super::PgStore;
 use crate::metrics;
 use crate::store::StoreError;
 
@@ -48,11 +48,7 @@ impl PgStore {
     /// `None` when another replica holds the lock.
     async fn reap_batch(&self, batch: usize) -> Result<Option<u64>, StoreError> {
         let deadline = tokio::time::Instant::now() + self.client_timeout;
-        let mut client = match tokio::time::timeout_at(deadline, self.pool.get()).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => return Err(self.servers.failed(e.into())),
-            Err(_) => return Err(self.servers.failed(StoreError::PgTimeout)),
-        };
+        let mut client = self.checkout(deadline).await?;
         let answer = tokio::time::timeout_at(deadline, async {
             let tx = client.transaction().await?;
             let locked: bool = (tx
@@ -75,11 +71,7 @@ impl PgStore {
         })
         .await;
         match answer {
-            Ok(result) => {
-                let result = result.map_err(timed_out);
-                self.servers.outcome(&result);
-                result
-            }
+            Ok(result) => self.answered(result),
             Err(_) => {
                 // The rollback is queued on the session, which is closed rather than
                 // pooled: its transaction, and the lock, end as soon as Postgres gets that
