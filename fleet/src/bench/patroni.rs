@@ -19,11 +19,12 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::{ports, Bench, GatewayOptions, Res};
-use crate::local::daemon::wait_exit;
 use crate::local::pg::Cluster;
-use crate::net::port_open;
 use crate::patroni::node::{kill_postgres, postmaster};
-use crate::patroni::{set_synchronous_mode, PatroniOptions, PatroniPorts, PatroniSet, Replication};
+use crate::patroni::{
+    node_data, set_synchronous_mode, stop_detached, PatroniOptions, PatroniPorts, PatroniSet,
+    Replication,
+};
 
 /// Nodes of the bench's set.
 pub const NODES: usize = 3;
@@ -71,8 +72,8 @@ impl Bench {
         let dir = self.patroni_dir();
         (0..NODES)
             .filter_map(|i| {
-                let data = dir.join(node_name(i)).join("data");
-                Some((format!("postgres-ha-{}", node_name(i)), postmaster(&data)?))
+                let pid = postmaster(&node_data(&dir, i))?;
+                Some((format!("postgres-ha-{}", node_name(i)), pid))
             })
             .collect()
     }
@@ -86,8 +87,7 @@ impl Bench {
             ));
         }
         let pp = patroni_ports();
-        let all = [pp.etcd.0, pp.etcd.1].into_iter().chain(pp.pg.clone());
-        if let Some(p) = all.chain(pp.rest.clone()).find(|p| port_open(*p)) {
+        if let Some(p) = pp.first_taken() {
             return Err(format!(
                 "patroni: port 127.0.0.1:{p} is in use; stop what holds it first"
             ));
@@ -100,7 +100,7 @@ impl Bench {
         if dir.exists() {
             // A postmaster left by an earlier set killed outright (its ports are free).
             for i in 0..NODES {
-                kill_postgres(&dir.join(node_name(i)).join("data"));
+                kill_postgres(&node_data(&dir, i));
             }
             std::fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         }
@@ -172,22 +172,12 @@ impl Bench {
             .collect();
         for pid in &nodes {
             eprintln!("==> stopping patroni (pid {pid}; it stops its Postgres)");
-            let _ = Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status();
         }
-        wait_exit(Duration::from_secs(20), "patroni", &nodes);
-        let dir = self.patroni_dir();
-        for i in 0..NODES {
-            kill_postgres(&dir.join(node_name(i)).join("data"));
-        }
-        if let Some((_, etcd)) = running.iter().find(|(n, _)| n == "patroni-etcd") {
-            eprintln!("==> stopping etcd (pid {etcd})");
-            let _ = Command::new("kill")
-                .args(["-TERM", &etcd.to_string()])
-                .status();
-            wait_exit(Duration::from_secs(10), "etcd", &[*etcd]);
-        }
+        let etcd = (running.iter().find(|(n, _)| n == "patroni-etcd")).map(|(_, p)| *p);
+        let waits = (Duration::from_secs(20), Duration::from_secs(10));
+        stop_detached(&self.patroni_dir(), NODES, &nodes, etcd, waits, |l| {
+            eprintln!("{l}")
+        });
         let _ = std::fs::remove_file(self.pidfile("patroni-etcd"));
         for i in 0..NODES {
             let _ = std::fs::remove_file(self.pidfile(&format!("patroni-{}", node_name(i))));

@@ -15,10 +15,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use super::daemon::{pid_alive, read_pid, wait_exit};
+use super::daemon::{pid_alive, read_pid};
 use super::{Local, Res};
-use crate::net::port_open;
-use crate::patroni::{node::kill_postgres, PatroniOptions, PatroniPorts, PatroniSet, Replication};
+use crate::patroni::{stop_detached, PatroniOptions, PatroniPorts, PatroniSet, Replication};
 
 /// `POSTGRES`: which Postgres the local fleet runs on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -145,12 +144,7 @@ impl Local {
             return Err("part of the Patroni set runs: stop it with `make down` first".into());
         }
         let ports = self.patroni_ports.clone();
-        let all = [ports.etcd.0, ports.etcd.1].into_iter();
-        if let Some(p) = all
-            .chain(ports.pg.clone())
-            .chain(ports.rest.clone())
-            .find(|p| port_open(*p))
-        {
+        if let Some(p) = ports.first_taken() {
             return Err(format!(
                 "patroni: port 127.0.0.1:{p} is already in use by a process not started by make up"
             ));
@@ -201,22 +195,12 @@ impl Local {
             "==> stopping {} Patroni node(s) (SIGTERM: each stops its Postgres)",
             nodes.len()
         );
-        for pid in &nodes {
-            let _ = Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status();
-        }
-        wait_exit(grace + Duration::from_secs(10), "patroni", &nodes);
-        for i in 0..PATRONI_NODES {
-            kill_postgres(&self.patroni_home().join(format!("pg{i}")).join("data"));
-        }
-        if let Some((_, Some(etcd))) = pids.iter().find(|(n, _)| n == "etcd") {
-            println!("==> stopping etcd (pid {etcd})");
-            let _ = Command::new("kill")
-                .args(["-TERM", &etcd.to_string()])
-                .status();
-            wait_exit(grace, "etcd", &[*etcd]);
-        }
+        let etcd = (pids.iter().find(|(n, _)| n == "etcd")).and_then(|(_, p)| *p);
+        let waits = (grace + Duration::from_secs(10), grace);
+        let home = self.patroni_home();
+        stop_detached(&home, PATRONI_NODES, &nodes, etcd, waits, |l| {
+            println!("{l}")
+        });
         for (_, f) in self.patroni_pidfiles() {
             let _ = std::fs::remove_file(f);
         }

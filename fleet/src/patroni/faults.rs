@@ -1,12 +1,51 @@
 //! What happens to a [`PatroniSet`]'s nodes: host loss ([`PatroniSet::kill_primary`],
 //! [`PatroniSet::kill_node`]), the way back ([`PatroniSet::restart_node`]), a planned
 //! [`PatroniSet::switchover`], a change of [`Replication`]
-//! ([`PatroniSet::set_replication`]), and leaving the set running for `make up`
-//! ([`PatroniSet::detach`]).
+//! ([`PatroniSet::set_replication`]), leaving the set running for `make up` and the
+//! bench ([`PatroniSet::detach`]), and stopping a set left running ([`stop_detached`]).
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
+use super::node::kill_postgres;
 use super::{rest, PatroniSet, Replication};
+use crate::local::daemon::wait_exit;
+
+/// The data directory of node `i` of a set kept in `dir`.
+pub fn node_data(dir: &Path, i: usize) -> PathBuf {
+    dir.join(format!("pg{i}")).join("data")
+}
+
+/// Stops a set left running by [`PatroniSet::detach`] in `dir`: SIGTERM to each of its
+/// `patroni` processes (each stops its Postgres), waited for up to `waits.0`; a
+/// postmaster left of any of its `nodes` is killed; then etcd (SIGTERM, waited for up to
+/// `waits.1`). `say` prints what is done.
+pub fn stop_detached(
+    dir: &Path,
+    nodes: usize,
+    patroni: &[u32],
+    etcd: Option<u32>,
+    waits: (Duration, Duration),
+    say: fn(String),
+) {
+    for pid in patroni {
+        let _ = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
+    }
+    wait_exit(waits.0, "patroni", patroni);
+    for i in 0..nodes {
+        kill_postgres(&node_data(dir, i));
+    }
+    if let Some(etcd) = etcd {
+        say(format!("==> stopping etcd (pid {etcd})"));
+        let _ = Command::new("kill")
+            .args(["-TERM", &etcd.to_string()])
+            .status();
+        wait_exit(waits.1, "etcd", &[etcd]);
+    }
+}
 
 impl PatroniSet {
     /// Host loss of the primary: its patroni and every postgres process SIGKILLed. The

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 pub use etcd::Etcd;
+pub use faults::{node_data, stop_detached};
 pub use node::TTL;
 pub use rest::{set_synchronous_mode, Member};
 
@@ -60,6 +61,17 @@ pub struct PatroniPorts {
     pub etcd: (u16, u16),
     pub pg: Vec<u16>,
     pub rest: Vec<u16>,
+}
+
+impl PatroniPorts {
+    /// The first of these ports something already listens on.
+    pub fn first_taken(&self) -> Option<u16> {
+        let etcd = [self.etcd.0, self.etcd.1].into_iter();
+        (etcd
+            .chain(self.pg.iter().copied())
+            .chain(self.rest.iter().copied()))
+        .find(|p| crate::net::port_open(*p))
+    }
 }
 
 /// What to start.
