@@ -76,6 +76,10 @@ LAT_RATE = int(os.environ.get("LAT_RATE", "400"))
 LAT_DURATION = int(os.environ.get("LAT_DURATION", "8"))
 LAT_ROUNDS = int(os.environ.get("LAT_ROUNDS", "2"))
 NKEYS = int(os.environ.get("NKEYS", "5000"))
+# Records the bench's Postgres holds before the first row (`idemgate-fleet bench
+# seed-postgres`: the state production runs in; kept as a template, so only the first
+# run of a schema pays the seeding). 0 = a fresh, empty table.
+PG_RECORDS = int(os.environ.get("PG_RECORDS", "10000000"))
 # A run during which other processes (not started by the bench) used more than OTHER_MAX
 # cores is repeated, at most RETRIES times; rows still above it are flagged in the table.
 OTHER_MAX = float(os.environ.get("OTHER_MAX", "0.15"))
@@ -264,6 +268,31 @@ def wait_quiet(max_wait):
 def psql(sql):
     return subprocess.run([str(PG_BIN / "psql"), "-h", "127.0.0.1", "-p", str(PORTS["postgres"]), "-U", "postgres",
                            "-At", "-c", sql], capture_output=True, text=True, check=True).stdout.strip()
+
+
+PG_STATEMENTS = """SELECT json_agg(t) FROM (
+    SELECT calls, rows, total_exec_time, total_plan_time, shared_blks_hit, shared_blks_read,
+           shared_blks_dirtied, shared_blks_written, wal_records, wal_fpi, wal_bytes::bigint AS wal_bytes,
+           regexp_replace(left(query, 400), '\\s+', ' ', 'g') AS query
+    FROM pg_stat_statements WHERE calls > 0 ORDER BY total_exec_time DESC LIMIT 10) t"""
+
+
+def pg_statements_reset(s):
+    """Resets pg_stat_statements before a row's measured runs (rows on the bench's own
+    Postgres only); False where there is nothing to read."""
+    if s["target"] not in ("gw", "lb") or not s.get("postgres", True) or s.get("patroni") or not PG_RECORDS:
+        return False
+    try:
+        psql("SELECT pg_stat_statements_reset()")
+        return True
+    except subprocess.CalledProcessError as e:
+        log(f"  pg_stat_statements not available: {e.stderr.strip()}")
+        return False
+
+
+def pg_statements():
+    """The statements of the measured runs, costliest first (pg_stat_statements)."""
+    return json.loads(psql(PG_STATEMENTS) or "[]") or []
 
 
 def upstream_ledger_reset():
@@ -673,6 +702,7 @@ def run_scenario(s, results):
         upstream_ledger_reset()
         load(s, target, wrk_args(s, "warmup"), WARMUP, f"{s['id']}-warmup")
         m0 = scrape(n) if gws else {}
+        statements = pg_statements_reset(s)
         runs = []
         discarded = []
         # Per-node Redis figures (INFO cpu, commandstats) for every row whose requests reach Redis.
@@ -708,6 +738,8 @@ def run_scenario(s, results):
             runs.append(res)
         m1 = scrape(n) if gws else {}
         row = dict(s, runs=runs, discarded_runs=discarded, metrics=delta(m1, m0))
+        if statements:
+            row["pg_statements"] = pg_statements()
         if gws:
             row["rss_kib"] = [proc_status(p) for p in gws]
         elif s["target"] == "nginx":
@@ -985,6 +1017,104 @@ def render_cpu(rows):
     return out + lines + [""] + redis_breakdown(rows) + [""]
 
 
+def render_durable(rows, results):
+    """The targets of the durable path (a first execution written through to Postgres,
+    the default), each met or missed with its number: CPU per first execution as
+    multiples of nginx's own CPU per proxied request in the same run, throughput against
+    nginx and the peer, and added latency at the fixed rate."""
+    def get(rid, parts):
+        r = rows.get(rid)
+        return cpu_us(r, parts) if r else float("nan")
+
+    def rps(rid):
+        r = rows.get(rid)
+        return r["median"]["rps"] if r else float("nan")
+
+    def ok(good):
+        return "met" if good else "**missed**"
+
+    nginx = get("nginx", ("nginx",))
+    if nginx != nginx:
+        return ["Targets of the durable path: not measured (no nginx row in this run)", ""]
+    redis_parts, pg_parts = CPU_COLS[4][1], CPU_COLS[5][1]
+    held = results.get("pg_records_before", 0)
+    out = [f"Targets of the durable path (a first execution written through to Postgres, the default): "
+           f"CPU per first execution as multiples of nginx's own CPU per proxied request in this run "
+           f"({nginx:.1f} µs), so they hold on any machine. Postgres held {held:,} records before the first "
+           f"row, `synchronous_commit = on`, fsync on.\n"]
+
+    def cpu_line(what, v, limit, extra=""):
+        if v != v:
+            return f"- {what}: not measured"
+        return (f"- {what}: {v:.1f} µs = {v / nginx:.2f}x nginx's own (target at most {limit:g}x = "
+                f"{limit * nginx:.1f} µs{extra}): {ok(v <= limit * nginx)}")
+    pg = get("first", pg_parts)
+    line = cpu_line("Postgres CPU per durable first execution (all Postgres processes)", pg, 3)
+    out.append(line + ("" if held >= 10_000_000 else f" (**the table held {held:,} records, not 10 M**)"))
+    r_dur, r_only = get("first", redis_parts), get("first-redis", redis_parts)
+    out.append(cpu_line("Redis CPU per durable first execution", r_dur, 2)
+               + (f"; against Redis only in the same run ({r_only:.1f} µs): {r_dur / r_only:.2f}x (target at "
+                  f"most 1.00x): {ok(r_dur <= r_only)}" if r_only == r_only else ""))
+    peer_redis = get("peer-first", redis_parts)
+    if r_only == r_only and peer_redis == peer_redis:
+        out.append(f"- Redis CPU per first execution, Redis only: {r_only:.1f} µs = {r_only / peer_redis:.2f}x the "
+                   f"peer's {peer_redis:.1f} (target at most 0.6x = {0.6 * peer_redis:.1f}): "
+                   f"{ok(r_only <= 0.6 * peer_redis)}")
+    out.append(cpu_line("Gateway CPU per durable first execution", get("first", ("gw",)), 5.5))
+    x = rps("first") / rps("nginx")
+    if x == x:
+        out.append(f"- Durable first-execution throughput: {rps('first'):.0f} req/s = {x:.2f}x nginx "
+                   f"(target at least 0.2x): {ok(x >= 0.2)}")
+    x = rps("first-redis") / rps("peer-first")
+    if x == x:
+        out.append(f"- First execution, Redis only: {x:.2f}x the peer's throughput (target at least 1.6x): "
+                   f"{ok(x >= 1.6)}")
+    lat = results.get("latency") or {}
+    if lat.get("direct") and lat.get("first"):
+        a99 = [r["p99_ms"] - d["p99_ms"] for r, d in zip(lat["first"], lat["direct"])]
+        out.append(f"- Durable first execution, added p99 at {LAT_RATE} req/s: {med(a99):.2f} ms (rounds: "
+                   f"{', '.join(f'{v:.2f}' for v in a99)}; target under 2 ms): {ok(med(a99) < 2)}")
+        over = []
+        for pid, *_ in LAT_PATHS:
+            for k, (r, d) in enumerate(zip(lat.get(pid) or [], lat["direct"]), 1):
+                if r["p99_ms"] - d["p99_ms"] > 10:
+                    over.append(f"{pid} round {k}: {r['p99_ms'] - d['p99_ms']:.1f} ms")
+        out.append(f"- No round of any latency path with an added p99 above 10 ms: "
+                   + (ok(True) if not over else f"**missed** ({'; '.join(over)})"))
+    out.append(f"- Soak (30 minutes, mixed, through HAProxy and two replicas, the reaper running): `make soak`, "
+               f"[BENCHMARKS.md, Soak](BENCHMARKS.md#soak)")
+    return out + [""] + render_statements(rows)
+
+
+def render_statements(rows):
+    """What each Postgres statement cost during a durable row's measured runs
+    (pg_stat_statements, reset before the runs), per request of the row."""
+    out = []
+    for rid in ("first", "first-redisclaims"):
+        r = rows.get(rid)
+        if not r or not r.get("pg_statements"):
+            continue
+        req = sum(x["requests"] for x in r["runs"] + r.get("discarded_runs", []))
+        if not req:
+            continue
+        if not out:
+            out = ["Postgres statements during the measured runs (pg_stat_statements, reset before them; "
+                   "costliest first): calls and time per request of the row, and per call the rows, "
+                   "shared buffers hit / read / dirtied, WAL records, full-page images and WAL bytes.\n",
+                   "| row | statement | calls / request | rows / call | exec µs / request | mean ms / call "
+                   "| buffers hit / read / dirtied per call | WAL records / FPI / bytes per call |",
+                   "|---|---|---:|---:|---:|---:|---|---|"]
+        for st in r["pg_statements"][:6]:
+            c = st["calls"] or 1
+            q = st["query"][:90].replace("|", "\\|") + ("…" if len(st["query"]) > 90 else "")
+            out.append(f"| {rid} | `{q}` | {st['calls'] / req:.3f} | {st['rows'] / c:.1f} | "
+                       f"{st['total_exec_time'] * 1000 / req:.1f} | {st['total_exec_time'] / c:.2f} | "
+                       f"{st['shared_blks_hit'] / c:.0f} / {st['shared_blks_read'] / c:.1f} / "
+                       f"{st['shared_blks_dirtied'] / c:.1f} | {st['wal_records'] / c:.0f} / "
+                       f"{st['wal_fpi'] / c:.1f} / {st['wal_bytes'] / c:.0f} |")
+    return out + ([""] if out else [])
+
+
 def redis_breakdown(rows):
     """Where Redis' CPU per first execution goes, from its own command statistics
     (INFO commandstats, summed over a row's runs): the calls each request costs and their
@@ -1071,6 +1201,7 @@ def render(results):
         out.append(f"| {r['label']}{bad} | {logcol} | {md['rps']:.0f} | {runs} | {ratio} | {fmt_ms(md['lat_p50_us'])} | "
                    f"{fmt_ms(md['lat_p99_us'])} | {hw} | {cores} | {per_req:.0f} |")
     out.append("")
+    out += render_durable(rows, results)
     out += render_patroni(rows, results)
     out += render_cpu(rows)
     lat = results.get("latency") or {}
@@ -1434,6 +1565,11 @@ def main():
         log("starting redis, postgres (fresh cluster, fsync on), demo-upstream, nginx (idemgate-fleet bench)")
         for part in ("redis", "postgres", "upstream", "nginx"):
             fleet("start", part)
+        if PG_RECORDS:
+            log(f"postgres: {PG_RECORDS} records in the table first (idemgate-fleet bench seed-postgres)")
+            fleet("seed-postgres", PG_RECORDS)
+        results["pg_records_before"] = int(psql("SELECT count(*) FROM idemgate_records") or 0) \
+            if PG_RECORDS else 0
         chosen = [s for s in SCENARIOS if not ONLY or s["id"] in ONLY]
         for k, s in enumerate(chosen):
             log(f"{s['id']}: {s['label']}")

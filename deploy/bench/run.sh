@@ -12,8 +12,9 @@
 # API 18031-18033, etcd 12379-12380), writes deploy/bench/results/ and regenerates the
 # table section of BENCHMARKS.md.
 #
-# Bounded: the measurement is stopped after BENCH_TIMEOUT seconds (default 1140 plus
-# QUIET_WAIT; the build before it is not counted). Every process started is stopped on
+# Bounded: the measurement is stopped after BENCH_TIMEOUT seconds (default 1740 plus
+# QUIET_WAIT: 1140 for the rows, 600 for seeding Postgres the first time a schema is
+# benched; the build before it is not counted). Every process started is stopped on
 # exit, failure, Ctrl-C or SIGTERM (`idemgate-fleet bench down` in the trap below, plus
 # bench.py's own cleanup).
 #
@@ -33,6 +34,9 @@
 #                                 cannot send a key of its own with each request)
 #   LAT_RATE=400 LAT_DURATION=8 LAT_ROUNDS=2    the fixed-rate latency phase (k6)
 #   NKEYS=5000                    stored keys the replay rows draw from
+#   PG_RECORDS=10000000           records in Postgres' table before the first row (seeded once per
+#                                 schema, then copied from a template: fleet/src/bench/seeded.rs);
+#                                 0 = an empty table
 #   PROFILE=1                     perf profiles of the replay and first-execution paths
 #   QUIET_WAIT=0                  seconds to wait for the machine to go idle before starting
 #   OTHER_MAX=0.15 RETRIES=1      a run during which other processes used more than OTHER_MAX
@@ -44,7 +48,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 STATE="$ROOT/.state/bench"
 # The time limit covers the measurement plus any QUIET_WAIT.
-BENCH_TIMEOUT="${BENCH_TIMEOUT:-$((1140 + ${QUIET_WAIT:-0}))}"
+BENCH_TIMEOUT="${BENCH_TIMEOUT:-$((1740 + ${QUIET_WAIT:-0}))}"
 PG_BIN=/usr/lib/postgresql/15/bin
 cd "$ROOT"
 

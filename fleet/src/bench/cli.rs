@@ -11,6 +11,7 @@
 //!                                              `redis-cluster` = every cluster node,
 //!                                              `patroni` = etcd and every node)
 //! bench patroni-replication sync|async         switch the running Patroni set
+//! bench seed-postgres RECORDS                  fill the records table (seeded.rs)
 //! bench down                                   stop everything
 //! bench ps                                     running parts and pids, as JSON
 //! bench h2c-load URL unique|replay ...         the h2c rows' load client (h2c_load.rs)
@@ -119,6 +120,10 @@ fn run(bench: &Bench, args: &[String]) -> Result<(), String> {
         ("patroni-replication", Some("sync")) => bench.patroni_replication(Replication::Sync)?,
         ("patroni-replication", Some("async")) => bench.patroni_replication(Replication::Async)?,
         ("start", Some("postgres")) => bench.start_postgres()?,
+        ("seed-postgres", Some(n)) => bench.seed_postgres(
+            n.parse()
+                .map_err(|_| format!("records must be a number (got '{n}')"))?,
+        )?,
         ("start", Some("upstream")) => bench.start_upstream()?,
         ("start", Some("nginx")) => bench.start_nginx()?,
         ("start", Some("peer")) => bench.start_peer()?,

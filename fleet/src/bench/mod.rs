@@ -14,7 +14,8 @@
 //!   ([`patroni`]), for the rows that write through to a highly available Postgres;
 //! - `postgres`: a fresh cluster per start (initdb), durable defaults (`fsync`,
 //!   `synchronous_commit` on), placed as `make up` places it ([`crate::local`]'s
-//!   cluster: under /var/tmp when the `postgres` account cannot reach the checkout);
+//!   cluster: under /var/tmp when the `postgres` account cannot reach the checkout),
+//!   and `seed-postgres` fills its records table to production size ([`seeded`]);
 //! - `upstream` (`demo-upstream --latency 0ms`), `nginx` (the baseline, from
 //!   `deploy/bench/nginx.conf`), `peer` ([`peer`]);
 //! - gateway replicas `gw-1..gw-N` with a row's [`GatewayOptions`], and `haproxy` in
@@ -29,6 +30,7 @@ mod gateway_config;
 mod h2c_load;
 mod patroni;
 pub mod peer;
+mod seeded;
 mod warm;
 
 use std::path::{Path, PathBuf};

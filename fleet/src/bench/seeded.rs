@@ -1,0 +1,228 @@
+//! `bench seed-postgres RECORDS`: the bench's Postgres in the state production runs in,
+//! a records table that already holds RECORDS completed records (10 million in
+//! `make bench`), with `pg_stat_statements` loaded so the driver can say what each
+//! statement costs.
+//!
+//! Seeding 10 M rows takes minutes, so the seeded cluster is kept as a template next to
+//! the bench's cluster (`pg-seeded-<records>-<schema>`, where `<schema>` is a hash of
+//! `migrations/`) and copied over the fresh cluster on the next run; a template older
+//! than [`TEMPLATE_DAYS`] days is rebuilt, so its records (expiring [`EXPIRY_DAYS`] to
+//! `EXPIRY_DAYS + 1` days after seeding) never expire during a run, and the reaper only
+//! meets the rows the run itself lets expire.
+//!
+//! The seeded rows look like the gateway's: 32-byte SHA-256 scope (100 tenants) and
+//! record id, fingerprint, a ~150-byte body and ~60 bytes of headers, `completed`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, SystemTime};
+
+use super::{ports, Bench, GatewayOptions, Res};
+use crate::local::pg::{Cluster, PG_BIN};
+
+/// A template older than this is rebuilt (its records expire later than this).
+const TEMPLATE_DAYS: u64 = 3;
+/// Seeded records expire this many days (plus up to one) after seeding.
+const EXPIRY_DAYS: u64 = 4;
+/// Rows per `INSERT` (one transaction each, so a failure loses little).
+const CHUNK: u64 = 1_000_000;
+
+impl Bench {
+    /// Makes the running bench Postgres hold at least `records` records and load
+    /// `pg_stat_statements`, from the template if a fresh one exists, else by seeding
+    /// (and then keeping the result as the template).
+    pub fn seed_postgres(&self, records: u64) -> Res {
+        let cluster = Cluster::of(&self.state);
+        if !cluster.running() {
+            return Err("seed-postgres: postgres is not running (bench start postgres)".into());
+        }
+        let template = cluster
+            .home
+            .join(format!("pg-seeded-{records}-{}", schema_hash()?));
+        if fresh(&template) {
+            eprintln!(
+                "==> postgres: copying the seeded template {}",
+                template.display()
+            );
+            cluster.stop(30);
+            replace_dir(&template, &cluster.data())?;
+            return self.restart_postgres(&cluster);
+        }
+        remove_stale_templates(&cluster.home, records);
+        self.migrate_single()?;
+        let started = std::time::Instant::now();
+        psql("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")?;
+        let have: u64 = psql("SELECT count(*) FROM idemgate_records")?
+            .parse()
+            .map_err(|e| format!("count: {e}"))?;
+        let mut at = have;
+        while at < records {
+            let n = CHUNK.min(records - at);
+            eprintln!(
+                "==> postgres: seeding records {}..{} of {records}",
+                at + 1,
+                at + n
+            );
+            psql(&insert(at + 1, at + n))?;
+            at += n;
+        }
+        psql("VACUUM (ANALYZE) idemgate_records")?;
+        psql("CHECKPOINT")?;
+        eprintln!(
+            "==> postgres: {records} records seeded in {:.0} s; keeping the template {}",
+            started.elapsed().as_secs_f64(),
+            template.display()
+        );
+        cluster.stop(60);
+        replace_dir(&cluster.data(), &template)?;
+        self.restart_postgres(&cluster)
+    }
+
+    /// Starts the bench cluster again and records its new postmaster pid.
+    fn restart_postgres(&self, cluster: &Cluster) -> Res {
+        cluster.start(ports::POSTGRES, self.ready_timeout.as_secs())?;
+        let pid = std::fs::read_to_string(cluster.data().join("postmaster.pid"))
+            .map_err(|e| e.to_string())?;
+        let pid = pid.lines().next().unwrap_or_default().trim().to_string();
+        std::fs::write(self.pidfile("postgres"), format!("{pid}\n")).map_err(|e| e.to_string())?;
+        psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")?;
+        psql("SELECT pg_stat_statements_reset()")?;
+        Ok(())
+    }
+
+    /// `idemgate migrate` against the bench's single Postgres.
+    fn migrate_single(&self) -> Res {
+        let config = self.state.join("idemgate-migrate.toml");
+        std::fs::write(&config, GatewayOptions::default().render(true))
+            .map_err(|e| e.to_string())?;
+        let out = Command::new(&self.idemgate)
+            .arg("migrate")
+            .arg("--config")
+            .arg(&config)
+            .env("NO_COLOR", "1")
+            .output()
+            .map_err(|e| format!("{}: {e}", self.idemgate.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "idemgate migrate failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The seeding statement for records `from..=to`.
+fn insert(from: u64, to: u64) -> String {
+    format!(
+        "INSERT INTO idemgate_records (scope, key_hash, route, fingerprint, state, lock_token, \
+           status, headers, body, created_at, completed_at, expires_at) \
+         SELECT sha256(convert_to('seed-tenant-' || (i % 100), 'UTF8')), \
+                sha256(int8send(i)), 'payments', sha256(int8send(-i)), 'completed', \
+                md5(i::text), 201, \
+                convert_to(repeat('x-seed-header: ' || md5(i::text) || E'\\n', 1), 'UTF8'), \
+                convert_to('{{\"id\":\"pay_' || md5(i::text) || '\",\"amount\":100,\"currency\":\"eur\",' \
+                   || '\"status\":\"succeeded\",\"ledger\":\"' || md5((-i)::text) || '\"}}', 'UTF8'), \
+                now() - interval '1 hour', now() - interval '1 hour', \
+                now() + interval '{EXPIRY_DAYS} days' + (i % 86400) * interval '1 second' \
+         FROM generate_series({from}::bigint, {to}::bigint) AS i \
+         ON CONFLICT DO NOTHING"
+    )
+}
+
+fn psql(sql: &str) -> Result<String, String> {
+    let out = Command::new(Path::new(PG_BIN).join("psql"))
+        .args(["-h", "127.0.0.1", "-p", &ports::POSTGRES.to_string()])
+        .args(["-U", "postgres", "-At", "-v", "ON_ERROR_STOP=1", "-c", sql])
+        .output()
+        .map_err(|e| format!("psql: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "psql: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// A short hash of every migration file (names and contents), so a schema change
+/// makes a new template.
+fn schema_hash() -> Result<String, String> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir("migrations")
+        .map_err(|e| format!("migrations/: {e}"))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    files.sort();
+    // FNV-1a: stable across runs and builds, which std's hasher is not.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for f in files {
+        let name = f
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let body = std::fs::read(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+        for b in name.bytes().chain(body) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    Ok(format!("{:08x}", h >> 32))
+}
+
+fn fresh(template: &Path) -> bool {
+    let max = Duration::from_secs(TEMPLATE_DAYS * 86_400);
+    template.join("PG_VERSION").exists()
+        && std::fs::metadata(template.join("PG_VERSION"))
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| SystemTime::now().duration_since(t).unwrap_or_default() < max)
+}
+
+/// Templates of other schemas or ages for the same size: gigabytes each.
+fn remove_stale_templates(home: &Path, records: u64) {
+    let prefix = format!("pg-seeded-{records}-");
+    for e in std::fs::read_dir(home).into_iter().flatten().flatten() {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            eprintln!(
+                "==> postgres: removing the old template {}",
+                e.path().display()
+            );
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// `to` becomes a copy of `from` (ownership and modes kept: `cp -a`).
+fn replace_dir(from: &Path, to: &Path) -> Res {
+    if to.exists() {
+        std::fs::remove_dir_all(to).map_err(|e| format!("{}: {e}", to.display()))?;
+    }
+    let ok = Command::new("cp")
+        .args(["-a", "--reflink=auto"])
+        .arg(from)
+        .arg(to)
+        .status()
+        .is_ok_and(|s| s.success());
+    ok.then_some(())
+        .ok_or_else(|| format!("cp -a {} {} failed", from.display(), to.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_seed_statement_covers_its_range_and_every_required_column() {
+        let sql = insert(1, 1_000_000);
+        assert!(sql.contains("generate_series(1::bigint, 1000000::bigint)"));
+        for col in [
+            "scope",
+            "key_hash",
+            "route",
+            "fingerprint",
+            "state",
+            "expires_at",
+        ] {
+            assert!(sql.contains(col), "{col}");
+        }
+    }
+}
