@@ -3,9 +3,10 @@
 //! `make bench`), with `pg_stat_statements` loaded so the driver can say what each
 //! statement costs.
 //!
-//! Seeding 10 M rows takes minutes, so the seeded cluster is kept as a template next to
-//! the bench's cluster (`pg-seeded-<records>-<schema>`, where `<schema>` is a hash of
-//! `migrations/`) and copied over the fresh cluster on the next run; a template older
+//! Seeding 10 M rows takes minutes, so the seeded cluster is kept as a template in
+//! [`TEMPLATES`] (`pg-seeded-<records>-<schema>`, where `<schema>` is a hash of
+//! `migrations/`; `bench down` removes the bench's cluster, not its templates) and copied
+//! over the fresh cluster on the next run; a template older
 //! than [`TEMPLATE_DAYS`] days is rebuilt, so its records (expiring [`EXPIRY_DAYS`] to
 //! `EXPIRY_DAYS + 1` days after seeding) never expire during a run, and the reaper only
 //! meets the rows the run itself lets expire.
@@ -20,10 +21,15 @@ use std::time::{Duration, SystemTime};
 use super::{ports, Bench, GatewayOptions, Res};
 use crate::local::pg::{Cluster, PG_BIN};
 
+/// Where seeded templates are kept (the `postgres` account reaches /var/tmp, which a
+/// checkout under a private home is not); a few GiB each.
+const TEMPLATES: &str = "/var/tmp/idemgate-bench-seeded";
 /// A template older than this is rebuilt (its records expire later than this).
 const TEMPLATE_DAYS: u64 = 3;
 /// Seeded records expire this many days (plus up to one) after seeding.
 const EXPIRY_DAYS: u64 = 4;
+/// `shared_buffers` of the seeded cluster.
+pub const SHARED_BUFFERS: &str = "1GB";
 /// Rows per `INSERT` (one transaction each, so a failure loses little).
 const CHUNK: u64 = 1_000_000;
 
@@ -36,9 +42,8 @@ impl Bench {
         if !cluster.running() {
             return Err("seed-postgres: postgres is not running (bench start postgres)".into());
         }
-        let template = cluster
-            .home
-            .join(format!("pg-seeded-{records}-{}", schema_hash()?));
+        let templates = Path::new(TEMPLATES);
+        let template = templates.join(format!("pg-seeded-{records}-{}", schema_hash()?));
         if fresh(&template) {
             eprintln!(
                 "==> postgres: copying the seeded template {}",
@@ -48,13 +53,21 @@ impl Bench {
             replace_dir(&template, &cluster.data())?;
             return self.restart_postgres(&cluster);
         }
-        remove_stale_templates(&cluster.home, records);
+        remove_stale_templates(templates, records);
+        std::fs::create_dir_all(templates).map_err(|e| format!("{TEMPLATES}: {e}"))?;
         self.migrate_single()?;
         let started = std::time::Instant::now();
         psql("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")?;
+        // A production-sized buffer cache for a table of gigabytes (the default 128 MB
+        // would hold a tenth of its primary key).
+        psql(&format!(
+            "ALTER SYSTEM SET shared_buffers = '{SHARED_BUFFERS}'"
+        ))?;
         let have: u64 = psql("SELECT count(*) FROM idemgate_records")?
             .parse()
             .map_err(|e| format!("count: {e}"))?;
+        // Indexes are built once after the rows (sorted) rather than row by row.
+        let rebuild = drop_indexes()?;
         let mut at = have;
         while at < records {
             let n = CHUNK.min(records - at);
@@ -66,6 +79,11 @@ impl Bench {
             psql(&insert(at + 1, at + n))?;
             at += n;
         }
+        eprintln!("==> postgres: building the indexes again");
+        psql(&format!(
+            "SET maintenance_work_mem = '1GB'; {}",
+            rebuild.join("; ")
+        ))?;
         psql("VACUUM (ANALYZE) idemgate_records")?;
         psql("CHECKPOINT")?;
         eprintln!(
@@ -128,6 +146,39 @@ fn insert(from: u64, to: u64) -> String {
          FROM generate_series({from}::bigint, {to}::bigint) AS i \
          ON CONFLICT DO NOTHING"
     )
+}
+
+/// Drops the records table's primary key and indexes; returns the statements that
+/// create them again, as the migrations made them (names and definitions).
+fn drop_indexes() -> Result<Vec<String>, String> {
+    const TABLE: &str = "'idemgate_records'::regclass";
+    let pk = psql(&format!(
+        "SELECT conname || '|' || pg_get_constraintdef(oid) FROM pg_constraint \
+         WHERE conrelid = {TABLE} AND contype = 'p'"
+    ))?;
+    let indexes = psql(&format!(
+        "SELECT indexname || '|' || indexdef FROM pg_indexes WHERE tablename = 'idemgate_records' \
+         AND indexname NOT IN (SELECT conname FROM pg_constraint WHERE conrelid = {TABLE})"
+    ))?;
+    let (mut drop, mut create) = (Vec::new(), Vec::new());
+    for line in pk.lines().filter(|l| !l.is_empty()) {
+        let (name, def) = line.split_once('|').ok_or("pg_constraint: no separator")?;
+        drop.push(format!(
+            "ALTER TABLE idemgate_records DROP CONSTRAINT {name}"
+        ));
+        create.push(format!(
+            "ALTER TABLE idemgate_records ADD CONSTRAINT {name} {def}"
+        ));
+    }
+    for line in indexes.lines().filter(|l| !l.is_empty()) {
+        let (name, def) = line.split_once('|').ok_or("pg_indexes: no separator")?;
+        drop.push(format!("DROP INDEX {name}"));
+        create.push(def.to_string());
+    }
+    if !drop.is_empty() {
+        psql(&drop.join("; "))?;
+    }
+    Ok(create)
 }
 
 fn psql(sql: &str) -> Result<String, String> {
