@@ -740,6 +740,10 @@ def run_scenario(s, results):
         row = dict(s, runs=runs, discarded_runs=discarded, metrics=delta(m1, m0))
         if statements:
             row["pg_statements"] = pg_statements()
+            # How many records the row's tenant held in its scope (the seeded ones included).
+            row["pg_scope_records"] = int(psql(
+                "SELECT count(*) FROM idemgate_records WHERE scope = (SELECT scope FROM idemgate_records "
+                "WHERE created_at > now() - interval '2 minutes' LIMIT 1)") or 0)
         if gws:
             row["rss_kib"] = [proc_status(p) for p in gws]
         elif s["target"] == "nginx":
@@ -1049,7 +1053,9 @@ def render_durable(rows, results):
         return (f"- {what}: {v:.1f} µs = {v / nginx:.2f}x nginx's own (target at most {limit:g}x = "
                 f"{limit * nginx:.1f} µs{extra}): {ok(v <= limit * nginx)}")
     pg = get("first", pg_parts)
-    line = cpu_line("Postgres CPU per durable first execution (all Postgres processes)", pg, 3)
+    scoped = (rows.get("first") or {}).get("pg_scope_records")
+    line = cpu_line("Postgres CPU per durable first execution (all Postgres processes)", pg, 3,
+                    f"; the row's tenant held {scoped:,} of them" if scoped else "")
     out.append(line + ("" if held >= 10_000_000 else f" (**the table held {held:,} records, not 10 M**)"))
     r_dur, r_only = get("first", redis_parts), get("first-redis", redis_parts)
     out.append(cpu_line("Redis CPU per durable first execution", r_dur, 2)

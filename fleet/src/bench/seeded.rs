@@ -11,8 +11,8 @@
 //! `EXPIRY_DAYS + 1` days after seeding) never expire during a run, and the reaper only
 //! meets the rows the run itself lets expire.
 //!
-//! The seeded rows look like the gateway's: 32-byte SHA-256 scope (100 tenants) and
-//! record id, fingerprint, a ~150-byte body and ~60 bytes of headers, `completed`.
+//! The seeded rows look like the gateway's: the scope of route `payments` for one of
+//! 91 tenants (the bench's own tenant holds one record in ten), a 32-byte record id, fingerprint, a ~150-byte body and ~60 bytes of headers, `completed`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,6 +28,10 @@ const TEMPLATES: &str = "/var/tmp/idemgate-bench-seeded";
 const TEMPLATE_DAYS: u64 = 3;
 /// Seeded records expire this many days (plus up to one) after seeding.
 const EXPIRY_DAYS: u64 = 4;
+/// Changes with what the seeded rows hold (a new template then).
+const SEED_VERSION: u32 = 2;
+/// The tenant (`Authorization`) of the bench's requests (deploy/bench/wrk.lua).
+const BENCH_TENANT: &str = "Bearer bench-tenant";
 /// `shared_buffers` of the seeded cluster.
 pub const SHARED_BUFFERS: &str = "1GB";
 /// Rows per `INSERT` (one transaction each, so a failure loses little).
@@ -43,7 +47,8 @@ impl Bench {
             return Err("seed-postgres: postgres is not running (bench start postgres)".into());
         }
         let templates = Path::new(TEMPLATES);
-        let template = templates.join(format!("pg-seeded-{records}-{}", schema_hash()?));
+        let name = format!("pg-seeded-{records}-{}-v{SEED_VERSION}", schema_hash()?);
+        let template = templates.join(name);
         if fresh(&template) {
             eprintln!(
                 "==> postgres: copying the seeded template {}",
@@ -132,10 +137,21 @@ impl Bench {
 
 /// The seeding statement for records `from..=to`.
 fn insert(from: u64, to: u64) -> String {
+    // The gateway's scope: SHA-256 of the length-prefixed route, then per scope header
+    // 1 and the length-prefixed value (src/idempotency/scope.rs). One record in ten is
+    // the bench's own tenant's, so its new keys land in a subtree of the primary key
+    // that already holds a million, as a big tenant's do.
+    let tenant = format!(
+        "CASE WHEN i % 10 = 0 THEN '{BENCH_TENANT}' ELSE 'Bearer seed-tenant-' || (i % 100) END"
+    );
+    let scope = format!(
+        "sha256(int8send(8) || convert_to('payments', 'UTF8') || '\\x01'::bytea || \
+         int8send(octet_length({tenant})::bigint) || convert_to({tenant}, 'UTF8'))"
+    );
     format!(
         "INSERT INTO idemgate_records (scope, key_hash, route, fingerprint, state, lock_token, \
            status, headers, body, created_at, completed_at, expires_at) \
-         SELECT sha256(convert_to('seed-tenant-' || (i % 100), 'UTF8')), \
+         SELECT {scope}, \
                 sha256(int8send(i)), 'payments', sha256(int8send(-i)), 'completed', \
                 md5(i::text), 201, \
                 convert_to(repeat('x-seed-header: ' || md5(i::text) || E'\\n', 1), 'UTF8'), \
