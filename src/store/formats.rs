@@ -7,13 +7,17 @@
 //! | Redis record | 2 | implied by its fields | `lua/*.lua`, [`super::redis`] |
 //! | response encoding | 1, 3 with trailers | first byte | [`crate::idempotency::replay`] |
 //! | sealed envelope | 2 | first byte | [`crate::idempotency::sealed`] |
-//! | Postgres schema | 3 | `idemgate_schema` rows | `migrations/`, [`super::postgres::migrate`] |
+//! | Postgres schema | 4 | `idemgate_schema` rows | `migrations/`, [`super::postgres::migrate`] |
 //!
 //! Redis record layouts: 1 (0.1.0 to 0.3.0) is a hash `{s, f, t, n, r}`; 2 (0.4.0)
 //! adds `w`, set by `claim.lua` when a duplicate was told "in flight", so completions
 //! and releases publish a wake-up only then. Layout 2 reads layout 1 (a record without
 //! `w` gets no wake-up: a duplicate told "in flight" by a layout-1 replica re-checks
 //! when the lease it saw runs out, or gives up at its `wait_timeout`).
+//!
+//! Postgres schema 4 (0.5.0, additive) keeps a completion's `lease_expires_at` (read
+//! only while a row is leased) and lets the claim write the record's expiry; rows of
+//! schema 3 (`lease_expires_at` NULL once completed) read the same.
 //!
 //! Response encoding 3 (0.5.0) adds the trailers: it is written only for a gRPC answer
 //! with trailers (other responses' trailers are not stored), so only for a gRPC call
@@ -62,7 +66,7 @@ pub fn all() -> [StoredFormat; 4] {
         StoredFormat {
             name: "postgres schema",
             writes: migrate::latest() as u32,
-            reads: &[3],
+            reads: &[3, 4],
         },
     ]
 }

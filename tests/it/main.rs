@@ -35,6 +35,7 @@ mod partitions;
 mod paths;
 mod pg_claims;
 mod pg_failover;
+mod pg_hot;
 mod pg_ops;
 mod pg_timeouts;
 mod pg_writer;

@@ -16,7 +16,8 @@ impl PgStore {
                 .query_opt(
                     "SELECT state, nullif(status, 0::int2), coalesce(octet_length(body), 0) + coalesce(octet_length(headers), 0),
                         (EXTRACT(EPOCH FROM (expires_at - now())) * 1000)::bigint,
-                        (EXTRACT(EPOCH FROM (lease_expires_at - now())) * 1000)::bigint,
+                        CASE WHEN state = 'leased' THEN
+                            (EXTRACT(EPOCH FROM (lease_expires_at - now())) * 1000)::bigint END,
                         completer, completer_attempts, request IS NOT NULL
                      FROM idemgate_records WHERE scope = $1 AND key_hash = $2",
                     &[&&rec.scope.as_bytes()[..], &&rec.id.as_bytes()[..]],

@@ -13,6 +13,11 @@ use crate::store::StoreError;
 /// Inserts the completed records (one per element of the arrays), or overwrites a row
 /// that is expired or leased by the same token (or whose lease ran out); returns the
 /// key of each row written. A completion by the completer's lease marks it completed.
+///
+/// The completion of a claim is a HOT update (migration 0004): it changes no indexed
+/// column. It keeps `lease_expires_at` (read only while the row is leased) and the
+/// claim's `expires_at`, which already reaches past the record's `ttl` from now (the
+/// claim wrote lease + `ttl`); a later one, e.g. after a lease extended past it, wins.
 const WRITE_THROUGH: &str = "INSERT INTO idemgate_records AS r
                            (scope, key_hash, route, fingerprint, state, lock_token, status,
                             headers, body, created_at, completed_at, expires_at)
@@ -25,8 +30,9 @@ const WRITE_THROUGH: &str = "INSERT INTO idemgate_records AS r
                            state = 'completed', lock_token = EXCLUDED.lock_token,
                            fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status,
                            headers = EXCLUDED.headers, body = EXCLUDED.body,
-                           lease_expires_at = NULL, completed_at = now(),
-                           expires_at = EXCLUDED.expires_at, request = NULL,
+                           completed_at = now(),
+                           expires_at = greatest(r.expires_at, EXCLUDED.expires_at),
+                           request = NULL,
                            completer = CASE WHEN r.state = 'leased' AND r.completer = 'running'
                                  AND r.lock_token = EXCLUDED.lock_token THEN 'completed' END
                          WHERE r.expires_at <= now()

@@ -30,7 +30,8 @@ type ClaimAnswer =
 /// Inserts leased rows, or takes over expired ones (or ones leased by the same token):
 /// one row per element of the arrays. Returns the token and new fence of each row
 /// taken; a key that is held returns nothing. A row keeps the claim's kept request
-/// (`request`, NULL without one) and lives at least `km` ms with it; `completer` is
+/// (`request`, NULL without one) and lives at least `km` ms (at least the lease and
+/// then the record's `ttl`: its completion, a HOT update, keeps that expiry); `completer` is
 /// `'running'` for the completer's takeover (which keeps counting its attempts) and
 /// NULL for a client's (which starts the count again).
 const CLAIM: &str = "INSERT INTO idemgate_records AS r
@@ -71,6 +72,9 @@ pub struct ClaimAsk {
     pub fingerprint: Fingerprint,
     pub token: String,
     pub lease: Duration,
+    /// How long the completed record lives: the row's expiry is written by the claim
+    /// (lease + `ttl`), so that the completion leaves it alone. Zero: the lease only.
+    pub ttl: Duration,
     /// The request kept with the lease for the completer, if any.
     pub keep: Option<Keep>,
 }
@@ -100,8 +104,15 @@ impl ClaimAsk {
             fingerprint: *fingerprint,
             token: token.to_string(),
             lease,
+            ttl: Duration::ZERO,
             keep: None,
         }
+    }
+
+    /// The same ask for a record that lives `ttl` once completed.
+    pub fn living(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
     }
 
     /// The same ask, keeping `keep` with the lease.
@@ -339,7 +350,11 @@ impl<'a> ClaimColumns<'a> {
                 .map(|a| a.keep.as_ref().map(|k| &k.request[..]))
                 .collect(),
             keeps: (sorted.iter())
-                .map(|a| a.keep.as_ref().map_or(0.0, |k| ms(k.keep)))
+                .map(|a| {
+                    (a.keep.as_ref())
+                        .map_or(0.0, |k| ms(k.keep))
+                        .max(ms(a.lease + a.ttl))
+                })
                 .collect(),
             completer: (sorted.iter())
                 .map(|a| (a.keep.as_ref()?.by_completer).then_some("running"))

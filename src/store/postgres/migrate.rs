@@ -2,7 +2,8 @@
 //! applied in order under a Postgres advisory lock, so replicas starting together are safe.
 //!
 //! A migration named `NNNN_name.additive.sql` only adds (tables, indexes, columns with a
-//! default or nullable) what the release before it does not read: a binary that does not
+//! default or nullable) what the release before it does not read, or replaces an index
+//! by one that serves the same queries of that release: a binary that does not
 //! know it still runs against a database that has it, so the previous release keeps
 //! (re)starting during a rolling upgrade. Any other migration newer than a binary stops
 //! that binary (`SchemaTooNew`). Migrations stay additive within a minor release
@@ -28,6 +29,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         3,
         "0003_completer.additive.sql",
         include_str!("../../../migrations/0003_completer.additive.sql"),
+    ),
+    (
+        4,
+        "0004_hot_completion.additive.sql",
+        include_str!("../../../migrations/0004_hot_completion.additive.sql"),
     ),
 ];
 

@@ -178,7 +178,8 @@ impl Stores {
         let rec = lease_ref(&lease);
         let found = if pg.durability == ClaimDurability::WriteThrough {
             let lock_ttl = route.policy.settings.lock_ttl;
-            let ask = ClaimAsk::new(rec, &lease.fingerprint, &lease.token, lock_ttl);
+            let ask = ClaimAsk::new(rec, &lease.fingerprint, &lease.token, lock_ttl)
+                .living(route.policy.settings.ttl);
             match pg.claims.claim_ask(ask.keeping(keep)).await {
                 Ok(PgClaim::Acquired { .. }) => {
                     lease.set_home(Home::Redis {
@@ -300,6 +301,7 @@ impl Stores {
                 };
                 let lock_ttl = route.policy.settings.lock_ttl;
                 let claim = ClaimAsk::new(rec, &ask.fingerprint, &ask.token, lock_ttl)
+                    .living(route.policy.settings.ttl)
                     .keeping(self.keep(route, &ask));
                 let claimed = pg.claims.claim_ask(claim).await?;
                 match claimed {
