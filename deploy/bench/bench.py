@@ -295,6 +295,32 @@ def pg_statements():
     return json.loads(psql(PG_STATEMENTS) or "[]") or []
 
 
+PG_EVENTS = """SELECT json_build_object(
+    'checkpoints', (SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter),
+    'buffers_checkpoint', (SELECT buffers_checkpoint FROM pg_stat_bgwriter),
+    'autovacuum', (SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0) FROM pg_stat_user_tables),
+    'running', (SELECT count(*) FROM pg_stat_activity
+                WHERE backend_type IN ('autovacuum worker', 'checkpointer') AND state = 'active'))"""
+
+
+def pg_events():
+    """What the bench's Postgres did in the background so far (checkpoints, autovacuum
+    and autoanalyze runs), to tell a latency outlier's cause."""
+    try:
+        return json.loads(psql(PG_EVENTS))
+    except Exception:  # the latency phase must not fail on a statistic
+        return None
+
+
+def pg_events_since(before):
+    """Checkpoints and autovacuum runs since `before` (and whether one was still going)."""
+    after = pg_events()
+    if not before or not after:
+        return None
+    return {k: after[k] - before[k] for k in ("checkpoints", "buffers_checkpoint", "autovacuum")} | \
+        {"running_after": after["running"]}
+
+
 def upstream_ledger_reset():
     req = urllib.request.Request(f"{url('upstream')}/_demo/reset", method="POST")
     urllib.request.urlopen(req, timeout=5).read()
@@ -809,8 +835,10 @@ def latency_phase(results):
                 for attempt in range(1 + RETRIES):
                     upstream_ledger_reset()
                     prefix = REPLAY_PREFIX if mode == "replay" else f"lat-{pid}-{rnd}-{attempt}"
+                    pg0 = pg_events()
                     res = run_k6(url(target, i), mode, prefix, f"{pid}-{rnd}-{attempt}", NKEYS,
                                  PEER_PATH if target == "peer" else "/v1/payments")
+                    res["pg_events"] = pg_events_since(pg0)
                     res["upstream_duplicates"] = upstream_ledger()[1]
                     log(f"  round {rnd} {pid}: p50 {res['p50_ms']:.2f} ms, p99 {res['p99_ms']:.2f} ms, "
                         f"upstream duplicates {res['upstream_duplicates']}, "
@@ -1158,6 +1186,23 @@ def redis_breakdown(rows):
     return lines
 
 
+def round_notes(rs):
+    """What ran beside each latency round of a path: a Postgres checkpoint, autovacuum or
+    autoanalyze (pg_stat_bgwriter, pg_stat_user_tables), other processes' load."""
+    notes = []
+    for k, r in enumerate(rs, 1):
+        ev, what = r.get("pg_events") or {}, []
+        if ev.get("checkpoints") or ev.get("buffers_checkpoint"):
+            what.append(f"checkpoint writing {ev.get('buffers_checkpoint', 0)} buffers")
+        if ev.get("autovacuum"):
+            what.append(f"{ev['autovacuum']} autovacuum/analyze run(s)")
+        if r.get("other_cores", 0) > OTHER_MAX:
+            what.append(f"other load {r['other_cores']:.2f} cores")
+        if what:
+            notes.append(f"round {k}: " + ", ".join(what))
+    return "; ".join(notes)
+
+
 def fmt_ms(us):
     return f"{us / 1000:.2f}"
 
@@ -1242,6 +1287,9 @@ def render(results):
                     tgt = f"< {t:g} ms: " + ("met" if med(a99) < t else f"**missed by {med(a99) - t:.2f} ms**")
             worst = max(r.get("other_cores", 0) for r in rs)
             flag = f" (**other processes used up to {worst:.2f} cores**)" if worst > OTHER_MAX else ""
+            if pid != "direct":
+                notes = round_notes(rs)
+                flag += f" (during: {notes})" if notes else ""
             dup = sum(r.get("upstream_duplicates", 0) for r in rs)
             flag += f" (**{dup} keys executed more than once**)" if dup else ""
             out.append(f"| {labels.get(pid, pid)}{flag} | {p50:.2f} | {p99:.2f} | {p999:.2f} | {add} | {tgt} | "
