@@ -44,8 +44,8 @@ export const options = {
       rate: RATE,
       timeUnit: '1s',
       duration: __ENV.DURATION || '30m',
-      preAllocatedVUs: 32,
-      maxVUs: 300,
+      preAllocatedVUs: 150,
+      maxVUs: 600,
     },
   },
 };
