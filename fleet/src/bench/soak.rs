@@ -234,7 +234,10 @@ mod tests {
         assert!(text.contains("[postgres]\nurl = \"postgres://postgres@127.0.0.1:15590/postgres\"\nreap_interval = \"30s\""));
         assert!(text.contains("[idempotency]\nttl = \"3m\""));
         assert!(text.contains("url = \"redis://127.0.0.1:16490\""));
-        assert!(!text.contains("claims"), "claims stay the default (write_through)");
+        assert!(
+            !text.contains("claims"),
+            "claims stay the default (write_through)"
+        );
     }
 
     #[test]
