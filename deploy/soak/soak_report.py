@@ -162,7 +162,8 @@ def summary(r):
             continue
         u = f" {unit}" if unit else ""
         out.append(f"| {label} | {mid:,.2f}{u} | {last:,.2f}{u} | {slope:+,.2f}{u}/h | {floor:g} "
-                   f"| {'flat' if flat else '**not flat**'} (TOL {tol:.0%}) |")
+                   f"| {'flat' if flat else '**not flat**: ' + ('grows' if slope > 0 else 'falls')} "
+                   f"(TOL {tol:.0%}) |")
     av = [int(x["autovacuum_count"]) for x in series]
     out += ["", f"Autovacuum ran {av[-1] - av[0]} times on idemgate_records during the run "
             f"(last at {series[-1]['last_autovacuum'] or 'never'} UTC).", "", "Answers checked:", "",
