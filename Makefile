@@ -1,5 +1,5 @@
 # idemgate: developer entry points. `make up` and `make test` install what is missing.
-.PHONY: up down loadtest bench test ci fuzz-smoke chaos lint deps image check-deploy upgrade-check fuzz docs
+.PHONY: up down loadtest bench soak test ci fuzz-smoke chaos lint deps image check-deploy upgrade-check fuzz docs
 
 # Start the local fleet on loopback: Redis, Postgres, the demo upstream, REPLICAS
 # gateway replicas (default 3) behind HAProxy on :8080, Prometheus on :9099;
@@ -26,6 +26,13 @@ loadtest:
 # and regenerates the table in BENCHMARKS.md; see deploy/bench/run.sh.
 bench:
 	bash deploy/bench/run.sh
+
+# Soak: SOAK_MINUTES (default 30) of mixed first executions and replays at SOAK_RATE
+# (default 300 req/s) through HAProxy to two durable replicas with the reaper running;
+# RSS, latency, the Postgres table, autovacuum and Redis sampled over time into
+# deploy/soak/results/ (summary.md, soak.png); ports of its own; see deploy/soak/run.sh.
+soak:
+	bash deploy/soak/run.sh
 
 # Install missing Debian packages, then every test that proves behaviour: the alert
 # rules (promtool), the deployment checks, and `cargo test --all-targets` (unit,

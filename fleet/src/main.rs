@@ -9,7 +9,8 @@
 //! `GRACE_SECONDS` (default 10), `GATEWAY_GRACE_SECONDS` (default 35) and
 //! `FLEET_BIN_DIR` (where `idemgate` and `demo-upstream` are; default
 //! `target/release`). Installing packages and building stay with the caller.
-//! `idemgate-fleet bench ...` is the fleet of `make bench` (see `bench/cli.rs`).
+//! `idemgate-fleet bench ...` is the fleet of `make bench` (see `bench/cli.rs`),
+//! `idemgate-fleet soak ...` the fleet of `make soak` (see `bench/soak.rs`).
 
 #![forbid(unsafe_code)]
 
@@ -63,6 +64,10 @@ fn main() -> ExitCode {
     if cmd == "bench" {
         let args: Vec<String> = std::env::args().skip(2).collect();
         return idemgate_fleet::bench::main(&args);
+    }
+    if cmd == "soak" {
+        let args: Vec<String> = std::env::args().skip(2).collect();
+        return idemgate_fleet::bench::soak::main(&args);
     }
     match run(&cmd) {
         Ok(true) => ExitCode::SUCCESS,

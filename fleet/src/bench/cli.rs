@@ -26,7 +26,7 @@ use std::process::ExitCode;
 use super::{ports, Bench, GatewayOptions};
 use crate::patroni::Replication;
 
-fn running_json(bench: &Bench) -> String {
+pub(super) fn running_json(bench: &Bench) -> String {
     let parts: Vec<String> = (bench.running().into_iter())
         .map(|(n, p)| format!("\"{n}\": {p}"))
         .collect();

@@ -21,6 +21,9 @@
 //! - gateway replicas `gw-1..gw-N` with a row's [`GatewayOptions`], and `haproxy` in
 //!   front of them (from `deploy/bench/haproxy.cfg`).
 //!
+//! `idemgate-fleet soak ...` ([`soak`]) starts the fleet of `make soak` from these parts
+//! on ports of its own.
+//!
 //! Parts are detached (own process group) and named by pid files, as `make up`'s are;
 //! [`Bench::down`] stops whatever is left (replicas first, stores last).
 
@@ -31,6 +34,7 @@ mod h2c_load;
 mod patroni;
 pub mod peer;
 mod seeded;
+pub mod soak;
 mod warm;
 
 use std::path::{Path, PathBuf};
@@ -198,6 +202,11 @@ impl Bench {
 
     /// A fresh Postgres cluster with durable defaults.
     pub fn start_postgres(&self) -> Res {
+        self.start_postgres_on(ports::POSTGRES)
+    }
+
+    /// A fresh Postgres cluster with durable defaults on `port`.
+    fn start_postgres_on(&self, port: u16) -> Res {
         let mut cluster = Cluster::of(&self.state);
         if cluster.running() {
             return Err("postgres is already running; stop it first".into());
@@ -208,14 +217,11 @@ impl Bench {
         std::fs::create_dir_all(self.state.join("raw")).map_err(|e| e.to_string())?;
         cluster.place(&self.state)?;
         cluster.init(&self.log("initdb"))?;
-        if port_open(ports::POSTGRES) {
-            return Err(format!(
-                "postgres: port 127.0.0.1:{} is in use",
-                ports::POSTGRES
-            ));
+        if port_open(port) {
+            return Err(format!("postgres: port 127.0.0.1:{port} is in use"));
         }
         eprintln!("==> starting postgres (log: {})", cluster.log().display());
-        cluster.start(ports::POSTGRES, self.ready_timeout.as_secs())?;
+        cluster.start(port, self.ready_timeout.as_secs())?;
         // pg_ctl forks the postmaster: its pid is the first line of postmaster.pid.
         let pid = std::fs::read_to_string(cluster.data().join("postmaster.pid"))
             .map_err(|e| e.to_string())?;

@@ -1,0 +1,183 @@
+"""The report of `make soak` (deploy/soak/soak.py): soak.png (one panel per series over
+time) and summary.md (the series at the start, every 5 minutes and the end; a verdict per
+series by FLAT_RULE; the answers checked), from the results dict soak.py writes to
+results.json. `render` returns whether every answer checked out."""
+
+import math
+import statistics
+from pathlib import Path
+
+FLAT_RULE = ("judged on the steady part of the run, from one ttl plus two reaper intervals on (before it "
+             "the table and Redis fill up to one ttl of records); split in thirds, a series is flat when the "
+             "median of the last third is within TOL of the median of the middle third, and the least-squares "
+             "slope over the last two thirds, projected over one hour, stays within 2 x TOL of that median; "
+             "TOL is 10% for memory, sizes and keys, 25% for latency and dead tuples (noisy on a shared "
+             "machine), with an absolute floor (the last column) below which a difference is noise")
+# column, label, unit, TOL, absolute floor
+JUDGED = [
+    ("rss_gw1_mb", "RSS replica 1", "MB", 0.10, 2.0),
+    ("rss_gw2_mb", "RSS replica 2", "MB", 0.10, 2.0),
+    ("p50_ms", "p50 of the interval", "ms", 0.25, 1.0),
+    ("p99_ms", "p99 of the interval", "ms", 0.25, 1.0),
+    ("pg_table_mb", "records table size", "MB", 0.10, 1.0),
+    ("pg_indexes_mb", "records indexes size", "MB", 0.10, 1.0),
+    ("n_live_tup", "live tuples", "", 0.10, 5000),
+    ("n_dead_tup", "dead tuples", "", 0.25, 5000),
+    ("redis_used_mb", "Redis used_memory", "MB", 0.10, 2.0),
+    ("redis_keys", "Redis keys", "", 0.10, 1000),
+]
+PANELS = [
+    ("RSS per replica (MB)", ["rss_gw1_mb", "rss_gw2_mb"]),
+    ("latency of the interval (ms)", ["p50_ms", "p99_ms"]),
+    ("answered req/s", ["rps"]),
+    ("idemgate_records size (MB)", ["pg_table_mb", "pg_indexes_mb"]),
+    ("tuples", ["n_live_tup", "n_dead_tup"]),
+    ("autovacuum runs (count)", ["autovacuum_count"]),
+    ("records reaped (total, both replicas)", ["reaped_total"]),
+    ("Redis used_memory (MB)", ["redis_used_mb"]),
+    ("Redis keys", ["redis_keys"]),
+]
+
+
+def slope_per_hour(ts, ys):
+    n = len(ts)
+    if n < 2:
+        return 0.0
+    mt, my = sum(ts) / n, sum(ys) / n
+    var = sum((t - mt) ** 2 for t in ts)
+    return 0.0 if var == 0 else sum((t - mt) * (y - my) for t, y in zip(ts, ys)) / var * 3600
+
+
+def seconds(text):
+    n, unit = int(text.rstrip("mshd")), text.lstrip("0123456789")
+    return n * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
+
+
+def steady(r):
+    """The samples from one ttl plus two reaper intervals on."""
+    s = r["settings"]
+    start = seconds(s["ttl"]) + 2 * seconds(s["reap_interval"])
+    return [x for x in r["series"] if float(x["t_s"]) >= start], start
+
+
+def verdict(series, col, tol, floor):
+    """(flat, middle median, last median, slope per hour) for one column."""
+    rows = [r for r in series if not math.isnan(float(r[col]))]
+    third = len(rows) // 3
+    if third < 2:
+        return None, None, None, None
+    middle = statistics.median(float(r[col]) for r in rows[third:2 * third])
+    last = statistics.median(float(r[col]) for r in rows[2 * third:])
+    tail = rows[third:]
+    slope = slope_per_hour([float(r["t_s"]) for r in tail], [float(r[col]) for r in tail])
+    flat = abs(last - middle) <= max(tol * abs(middle), floor) and abs(slope) <= max(2 * tol * abs(middle), floor)
+    return flat, middle, last, slope
+
+
+def plot(series, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(3, 3, figsize=(15, 10), sharex=True)
+    ts = [float(r["t_s"]) / 60 for r in series]
+    for ax, (title, cols) in zip(axes.flat, PANELS):
+        for c in cols:
+            ax.plot(ts, [float(r[c]) for r in series], label=c)
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)
+        if len(cols) > 1:
+            ax.legend(fontsize=8)
+    for ax in axes[-1]:
+        ax.set_xlabel("minutes")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def checks(r):
+    k, up = r["k6"], r["upstream"]
+    rows = [
+        ("requests answered; not sent on time (k6 had no idle VU: dropped)",
+         f"{k['requests']:,}; {k['dropped_iterations']:,}", k["dropped_iterations"] == 0),
+        ("5xx answers", f"{k['status_5xx']:,}", k["status_5xx"] == 0),
+        ("other non-201 answers, no answer", f"{k['status_other']:,}, {k['no_answer']:,}",
+         k["status_other"] == 0 and k["no_answer"] == 0),
+        ("first executions: 201 without the replay marker", f"{k['firsts_ok']:,} of {k['firsts']:,}",
+         k["firsts_ok"] == k["firsts"]),
+        ("replays: 201 with `Idempotent-Replayed: true`", f"{k['replays_ok']:,} of {k['replays']:,}",
+         k["replays_ok"] == k["replays"]),
+        ("upstream executions (demo-upstream's ledger) = first executions",
+         f"{up['executions']:,} = {k['firsts']:,}", up["executions"] == k["firsts"]),
+        ("keys executed more than once", f"{up['duplicates']:,}", up["duplicates"] == 0),
+    ]
+    return rows, all(ok for _, _, ok in rows)
+
+
+def table_rows(series):
+    """Samples at the start, every 5 minutes, and the end."""
+    picked, mark = [], 0.0
+    for r in series:
+        if float(r["t_s"]) >= mark:
+            picked.append(r)
+            mark = (float(r["t_s"]) // 300 + 1) * 300
+    if series and picked[-1] is not series[-1]:
+        picked.append(series[-1])
+    return picked
+
+
+def summary(r):
+    s, series = r["settings"], r["series"]
+    out = [f"# Soak: {s['minutes']:g} minutes of the durable default",
+           "",
+           f"Generated by `make soak` (deploy/soak/soak.py) on {r['date']}, commit `{r['commit']}`, "
+           f"{r['machine']['cpu']} ({r['machine']['cpus']} CPUs, {r['machine']['mem_gb']} GB; shared with "
+           f"other work, so latency is noisy). {s['rate']} req/s (k6, constant arrival rate) through HAProxy "
+           f"to {s['replicas']} replicas with `[postgres]` and claims {s['claims']}; {s['first_pct']}% first "
+           f"executions (fresh keys), the rest replays of keys stored 5 s to one ttl minus a minute earlier. "
+           f"Records expire after `ttl = \"{s['ttl']}\"` and the reaper runs every {s['reap_interval']}: "
+           f"the reaper deleted {series[-1]['reaped_total']:,} records during the run. Redis: warmth markers "
+           f"older than the ttl (the state production runs in). A sample every {s['interval_s']:g} s "
+           f"(series.csv).",
+           "",
+           "![the soak's series over time](soak.png)",
+           "",
+           "| min | req/s | p50 ms | p99 ms | RSS gw-1 MB | RSS gw-2 MB | table MB | indexes MB | live | dead "
+           "| autovacuums | reaped | Redis MB | Redis keys |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for x in table_rows(series):
+        out.append(f"| {float(x['t_s']) / 60:.1f} | {x['rps']} | {x['p50_ms']} | {x['p99_ms']} | {x['rss_gw1_mb']} "
+                   f"| {x['rss_gw2_mb']} | {x['pg_table_mb']} | {x['pg_indexes_mb']} | {int(x['n_live_tup']):,} "
+                   f"| {int(x['n_dead_tup']):,} | {x['autovacuum_count']} | {int(x['reaped_total']):,} "
+                   f"| {x['redis_used_mb']} | {int(x['redis_keys']):,} |")
+    judged, start = steady(r)
+    out += ["", f"Verdict per series: {FLAT_RULE}. Here: the {len(judged)} samples from minute "
+            f"{start / 60:g} on.", "",
+            "| series | middle third median | last third median | slope per hour | floor | verdict |",
+            "|---|---:|---:|---:|---:|---|"]
+    for col, label, unit, tol, floor in JUDGED:
+        flat, mid, last, slope = verdict(judged, col, tol, floor)
+        if flat is None:
+            out.append(f"| {label} | - | - | - | {floor:g} | run too short to judge |")
+            continue
+        u = f" {unit}" if unit else ""
+        out.append(f"| {label} | {mid:,.2f}{u} | {last:,.2f}{u} | {slope:+,.2f}{u}/h | {floor:g} "
+                   f"| {'flat' if flat else '**not flat**: ' + ('grows' if slope > 0 else 'falls')} "
+                   f"(TOL {tol:.0%}) |")
+    av = [int(x["autovacuum_count"]) for x in series]
+    out += ["", f"Autovacuum ran {av[-1] - av[0]} times on idemgate_records during the run "
+            f"(last at {series[-1]['last_autovacuum'] or 'never'} UTC).", "", "Answers checked:", "",
+            "| check | value | ok |", "|---|---:|---|"]
+    rows, ok = checks(r)
+    out += [f"| {name} | {value} | {'yes' if good else '**no**'} |" for name, value, good in rows]
+    out += ["", f"k6 over the whole run: p50 {r['k6']['p50_ms']:.2f} ms, p99 {r['k6']['p99_ms']:.2f} ms, "
+            f"max {r['k6']['max_ms']:.1f} ms.", ""]
+    return "\n".join(out), ok
+
+
+def render(r, out_dir):
+    out_dir = Path(out_dir)
+    plot(r["series"], out_dir / "soak.png")
+    text, ok = summary(r)
+    (out_dir / "summary.md").write_text(text)
+    return ok
