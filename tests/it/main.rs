@@ -38,6 +38,7 @@ mod pg_failover;
 mod pg_ops;
 mod pg_timeouts;
 mod pg_writer;
+mod record_format;
 mod replay;
 mod replay_policy;
 mod resharding;

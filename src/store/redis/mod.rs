@@ -53,11 +53,23 @@ use crate::config::{RedisConfig, RedisMode};
 use crate::idempotency::{Claim, RecordId, StoredRecord};
 use crate::metrics;
 
-const CLAIM_LUA: &str = include_str!("../../../lua/claim.lua");
-const COMPLETE_LUA: &str = include_str!("../../../lua/complete.lua");
-const RELEASE_LUA: &str = include_str!("../../../lua/release.lua");
-const PEEK_LUA: &str = include_str!("../../../lua/peek.lua");
-const EXTEND_LUA: &str = include_str!("../../../lua/extend.lua");
+/// A script that reads or writes a record: `lua/record.lua` (the record's layouts and
+/// the functions that read and write them), then `lua/<name>.lua`.
+macro_rules! record_script {
+    ($name:literal) => {
+        concat!(
+            include_str!("../../../lua/record.lua"),
+            include_str!(concat!("../../../lua/", $name, ".lua"))
+        )
+    };
+}
+pub(crate) use record_script;
+
+const CLAIM_LUA: &str = record_script!("claim");
+const COMPLETE_LUA: &str = record_script!("complete");
+const RELEASE_LUA: &str = record_script!("release");
+const PEEK_LUA: &str = record_script!("peek");
+const EXTEND_LUA: &str = record_script!("extend");
 const WAIT_LUA: &str = include_str!("../../../lua/wait.lua");
 
 /// What an acquired Redis claim carries.
@@ -101,6 +113,9 @@ struct Inner {
     /// marker's origin only from then on ([`RedisStore::set_vouch_after`]); `u64::MAX`
     /// (the default): the mode never uses the verdict, so the marker is not read.
     vouch_after_ms: AtomicU64,
+    /// `redis.record_format`: the ARGV flag of the scripts that write new records,
+    /// `"hash"` (the previous layout) or `"string"`.
+    record_format: &'static str,
     claim: Script,
     complete: Script,
     release: Script,
@@ -146,6 +161,7 @@ impl RedisStore {
                     "PUBLISH"
                 },
                 vouch_after_ms: AtomicU64::new(u64::MAX),
+                record_format: config.record_format.as_str(),
                 claim: Script::from_lua(CLAIM_LUA),
                 complete: Script::from_lua(COMPLETE_LUA),
                 release: Script::from_lua(RELEASE_LUA),
