@@ -2,22 +2,30 @@
 //! as a hash are claimed, replayed, completed, released, extended, peeked and deleted
 //! by this release's scripts; `redis.record_format = "hash"` writes records the
 //! previous release's scripts read; the string layout keeps its TTL when a waiter
-//! marks it. The previous release's scripts are read from git (commit `PREVIOUS`).
+//! marks it. The previous release's scripts are read from git.
 
 use fred::prelude::{Client, ClientLike, KeysInterface, LuaInterface, Value};
 
 use crate::support::RedisServer;
 
-/// The last commit whose scripts wrote records as hashes only.
-const PREVIOUS: &str = "f485b03";
-
-/// The previous release's `lua/<name>.lua`.
+/// The previous release's `lua/<name>.lua`, from the commit `make upgrade-check` builds
+/// (`deploy/upgrade/base-commit`; fetched if a shallow clone lacks it).
 fn old(name: &str) -> String {
-    let out = std::process::Command::new("git")
-        .args(["show", &format!("{PREVIOUS}:lua/{name}.lua")])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("git runs");
+    let root = env!("CARGO_MANIFEST_DIR");
+    let base = std::fs::read_to_string(format!("{root}/deploy/upgrade/base-commit")).unwrap();
+    let base = base.trim();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(root)
+            .output();
+        out.expect("git runs")
+    };
+    let mut out = git(&["show", &format!("{base}:lua/{name}.lua")]);
+    if !out.status.success() {
+        git(&["fetch", "--quiet", "--depth=1", "origin", base]);
+        out = git(&["show", &format!("{base}:lua/{name}.lua")]);
+    }
     assert!(out.status.success(), "git show: {out:?}");
     String::from_utf8(out.stdout).unwrap()
 }
@@ -36,7 +44,7 @@ fn response() -> Vec<u8> {
 
 /// claim.lua: the reply as (tag, second item as bytes).
 async fn claim(c: &Client, script: &str, rec: &str, token: &str, extra: &[&str]) -> Vec<Value> {
-    let keys = vec![rec.to_string(), format!("{rec}:n")];
+    let keys = vec![rec.to_string(), format!("{rec}:n"), format!("{rec}:m")];
     let mut args: Vec<Value> = vec![
         bytes::Bytes::from_static(FP).into(),
         token.into(),
@@ -85,7 +93,7 @@ async fn records_the_previous_release_wrote_work_with_this_ones_scripts() {
     assert!(replay[2].as_i64().unwrap() > 50_000, "its ttl: {replay:?}");
     let other: Vec<Value> = (c.eval(
         new("claim"),
-        vec![done, "{done}:n"],
+        vec![done, "{done}:n", "{done}:m"],
         vec!["another fingerprint", "t3", "5000", "60000", "0"],
     ))
     .await
@@ -162,10 +170,7 @@ async fn the_hash_setting_writes_records_the_previous_release_reads() {
     let old_same = claim(&c, &old("claim"), rec, "t1", &[]).await;
     assert_eq!((tag(&old_same), &old_same[1]), ("A".into(), &first[1]));
     assert_eq!(tag(&claim(&c, &old("claim"), rec, "t2", &[]).await), "I");
-    assert_eq!(
-        complete(&c, &new("complete"), rec, "t1", &hash).await,
-        1
-    );
+    assert_eq!(complete(&c, &new("complete"), rec, "t1", &hash).await, 1);
     assert_eq!(kind(&c, rec).await, "hash");
     let replay = claim(&c, &old("claim"), rec, "t3", &[]).await;
     assert_eq!(
