@@ -27,19 +27,14 @@ local function rec_get(k)
   if not v then
     return nil
   end
-  local at = 3
-  local function field()
-    local len = string.byte(v, at)
-    local s = string.sub(v, at + 1, at + len)
-    at = at + 1 + len
-    return s
-  end
-  local f = field()
-  local t = field()
-  local n = field()
-  local rec = {s = string.sub(v, 1, 1), f = f, t = t, n = n, w = string.byte(v, 2) == 49}
+  local byte, sub = string.byte, string.sub
+  local a = 4 + byte(v, 3)
+  local b = a + 1 + byte(v, a)
+  local c = b + 1 + byte(v, b)
+  local rec = {s = sub(v, 1, 1), w = byte(v, 2) == 49, f = sub(v, 4, a - 1),
+    t = sub(v, a + 1, b - 1), n = sub(v, b + 1, c - 1)}
   if rec.s == 'C' then
-    rec.r = string.sub(v, at)
+    rec.r = sub(v, c)
   end
   return rec
 end
