@@ -255,3 +255,43 @@ async fn string_records_keep_their_ttl_and_skip_the_fence_key_when_asked() {
     assert_eq!((tag(&reply), reply[1].as_i64()), ("A".into(), Some(0)));
     assert_eq!(c.exists::<i64, _>("{nf}:n").await.unwrap(), 0);
 }
+
+/// With write-through claims the fencing token forwarded is the one Postgres' row holds
+/// (every forwarded claim holds one there), growing per key across releases, and Redis
+/// keeps no fence key.
+#[tokio::test]
+async fn write_through_claims_forward_postgres_fence_and_keep_no_redis_fence_key() {
+    let (redis, pg, upstream, app) =
+        crate::support::durable_stack("claims = \"write_through\"", "").await;
+    upstream.push_statuses(&[503, 503]);
+    for _ in 0..3 {
+        app.post("fenced", "{}").send().await.unwrap();
+    }
+    assert_eq!(
+        upstream.executions(),
+        3,
+        "two releases, then a stored answer"
+    );
+    let fences: Vec<i64> = (upstream.seen().iter())
+        .map(|s| {
+            s.headers["idempotency-fencing-token"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(fences[0] < fences[1] && fences[1] < fences[2], "{fences:?}");
+    let row: i64 = (pg.client().await)
+        .query_one("SELECT fence FROM idemgate_records", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(row, fences[2], "the token forwarded is Postgres'");
+    let keys = redis.keys().await;
+    assert!(
+        !keys.iter().any(|k| k.ends_with(":n")),
+        "a fence key: {keys:?}"
+    );
+    assert_eq!(redis.records().await.len(), 1);
+}
