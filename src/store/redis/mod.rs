@@ -295,17 +295,21 @@ impl RedisStore {
 
     /// What Redis holds for a record key (admin API; not on the request path).
     pub async fn inspect(&self, key: &str) -> Result<Option<RedisRecord>, StoreError> {
+        // Either layout (`lua/record.lua`): `{state, ttl ms, response bytes}` or nil.
+        const INSPECT_LUA: &str = concat!(
+            include_str!("../../../lua/record.lua"),
+            "local v = rec_get(KEYS[1]) if not v then return false end\n",
+            "return {v.s, redis.call('PTTL', KEYS[1]), v.r and #v.r or 0}\n"
+        );
         let client = self.inner.lanes.for_key(key);
-        let state: Option<String> = client.custom(fred::cmd!("HGET"), vec![key, "s"]).await?;
-        let Some(state) = state else {
-            return Ok(None);
-        };
-        let ttl_ms: i64 = client.pttl(key).await?;
-        let bytes: i64 = client.custom(fred::cmd!("HSTRLEN"), vec![key, "r"]).await?;
-        Ok(Some(RedisRecord {
+        let script = Script::from_lua(INSPECT_LUA);
+        let reply: Option<(String, i64, i64)> = (script)
+            .evalsha_with_reload(client, key, Vec::<Value>::new())
+            .await?;
+        Ok(reply.map(|(state, ttl_ms, stored_bytes)| RedisRecord {
             completed: state == "C",
             ttl_ms,
-            stored_bytes: bytes,
+            stored_bytes,
         }))
     }
 }
