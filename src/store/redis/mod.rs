@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::prelude::{ClientLike, Error as FredError, KeysInterface, Pool, Value};
+use fred::prelude::{ClientLike, Error as FredError, Pool, Value};
 use fred::types::scripts::Script;
 
 use self::lanes::Lanes;
