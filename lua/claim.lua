@@ -2,14 +2,18 @@
 -- KEYS[1] record key, KEYS[2] fence key (same hash tag), KEYS[3] warmth marker of the
 -- record's hash slot (same slot, see src/store/slots.rs).
 -- ARGV[1] fingerprint, ARGV[2] lock token, ARGV[3] lease in ms, ARGV[4] fence key ttl in ms,
--- ARGV[5] the age (ms) from which the marker vouches for this shard (the longest ttl).
+-- or "0": no fence key (write-through claims: Postgres' fence is the fencing token, and
+-- the record carries "0"), ARGV[5] the age (ms) from which the marker vouches for this
+-- shard (the longest ttl), ARGV[6] "hash" to write a new record in the previous layout
+-- (`redis.record_format`; anything else or nothing: one string).
 -- KEYS[3] is given only where the gateway's mode uses the verdict (`[postgres]` with
 -- claims in Redis: not Redis alone, not write-through claims); without it the marker is
 -- not read.
--- Record: a hash {s = "L" (leased) | "C" (completed), f = fingerprint, t = token,
---                 n = fencing token, r = response, w = "1" once a duplicate was told
---                 "in flight" (it may be waiting: complete.lua and release.lua publish
---                 the wake-up only then)}.
+-- Record: see record.lua (prepended): s = "L" (leased) | "C" (completed), f = fingerprint,
+-- t = token, n = fencing token, r = response, w = once a duplicate was told "in flight"
+-- (it may be waiting: complete.lua and release.lua publish the wake-up only then).
+-- Commands of a first claim: GET, TIME, SET fence ... GET, SET record (GET and SET
+-- only without the fence key and the marker).
 -- Marker: "<since ms>", Redis' clock when this slot was first seen without a valid
 -- marker (new, restarted, flushed, reset by a replica that knows Redis lacks a record).
 -- It vouches only in the server process that wrote it: a copy (replicated to a replica
@@ -37,10 +41,10 @@ local function mark(since_ms)
   redis.set_repl(redis.REPL_ALL)
 end
 local function marker_age(now_us)
-  local now_ms = math.floor(now_us / 1000)
   if not KEYS[3] then
     return 0
   end
+  local now_ms = math.floor((now_us or clock_us()) / 1000)
   local m = redis.call('GET', KEYS[3])
   local since = tonumber(m)
   if since then
@@ -60,37 +64,40 @@ local function marker_age(now_us)
   mark(now_ms)
   return 0
 end
-local v = redis.call('HMGET', rec, 's', 'f', 't', 'n', 'w')
-if not v[1] then
+local v = rec_get(rec)
+if not v then
   -- Fencing token: grows per key across takeovers, and across a lost fence key too
   -- (it is at least Redis' clock in microseconds; takeovers are a lease apart).
   -- max(previous + 1, now): the clock is written with SET ... GET (Redis 6.2+), and
   -- only if it is not past the previous token (a clock behind it) written again.
-  local now_us = clock_us()
-  local ns = string.format('%d', now_us)
-  local prev = redis.call('SET', KEYS[2], ns, 'PX', ARGV[4], 'GET')
-  if prev and tonumber(prev) >= now_us then
-    ns = string.format('%d', tonumber(prev) + 1)
-    redis.call('SET', KEYS[2], ns, 'PX', ARGV[4])
+  local now_us = nil
+  local ns = '0'
+  if ARGV[4] ~= '0' then
+    now_us = clock_us()
+    ns = string.format('%d', now_us)
+    local prev = redis.call('SET', KEYS[2], ns, 'PX', ARGV[4], 'GET')
+    if prev and tonumber(prev) >= now_us then
+      ns = string.format('%d', tonumber(prev) + 1)
+      redis.call('SET', KEYS[2], ns, 'PX', ARGV[4])
+    end
   end
-  redis.call('HSET', rec, 's', 'L', 'f', ARGV[1], 't', ARGV[2], 'n', ns)
-  redis.call('PEXPIRE', rec, ARGV[3])
+  rec_put(rec, ARGV[6] == 'hash', false, 'L', false, ARGV[1], ARGV[2], ns, nil, ARGV[3])
   return {'A', ns, marker_age(now_us)}
 end
-if v[2] ~= ARGV[1] then
+if v.f ~= ARGV[1] then
   return {'M'}
 end
-if v[1] == 'C' then
-  return {'C', redis.call('HGET', rec, 'r'), redis.call('PTTL', rec)}
+if v.s == 'C' then
+  return {'C', v.r, redis.call('PTTL', rec)}
 end
-if v[3] == ARGV[2] then
+if v.t == ARGV[2] then
   -- Our own claim, re-sent after a dropped connection: still ours.
-  return {'A', v[4], marker_age(clock_us())}
+  return {'A', v.n, marker_age(nil)}
 end
 -- Told "in flight": this caller may wait for the holder. Marked in the same atomic step,
 -- so a completion or release after this reply publishes (a waiter subscribes before it
 -- claims), and one before it was seen by this claim.
-if not v[5] then
-  redis.call('HSET', rec, 'w', '1')
+if not v.w then
+  rec_mark_waited(rec, v)
 end
 return {'I', redis.call('PTTL', rec)}

@@ -2,26 +2,28 @@
 -- and wake the duplicates that may be waiting for it.
 -- KEYS[1] record key; ARGV[1] lock token, ARGV[2] encoded response, ARGV[3] ttl in ms,
 -- ARGV[4] fingerprint, ARGV[5] completion channel, ARGV[6] 'PUBLISH', or 'SPUBLISH' in a
--- cluster (sharded pub/sub: the channel has the record's hash tag, so its slot).
+-- cluster (sharded pub/sub: the channel has the record's hash tag, so its slot),
+-- ARGV[7] "hash" to write the previous layout (`redis.record_format`; see record.lua,
+-- prepended), anything else or nothing: one string (a hash record is rewritten as one).
 -- The wake-up is published only when the record says a duplicate was told "in flight"
 -- (w, set by claim.lua), or when the record had expired (who saw it is unknown).
+-- Commands of a completion: GET, SET (+ PUBLISH when waited for).
 -- Reply: 1 stored (also: already stored by this token, or the record had expired and
 -- nobody else had claimed it) | 0 lease lost (another token holds or completed it).
 local rec = KEYS[1]
-local v = redis.call('HMGET', rec, 's', 't', 'w')
-if not v[1] then
-  redis.call('HSET', rec, 's', 'C', 'f', ARGV[4], 't', ARGV[1], 'r', ARGV[2])
-  redis.call('PEXPIRE', rec, ARGV[3])
+local hash = ARGV[7] == 'hash'
+local v = rec_get(rec)
+if not v then
+  rec_put(rec, hash, false, 'C', false, ARGV[4], ARGV[1], '', ARGV[2], ARGV[3])
   redis.call(ARGV[6], ARGV[5], 'C')
   return 1
 end
-if v[2] ~= ARGV[1] then
+if v.t ~= ARGV[1] then
   return 0
 end
-if v[1] == 'L' then
-  redis.call('HSET', rec, 's', 'C', 'r', ARGV[2])
-  redis.call('PEXPIRE', rec, ARGV[3])
-  if v[3] then
+if v.s == 'L' then
+  rec_put(rec, hash, not v.hash, 'C', v.w, v.f, v.t, v.n or '', ARGV[2], ARGV[3])
+  if v.w then
     redis.call(ARGV[6], ARGV[5], 'C')
   end
 end

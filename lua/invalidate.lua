@@ -1,14 +1,15 @@
 -- idemgate invalidate: the admin API's delete, refused while a lease is held. The check
 -- and the DEL are one script, so a claim cannot land between them.
 -- KEYS[1] record key; ARGV[1] "1" to delete a leased record too (force), else "0".
+-- Either layout (record.lua, prepended).
 -- Reply: {"D"} deleted (completed, or leased and forced) | {"L", remaining_ms} leased,
 -- nothing deleted | {"A"} absent.
 local rec = KEYS[1]
-local s = redis.call('HGET', rec, 's')
-if not s then
+local v = rec_get(rec)
+if not v then
   return {'A'}
 end
-if s ~= 'C' and ARGV[1] ~= '1' then
+if v.s ~= 'C' and ARGV[1] ~= '1' then
   return {'L', redis.call('PTTL', rec)}
 end
 redis.call('DEL', rec)

@@ -2,16 +2,17 @@
 -- and wake the duplicates that may be waiting on it (one of them may now take the key):
 -- published only when a duplicate was told "in flight" (w, set by claim.lua).
 -- KEYS[1] record key; ARGV[1] lock token, ARGV[2] completion channel, ARGV[3] 'PUBLISH',
--- or 'SPUBLISH' in a cluster (sharded pub/sub, in the record's slot).
+-- or 'SPUBLISH' in a cluster (sharded pub/sub, in the record's slot). Either layout
+-- (record.lua, prepended).
 -- Reply: 1 released (or already gone) | 0 not ours (completed, or leased by another token).
 local rec = KEYS[1]
-local v = redis.call('HMGET', rec, 's', 't', 'w')
-if not v[1] then
+local v = rec_get(rec)
+if not v then
   return 1
 end
-if v[1] == 'L' and v[2] == ARGV[1] then
+if v.s == 'L' and v.t == ARGV[1] then
   redis.call('DEL', rec)
-  if v[3] then
+  if v.w then
     redis.call(ARGV[3], ARGV[2], 'R')
   end
   return 1

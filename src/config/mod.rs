@@ -66,7 +66,7 @@ pub use keys::{EncryptionKeys, KeyMaterial, KeyringError, KEY_LEN, MAX_ID_LEN};
 pub use load::ENV_PREFIX;
 pub use pointer::{JsonPointer, PointerError, Segment};
 pub use postgres::{ClaimDurability, LookupOnMiss, PostgresConfig};
-pub use redis::{RedisConfig, ReplayCacheConfig};
+pub use redis::{RecordFormat, RedisConfig, ReplayCacheConfig};
 pub use routes::{RouteConfig, UpstreamProtocol};
 pub use runtime::{worker_share, Runtime, Workers};
 pub use server::{AdminConfig, LogConfig, LogFormat, ServerConfig};

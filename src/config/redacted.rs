@@ -42,6 +42,7 @@ impl fmt::Debug for RedisConfig {
             wait_timeout,
             password_file,
             tls,
+            record_format,
         } = self;
         f.debug_struct("RedisConfig")
             .field("mode", mode)
@@ -57,6 +58,7 @@ impl fmt::Debug for RedisConfig {
             .field("wait_timeout", wait_timeout)
             .field("password_file", password_file)
             .field("tls", tls)
+            .field("record_format", record_format)
             .finish()
     }
 }

@@ -61,6 +61,33 @@ pub struct RedisConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub password_file: Option<std::path::PathBuf>,
     pub tls: RedisTls,
+    /// How new records are written: `string` (one string with its expiry: fewer Redis
+    /// commands per request) or `hash` (the layout of the previous release, whose
+    /// replicas can read only that). Records of both layouts are read either way. Use
+    /// `hash` for the duration of a rolling upgrade from the previous release, then
+    /// switch to `string` once every replica runs this one (CHANGELOG.md).
+    pub record_format: RecordFormat,
+}
+
+/// `redis.record_format`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordFormat {
+    /// One string with its expiry (`SET ... PX`), read with one `GET`.
+    #[default]
+    String,
+    /// A hash `{s, f, t, n, r, w}` with `PEXPIRE`: the previous release's layout.
+    Hash,
+}
+
+impl RecordFormat {
+    /// The flag the scripts take.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::String => "string",
+            Self::Hash => "hash",
+        }
+    }
 }
 
 impl Default for RedisConfig {
@@ -79,6 +106,7 @@ impl Default for RedisConfig {
             wait_timeout: replication::DEFAULT_WAIT_TIMEOUT,
             password_file: None,
             tls: RedisTls::default(),
+            record_format: RecordFormat::String,
         }
     }
 }

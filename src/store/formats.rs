@@ -4,7 +4,7 @@
 //!
 //! | format | version | carried by | where |
 //! |---|---|---|---|
-//! | Redis record | 2 | implied by its fields | `lua/*.lua`, [`super::redis`] |
+//! | Redis record | 3 (2 with `redis.record_format = "hash"`) | the key's type; a string's first byte | `lua/record.lua`, [`super::redis`] |
 //! | response encoding | 1, 3 with trailers | first byte | [`crate::idempotency::replay`] |
 //! | sealed envelope | 2 | first byte | [`crate::idempotency::sealed`] |
 //! | Postgres schema | 4 | `idemgate_schema` rows | `migrations/`, [`super::postgres::migrate`] |
@@ -13,7 +13,22 @@
 //! adds `w`, set by `claim.lua` when a duplicate was told "in flight", so completions
 //! and releases publish a wake-up only then. Layout 2 reads layout 1 (a record without
 //! `w` gets no wake-up: a duplicate told "in flight" by a layout-1 replica re-checks
-//! when the lease it saw runs out, or gives up at its `wait_timeout`).
+//! when the lease it saw runs out, or gives up at its `wait_timeout`). Layout 3 (0.5.0)
+//! is one string with the record's expiry, read with one `GET` and written with one
+//! `SET ... PX`, so each script runs fewer Redis commands:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 1 | state, also the layout's tag: `L` leased, `C` completed |
+//! | 1 | `w`: `1` once a duplicate was told "in flight", else `0` (`SETRANGE` flips it, keeping the TTL) |
+//! | 1 + len | fingerprint (32 raw bytes), after one byte holding its length |
+//! | 1 + len | lock token, likewise |
+//! | 1 + len | fencing token (decimal; `0` when the claim kept no fence key), likewise |
+//! | rest | the encoded response (empty while leased) |
+//!
+//! Layout 3 reads layout 2 (a `GET` answers `WRONGTYPE` only for a hash: then `HMGET`).
+//! The previous release reads hashes only, so layout 2 is still written while
+//! `redis.record_format = "hash"` says so, for the length of a rolling upgrade.
 //!
 //! Postgres schema 4 (0.5.0, additive) keeps a completion's `lease_expires_at` (read
 //! only while a row is leased) and lets the claim write the record's expiry; rows of
@@ -34,8 +49,9 @@ use crate::idempotency::sealed::SEALED_VERSION;
 
 use super::postgres::migrate;
 
-/// The Redis record layout this binary writes.
-pub const REDIS_RECORD: u32 = 2;
+/// The Redis record layout this binary writes by default (`redis.record_format = "hash"`
+/// writes 2).
+pub const REDIS_RECORD: u32 = 3;
 
 /// One stored format: the version this binary writes and the versions it reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +67,7 @@ pub fn all() -> [StoredFormat; 4] {
         StoredFormat {
             name: "redis record",
             writes: REDIS_RECORD,
-            reads: &[1, 2],
+            reads: &[1, 2, 3],
         },
         StoredFormat {
             name: "response encoding",
@@ -71,7 +87,7 @@ pub fn all() -> [StoredFormat; 4] {
     ]
 }
 
-/// `redis record 2 (reads 1-2), response encoding 1, ...`: one line per format.
+/// `redis record 3 (reads 1-3), response encoding 1, ...`: one line per format.
 pub fn summary() -> String {
     let mut out = String::from("stored formats:");
     for format in all() {
@@ -96,7 +112,7 @@ mod tests {
         }
         let text = summary();
         for name in [
-            "redis record 2 (reads 1, 2)",
+            "redis record 3 (reads 1, 2, 3)",
             "response encoding 1 (reads 1, 3)",
             "sealed envelope 2",
         ] {

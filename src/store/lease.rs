@@ -177,6 +177,14 @@ impl Lease {
         }
     }
 
+    /// The fencing token, once a second tier issued the one that counts (write-through
+    /// claims: Postgres').
+    pub(super) fn set_fence(&mut self, fence: i64) {
+        if let Some(held) = self.held.as_mut() {
+            held.fence = fence;
+        }
+    }
+
     /// Settles the lease by hand: the caller takes over settling what it holds.
     pub(super) fn into_held(mut self) -> Held {
         self.held

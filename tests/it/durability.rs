@@ -205,13 +205,7 @@ async fn write_through_claims_keep_a_completion_that_redis_refused() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let key = redis.records().await.pop().unwrap();
     let admin = redis.client().await;
-    let _: fred::prelude::Value = fred::prelude::ClientLike::custom(
-        &admin,
-        fred::cmd!("HSET"),
-        vec![key.as_str(), "s", "L", "t", "someone-else"],
-    )
-    .await
-    .unwrap();
+    (redis.set_record_fields(&key, &[("s", b"L"), ("t", b"someone-else")])).await;
     let (status, _, body) = read(first.await.unwrap().unwrap()).await;
     assert_eq!(status, 201);
     let _: i64 = fred::prelude::KeysInterface::del(&admin, key.as_str())

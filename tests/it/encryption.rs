@@ -6,7 +6,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use fred::prelude::{ClientLike, Value};
 
 use crate::support::{
     comparable, config, eventually, problem_code, read, MockUpstream, PgServer, RedisServer,
@@ -67,19 +66,11 @@ async fn record_key(redis: &RedisServer) -> String {
 }
 
 async fn hget(redis: &RedisServer, key: &str) -> Bytes {
-    let client = redis.client().await;
-    let raw: Bytes = (client.custom(fred::cmd!("HGET"), vec![key, "r"]))
-        .await
-        .unwrap();
-    let _ = client.quit().await;
-    raw
+    redis.record_field(key, "r").await.unwrap()
 }
 
 async fn hset(redis: &RedisServer, key: &str, raw: Bytes) {
-    let client = redis.client().await;
-    let args: Vec<Value> = vec![key.into(), "r".into(), Value::Bytes(raw)];
-    let _: i64 = client.custom(fred::cmd!("HSET"), args).await.unwrap();
-    let _ = client.quit().await;
+    redis.set_record_fields(key, &[("r", &raw)]).await;
 }
 
 /// (status, headers, body) of the one row in Postgres.

@@ -139,8 +139,8 @@ async fn complete_then_fail_over(wait_replicas: u32) -> (Duration, bool) {
     pair.link.hold(true);
     release.abort();
     pair.fail_over();
-    let state = pair.replica.cli(&["HGET", &k, "s"]);
-    (took, state.trim() == "C")
+    let state = pair.replica.record_field(&k, "s").await;
+    (took, state.as_deref() == Some(b"C".as_slice()))
 }
 
 #[tokio::test]

@@ -82,10 +82,22 @@ async fn a_late_completion_is_stored_when_nobody_took_the_key_over() {
 async fn scripts_are_safe_to_resend_with_the_same_token() {
     let redis = RedisServer::start();
     let client = redis.client().await;
-    let claim = include_str!("../../lua/claim.lua");
-    let complete = include_str!("../../lua/complete.lua");
-    let release = include_str!("../../lua/release.lua");
-    let extend = include_str!("../../lua/extend.lua");
+    let claim = concat!(
+        include_str!("../../lua/record.lua"),
+        include_str!("../../lua/claim.lua")
+    );
+    let complete = concat!(
+        include_str!("../../lua/record.lua"),
+        include_str!("../../lua/complete.lua")
+    );
+    let release = concat!(
+        include_str!("../../lua/record.lua"),
+        include_str!("../../lua/release.lua")
+    );
+    let extend = concat!(
+        include_str!("../../lua/record.lua"),
+        include_str!("../../lua/extend.lua")
+    );
     let keys = || vec!["{r}", "{r}:n", "warm-since"];
     let reply = |v: &Value| match v {
         Value::Array(items) => (

@@ -39,6 +39,7 @@ mod pg_hot;
 mod pg_ops;
 mod pg_timeouts;
 mod pg_writer;
+mod record_format;
 mod replay;
 mod replay_policy;
 mod resharding;

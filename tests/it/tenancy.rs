@@ -91,7 +91,8 @@ async fn cookies_go_to_the_first_client_only() {
     // Nor stored: Redis holds no cookie for anyone to read.
     let records = redis.records().await;
     assert_eq!(records.len(), 1);
-    let stored = redis.cli(&["HGET", &records[0], "r"]).to_ascii_lowercase();
+    let stored = String::from_utf8_lossy(&redis.record_field(&records[0], "r").await.unwrap())
+        .to_ascii_lowercase();
     assert!(
         stored.contains("x-execution"),
         "the stored response: {stored}"

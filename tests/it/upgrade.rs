@@ -8,7 +8,11 @@
 //! version replays byte-identical from the other, from Redis and (after Redis lost
 //! everything) from Postgres, sealed with `[encryption]`; concurrent duplicates through
 //! the load balancer run the upstream once per key; duplicates waiting on one replica
-//! are woken by a completion on the other (well before `wait_timeout`).
+//! are woken by a completion on the other (well before `wait_timeout`). The current
+//! binary runs with `redis.record_format = "hash"` beside the previous one, as the
+//! upgrade step says, and every record in Redis is then a hash (the only layout the
+//! previous release reads); once only current replicas run, on the default "string",
+//! they replay the records both versions wrote and write strings.
 //!
 //! The configuration is one file both binaries accept: `check-config` of each is run on
 //! it first, so a schema change between the two fails here, naming the key, instead of
@@ -27,6 +31,8 @@ const CURRENT: &str = env!("CARGO_BIN_EXE_idemgate");
 /// How long the upstream takes: duplicates sent together overlap the first execution.
 const UPSTREAM_DELAY: Duration = Duration::from_millis(400);
 const WAIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The `[redis]` line of a current replica beside a previous one (the upgrade step).
+const HASH: &str = "record_format = \"hash\"\n";
 
 type Answer = (u16, HeaderMap, bytes::Bytes);
 
@@ -47,7 +53,13 @@ struct Fleet {
 }
 
 impl Fleet {
-    async fn start(redis: &RedisServer, pg: &PgServer, upstream: &MockUpstream) -> Self {
+    /// One replica per `(binary, extra [redis] lines)`, started in that order.
+    async fn start(
+        redis: &RedisServer,
+        pg: &PgServer,
+        upstream: &MockUpstream,
+        bins: &[(&Path, &str)],
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let key = dir.path().join("k1");
         let material: Vec<u8> = (0..32u8)
@@ -59,17 +71,13 @@ impl Fleet {
             .timeout(Duration::from_secs(30))
             .build()
             .unwrap();
-        let previous = previous_binary();
         let mut replicas = Vec::new();
-        for (index, bin) in [previous.as_path(), Path::new(CURRENT)]
-            .into_iter()
-            .enumerate()
-        {
+        for (index, &(bin, redis_extra)) in bins.iter().enumerate() {
             let (port, admin) = (free_port(), free_port());
             let config = dir.path().join(format!("replica{index}.toml"));
             std::fs::write(
                 &config,
-                replica_toml(port, admin, redis, pg, upstream, &key),
+                replica_toml(port, admin, (redis, redis_extra), pg, upstream, &key),
             )
             .unwrap();
             accepted_by(bin, &config);
@@ -142,7 +150,7 @@ impl Fleet {
 fn replica_toml(
     port: u16,
     admin: u16,
-    redis: &RedisServer,
+    (redis, redis_extra): (&RedisServer, &str),
     pg: &PgServer,
     upstream: &MockUpstream,
     key: &Path,
@@ -151,7 +159,7 @@ fn replica_toml(
         "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
          shutdown_grace = \"2s\"\n\
          [replay_cache]\nmax_bytes = 0\n\
-         [redis]\nurl = \"{}\"\ncommand_timeout = \"2s\"\n\
+         [redis]\nurl = \"{}\"\ncommand_timeout = \"2s\"\n{}\
          {}\
          [idempotency]\nscope_headers = [\"X-Tenant-Id\"]\nin_flight = \"wait\"\n\
          wait_timeout = \"{}s\"\nlock_ttl = \"30s\"\nreplay_set_cookie = true\n\
@@ -159,6 +167,7 @@ fn replica_toml(
          [[routes]]\nname = \"payments\"\npath_prefix = \"/v1/\"\nupstream = \"{}\"\n\
          upstream_timeout = \"10s\"\n",
         redis.url(),
+        redis_extra,
         pg.section("claims = \"redis\"\nlookup_on_miss = \"always\""),
         WAIT_TIMEOUT.as_secs(),
         key.display(),
@@ -197,7 +206,9 @@ async fn previous_and_current_release_share_one_fleet() {
     let redis = RedisServer::start();
     let pg = PgServer::start();
     let upstream = MockUpstream::start().await;
-    let fleet = Fleet::start(&redis, &pg, &upstream).await;
+    let previous = previous_binary();
+    let bins = [(previous.as_path(), ""), (Path::new(CURRENT), HASH)];
+    let fleet = Fleet::start(&redis, &pg, &upstream, &bins).await;
     let (old, new) = (fleet.replicas[0].url(), fleet.replicas[1].url());
     // The start-up's unkeyed GETs reached the upstream too.
     let before = upstream.executions();
@@ -226,6 +237,7 @@ async fn previous_and_current_release_share_one_fleet() {
     }
     let executed = upstream.executions();
     assert_eq!(executed - before, 20, "one execution per (tenant, key)");
+    assert_all_hashes(&redis).await;
 
     // 2. Concurrent duplicates through HAProxy (round robin over both versions), the
     //    upstream slow enough that they overlap: one execution per key; every duplicate
@@ -264,6 +276,7 @@ async fn previous_and_current_release_share_one_fleet() {
         "the bursts took {took:?}: waiters were not woken"
     );
     upstream.set_delay(Duration::ZERO);
+    assert_all_hashes(&redis).await;
 
     // 3. Redis lost everything: each version replays the other's records from Postgres.
     assert_eq!(redis.cli(&["FLUSHALL"]).trim(), "OK");
@@ -277,4 +290,79 @@ async fn previous_and_current_release_share_one_fleet() {
         );
     }
     assert_eq!(upstream.executions(), executed + 12, "nothing ran again");
+}
+
+/// Every record in Redis is a hash: the layout the previous release reads.
+async fn assert_all_hashes(redis: &RedisServer) {
+    let records = redis.records().await;
+    assert!(!records.is_empty());
+    for key in records {
+        assert_eq!(redis.cli(&["TYPE", &key]).trim(), "hash", "{key}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the previous release's binary: make upgrade-check"]
+async fn after_the_upgrade_string_replicas_replay_both_layouts() {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    let upstream = MockUpstream::start().await;
+    // During the upgrade: the previous release and the current one on "hash".
+    let previous = previous_binary();
+    let during = [(previous.as_path(), ""), (Path::new(CURRENT), HASH)];
+    let mut firsts = Vec::new();
+    {
+        let fleet = Fleet::start(&redis, &pg, &upstream, &during).await;
+        for (i, replica) in fleet.replicas.iter().enumerate() {
+            for k in 0..4 {
+                let key = format!("during-{i}-{k}");
+                let a = fleet.post(&replica.url(), &key, "t1").await;
+                assert_eq!(a.0, 201, "{key}: {a:?}\n{}", fleet.logs());
+                firsts.push((key, a));
+            }
+        }
+        assert_all_hashes(&redis).await;
+    }
+    // After it: current replicas only, on the default "string".
+    let current = Path::new(CURRENT);
+    let fleet = Fleet::start(&redis, &pg, &upstream, &[(current, ""), (current, "")]).await;
+    let urls: Vec<String> = fleet.replicas.iter().map(|r| r.url()).collect();
+    for (key, a) in &firsts {
+        for url in &urls {
+            let b = fleet.post(url, key, "t1").await;
+            assert!(
+                replayed(&b) && same(a, &b),
+                "{key} (a hash) did not replay from {url}: {b:?}\n{}",
+                fleet.logs()
+            );
+        }
+    }
+    for k in 0..4 {
+        let key = format!("after-{k}");
+        let a = fleet.post(&urls[k % 2], &key, "t1").await;
+        let b = fleet.post(&urls[(k + 1) % 2], &key, "t1").await;
+        assert!(
+            a.0 == 201 && replayed(&b) && same(&a, &b),
+            "{key}: {a:?} / {b:?}"
+        );
+    }
+    // Keyed executions only (the start-ups' unkeyed GETs reach the upstream too).
+    let ran = |prefix: &str| {
+        let needle = format!("\"key\":\"{prefix}");
+        (upstream.seen().iter())
+            .filter(|s| String::from_utf8_lossy(&s.body).contains(&needle))
+            .count()
+    };
+    assert_eq!(
+        (ran("during-"), ran("after-")),
+        (8, 4),
+        "only the new keys ran"
+    );
+    let mut layouts: Vec<String> = Vec::new();
+    for key in redis.records().await {
+        layouts.push(redis.cli(&["TYPE", &key]).trim().to_string());
+    }
+    layouts.sort();
+    let count = |t: &str| layouts.iter().filter(|l| *l == t).count();
+    assert_eq!((count("hash"), count("string")), (8, 4), "{layouts:?}");
 }

@@ -109,9 +109,16 @@ async fn waiters_hear_a_release_and_then_the_takeovers_completion() {
 async fn claim_as(client: &Client, rec: &str, token: &str) -> String {
     let keys = vec![rec.to_string(), format!("{rec}:n"), "m".to_string()];
     let args = vec!["fp", token, "5000", "60000", "0"];
-    let reply: Vec<Value> = (client.eval(include_str!("../../lua/claim.lua"), keys, args))
-        .await
-        .unwrap();
+    let reply: Vec<Value> = (client.eval(
+        concat!(
+            include_str!("../../lua/record.lua"),
+            include_str!("../../lua/claim.lua")
+        ),
+        keys,
+        args,
+    ))
+    .await
+    .unwrap();
     reply[0].as_string().unwrap()
 }
 
@@ -120,10 +127,19 @@ async fn settle(client: &Client, rec: &str, token: &str, done: bool) -> i64 {
     let channel = format!("{rec}:done");
     let (script, args) = if done {
         let args = vec![token, "resp", "5000", "fp", &channel, "PUBLISH"];
-        (include_str!("../../lua/complete.lua"), args)
+        (
+            concat!(
+                include_str!("../../lua/record.lua"),
+                include_str!("../../lua/complete.lua")
+            ),
+            args,
+        )
     } else {
         (
-            include_str!("../../lua/release.lua"),
+            concat!(
+                include_str!("../../lua/record.lua"),
+                include_str!("../../lua/release.lua")
+            ),
             vec![token, &channel, "PUBLISH"],
         )
     };

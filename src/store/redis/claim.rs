@@ -16,7 +16,9 @@ impl RedisStore {
     ///
     /// KEYS: `[record key, fence key, warmth marker of the record's slot]` (the marker
     /// only where the mode uses it). ARGV: `[fingerprint (32 bytes), lock token, lease
-    /// ms, fence key ttl ms, vouch-after ms]`.
+    /// ms, fence key ttl ms, vouch-after ms, record layout ("string" or "hash",
+    /// `redis.record_format`)]`. A `fence_ttl` of zero keeps no fence key: the reply's
+    /// fence is then 0 (write-through claims, whose fencing token is Postgres').
     /// Reply: `{"A", fence, marker age ms}` acquired with its fencing token (age 0
     /// without the marker),
     /// `{"C", encoded response, remaining ms}` completed with this fingerprint,
@@ -40,8 +42,12 @@ impl RedisStore {
                 Bytes::copy_from_slice(fingerprint.as_bytes()).into(),
                 token.into(),
                 millis(lease).into(),
-                millis(fence_ttl).into(),
+                match fence_ttl.is_zero() {
+                    true => 0.into(),
+                    false => millis(fence_ttl).into(),
+                },
                 self.vouch_after().unwrap_or(0).into(),
+                self.inner.record_format.into(),
             ]
         };
         let marker = self.vouch_after().is_some();

@@ -15,7 +15,8 @@ impl RedisStore {
     /// Runs `lua/complete.lua`.
     ///
     /// KEYS: `[record key]`. ARGV: `[lock token, encoded response, ttl ms, fingerprint,
-    /// completion channel, "PUBLISH" or "SPUBLISH"]`.
+    /// completion channel, "PUBLISH" or "SPUBLISH", record layout ("string" or "hash",
+    /// `redis.record_format`)]`.
     /// Reply: `1` stored (or already stored by this token, or the record had expired
     /// unclaimed), `0` another token holds the record: nothing was written. Publishes on
     /// the channel only if a claim answered "in flight" for the record (or it had expired).
@@ -34,6 +35,7 @@ impl RedisStore {
             Bytes::copy_from_slice(fingerprint.as_bytes()).into(),
             channel(key).into(),
             self.inner.publish.into(),
+            self.inner.record_format.into(),
         ];
         let started = Instant::now();
         let reply: i64 = match &self.inner.replica_wait {

@@ -31,7 +31,7 @@ impl RedisStore {
     /// connection, a delete that had already run answers `Absent`.
     pub async fn invalidate(&self, key: &str, force: bool) -> Result<Invalidated, StoreError> {
         // Built per call rather than kept in `Inner`: the admin API is not on the request path.
-        let script = Script::from_lua(include_str!("../../../lua/invalidate.lua"));
+        let script = Script::from_lua(super::record_script!("invalidate"));
         let started = Instant::now();
         let force = if force { "1" } else { "0" };
         let reply: Value =

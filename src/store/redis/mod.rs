@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::prelude::{ClientLike, Error as FredError, KeysInterface, Pool, Value};
+use fred::prelude::{ClientLike, Error as FredError, Pool, Value};
 use fred::types::scripts::Script;
 
 use self::lanes::Lanes;
@@ -53,11 +53,23 @@ use crate::config::{RedisConfig, RedisMode};
 use crate::idempotency::{Claim, RecordId, StoredRecord};
 use crate::metrics;
 
-const CLAIM_LUA: &str = include_str!("../../../lua/claim.lua");
-const COMPLETE_LUA: &str = include_str!("../../../lua/complete.lua");
-const RELEASE_LUA: &str = include_str!("../../../lua/release.lua");
-const PEEK_LUA: &str = include_str!("../../../lua/peek.lua");
-const EXTEND_LUA: &str = include_str!("../../../lua/extend.lua");
+/// A script that reads or writes a record: `lua/record.lua` (the record's layouts and
+/// the functions that read and write them), then `lua/<name>.lua`.
+macro_rules! record_script {
+    ($name:literal) => {
+        concat!(
+            include_str!("../../../lua/record.lua"),
+            include_str!(concat!("../../../lua/", $name, ".lua"))
+        )
+    };
+}
+pub(crate) use record_script;
+
+const CLAIM_LUA: &str = record_script!("claim");
+const COMPLETE_LUA: &str = record_script!("complete");
+const RELEASE_LUA: &str = record_script!("release");
+const PEEK_LUA: &str = record_script!("peek");
+const EXTEND_LUA: &str = record_script!("extend");
 const WAIT_LUA: &str = include_str!("../../../lua/wait.lua");
 
 /// What an acquired Redis claim carries.
@@ -101,6 +113,9 @@ struct Inner {
     /// marker's origin only from then on ([`RedisStore::set_vouch_after`]); `u64::MAX`
     /// (the default): the mode never uses the verdict, so the marker is not read.
     vouch_after_ms: AtomicU64,
+    /// `redis.record_format`: the ARGV flag of the scripts that write new records,
+    /// `"hash"` (the previous layout) or `"string"`.
+    record_format: &'static str,
     claim: Script,
     complete: Script,
     release: Script,
@@ -146,6 +161,7 @@ impl RedisStore {
                     "PUBLISH"
                 },
                 vouch_after_ms: AtomicU64::new(u64::MAX),
+                record_format: config.record_format.as_str(),
                 claim: Script::from_lua(CLAIM_LUA),
                 complete: Script::from_lua(COMPLETE_LUA),
                 release: Script::from_lua(RELEASE_LUA),
@@ -279,17 +295,21 @@ impl RedisStore {
 
     /// What Redis holds for a record key (admin API; not on the request path).
     pub async fn inspect(&self, key: &str) -> Result<Option<RedisRecord>, StoreError> {
+        // Either layout (`lua/record.lua`): `{state, ttl ms, response bytes}` or nil.
+        const INSPECT_LUA: &str = concat!(
+            include_str!("../../../lua/record.lua"),
+            "local v = rec_get(KEYS[1]) if not v then return false end\n",
+            "return {v.s, redis.call('PTTL', KEYS[1]), v.r and #v.r or 0}\n"
+        );
         let client = self.inner.lanes.for_key(key);
-        let state: Option<String> = client.custom(fred::cmd!("HGET"), vec![key, "s"]).await?;
-        let Some(state) = state else {
-            return Ok(None);
-        };
-        let ttl_ms: i64 = client.pttl(key).await?;
-        let bytes: i64 = client.custom(fred::cmd!("HSTRLEN"), vec![key, "r"]).await?;
-        Ok(Some(RedisRecord {
+        let script = Script::from_lua(INSPECT_LUA);
+        let reply: Option<(String, i64, i64)> = (script)
+            .evalsha_with_reload(client, key, Vec::<Value>::new())
+            .await?;
+        Ok(reply.map(|(state, ttl_ms, stored_bytes)| RedisRecord {
             completed: state == "C",
             ttl_ms,
-            stored_bytes: bytes,
+            stored_bytes,
         }))
     }
 }

@@ -74,13 +74,21 @@ impl Stores {
             return Box::pin(self.fallback(route, ask, StoreError::RedisDown)).await;
         }
         let policy = &route.policy;
+        // Write-through claims take their fencing token from Postgres (see
+        // `after_redis_acquire`): no fence key in Redis (a zero ttl says so).
+        let write_through = (self.0.postgres.as_ref())
+            .is_some_and(|pg| pg.durability == ClaimDurability::WriteThrough);
+        let fence_ttl = match write_through {
+            true => Duration::ZERO,
+            false => policy.settings.ttl + policy.settings.lock_ttl,
+        };
         let claimed = (self.0.redis)
             .claim(
                 &ask.redis_key,
                 &fingerprint,
                 &ask.token,
                 policy.settings.lock_ttl,
-                policy.settings.ttl + policy.settings.lock_ttl,
+                fence_ttl,
             )
             .await;
         if claimed.is_ok() {
@@ -181,7 +189,12 @@ impl Stores {
             let ask = ClaimAsk::new(rec, &lease.fingerprint, &lease.token, lock_ttl)
                 .living(route.policy.settings.ttl);
             match pg.claims.claim_ask(ask.keeping(keep)).await {
-                Ok(PgClaim::Acquired { .. }) => {
+                Ok(PgClaim::Acquired { fence }) => {
+                    // Postgres' fence is the authority here: every forwarded
+                    // write-through claim holds a Postgres row, and its fence grows
+                    // per key (previous + 1, at least Postgres' clock in µs), across
+                    // Redis' fallback too (also Postgres'). Redis keeps no fence key.
+                    lease.set_fence(fence);
                     lease.set_home(Home::Redis {
                         also_in_postgres: true,
                     });

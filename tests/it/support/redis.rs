@@ -6,7 +6,7 @@
 
 use std::ops::{Deref, DerefMut};
 
-use fred::prelude::{Builder, ClientLike, Config, KeysInterface};
+use fred::prelude::{Builder, ClientLike, Config, KeysInterface, LuaInterface};
 
 pub struct RedisServer(idemgate_fleet::RedisServer);
 
@@ -76,13 +76,45 @@ impl RedisServer {
         let client = self.client().await;
         let mut states = Vec::new();
         for record in self.records().await {
-            let state: Option<String> = (client.custom(fred::cmd!("HGET"), vec![&*record, "s"]))
-                .await
-                .unwrap();
+            let state = (self.record_field(&record, "s").await)
+                .map(|s| String::from_utf8_lossy(&s).into_owned());
             states.push((record, state));
         }
         let _ = client.quit().await;
         states
+    }
+
+    /// One field of the record at `key` (`s`, `f`, `t`, `n`, `w`, `r`), read in either
+    /// layout (`lua/record.lua`: a string, or the previous release's hash); `None`
+    /// without the record or the field.
+    pub async fn record_field(&self, key: &str, field: &str) -> Option<bytes::Bytes> {
+        let script = concat!(
+            include_str!("../../../lua/record.lua"),
+            "local v = rec_get(KEYS[1]) if not v then return false end\n",
+            "local x = v[ARGV[1]] if x == true then return '1' end return x or false\n"
+        );
+        let client = self.client().await;
+        let value: Option<bytes::Bytes> = (client.eval(script, key, field)).await.unwrap();
+        let _ = client.quit().await;
+        value
+    }
+
+    /// Overwrites fields of the record at `key`, in its own layout, keeping its TTL.
+    pub async fn set_record_fields(&self, key: &str, fields: &[(&str, &[u8])]) {
+        let script = concat!(
+            include_str!("../../../lua/record.lua"),
+            "local v = rec_get(KEYS[1])\n",
+            "for i = 1, #ARGV, 2 do v[ARGV[i]] = ARGV[i + 1] end\n",
+            "if v.w == '0' then v.w = false end\n",
+            "rec_put(KEYS[1], v.hash, false, v.s, v.w, v.f, v.t, v.n or '', v.r,",
+            " redis.call('PTTL', KEYS[1])) return 1\n"
+        );
+        let args: Vec<fred::prelude::Value> = (fields.iter())
+            .flat_map(|(k, v)| [(*k).into(), bytes::Bytes::copy_from_slice(v).into()])
+            .collect();
+        let client = self.client().await;
+        let _: i64 = (client.eval(script, key, args)).await.unwrap();
+        let _ = client.quit().await;
     }
 
     /// Milliseconds to live of `key`.
