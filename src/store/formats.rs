@@ -40,9 +40,10 @@
 //! (it speaks HTTP/1.1 only), so no record 0.4.0 could be asked to replay is in it.
 //! Postgres holds its trailers after the header block in the same column, where 0.4.0
 //! would not look. Each binary reads its own versions and the previous release's;
-//! a version the previous release cannot read is written only once a setting says the
-//! whole fleet runs the new one (none so far: every format written now is one 0.4.0
-//! reads).
+//! a version the previous release cannot read is written by default only with an
+//! upgrade step in CHANGELOG.md: Redis layout 3 is the one so far (a rolling upgrade
+//! from 0.4.0 runs the new replicas with `redis.record_format = "hash"` until no 0.4.0
+//! replica is left, as `make upgrade-check` does).
 
 use crate::idempotency::replay::ENCODING_VERSION;
 use crate::idempotency::sealed::SEALED_VERSION;
