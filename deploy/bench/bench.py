@@ -983,6 +983,18 @@ def cpu_us(r, parts):
     return med([sum(x["cpu_cores"].get(p, 0) for p in parts) / x["rps"] * 1e6 for x in r["runs"] if x["rps"]])
 
 
+def row_cpu(rows, rid, parts):
+    """A row's CPU µs per request of these parts (NaN without the row)."""
+    r = rows.get(rid)
+    return cpu_us(r, parts) if r else float("nan")
+
+
+def row_rps(rows, rid):
+    """A row's median req/s (NaN without the row)."""
+    r = rows.get(rid)
+    return r["median"]["rps"] if r else float("nan")
+
+
 def render_cpu(rows):
     """CPU per request of every process of the chain, per row, and the CPU targets against the peer."""
     out = ["CPU per request of each process (user + system time from /proc over each run, divided by "
@@ -1006,12 +1018,10 @@ def render_cpu(rows):
     out.append("")
 
     def get(rid, parts):
-        r = rows.get(rid)
-        return cpu_us(r, parts) if r else float("nan")
+        return row_cpu(rows, rid, parts)
 
     def rps(rid):
-        r = rows.get(rid)
-        return r["median"]["rps"] if r else float("nan")
+        return row_rps(rows, rid)
 
     def verdict(ok):
         return "**met**" if ok else "**missed**"
@@ -1055,12 +1065,10 @@ def render_durable(rows, results):
     multiples of nginx's own CPU per proxied request in the same run, throughput against
     nginx and the peer, and added latency at the fixed rate."""
     def get(rid, parts):
-        r = rows.get(rid)
-        return cpu_us(r, parts) if r else float("nan")
+        return row_cpu(rows, rid, parts)
 
     def rps(rid):
-        r = rows.get(rid)
-        return r["median"]["rps"] if r else float("nan")
+        return row_rps(rows, rid)
 
     def ok(good):
         return "met" if good else "**missed**"
