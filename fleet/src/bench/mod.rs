@@ -332,22 +332,28 @@ impl Bench {
 
     /// HAProxy in front of `gw-1..gw-replicas`.
     pub fn start_haproxy(&self, replicas: u16) -> Res {
-        let servers: Vec<String> = (1..=replicas)
-            .map(|i| format!("    server gw{i} 127.0.0.1:{}", ports::gateway(i)))
+        self.start_haproxy_on(ports::HAPROXY, (1..=replicas).map(ports::gateway))
+    }
+
+    /// HAProxy on `port` in front of the replicas listening on `gateways` (in order).
+    fn start_haproxy_on(&self, port: u16, gateways: impl Iterator<Item = u16>) -> Res {
+        let servers: Vec<String> = (1..)
+            .zip(gateways)
+            .map(|(i, gw)| format!("    server gw{i} 127.0.0.1:{gw}"))
             .collect();
         let cfg = self.render(
             "haproxy.cfg",
             &self.state,
             &[
-                ("@LISTEN@", format!("127.0.0.1:{}", ports::HAPROXY)),
+                ("@LISTEN@", format!("127.0.0.1:{port}")),
                 ("@SERVERS@", servers.join("\n")),
             ],
         )?;
         let mut cmd = Command::new(haproxy_bin());
         cmd.arg("-db").arg("-f").arg(cfg);
         // Ready when a request through it reaches a gateway (404 off /v1/).
-        self.start("haproxy", &[ports::HAPROXY], &mut cmd, || {
-            http_status(ports::HAPROXY, "/", Duration::from_secs(2)) == Some(404)
+        self.start("haproxy", &[port], &mut cmd, || {
+            http_status(port, "/", Duration::from_secs(2)) == Some(404)
         })
     }
 

@@ -20,7 +20,6 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::{warm, Bench, Res};
-use crate::haproxy::binary as haproxy_bin;
 use crate::net::http_status;
 use crate::redis::{answers_ping, command as redis_command};
 
@@ -143,22 +142,7 @@ impl Bench {
     }
 
     fn soak_haproxy(&self) -> Res {
-        let servers: Vec<String> = (1..=ports::REPLICAS)
-            .map(|i| format!("    server gw{i} 127.0.0.1:{}", ports::gateway(i)))
-            .collect();
-        let cfg = self.render(
-            "haproxy.cfg",
-            &self.state,
-            &[
-                ("@LISTEN@", format!("127.0.0.1:{}", ports::HAPROXY)),
-                ("@SERVERS@", servers.join("\n")),
-            ],
-        )?;
-        let mut cmd = Command::new(haproxy_bin());
-        cmd.arg("-db").arg("-f").arg(cfg);
-        self.start("haproxy", &[ports::HAPROXY], &mut cmd, || {
-            http_status(ports::HAPROXY, "/", Duration::from_secs(2)) == Some(404)
-        })
+        self.start_haproxy_on(ports::HAPROXY, (1..=ports::REPLICAS).map(ports::gateway))
     }
 
     /// Starts the whole soak fleet; on failure stops what was started.
