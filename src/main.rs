@@ -1,5 +1,5 @@
-//! The `idemgate` command: `serve`, `check-config`, `migrate`, `reap`, `health`,
-//! `config-reference`.
+//! The `idemgate` command: `serve`, `check-config`, `migrate`, `reap`, `explain`,
+//! `health`, `config-reference`.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -40,6 +40,10 @@ enum Command {
     Migrate(ConfigArg),
     /// Delete expired records once (for cron); the server also reaps in the background.
     Reap(ConfigArg),
+    /// Show how the configured Postgres runs a durable first execution's statements
+    /// (claim, write-through, lookup): EXPLAIN (ANALYZE, BUFFERS, WAL) for fresh keys,
+    /// in a transaction that is rolled back, so nothing stays written.
+    Explain(ExplainArgs),
     /// Ask this replica's admin listener for `/readyz`: exit 0 when ready, 1 otherwise
     /// (for a container HEALTHCHECK or an exec probe, where there is no curl).
     Health(HealthArgs),
@@ -53,6 +57,15 @@ struct ReferenceArgs {
     /// Write it to this file instead of standard output.
     #[arg(long)]
     out: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct ExplainArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// Keys in the explained round (the gateway's rounds hold a few to a few dozen).
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    keys: u16,
 }
 
 #[derive(clap::Args)]
@@ -90,6 +103,7 @@ fn main() -> ExitCode {
         | Command::CheckConfig(arg)
         | Command::Migrate(arg)
         | Command::Reap(arg)
+        | Command::Explain(ExplainArgs { config: arg, .. })
         | Command::Health(HealthArgs { config: arg, .. }) => arg,
     };
     let config = match Config::load(arg.config.as_deref()) {
@@ -122,6 +136,15 @@ fn main() -> ExitCode {
             match pg.reap(batch).await? {
                 Some(n) => println!("deleted {n} expired records"),
                 None => println!("another replica is reaping; nothing done"),
+            }
+            Ok(())
+        })),
+        Command::Explain(args) => report(with_postgres(config, |pg, _| async move {
+            for plan in pg.explain_first_execution(args.keys.into()).await? {
+                println!("--- {} ({} fresh keys)", plan.statement, args.keys);
+                for line in plan.lines {
+                    println!("{line}");
+                }
             }
             Ok(())
         })),

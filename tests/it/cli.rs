@@ -295,14 +295,15 @@ async fn json_logs_have_one_line_per_request_and_never_the_raw_key() {
 }
 
 #[tokio::test]
-async fn migrate_and_reap_commands_work_and_a_newer_schema_stops_serve() {
+async fn migrate_reap_and_explain_commands_work_and_a_newer_schema_stops_serve() {
     let pg = crate::support::PgServer::start();
     let file = config_file(&format!("[postgres]\nurl = \"{}\"\n{ROUTE}", pg.url()));
-    let run = |cmd: &str| {
+    let run = |args: &[&str]| {
         let out = Command::new(BIN)
-            .arg(cmd)
+            .args(&args[..1])
             .arg("--config")
             .arg(file.path())
+            .args(&args[1..])
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).to_string()
@@ -310,7 +311,7 @@ async fn migrate_and_reap_commands_work_and_a_newer_schema_stops_serve() {
         (out.status.code().unwrap(), text)
     };
     for _ in 0..2 {
-        let (code, text) = run("migrate");
+        let (code, text) = run(&["migrate"]);
         assert_eq!(code, 0, "{text}");
         let latest = idemgate::testing::store::postgres::migrate::latest();
         assert!(
@@ -318,9 +319,37 @@ async fn migrate_and_reap_commands_work_and_a_newer_schema_stops_serve() {
             "{text}"
         );
     }
-    let (code, text) = run("reap");
+    let (code, text) = run(&["reap"]);
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("deleted 0"), "{text}");
+
+    // `explain` runs the gateway's own statements for real (4 keys claimed, completed by
+    // the write-through, looked up), then rolls them back.
+    let (code, text) = run(&["explain", "--keys", "4"]);
+    assert_eq!(code, 0, "{text}");
+    let section = |name: &str| {
+        let start = text
+            .find(&format!("--- {name} (4 fresh keys)"))
+            .unwrap_or_else(|| panic!("no {name} plan in {text}"));
+        let rest = &text[start + 4..];
+        rest[..rest.find("--- ").unwrap_or(rest.len())].to_string()
+    };
+    let claim = section("claim");
+    assert!(
+        claim.contains("Conflict Arbiter Indexes: idemgate_records_pkey"),
+        "{claim}"
+    );
+    assert!(claim.contains("Tuples Inserted: 4"), "{claim}");
+    assert!(claim.contains("WAL: records="), "{claim}");
+    let completion = section("write-through");
+    assert!(completion.contains("Conflicting Tuples: 4"), "{completion}");
+    assert!(completion.contains("Tuples Inserted: 0"), "{completion}");
+    let lookup = section("lookup");
+    assert!(lookup.contains("idemgate_records_pkey"), "{lookup}");
+    assert!(lookup.contains("rows=4 loops=1"), "{lookup}");
+    assert_eq!(pg.count("true").await, 0, "explain left rows behind");
+    let (code, text) = run(&["explain", "--keys", "0"]);
+    assert_eq!(code, 2, "{text}");
 
     pg.client()
         .await
@@ -330,7 +359,7 @@ async fn migrate_and_reap_commands_work_and_a_newer_schema_stops_serve() {
         )
         .await
         .unwrap();
-    let (code, text) = run("serve");
+    let (code, text) = run(&["serve"]);
     assert_ne!(code, 0);
     assert!(text.contains("newer than this binary"), "{text}");
 }

@@ -18,7 +18,7 @@ use crate::store::StoreError;
 /// column. It keeps `lease_expires_at` (read only while the row is leased) and the
 /// claim's `expires_at`, which already reaches past the record's `ttl` from now (the
 /// claim wrote lease + `ttl`); a later one, e.g. after a lease extended past it, wins.
-const WRITE_THROUGH: &str = "INSERT INTO idemgate_records AS r
+pub(super) const WRITE_THROUGH: &str = "INSERT INTO idemgate_records AS r
                            (scope, key_hash, route, fingerprint, state, lock_token, status,
                             headers, body, created_at, completed_at, expires_at)
                          SELECT s, k, rt, f, 'completed', t, st, h, b, now(), now(),

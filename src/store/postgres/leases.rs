@@ -34,7 +34,7 @@ type ClaimAnswer =
 /// then the record's `ttl`: its completion, a HOT update, keeps that expiry); `completer` is
 /// `'running'` for the completer's takeover (which keeps counting its attempts) and
 /// NULL for a client's (which starts the count again).
-const CLAIM: &str = "INSERT INTO idemgate_records AS r
+pub(super) const CLAIM: &str = "INSERT INTO idemgate_records AS r
        (scope, key_hash, route, fingerprint, state, lock_token,
         lease_expires_at, created_at, expires_at, fence, request, completer)
      SELECT s, k, rt, f, 'leased', t,

@@ -3,7 +3,8 @@
 //! (`records`), leases (claim, heartbeat and release: [`leases`]; claims of unknown
 //! outcome: `unknown`), the write-through statement (`completions`), lookups
 //! ([`lookups`]), the admin API's statements (`admin`), the reaper (`reaper`), the
-//! completer's statements ([`completer`]) and schema migrations ([`migrate`]). Claims
+//! completer's statements ([`completer`]), schema migrations ([`migrate`]) and the plans
+//! of `idemgate explain` ([`explain`]). Claims
 //! ([`claims`]), lookups and the write-through [`writer`] share statements between
 //! requests through one batcher (`batcher`).
 //!
@@ -20,6 +21,7 @@ mod batcher;
 pub mod claims;
 pub mod completer;
 mod completions;
+pub mod explain;
 pub mod leases;
 pub mod lookups;
 pub mod migrate;
