@@ -7,50 +7,14 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use futures_util::FutureExt;
-use idemgate::config::PostgresConfig;
-use idemgate::idempotency::{Fingerprint, RecordId, Scope};
+use idemgate::idempotency::Fingerprint;
 use idemgate::testing::store::postgres::claims::Claims;
-use idemgate::testing::store::postgres::{CompletedRecord, Found, PgClaim, RecordRef};
-use idemgate::testing::store::PgStore;
+use idemgate::testing::store::postgres::{CompletedRecord, Found, PgClaim};
 
+use crate::support::records::{fingerprint, id, rec, scope, store};
 use crate::support::{eventually, PgServer};
 
 const LEASE: Duration = Duration::from_secs(30);
-
-fn store(pg: &PgServer) -> PgStore {
-    PgStore::new(&PostgresConfig {
-        url: pg.url(),
-        ..PostgresConfig::default()
-    })
-    .unwrap()
-}
-
-fn scope() -> Scope {
-    Scope::anonymous("payments", &[http::header::AUTHORIZATION], None)
-}
-
-fn id(key: &str) -> RecordId {
-    let key = idemgate::idempotency::key::parse(key.as_bytes(), 255).unwrap();
-    RecordId::new(scope(), &key, None)
-}
-
-fn rec(key: &str) -> RecordRef<'static> {
-    RecordRef {
-        scope: scope(),
-        id: id(key),
-        route: "payments",
-    }
-}
-
-fn fingerprint(body: &str) -> Fingerprint {
-    Fingerprint::new(
-        &Default::default(),
-        &http::Method::POST,
-        &"/v1/x".parse().unwrap(),
-        &http::HeaderMap::new(),
-        body.as_bytes(),
-    )
-}
 
 /// The lock token and fence Postgres holds for `key`.
 async fn holder(pg: &PgServer, key: &str) -> (Option<String>, i64) {

@@ -5,44 +5,15 @@
 
 use std::time::Duration;
 
-use idemgate::config::PostgresConfig;
-use idemgate::idempotency::{Fingerprint, RecordId, Scope};
 use idemgate::testing::store::postgres::claims::Claims;
 use idemgate::testing::store::postgres::leases::ClaimAsk;
-use idemgate::testing::store::postgres::{CompletedRecord, Found, PgClaim, RecordRef};
-use idemgate::testing::store::PgStore;
+use idemgate::testing::store::postgres::{CompletedRecord, Found, PgClaim};
 
+use crate::support::records::{fingerprint, id, rec, scope, store};
 use crate::support::{eventually, PgServer};
 
 const LEASE: Duration = Duration::from_secs(30);
 const TTL: Duration = Duration::from_secs(3600);
-
-fn scope() -> Scope {
-    Scope::anonymous("payments", &[http::header::AUTHORIZATION], None)
-}
-
-fn id(key: &str) -> RecordId {
-    let key = idemgate::idempotency::key::parse(key.as_bytes(), 255).unwrap();
-    RecordId::new(scope(), &key, None)
-}
-
-fn rec(key: &str) -> RecordRef<'static> {
-    RecordRef {
-        scope: scope(),
-        id: id(key),
-        route: "payments",
-    }
-}
-
-fn fingerprint() -> Fingerprint {
-    Fingerprint::new(
-        &Default::default(),
-        &http::Method::POST,
-        &"/v1/x".parse().unwrap(),
-        &http::HeaderMap::new(),
-        b"{}",
-    )
-}
 
 /// `(n_tup_upd, n_tup_hot_upd)` of the records table, as the statistics report them.
 async fn updates(pg: &PgServer) -> (i64, i64) {
@@ -60,15 +31,11 @@ async fn updates(pg: &PgServer) -> (i64, i64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claims_completion_is_a_hot_update_and_lives_its_ttl() {
     let pg = PgServer::start();
-    let s = PgStore::new(&PostgresConfig {
-        url: pg.url(),
-        ..PostgresConfig::default()
-    })
-    .unwrap();
+    let s = store(&pg);
     s.migrate().await.unwrap();
     let claims = Claims::spawn(s.clone(), 256);
     const N: usize = 8;
-    let fp = fingerprint();
+    let fp = fingerprint("{}");
     for i in 0..N {
         let key = format!("hot-{i}");
         let ask = ClaimAsk::new(rec(&key), &fp, &format!("t-{i}"), LEASE).living(TTL);
@@ -120,11 +87,7 @@ async fn a_claims_completion_is_a_hot_update_and_lives_its_ttl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_completers_pass_reads_an_index_that_names_no_completed_column() {
     let pg = PgServer::start();
-    let s = PgStore::new(&PostgresConfig {
-        url: pg.url(),
-        ..PostgresConfig::default()
-    })
-    .unwrap();
+    let s = store(&pg);
     s.migrate().await.unwrap();
     let client = pg.client().await;
     // The pass's condition, as this release and the one before it write it.

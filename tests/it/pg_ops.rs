@@ -5,21 +5,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use fred::prelude::{ClientLike, KeysInterface, Value};
-use idemgate::config::PostgresConfig;
 use idemgate::idempotency::{Fingerprint, IdempotencyKey, RecordId, Scope, StoredRecord};
 use idemgate::testing::store::postgres::lookups::Lookups;
 use idemgate::testing::store::postgres::{CompletedRecord, Found, RecordRef};
-use idemgate::testing::store::{PgStore, StoreError};
+use idemgate::testing::store::StoreError;
 
+use crate::support::records::{completed as record, fingerprint, store};
 use crate::support::{durable_stack, PgServer};
-
-fn store(pg: &PgServer) -> PgStore {
-    PgStore::new(&PostgresConfig {
-        url: pg.url(),
-        ..PostgresConfig::default()
-    })
-    .unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_migrating_at_once_leave_one_schema() {
@@ -65,24 +57,6 @@ async fn a_newer_schema_is_a_clear_error() {
     );
     assert!(err.to_string().contains("newer than this binary"), "{err}");
     assert!(s.check_schema().await.is_err());
-}
-
-/// The fingerprint of an empty `POST /v1/x` under the default policy.
-fn empty_post() -> Fingerprint {
-    Fingerprint::new(
-        &Default::default(),
-        &http::Method::POST,
-        &"/v1/x".parse().unwrap(),
-        &http::HeaderMap::new(),
-        b"",
-    )
-}
-
-fn record(key: &str, ttl_ms: i64) -> CompletedRecord {
-    let scope = Scope::anonymous("payments", &[http::header::AUTHORIZATION], None);
-    let key = idemgate::idempotency::key::parse(key.as_bytes(), 255).unwrap();
-    let fp = empty_post();
-    record_for(scope, &key, fp, ttl_ms)
 }
 
 fn record_for(scope: Scope, key: &IdempotencyKey, fp: Fingerprint, ttl_ms: i64) -> CompletedRecord {
@@ -212,7 +186,7 @@ async fn batched_lookups_answer_each_key_with_its_own_record() {
             .unwrap()
             .unwrap();
     let key = idemgate::idempotency::key::parse(b"tenant-only", 255).unwrap();
-    let fp = empty_post();
+    let fp = fingerprint("");
     s.complete_batch(&[record_for(other_tenant, &key, fp, 60_000)])
         .await
         .unwrap();

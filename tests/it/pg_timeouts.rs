@@ -6,60 +6,14 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use idemgate::config::PostgresConfig;
-use idemgate::idempotency::{Fingerprint, RecordId, Scope};
-use idemgate::testing::store::postgres::{CompletedRecord, PgClaim, RecordRef};
-use idemgate::testing::store::PgStore;
+use idemgate::testing::store::postgres::{CompletedRecord, PgClaim};
 
+use crate::support::records::{completed as record, fingerprint, rec_of as rec, store_at as store};
 use crate::support::{eventually, HoldProxy, PgServer};
 
 const LEASE: Duration = Duration::from_secs(30);
 /// The reaper's advisory lock key ("idemreap").
 const REAP_LOCK: i64 = 0x6964_656d_7265_6170;
-
-fn store(url: String, statement_timeout: Duration) -> PgStore {
-    PgStore::new(&PostgresConfig {
-        url,
-        statement_timeout,
-        ..PostgresConfig::default()
-    })
-    .unwrap()
-}
-
-fn fingerprint() -> Fingerprint {
-    Fingerprint::new(
-        &Default::default(),
-        &http::Method::POST,
-        &"/v1/x".parse().unwrap(),
-        &http::HeaderMap::new(),
-        b"",
-    )
-}
-
-fn record(key: &str, ttl_ms: i64) -> CompletedRecord {
-    let scope = Scope::anonymous("payments", &[http::header::AUTHORIZATION], None);
-    let key = idemgate::idempotency::key::parse(key.as_bytes(), 255).unwrap();
-    CompletedRecord {
-        scope,
-        id: RecordId::new(scope, &key, None),
-        route: "payments".into(),
-        fingerprint: fingerprint(),
-        token: "t".into(),
-        status: 201,
-        headers: Bytes::from_static(b"\x00\x00"),
-        body: Bytes::from_static(b"{}"),
-        ttl_ms,
-    }
-}
-
-fn rec(r: &CompletedRecord) -> RecordRef<'_> {
-    RecordRef {
-        scope: r.scope,
-        id: r.id,
-        route: &r.route,
-    }
-}
 
 /// Who holds the row of `r`, as Postgres has it.
 async fn lock_token(pg: &PgServer, r: &CompletedRecord) -> Option<String> {
@@ -93,7 +47,7 @@ async fn a_claim_stalled_past_the_timeout_does_not_commit_later() {
     .await
     .unwrap();
     let started = Instant::now();
-    let stalled = s.claim(rec(&r), &fingerprint(), "timed-out", LEASE).await;
+    let stalled = s.claim(rec(&r), &fingerprint(""), "timed-out", LEASE).await;
     assert!(stalled.is_err(), "the claim waits on the row: {stalled:?}");
     assert!(started.elapsed() < Duration::from_secs(3));
     tokio::time::sleep(Duration::from_millis(1000)).await;
@@ -102,7 +56,7 @@ async fn a_claim_stalled_past_the_timeout_does_not_commit_later() {
 
     // The caller was told the claim failed: the key must not be leased to it.
     let retry = s
-        .claim(rec(&r), &fingerprint(), "retry", LEASE)
+        .claim(rec(&r), &fingerprint(""), "retry", LEASE)
         .await
         .unwrap();
     let holder = lock_token(&pg, &r).await;
@@ -135,7 +89,7 @@ async fn a_claim_whose_answer_is_lost_is_released() {
     // A pooled connection through the proxy, with the claim statement prepared.
     let warm = record("warm-up", 60_000);
     (behind
-        .claim(rec(&warm), &fingerprint(), "warm", LEASE)
+        .claim(rec(&warm), &fingerprint(""), "warm", LEASE)
         .await)
         .unwrap();
     let r = record("lost-answer", 60_000);
@@ -144,7 +98,7 @@ async fn a_claim_whose_answer_is_lost_is_released() {
     proxy.hold(true);
     let started = Instant::now();
     let lost = behind
-        .claim(rec(&r), &fingerprint(), "unknown", LEASE)
+        .claim(rec(&r), &fingerprint(""), "unknown", LEASE)
         .await;
     assert!(lost.is_err(), "no answer within the timeout: {lost:?}");
     assert!(started.elapsed() < Duration::from_secs(3));
@@ -162,7 +116,9 @@ async fn a_claim_whose_answer_is_lost_is_released() {
     // get the key well before the lease (30 s) runs out.
     let freed = eventually(Duration::from_secs(5), async || {
         matches!(
-            direct.claim(rec(&r), &fingerprint(), "retry", LEASE).await,
+            direct
+                .claim(rec(&r), &fingerprint(""), "retry", LEASE)
+                .await,
             Ok(PgClaim::Acquired { .. })
         )
     })

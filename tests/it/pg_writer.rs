@@ -7,47 +7,23 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::join_all;
-use idemgate::config::PostgresConfig;
-use idemgate::idempotency::{Fingerprint, RecordId, Scope};
 use idemgate::testing::store::postgres::writer::{WriteOutcome, Writer, MAX_BATCH_BYTES};
 use idemgate::testing::store::postgres::CompletedRecord;
 use idemgate::testing::store::{PgStore, StoreError};
 
+use crate::support::records::{completed, store_at};
 use crate::support::{eventually, PgServer};
 
-/// The route whose records the test trigger refuses.
-const REFUSED_ROUTE: &str = "refused-route";
-
 fn store(pg: &PgServer) -> PgStore {
-    PgStore::new(&PostgresConfig {
-        url: pg.url(),
-        statement_timeout: Duration::from_secs(2),
-        ..PostgresConfig::default()
-    })
-    .unwrap()
+    store_at(pg.url(), Duration::from_secs(2))
 }
 
 fn record(key: &str) -> CompletedRecord {
-    let scope = Scope::anonymous("payments", &[http::header::AUTHORIZATION], None);
-    let key = idemgate::idempotency::key::parse(key.as_bytes(), 255).unwrap();
-    CompletedRecord {
-        scope,
-        id: RecordId::new(scope, &key, None),
-        route: "payments".into(),
-        fingerprint: Fingerprint::new(
-            &Default::default(),
-            &http::Method::POST,
-            &"/v1/x".parse().unwrap(),
-            &http::HeaderMap::new(),
-            b"",
-        ),
-        token: "t".into(),
-        status: 201,
-        headers: Bytes::from_static(b"\x00\x00"),
-        body: Bytes::from_static(b"{}"),
-        ttl_ms: 3_600_000,
-    }
+    completed(key, 3_600_000)
 }
+
+/// The route whose records the test trigger refuses.
+const REFUSED_ROUTE: &str = "refused-route";
 
 /// Two records Postgres refuses: one by a trigger (as a constraint an operator added
 /// would), one by itself (a text column cannot hold a NUL byte).

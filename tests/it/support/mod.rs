@@ -9,6 +9,7 @@ pub mod h2wire;
 pub mod holdproxy;
 pub mod postgres;
 pub mod recorder;
+pub mod records;
 pub mod redis;
 pub mod upstream;
 
