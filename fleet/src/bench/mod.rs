@@ -47,7 +47,7 @@ use crate::local::pg::Cluster;
 use crate::net::{http_status, port_open};
 use crate::redis::{answers_ping, command as redis_command};
 pub use cli::main;
-pub use gateway_config::GatewayOptions;
+pub use gateway_config::{GatewayOptions, Ports};
 
 /// The bench's fixed loopback ports.
 pub mod ports {
@@ -64,12 +64,14 @@ pub mod ports {
     pub const PATRONI_PG: [u16; 3] = [15491, 15492, 15493];
     pub const PATRONI_REST: [u16; 3] = [18031, 18032, 18033];
     /// Replica i (1-based) listens on 18010 + i.
+    pub const GATEWAY_BASE: u16 = 18010;
     pub fn gateway(i: u16) -> u16 {
-        18010 + i
+        GATEWAY_BASE + i
     }
     /// Replica i has its admin listener on 18020 + i.
+    pub const ADMIN_BASE: u16 = 18020;
     pub fn admin(i: u16) -> u16 {
-        18020 + i
+        ADMIN_BASE + i
     }
     pub const MAX_REPLICAS: u16 = 9;
 }
@@ -319,12 +321,10 @@ impl Bench {
                 .arg(&config)
                 .env_remove("RUST_LOG");
             cmd.envs(opts.env_of(i));
-            self.start(
-                &format!("gw-{i}"),
-                &[ports::gateway(i), ports::admin(i)],
-                &mut cmd,
-                || http_status(ports::admin(i), "/readyz", Duration::from_secs(2)) == Some(200),
-            )
+            let (gw, admin) = (opts.ports.gateway(i), opts.ports.admin(i));
+            self.start(&format!("gw-{i}"), &[gw, admin], &mut cmd, || {
+                http_status(admin, "/readyz", Duration::from_secs(2)) == Some(200)
+            })
             .inspect_err(|_| self.stop(&["gateways".into()]))?;
         }
         Ok(())
