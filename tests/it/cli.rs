@@ -344,9 +344,18 @@ async fn migrate_reap_and_explain_commands_work_and_a_newer_schema_stops_serve()
     let completion = section("write-through");
     assert!(completion.contains("Conflicting Tuples: 4"), "{completion}");
     assert!(completion.contains("Tuples Inserted: 0"), "{completion}");
+    // Each conflicting row passed the statement's condition (a claim of its own token).
+    assert!(
+        !completion.contains("Rows Removed by Conflict Filter"),
+        "{completion}"
+    );
     let lookup = section("lookup");
-    assert!(lookup.contains("idemgate_records_pkey"), "{lookup}");
-    assert!(lookup.contains("rows=4 loops=1"), "{lookup}");
+    // One row found per key, each by its primary-key index scan.
+    assert!(
+        lookup.contains("Index Scan using idemgate_records_pkey"),
+        "{lookup}"
+    );
+    assert!(lookup.contains("rows=1 loops=4"), "{lookup}");
     assert_eq!(pg.count("true").await, 0, "explain left rows behind");
     let (code, text) = run(&["explain", "--keys", "0"]);
     assert_eq!(code, 2, "{text}");

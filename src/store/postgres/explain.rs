@@ -32,14 +32,16 @@ pub struct Plan {
 impl PgStore {
     /// `EXPLAIN (ANALYZE, BUFFERS, WAL, COSTS OFF)` of a round of `keys` fresh keys
     /// (at most [`MAX_KEYS`]) claimed with a 30 s lease and a one-day `ttl`, completed
-    /// by the write-through (a 150-byte body), then looked up, in one transaction that
-    /// is rolled back. The statements run for real, so their locks, buffers and WAL
-    /// are those of the gateway's rounds; the plans come back in that order.
+    /// by the write-through (40 bytes of headers, a 150-byte body), then looked up, in
+    /// one transaction that is rolled back. The keys are random, under the scope of a
+    /// record already in the table (a tenant's, so they land among that tenant's keys as
+    /// its first executions would; a random scope on an empty table). The statements run
+    /// for real, so their locks, buffers and WAL are those of the gateway's rounds; the
+    /// plans come back in that order.
     pub async fn explain_first_execution(&self, keys: usize) -> Result<Vec<Plan>, StoreError> {
         let n = keys.clamp(1, MAX_KEYS);
         // Keys spread over the key space as the gateway's SHA-256 ids are.
         let fresh = || Sha256::digest(uuid::Uuid::new_v4().as_bytes()).to_vec();
-        let scopes: Vec<Vec<u8>> = (0..n).map(|_| fresh()).collect();
         let ids: Vec<Vec<u8>> = (0..n).map(|_| fresh()).collect();
         let routes = vec!["explain"; n];
         let fingerprints: Vec<Vec<u8>> = (0..n).map(|_| vec![0; 32]).collect();
@@ -50,13 +52,17 @@ impl PgStore {
         let requests: Vec<Option<&[u8]>> = vec![None; n];
         let completers: Vec<Option<&str>> = vec![None; n];
         let statuses = vec![201_i16; n];
-        let headers = vec![&b"\x00\x00"[..]; n];
+        let headers = vec![&[0_u8; 40][..]; n];
         let bodies = vec![&[b'x'; 150][..]; n];
         let ttls = vec![ttl as i64; n];
 
         self.timed("explain", async {
             let mut client = self.pool.get().await?;
             let tx = client.transaction().await?;
+            let scope: Vec<u8> = (tx.query_opt("SELECT scope FROM idemgate_records LIMIT 1", &[]))
+                .await?
+                .map_or_else(fresh, |row| row.get(0));
+            let scopes = vec![scope; n];
             let explain = |sql: &str| format!("EXPLAIN (ANALYZE, BUFFERS, WAL, COSTS OFF) {sql}");
             let mut plans = Vec::with_capacity(3);
             let claim = tx
