@@ -1,6 +1,7 @@
 //! The scenarios: each starts its own fleet, runs the driver through HAProxy (unless
 //! said otherwise), injects its fault mid-run, heals, and hands over to the checker.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -8,7 +9,7 @@ use fred::prelude::{Builder, ClientLike, Config as FredConfig, KeysInterface};
 
 use crate::checker::{Expect, Report};
 use crate::cluster::{config_accepted, Durability, Options, Probe, Stack};
-use crate::driver::{self, KeyClass, Phase, Plan, Req, Workload};
+use crate::driver::{self, Exchange, Got, KeyClass, Phase, Plan, Req, Workload};
 use crate::faultproxy::Fault;
 use crate::harness::{finish, start, Running};
 
@@ -188,19 +189,80 @@ async fn calls_in_flight(stack: &Stack, name: &str) -> (Running, f64) {
 }
 
 /// A replica killed with SIGKILL while holding leases (upstream calls of 200-600 ms),
-/// started again 3 s later.
+/// started again 3 s later. Its leases must hold until they run out (nothing extends
+/// them after the kill), so every key runs once, except a key whose upstream call acted
+/// just before the kill without its response being stored: that one may run again once
+/// its lease is gone ([`cut_at_the_kill`]; a takeover, by design).
 pub async fn replica_sigkill(name: String) -> Report {
-    let mut stack = Stack::start(Options::default()).await;
+    let opts = Options::default();
+    let lease = humantime::parse_duration(&opts.lock_ttl).expect("lock_ttl");
+    let mut stack = Stack::start(opts).await;
     let (mut run, in_flight) = calls_in_flight(&stack, &name).await;
+    let kill_ms = run.rec.start.elapsed().as_millis() as u64;
     stack.replicas[1].kill();
     run.at(6000).await;
     stack.replicas[1].start();
-    let plans = run.plans().await;
+    let mut plans = run.plans().await;
+    let cut = cut_at_the_kill(&run.rec.all(), &plans, kill_ms, lease);
+    for plan in plans.iter_mut().filter(|p| cut.contains(&p.key)) {
+        plan.class = KeyClass::Takeover;
+    }
     let mut report = finish(&name, &mut stack, &run, &plans, EXACTLY_ONCE).await;
+    report.notes.push(format!(
+        "victim held ~{in_flight} upstream calls; keys cut at the kill and first answered only \
+         after their lease {}",
+        cut.len()
+    ));
     report
-        .notes
-        .push(format!("victim held ~{in_flight} upstream calls"));
-    report
+}
+
+/// Keys of one tenant that the killed replica was serving and that ran again only once
+/// its lease was surely gone. An exchange sent before the kill (`kill_ms`) ended in a
+/// connection error within a second after it (`done_ms`, by when the victim was dead).
+/// If the victim's upstream call acted, it did before the victim died (the demo upstream
+/// acts `latency_ms` after the call arrives, and drops a call whose connection closed),
+/// so the victim claimed the key no later than `done_ms - latency_ms`, and its lease
+/// ended `lease` after that, or `lease` after `done_ms` when a heartbeat (every third of
+/// `lease` from the call's start) could have been due before the kill. The key counts as
+/// a takeover when it got at least one first-execution 2xx and each was sent at least
+/// 50 ms after that end; a key run again sooner keeps its class, and its second
+/// execution is a duplicate.
+fn cut_at_the_kill(
+    all: &[Exchange],
+    plans: &[Plan],
+    kill_ms: u64,
+    lease: Duration,
+) -> HashSet<String> {
+    let lease_ms = lease.as_millis() as u64;
+    let one_tenant = |key: &str| plans.iter().any(|p| p.key == key && p.reqs.len() == 1);
+    let latency = |e: &Exchange| {
+        (e.req.path.split("latency_ms=").nth(1))
+            .and_then(|v| v.split('&').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let cut = all.iter().filter(|e| {
+        e.phase == Phase::Load
+            && matches!(e.got, Got::Error(_))
+            && e.sent_ms <= kill_ms
+            && (kill_ms..=kill_ms + 1000).contains(&e.done_ms)
+            && one_tenant(&e.req.key)
+    });
+    cut.filter(|c| {
+        let heartbeat_due = c.sent_ms + lease_ms / 3 <= c.done_ms;
+        let claimed_by = if heartbeat_due {
+            c.done_ms
+        } else {
+            c.done_ms.saturating_sub(latency(c))
+        };
+        let lease_end = claimed_by + lease_ms;
+        let firsts: Vec<&Exchange> = (all.iter())
+            .filter(|e| e.req.key == c.req.key)
+            .filter(|e| matches!(&e.got, Got::Resp(r) if (200..300).contains(&r.status) && !r.is_replay()))
+            .collect();
+        !firsts.is_empty() && firsts.iter().all(|e| e.sent_ms >= lease_end + 50)
+    })
+    .map(|c| c.req.key.clone())
+    .collect()
 }
 
 /// A replica stopped with SIGTERM mid-load: it must drain its in-flight calls within
@@ -790,4 +852,92 @@ pub async fn hot_key(name: String, wait: bool) -> Report {
         ));
     }
     report
+}
+
+#[cfg(test)]
+mod cut_at_the_kill_tests {
+    use bytes::Bytes;
+
+    use super::*;
+
+    const LEASE: Duration = Duration::from_secs(3);
+    const KILL_MS: u64 = 3005;
+
+    fn req(key: &str) -> Arc<Req> {
+        Arc::new(Req {
+            tenant: 2,
+            key: key.into(),
+            path: "/v1/payments?latency_ms=400".into(),
+            body: String::new(),
+        })
+    }
+
+    fn answer(status: u16, replayed: bool) -> Got {
+        Got::Resp(driver::Resp {
+            status,
+            replayed: replayed.then(|| "true".to_string()),
+            headers: Vec::new(),
+            body: Bytes::new(),
+        })
+    }
+
+    fn at(req: &Arc<Req>, sent_ms: u64, done_ms: u64, got: Got) -> Exchange {
+        Exchange {
+            req: req.clone(),
+            phase: Phase::Load,
+            sent_ms,
+            done_ms,
+            got,
+        }
+    }
+
+    /// The failing run's key: sent to the victim at 2,601 ms (upstream 400 ms), cut at
+    /// the kill, 409s until its lease ran out, then run again by a retry.
+    fn timeline(retry_sent_ms: u64, cut_sent_ms: u64) -> (Vec<Exchange>, Vec<Plan>) {
+        let r = req("k");
+        let all = vec![
+            at(
+                &r,
+                cut_sent_ms,
+                3008,
+                Got::Error("connection closed".into()),
+            ),
+            at(&r, 3066, 3070, answer(409, false)),
+            at(&r, retry_sent_ms, retry_sent_ms + 404, answer(201, false)),
+            at(&r, 8682, 8684, answer(201, true)),
+        ];
+        let plans = vec![Plan {
+            key: "k".into(),
+            class: KeyClass::Normal,
+            reqs: vec![r],
+        }];
+        (all, plans)
+    }
+
+    #[test]
+    fn a_key_run_again_after_its_lease_is_a_takeover() {
+        let (all, plans) = timeline(5772, 2601);
+        assert!(cut_at_the_kill(&all, &plans, KILL_MS, LEASE).contains("k"));
+    }
+
+    #[test]
+    fn a_key_run_again_while_its_lease_may_hold_stays_a_duplicate() {
+        // Before claim + lease (2,608 + 3,000) plus the margin.
+        let (all, plans) = timeline(5600, 2601);
+        assert!(cut_at_the_kill(&all, &plans, KILL_MS, LEASE).is_empty());
+        // Sent 1.5 s before the kill: a heartbeat may have extended the lease to the
+        // kill plus `lease`.
+        let (all, plans) = timeline(5772, 1500);
+        assert!(cut_at_the_kill(&all, &plans, KILL_MS, LEASE).is_empty());
+    }
+
+    #[test]
+    fn replays_alone_or_another_tenant_do_not_make_a_takeover() {
+        let (mut all, plans) = timeline(5772, 2601);
+        all.remove(2);
+        assert!(cut_at_the_kill(&all, &plans, KILL_MS, LEASE).is_empty());
+        let (all, mut plans) = timeline(5772, 2601);
+        plans[0].reqs.push(req("k"));
+        assert!(cut_at_the_kill(&all, &plans, KILL_MS, LEASE).is_empty());
+    }
 }
