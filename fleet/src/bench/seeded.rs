@@ -28,8 +28,8 @@ const TEMPLATES: &str = "/var/tmp/idemgate-bench-seeded";
 const TEMPLATE_DAYS: u64 = 3;
 /// Seeded records expire this many days (plus up to one) after seeding.
 const EXPIRY_DAYS: u64 = 4;
-/// Changes with what the seeded rows hold (a new template then).
-const SEED_VERSION: u32 = 2;
+/// Changes with what the seeded rows hold or how they are laid out (a new template then).
+const SEED_VERSION: u32 = 3;
 /// The tenant (`Authorization`) of the bench's requests (deploy/bench/wrk.lua).
 const BENCH_TENANT: &str = "Bearer bench-tenant";
 /// `shared_buffers` of the seeded cluster.
@@ -73,6 +73,17 @@ impl Bench {
             .map_err(|e| format!("count: {e}"))?;
         // Indexes are built once after the rows (sorted) rather than row by row.
         let rebuild = drop_indexes()?;
+        // Pages as full as production's: there a page takes claims up to the table's
+        // fillfactor (50 since migration 0004) and their completions, HOT updates in
+        // place, fill the rest. Completed records inserted as such at fillfactor 50
+        // would leave every page half empty, and the free space map would then hand a
+        // different old page (an 8 kB full-page image in the WAL) to each new claim.
+        let fillfactor = psql(
+            "SELECT coalesce((SELECT option_value FROM pg_options_to_table(reloptions)
+               WHERE option_name = 'fillfactor'), '100')
+             FROM pg_class WHERE relname = 'idemgate_records'",
+        )?;
+        psql("ALTER TABLE idemgate_records SET (fillfactor = 100)")?;
         let mut at = have;
         while at < records {
             let n = CHUNK.min(records - at);
@@ -88,6 +99,10 @@ impl Bench {
         psql(&format!(
             "SET maintenance_work_mem = '1GB'; {}",
             rebuild.join("; ")
+        ))?;
+        psql(&format!(
+            "ALTER TABLE idemgate_records SET (fillfactor = {})",
+            fillfactor.trim()
         ))?;
         psql("VACUUM (ANALYZE) idemgate_records")?;
         psql("CHECKPOINT")?;
