@@ -72,7 +72,7 @@ impl PgStore {
 }
 
 /// The parameters of [`WRITE_THROUGH`]: one array per column, rows in the given order.
-struct Columns<'a> {
+pub(super) struct Columns<'a> {
     scopes: Vec<&'a [u8]>,
     ids: Vec<&'a [u8]>,
     routes: Vec<&'a str>,
@@ -85,7 +85,7 @@ struct Columns<'a> {
 }
 
 impl<'a> Columns<'a> {
-    fn of(sorted: &[&'a CompletedRecord]) -> Self {
+    pub(super) fn of(sorted: &[&'a CompletedRecord]) -> Self {
         let col =
             |f: fn(&CompletedRecord) -> &[u8]| sorted.iter().map(|r| f(r)).collect::<Vec<&[u8]>>();
         Self {
@@ -102,7 +102,7 @@ impl<'a> Columns<'a> {
     }
 
     /// `$1` to `$9`, in the statement's order.
-    fn params(&self) -> [&(dyn ToSql + Sync); 9] {
+    pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 9] {
         [
             &self.scopes,
             &self.ids,

@@ -9,12 +9,14 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
-use super::completions::WRITE_THROUGH;
-use super::leases::CLAIM;
+use super::completions::{Columns, WRITE_THROUGH};
+use super::leases::{ClaimAsk, ClaimColumns, CLAIM};
 use super::lookups::LOOKUP;
-use super::PgStore;
+use super::{CompletedRecord, PgStore};
+use crate::idempotency::{Fingerprint, RecordId, Scope};
 use crate::store::StoreError;
 
 /// Most keys one explained round may hold (a round of the gateway's batchers is far
@@ -41,68 +43,61 @@ impl PgStore {
     pub async fn explain_first_execution(&self, keys: usize) -> Result<Vec<Plan>, StoreError> {
         let n = keys.clamp(1, MAX_KEYS);
         // Keys spread over the key space as the gateway's SHA-256 ids are.
-        let fresh = || Sha256::digest(uuid::Uuid::new_v4().as_bytes()).to_vec();
-        let ids: Vec<Vec<u8>> = (0..n).map(|_| fresh()).collect();
-        let routes = vec!["explain"; n];
-        let fingerprints: Vec<Vec<u8>> = (0..n).map(|_| vec![0; 32]).collect();
-        let tokens: Vec<String> = (0..n).map(|_| uuid::Uuid::new_v4().to_string()).collect();
-        let lease_ms = vec![Duration::from_secs(30).as_millis() as f64; n];
-        let ttl = Duration::from_secs(86_400).as_millis();
-        let least_ms = vec![(Duration::from_secs(30).as_millis() + ttl) as f64; n];
-        let requests: Vec<Option<&[u8]>> = vec![None; n];
-        let completers: Vec<Option<&str>> = vec![None; n];
-        let statuses = vec![201_i16; n];
-        let headers = vec![&[0_u8; 40][..]; n];
-        let bodies = vec![&[b'x'; 150][..]; n];
-        let ttls = vec![ttl as i64; n];
-
+        let fresh = || Sha256::digest(uuid::Uuid::new_v4().as_bytes());
+        let lease = Duration::from_secs(30);
+        let ttl = Duration::from_secs(86_400);
         self.timed("explain", async {
             let mut client = self.pool.get().await?;
             let tx = client.transaction().await?;
-            let scope: Vec<u8> = (tx.query_opt("SELECT scope FROM idemgate_records LIMIT 1", &[]))
+            let scope = (tx.query_opt("SELECT scope FROM idemgate_records LIMIT 1", &[]))
                 .await?
-                .map_or_else(fresh, |row| row.get(0));
-            let scopes = vec![scope; n];
+                .and_then(|row| Scope::from_bytes(row.get(0)))
+                .or_else(|| Scope::from_bytes(&fresh()))
+                .expect("a SHA-256 digest is a scope");
+            // The rows the gateway's own parameter builders turn into statement arrays.
+            let asks: Vec<ClaimAsk> = (0..n)
+                .map(|_| ClaimAsk {
+                    scope,
+                    id: RecordId::from_bytes(&fresh()).expect("a SHA-256 digest is an id"),
+                    route: "explain".into(),
+                    fingerprint: Fingerprint::from_bytes(&[0; 32]).expect("32 bytes"),
+                    token: uuid::Uuid::new_v4().to_string(),
+                    lease,
+                    ttl,
+                    keep: None,
+                })
+                .collect();
+            let records: Vec<CompletedRecord> = (asks.iter())
+                .map(|a| CompletedRecord {
+                    scope: a.scope,
+                    id: a.id,
+                    route: a.route.clone(),
+                    fingerprint: a.fingerprint,
+                    token: a.token.clone(),
+                    status: 201,
+                    headers: Bytes::from_static(&[0; 40]),
+                    body: Bytes::from_static(&[b'x'; 150]),
+                    ttl_ms: ttl.as_millis() as i64,
+                })
+                .collect();
             let explain = |sql: &str| format!("EXPLAIN (ANALYZE, BUFFERS, WAL, COSTS OFF) {sql}");
-            let mut plans = Vec::with_capacity(3);
-            let claim = tx
-                .query(
-                    &explain(CLAIM),
-                    &[
-                        &scopes,
-                        &ids,
-                        &routes,
-                        &fingerprints,
-                        &tokens,
-                        &lease_ms,
-                        &requests,
-                        &least_ms,
-                        &completers,
-                    ],
-                )
-                .await?;
-            plans.push(Plan::of("claim", claim));
+            let asks: Vec<&ClaimAsk> = asks.iter().collect();
+            let claim = ClaimColumns::of(&asks);
+            let claim = tx.query(&explain(CLAIM), &claim.params()).await?;
+            let records: Vec<&CompletedRecord> = records.iter().collect();
+            let completion = Columns::of(&records);
             let completion = tx
-                .query(
-                    &explain(WRITE_THROUGH),
-                    &[
-                        &scopes,
-                        &ids,
-                        &routes,
-                        &fingerprints,
-                        &tokens,
-                        &statuses,
-                        &headers,
-                        &bodies,
-                        &ttls,
-                    ],
-                )
+                .query(&explain(WRITE_THROUGH), &completion.params())
                 .await?;
-            plans.push(Plan::of("write-through", completion));
+            let scopes = vec![&scope.as_bytes()[..]; n];
+            let ids: Vec<&[u8]> = records.iter().map(|r| &r.id.as_bytes()[..]).collect();
             let lookup = tx.query(&explain(LOOKUP), &[&scopes, &ids]).await?;
-            plans.push(Plan::of("lookup", lookup));
             tx.rollback().await?;
-            Ok(plans)
+            Ok(vec![
+                Plan::of("claim", claim),
+                Plan::of("write-through", completion),
+                Plan::of("lookup", lookup),
+            ])
         })
         .await
     }

@@ -323,7 +323,7 @@ fn unknown_tokens(asks: &[&ClaimAsk]) -> Tokens {
 }
 
 /// The parameters of [`CLAIM`]: one array per column, rows in the given order.
-struct ClaimColumns<'a> {
+pub(super) struct ClaimColumns<'a> {
     scopes: Vec<&'a [u8]>,
     ids: Vec<&'a [u8]>,
     routes: Vec<&'a str>,
@@ -336,7 +336,7 @@ struct ClaimColumns<'a> {
 }
 
 impl<'a> ClaimColumns<'a> {
-    fn of(sorted: &[&'a ClaimAsk]) -> Self {
+    pub(super) fn of(sorted: &[&'a ClaimAsk]) -> Self {
         let col = |f: fn(&ClaimAsk) -> &[u8]| sorted.iter().map(|a| f(a)).collect::<Vec<_>>();
         let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX) as f64;
         Self {
@@ -363,7 +363,7 @@ impl<'a> ClaimColumns<'a> {
     }
 
     /// `$1` to `$9`, in the statement's order.
-    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 9] {
+    pub(super) fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 9] {
         [
             &self.scopes,
             &self.ids,
