@@ -15,18 +15,18 @@ FLAT_RULE = ("judged on the steady part of the run, from one ttl plus two reaper
              "sawtooth that each autovacuum cuts, are judged on each third's peak instead of its median; "
              "TOL is 10% for memory, sizes and keys, 25% for latency and dead tuples (noisy on a shared "
              "machine), with an absolute floor (the last column) below which a difference is noise")
-# column, label, unit, TOL, absolute floor
+# column, label, unit, TOL, absolute floor, sawtooth (judged on each third's peak)
 JUDGED = [
-    ("rss_gw1_mb", "RSS replica 1", "MB", 0.10, 2.0),
-    ("rss_gw2_mb", "RSS replica 2", "MB", 0.10, 2.0),
-    ("p50_ms", "p50 of the interval", "ms", 0.25, 1.0),
-    ("p99_ms", "p99 of the interval", "ms", 0.25, 1.0),
-    ("pg_table_mb", "records table size", "MB", 0.10, 1.0),
-    ("pg_indexes_mb", "records indexes size", "MB", 0.10, 1.0),
-    ("n_live_tup", "live tuples", "", 0.10, 5000),
-    ("n_dead_tup", "dead tuples (peak)", "", 0.25, 5000),
-    ("redis_used_mb", "Redis used_memory", "MB", 0.10, 2.0),
-    ("redis_keys", "Redis keys", "", 0.10, 1000),
+    ("rss_gw1_mb", "RSS replica 1", "MB", 0.10, 2.0, False),
+    ("rss_gw2_mb", "RSS replica 2", "MB", 0.10, 2.0, False),
+    ("p50_ms", "p50 of the interval", "ms", 0.25, 1.0, False),
+    ("p99_ms", "p99 of the interval", "ms", 0.25, 1.0, False),
+    ("pg_table_mb", "records table size", "MB", 0.10, 1.0, False),
+    ("pg_indexes_mb", "records indexes size", "MB", 0.10, 1.0, False),
+    ("n_live_tup", "live tuples", "", 0.10, 5000, False),
+    ("n_dead_tup", "dead tuples (peak)", "", 0.25, 5000, True),
+    ("redis_used_mb", "Redis used_memory", "MB", 0.10, 2.0, False),
+    ("redis_keys", "Redis keys", "", 0.10, 1000, False),
 ]
 PANELS = [
     ("RSS per replica (MB)", ["rss_gw1_mb", "rss_gw2_mb"]),
@@ -62,21 +62,25 @@ def steady(r):
     return [x for x in r["series"] if float(x["t_s"]) >= start], start
 
 
-def verdict(series, col, tol, floor):
-    """(flat, middle median, last median, slope per hour) for one column."""
+def verdict(series, col, tol, floor, sawtooth):
+    """(verdict, middle, last, slope per hour) for one column: the verdict is "flat",
+    "does not grow: falls" or "**grows**" (None when the run is too short); middle and
+    last are the thirds' medians, or their peaks for a sawtooth."""
     rows = [r for r in series if not math.isnan(float(r[col]))]
     third = len(rows) // 3
     if third < 2:
         return None, None, None, None
-    stat = max if col == "n_dead_tup" else statistics.median
+    stat = max if sawtooth else statistics.median
     middle = stat(float(r[col]) for r in rows[third:2 * third])
     last = stat(float(r[col]) for r in rows[2 * third:])
     tail = rows[third:]
     slope = slope_per_hour([float(r["t_s"]) for r in tail], [float(r[col]) for r in tail])
-    if col == "n_dead_tup":  # a sawtooth: its trend is the peaks', not the samples'
+    if sawtooth:  # its trend is the peaks', not the samples'
         slope = (last - middle) / ((float(tail[-1]["t_s"]) - float(tail[0]["t_s"])) / 2) * 3600
-    flat = last - middle <= max(tol * abs(middle), floor) and slope <= max(2 * tol * abs(middle), floor)
-    return flat, middle, last, slope
+    within = max(tol * abs(middle), floor)
+    if last - middle > within or slope > max(2 * tol * abs(middle), floor):
+        return "**grows**", middle, last, slope
+    return ("flat" if abs(last - middle) <= within else "does not grow: falls"), middle, last, slope
 
 
 def plot(series, path):
@@ -160,15 +164,14 @@ def summary(r):
             f"{start / 60:g} on.", "",
             "| series | middle third | last third | slope per hour | floor | verdict |",
             "|---|---:|---:|---:|---:|---|"]
-    for col, label, unit, tol, floor in JUDGED:
-        flat, mid, last, slope = verdict(judged, col, tol, floor)
-        if flat is None:
+    for col, label, unit, tol, floor, sawtooth in JUDGED:
+        said, mid, last, slope = verdict(judged, col, tol, floor, sawtooth)
+        if said is None:
             out.append(f"| {label} | - | - | - | {floor:g} | run too short to judge |")
             continue
         u = f" {unit}" if unit else ""
         out.append(f"| {label} | {mid:,.2f}{u} | {last:,.2f}{u} | {slope:+,.2f}{u}/h | {floor:g} "
-                   f"| {('flat' if abs(last - mid) <= max(tol * abs(mid), floor) else 'does not grow: falls') if flat else '**grows**'} "
-                   f"(TOL {tol:.0%}) |")
+                   f"| {said} (TOL {tol:.0%}) |")
     av = [int(x["autovacuum_count"]) for x in series]
     out += ["", f"Autovacuum ran {av[-1] - av[0]} times on idemgate_records during the run "
             f"(last at {series[-1]['last_autovacuum'] or 'never'} UTC).", "", "Answers checked:", "",
