@@ -66,12 +66,12 @@ pub mod ports {
     /// Replica i (1-based) listens on 18010 + i.
     pub const GATEWAY_BASE: u16 = 18010;
     pub fn gateway(i: u16) -> u16 {
-        GATEWAY_BASE + i
+        super::Ports::BENCH.gateway(i)
     }
     /// Replica i has its admin listener on 18020 + i.
     pub const ADMIN_BASE: u16 = 18020;
     pub fn admin(i: u16) -> u16 {
-        ADMIN_BASE + i
+        super::Ports::BENCH.admin(i)
     }
     pub const MAX_REPLICAS: u16 = 9;
 }
