@@ -145,6 +145,22 @@ impl Problem {
         )
     }
 
+    /// The client's wait ended at the route's `upstream_timeout`, but the call goes on:
+    /// its answer is stored for the key, and a retry gets it (409 while it runs).
+    pub fn upstream_still_running(after: Duration) -> Self {
+        Self::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream_timeout",
+            "Upstream timed out",
+            format!(
+                "the upstream did not answer within {after:?}; the call goes on, and a retry \
+                 with the same idempotency key gets its answer once it is stored (409 while \
+                 it runs)"
+            ),
+        )
+        .retry_after(after)
+    }
+
     pub fn internal(detail: impl Into<String>) -> Self {
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -22,6 +22,8 @@ pub struct Route {
     pub path_prefix: String,
     pub upstream: Uri,
     pub upstream_timeout: Duration,
+    /// The hard limit of a keyed upstream call (`upstream_deadline`).
+    pub upstream_deadline: Duration,
     pub upstream_protocol: UpstreamProtocol,
     pub policy: Policy,
     pub metrics: RouteMetrics,
@@ -81,6 +83,7 @@ impl Route {
             path_prefix: route.path_prefix.clone(),
             upstream: route.upstream.clone(),
             upstream_timeout: route.upstream_timeout,
+            upstream_deadline: route.upstream_deadline,
             upstream_protocol: route.upstream_protocol,
             policy: Policy::new(route.idempotency.apply(defaults)),
             metrics: RouteMetrics::new(&route.name),

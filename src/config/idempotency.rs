@@ -167,8 +167,19 @@ idempotency_settings! {
         wait_timeout: Duration = Duration::from_secs(10);
         /// Most duplicates waiting on one key across the fleet; more get 409 at once.
         max_waiters: u32 = 100;
-        /// A timeout or reset after the request may have reached the upstream.
-        on_ambiguous: OnAmbiguous = OnAmbiguous::Release;
+        /// An upstream call whose outcome nobody knows: a reset after the request may have
+        /// reached the upstream, or a call cancelled at the route's `upstream_deadline`.
+        /// `"store"` (the default since 0.5.0) keeps the key's promise that it never runs
+        /// twice; `"release"` lets a retry run it again, for an upstream that deduplicates
+        /// on the forwarded key itself (docs/guarantees.md, "Ambiguous outcomes").
+        on_ambiguous: OnAmbiguous = OnAmbiguous::Store;
+        /// The response header that tells the client until when its key is honoured: an
+        /// HTTP-date, the moment the record stops being replayed (its completion plus
+        /// `ttl`, rounded up to a whole second), on the first answer that stores a record
+        /// and on every replay of it, the same on each. `false` leaves it out; a name
+        /// renames it (records stored before a rename replay under the name they were
+        /// stored with). Not yet standardised (docs/http.md, "Idempotency-Expires").
+        expires_header: ExpiresHeader = ExpiresHeader::default();
         /// Keep each request with its durable lease, so that the completer can send it
         /// again if its replica dies mid-request and the client never retries
         /// (docs/completer.md). Needs `[postgres]` with `claims = "write_through"`, and
@@ -215,6 +226,49 @@ pub enum OnAmbiguous {
     Release,
     /// Store a 502/504 `upstream_outcome_unknown` problem and replay it.
     Store,
+}
+
+/// `idempotency.expires_header`: `true` (`Idempotency-Expires`), `false` (none), or a
+/// header name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpiresHeader(pub Option<HeaderName>);
+
+impl Default for ExpiresHeader {
+    fn default() -> Self {
+        Self(Some(HeaderName::from_static("idempotency-expires")))
+    }
+}
+
+impl<'de> Deserialize<'de> for ExpiresHeader {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            On(bool),
+            Name(String),
+        }
+        match Form::deserialize(d)? {
+            Form::On(true) => Ok(Self::default()),
+            Form::On(false) => Ok(Self(None)),
+            Form::Name(name) => HeaderName::from_bytes(name.as_bytes())
+                .map(|name| Self(Some(name)))
+                .map_err(|_| {
+                    D::Error::custom(format!(
+                        "`{name}` is not a valid header name (or `true`, `false`)"
+                    ))
+                }),
+        }
+    }
+}
+
+impl Serialize for ExpiresHeader {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match &self.0 {
+            Some(name) => s.serialize_str(name.as_str()),
+            None => s.serialize_bool(false),
+        }
+    }
 }
 impl IdempotencyConfig {
     /// The rules of one set of settings (`[idempotency]`, or a route's effective ones),

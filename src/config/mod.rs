@@ -58,7 +58,7 @@ pub use fingerprint::{BodyMode, FingerprintPolicy, QueryMode};
 pub use grpc::GrpcCode;
 pub use header_pattern::{HeaderPattern, ReplayOmit};
 pub use idempotency::{
-    AnonymousScope, IdempotencyConfig, IdempotencyOverrides, InFlightPolicy, OnAmbiguous,
+    AnonymousScope, ExpiresHeader, IdempotencyConfig, IdempotencyOverrides, InFlightPolicy, OnAmbiguous,
     OnRedisUnavailable,
 };
 pub use key_from::KeyFrom;

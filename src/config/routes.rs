@@ -27,10 +27,21 @@ pub struct RouteConfig {
     /// configuration is read.
     #[serde(with = "typed")]
     pub upstream: Uri,
-    /// Longest the upstream may take to answer; then 504 `upstream_timeout`, and the
-    /// key is released or the outcome stored (`idempotency.on_ambiguous`).
+    /// Longest a keyed request's client waits for the upstream's answer; then it gets
+    /// 504 `upstream_timeout` with `Retry-After`, but the upstream call goes on under
+    /// the key's lease (retries get 409 in flight, or wait), and its answer is stored
+    /// and replayed to the retries that come after it (docs/guarantees.md, "A slow
+    /// upstream"). For a request without a key: the longest wait for the response head.
     #[serde(with = "humantime_serde", default = "default_upstream_timeout")]
     pub upstream_timeout: Duration,
+    /// The hard limit of a keyed upstream call, at least `upstream_timeout`: past it the
+    /// call is cancelled and its outcome is unknown (`idempotency.on_ambiguous`). Five
+    /// minutes by default: well past the idle and read timeouts upstreams and their own
+    /// load balancers use (60 s is common), so a call still running then has almost
+    /// surely been given up on by the upstream itself, while a key is held (and its
+    /// retries answered 409) no longer than that.
+    #[serde(with = "humantime_serde", default = "default_upstream_deadline")]
+    pub upstream_deadline: Duration,
     /// How the gateway talks to the upstream: `"http1"`, `"h2c"` (HTTP/2 with prior
     /// knowledge, `http://` only) or `"h2"` (HTTP/2 over TLS chosen by ALPN, `https://`
     /// only). HTTP/2 upstreams share one multiplexed connection per upstream; gRPC
@@ -45,6 +56,10 @@ pub struct RouteConfig {
 
 fn default_upstream_timeout() -> Duration {
     Duration::from_secs(20)
+}
+
+fn default_upstream_deadline() -> Duration {
+    Duration::from_secs(300)
 }
 
 /// `routes.upstream_protocol`.
@@ -89,6 +104,12 @@ impl RouteConfig {
             ));
         }
         positive_duration(&format!("{at}.upstream_timeout"), self.upstream_timeout)?;
+        if self.upstream_deadline < self.upstream_timeout {
+            return Err(ConfigError::invalid(
+                format!("{at}.upstream_deadline"),
+                "must be at least `upstream_timeout`: the call goes on after its client's timeout",
+            ));
+        }
         let https = self.upstream.scheme_str() == Some("https");
         let protocol_fits = match self.upstream_protocol {
             UpstreamProtocol::Http1 => true,

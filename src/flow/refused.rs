@@ -47,6 +47,10 @@ pub enum Refused {
     /// The upstream call failed.
     #[error(transparent)]
     Upstream(UpstreamError),
+    /// The upstream did not answer within the route's `upstream_timeout`; the call goes
+    /// on under the key's lease, and a retry gets its answer once stored.
+    #[error("the upstream did not answer within {0:?}; the call goes on")]
+    UpstreamStillRunning(Duration),
     /// The request's task failed (a panic, logged where it was caught).
     #[error("the request failed inside the gateway")]
     TaskFailed,

@@ -1,10 +1,12 @@
 //! Phase 4, run: the upstream call for a held lease, with the fencing token and under
 //! the lease's heartbeat, and what its answer means for the key (stored, a stored
 //! problem for an upstream that may have acted, released, handed back), settled in
-//! [`super::settle`]. A client's request ([`detached`]) and the completer's attempt at
-//! an abandoned one ([`crate::completer`]) run the same code ([`run()`], [`Runner`]).
+//! [`super::settle`]. A client's request ([`super::detach::detached`]) and the
+//! completer's attempt at an abandoned one ([`crate::completer`]) run the same code
+//! ([`run()`], [`Runner`]). The record's expiry is written into what is stored here
+//! ([`stamp`]).
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::pin::pin;
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,15 +14,14 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::request::Parts;
 use http::HeaderValue;
-use tracing::Instrument;
 
-use super::identify::Identified;
-use super::refused::{Refused, Reply};
+use super::detach::Watch;
+use super::refused::Reply;
 use super::settle::{self, Runner, Settled};
 use crate::app::App;
 use crate::config::OnAmbiguous;
 use crate::grpc;
-use crate::idempotency::StoredResponse;
+use crate::idempotency::{Expiry, StoredResponse};
 use crate::metrics::Outcome;
 use crate::problem::Problem;
 use crate::proxy::headers::{Peer, COMPLETER, FENCING_TOKEN};
@@ -28,33 +29,6 @@ use crate::proxy::{Buffered, UpstreamError};
 use crate::route::Route;
 use crate::store::lease::Phase;
 use crate::store::Lease;
-
-/// Runs a client's request for its held lease on a detached task and waits for it: a
-/// client that goes away must not cancel the upstream call or the recording of its
-/// result.
-pub async fn detached(
-    app: &Arc<App>,
-    route: &Arc<Route>,
-    lease: Lease,
-    request: Identified,
-    peer: SocketAddr,
-) -> (Outcome, Reply) {
-    // Boxed: the future is KiBs, and spawning, polling to completion and
-    // joining a task move it (and its output slot, as large) several times over;
-    // a box moves as a pointer.
-    let (owned, route) = (app.clone(), route.clone());
-    let (parts, body) = (request.parts, request.body);
-    let client = Box::pin(async move {
-        let ran = run(owned, route, lease, parts, body, peer.ip(), Runner::Client).await;
-        (ran.0, ran.1)
-    });
-    let task = (app.tasks).spawn(client.in_current_span());
-    task.await.unwrap_or_else(|e| {
-        // The detail (a panic message) is for the log, not for the client.
-        tracing::error!(error = %e, "request task failed");
-        (Outcome::UpstreamError, Err(Refused::TaskFailed))
-    })
-}
 
 /// Runs the upstream call for a held lease and settles the lease with its outcome, as
 /// `runner` does ([`Runner`]).
@@ -67,28 +41,80 @@ pub async fn run(
     peer: IpAddr,
     runner: Runner,
 ) -> (Outcome, Reply, Settled) {
+    run_watched(app, route, lease, parts, body, peer, runner, None).await
+}
+
+/// [`run()`], telling `watch` when the upstream answered; a call whose client was
+/// answered first (its `upstream_timeout`) is counted and logged when it ends.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn run_watched(
+    app: Arc<App>,
+    route: Arc<Route>,
+    lease: Lease,
+    parts: Parts,
+    body: Bytes,
+    peer: IpAddr,
+    runner: Runner,
+    watch: Option<&Watch>,
+) -> (Outcome, Reply, Settled) {
     let _in_flight = route.metrics.in_flight();
+    let started = Instant::now();
     let is_grpc = grpc::is_grpc(&parts.headers);
     let answer = call(&app, &route, &lease, parts, body, peer, runner).await;
+    let alone = watch.is_some_and(Watch::answered);
+    let cancelled = matches!(answer, Err(UpstreamError::Timeout(_)));
+    let ran = settle_answer(&app, &route, lease, answer, is_grpc, runner).await;
+    if alone {
+        Watch::ended(&route, started, cancelled, ran.2);
+    }
+    ran
+}
+
+/// Settles the lease with the upstream call's outcome.
+async fn settle_answer(
+    app: &Arc<App>,
+    route: &Route,
+    lease: Lease,
+    answer: Result<Buffered, UpstreamError>,
+    is_grpc: bool,
+    runner: Runner,
+) -> (Outcome, Reply, Settled) {
     let stored = match answer {
-        Ok(answer) if releases(&route, &answer) => {
+        Ok(mut answer) if releases(route, &answer) => {
+            if let Some(name) = &route.policy.settings.expires_header.0 {
+                // Nothing is stored: no expiry to tell, whatever the upstream says.
+                answer.headers.remove(name);
+            }
             return settle::released(lease, answer, runner).await;
         }
         Ok(answer) => {
             let mut stored = to_store(answer, is_grpc);
+            let expiry = stamp(route, &mut stored);
             let first = stored.to_response(false);
             // The first client gets its cookies and per-exchange headers
             // (`replay_omit_headers`); they are not stored, so never replayed.
             stored.omit(&route.policy.replay_omit);
-            return settle::complete(&app, &route, lease, stored, first).await;
+            return settle::complete(app, route, lease, stored, first, expiry).await;
         }
-        Err(e) => match stored_problem(&route, &e, is_grpc) {
+        Err(e) => match stored_problem(route, &e, is_grpc) {
             Some(stored) => stored,
             None => return settle::failed(lease, e, runner).await,
         },
     };
+    let mut stored = stored;
+    let expiry = stamp(route, &mut stored);
     let first = stored.to_response(false);
-    settle::complete(&app, &route, lease, stored, first).await
+    settle::complete(app, route, lease, stored, first, expiry).await
+}
+
+/// The expiry of a record completed now, written into it under the route's
+/// `expires_header` (unless that is off).
+fn stamp(route: &Route, stored: &mut StoredResponse) -> Expiry {
+    let expiry = Expiry::after(route.policy.settings.ttl);
+    if let Some(name) = &route.policy.settings.expires_header.0 {
+        expiry.stamp(stored, name);
+    }
+    expiry
 }
 
 /// The upstream call, with the lease's fencing token (and the completer's mark), under

@@ -9,7 +9,9 @@ use axum::response::Response;
 
 use super::refused::{unreadable, Refused, Reply};
 use crate::app::App;
-use crate::idempotency::{Claim, Completion, Fingerprint, RecordId, Scope, StoredResponse};
+use crate::idempotency::{
+    Claim, Completion, Expiry, Fingerprint, RecordId, Scope, StoredResponse,
+};
 use crate::metrics::{self, Outcome};
 use crate::proxy::{Buffered, UpstreamError};
 use crate::route::Route;
@@ -42,21 +44,23 @@ pub enum Settled {
     NotStored,
 }
 
-/// Completes the lease with `stored` and answers `first` (what this execution's client
-/// gets), unless the lease was lost: then the key's outcome is someone else's.
+/// Completes the lease with `stored`, kept until `expiry`, and answers `first` (what
+/// this execution's client gets), unless the lease was lost: then the key's outcome is
+/// someone else's.
 pub async fn complete(
     app: &Arc<App>,
     route: &Route,
     lease: Lease,
     stored: StoredResponse,
-    first: Response,
+    mut first: Response,
+    expiry: Expiry,
 ) -> (Outcome, Reply, Settled) {
     let (record, scope, lease_fingerprint) = (lease.record(), lease.scope(), lease.fingerprint());
     let view = lease.view();
     // Encoded once: Redis, Postgres and the replay cache all keep this encoding.
     let encoded = stored.encoded();
     match lease
-        .complete_encoded(&encoded, route.policy.settings.ttl)
+        .complete_encoded(&encoded, expiry)
         .await
     {
         Ok(Completion::Stored) => {
@@ -67,7 +71,7 @@ pub async fn complete(
                 record,
                 lease_fingerprint,
                 encoded,
-                route.policy.settings.ttl,
+                expiry.remaining(),
                 view,
             );
         }
@@ -80,6 +84,10 @@ pub async fn complete(
         Err(e) => {
             tracing::error!(error = %e,
                 "could not store the response; a retry after the lease expires will run again");
+            if let Some(name) = &route.policy.settings.expires_header.0 {
+                // Nothing is stored: no expiry to tell.
+                first.headers_mut().remove(name);
+            }
             return (Outcome::Executed, Ok(first), Settled::NotStored);
         }
     }

@@ -148,6 +148,7 @@ fn problem(refused: Refused) -> Problem {
         Refused::Superseded(retry_after) => Problem::superseded(retry_after),
         Refused::Store(e) => Problem::from(&e),
         Refused::Upstream(e) => Problem::from(&e),
+        Refused::UpstreamStillRunning(after) => Problem::upstream_still_running(after),
         Refused::TaskFailed => Problem::internal("the request failed inside the gateway"),
     }
 }

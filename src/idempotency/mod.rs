@@ -2,10 +2,11 @@
 //! ([`key`]), whose it is ([`scope`]), what identifies a request ([`fingerprint`],
 //! with [`canonical`] JSON),
 //! the outcomes of a claim ([`claim`]), what is stored and
-//! replayed ([`replay`]), the request kept for the completer ([`kept`]), and how it is sealed at rest ([`keyring`], [`sealed`]).
+//! replayed ([`replay`]) and until when ([`expiry`]), the request kept for the completer ([`kept`]), and how it is sealed at rest ([`keyring`], [`sealed`]).
 
 pub mod canonical;
 pub mod claim;
+pub mod expiry;
 pub mod fingerprint;
 pub mod kept;
 pub mod key;
@@ -16,6 +17,7 @@ pub mod scope;
 pub mod sealed;
 
 pub use claim::{Claim, Completion, Home, Release};
+pub use expiry::Expiry;
 pub use fingerprint::{Fingerprint, RecordId};
 pub use kept::KeptRequest;
 pub use key::{IdempotencyKey, KeyError};

@@ -21,7 +21,9 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub use completer::{completer_outcome, completer_pass, completer_takeover};
 pub use limits::{limits_sampled, Limit};
-pub use requests::{unmatched, Outcome, Protocol, RouteMetrics, STORED_BYTES};
+pub use requests::{
+    detached, detached_ended, unmatched, Detached, Outcome, Protocol, RouteMetrics, STORED_BYTES,
+};
 pub use store::{
     elapsed, fallback, lease_lost, postgres_op, postgres_primary, postgres_up, redis_up,
     redis_wait_short, tier_disagreement, unreadable, RedisOps,
@@ -33,6 +35,8 @@ pub const LOG_DROPPED: &str = "idemgate_log_lines_dropped_total";
 const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
+/// Seconds past `upstream_timeout`, up to the default `upstream_deadline`.
+const OVERRUN_BUCKETS: &[f64] = &[0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
 const SIZE_BUCKETS: &[f64] = &[
     256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0,
 ];
@@ -46,6 +50,10 @@ pub fn install() -> PrometheusHandle {
                 .set_buckets_for_metric(Matcher::Suffix("duration_seconds".into()), LATENCY_BUCKETS)
                 .and_then(|b| {
                     b.set_buckets_for_metric(Matcher::Full(STORED_BYTES.into()), SIZE_BUCKETS)
+                })
+                .and_then(|b| {
+                    let overrun = Matcher::Full(requests::DETACHED_OVERRUN.into());
+                    b.set_buckets_for_metric(overrun, OVERRUN_BUCKETS)
                 })
                 .expect("static buckets are valid");
             let recorder = builder.build_recorder();

@@ -1,8 +1,9 @@
 //! The request path's metrics: keyed requests by route and outcome
 //! (`idemgate_requests_total` and their duration), unkeyed requests, every request by
 //! the protocol it came in ([`Protocol`]), upstream calls,
-//! upstream calls in flight under a lease and the size of stored responses, each
-//! route's handles registered once ([`RouteMetrics`]).
+//! upstream calls in flight under a lease, the calls that go on after their client was
+//! answered ([`detached`], [`Detached`]) and the size of stored responses, each route's
+//! handles registered once ([`RouteMetrics`]).
 
 use std::time::Instant;
 
@@ -15,6 +16,9 @@ pub const REQUESTS_BY_PROTOCOL: &str = "idemgate_requests_by_protocol_total";
 pub const UPSTREAM_DURATION: &str = "idemgate_upstream_duration_seconds";
 pub const IN_FLIGHT: &str = "idemgate_in_flight";
 pub const STORED_BYTES: &str = "idemgate_stored_response_bytes";
+pub const DETACHED: &str = "idemgate_upstream_detached";
+pub const DETACHED_ENDED: &str = "idemgate_upstream_detached_total";
+pub const DETACHED_OVERRUN: &str = "idemgate_upstream_detached_overrun_seconds";
 
 /// Every outcome, in [`Outcome`] order.
 pub const OUTCOMES: [Outcome; 10] = [
@@ -107,11 +111,68 @@ pub(super) fn describe() {
     describe_histogram!(UPSTREAM_DURATION, Unit::Seconds, "Upstream call duration.");
     describe_gauge!(IN_FLIGHT, "Upstream calls running under a lease.");
     describe_histogram!(STORED_BYTES, Unit::Bytes, "Size of stored responses.");
+    describe_gauge!(
+        DETACHED,
+        "Upstream calls still running after their client was answered 504 at upstream_timeout."
+    );
+    describe_counter!(
+        DETACHED_ENDED,
+        "Upstream calls that outlived their client's upstream_timeout, by route and how they \
+         ended (stored, released, failed, cancelled at upstream_deadline, lease_lost, not_stored)."
+    );
+    describe_histogram!(
+        DETACHED_OVERRUN,
+        Unit::Seconds,
+        "How long past upstream_timeout the calls that outlived it took."
+    );
 }
 
 /// Sets the request path's gauges to their starting values.
 pub(super) fn start() {
     gauge!(IN_FLIGHT).set(0.0);
+    gauge!(DETACHED).set(0.0);
+}
+
+/// How an upstream call that outlived its client's `upstream_timeout` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detached {
+    /// Its answer (or a stored problem) is the key's record.
+    Stored,
+    /// A release status: the key is free.
+    Released,
+    /// No answer worth storing (a reset after sending, with `on_ambiguous = "release"`).
+    Failed,
+    /// Cancelled at `upstream_deadline`.
+    Cancelled,
+    /// Another execution held the key by the time it ended.
+    LeaseLost,
+    /// Its answer could not be stored.
+    NotStored,
+}
+
+impl Detached {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Detached::Stored => "stored",
+            Detached::Released => "released",
+            Detached::Failed => "failed",
+            Detached::Cancelled => "cancelled",
+            Detached::LeaseLost => "lease_lost",
+            Detached::NotStored => "not_stored",
+        }
+    }
+}
+
+/// A call goes on after its client was answered (`+1`), or such a call ended (`-1`).
+pub fn detached(delta: f64) {
+    gauge!(DETACHED).increment(delta);
+}
+
+/// A call that outlived its client's `upstream_timeout` by `overrun` ended as `how`.
+pub fn detached_ended(route: &str, how: Detached, overrun: std::time::Duration) {
+    let route = route.to_string();
+    counter!(DETACHED_ENDED, "route" => route.clone(), "outcome" => how.as_str()).increment(1);
+    histogram!(DETACHED_OVERRUN, "route" => route).record(overrun.as_secs_f64());
 }
 
 /// One route's metric handles, registered once at start so that a request records

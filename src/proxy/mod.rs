@@ -30,7 +30,8 @@ use crate::tls::TlsError;
 /// How an upstream call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
-    /// No answer within the route's `upstream_timeout`.
+    /// No answer within the route's `upstream_timeout` (a request without a key) or
+    /// `upstream_deadline` (a keyed one).
     #[error("the upstream did not answer within {0:?}")]
     Timeout(Duration),
     /// The connection (TCP, or the TLS handshake) could not be made: the request
@@ -103,7 +104,8 @@ impl Upstream {
     }
 
     /// Sends a keyed request with its buffered body and buffers the response, all
-    /// within the route's `upstream_timeout`.
+    /// within the route's `upstream_deadline` (its client may have been answered at
+    /// `upstream_timeout` already, the call going on without it).
     pub async fn forward_buffered(
         &self,
         route: &Route,
@@ -137,9 +139,9 @@ impl Upstream {
                 trailers,
             })
         };
-        tokio::time::timeout(route.upstream_timeout, exchange)
+        tokio::time::timeout(route.upstream_deadline, exchange)
             .await
-            .map_err(|_| UpstreamError::Timeout(route.upstream_timeout))?
+            .map_err(|_| UpstreamError::Timeout(route.upstream_deadline))?
     }
 
     /// Forwards a request that is not keyed, streaming both bodies. The timeout covers

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use super::{StoreError, Stores};
 use crate::idempotency::{
-    Completion, Encoded, Fingerprint, Home, RecordId, Release, Scope, StoredResponse,
+    Completion, Encoded, Expiry, Fingerprint, Home, RecordId, Release, Scope, StoredResponse,
 };
 
 /// What the holder does while its lease beats (for the log).
@@ -192,14 +192,14 @@ impl Lease {
             .expect("a lease holds its claim until settling consumes it")
     }
 
-    /// Stores `response` for `ttl` if the lease is still ours (and writes it through
-    /// to Postgres when configured), extending the lease until it is stored.
+    /// Stores `response` until `expiry` if the lease is still ours (and writes it
+    /// through to Postgres when configured), extending the lease until it is stored.
     pub async fn complete(
         self,
         response: &StoredResponse,
-        ttl: Duration,
+        expiry: Expiry,
     ) -> Result<Completion, StoreError> {
-        self.complete_encoded(&response.encoded(), ttl).await
+        self.complete_encoded(&response.encoded(), expiry).await
     }
 
     /// [`Lease::complete`] with a response encoded once by the caller, who may keep
@@ -207,11 +207,11 @@ impl Lease {
     pub async fn complete_encoded(
         self,
         response: &Encoded,
-        ttl: Duration,
+        expiry: Expiry,
     ) -> Result<Completion, StoreError> {
         let held = self.into_held();
         // The lease beats until the response is stored (see [`Held::heartbeat`]).
-        let storing = std::pin::pin!(held.stores.complete(&held, response, ttl));
+        let storing = std::pin::pin!(held.stores.complete(&held, response, expiry));
         let completed = (held.heartbeat(storing, Phase::Settle)).await;
         completed
     }

@@ -47,7 +47,7 @@ async fn batched_claims_decide_each_claim_as_alone_and_acquire_each_key_once() {
             status: 201,
             headers: bytes::Bytes::from_static(b"\x00\x00"),
             body: bytes::Bytes::from_static(b"{}"),
-            ttl_ms: 60_000,
+            expiry: idemgate::idempotency::Expiry::within(std::time::Duration::from_millis(60_000)),
         })
         .collect();
     s.complete_batch(&done).await.unwrap();

@@ -52,7 +52,7 @@ async fn a_claims_completion_is_a_hot_update_and_lives_its_ttl() {
             status: 201,
             headers: bytes::Bytes::from_static(b"\x00\x00"),
             body: bytes::Bytes::from(vec![b'x'; 150]),
-            ttl_ms: TTL.as_millis() as i64,
+            expiry: idemgate::idempotency::Expiry::within(TTL),
         })
         .collect();
     assert_eq!(s.complete_batch(&done).await.unwrap(), vec![true; N]);

@@ -15,7 +15,8 @@ impl PgStore {
             let row = client
                 .query_opt(
                     "SELECT state, nullif(status, 0::int2), coalesce(octet_length(body), 0) + coalesce(octet_length(headers), 0),
-                        (EXTRACT(EPOCH FROM (expires_at - now())) * 1000)::bigint,
+                        (EXTRACT(EPOCH FROM (least(expires_at, CASE WHEN replay_until > completed_at
+                            THEN replay_until END) - now())) * 1000)::bigint,
                         CASE WHEN state = 'leased' THEN
                             (EXTRACT(EPOCH FROM (lease_expires_at - now())) * 1000)::bigint END,
                         completer, completer_attempts, request IS NOT NULL

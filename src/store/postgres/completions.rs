@@ -5,6 +5,8 @@
 
 use std::collections::HashSet;
 
+use std::time::SystemTime;
+
 use tokio_postgres::types::ToSql;
 
 use super::{CompletedRecord, PgStore};
@@ -18,24 +20,30 @@ use crate::store::StoreError;
 /// column. It keeps `lease_expires_at` (read only while the row is leased) and the
 /// claim's `expires_at`, which already reaches past the record's `ttl` from now (the
 /// claim wrote lease + `ttl`); a later one, e.g. after a lease extended past it, wins.
+/// `replay_until` (not indexed) is the record's [`Expiry`](crate::idempotency::Expiry):
+/// lookups and claims treat the row as gone from then on (migration 0005).
 pub(super) const WRITE_THROUGH: &str = "INSERT INTO idemgate_records AS r
                            (scope, key_hash, route, fingerprint, state, lock_token, status,
-                            headers, body, created_at, completed_at, expires_at)
+                            headers, body, created_at, completed_at, expires_at,
+                            replay_until)
                          SELECT s, k, rt, f, 'completed', t, st, h, b, now(), now(),
-                                now() + interval '1 millisecond' * ttl
+                                greatest(until, now()), until
                          FROM UNNEST($1::bytea[], $2::bytea[], $3::text[], $4::bytea[],
                                      $5::text[], $6::int2[], $7::bytea[], $8::bytea[],
-                                     $9::int8[]) AS u(s, k, rt, f, t, st, h, b, ttl)
+                                     $9::timestamptz[]) AS u(s, k, rt, f, t, st, h, b, until)
                          ON CONFLICT (scope, key_hash) DO UPDATE SET
                            state = 'completed', lock_token = EXCLUDED.lock_token,
                            fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status,
                            headers = EXCLUDED.headers, body = EXCLUDED.body,
                            completed_at = now(),
                            expires_at = greatest(r.expires_at, EXCLUDED.expires_at),
+                           replay_until = EXCLUDED.replay_until,
                            request = NULL,
                            completer = CASE WHEN r.state = 'leased' AND r.completer = 'running'
                                  AND r.lock_token = EXCLUDED.lock_token THEN 'completed' END
                          WHERE r.expires_at <= now()
+                            OR (r.state = 'completed' AND r.replay_until > r.completed_at
+                                AND r.replay_until <= now())
                             OR (r.state = 'leased' AND (r.lock_token = EXCLUDED.lock_token
                                 OR r.lease_expires_at <= now()))
                          RETURNING key_hash";
@@ -81,7 +89,7 @@ pub(super) struct Columns<'a> {
     statuses: Vec<i16>,
     headers: Vec<&'a [u8]>,
     bodies: Vec<&'a [u8]>,
-    ttls: Vec<i64>,
+    replay_until: Vec<SystemTime>,
 }
 
 impl<'a> Columns<'a> {
@@ -97,7 +105,7 @@ impl<'a> Columns<'a> {
             statuses: sorted.iter().map(|r| r.status).collect(),
             headers: col(|r| &r.headers[..]),
             bodies: col(|r| &r.body[..]),
-            ttls: sorted.iter().map(|r| r.ttl_ms).collect(),
+            replay_until: sorted.iter().map(|r| r.expiry.at()).collect(),
         }
     }
 
@@ -112,7 +120,7 @@ impl<'a> Columns<'a> {
             &self.statuses,
             &self.headers,
             &self.bodies,
-            &self.ttls,
+            &self.replay_until,
         ]
     }
 }

@@ -16,7 +16,7 @@ use super::completions::{Columns, WRITE_THROUGH};
 use super::leases::{ClaimAsk, ClaimColumns, CLAIM};
 use super::lookups::LOOKUP;
 use super::{CompletedRecord, PgStore};
-use crate::idempotency::{Fingerprint, RecordId, Scope};
+use crate::idempotency::{Expiry, Fingerprint, RecordId, Scope};
 use crate::store::StoreError;
 
 /// Most keys one explained round may hold (a round of the gateway's batchers is far
@@ -77,7 +77,7 @@ impl PgStore {
                     status: 201,
                     headers: Bytes::from_static(&[0; 40]),
                     body: Bytes::from_static(&[b'x'; 150]),
-                    ttl_ms: ttl.as_millis() as i64,
+                    expiry: Expiry::after(ttl),
                 })
                 .collect();
             let explain = |sql: &str| format!("EXPLAIN (ANALYZE, BUFFERS, WAL, COSTS OFF) {sql}");

@@ -51,11 +51,13 @@ pub(super) const CLAIM: &str = "INSERT INTO idemgate_records AS r
        state = 'leased', lock_token = EXCLUDED.lock_token,
        lease_expires_at = EXCLUDED.lease_expires_at, status = NULL,
        headers = NULL, body = NULL, created_at = now(),
-       completed_at = NULL, expires_at = EXCLUDED.expires_at,
+       completed_at = NULL, expires_at = EXCLUDED.expires_at, replay_until = NULL,
        request = EXCLUDED.request, completer = EXCLUDED.completer,
        completer_attempts = CASE WHEN EXCLUDED.completer IS NULL THEN NULL
                                  ELSE r.completer_attempts END
      WHERE r.expires_at <= now()
+        OR (r.state = 'completed' AND r.replay_until > r.completed_at
+            AND r.replay_until <= now())
         OR (r.state = 'leased' AND (r.lease_expires_at <= now()
             OR r.lock_token = EXCLUDED.lock_token))
      RETURNING r.lock_token, r.fence";

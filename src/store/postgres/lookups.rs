@@ -24,14 +24,21 @@ use crate::store::StoreError;
 /// Postgres caches for a prepared statement, when made while the table is still small,
 /// is a hash join over a sequential scan, which then reads the whole table per lookup
 /// as it grows (measured: ~7 ms per statement with tens of thousands of rows).
+///
+/// A completed row is gone once its `replay_until` passed (when the row's own: later
+/// than its completion; a row the previous release completed keeps `expires_at`), and
+/// its remaining time never reaches past that moment: re-warming never extends it.
 pub const LOOKUP: &str = "SELECT r.fingerprint, r.state, r.status, r.headers, r.body,
-        (EXTRACT(EPOCH FROM (r.expires_at - now())) * 1000)::bigint,
+        (EXTRACT(EPOCH FROM (least(r.expires_at, CASE WHEN r.replay_until > r.completed_at
+            THEN r.replay_until END) - now())) * 1000)::bigint,
         (EXTRACT(EPOCH FROM (r.lease_expires_at - now())) * 1000)::bigint,
         u.i
      FROM UNNEST($1::bytea[], $2::bytea[]) WITH ORDINALITY AS u(scope, key_hash, i)
      CROSS JOIN LATERAL (
         SELECT * FROM idemgate_records r
         WHERE r.scope = u.scope AND r.key_hash = u.key_hash AND r.expires_at > now()
+          AND NOT coalesce(r.state = 'completed' AND r.replay_until > r.completed_at
+                           AND r.replay_until <= now(), false)
         LIMIT 1) r";
 
 /// One key's answer: its record, none, or why it could not be read.

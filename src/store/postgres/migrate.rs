@@ -35,6 +35,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "0004_hot_completion.additive.sql",
         include_str!("../../../migrations/0004_hot_completion.additive.sql"),
     ),
+    (
+        5,
+        "0005_replay_until.additive.sql",
+        include_str!("../../../migrations/0005_replay_until.additive.sql"),
+    ),
 ];
 
 /// The suffix of a migration that binaries before it may run beside.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::idempotency::{Encoded, Fingerprint, RecordId, Scope, StoredRecord};
+use crate::idempotency::{Encoded, Expiry, Fingerprint, RecordId, Scope, StoredRecord};
 use crate::store::StoreError;
 
 /// Which record a statement is about.
@@ -106,7 +106,8 @@ pub struct CompletedRecord {
     pub status: i16,
     pub headers: Bytes,
     pub body: Bytes,
-    pub ttl_ms: i64,
+    /// Replayed until then (the row's `replay_until`).
+    pub expiry: Expiry,
 }
 
 /// The `status`, `headers` and `body` columns of a response: its parts, or, when it

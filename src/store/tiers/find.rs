@@ -9,7 +9,7 @@ use super::super::redis::Record;
 use super::super::StoreError;
 use super::Stores;
 use crate::idempotency::{
-    Binding, Claim, Fingerprint, RecordId, Scope, StoredRecord, StoredResponse,
+    Binding, Claim, Expiry, Fingerprint, RecordId, Scope, StoredRecord, StoredResponse,
 };
 use crate::metrics;
 use crate::route::Route;
@@ -69,7 +69,7 @@ impl Stores {
             })) => {
                 // Carry the record over to its new id: later retries find it at once.
                 metrics::fallback("previous_id");
-                if let Err(e) = lease.complete(&response, remaining).await {
+                if let Err(e) = lease.complete(&response, Expiry::within(remaining)).await {
                     tracing::warn!(error = %e, "could not copy the record to its new id");
                 }
                 return Ok(Claim::Completed {

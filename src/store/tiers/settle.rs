@@ -10,7 +10,7 @@ use super::super::postgres::writer::WriteOutcome;
 use super::super::postgres::{stored_columns, CompletedRecord, RecordRef};
 use super::super::StoreError;
 use super::{Durable, Stores};
-use crate::idempotency::{Binding, Completion, Encoded, Home, Release};
+use crate::idempotency::{Binding, Completion, Encoded, Expiry, Home, Release};
 use crate::metrics;
 
 impl Stores {
@@ -42,13 +42,14 @@ impl Stores {
         }
     }
 
-    /// Settles a lease with a response: compare-and-set in its home tier, then
-    /// write-through to Postgres before the caller answers.
+    /// Settles a lease with a response, kept until `expiry` in every tier:
+    /// compare-and-set in its home tier, then write-through to Postgres before the
+    /// caller answers.
     pub(crate) async fn complete(
         &self,
         lease: &Held,
         response: &Encoded,
-        ttl: Duration,
+        expiry: Expiry,
     ) -> Result<Completion, StoreError> {
         // Sealed once, from the one encoding: both tiers store the same bytes.
         let sealed = self.0.sealing.seal(&response.bytes, binding(lease));
@@ -63,7 +64,7 @@ impl Stores {
                 status,
                 headers,
                 body,
-                ttl_ms: i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
+                expiry,
             }
         };
         match lease.home {
@@ -75,7 +76,7 @@ impl Stores {
             }
             Home::Redis { also_in_postgres } => {
                 let encoded = sealed.as_ref().unwrap_or(&response.bytes);
-                let in_redis = self.complete_in_redis(lease, encoded, ttl).await;
+                let in_redis = self.complete_in_redis(lease, encoded, expiry).await;
                 // Lost in Redis: with claims only in Redis, the other holder's answer is
                 // the one to keep. With claims written through, Postgres is the
                 // authority: its token check decides (another request may have taken
@@ -98,14 +99,16 @@ impl Stores {
         &self,
         lease: &Held,
         encoded: &Bytes,
-        ttl: Duration,
+        expiry: Expiry,
     ) -> Result<Completion, StoreError> {
+        // Each try asks Redis for what is left until the expiry: the record never
+        // outlives the moment its answers advertise.
         let complete = || {
             (self.0.redis).complete(
                 &lease.redis_key,
                 &lease.token,
                 encoded.clone(),
-                ttl,
+                expiry.remaining(),
                 &lease.fingerprint,
             )
         };

@@ -193,7 +193,7 @@ mod tests {
             status: 201,
             headers: Bytes::new(),
             body: Bytes::from(vec![0u8; body]),
-            ttl_ms: 1,
+            expiry: crate::idempotency::Expiry::within(std::time::Duration::from_millis(1)),
         }
     }
 
