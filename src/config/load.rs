@@ -98,6 +98,49 @@ mod tests {
     }
 
     #[test]
+    fn expires_header_is_a_name_true_or_false() {
+        let header = |value: &str| {
+            Config::from_toml(&format!("[idempotency]\nexpires_header = {value}\n"))
+                .map(|c| c.idempotency.expires_header.0.map(|n| n.to_string()))
+        };
+        let default = Some("idempotency-expires".to_string());
+        assert_eq!(
+            Config::default()
+                .idempotency
+                .expires_header
+                .0
+                .map(|n| n.to_string()),
+            default
+        );
+        assert_eq!(header("true").unwrap(), default);
+        assert_eq!(header("false").unwrap(), None);
+        assert_eq!(
+            header("\"X-Key-Expires\"").unwrap(),
+            Some("x-key-expires".into())
+        );
+        let err = header("\"not a name\"").unwrap_err().to_string();
+        assert!(err.contains("idempotency.expires_header"), "{err}");
+    }
+
+    #[test]
+    fn upstream_deadline_is_at_least_upstream_timeout() {
+        let route = |deadline: &str| {
+            Config::from_toml(&format!(
+                "[[routes]]\nname = \"a\"\npath_prefix = \"/a/\"\nupstream = \"http://127.0.0.1:1\"\n\
+                 upstream_timeout = \"10s\"\n{deadline}"
+            ))
+        };
+        assert_eq!(
+            route("").unwrap().routes[0].upstream_deadline,
+            Duration::from_secs(300)
+        );
+        let err = route("upstream_deadline = \"5s\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("routes[0].upstream_deadline"), "{err}");
+    }
+
+    #[test]
     fn unknown_keys_are_named() {
         let err = Config::from_toml("[redis]\nurll = \"redis://x\"\n").unwrap_err();
         let text = err.to_string();

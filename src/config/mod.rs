@@ -58,8 +58,8 @@ pub use fingerprint::{BodyMode, FingerprintPolicy, QueryMode};
 pub use grpc::GrpcCode;
 pub use header_pattern::{HeaderPattern, ReplayOmit};
 pub use idempotency::{
-    AnonymousScope, ExpiresHeader, IdempotencyConfig, IdempotencyOverrides, InFlightPolicy, OnAmbiguous,
-    OnRedisUnavailable,
+    AnonymousScope, ExpiresHeader, IdempotencyConfig, IdempotencyOverrides, InFlightPolicy,
+    OnAmbiguous, OnRedisUnavailable,
 };
 pub use key_from::KeyFrom;
 pub use keys::{EncryptionKeys, KeyMaterial, KeyringError, KEY_LEN, MAX_ID_LEN};

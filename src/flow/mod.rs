@@ -10,7 +10,8 @@
 //! 3. [`claim`]: the replay cache, [`Stores::claim`](crate::store::Stores::claim),
 //!    waiting while the key is in flight, the record under the previous scope secret.
 //! 4. [`run`](mod@run): the upstream call under the held lease (fencing token, heartbeat), on a
-//!    detached task ([`detach`]): a client answered at `upstream_timeout` leaves it running.
+//!    detached task ([`run::detached`]): a client answered at `upstream_timeout` leaves it
+//!    running.
 //! 5. [`settle`]: complete the lease with the answer (or release it, or hand it back),
 //!    and answer.
 //!
@@ -22,7 +23,6 @@
 pub mod admit;
 pub mod body;
 pub mod claim;
-pub mod detach;
 pub mod identify;
 pub mod refused;
 pub mod run;
@@ -67,7 +67,7 @@ pub async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &m
     };
     trace.identified(identified.scope, identified.record);
     let (outcome, reply) = match claim::claim(app, &route, &identified, peer.ip()).await {
-        Claimed::Acquired(lease) => detach::detached(app, &route, lease, identified, peer).await,
+        Claimed::Acquired(lease) => run::detached(app, &route, lease, identified, peer).await,
         Claimed::Answered(outcome, reply) => (outcome, reply),
         Claimed::Bypassed => {
             let (parts, body) = (identified.parts, Body::from(identified.body));

@@ -9,9 +9,7 @@ use axum::response::Response;
 
 use super::refused::{unreadable, Refused, Reply};
 use crate::app::App;
-use crate::idempotency::{
-    Claim, Completion, Expiry, Fingerprint, RecordId, Scope, StoredResponse,
-};
+use crate::idempotency::{Claim, Completion, Expiry, Fingerprint, RecordId, Scope, StoredResponse};
 use crate::metrics::{self, Outcome};
 use crate::proxy::{Buffered, UpstreamError};
 use crate::route::Route;
@@ -59,10 +57,7 @@ pub async fn complete(
     let view = lease.view();
     // Encoded once: Redis, Postgres and the replay cache all keep this encoding.
     let encoded = stored.encoded();
-    match lease
-        .complete_encoded(&encoded, expiry)
-        .await
-    {
+    match lease.complete_encoded(&encoded, expiry).await {
         Ok(Completion::Stored) => {
             route.metrics.stored_bytes(encoded.bytes.len());
             // Not if this replica's view of Redis changed since the claim (a breaker

@@ -7,7 +7,7 @@
 //! | Redis record | 3 (2 with `redis.record_format = "hash"`) | the key's type; a string's first byte | `lua/record.lua`, [`super::redis`] |
 //! | response encoding | 1, 3 with trailers | first byte | [`crate::idempotency::replay`] |
 //! | sealed envelope | 2 | first byte | [`crate::idempotency::sealed`] |
-//! | Postgres schema | 4 | `idemgate_schema` rows | `migrations/`, [`super::postgres::migrate`] |
+//! | Postgres schema | 5 | `idemgate_schema` rows | `migrations/`, [`super::postgres::migrate`] |
 //!
 //! Redis record layouts: 1 (0.1.0 to 0.3.0) is a hash `{s, f, t, n, r}`; 2 (0.4.0)
 //! adds `w`, set by `claim.lua` when a duplicate was told "in flight", so completions
@@ -32,7 +32,11 @@
 //!
 //! Postgres schema 4 (0.5.0, additive) keeps a completion's `lease_expires_at` (read
 //! only while a row is leased) and lets the claim write the record's expiry; rows of
-//! schema 3 (`lease_expires_at` NULL once completed) read the same.
+//! schema 3 (`lease_expires_at` NULL once completed) read the same. Schema 5 (0.5.0,
+//! additive) adds `replay_until`, the moment a completed record stops being replayed
+//! (`Idempotency-Expires`), which lookups and claims honour only while it is later than
+//! the row's `completed_at`: a row the previous release completed (it leaves the column
+//! as it was) keeps `expires_at`'s meaning.
 //!
 //! Response encoding 3 (0.5.0) adds the trailers: it is written only for a gRPC answer
 //! with trailers (other responses' trailers are not stored), so only for a gRPC call
@@ -83,7 +87,7 @@ pub fn all() -> [StoredFormat; 4] {
         StoredFormat {
             name: "postgres schema",
             writes: migrate::latest() as u32,
-            reads: &[3, 4],
+            reads: &[3, 4, 5],
         },
     ]
 }

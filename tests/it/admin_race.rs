@@ -180,7 +180,9 @@ fn completed(rec: RecordRef<'_>, fingerprint: Fingerprint, ttl_ms: i64) -> Compl
         status: 201,
         headers: Bytes::from_static(b"\x00\x00"),
         body: Bytes::from_static(b"{}"),
-        expiry: idemgate::idempotency::Expiry::within(std::time::Duration::from_millis(ttl_ms as u64)),
+        expiry: idemgate::idempotency::Expiry::within(std::time::Duration::from_millis(
+            ttl_ms as u64,
+        )),
     }
 }
 

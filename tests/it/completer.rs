@@ -339,7 +339,12 @@ async fn a_request_the_upstream_refuses_or_never_answers_is_given_up_and_shown()
     let dir = tempfile::tempdir().unwrap();
     let mut dead = doomed(dir.path(), &redis, &pg, &up, true).await;
     let mut cfg = config(&redis.url(), &up.url(), &extra(&pg, true, INTERVAL));
+    // The completer has no client to answer: its calls end at the hard limit, and an
+    // attempt that got no answer is handed back for the next one only where
+    // `on_ambiguous = "release"` (the default stores the unknown outcome instead).
     cfg.routes[0].upstream_timeout = Duration::from_millis(700);
+    cfg.routes[0].upstream_deadline = Duration::from_millis(700);
+    cfg.idempotency.on_ambiguous = idemgate::config::OnAmbiguous::Release;
     cfg.postgres.as_mut().unwrap().completer_attempts = 3;
     let survivor = TestApp::spawn(cfg).await;
     let key = "never-answered".to_string();

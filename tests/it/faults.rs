@@ -163,44 +163,6 @@ async fn a_waiter_takes_over_when_the_holder_releases() {
 }
 
 #[tokio::test]
-async fn ambiguous_outcomes_release_by_default_or_are_stored() {
-    let redis = RedisServer::start();
-    let upstream = MockUpstream::start().await;
-    let mut cfg = config(&redis.url(), &upstream.url(), "");
-    cfg.routes[0].upstream_timeout = Duration::from_millis(300);
-    let release = TestApp::spawn(cfg.clone()).await;
-    upstream.set_delay(Duration::from_millis(600));
-    let (status, headers, body) = read(release.post("amb", "{}").send().await.unwrap()).await;
-    assert_eq!(
-        (status, problem_code(&headers, &body).as_str()),
-        (504, "upstream_timeout")
-    );
-    upstream.set_delay(Duration::ZERO);
-    assert_eq!(
-        release.post("amb", "{}").send().await.unwrap().status(),
-        201,
-        "release: runs again"
-    );
-    assert_eq!(upstream.executions(), 2);
-
-    cfg.routes[0].idempotency.on_ambiguous = Some(idemgate::config::OnAmbiguous::Store);
-    cfg.routes[0].name = "stored".into();
-    let store = TestApp::spawn(cfg).await;
-    upstream.set_delay(Duration::from_millis(600));
-    let (status, headers, first) = read(store.post("amb2", "{}").send().await.unwrap()).await;
-    assert_eq!(
-        (status, problem_code(&headers, &first).as_str()),
-        (504, "upstream_outcome_unknown")
-    );
-    upstream.set_delay(Duration::ZERO);
-    let (status, headers, again) = read(store.post("amb2", "{}").send().await.unwrap()).await;
-    assert_eq!(status, 504);
-    assert_eq!(headers["idempotent-replayed"], "true");
-    assert_eq!(again, first);
-    assert_eq!(upstream.executions(), 3, "store: the retry is not run");
-}
-
-#[tokio::test]
 async fn a_completion_that_meets_a_redis_blip_is_retried() {
     // Redis-only mode: without the retry the response would be lost and the key
     // would answer 409 until its lease ran out.

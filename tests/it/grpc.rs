@@ -40,9 +40,9 @@ fn script(name: &str) -> PathBuf {
 }
 
 /// `tests/grpc/server.py`, killed on drop.
-struct GrpcServer {
+pub(crate) struct GrpcServer {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
 }
 
 impl GrpcServer {
@@ -62,7 +62,7 @@ impl GrpcServer {
     }
 
     /// Executions per key, as the server counted them.
-    async fn executions(&self, target: &str, key: &str) -> u64 {
+    pub(crate) async fn executions(&self, target: &str, key: &str) -> u64 {
         let out = calls(
             target,
             json!([{"method": "/demo.Payments/Count", "message": ""}]),
@@ -82,7 +82,7 @@ impl Drop for GrpcServer {
 }
 
 /// Runs `tests/grpc/client.py` with these calls against `target`: one result per call.
-async fn calls(target: &str, calls: Value) -> Vec<Value> {
+pub(crate) async fn calls(target: &str, calls: Value) -> Vec<Value> {
     let plan = json!({"target": target, "calls": calls}).to_string();
     let out = tokio::process::Command::new(python())
         .arg(script("client.py"))
@@ -98,19 +98,27 @@ async fn calls(target: &str, calls: Value) -> Vec<Value> {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-fn create(key: &str, message: &str) -> Value {
+pub(crate) fn create(key: &str, message: &str) -> Value {
     json!({"method": "/demo.Payments/Create", "message": message, "key": key, "tenant": "t1"})
 }
 
 /// Redis, the gRPC server, and a gateway with a `grpc` route (h2c upstream, keys
 /// required, scoped by `x-tenant-id`) plus `extra` TOML for that route.
 async fn grpc_stack(extra: &str) -> (RedisServer, GrpcServer, TestApp, String) {
+    grpc_stack_with(extra, "5s").await
+}
+
+/// [`grpc_stack`] with the route's `upstream_timeout`.
+pub(crate) async fn grpc_stack_with(
+    extra: &str,
+    upstream_timeout: &str,
+) -> (RedisServer, GrpcServer, TestApp, String) {
     let redis = RedisServer::start();
     let server = GrpcServer::start();
     let route = format!(
         "[server]\nbody_read_timeout = \"1s\"\n\
          [[routes]]\nname = \"grpc\"\npath_prefix = \"/demo.Payments/\"\n\
-         upstream = \"http://127.0.0.1:{}\"\nupstream_protocol = \"h2c\"\nupstream_timeout = \"5s\"\n\
+         upstream = \"http://127.0.0.1:{}\"\nupstream_protocol = \"h2c\"\nupstream_timeout = \"{upstream_timeout}\"\n\
          [routes.idempotency]\nanonymous = \"reject\"\nscope_headers = [\"x-tenant-id\"]\n{required}{extra}",
         server.port,
         required = if extra.contains("required") { "" } else { "required = true\n" },
@@ -122,7 +130,7 @@ async fn grpc_stack(extra: &str) -> (RedisServer, GrpcServer, TestApp, String) {
     (redis, server, app, target)
 }
 
-fn metadata<'a>(result: &'a Value, part: &str, name: &str) -> Option<&'a str> {
+pub(crate) fn metadata<'a>(result: &'a Value, part: &str, name: &str) -> Option<&'a str> {
     (result[part].as_array().unwrap().iter())
         .find(|kv| kv[0] == name)
         .map(|kv| kv[1].as_str().unwrap())

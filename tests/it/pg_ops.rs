@@ -69,7 +69,9 @@ fn record_for(scope: Scope, key: &IdempotencyKey, fp: Fingerprint, ttl_ms: i64) 
         status: 201,
         headers: Bytes::from_static(b"\x00\x00"),
         body: Bytes::from_static(b"{}"),
-        expiry: idemgate::idempotency::Expiry::within(std::time::Duration::from_millis(ttl_ms as u64)),
+        expiry: idemgate::idempotency::Expiry::within(std::time::Duration::from_millis(
+            ttl_ms as u64,
+        )),
     }
 }
 

@@ -82,6 +82,8 @@ pub fn completed(key: &str, ttl_ms: i64) -> CompletedRecord {
         status: 201,
         headers: Bytes::from_static(b"\x00\x00"),
         body: Bytes::from_static(b"{}"),
-        expiry: idemgate::idempotency::Expiry::within(std::time::Duration::from_millis(ttl_ms as u64)),
+        expiry: idemgate::idempotency::Expiry::within(std::time::Duration::from_millis(
+            ttl_ms as u64,
+        )),
     }
 }
