@@ -56,7 +56,7 @@ pub async fn detached(
     let (owned, route_owned, watched) = (app.clone(), route.clone(), watch.clone());
     let (parts, body) = (request.parts, request.body);
     let client = Box::pin(async move {
-        let ran = run_watched(
+        let ran = run(
             owned,
             route_owned,
             lease,
@@ -145,23 +145,11 @@ impl Watch {
 }
 
 /// Runs the upstream call for a held lease and settles the lease with its outcome, as
-/// `runner` does ([`Runner`]).
-pub async fn run(
-    app: Arc<App>,
-    route: Arc<Route>,
-    lease: Lease,
-    parts: Parts,
-    body: Bytes,
-    peer: IpAddr,
-    runner: Runner,
-) -> (Outcome, Reply, Settled) {
-    run_watched(app, route, lease, parts, body, peer, runner, None).await
-}
-
-/// [`run()`], telling `watch` when the upstream answered; a call whose client was
-/// answered first (its `upstream_timeout`) is counted and logged when it ends.
+/// `runner` does ([`Runner`]), telling `watch` (a client's call: [`detached`]) when the
+/// upstream answered; a call whose client was answered first (its `upstream_timeout`)
+/// is counted and logged when it ends.
 #[allow(clippy::too_many_arguments)]
-async fn run_watched(
+pub async fn run(
     app: Arc<App>,
     route: Arc<Route>,
     lease: Lease,

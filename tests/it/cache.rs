@@ -58,10 +58,17 @@ async fn entries_expire_with_their_record() {
         "[idempotency]\nttl = \"1s\"\nlock_ttl = \"900ms\"\n",
     )
     .await;
-    app.post("short", "{}").send().await.unwrap();
+    let first = app.post("short", "{}").send().await.unwrap();
+    let expires = first.headers()["idempotency-expires"].to_str().unwrap();
+    let expires = httpdate::parse_http_date(expires).unwrap();
     let r = app.post("short", "{}").send().await.unwrap();
     assert_eq!(r.headers()["idempotent-replayed"], "true");
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // The ttl rounded up to the whole second the answers advertise.
+    let left = expires
+        .duration_since(std::time::SystemTime::now())
+        .unwrap();
+    assert!(left <= Duration::from_secs(2), "{left:?}");
+    tokio::time::sleep(left + Duration::from_millis(200)).await;
     let r = app.post("short", "{}").send().await.unwrap();
     assert_eq!(
         r.headers()["idempotent-replayed"],

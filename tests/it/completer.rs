@@ -12,13 +12,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idemgate::App;
-use idemgate_fleet::{free_port, Replica};
+use idemgate_fleet::Replica;
 
 use crate::support::{
-    comparable, config, eventually, read, wait_ready, MockUpstream, PgServer, RedisServer, TestApp,
+    comparable, config, eventually, read, serve_process, MockUpstream, PgServer, RedisServer,
+    TestApp,
 };
 
-const IDEMGATE: &str = env!("CARGO_BIN_EXE_idemgate");
 const LOCK_TTL: Duration = Duration::from_secs(2);
 pub(crate) const INTERVAL: Duration = Duration::from_millis(500);
 /// How long the upstream takes with each request.
@@ -58,10 +58,8 @@ async fn doomed(
     up: &MockUpstream,
     completer: bool,
 ) -> Replica {
-    let (port, admin) = (free_port(), free_port());
     let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
-         [replay_cache]\nmax_bytes = \"0B\"\n\
+        "[replay_cache]\nmax_bytes = \"0B\"\n\
          [redis]\nurl = \"{}\"\ncommand_timeout = \"300ms\"\n\
          [idempotency]\nanonymous = \"shared\"\nreplay_set_cookie = true\n\
          [[routes]]\nname = \"payments\"\npath_prefix = \"/v1/\"\nupstream = \"{}\"\n\
@@ -71,24 +69,7 @@ async fn doomed(
         // Its own completer never gets the chance: it dies first.
         extra(pg, completer, Duration::from_secs(3600)),
     );
-    let config = dir.join("doomed.toml");
-    std::fs::write(&config, toml).unwrap();
-    let mut replica = Replica::new(
-        Path::new(IDEMGATE),
-        0,
-        port,
-        admin,
-        config,
-        dir.join("doomed.log"),
-    );
-    replica.start();
-    wait_ready(
-        &reqwest::Client::new(),
-        &mut replica,
-        Duration::from_secs(20),
-    )
-    .await;
-    replica
+    serve_process(dir, "doomed", &toml).await
 }
 
 /// Sends one keyed request per key to `replica` (clients that will never retry),

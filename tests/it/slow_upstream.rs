@@ -11,10 +11,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use idemgate::Config;
-use idemgate_fleet::{free_port, Replica};
+use idemgate_fleet::Replica;
 
 use crate::support::{
-    comparable, config, eventually, problem_code, read, wait_ready, MockUpstream, PgServer,
+    comparable, config, eventually, problem_code, read, serve_process, MockUpstream, PgServer,
     RedisServer, TestApp,
 };
 
@@ -311,10 +311,8 @@ async fn replica(
     up: &MockUpstream,
     lock_ttl: Duration,
 ) -> Replica {
-    let (port, admin) = (free_port(), free_port());
     let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
-         [replay_cache]\nmax_bytes = \"0B\"\n\
+        "[replay_cache]\nmax_bytes = \"0B\"\n\
          [redis]\nurl = \"{}\"\ncommand_timeout = \"300ms\"\n\
          [idempotency]\nanonymous = \"shared\"\nlock_ttl = \"{}ms\"\n\
          [[routes]]\nname = \"payments\"\npath_prefix = \"/v1/\"\nupstream = \"{}\"\n\
@@ -324,16 +322,5 @@ async fn replica(
         up.url(),
         TIMEOUT.as_millis(),
     );
-    let config = dir.join("doomed.toml");
-    std::fs::write(&config, toml).unwrap();
-    let bin = Path::new(env!("CARGO_BIN_EXE_idemgate"));
-    let mut replica = Replica::new(bin, 0, port, admin, config, dir.join("doomed.log"));
-    replica.start();
-    wait_ready(
-        &reqwest::Client::new(),
-        &mut replica,
-        Duration::from_secs(20),
-    )
-    .await;
-    replica
+    serve_process(dir, "doomed", &toml).await
 }

@@ -129,6 +129,29 @@ pub async fn wait_ready(
     }
 }
 
+/// Starts an `idemgate serve` process (fleet `Replica`, index 0) on free ports, with
+/// `toml` after its `[server]` listeners (so `toml` holds no `[server]` of its own),
+/// written to `dir/<name>.toml`, its log to `dir/<name>.log`; waits until it is ready.
+pub async fn serve_process(
+    dir: &std::path::Path,
+    name: &str,
+    toml: &str,
+) -> idemgate_fleet::Replica {
+    let (port, admin) = (idemgate_fleet::free_port(), idemgate_fleet::free_port());
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n{toml}"
+    );
+    let config = dir.join(format!("{name}.toml"));
+    std::fs::write(&config, toml).unwrap();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_idemgate"));
+    let log = dir.join(format!("{name}.log"));
+    let mut replica = idemgate_fleet::Replica::new(bin, 0, port, admin, config, log);
+    replica.start();
+    let within = std::time::Duration::from_secs(20);
+    wait_ready(&reqwest::Client::new(), &mut replica, within).await;
+    replica
+}
+
 /// Starts Redis, the mock upstream and a gateway configured with `extra` TOML.
 pub async fn stack(extra: &str) -> (RedisServer, MockUpstream, TestApp) {
     let redis = RedisServer::start();
