@@ -57,6 +57,8 @@ mod pg_ha_rows;
 mod report;
 #[path = "chaos/scenarios.rs"]
 mod scenarios;
+#[path = "chaos/slow_upstream.rs"]
+mod slow_upstream;
 
 use cluster::Durability::{Postgres, RedisOnly, WriteThrough};
 use harness::run;
@@ -200,6 +202,15 @@ fn replica_stopped_with_sigterm() {
 #[ignore = "chaos: make chaos"]
 fn upstream_slow_past_the_lease() {
     run("upstream slower than the lease", scenarios::upstream_slow);
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn slow_upstream_answering_3x_past_upstream_timeout() {
+    run(
+        "slow upstream: answers 3x past upstream_timeout, clients retry on 504 and 409",
+        slow_upstream::slow_upstream,
+    );
 }
 
 #[test]

@@ -13,7 +13,10 @@
 //!
 //! Per-request query overrides on `/v1/` requests: `?latency_ms=200`,
 //! `?status=503` (408, 429 and 5xx do not execute; any other status executes and
-//! is used as the answer's status) and `?reset=true` (execute, then drop).
+//! is used as the answer's status), `?reset=true` (execute, then drop) and
+//! `?detach=true` (the call runs to its end, and executes, even when its caller hangs
+//! up first, as a real service's work does; without it a call whose connection closes
+//! during `latency_ms` is dropped before it executes).
 //!
 //! How the reset is done: the handler returns a response whose body stream
 //! yields an error on its first poll. hyper then aborts the connection before
@@ -134,6 +137,7 @@ struct Overrides {
     latency_ms: Option<u64>,
     status: Option<u16>,
     reset: Option<bool>,
+    detach: Option<bool>,
 }
 
 /// Statuses a client would typically retry; with `?status=` they do not execute.
@@ -226,6 +230,27 @@ async fn v1(
     method: Method,
     uri: Uri,
     Query(q): Query<Overrides>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if q.detach != Some(true) {
+        return call(st, method, uri, q, headers, body).await;
+    }
+    // A task of its own: hyper dropping this handler (the caller hung up) leaves it running.
+    let call = tokio::spawn(call(st, method, uri, q, headers, body));
+    call.await.unwrap_or_else(|e| {
+        let body = json!({"error": format!("detached call failed: {e}")});
+        tagged("failed", (StatusCode::INTERNAL_SERVER_ERROR, Json(body)))
+    })
+}
+
+/// One `/v1/` call: the latency, then a read, a refusal, a simulated failure or an
+/// execution.
+async fn call(
+    st: Shared,
+    method: Method,
+    uri: Uri,
+    q: Overrides,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {

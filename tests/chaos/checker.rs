@@ -308,12 +308,14 @@ fn examine_keys(groups: &Groups, classes: &Classes, ledger: &Ledger) -> Findings
                 replay_mismatch.push(what);
             }
         }
-        // Acknowledged: a 2xx first execution reached this tenant during the run.
+        // Acknowledged: a 2xx first execution (or, for a late key, a 2xx replay)
+        // reached this tenant during the run.
+        let class = classes.get(key.as_str()).map(|c| c.0);
         let acks: Vec<&Resp> = ex
             .iter()
             .filter(|e| e.phase == Phase::Load)
             .filter_map(|e| match &e.got {
-                Got::Resp(r) if !r.is_replay() && (200..300).contains(&r.status) => Some(r),
+                Got::Resp(r) if acknowledges(r, class) => Some(r),
                 _ => None,
             })
             .collect();
@@ -367,7 +369,7 @@ fn examine_keys(groups: &Groups, classes: &Classes, ledger: &Ledger) -> Findings
 fn expected_executions(planned: Option<(KeyClass, usize)>) -> u64 {
     match planned {
         None => 0,
-        Some((KeyClass::Normal, tenants)) => tenants as u64,
+        Some((KeyClass::Normal | KeyClass::Late, tenants)) => tenants as u64,
         Some((KeyClass::NeverExecutes, _)) => 0,
         Some((KeyClass::Takeover, tenants)) => tenants as u64 + 1,
     }
@@ -528,16 +530,25 @@ fn verdicts(
     );
 }
 
-/// The (tenant, key) requests that got a 2xx first execution during the run.
-pub fn acknowledged(exchanges: &[Exchange]) -> Vec<Arc<Req>> {
+/// Whether `r`, received during the run for a key of `class`, acknowledges it: a 2xx
+/// first execution, or for a [`KeyClass::Late`] key (whose clients give up before the
+/// upstream answers) a 2xx replay too.
+fn acknowledges(r: &Resp, class: Option<KeyClass>) -> bool {
+    (200..300).contains(&r.status) && (!r.is_replay() || class == Some(KeyClass::Late))
+}
+
+/// The (tenant, key) requests acknowledged during the run ([`acknowledges`]).
+pub fn acknowledged(exchanges: &[Exchange], plans: &[Plan]) -> Vec<Arc<Req>> {
+    let late: HashSet<&str> = (plans.iter())
+        .filter(|p| p.class == KeyClass::Late)
+        .map(|p| p.key.as_str())
+        .collect();
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     for e in exchanges.iter().filter(|e| e.phase == Phase::Load) {
         if let Got::Resp(r) = &e.got {
-            if !r.is_replay()
-                && (200..300).contains(&r.status)
-                && seen.insert((e.req.tenant, e.req.key.clone()))
-            {
+            let class = late.contains(e.req.key.as_str()).then_some(KeyClass::Late);
+            if acknowledges(r, class) && seen.insert((e.req.tenant, e.req.key.clone())) {
                 out.push(e.req.clone());
             }
         }

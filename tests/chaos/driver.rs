@@ -37,6 +37,10 @@ pub enum KeyClass {
     /// Once per tenant, plus once more: its holder was frozen past its lease and
     /// another replica took the key over (by design; the fencing token is for this).
     Takeover,
+    /// Once per tenant, but slower than the route's `upstream_timeout`: every attempt
+    /// that reaches the upstream gets 504 before it answers, so a client learns the
+    /// answer only from a replay, and that replay is its acknowledgment.
+    Late,
 }
 
 /// A key and the requests that used it (one per tenant).
@@ -75,6 +79,13 @@ impl Resp {
             v.get("execution")?.as_u64()?,
             v.get("idempotency_key")?.as_str()?.to_string(),
         ))
+    }
+
+    /// `Retry-After` in seconds, if present.
+    pub fn retry_after(&self) -> Option<Duration> {
+        let (_, v) = self.headers.iter().find(|(n, _)| n == "retry-after")?;
+        let secs = std::str::from_utf8(v).ok()?.trim().parse().ok()?;
+        Some(Duration::from_secs(secs))
     }
 
     /// Same status, headers and body: what a replay must reproduce.
@@ -246,6 +257,9 @@ pub struct Workload {
     pub shared_ratio: f64,
     /// Share of keys sent by three concurrent clients of the same tenant.
     pub dup_ratio: f64,
+    /// Wait what `Retry-After` says before a retry, at most this long (`None`: a random
+    /// 50-200 ms, whatever the answer says).
+    pub retry_after_cap: Option<Duration>,
     pub shape: Shape,
 }
 
@@ -264,6 +278,7 @@ impl Workload {
             max_requests: 20_000,
             shared_ratio: 0.1,
             dup_ratio: 0.3,
+            retry_after_cap: None,
             shape: Arc::new(|n| (format!("?latency_ms={}", 20 + n % 5 * 40), KeyClass::Normal)),
         }
     }
@@ -370,9 +385,18 @@ async fn sender(
         {
             return;
         }
-        let backoff = 50 + rand::random::<u64>() % 150;
-        tokio::time::sleep(Duration::from_millis(backoff)).await;
+        tokio::time::sleep(backoff(&w, &got)).await;
     }
+}
+
+/// How long a sender waits before its next attempt: `Retry-After` (capped) when the
+/// workload honours it and the answer has one, else a random 50-200 ms.
+fn backoff(w: &Workload, got: &Got) -> Duration {
+    let told = match (w.retry_after_cap, got) {
+        (Some(cap), Got::Resp(r)) => r.retry_after().map(|d| d.min(cap)),
+        _ => None,
+    };
+    told.unwrap_or_else(|| Duration::from_millis(50 + rand::random::<u64>() % 150))
 }
 
 /// Re-sends each request until it gets a final answer (or `within` passes), recording

@@ -124,7 +124,7 @@ pub async fn finish(
         late.push("a replica was not ready 20 s after the fault".to_string());
     }
     stack.wait_front(Duration::from_secs(10)).await;
-    let acked = checker::acknowledged(&run.rec.all());
+    let acked = checker::acknowledged(&run.rec.all(), plans);
     driver::resend_all(
         run.rec.clone(),
         run.http.clone(),

@@ -165,7 +165,7 @@ async fn settle(
     // Before the final passes (and the durable pass's FLUSHALL): the fleet as the heal
     // left it, every replica asked for every acknowledged key.
     stack.wait_all_ready(Duration::from_secs(20)).await;
-    let acked = crate::checker::acknowledged(&run.rec.all());
+    let acked = crate::checker::acknowledged(&run.rec.all(), &plans);
     let disagree = replicas_disagree(stack, acked).await;
     let mut report = finish(name, stack, &run, &plans, expect_for(d)).await;
     report.notes.splice(0..0, notes);
