@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::checker::{Expect, Report};
-use crate::cluster::{config_accepted, Options, Stack};
+use crate::cluster::{Options, Stack};
 use crate::driver::{Exchange, Got, KeyClass, Phase, Plan, Workload};
 use crate::harness::{finish, start};
 
@@ -22,10 +22,8 @@ const UPSTREAM_TIMEOUT: &str = "500ms";
 /// The upstream's answer: three times the route's `upstream_timeout`.
 const LATENCY_MS: u64 = 1500;
 
-/// The call's hard limit, well past the upstream's answer: a line of the route, set
-/// when this build of the gateway accepts it (one without `upstream_deadline` refuses
-/// the route's unknown field; the row then runs without it).
-pub const UPSTREAM_DEADLINE: &str = "upstream_deadline = \"30s\"\n";
+/// The call's hard limit, well past the upstream's answer: a line of the route.
+const UPSTREAM_DEADLINE: &str = "upstream_deadline = \"30s\"\n";
 
 /// Clients per (tenant, key): the driver's concurrent duplicates (`dup_ratio = 1.0`).
 const SENDERS: usize = 3;
@@ -42,11 +40,11 @@ const EXACTLY_ONCE: Expect = Expect {
 };
 
 pub async fn slow_upstream(name: String) -> Report {
-    let mut opts = Options {
+    let opts = Options {
         upstream_timeout: UPSTREAM_TIMEOUT.into(),
+        extra: UPSTREAM_DEADLINE.into(),
         ..Options::default()
     };
-    let deadline = with_deadline(&mut opts);
     let mut stack = Stack::start(opts).await;
     let mut w = Workload::new(&name, vec![stack.front()]);
     w.duration = Duration::from_secs(5);
@@ -79,33 +77,7 @@ pub async fn slow_upstream(name: String) -> Report {
     ));
     let answers = final_answers(&run.rec.all(), &plans);
     judge(&mut report, &answers);
-    match deadline {
-        Ok(note) => report.notes.push(note),
-        Err(why) => report.fail(why),
-    }
     report
-}
-
-/// Adds [`UPSTREAM_DEADLINE`] to the route if this build accepts it, and says so. A
-/// build without the field (an unknown field) runs the row without it; a build that has
-/// it and refuses the value is an error.
-fn with_deadline(opts: &mut Options) -> Result<String, String> {
-    let mut probe = opts.clone();
-    probe.extra = format!("{UPSTREAM_DEADLINE}{}", probe.extra);
-    let Err(e) = config_accepted(&probe) else {
-        opts.extra = probe.extra;
-        return Ok(format!("{} set", UPSTREAM_DEADLINE.trim()));
-    };
-    // `idemgate: invalid configuration: `routes[0].upstream_deadline`: unknown field:
-    // found ...`: the field and the reason, without the list of fields after them.
-    let last = e.lines().last().unwrap_or_default();
-    let why = last.trim_start_matches("idemgate: invalid configuration: ");
-    let why = why.split(": found").next().unwrap_or(why);
-    if why.contains("unknown field") {
-        Ok(format!("upstream_deadline left out, refused: {why}"))
-    } else {
-        Err(format!("{} refused: {why}", UPSTREAM_DEADLINE.trim()))
-    }
 }
 
 /// How the clients of one (tenant, key) ended during the load.
