@@ -172,3 +172,40 @@ async fn the_replay_cache_keeps_a_record_no_longer_than_its_expiry() {
     assert_eq!(headers["idempotent-replayed"], "false");
     assert_eq!(upstream.executions(), 2);
 }
+
+#[tokio::test]
+async fn a_claimed_record_completed_past_its_expiry_is_not_kept_for_the_claims_ttl() {
+    use idemgate::testing::store::postgres::claims::Claims;
+    use idemgate::testing::store::postgres::leases::ClaimAsk;
+    use idemgate::testing::store::postgres::PgClaim;
+
+    use crate::support::records::{completed, fingerprint, rec, store};
+    use crate::support::PgServer;
+
+    let pg = PgServer::start();
+    let s = store(&pg);
+    s.migrate().await.unwrap();
+    let claims = Claims::spawn(s.clone(), 16);
+    // The claim writes lease + ttl as the row's expiry (for the reaper, and so that
+    // the completion is a HOT update); the record itself lives only to its expiry.
+    let hour = Duration::from_secs(3600);
+    let ask = ClaimAsk::new(rec("late"), &fingerprint(""), "t", hour).living(hour);
+    assert!(matches!(
+        claims.claim_ask(ask).await.unwrap(),
+        PgClaim::Acquired { .. }
+    ));
+    // A copy with nothing left (an expiry that passed before the write).
+    assert_eq!(
+        s.complete_batch(&[completed("late", 0)]).await.unwrap(),
+        vec![true]
+    );
+    assert!(
+        s.lookup(rec("late")).await.unwrap().is_none(),
+        "replayed past its expiry"
+    );
+    let expired = pg.count("expires_at <= now()").await;
+    assert_eq!(
+        expired, 1,
+        "the reaper's expiry is now, not the claim's lease + ttl"
+    );
+}

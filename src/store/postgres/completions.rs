@@ -21,7 +21,8 @@ use crate::store::StoreError;
 /// claim's `expires_at`, which already reaches past the record's `ttl` from now (the
 /// claim wrote lease + `ttl`); a later one, e.g. after a lease extended past it, wins.
 /// `replay_until` (not indexed) is the record's [`Expiry`](crate::idempotency::Expiry):
-/// lookups and claims treat the row as gone from then on (migration 0005).
+/// lookups and claims treat the row as gone from then on (migration 0005); a record
+/// whose expiry passed before it was written (a copy with nothing left) expires now.
 pub(super) const WRITE_THROUGH: &str = "INSERT INTO idemgate_records AS r
                            (scope, key_hash, route, fingerprint, state, lock_token, status,
                             headers, body, created_at, completed_at, expires_at,
@@ -36,7 +37,8 @@ pub(super) const WRITE_THROUGH: &str = "INSERT INTO idemgate_records AS r
                            fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status,
                            headers = EXCLUDED.headers, body = EXCLUDED.body,
                            completed_at = now(),
-                           expires_at = greatest(r.expires_at, EXCLUDED.expires_at),
+                           expires_at = CASE WHEN EXCLUDED.replay_until <= now() THEN now()
+                                        ELSE greatest(r.expires_at, EXCLUDED.expires_at) END,
                            replay_until = EXCLUDED.replay_until,
                            request = NULL,
                            completer = CASE WHEN r.state = 'leased' AND r.completer = 'running'
