@@ -5,6 +5,7 @@ use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
 use metrics_exporter_prometheus::PrometheusHandle;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{validate, warnings, Config, InFlightPolicy, PostgresConfig, RedisMode};
@@ -28,6 +29,10 @@ pub struct App {
     pub upstream: Upstream,
     /// Detached forward-and-record tasks, awaited at shutdown.
     pub tasks: TaskTracker,
+    /// Cancels the upstream calls still running near the end of
+    /// `server.shutdown_grace`, so that each settles its key (`on_ambiguous`) before the
+    /// process exits instead of leaving its lease to lapse.
+    pub calls: CancellationToken,
     /// Renders `/metrics`.
     pub metrics: PrometheusHandle,
     /// How scope and record ids are derived (the scope secret, if any).
@@ -87,6 +92,7 @@ impl App {
             stores,
             upstream,
             tasks: TaskTracker::new(),
+            calls: CancellationToken::new(),
             metrics,
             scope_keys,
             listener_cert,

@@ -193,16 +193,8 @@ async fn attempt(app: Arc<App>, abandoned: Abandoned) -> &'static str {
         fence = lease.fence(),
         "completer: sending an abandoned request again"
     );
-    let ran = flow::run(
-        app,
-        route,
-        lease,
-        parts,
-        body,
-        peer,
-        Runner::Completer,
-        None,
-    );
+    let request = http::Request::from_parts(parts, body);
+    let ran = flow::run(app, route, lease, request, peer, Runner::Completer, None);
     let (_, _, settled) = Box::pin(ran).await;
     match settled {
         Settled::Stored => "completed",

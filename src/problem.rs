@@ -316,12 +316,14 @@ impl From<&UpstreamError> for Problem {
                 "Upstream timed out",
                 e.to_string(),
             ),
-            UpstreamError::Connect(_) | UpstreamError::Exchange(_) => Self::new(
-                StatusCode::BAD_GATEWAY,
-                "upstream_unavailable",
-                "Upstream unavailable",
-                e.to_string(),
-            ),
+            UpstreamError::Connect(_) | UpstreamError::Exchange(_) | UpstreamError::Cancelled => {
+                Self::new(
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_unavailable",
+                    "Upstream unavailable",
+                    e.to_string(),
+                )
+            }
             UpstreamError::ResponseTooLarge(_) => Self::new(
                 StatusCode::BAD_GATEWAY,
                 "upstream_response_too_large",

@@ -170,17 +170,36 @@ async fn drain_connections(graceful: GracefulShutdown, grace: Duration) {
     }
 }
 
-/// Stops the completer and waits for the detached upstream calls, within `left`.
+/// Stops the completer and waits for the detached upstream calls, within `left`; the
+/// calls still running when a quarter of it (at most 5 s) is left are cancelled, so
+/// that each settles its key as an unknown outcome (`on_ambiguous`) rather than leave
+/// a lease to lapse and a retry to run the key again.
 async fn drain_tasks(app: &App, completer: Option<JoinHandle<()>>, left: Duration) {
     if let Some(completer) = completer {
         // Attempts already running are tracked in `app.tasks`, awaited below.
         completer.abort();
     }
     app.tasks.close();
-    if tokio::time::timeout(left, app.tasks.wait()).await.is_err() {
+    let settling = (left / 4).min(Duration::from_secs(5));
+    if tokio::time::timeout(left - settling, app.tasks.wait())
+        .await
+        .is_ok()
+    {
+        return;
+    }
+    tracing::warn!(
+        tasks = app.tasks.len(),
+        "upstream calls still running at the end of shutdown_grace: cancelling them, \
+         their outcome unknown (idempotency.on_ambiguous)"
+    );
+    app.calls.cancel();
+    if tokio::time::timeout(settling, app.tasks.wait())
+        .await
+        .is_err()
+    {
         tracing::warn!(
             tasks = app.tasks.len(),
-            "upstream calls still running after shutdown_grace"
+            "upstream calls still settling after shutdown_grace"
         );
     }
 }

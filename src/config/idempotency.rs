@@ -228,6 +228,30 @@ pub enum OnAmbiguous {
     Store,
 }
 
+/// Response headers `expires_header` cannot be: framing, hop-by-hop, per-exchange and
+/// the gateway's own.
+const RESERVED_RESPONSE_HEADERS: &[&str] = &[
+    "connection",
+    "content-length",
+    "content-type",
+    "date",
+    "keep-alive",
+    "server",
+    "set-cookie",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "retry-after",
+    "idempotent-replayed",
+    "idempotency-status",
+    "idempotency-key",
+    "x-request-id",
+];
+
+/// Longest `ttl`: a record's expiry is a date a client can be told.
+const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// `idempotency.expires_header`: `true` (`Idempotency-Expires`), `false` (none), or a
 /// header name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -312,6 +336,30 @@ impl IdempotencyConfig {
             return Err(ConfigError::invalid(
                 format!("{at}.release_grpc_statuses"),
                 "cannot hold OK: every successful call would be free to run again",
+            ));
+        }
+        if let Some(name) = &self.expires_header.0 {
+            let name = name.as_str();
+            if RESERVED_RESPONSE_HEADERS.contains(&name) {
+                return Err(ConfigError::invalid(
+                    format!("{at}.expires_header"),
+                    format!("`{name}` is a header the response needs for itself"),
+                ));
+            }
+            if self.replay_omit_headers.iter().any(|p| p.matches(name)) {
+                return Err(ConfigError::invalid(
+                    format!("{at}.expires_header"),
+                    format!(
+                        "`{name}` is in `replay_omit_headers`: replays would lack the expiry \
+                         the first answer told"
+                    ),
+                ));
+            }
+        }
+        if self.ttl > MAX_TTL {
+            return Err(ConfigError::invalid(
+                format!("{at}.ttl"),
+                "must be at most 100 years",
             ));
         }
         if !self.mismatch_status.is_client_error() {

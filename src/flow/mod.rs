@@ -27,6 +27,7 @@ pub mod identify;
 pub mod refused;
 pub mod run;
 pub mod settle;
+pub mod watch;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

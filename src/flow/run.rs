@@ -11,11 +11,10 @@
 //! goes on under the key's heartbeated lease, up to the route's `upstream_deadline`;
 //! its answer is then stored and replayed to the retries that come after it, and
 //! meanwhile they find the key in flight. A [`Watch`] decides, once, which came first:
-//! the upstream's answer or the client's timeout.
+//! the upstream's answer or the client's timeout ([`super::watch`]).
 
 use std::net::{IpAddr, SocketAddr};
 use std::pin::pin;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -27,11 +26,12 @@ use tracing::Instrument;
 use super::identify::Identified;
 use super::refused::{Refused, Reply};
 use super::settle::{self, Runner, Settled};
+use super::watch::{Alone, Watch};
 use crate::app::App;
 use crate::config::OnAmbiguous;
 use crate::grpc;
 use crate::idempotency::{Expiry, StoredResponse};
-use crate::metrics::{self, Detached, Outcome};
+use crate::metrics::Outcome;
 use crate::problem::Problem;
 use crate::proxy::headers::{Peer, COMPLETER, FENCING_TOKEN};
 use crate::proxy::{Buffered, UpstreamError};
@@ -53,24 +53,29 @@ pub async fn detached(
     // Boxed: the future is KiBs, and spawning, polling to completion and
     // joining a task move it (and its output slot, as large) several times over;
     // a box moves as a pointer.
-    let (owned, route_owned, watched) = (app.clone(), route.clone(), watch.clone());
-    let (parts, body) = (request.parts, request.body);
+    let (owned, route_owned) = (app.clone(), route.clone());
+    let mut alone = Alone::new(watch.clone(), route.clone());
+    let request = http::Request::from_parts(request.parts, request.body);
     let client = Box::pin(async move {
+        let (ip, runner) = (peer.ip(), Runner::Client);
         let ran = run(
             owned,
             route_owned,
             lease,
-            parts,
-            body,
-            peer.ip(),
-            Runner::Client,
-            Some(&watched),
+            request,
+            ip,
+            runner,
+            Some(&mut alone),
         )
         .await;
         (ran.0, ran.1)
     });
     let mut task = (app.tasks).spawn(client.in_current_span());
-    let joined = tokio::select! {
+    if route.upstream_deadline <= route.upstream_timeout {
+        // Nothing would go on after the client's timeout: the call ends with it.
+        return joined(task.await);
+    }
+    let joined_task = tokio::select! {
         joined = &mut task => joined,
         () = tokio::time::sleep(route.upstream_timeout) => {
             if watch.detach() {
@@ -83,91 +88,43 @@ pub async fn detached(
             task.await
         }
     };
-    joined.unwrap_or_else(|e| {
+    joined(joined_task)
+}
+
+/// The client's answer from its joined task.
+fn joined(task: Result<(Outcome, Reply), tokio::task::JoinError>) -> (Outcome, Reply) {
+    task.unwrap_or_else(|e| {
         // The detail (a panic message) is for the log, not for the client.
         tracing::error!(error = %e, "request task failed");
         (Outcome::UpstreamError, Err(Refused::TaskFailed))
     })
 }
 
-/// Which came first for one call: the upstream's answer or the client's timeout.
-#[derive(Debug, Default)]
-pub struct Watch(AtomicU8);
-
-const RUNNING: u8 = 0;
-const ANSWERED: u8 = 1;
-const DETACHED: u8 = 2;
-
-impl Watch {
-    /// The client's side at its timeout: true when the call goes on without it (the
-    /// upstream had not answered), counted in `idemgate_upstream_detached` until
-    /// [`Watch::ended`].
-    fn detach(&self) -> bool {
-        // Counted before the switch: the task may end (and uncount it) at once after.
-        metrics::detached(1.0);
-        let switched = (self.0)
-            .compare_exchange(RUNNING, DETACHED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok();
-        if !switched {
-            metrics::detached(-1.0);
-        }
-        switched
-    }
-
-    /// The call's side once the upstream answered (or the call failed): true when its
-    /// client was already answered, and the task now ends alone.
-    pub fn answered(&self) -> bool {
-        (self.0)
-            .compare_exchange(RUNNING, ANSWERED, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-    }
-
-    /// A call that outlived its client ended: counted by how, with how long past the
-    /// route's `upstream_timeout` it ran, and told in one log line (the request's span).
-    pub fn ended(route: &Route, started: Instant, cancelled: bool, settled: Settled) {
-        let how = match (cancelled, settled) {
-            (true, _) => Detached::Cancelled,
-            (_, Settled::Stored) => Detached::Stored,
-            (_, Settled::Released) => Detached::Released,
-            (_, Settled::Failed) => Detached::Failed,
-            (_, Settled::LeaseLost) => Detached::LeaseLost,
-            (_, Settled::NotStored) => Detached::NotStored,
-        };
-        let overrun = started.elapsed().saturating_sub(route.upstream_timeout);
-        metrics::detached(-1.0);
-        metrics::detached_ended(&route.name, how, overrun);
-        tracing::info!(
-            outcome = how.as_str(),
-            overrun_ms = overrun.as_millis() as u64,
-            "an upstream call that outlived its client's upstream_timeout ended"
-        );
-    }
-}
-
 /// Runs the upstream call for a held lease and settles the lease with its outcome, as
-/// `runner` does ([`Runner`]), telling `watch` (a client's call: [`detached`]) when the
+/// `runner` does ([`Runner`]), telling `alone` (a client's call: [`detached`]) when the
 /// upstream answered; a call whose client was answered first (its `upstream_timeout`)
 /// is counted and logged when it ends.
-#[allow(clippy::too_many_arguments)]
 pub async fn run(
     app: Arc<App>,
     route: Arc<Route>,
     lease: Lease,
-    parts: Parts,
-    body: Bytes,
+    request: http::Request<Bytes>,
     peer: IpAddr,
     runner: Runner,
-    watch: Option<&Watch>,
+    alone: Option<&mut Alone>,
 ) -> (Outcome, Reply, Settled) {
     let _in_flight = route.metrics.in_flight();
-    let started = Instant::now();
+    let (parts, body) = request.into_parts();
     let is_grpc = grpc::is_grpc(&parts.headers);
     let answer = call(&app, &route, &lease, parts, body, peer, runner).await;
-    let alone = watch.is_some_and(Watch::answered);
-    let cancelled = matches!(answer, Err(UpstreamError::Timeout(_)));
+    let alone = alone.filter(|alone| alone.answered());
+    let cancelled = matches!(
+        answer,
+        Err(UpstreamError::Timeout(_) | UpstreamError::Cancelled)
+    );
     let ran = settle_answer(&app, &route, lease, answer, is_grpc, runner).await;
-    if alone {
-        Watch::ended(&route, started, cancelled, ran.2);
+    if let Some(alone) = alone {
+        alone.settled(cancelled, ran.2);
     }
     ran
 }
@@ -242,7 +199,13 @@ async fn call(
     let started = Instant::now();
     let peer = Peer::new(peer, &app.config.server.trusted_proxies);
     let forward = (app.upstream).forward_buffered(route, parts, body, peer, max_response);
-    let answer = lease.heartbeat(pin!(forward), Phase::Upstream).await;
+    // Cancelled only as the gateway stops, near the end of `server.shutdown_grace`:
+    // then its outcome is unknown, settled like any other (`on_ambiguous`).
+    let forward = pin!(forward);
+    let answer = tokio::select! {
+        answer = lease.heartbeat(forward, Phase::Upstream) => answer,
+        () = app.calls.cancelled() => Err(UpstreamError::Cancelled),
+    };
     route.metrics.upstream(started);
     answer
 }
@@ -349,15 +312,5 @@ mod tests {
         assert!(!buffer.is_unique());
         drop(stored);
         assert!(buffer.is_unique());
-    }
-
-    #[test]
-    fn the_first_side_wins_once() {
-        let watch = Watch::default();
-        assert!(watch.detach(), "the client timed out first");
-        assert!(watch.answered(), "the call learns it ends alone");
-        let watch = Watch::default();
-        assert!(!watch.answered(), "the upstream answered first");
-        assert!(!watch.detach(), "the client then waits for the answer");
     }
 }

@@ -41,6 +41,10 @@ pub enum UpstreamError {
     /// The exchange broke after the request may have reached the upstream.
     #[error("the upstream exchange failed: {0}")]
     Exchange(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The gateway stopped (near the end of `server.shutdown_grace`) before the
+    /// upstream answered.
+    #[error("the gateway shut down before the upstream answered")]
+    Cancelled,
     /// The upstream answered with a body above `server.max_response_body`.
     #[error("the upstream response body exceeds {0} bytes")]
     ResponseTooLarge(u64),
@@ -49,7 +53,10 @@ pub enum UpstreamError {
 impl UpstreamError {
     /// Whether the request may have reached the upstream and been acted on.
     pub fn is_ambiguous(&self) -> bool {
-        matches!(self, UpstreamError::Timeout(_) | UpstreamError::Exchange(_))
+        matches!(
+            self,
+            UpstreamError::Timeout(_) | UpstreamError::Exchange(_) | UpstreamError::Cancelled
+        )
     }
 }
 

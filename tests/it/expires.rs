@@ -59,11 +59,27 @@ async fn the_first_answer_and_every_replay_carry_the_same_expiry() {
 #[tokio::test]
 async fn answers_that_store_nothing_carry_no_expiry() {
     let (_redis, upstream, app) = stack("").await;
+    // The upstream sends one of its own ("execution=N"): only the gateway's is told.
+    upstream.set_exchange_headers(&["idempotency-expires"]);
     // A release status: passed on, not stored.
     upstream.push_statuses(&[503]);
     let (status, headers, _) = read(app.post("exp-503", "{}").send().await.unwrap()).await;
     assert_eq!(status, 503);
     assert!(!headers.contains_key("idempotency-expires"), "{headers:?}");
+    // Unkeyed: nothing stored either.
+    let unkeyed = app
+        .client
+        .post(app.url("/v1/payments"))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unkeyed.status(), 201);
+    assert!(!unkeyed.headers().contains_key("idempotency-expires"));
+    // Stored: the gateway's date replaces the upstream's value.
+    let (_, headers, _) = read(app.post("exp-own", "{}").send().await.unwrap()).await;
+    assert_eq!(headers.get_all("idempotency-expires").iter().count(), 1);
+    expires(&headers);
     // In flight: nothing stored yet.
     upstream.set_delay(Duration::from_millis(800));
     let slow = app.post("exp-409", "{}").send();
@@ -207,5 +223,40 @@ async fn a_claimed_record_completed_past_its_expiry_is_not_kept_for_the_claims_t
     assert_eq!(
         expired, 1,
         "the reaper's expiry is now, not the claim's lease + ttl"
+    );
+}
+
+/// A row the previous release completed again after this one had (0.4.0 takes over a
+/// row only once its `expires_at` passed and leaves `replay_until` as it was): its
+/// stale `replay_until`, earlier than its completion, is not its expiry.
+#[tokio::test]
+async fn a_replay_until_older_than_the_rows_completion_is_not_its_expiry() {
+    use idemgate::testing::store::postgres::claims::Claims;
+    use idemgate::testing::store::postgres::leases::ClaimAsk;
+    use idemgate::testing::store::postgres::{Found, PgClaim};
+
+    use crate::support::records::{completed, fingerprint, rec, store};
+    use crate::support::PgServer;
+
+    let pg = PgServer::start();
+    let s = store(&pg);
+    s.migrate().await.unwrap();
+    assert_eq!(
+        s.complete_batch(&[completed("mixed", 3_600_000)])
+            .await
+            .unwrap(),
+        vec![true]
+    );
+    let stale = "UPDATE idemgate_records SET replay_until = completed_at - interval '1 hour'";
+    pg.client().await.execute(stale, &[]).await.unwrap();
+    let found = s.lookup(rec("mixed")).await.unwrap();
+    assert!(matches!(found, Some(Found::Completed { .. })), "{found:?}");
+    let claims = Claims::spawn(s.clone(), 16);
+    let hour = Duration::from_secs(3600);
+    let ask = ClaimAsk::new(rec("mixed"), &fingerprint(""), "another", hour).living(hour);
+    let claimed = claims.claim_ask(ask).await.unwrap();
+    assert!(
+        !matches!(claimed, PgClaim::Acquired { .. }),
+        "taken over: {claimed:?}"
     );
 }

@@ -107,7 +107,9 @@ async fn a_slow_upstream_runs_once_and_the_timed_out_client_gets_its_answer_on_r
     let redis = RedisServer::start();
     let upstream = MockUpstream::start().await;
     upstream.set_delay(SLOW);
-    let cfg = || slow_config(&redis, &upstream, "", Duration::from_secs(30));
+    // A lease shorter than the call: its heartbeat keeps it through the detached call.
+    let lease = "[idempotency]\nlock_ttl = \"900ms\"\n";
+    let cfg = || slow_config(&redis, &upstream, lease, Duration::from_secs(30));
     let (a, b) = (TestApp::spawn(cfg()).await, TestApp::spawn(cfg()).await);
     let client = reqwest::Client::new();
     first_times_out(&client, &a, "slow-h1").await;

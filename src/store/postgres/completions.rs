@@ -5,8 +5,6 @@
 
 use std::collections::HashSet;
 
-use std::time::SystemTime;
-
 use tokio_postgres::types::ToSql;
 
 use super::{CompletedRecord, PgStore};
@@ -20,18 +18,21 @@ use crate::store::StoreError;
 /// column. It keeps `lease_expires_at` (read only while the row is leased) and the
 /// claim's `expires_at`, which already reaches past the record's `ttl` from now (the
 /// claim wrote lease + `ttl`); a later one, e.g. after a lease extended past it, wins.
-/// `replay_until` (not indexed) is the record's [`Expiry`](crate::idempotency::Expiry):
-/// lookups and claims treat the row as gone from then on (migration 0005); a record
-/// whose expiry passed before it was written (a copy with nothing left) expires now.
+/// `replay_until` (not indexed) is the record's [`Expiry`](crate::idempotency::Expiry),
+/// sent as what is left of it (`$9`, ms) so that Postgres' clock counts it down as
+/// Redis' does: lookups and claims treat the row as gone from then on (migration 0005);
+/// a record whose expiry passed before it was written (a copy with nothing left)
+/// expires now.
 pub(super) const WRITE_THROUGH: &str = "INSERT INTO idemgate_records AS r
                            (scope, key_hash, route, fingerprint, state, lock_token, status,
                             headers, body, created_at, completed_at, expires_at,
                             replay_until)
                          SELECT s, k, rt, f, 'completed', t, st, h, b, now(), now(),
-                                greatest(until, now()), until
+                                now() + interval '1 millisecond' * ms,
+                                now() + interval '1 millisecond' * ms
                          FROM UNNEST($1::bytea[], $2::bytea[], $3::text[], $4::bytea[],
                                      $5::text[], $6::int2[], $7::bytea[], $8::bytea[],
-                                     $9::timestamptz[]) AS u(s, k, rt, f, t, st, h, b, until)
+                                     $9::int8[]) AS u(s, k, rt, f, t, st, h, b, ms)
                          ON CONFLICT (scope, key_hash) DO UPDATE SET
                            state = 'completed', lock_token = EXCLUDED.lock_token,
                            fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status,
@@ -91,7 +92,8 @@ pub(super) struct Columns<'a> {
     statuses: Vec<i16>,
     headers: Vec<&'a [u8]>,
     bodies: Vec<&'a [u8]>,
-    replay_until: Vec<SystemTime>,
+    /// Milliseconds left of each record's expiry, read when the statement is built.
+    replay_in: Vec<i64>,
 }
 
 impl<'a> Columns<'a> {
@@ -107,7 +109,9 @@ impl<'a> Columns<'a> {
             statuses: sorted.iter().map(|r| r.status).collect(),
             headers: col(|r| &r.headers[..]),
             bodies: col(|r| &r.body[..]),
-            replay_until: sorted.iter().map(|r| r.expiry.at()).collect(),
+            replay_in: (sorted.iter())
+                .map(|r| i64::try_from(r.expiry.remaining().as_millis()).unwrap_or(i64::MAX))
+                .collect(),
         }
     }
 
@@ -122,7 +126,7 @@ impl<'a> Columns<'a> {
             &self.statuses,
             &self.headers,
             &self.bodies,
-            &self.replay_until,
+            &self.replay_in,
         ]
     }
 }

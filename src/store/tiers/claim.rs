@@ -187,7 +187,7 @@ impl Stores {
         let found = if pg.durability == ClaimDurability::WriteThrough {
             let lock_ttl = route.policy.settings.lock_ttl;
             let ask = ClaimAsk::new(rec, &lease.fingerprint, &lease.token, lock_ttl)
-                .living(route.policy.settings.ttl);
+                .living(row_life(route));
             match pg.claims.claim_ask(ask.keeping(keep)).await {
                 Ok(PgClaim::Acquired { fence }) => {
                     // Postgres' fence is the authority here: every forwarded
@@ -314,7 +314,7 @@ impl Stores {
                 };
                 let lock_ttl = route.policy.settings.lock_ttl;
                 let claim = ClaimAsk::new(rec, &ask.fingerprint, &ask.token, lock_ttl)
-                    .living(route.policy.settings.ttl)
+                    .living(row_life(route))
                     .keeping(self.keep(route, &ask));
                 let claimed = pg.claims.claim_ask(claim).await?;
                 match claimed {
@@ -367,4 +367,15 @@ pub enum Kept {
     Request(bytes::Bytes),
     /// The completer taking an abandoned request over: the kept request as stored.
     Completer(bytes::Bytes),
+}
+
+/// How long past its lease a claimed Postgres row lives: the record's `ttl`, from the
+/// latest its completion can come (the call's `upstream_deadline`, and its expiry rounded
+/// up to a whole second), so that the completion never moves the row's indexed expiry
+/// and stays a HOT update. The record is replayed only to its own expiry
+/// (`replay_until`); this only decides when the reaper may delete the row.
+fn row_life(route: &Route) -> Duration {
+    let settings = &route.policy.settings;
+    let late = route.upstream_deadline.saturating_sub(settings.lock_ttl);
+    settings.ttl + late + Duration::from_secs(2)
 }

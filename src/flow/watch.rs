@@ -1,0 +1,128 @@
+//! A client's call and its client's `upstream_timeout`: which came first, the
+//! upstream's answer or the timeout ([`Watch`], decided once), and how a call that
+//! outlived its client is counted and told once it ends, however it ends ([`Alone`]).
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::settle::Settled;
+use crate::metrics::{self, Detached};
+use crate::route::Route;
+
+/// Which came first for one call: the upstream's answer or the client's timeout.
+#[derive(Debug, Default)]
+pub struct Watch(AtomicU8);
+
+const RUNNING: u8 = 0;
+const ANSWERED: u8 = 1;
+const DETACHED: u8 = 2;
+
+impl Watch {
+    /// The client's side at its timeout: true when the call goes on without it (the
+    /// upstream had not answered), counted in `idemgate_upstream_detached` until its
+    /// [`Alone`] is dropped.
+    pub fn detach(&self) -> bool {
+        // Counted before the switch: the task may end (and uncount it) at once after.
+        metrics::detached(1.0);
+        let switched = (self.0)
+            .compare_exchange(RUNNING, DETACHED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if !switched {
+            metrics::detached(-1.0);
+        }
+        switched
+    }
+
+    /// The call's side once the upstream answered (or the call failed): true when its
+    /// client was already answered, and the task now ends alone.
+    fn answered(&self) -> bool {
+        (self.0)
+            .compare_exchange(RUNNING, ANSWERED, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+    }
+
+    fn detached(&self) -> bool {
+        self.0.load(Ordering::Acquire) == DETACHED
+    }
+}
+
+/// The task's side of a client's call: when its client was answered first, the call
+/// is uncounted from `idemgate_upstream_detached` when this is dropped, counted by how
+/// it ended, and told in one log line (the request's span) — a task that panics or is
+/// dropped before it settled included.
+pub struct Alone {
+    watch: Arc<Watch>,
+    route: Arc<Route>,
+    started: Instant,
+    ended: Option<Detached>,
+}
+
+impl Alone {
+    pub fn new(watch: Arc<Watch>, route: Arc<Route>) -> Self {
+        Self {
+            watch,
+            route,
+            started: Instant::now(),
+            ended: None,
+        }
+    }
+
+    /// Whether the client was answered first (the upstream answered, or failed, now).
+    pub fn answered(&self) -> bool {
+        self.watch.answered()
+    }
+
+    /// How the call ended: `cancelled` at its hard limit (or the shutdown), else as
+    /// the lease settled.
+    pub fn settled(&mut self, cancelled: bool, settled: Settled) {
+        self.ended = Some(match (cancelled, settled) {
+            (true, _) => Detached::Cancelled,
+            (_, Settled::Stored) => Detached::Stored,
+            (_, Settled::Released) => Detached::Released,
+            (_, Settled::Failed) => Detached::Failed,
+            (_, Settled::LeaseLost) => Detached::LeaseLost,
+            (_, Settled::NotStored) => Detached::NotStored,
+        });
+    }
+}
+
+impl Drop for Alone {
+    fn drop(&mut self) {
+        if !self.watch.detached() {
+            return;
+        }
+        metrics::detached(-1.0);
+        let overrun = (self.started.elapsed()).saturating_sub(self.route.upstream_timeout);
+        let Some(how) = self.ended else {
+            tracing::error!(
+                "an upstream call that outlived its client's upstream_timeout ended \
+                 without settling its key (the task failed or was dropped)"
+            );
+            return;
+        };
+        metrics::detached_ended(&self.route.name, how, overrun);
+        tracing::info!(
+            outcome = how.as_str(),
+            overrun_ms = overrun.as_millis() as u64,
+            "an upstream call that outlived its client's upstream_timeout ended"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_side_wins_once() {
+        let watch = Watch::default();
+        assert!(watch.detach(), "the client timed out first");
+        assert!(watch.answered(), "the call learns it ends alone");
+        assert!(watch.detached());
+        let watch = Watch::default();
+        assert!(!watch.answered(), "the upstream answered first");
+        assert!(!watch.detach(), "the client then waits for the answer");
+        assert!(!watch.detached());
+    }
+}
