@@ -50,7 +50,7 @@ pub async fn complete(
     route: &Route,
     lease: Lease,
     stored: StoredResponse,
-    mut first: Response,
+    first: Response,
     expiry: Expiry,
 ) -> (Outcome, Reply, Settled) {
     let (record, scope, lease_fingerprint) = (lease.record(), lease.scope(), lease.fingerprint());
@@ -79,10 +79,9 @@ pub async fn complete(
         Err(e) => {
             tracing::error!(error = %e,
                 "could not store the response; a retry after the lease expires will run again");
-            if let Some(name) = &route.policy.settings.expires_header.0 {
-                // Nothing is stored: no expiry to tell.
-                first.headers_mut().remove(name);
-            }
+            // The first answer keeps its expiry: a tier may hold the record after all (a
+            // write-through that landed while Redis failed), and a replay of it must be
+            // the same bytes.
             return (Outcome::Executed, Ok(first), Settled::NotStored);
         }
     }
