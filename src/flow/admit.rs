@@ -57,9 +57,7 @@ pub fn key(route: &Route, request: &Request) -> Result<Option<Admitted>, Refused
     }
 }
 
-/// Forwards a request without idempotency, and without touching any store. Nothing is
-/// stored, so the answer tells no expiry: an upstream's own value of the route's
-/// `expires_header` is dropped (only the gateway speaks for how long a key is honoured).
+/// Forwards a request without idempotency, and without touching any store.
 pub async fn pass_through(app: &App, route: &Route, request: Request, peer: SocketAddr) -> Reply {
     let (parts, body) = request.into_parts();
     let peer = Peer::new(peer.ip(), &app.config.server.trusted_proxies);
@@ -68,12 +66,7 @@ pub async fn pass_through(app: &App, route: &Route, request: Request, peer: Sock
         .forward_streaming(route, parts, body, peer)
         .await
     {
-        Ok(mut response) => {
-            if let Some(name) = &route.policy.settings.expires_header.0 {
-                response.headers_mut().remove(name);
-            }
-            Ok(response)
-        }
+        Ok(response) => Ok(response),
         Err(e) => {
             tracing::warn!(error = %e, "upstream call failed");
             Err(Refused::Upstream(e))

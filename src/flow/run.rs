@@ -138,12 +138,8 @@ async fn settle_answer(
     is_grpc: bool,
     runner: Runner,
 ) -> (Outcome, Reply, Settled) {
-    let stored = match answer {
-        Ok(mut answer) if releases(route, &answer) => {
-            if let Some(name) = &route.policy.settings.expires_header.0 {
-                // Nothing is stored: no expiry to tell, whatever the upstream says.
-                answer.headers.remove(name);
-            }
+    let mut stored = match answer {
+        Ok(answer) if releases(route, &answer) => {
             return settle::released(lease, answer, runner).await;
         }
         Ok(answer) => {
@@ -160,7 +156,6 @@ async fn settle_answer(
             None => return settle::failed(lease, e, runner).await,
         },
     };
-    let mut stored = stored;
     let expiry = stamp(route, &mut stored);
     let first = stored.to_response(false);
     settle::complete(app, route, lease, stored, first, expiry).await

@@ -125,7 +125,7 @@ impl Upstream {
         let exchange = async {
             let response = (self.client(route).request(request).await).map_err(classify)?;
             let (mut parts, body) = response.into_parts();
-            headers::strip_gateway_owned_response(&mut parts.headers);
+            strip_owned(route, &mut parts.headers);
             let collected = Limited::new(body, max_response as usize)
                 .collect()
                 .await
@@ -168,8 +168,18 @@ impl Upstream {
             .map_err(classify)?;
         let (mut parts, body) = response.into_parts();
         headers::strip_hop_by_hop(&mut parts.headers);
-        headers::strip_gateway_owned_response(&mut parts.headers);
+        strip_owned(route, &mut parts.headers);
         Ok(Response::from_parts(parts, Body::new(body)))
+    }
+}
+
+/// Drops what the gateway says itself from an upstream's response headers: the
+/// gateway-owned names, and the route's `expires_header` (only the gateway tells how
+/// long a key is honoured: on a record it stores, from that record).
+fn strip_owned(route: &Route, headers: &mut HeaderMap) {
+    headers::strip_gateway_owned_response(headers);
+    if let Some(name) = &route.policy.settings.expires_header.0 {
+        headers.remove(name);
     }
 }
 
