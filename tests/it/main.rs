@@ -23,6 +23,7 @@ mod fingerprint_change;
 mod forwarding;
 mod grpc;
 mod grpc_slow;
+mod h2_abuse;
 mod haproxy_h2;
 mod http2;
 mod http2_frames;
