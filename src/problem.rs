@@ -202,6 +202,21 @@ impl Problem {
         .retry_after(Duration::from_secs(1))
     }
 
+    /// The request's connection holds its share of this replica's requests in flight
+    /// (`server.connection_share` of `server.max_in_flight`).
+    pub fn overloaded_connection(limit: u64) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            "Gateway overloaded",
+            format!(
+                "this connection is handling its limit of {limit} requests; nothing was \
+                 claimed or forwarded, retry later"
+            ),
+        )
+        .retry_after(Duration::from_secs(1))
+    }
+
     /// The body buffers of this replica are full (`server.buffer_budget`).
     pub fn overloaded_buffers() -> Self {
         Self::new(

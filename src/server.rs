@@ -14,7 +14,10 @@
 //! - `server.max_connections`: [`proxy_limits`].
 //! - `server.max_in_flight`: [`layers::in_flight`]; `server.buffer_budget`:
 //!   [`layers::budget`].
-//! - `server.write_timeout`: [`layers::write_timeout`].
+//! - `server.write_timeout`: [`layers::write_timeout`]; on HTTP/2, per answer too
+//!   ([`conn_limits`]).
+//! - `server.connection_share`, `server.idle_timeout`, `server.http2_max_reset_streams`:
+//!   each connection's own limits ([`conn_limits`]), applied by its [`driver`].
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -22,21 +25,24 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::app::App;
 
 mod accept;
+pub mod conn_limits;
 mod connection;
+mod driver;
 mod handshake;
 pub mod layers;
+mod preface;
 mod proxy_limits;
 pub mod workers;
 
 use accept::{accept_loop, accepted_counter};
 use connection::Connections;
+use driver::Draining;
 use proxy_limits::ProxyLimits;
 
 /// A gateway with its listeners bound, ready to run.
@@ -101,7 +107,7 @@ impl Server {
         // Owned here and only lent to the accept loops, which run inside this future:
         // `shutdown()` below consumes this very value, so the drain of the connections
         // it watches cannot be skipped or run on a stand-in.
-        let graceful = GracefulShutdown::new();
+        let draining = Draining::default();
         let tls = app.listener_cert.is_some();
         tracing::info!(listen = %server.listen, admin = %server.admin_listen, tls, worker = self.worker, "idemgate serving");
         // One completer per process (worker 0's), as one reaper; stopped with the server.
@@ -113,7 +119,7 @@ impl Server {
             .filter(|_| self.worker == 0)
             .map(|cert| tokio::spawn(cert.watch()));
         tokio::select! {
-            never = self.accept(&graceful) => match never {},
+            never = self.accept(&draining) => match never {},
             () = shutdown => {}
         }
         // The listeners were dropped with `accept`: no new connections.
@@ -121,7 +127,7 @@ impl Server {
             reloads.abort();
         }
         let started = Instant::now();
-        drain_connections(graceful, server.shutdown_grace).await;
+        drain_connections(&draining, server.shutdown_grace).await;
         let left = server.shutdown_grace.saturating_sub(started.elapsed());
         drain_tasks(&app, completer, left).await;
         app.stores.close(started, server.shutdown_grace).await;
@@ -130,7 +136,7 @@ impl Server {
 
     /// Accepts on the proxy listener and, if this server has it, the admin listener
     /// (with the gauges' sampler), until dropped.
-    async fn accept(self, graceful: &GracefulShutdown) -> Infallible {
+    async fn accept(self, draining: &Draining) -> Infallible {
         let Self {
             app,
             proxy,
@@ -144,25 +150,25 @@ impl Server {
                 return std::future::pending().await;
             };
             let connections = Connections::admin(app.clone());
-            let serve = |stream, peer| connections.serve(stream, peer, graceful);
+            let serve = |stream, peer| connections.serve(stream, peer, draining);
             // One admin listener per process, and with it the gauges' sampler.
             tokio::join!(accept_loop(admin, serve, None, None), gate.sample()).0
         };
         let connections = Connections::proxy(app.clone(), &gate);
-        let serve = |stream, peer| connections.serve(stream, peer, graceful);
+        let serve = |stream, peer| connections.serve(stream, peer, draining);
         let proxy = accept_loop(proxy, serve, Some(&gate), Some(accepted));
         tokio::join!(proxy, admin).0
     }
 }
 
 /// Waits for the open connections to finish, within `grace`.
-async fn drain_connections(graceful: GracefulShutdown, grace: Duration) {
+async fn drain_connections(draining: &Draining, grace: Duration) {
     tracing::info!(
         grace = ?grace,
-        connections = graceful.count(),
+        connections = draining.count(),
         "shutting down: no new connections; draining"
     );
-    if tokio::time::timeout(grace, graceful.shutdown())
+    if tokio::time::timeout(grace, draining.shutdown())
         .await
         .is_err()
     {

@@ -11,11 +11,15 @@ use metrics::Counter;
 
 use crate::metrics::Limit;
 
-/// Bytes of buffered bodies, up to a limit, shared by every request of a listener.
+/// Bytes of buffered bodies, up to a limit, shared by every request of a listener; or
+/// one connection's share of such a budget ([`ByteBudget::share`]), whose charges count
+/// against both.
 pub struct ByteBudget {
     limit: u64,
     used: AtomicU64,
     refused: Counter,
+    /// The listener's budget, for a connection's share.
+    parent: Option<Arc<ByteBudget>>,
 }
 
 impl ByteBudget {
@@ -24,6 +28,18 @@ impl ByteBudget {
             limit,
             used: AtomicU64::new(0),
             refused: Limit::BufferBudget.counter(),
+            parent: None,
+        }
+    }
+
+    /// A share of `parent` of at most `limit` bytes (one connection's), refusals
+    /// counted as `refused` when the share, not `parent`, is what is spent.
+    pub fn share(parent: Arc<ByteBudget>, limit: u64, refused: Counter) -> Self {
+        Self {
+            limit,
+            used: AtomicU64::new(0),
+            refused,
+            parent: Some(parent),
         }
     }
 
@@ -36,7 +52,6 @@ impl ByteBudget {
     /// without a body is refused once it is); counts a refusal.
     pub fn try_take(self: &Arc<Self>, bytes: u64) -> Option<Charge> {
         if !self.grab(bytes) {
-            self.refused.increment(1);
             return None;
         }
         Some(Charge {
@@ -47,14 +62,44 @@ impl ByteBudget {
 
     /// Charges `bytes` even past the limit.
     pub fn take_anyway(self: &Arc<Self>, bytes: u64) -> Charge {
-        self.used.fetch_add(bytes, Ordering::AcqRel);
+        self.add(bytes);
         Charge {
             budget: self.clone(),
             bytes,
         }
     }
 
+    fn add(&self, bytes: u64) {
+        self.used.fetch_add(bytes, Ordering::AcqRel);
+        if let Some(parent) = &self.parent {
+            parent.add(bytes);
+        }
+    }
+
+    fn give_back(&self, bytes: u64) {
+        self.used.fetch_sub(bytes, Ordering::AcqRel);
+        if let Some(parent) = &self.parent {
+            parent.give_back(bytes);
+        }
+    }
+
+    /// Takes `bytes` from this budget and its parent, or from neither (a refusal is
+    /// counted by the one that refused).
     fn grab(&self, bytes: u64) -> bool {
+        if !self.grab_here(bytes) {
+            self.refused.increment(1);
+            return false;
+        }
+        if let Some(parent) = &self.parent {
+            if !parent.grab(bytes) {
+                self.used.fetch_sub(bytes, Ordering::AcqRel);
+                return false;
+            }
+        }
+        true
+    }
+
+    fn grab_here(&self, bytes: u64) -> bool {
         let mut used = self.used.load(Ordering::Relaxed);
         loop {
             if used >= self.limit || bytes > self.limit - used {
@@ -83,7 +128,6 @@ impl Charge {
     /// Charges `more` bytes on top, if they fit; counts a refusal.
     pub fn try_grow(&mut self, more: u64) -> bool {
         if !self.budget.grab(more) {
-            self.budget.refused.increment(1);
             return false;
         }
         self.bytes += more;
@@ -105,7 +149,7 @@ impl Charge {
 
 impl Drop for Charge {
     fn drop(&mut self) {
-        self.budget.used.fetch_sub(self.bytes, Ordering::AcqRel);
+        self.budget.give_back(self.bytes);
     }
 }
 
@@ -142,6 +186,30 @@ mod tests {
         assert!(budget.try_take(1).is_none());
         drop((b, over));
         assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn a_share_counts_against_its_parent_and_refuses_past_its_own_limit() {
+        let parent = Arc::new(ByteBudget::new(100));
+        let share = |limit| {
+            Arc::new(ByteBudget::share(
+                parent.clone(),
+                limit,
+                Limit::ConnectionBudget.counter(),
+            ))
+        };
+        let (a, b) = (share(40), share(40));
+        let one = a.try_take(30).unwrap();
+        assert_eq!((a.used(), parent.used()), (30, 30));
+        assert!(a.try_take(11).is_none(), "past the share");
+        let two = b.try_take(40).unwrap();
+        let other = parent.try_take(30).unwrap();
+        assert!(a.try_take(1).is_none(), "the parent is spent");
+        assert_eq!(a.used(), 30, "a refusal by the parent takes nothing");
+        let over = a.take_anyway(50);
+        assert_eq!((a.used(), parent.used()), (80, 150));
+        drop((one, two, other, over));
+        assert_eq!((a.used(), b.used(), parent.used()), (0, 0, 0));
     }
 
     #[test]

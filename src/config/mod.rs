@@ -39,6 +39,7 @@ mod replication;
 mod routes;
 mod runtime;
 mod server;
+mod share;
 mod status_set;
 mod tls;
 mod topology;
@@ -70,6 +71,7 @@ pub use redis::{RecordFormat, RedisConfig, ReplayCacheConfig};
 pub use routes::{RouteConfig, UpstreamProtocol};
 pub use runtime::{worker_share, Runtime, Workers};
 pub use server::{AdminConfig, LogConfig, LogFormat, ServerConfig};
+pub use share::Share;
 pub use status_set::{StatusEntry, StatusSet};
 pub use tls::{
     read_secret, ListenerTls, PostgresTls, RedisTls, ResolvedPgTls, SslMode, UpstreamTls,

@@ -269,6 +269,7 @@ fn type_name<'a>(
         "PathBuf" | "std::path::PathBuf" => "path",
         "TrustedProxies" => "list of CIDRs",
         "Workers" => "`\"auto\"` or integer",
+        "Share" => "percentage (`\"25%\"`)",
         "ExpiresHeader" => "header name, or `true` / `false`",
         _ => match defs.get(ty) {
             Some(def) if def.is_enum => {

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::cidr::TrustedProxies;
 use super::error::{positive_duration, positive_size, ConfigError};
 use super::runtime::{Runtime, Workers};
+use super::share::Share;
 use super::tls::ListenerTls;
 use super::typed;
 
@@ -68,6 +69,23 @@ pub struct ServerConfig {
     /// Memory for buffered bodies (keyed request bodies, stored and replayed responses)
     /// across all requests; a keyed request that does not fit gets 503 `overloaded`.
     pub buffer_budget: ByteSize,
+    /// The most one connection may hold of `max_in_flight` and of `buffer_budget`
+    /// (rounded up, at least one request), so that one client, whatever it opens on its
+    /// connection (HTTP/2 streams, detached upstream calls, unread answers), leaves the
+    /// rest to the others; beyond it, that connection's requests get 503 `overloaded`.
+    /// A load balancer that multiplexes many clients onto few HTTP/2 connections to the
+    /// gateway may need `100%`.
+    pub connection_share: Share,
+    /// How long a connection may stay open with no request on it (an HTTP/1.1
+    /// keep-alive connection between requests, an HTTP/2 connection with no open
+    /// stream: its PINGs are not activity) before it is closed (HTTP/2: `GOAWAY` first),
+    /// giving back its `max_connections` slot. The default is longer than the idle
+    /// timeouts of the common load balancers in front (AWS ALB 60 s, nginx's upstream
+    /// `keepalive_timeout` 60 s, Google Cloud's 600 s backend keep-alive), so a balancer
+    /// closes an idle connection before the gateway does and never sends a request on
+    /// one the gateway is closing.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
     /// `multi_thread` or `thread_per_core` ([`Runtime`]).
     pub runtime: Runtime,
     /// Worker threads: `"auto"` (the available cores) or a count ([`Workers`]).
@@ -94,6 +112,11 @@ pub struct ServerConfig {
     /// broke the protocol on them (a reset flood provoked from the client's side); beyond
     /// it the connection is closed with `GOAWAY` `ENHANCE_YOUR_CALM`.
     pub http2_max_local_error_reset_streams: usize,
+    /// HTTP/2: most streams a client may reset (or abandon) per minute on one connection
+    /// after the gateway accepted them (a token bucket of this size, refilled over a
+    /// minute); beyond it the connection gets `GOAWAY` and is closed once its streams
+    /// end. An upstream call already started goes on, holding its `max_in_flight` slot.
+    pub http2_max_reset_streams: u32,
     /// HTTP/2: how often an HTTP/2 connection is pinged to find a peer that is gone;
     /// `0s` turns pings off.
     #[serde(with = "humantime_serde")]
@@ -122,6 +145,8 @@ impl Default for ServerConfig {
             max_in_flight: 1024,
             write_timeout: Duration::from_secs(30),
             buffer_budget: ByteSize::mib(256),
+            connection_share: Share::percent(25).expect("a share"),
+            idle_timeout: Duration::from_secs(11 * 60),
             runtime: Runtime::default(),
             workers: Workers::default(),
             http2_max_concurrent_streams: 100,
@@ -129,6 +154,7 @@ impl Default for ServerConfig {
             http2_initial_connection_window: ByteSize::mib(1),
             http2_max_pending_accept_reset_streams: 20,
             http2_max_local_error_reset_streams: 1024,
+            http2_max_reset_streams: 200,
             http2_keep_alive_interval: Duration::from_secs(20),
             http2_keep_alive_timeout: Duration::from_secs(20),
             tls: ListenerTls::default(),
@@ -233,6 +259,12 @@ impl ServerConfig {
                 "must be at least 1",
             ));
         }
+        if self.http2_max_reset_streams == 0 {
+            return Err(ConfigError::invalid(
+                "server.http2_max_reset_streams",
+                "must be at least 1",
+            ));
+        }
         if !self.http2_keep_alive_interval.is_zero() {
             positive_duration(
                 "server.http2_keep_alive_timeout",
@@ -257,6 +289,7 @@ impl ServerConfig {
             ));
         }
         positive_duration("server.write_timeout", self.write_timeout)?;
+        positive_duration("server.idle_timeout", self.idle_timeout)?;
         let one = (self.max_request_body.as_u64()).saturating_add(self.max_response_body.as_u64());
         if self.buffer_budget.as_u64() < one {
             return Err(ConfigError::invalid(

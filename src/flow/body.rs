@@ -35,9 +35,11 @@ pub enum BodyError {
 /// `server.max_request_body` bytes (declared or actual). What a refused body still
 /// brings is read and discarded after the answer ([`crate::server::layers::linger`]).
 ///
-/// The body is charged to `server.buffer_budget` (when the server set one) before
-/// anything is claimed: its declared length up front, the rest as it arrives; one
-/// that does not fit, or any request once the budget is spent, gets 503 `overloaded`.
+/// The body is charged to `server.buffer_budget` (when the server set one: the
+/// connection's share of it) as its bytes arrive, before anything is claimed, not on
+/// its declared length (a client that declares a large body and sends nothing holds
+/// no budget); one that does not fit, or any request once the budget is spent, gets
+/// 503 `overloaded`.
 /// The charge travels inside the returned bytes ([`crate::server::layers::budget`]).
 pub async fn read_bounded(
     server: &ServerConfig,
@@ -52,11 +54,7 @@ pub async fn read_bounded(
         return Err(BodyError::TooLarge(limit));
     }
     let charge = match parts.extensions.get::<Arc<ByteBudget>>() {
-        Some(budget) => Some(
-            budget
-                .try_take(declared.unwrap_or(0))
-                .ok_or(BodyError::Overloaded)?,
-        ),
+        Some(budget) => Some(budget.try_take(0).ok_or(BodyError::Overloaded)?),
         None => None,
     };
     let mut body = Metered::new(body, charge);

@@ -11,7 +11,8 @@
 //! goes on under the key's heartbeated lease, up to the route's `upstream_deadline`;
 //! its answer is then stored and replayed to the retries that come after it, and
 //! meanwhile they find the key in flight. A [`Watch`] decides, once, which came first:
-//! the upstream's answer or the client's timeout ([`super::watch`]).
+//! the upstream's answer or the client's timeout ([`super::watch`]). The call keeps
+//! the request's `server.max_in_flight` slot until it ends.
 
 use std::net::{IpAddr, SocketAddr};
 use std::pin::pin;
@@ -36,6 +37,7 @@ use crate::problem::Problem;
 use crate::proxy::headers::{Peer, COMPLETER, FENCING_TOKEN};
 use crate::proxy::{Buffered, UpstreamError};
 use crate::route::Route;
+use crate::server::layers::in_flight::Slot;
 use crate::store::lease::Phase;
 use crate::store::Lease;
 
@@ -55,8 +57,12 @@ pub async fn detached(
     // a box moves as a pointer.
     let (owned, route_owned) = (app.clone(), route.clone());
     let mut alone = Alone::new(watch.clone(), route.clone());
-    let request = http::Request::from_parts(request.parts, request.body);
+    let mut request = http::Request::from_parts(request.parts, request.body);
+    // The request's `max_in_flight` slot goes with the call, which may outlive the
+    // client (a reset, a disconnect, `upstream_timeout`).
+    let slot = request.extensions_mut().remove::<Slot>();
     let client = Box::pin(async move {
+        let _slot = slot;
         let (ip, runner) = (peer.ip(), Runner::Client);
         let ran = run(
             owned,

@@ -273,6 +273,14 @@ impl hyper::body::Body for WithTrailers {
     fn is_end_stream(&self) -> bool {
         self.data.is_none() && self.trailers.is_none()
     }
+
+    /// The data's length as a lower bound only: an exact size would make hyper send a
+    /// `content-length` on an answer that ends with trailers.
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        let mut hint = hyper::body::SizeHint::new();
+        hint.set_lower(self.data.as_ref().map_or(0, |d| d.len() as u64));
+        hint
+    }
 }
 
 /// A response and its encoding, made once ([`StoredResponse::encoded`]).

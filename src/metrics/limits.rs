@@ -18,14 +18,33 @@ pub enum Limit {
     BufferBudget,
     /// A connection was closed because its client did not read its response.
     WriteTimeout,
+    /// A request was answered 503 `overloaded`: its connection held its share of
+    /// `server.max_in_flight` (`server.connection_share`).
+    ConnectionInFlight,
+    /// A request was answered 503 `overloaded`: its connection held its share of
+    /// `server.buffer_budget` (`server.connection_share`).
+    ConnectionBudget,
+    /// An HTTP/2 answer whose client took none of it for `server.write_timeout`: its
+    /// unsent bytes were freed and its connection told to go away.
+    StreamWriteTimeout,
+    /// A connection was closed after `server.idle_timeout` with nothing open on it.
+    IdleTimeout,
+    /// An HTTP/2 connection whose client reset more accepted streams than
+    /// `server.http2_max_reset_streams` was told to go away.
+    Http2ResetStreams,
 }
 
 impl Limit {
-    pub const ALL: [Limit; 4] = [
+    pub const ALL: [Limit; 9] = [
         Limit::MaxConnections,
         Limit::MaxInFlight,
         Limit::BufferBudget,
         Limit::WriteTimeout,
+        Limit::ConnectionInFlight,
+        Limit::ConnectionBudget,
+        Limit::StreamWriteTimeout,
+        Limit::IdleTimeout,
+        Limit::Http2ResetStreams,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -34,6 +53,11 @@ impl Limit {
             Limit::MaxInFlight => "max_in_flight",
             Limit::BufferBudget => "buffer_budget",
             Limit::WriteTimeout => "write_timeout",
+            Limit::ConnectionInFlight => "connection_in_flight",
+            Limit::ConnectionBudget => "connection_budget",
+            Limit::StreamWriteTimeout => "stream_write_timeout",
+            Limit::IdleTimeout => "idle_timeout",
+            Limit::Http2ResetStreams => "http2_reset_streams",
         }
     }
 
@@ -50,7 +74,11 @@ pub(super) fn describe() {
         LIMITED,
         "Times a server limit was reached, by limit: max_connections (a connection waited \
          for a slot), max_in_flight and buffer_budget (a request got 503 overloaded), \
-         write_timeout (a connection was closed because its client did not read)."
+         connection_in_flight and connection_budget (the same, at its connection's share), \
+         write_timeout (a connection was closed because its client did not read), \
+         stream_write_timeout (an HTTP/2 answer's client took none of it: its bytes were \
+         freed, its connection told to go away), idle_timeout (an idle connection was \
+         closed), http2_reset_streams (a connection reset too many accepted streams)."
     );
     describe_gauge!(
         OPEN_CONNECTIONS,

@@ -13,10 +13,17 @@
 //! write-timeout socket (so the timeout bounds the encrypted writes), after a handshake
 //! bounded by `server.header_read_timeout` ([`super::handshake`]), and the builder serves
 //! the protocol ALPN chose (`h2`: HTTP/2 only; else HTTP/1.1 only).
+//!
+//! Each proxy connection has its own limits ([`ConnLimits`]: its share of the
+//! listener's, its idle time, its resets, its HTTP/2 answers being sent), given to its
+//! requests as an extension and to its driver ([`super::driver`]), which serves it
+//! and closes it when they say so. The first bytes of a connection must come within
+//! `server.header_read_timeout` ([`Preface`]).
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,18 +34,22 @@ use http::Request;
 use hyper::body::{Body, Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
+use super::conn_limits::ConnLimits;
+use super::driver::{drive, Draining};
 use super::handshake;
 use super::layers::budget::{BudgetLayer, Budgeted};
 use super::layers::in_flight::{Admit, InFlightLayer};
 use super::layers::linger::{Linger, LingerBounds, LingerLayer};
 use super::layers::write_timeout::WriteTimeoutLayer;
+use super::preface::Preface;
 use super::proxy_limits::ProxyLimits;
 use crate::app::App;
+use crate::budget::ByteBudget;
 use crate::config::ServerConfig;
 use crate::http::{admin_router, proxy_router};
 
@@ -61,6 +72,9 @@ pub(super) struct Connections<S> {
     service: S,
     /// With `[server.tls]`, on the proxy listener.
     tls: Option<TlsAcceptor>,
+    /// The settings and budget each connection's limits come from (on the admin
+    /// listener, only its idle time counts: its requests meet no other limit).
+    limits: (Arc<ServerConfig>, Arc<ByteBudget>),
 }
 
 impl Connections<ProxyService> {
@@ -75,6 +89,7 @@ impl Connections<ProxyService> {
         let tls = (app.listener_cert.as_ref()).map(|cert| TlsAcceptor::from(cert.server_config()));
         Self {
             tls,
+            limits: (Arc::new(server.clone()), gate.budget.clone()),
             ..Self::new(&server, service)
         }
     }
@@ -97,6 +112,7 @@ impl<S> Connections<S> {
             header_read_timeout: server.header_read_timeout,
             service,
             tls: None,
+            limits: (Arc::new(server.clone()), Arc::new(ByteBudget::new(0))),
         }
     }
 }
@@ -140,34 +156,35 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    /// Serves the connection on `stream` from `peer` until it closes, watched by
-    /// `graceful`.
+    /// Serves the connection on `stream` from `peer` until it closes, tracked by
+    /// `draining`.
     pub(super) fn serve(
         &self,
         stream: TcpStream,
         peer: SocketAddr,
-        graceful: &GracefulShutdown,
+        draining: &Draining,
     ) -> impl Future<Output = Result<(), BoxError>> + Send + 'static {
         let _ = stream.set_nodelay(true);
-        let service = Extension(ConnectInfo(peer)).layer(self.service.clone());
+        let (server, budget) = &self.limits;
+        let limits = Arc::new(ConnLimits::new(server, budget));
+        let service = Extension(limits.clone()).layer(self.service.clone());
+        let service = Extension(ConnectInfo(peer)).layer(service);
         let service = hyper::service::service_fn(move |request: Request<Incoming>| {
             service.clone().oneshot(request)
         });
         let (write_timeout, builder) = (self.write_timeout.clone(), self.builder.clone());
-        let header_read_timeout = self.header_read_timeout;
-        let watcher = graceful.watcher();
+        let deadline = Instant::now() + self.header_read_timeout;
+        let draining = draining.clone();
         let tls = self.tls.clone();
         async move {
-            let Some(tls) = tls else {
-                if !protocol_known(&stream, header_read_timeout).await {
-                    return Ok(());
-                }
-                let io = write_timeout.wrap(stream);
-                let connection = builder.serve_connection(TokioIo::new(io), service);
-                return watcher.watch(connection.into_owned()).await;
-            };
             let io = write_timeout.wrap(stream);
-            let Some(accepted) = handshake::accept(&tls, io, header_read_timeout).await else {
+            let Some(tls) = tls else {
+                let io = Preface::expected(io, deadline);
+                let connection = builder.serve_connection(TokioIo::new(io), service);
+                let go_away = |c: Pin<&mut _>| auto::Connection::graceful_shutdown(c);
+                return drive(connection.into_owned(), go_away, limits, &draining).await;
+            };
+            let Some(accepted) = handshake::accept(&tls, io, deadline).await else {
                 return Ok(());
             };
             let builder = if accepted.h2 {
@@ -176,28 +193,8 @@ where
                 builder.http1_only()
             };
             let connection = builder.serve_connection(TokioIo::new(accepted.io), service);
-            watcher.watch(connection.into_owned()).await
+            let go_away = |c: Pin<&mut _>| auto::Connection::graceful_shutdown(c);
+            drive(connection.into_owned(), go_away, limits, &draining).await
         }
     }
-}
-
-/// Waits, at most `within`, until the client has sent enough to tell HTTP/1 from the
-/// HTTP/2 preface (or closed). hyper-util's version detection has no timeout of its
-/// own and hyper's header-read timeout starts after it, so without this a connection
-/// that stays silent, or stops partway through the preface, would hold its
-/// `max_connections` slot for ever. False: the client was too slow; drop it.
-async fn protocol_known(stream: &TcpStream, within: Duration) -> bool {
-    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-    let known = async {
-        let mut buf = [0u8; PREFACE.len()];
-        loop {
-            match stream.peek(&mut buf).await {
-                Ok(n) if n == 0 || n == PREFACE.len() || buf[..n] != PREFACE[..n] => return,
-                Err(_) => return,
-                // Part of the preface: wait for the rest.
-                Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
-            }
-        }
-    };
-    tokio::time::timeout(within, known).await.is_ok()
 }

@@ -16,6 +16,7 @@ use crate::budget::ByteBudget;
 use crate::problem::Problem;
 use crate::proxy::headers::REPLAYED;
 use crate::proxy::headers::X_REQUEST_ID;
+use crate::server::conn_limits::ConnLimits;
 
 /// Puts a [`ByteBudget`] under each request ([`Budgeted`]).
 #[derive(Clone)]
@@ -41,7 +42,8 @@ impl<S> Layer<S> for BudgetLayer {
 }
 
 /// `inner`, with the budget in each request's extensions (the gateway charges the
-/// body to it) and each buffered response charged to it ([`settle`]).
+/// body to it) and each buffered response charged to it ([`settle`]): the request's
+/// connection's share of it when there is one ([`ConnLimits`]).
 #[derive(Clone)]
 pub struct Budgeted<S> {
     inner: S,
@@ -62,10 +64,15 @@ where
     }
 
     fn call(&mut self, mut request: Request<B>) -> Self::Future {
-        request.extensions_mut().insert(self.budget.clone());
+        let conn = request.extensions().get::<Arc<ConnLimits>>().cloned();
+        let budget = conn.as_ref().map_or(&self.budget, |c| c.budget()).clone();
+        request.extensions_mut().insert(budget.clone());
+        // HTTP/2 answers are handed out under the connection's send watchdog.
+        let watch = conn.filter(|_| request.version() == http::Version::HTTP_2);
         Settling {
             inner: self.inner.call(request),
-            budget: self.budget.clone(),
+            budget,
+            watch,
         }
     }
 }
@@ -74,6 +81,7 @@ where
 pub struct Settling<F> {
     inner: F,
     budget: Arc<ByteBudget>,
+    watch: Option<Arc<ConnLimits>>,
 }
 
 impl<F, E> Future for Settling<F>
@@ -84,18 +92,29 @@ where
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let response = ready!(Pin::new(&mut self.inner).poll(cx))?;
-        Poll::Ready(Ok(settle(&self.budget, response)))
+        Poll::Ready(Ok(settle(&self.budget, response, self.watch.as_ref())))
     }
 }
 
 /// Charges a buffered response (one carrying `Idempotent-Replayed`) to the
-/// budget: an execution's always, a replay's only if it fits (else 503).
-pub fn settle(budget: &Arc<ByteBudget>, response: Response) -> Response<ResponseBody> {
+/// budget: an execution's always, a replay's only if it fits (else 503). Each answer is
+/// charged for its own bytes, even a replay of bytes the replay cache shares with
+/// others: the budget may count shared bytes more than once, never less than what
+/// the answers hold. With `watch` (HTTP/2), the answer goes under its connection's send
+/// watchdog.
+pub fn settle(
+    budget: &Arc<ByteBudget>,
+    response: Response,
+    watch: Option<&Arc<ConnLimits>>,
+) -> Response<ResponseBody> {
     let Some(replayed) = response.headers().get(REPLAYED) else {
         return response.map(ResponseBody::plain);
     };
     let replayed = replayed.as_bytes() == b"true";
-    let len = response.body().size_hint().exact().unwrap_or(0);
+    // A body with trailers (gRPC) has no exact size: its data's length is the lower
+    // bound its body gives.
+    let hint = response.body().size_hint();
+    let len = hint.exact().unwrap_or(hint.lower());
     if len == 0 {
         return response.map(ResponseBody::plain);
     }
@@ -110,5 +129,11 @@ pub fn settle(budget: &Arc<ByteBudget>, response: Response) -> Response<Response
     } else {
         budget.take_anyway(len)
     };
-    response.map(|body| ResponseBody::charged(body, charge))
+    response.map(|body| {
+        let body = ResponseBody::charged(body, charge);
+        match watch {
+            Some(conn) => body.watched(conn),
+            None => body,
+        }
+    })
 }

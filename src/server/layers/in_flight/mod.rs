@@ -1,7 +1,14 @@
-//! `server.max_in_flight`: requests in flight on the proxy listener. A request over
-//! the limit is answered 503 `overloaded` at once, before the gateway sees it (its
-//! body is dropped unread: lingering close drains it); an admitted one holds its slot
-//! until its response is ready to be written.
+//! `server.max_in_flight`: requests in flight on the proxy listener, and each
+//! connection's share of them (`server.connection_share`). A request over either is
+//! answered 503 `overloaded` at once, before the gateway sees it (its body is dropped
+//! unread: lingering close drains it); an admitted one holds its slot until its
+//! response is ready to be written, or, when its upstream call outlives its client (a
+//! reset, a disconnect, `upstream_timeout`), until that call ends: the slot ([`Slot`])
+//! rides in the request's extensions to the detached call, which keeps it.
+//!
+//! The layer also keeps the request open on its connection until its answer is
+//! dropped (`server.idle_timeout`), and tells the connection when a client left before
+//! its answer was ready (`server.http2_max_reset_streams`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -18,6 +25,7 @@ use super::budget::{overloaded, ResponseBody};
 use crate::metrics::Limit;
 use crate::problem::Problem;
 use crate::proxy::headers::X_REQUEST_ID;
+use crate::server::conn_limits::{ConnLimits, Open};
 
 /// Requests in flight on one proxy listener, up to `server.max_in_flight`.
 pub struct InFlightLimit {
@@ -35,27 +43,47 @@ impl InFlightLimit {
         }
     }
 
-    /// A slot for one request, or the 503 to answer instead (counted).
-    pub fn enter(self: &Arc<Self>) -> Result<InFlight, Problem> {
+    /// A slot for one request (on `conn`, within its share), or the 503 to answer
+    /// instead (counted).
+    pub fn enter(self: &Arc<Self>, conn: Option<&Arc<ConnLimits>>) -> Result<InFlight, Problem> {
         let before = self.in_flight.fetch_add(1, Ordering::AcqRel);
-        let slot = InFlight(self.clone());
+        let mut slot = InFlight {
+            limit: self.clone(),
+            conn: None,
+        };
         if before >= self.max_in_flight {
             drop(slot);
             self.refused.increment(1);
             return Err(Problem::overloaded_in_flight(self.max_in_flight));
         }
+        if let Some(conn) = conn {
+            conn.enter().map_err(Problem::overloaded_connection)?;
+            slot.conn = Some(conn.clone());
+        }
         Ok(slot)
     }
 }
 
-/// One request counted against `server.max_in_flight` while it lives.
-pub struct InFlight(Arc<InFlightLimit>);
+/// One request counted against `server.max_in_flight` (and its connection's share)
+/// while it lives.
+pub struct InFlight {
+    limit: Arc<InFlightLimit>,
+    conn: Option<Arc<ConnLimits>>,
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.limit.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if let Some(conn) = &self.conn {
+            conn.leave();
+        }
     }
 }
+
+/// A request's slot as its extensions carry it: whoever holds a copy keeps the slot
+/// (a detached upstream call takes one, [`crate::flow::run::detached`]).
+#[derive(Clone)]
+pub struct Slot(#[allow(dead_code)] Arc<InFlight>);
 
 /// Admits each request under an [`InFlightLimit`] ([`Admit`]).
 #[derive(Clone)]
@@ -100,24 +128,40 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<B>) -> Self::Future {
-        match self.limit.enter() {
-            Ok(slot) => Admitted::Running {
-                inner: self.inner.call(request),
-                _slot: slot,
-            },
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+        let conn = request.extensions().get::<Arc<ConnLimits>>().cloned();
+        let open = conn.as_ref().map(|c| c.open());
+        let state = match self.limit.enter(conn.as_ref()) {
+            Ok(slot) => {
+                let slot = Slot(Arc::new(slot));
+                request.extensions_mut().insert(slot.clone());
+                State::Running {
+                    inner: self.inner.call(request),
+                    _slot: slot,
+                }
+            }
             // The body is dropped unread: lingering close drains it.
             Err(problem) => {
                 let id = request.headers().get(&X_REQUEST_ID).cloned();
-                Admitted::Refused(Some(overloaded(problem, id)))
+                State::Refused(Some(overloaded(problem, id)))
             }
-        }
+        };
+        Admitted { state, open, conn }
     }
 }
 
 /// An admitted request's response, its slot held until it is ready; or the refusal.
-pub enum Admitted<F> {
-    Running { inner: F, _slot: InFlight },
+/// Dropped before either (the client reset the stream or went away), it tells the
+/// connection ([`ConnLimits::abandoned`]).
+pub struct Admitted<F> {
+    state: State<F>,
+    /// Handed to the response body; `None` once it was.
+    open: Option<Open>,
+    conn: Option<Arc<ConnLimits>>,
+}
+
+enum State<F> {
+    Running { inner: F, _slot: Slot },
     Refused(Option<Response<ResponseBody>>),
 }
 
@@ -128,11 +172,23 @@ where
     type Output = Result<Response<ResponseBody>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.get_mut() {
-            Admitted::Running { inner, .. } => Pin::new(inner).poll(cx),
-            Admitted::Refused(answer) => {
-                Poll::Ready(Ok(answer.take().expect("polled after it was ready")))
-            }
+        let this = self.get_mut();
+        let answer = match &mut this.state {
+            State::Running { inner, .. } => std::task::ready!(Pin::new(inner).poll(cx)),
+            State::Refused(answer) => Ok(answer.take().expect("polled after it was ready")),
+        };
+        this.conn = None;
+        Poll::Ready(answer.map(|response| match this.open.take() {
+            Some(open) => response.map(|body| body.keeping(open)),
+            None => response,
+        }))
+    }
+}
+
+impl<F> Drop for Admitted<F> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            conn.abandoned();
         }
     }
 }

@@ -1,0 +1,344 @@
+//! One proxy connection's limits and state ([`ConnLimits`]): its share of
+//! `server.max_in_flight` and of `server.buffer_budget` (`server.connection_share`),
+//! the requests open on it (`server.idle_timeout`), its client's resets of accepted
+//! streams (`server.http2_max_reset_streams`) and its HTTP/2 answers being sent (the
+//! send watchdog, `server.write_timeout`). The connection's driver
+//! ([`super::driver`]) asks it ([`ConnLimits::check`]) when to send `GOAWAY` and when
+//! to close.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use metrics::Counter;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::budget::ByteBudget;
+use crate::config::ServerConfig;
+use crate::metrics::Limit;
+
+/// The limits and state of one proxy connection, shared by its requests and its driver.
+pub struct ConnLimits {
+    epoch: Instant,
+    max_in_flight: usize,
+    in_flight: AtomicUsize,
+    refused: Counter,
+    budget: Arc<ByteBudget>,
+    /// Requests from their arrival to the end of their answer.
+    open: AtomicUsize,
+    /// When `open` last fell to 0, in milliseconds since `epoch`.
+    idle_since: AtomicU64,
+    idle_timeout: Duration,
+    write_timeout: Duration,
+    resets: Mutex<Bucket>,
+    /// Set once: the connection is to go away (`GOAWAY`, then closed).
+    leaving: AtomicBool,
+    /// HTTP/2 answers whose bytes are still on their way.
+    sending: Mutex<Vec<Arc<Sending>>>,
+    /// Wakes the driver: the connection became idle, an answer started, or it must go.
+    changed: Notify,
+}
+
+/// What the driver is to do with its connection now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Keep serving; look again at the instant given (`None`: when woken).
+    Serve(Option<Instant>),
+    /// Send `GOAWAY` (HTTP/1.1: close once idle) and close within `write_timeout`.
+    Leave,
+}
+
+impl ConnLimits {
+    /// A new connection's, its budget a share of `budget`.
+    pub fn new(server: &ServerConfig, budget: &Arc<ByteBudget>) -> Self {
+        let share = server.connection_share;
+        let budget = ByteBudget::share(
+            budget.clone(),
+            share.of(server.buffer_budget.as_u64()),
+            Limit::ConnectionBudget.counter(),
+        );
+        Self {
+            epoch: Instant::now(),
+            max_in_flight: share.of(server.max_in_flight as u64) as usize,
+            in_flight: AtomicUsize::new(0),
+            refused: Limit::ConnectionInFlight.counter(),
+            budget: Arc::new(budget),
+            open: AtomicUsize::new(0),
+            idle_since: AtomicU64::new(0),
+            idle_timeout: server.idle_timeout,
+            write_timeout: server.write_timeout,
+            resets: Mutex::new(Bucket::full(server.http2_max_reset_streams)),
+            leaving: AtomicBool::new(false),
+            sending: Mutex::new(Vec::new()),
+            changed: Notify::new(),
+        }
+    }
+
+    /// This connection's share of the buffer budget.
+    pub fn budget(&self) -> &Arc<ByteBudget> {
+        &self.budget
+    }
+
+    /// Counts one more request in flight, or refuses it (counted) at the share: the
+    /// share's size then.
+    pub(super) fn enter(&self) -> Result<(), u64> {
+        if self.in_flight.fetch_add(1, Ordering::AcqRel) >= self.max_in_flight {
+            self.leave();
+            self.refused.increment(1);
+            return Err(self.max_in_flight as u64);
+        }
+        Ok(())
+    }
+
+    pub(super) fn leave(&self) {
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// A request opened on this connection, open until the guard is dropped.
+    pub fn open(self: &Arc<Self>) -> Open {
+        self.open.fetch_add(1, Ordering::AcqRel);
+        Open(self.clone())
+    }
+
+    /// The client reset (or left) a request before its answer: one token of
+    /// `server.http2_max_reset_streams`; none left, the connection goes.
+    pub fn abandoned(&self) {
+        let now = Instant::now();
+        let spent = self
+            .resets
+            .lock()
+            .map(|mut b| !b.take(now))
+            .unwrap_or(false);
+        if spent {
+            self.go(Limit::Http2ResetStreams);
+        }
+    }
+
+    /// Watches an HTTP/2 answer until its bytes are all written ([`Sending`]).
+    pub fn watch(&self, sending: Arc<Sending>) {
+        let Ok(mut all) = self.sending.lock() else {
+            return;
+        };
+        all.push(sending);
+        if all.len() == 1 {
+            self.changed.notify_one();
+        }
+    }
+
+    /// A new instant for the connection's watch (its timeline for [`Sending`]).
+    pub fn sending(&self) -> Arc<Sending> {
+        let sending = Sending {
+            epoch: self.epoch,
+            last: AtomicU64::new(0),
+            rest: Mutex::new(None),
+        };
+        sending.touch();
+        Arc::new(sending)
+    }
+
+    /// Marks the connection to go away, once (counted as `why`).
+    fn go(&self, why: Limit) {
+        if !self.leaving.swap(true, Ordering::AcqRel) {
+            why.counter().increment(1);
+            tracing::debug!(limit = why.as_str(), "connection told to go away");
+            self.changed.notify_one();
+        }
+    }
+
+    /// Resolves when something the driver watches changed.
+    pub async fn changed(&self) {
+        self.changed.notified().await
+    }
+
+    /// What the driver is to do now: frees the answers stalled for `write_timeout`
+    /// (the connection then goes), closes it when idle for `idle_timeout`.
+    pub fn check(&self) -> Verdict {
+        let now = Instant::now();
+        let at = |ms: u64| self.epoch + Duration::from_millis(ms);
+        let mut next = None;
+        if let Ok(mut all) = self.sending.lock() {
+            all.retain(|s| Arc::strong_count(s) > 1);
+            let mut stalled = false;
+            all.retain(|s| {
+                let stuck = now >= at(s.last.load(Ordering::Acquire)) + self.write_timeout;
+                if stuck {
+                    s.free();
+                }
+                stalled |= stuck;
+                !stuck
+            });
+            if stalled {
+                self.go(Limit::StreamWriteTimeout);
+            }
+            if !all.is_empty() {
+                let tick = (self.write_timeout / 2).max(Duration::from_millis(50));
+                next = Some(now + tick);
+            }
+        }
+        if self.leaving.load(Ordering::Acquire) {
+            return Verdict::Leave;
+        }
+        if self.open.load(Ordering::Acquire) == 0 {
+            let deadline = at(self.idle_since.load(Ordering::Acquire)) + self.idle_timeout;
+            if now >= deadline {
+                self.go(Limit::IdleTimeout);
+                return Verdict::Leave;
+            }
+            next = Some(next.map_or(deadline, |n: Instant| n.min(deadline)));
+        }
+        Verdict::Serve(next)
+    }
+
+    /// How long a connection told to go may take to finish its streams.
+    pub fn leaving_grace(&self) -> Duration {
+        self.write_timeout
+    }
+
+    fn millis(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+}
+
+/// A request open on its connection ([`ConnLimits::open`]): when the last one closes,
+/// the connection's idle time starts.
+pub struct Open(Arc<ConnLimits>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        let conn = &self.0;
+        if conn.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            conn.idle_since.store(conn.millis(), Ordering::Release);
+            conn.changed.notify_one();
+        }
+    }
+}
+
+/// An HTTP/2 answer on its way: when its bytes last moved, and what of them is still
+/// to be handed to hyper, freed by the watchdog if the client takes nothing for
+/// `server.write_timeout`. Done when only the connection's watch holds it.
+pub struct Sending {
+    epoch: Instant,
+    last: AtomicU64,
+    rest: Mutex<Option<Bytes>>,
+}
+
+impl Sending {
+    /// The answer's bytes moved.
+    pub fn touch(&self) {
+        let ms = self.epoch.elapsed().as_millis() as u64;
+        self.last.store(ms, Ordering::Release);
+    }
+
+    /// The bytes not yet handed to hyper.
+    pub fn rest(&self) -> &Mutex<Option<Bytes>> {
+        &self.rest
+    }
+
+    /// Drops the bytes not yet handed to hyper (and the charge they carry).
+    fn free(&self) {
+        let rest = self.rest.lock().map(|mut r| r.take());
+        drop(rest);
+    }
+}
+
+/// A token bucket of `size`, refilled over a minute.
+struct Bucket {
+    size: f64,
+    tokens: f64,
+    at: Option<Instant>,
+}
+
+impl Bucket {
+    fn full(size: u32) -> Self {
+        Self {
+            size: size as f64,
+            tokens: size as f64,
+            at: None,
+        }
+    }
+
+    /// Takes a token if there is one.
+    fn take(&mut self, now: Instant) -> bool {
+        if let Some(at) = self.at {
+            let refill = now.duration_since(at).as_secs_f64() * self.size / 60.0;
+            self.tokens = (self.tokens + refill).min(self.size);
+        }
+        self.at = Some(now);
+        if self.tokens < 1.0 {
+            return false;
+        }
+        self.tokens -= 1.0;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reset_bucket_refills_over_a_minute() {
+        let start = Instant::now();
+        let mut bucket = Bucket::full(3);
+        assert!((0..3).all(|_| bucket.take(start)));
+        assert!(!bucket.take(start));
+        assert!(!bucket.take(start + Duration::from_secs(19)));
+        assert!(bucket.take(start + Duration::from_secs(21)));
+    }
+
+    const TICK: Duration = Duration::from_millis(100);
+
+    async fn wait(ticks: u32) {
+        tokio::time::sleep(TICK * ticks).await;
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_leaves_after_idle_timeout_and_not_while_a_request_is_open() {
+        let server = ServerConfig {
+            idle_timeout: TICK * 5,
+            ..ServerConfig::default()
+        };
+        let conn = Arc::new(ConnLimits::new(
+            &server,
+            &Arc::new(ByteBudget::new(1 << 20)),
+        ));
+        let Verdict::Serve(Some(at)) = conn.check() else {
+            panic!("an idle connection has a deadline");
+        };
+        assert_eq!(at, conn.epoch + TICK * 5);
+        let open = conn.open();
+        wait(6).await;
+        assert_eq!(conn.check(), Verdict::Serve(None), "a request is open");
+        drop(open);
+        wait(3).await;
+        assert!(matches!(conn.check(), Verdict::Serve(Some(_))));
+        wait(3).await;
+        assert_eq!(conn.check(), Verdict::Leave);
+    }
+
+    #[tokio::test]
+    async fn a_stalled_answer_is_freed_and_its_connection_leaves() {
+        let server = ServerConfig {
+            write_timeout: TICK * 5,
+            ..ServerConfig::default()
+        };
+        let budget = Arc::new(ByteBudget::new(1 << 20));
+        let conn = Arc::new(ConnLimits::new(&server, &budget));
+        let _open = conn.open();
+        let sending = conn.sending();
+        let charge = conn.budget().try_take(1000).unwrap();
+        *sending.rest().lock().unwrap() = Some(charge.attach(Bytes::from(vec![0u8; 1000])));
+        conn.watch(sending.clone());
+        wait(3).await;
+        assert!(matches!(conn.check(), Verdict::Serve(Some(_))));
+        sending.touch();
+        wait(3).await;
+        assert!(matches!(conn.check(), Verdict::Serve(Some(_))), "it moved");
+        assert_eq!(budget.used(), 1000);
+        wait(3).await;
+        assert_eq!(conn.check(), Verdict::Leave);
+        assert_eq!(budget.used(), 0, "the unsent bytes were freed");
+    }
+}

@@ -1,0 +1,105 @@
+//! A connection's driver ([`drive`]): serves the connection until it ends; tells it to
+//! go away (HTTP/2 `GOAWAY`; HTTP/1.1: close once the request in progress is answered)
+//! when the process stops or its limits say so ([`ConnLimits::check`]: idle for
+//! `server.idle_timeout`, an answer stalled for `server.write_timeout`, too many
+//! streams reset); and closes it when, told to go, it has not finished within its
+//! grace. Also the process's set of connections for the drain at shutdown
+//! ([`Draining`]).
+
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::conn_limits::{ConnLimits, Verdict};
+use super::connection::BoxError;
+
+/// The connections of a process: each served one is tracked, and told to go away when
+/// the process stops.
+#[derive(Clone, Default)]
+pub(super) struct Draining {
+    stop: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl Draining {
+    /// Connections being served.
+    pub(super) fn count(&self) -> usize {
+        self.tracker.len()
+    }
+
+    /// Tells every connection to go away and waits until they have all ended.
+    pub(super) async fn shutdown(&self) {
+        self.stop.cancel();
+        self.tracker.close();
+        self.tracker.wait().await;
+    }
+}
+
+/// Serves `conn` until it ends. `go_away` starts its graceful shutdown; `limits` say
+/// when to call it.
+pub(super) async fn drive<C>(
+    conn: C,
+    go_away: impl Fn(Pin<&mut C>),
+    limits: Arc<ConnLimits>,
+    draining: &Draining,
+) -> Result<(), BoxError>
+where
+    C: Future<Output = Result<(), BoxError>>,
+{
+    let stop = draining.stop.clone();
+    draining.tracker.track_future(async move {
+        let mut conn = pin!(conn);
+        let mut told = false;
+        // Set once told to go by its limits: when it is closed if still open.
+        let mut closing: Option<Instant> = None;
+        loop {
+            let verdict = match closing {
+                None => limits.check(),
+                Some(_) => Verdict::Serve(None),
+            };
+            let wake = match verdict {
+                Verdict::Serve(at) => at,
+                Verdict::Leave => {
+                    if !std::mem::replace(&mut told, true) {
+                        go_away(conn.as_mut());
+                    }
+                    closing = Some(Instant::now() + limits.leaving_grace());
+                    None
+                }
+            };
+            let watching = Some(&limits).filter(|_| closing.is_none());
+            tokio::select! {
+                done = conn.as_mut() => return done,
+                () = stop.cancelled(), if !told => {
+                    told = true;
+                    go_away(conn.as_mut());
+                }
+                () = changed(watching) => {}
+                () = sleep_until(wake) => {}
+                () = sleep_until(closing) => {
+                    tracing::debug!("connection told to go away still open after its grace; closing");
+                    return Ok(());
+                }
+            }
+        }
+    })
+    .await
+}
+
+async fn changed(limits: Option<&Arc<ConnLimits>>) {
+    match limits {
+        Some(limits) => limits.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
