@@ -58,6 +58,8 @@ pub struct AttackTally {
     pub longest_ms: AtomicU64,
     pub open_at_end: AtomicUsize,
     pub oldest_open_ms: AtomicU64,
+    /// The first connections' stories, for the row's evidence.
+    pub stories: Mutex<Vec<String>>,
 }
 
 impl AttackTally {
@@ -66,8 +68,24 @@ impl AttackTally {
     }
 
     /// Counts what one connection saw, once it ended or its attacker stopped.
-    fn count(&self, conn: &Held) {
+    fn count(&self, conn: &Held, since: Instant) {
         let seen = &conn.seen;
+        let ms = |at: Instant| at.saturating_duration_since(since).as_millis();
+        let mut stories = self.stories.lock().unwrap();
+        if stories.len() < 12 {
+            stories.push(format!(
+                "connection opened at {} ms: GOAWAY {:?} (at ms, code; last stream {}), closed at \
+                 {:?} ms, answers {:?}, {} PINGs answered, {} resets by the replica",
+                ms(conn.opened),
+                conn.goaway().map(|(at, code)| (ms(at), code)),
+                seen.last_stream.load(Relaxed),
+                conn.closed().map(ms),
+                seen.statuses(),
+                Seen::n(&seen.pings),
+                Seen::n(&seen.resets),
+            ));
+        }
+        drop(stories);
         let statuses = seen.statuses();
         let refused = statuses.get(&503).copied().unwrap_or(0);
         self.ok.fetch_add(Seen::n(&seen.ok), Relaxed);
@@ -121,7 +139,7 @@ pub async fn attacker(
     until: Instant,
     tally: Arc<AttackTally>,
 ) {
-    let mut round = 0;
+    let (mut round, since) = (0, Instant::now());
     while Instant::now() < until {
         round += 1;
         let settings: &[(u16, u32)] = match kind {
@@ -223,13 +241,13 @@ pub async fn attacker(
                 hold(&conn, until).await;
             }
         }
-        tally.count(&conn);
+        tally.count(&conn, since);
     }
 }
 
 /// What became of one ordinary request: when it ended, its status (0: no answer) and
-/// how long it took, in ms.
-pub type Outcome = (Instant, u16, u64);
+/// problem code (a non-2xx), and how long it took, in ms.
+pub type Outcome = (Instant, u16, String, u64);
 
 /// The ordinary client: small keyed HTTP/1.1 POSTs of tenant `normal` (a 20 ms upstream
 /// call each), one after another, each tried once, until `until`.
@@ -250,18 +268,25 @@ pub async fn ordinary(base: String, prefix: String, until: Instant, out: Arc<Mut
             .body(format!("{{\"amount\":{n}}}"))
             .send()
             .await;
-        let status = match sent {
-            Ok(r) => {
+        let (status, code) = match sent {
+            Ok(r) if r.status().is_success() => {
                 let status = r.status().as_u16();
-                if r.bytes().await.is_ok() {
-                    status
-                } else {
-                    0
+                match r.bytes().await {
+                    Ok(_) => (status, String::new()),
+                    Err(_) => (0, "body error".into()),
                 }
             }
-            Err(_) => 0,
+            Ok(r) => {
+                let status = r.status().as_u16();
+                let body: serde_json::Value = r.json().await.unwrap_or_default();
+                (status, body["code"].as_str().unwrap_or("").to_string())
+            }
+            Err(e) if e.is_timeout() => (0, "timeout".into()),
+            Err(_) => (0, "connection error".into()),
         };
         let took = started.elapsed().as_millis() as u64;
-        out.lock().unwrap().push((Instant::now(), status, took));
+        out.lock()
+            .unwrap()
+            .push((Instant::now(), status, code, took));
     }
 }

@@ -120,3 +120,55 @@ async fn stalled_readers_hold_at_most_their_share_and_are_cut_off_by_the_send_wa
         "bytes still charged after the stalled connections ended"
     );
 }
+
+#[tokio::test]
+async fn a_stalled_reader_of_answers_that_are_not_buffered_is_cut_off_too() {
+    // Answers the gateway does not buffer: pass-through GETs (streamed from the
+    // upstream) and refusals (413: a declared body over `max_request_body`). With a
+    // window of 0 none of their body can be sent; PINGs are answered, so the socket moves.
+    let target = Target::start(
+        "stalled-plain",
+        "http2_keep_alive_interval = \"500ms\"\nhttp2_keep_alive_timeout = \"5s\"\n",
+    )
+    .await;
+    let attack = Instant::now();
+    let conn = Held::open(target.addr, &[(INITIAL_WINDOW_SIZE, 0)]).await;
+    let mut frames = Vec::new();
+    for i in 0..10u32 {
+        let id = 2 * i + 1;
+        if i % 2 == 0 {
+            let mut get = crate::support::h2wire::request(id, "GET", "/attack/page", &[]);
+            get[4] |= 0x1; // END_STREAM: no body
+            frames.extend(get);
+        } else {
+            let too_large = [("content-length", "9999999")];
+            frames.extend(attacker_post(id, "/attack/upload", "too-large", &too_large));
+        }
+    }
+    conn.send(&frames).await.unwrap();
+    let goaway = conn
+        .goaway_by(attack + 2 * WRITE_TIMEOUT + Duration::from_secs(3))
+        .await;
+    let (at, _) = goaway.unwrap_or_else(|| {
+        panic!(
+            "a connection whose answers ({:?}) could send no byte for {:?} got no GOAWAY \
+             (PINGs answered: {}; closed: {:?})",
+            conn.seen.statuses(),
+            2 * WRITE_TIMEOUT + Duration::from_secs(3),
+            Seen::n(&conn.seen.pings),
+            conn.closed().map(|t| t - attack),
+        )
+    });
+    let closed = conn
+        .closed_by(at + WRITE_TIMEOUT + Duration::from_secs(2))
+        .await;
+    assert!(
+        closed.is_some(),
+        "still open {WRITE_TIMEOUT:?} + 2 s after its GOAWAY"
+    );
+    assert_eq!(
+        conn.seen.statuses().values().sum::<usize>(),
+        10,
+        "every stream was answered"
+    );
+}
