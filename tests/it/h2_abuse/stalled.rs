@@ -112,7 +112,10 @@ async fn stalled_readers_hold_at_most_their_share_and_are_cut_off_by_the_send_wa
     );
     assert!(
         target.limited("connection_budget").await - charged0 >= 1.0,
-        "80 replays of 1 MiB on two connections, and none over a connection's budget share"
+        "80 replays of 1 MiB on two connections, and none over a connection's budget share \
+         (answers: {:?}, {:?})",
+        held[0].seen.statuses(),
+        held[1].seen.statuses()
     );
     let left = target.buffered_drained(Duration::from_secs(3)).await;
     assert_eq!(
