@@ -99,15 +99,12 @@ async fn resets_after_the_claim_on_one_connection_hold_at_most_its_share() {
     let conn = Held::open(target.addr, &[]).await;
     let path = "/attack/charge?ms=3000";
     let conns = std::slice::from_ref(&conn);
-    let written = post_and_reset(&target, conns, 400, path, ResetWhen::After5ms).await;
-    assert_eq!(
-        written[0],
-        400,
-        "the gateway ended the connection: {:?}",
-        conn.goaway()
-    );
-    // The detached calls end 3 s after they started. (Most streams beyond the share
-    // are refused at once, but their 503 is often not sent: the reset comes first.)
+    post_and_reset(&target, conns, 400, path, ResetWhen::After5ms).await;
+    // Most streams beyond the share are refused at once, but their 503 is often not
+    // sent: the reset comes first. One reset before its refusal was even polled counts
+    // toward `http2_max_reset_streams`: on a busy machine the connection may get its
+    // GOAWAY before the 400th stream, which is fine here. The detached calls end 3 s
+    // after they started.
     let held_until = Instant::now();
     let answers = ordinary.stop().await;
     answers.assert_served(
