@@ -32,6 +32,10 @@ pub async fn handle(
     // Before anything reads or adds a header: a client can neither set a header only
     // the gateway sets nor, through `Connection`, remove one the gateway adds.
     headers::sanitize_incoming(request.headers_mut());
+    // HTTP/2's `:authority` as `Host`, its `cookie` fields as one: what the key, scope
+    // and fingerprint are read from, and what an HTTP/1.1 upstream must get.
+    let authority = request.uri().authority().cloned();
+    headers::normalize_incoming(authority.as_ref(), request.headers_mut());
     let is_grpc = grpc::is_grpc(request.headers());
     let protocol = protocol(request.version(), is_grpc);
     let request_id = request_id(request.headers().get(&X_REQUEST_ID));

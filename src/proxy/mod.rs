@@ -7,6 +7,7 @@
 //! Keyed requests are forwarded fully buffered (the response is stored, trailers
 //! included); other requests stream through untouched, trailers included.
 
+pub mod forwarding;
 pub mod headers;
 
 use std::collections::HashMap;
@@ -21,7 +22,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use self::headers::Peer;
+use self::forwarding::Peer;
 use crate::config::{RouteConfig, UpstreamProtocol};
 use crate::route::Route;
 use crate::tls::upstream::{self as tls, Connector};
@@ -227,7 +228,7 @@ fn classify(e: hyper_util::client::legacy::Error) -> UpstreamError {
 
 /// `parts` went through [`headers::sanitize_incoming`] when the request arrived.
 fn build_request(route: &Route, mut parts: Parts, body: Body, peer: Peer) -> Request<Body> {
-    headers::prepare_upstream_request(&mut parts.headers, peer);
+    forwarding::prepare_upstream_request(&mut parts.headers, peer);
     parts.uri = upstream_uri(&route.upstream, &parts.uri);
     parts.version = match route.upstream_protocol {
         UpstreamProtocol::Http1 => http::Version::HTTP_11,

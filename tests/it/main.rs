@@ -26,6 +26,7 @@ mod grpc_slow;
 mod haproxy_h2;
 mod http2;
 mod http2_frames;
+mod http2_headers;
 mod key_from;
 mod keys;
 mod lease;
