@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use http::HeaderValue;
 use tracing::Instrument;
 
@@ -55,10 +55,10 @@ pub async fn handle(
         Ok(()) => (flow::serve(&app, peer, request, &mut trace))
             .instrument(span.clone())
             .await
-            .unwrap_or_else(|refused| render(problem(refused), is_grpc)),
+            .unwrap_or_else(|refused| grpc::render(problem(refused), is_grpc)),
         Err(e) => {
             trace.outcome = Some(Outcome::Rejected);
-            render(Problem::invalid_path(e), is_grpc)
+            grpc::render(Problem::invalid_path(e), is_grpc)
         }
     };
     if trace.outcome == Some(Outcome::Bypassed) {
@@ -127,14 +127,6 @@ fn request_id(given: Option<&HeaderValue>) -> HeaderValue {
             let id = uuid::Uuid::new_v4().simple().to_string();
             HeaderValue::from_str(&id).expect("hex is a valid header value")
         })
-}
-
-/// A problem as the answer: problem+json, or a gRPC status to a gRPC call.
-fn render(problem: Problem, is_grpc: bool) -> Response {
-    match is_grpc {
-        true => grpc::answer(&problem),
-        false => problem.into_response(),
-    }
 }
 
 /// The problem of a refusal.

@@ -172,7 +172,7 @@ fn join_cookies(headers: &mut HeaderMap) {
 
 /// What every upstream response gets: hop-by-hop headers are the caller's business
 /// (streamed and stored responses differ), but the headers with which the gateway
-/// tells a client what it did never come from an upstream.
+/// tells a client what it did never come from an upstream. Applied to its trailers too.
 pub fn strip_gateway_owned_response(headers: &mut HeaderMap) {
     for name in &GATEWAY_OWNED_RESPONSE {
         headers.remove(name);

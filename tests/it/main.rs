@@ -22,6 +22,7 @@ mod fingerprint;
 mod fingerprint_change;
 mod forwarding;
 mod grpc;
+mod grpc_edges;
 mod grpc_slow;
 mod haproxy_h2;
 mod http2;

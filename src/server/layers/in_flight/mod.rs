@@ -17,7 +17,7 @@ use tower::{Layer, Service};
 use super::budget::{overloaded, ResponseBody};
 use crate::metrics::Limit;
 use crate::problem::Problem;
-use crate::proxy::headers::X_REQUEST_ID;
+use crate::proxy::headers::{is_grpc, X_REQUEST_ID};
 
 /// Requests in flight on one proxy listener, up to `server.max_in_flight`.
 pub struct InFlightLimit {
@@ -109,7 +109,8 @@ where
             // The body is dropped unread: lingering close drains it.
             Err(problem) => {
                 let id = request.headers().get(&X_REQUEST_ID).cloned();
-                Admitted::Refused(Some(overloaded(problem, id)))
+                let grpc = is_grpc(request.headers());
+                Admitted::Refused(Some(overloaded(problem, id, grpc)))
             }
         }
     }
