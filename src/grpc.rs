@@ -11,7 +11,7 @@
 //! `INVALID_ARGUMENT`; `grpc-message` starts with the problem's `code`.
 
 use axum::body::Body;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -74,6 +74,16 @@ pub fn answer(problem: &Problem) -> Response {
     response
 }
 
+/// A problem as the answer to a request: [`answer`] to a gRPC call (`grpc`: its
+/// `Content-Type` is gRPC, [`is_grpc`]), problem+json to any other. Whatever refuses a
+/// request (the flow, the listener's `max_in_flight` and `buffer_budget`) answers so.
+pub fn render(problem: Problem, grpc: bool) -> Response {
+    match grpc {
+        true => answer(&problem),
+        false => problem.into_response(),
+    }
+}
+
 /// A problem stored for a gRPC call (an outcome unknown, a response too large): the
 /// same trailers-only answer as [`answer`], replayed to every retry.
 pub fn to_stored(problem: &Problem) -> StoredResponse {
@@ -124,6 +134,45 @@ mod tests {
         assert_eq!(h["grpc-retry-pushback-ms"], "2000");
         let reused = answer(&Problem::mismatch(StatusCode::UNPROCESSABLE_ENTITY));
         assert_eq!(reused.headers()["grpc-status"], "9");
+    }
+
+    /// The backticked words of a markdown table cell that are problem codes.
+    fn codes(cell: &str) -> Vec<&str> {
+        let word =
+            |w: &&str| !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
+        cell.split('`').skip(1).step_by(2).filter(word).collect()
+    }
+
+    /// The rows of the first table after `heading` in docs/http.md, as cells.
+    fn table<'a>(doc: &'a str, heading: &str) -> Vec<Vec<&'a str>> {
+        let after = &doc[doc.find(heading).expect("heading")..];
+        let rows = after.lines().skip_while(|l| !l.starts_with('|')).skip(2);
+        let rows = rows.take_while(|l| l.starts_with('|'));
+        rows.map(|l| l.split('|').map(str::trim).collect())
+            .collect()
+    }
+
+    #[test]
+    fn the_documented_grpc_statuses_are_those_answered_for_every_documented_problem() {
+        let doc = include_str!("../docs/http.md");
+        let mut documented = Vec::new();
+        for row in table(doc, "| problem `code` | gRPC status |") {
+            let status = row[2].split('`').nth(1).expect("a status");
+            for code in codes(row[1]) {
+                let problem = Problem::new(StatusCode::OK, code, "t", "d");
+                let answered = serde_json::to_value(code_for(&problem)).unwrap();
+                assert_eq!(answered, status, "docs/http.md says {code} is {status}");
+                documented.push(code);
+            }
+        }
+        let errors = table(doc, "## Errors");
+        assert!(errors.len() > 15, "{errors:?}");
+        for code in errors.iter().flat_map(|row| codes(row[2])) {
+            assert!(
+                documented.contains(&code),
+                "{code}: no gRPC status in docs/http.md"
+            );
+        }
     }
 
     #[test]

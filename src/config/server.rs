@@ -70,7 +70,8 @@ pub struct ServerConfig {
     /// across all requests; a keyed request that does not fit gets 503 `overloaded`.
     pub buffer_budget: ByteSize,
     /// The most one connection may hold of `max_in_flight` and of `buffer_budget`
-    /// (rounded up, at least one request), so that one client, whatever it opens on its
+    /// (rounded up; at least one request, and at least `max_request_body` +
+    /// `max_response_body` of the budget), so that one client, whatever it opens on its
     /// connection (HTTP/2 streams, detached upstream calls, unread answers), leaves the
     /// rest to the others; beyond it, that connection's requests get 503 `overloaded`.
     /// A load balancer that multiplexes many clients onto few HTTP/2 connections to the

@@ -12,7 +12,7 @@ use super::refused::{Refused, Reply};
 use crate::app::App;
 use crate::config::KeyFrom;
 use crate::idempotency::{key, IdempotencyKey, KeyError};
-use crate::proxy::headers::Peer;
+use crate::proxy::forwarding::Peer;
 use crate::route::Route;
 
 /// The route whose `path_prefix` matches `path`, if any.
@@ -60,7 +60,7 @@ pub fn key(route: &Route, request: &Request) -> Result<Option<Admitted>, Refused
 /// Forwards a request without idempotency, and without touching any store.
 pub async fn pass_through(app: &App, route: &Route, request: Request, peer: SocketAddr) -> Reply {
     let (parts, body) = request.into_parts();
-    let peer = Peer::new(peer.ip(), &app.config.server.trusted_proxies);
+    let peer = Peer::new(peer.ip(), &app.config.server);
     match app
         .upstream
         .forward_streaming(route, parts, body, peer)

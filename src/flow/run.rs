@@ -34,7 +34,8 @@ use crate::grpc;
 use crate::idempotency::{Expiry, StoredResponse};
 use crate::metrics::Outcome;
 use crate::problem::Problem;
-use crate::proxy::headers::{Peer, COMPLETER, FENCING_TOKEN};
+use crate::proxy::forwarding::Peer;
+use crate::proxy::headers::{COMPLETER, FENCING_TOKEN};
 use crate::proxy::{Buffered, UpstreamError};
 use crate::route::Route;
 use crate::server::layers::in_flight::Slot;
@@ -198,7 +199,7 @@ async fn call(
             .insert(COMPLETER, HeaderValue::from_static("1"));
     }
     let started = Instant::now();
-    let peer = Peer::new(peer, &app.config.server.trusted_proxies);
+    let peer = Peer::new(peer, &app.config.server);
     let forward = (app.upstream).forward_buffered(route, parts, body, peer, max_response);
     // Cancelled only as the gateway stops, near the end of `server.shutdown_grace`:
     // then its outcome is unknown, settled like any other (`on_ambiguous`).

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use http::HeaderValue;
 use tracing::Instrument;
 
@@ -32,6 +32,10 @@ pub async fn handle(
     // Before anything reads or adds a header: a client can neither set a header only
     // the gateway sets nor, through `Connection`, remove one the gateway adds.
     headers::sanitize_incoming(request.headers_mut());
+    // HTTP/2's `:authority` as `Host`, its `cookie` fields as one: what the key, scope
+    // and fingerprint are read from, and what an HTTP/1.1 upstream must get.
+    let authority = request.uri().authority().cloned();
+    headers::normalize_incoming(authority.as_ref(), request.headers_mut());
     let is_grpc = grpc::is_grpc(request.headers());
     let protocol = protocol(request.version(), is_grpc);
     let request_id = request_id(request.headers().get(&X_REQUEST_ID));
@@ -51,10 +55,10 @@ pub async fn handle(
         Ok(()) => (flow::serve(&app, peer, request, &mut trace))
             .instrument(span.clone())
             .await
-            .unwrap_or_else(|refused| render(problem(refused), is_grpc)),
+            .unwrap_or_else(|refused| grpc::render(problem(refused), is_grpc)),
         Err(e) => {
             trace.outcome = Some(Outcome::Rejected);
-            render(Problem::invalid_path(e), is_grpc)
+            grpc::render(Problem::invalid_path(e), is_grpc)
         }
     };
     if trace.outcome == Some(Outcome::Bypassed) {
@@ -123,14 +127,6 @@ fn request_id(given: Option<&HeaderValue>) -> HeaderValue {
             let id = uuid::Uuid::new_v4().simple().to_string();
             HeaderValue::from_str(&id).expect("hex is a valid header value")
         })
-}
-
-/// A problem as the answer: problem+json, or a gRPC status to a gRPC call.
-fn render(problem: Problem, is_grpc: bool) -> Response {
-    match is_grpc {
-        true => grpc::answer(&problem),
-        false => problem.into_response(),
-    }
 }
 
 /// The problem of a refusal.

@@ -4,21 +4,24 @@
 //!
 //! * **Record id** = SHA-256 of (scope, key), or HMAC-SHA-256 under the scope secret:
 //!   the only form in which a key reaches Redis, Postgres or a log line.
-//! * **Fingerprint** = SHA-256 of method, path and query, content type and body; a
-//!   JSON body is canonicalised first (keys sorted, whitespace dropped), all as the
+//! * **Fingerprint** = SHA-256 of method, path and query, content type (and a gRPC
+//!   call's `grpc-encoding`) and body; a JSON body is canonicalised first (keys sorted, whitespace dropped), all as the
 //!   route's [`FingerprintPolicy`] says: values left out of a JSON body, headers added,
 //!   the body as bytes or not at all, the query's parameters sorted. Each part is
 //!   length-prefixed and each option adds its own tag, so under the default policy the
 //!   hash is the one earlier releases computed (records they stored keep matching).
 
 use http::header::CONTENT_TYPE;
-use http::{HeaderMap, HeaderValue, Method, Uri};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 use sha2::{Digest, Sha256};
 
 use super::canonical::canonicalize_ignoring;
 use super::key::IdempotencyKey;
 use super::scope::{lower_hex, push_lower_hex, Scope, ScopeSecret};
 use crate::config::{BodyMode, FingerprintPolicy, QueryMode};
+use crate::proxy::headers::is_grpc;
+
+const GRPC_ENCODING: HeaderName = HeaderName::from_static("grpc-encoding");
 
 /// Identity of one idempotency record: a hash of (scope, key).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -96,6 +99,7 @@ impl Fingerprint {
             .get(CONTENT_TYPE)
             .map_or(&b""[..], HeaderValue::as_bytes);
         field(&mut h, ct);
+        grpc_encoding(&mut h, headers);
         let json = || is_json(ct).then(|| canonicalize_ignoring(body, &policy.ignore_json));
         match policy.body {
             BodyMode::CanonicalJson => match json().flatten() {
@@ -156,6 +160,23 @@ fn tag(h: &mut Sha256, policy: &FingerprintPolicy) {
     h.update((policy.headers.len() as u64).to_be_bytes());
     for name in &policy.headers {
         field(h, name.as_str().as_bytes());
+    }
+}
+
+/// A gRPC call's `grpc-encoding`, the compression its messages' bytes are in (the same
+/// bytes under `gzip` and `deflate` are two messages): hashed when the call names one
+/// other than `identity`, which is what its absence means (so the fingerprint of a call
+/// without compression is the one earlier releases computed).
+fn grpc_encoding(h: &mut Sha256, headers: &HeaderMap) {
+    if !is_grpc(headers) {
+        return;
+    }
+    match headers.get(GRPC_ENCODING).map(|v| trim_ows(v.as_bytes())) {
+        None | Some(b"identity") => {}
+        Some(encoding) => {
+            h.update(b"grpc-encoding");
+            field(h, encoding);
+        }
     }
 }
 

@@ -1,29 +1,26 @@
 //! Header rules of a reverse proxy: which headers are hop-by-hop (never forwarded,
-//! never stored), which only the gateway may set, and what the gateway adds on the way
-//! upstream.
+//! never stored), which only the gateway may set, and how an HTTP/2 request's headers
+//! are made those of its HTTP/1.1 form. (What the gateway adds on the way upstream:
+//! [`super::forwarding`].)
 //!
 //! Order matters. [`sanitize_incoming`] runs first on every request, before anything
 //! reads its headers: hop-by-hop headers (including those a client names in
 //! `Connection`) and gateway-owned headers are gone before the gateway inserts its own
 //! (`X-Request-Id`, `Idempotency-Fencing-Token`, the forwarding headers), so a client
-//! can neither smuggle one in nor have one stripped.
-
-use std::io::Write;
-use std::net::IpAddr;
+//! can neither smuggle one in nor have one stripped. Then [`normalize_incoming`] makes
+//! an HTTP/2 request look as its HTTP/1.1 form would: `Host` from `:authority`, and
+//! its `cookie` fields joined into one, so that keys, scopes and fingerprints (and the
+//! upstream) see the same headers whichever protocol the client spoke.
 
 use http::header::{
-    CONNECTION, FORWARDED, HOST, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE, TRAILER,
+    CONNECTION, COOKIE, HOST, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE, TRAILER,
     TRANSFER_ENCODING, UPGRADE,
 };
+use http::uri::Authority;
 use http::{HeaderMap, HeaderName, HeaderValue};
-
-use crate::config::TrustedProxies;
 
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
-pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// Correlates a request across client, gateway logs and upstream.
 pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -137,103 +134,54 @@ pub fn sanitize_incoming(headers: &mut HeaderMap) {
     }
 }
 
+/// What every request gets after [`sanitize_incoming`], before the gateway reads it:
+///
+/// * `Host` from the request target's authority, when it has one: HTTP/2's
+///   `:authority` (an HTTP/2 client sends no `Host`, or one that must not differ), or
+///   an HTTP/1.1 absolute-form target, which RFC 9112 section 3.2.2 says wins over
+///   `Host`. It is what `X-Forwarded-Host` says upstream.
+/// * Several `cookie` fields (HTTP/2 clients split them, RFC 9113 section 8.2.3) joined
+///   into one with `"; "`, in the order sent: what an HTTP/1.1 upstream must get, and
+///   the one value a scope or fingerprint header `cookie` hashes, however it came.
+pub fn normalize_incoming(authority: Option<&Authority>, headers: &mut HeaderMap) {
+    if let Some(host) = authority.and_then(|a| HeaderValue::from_str(a.as_str()).ok()) {
+        headers.insert(HOST, host);
+    }
+    join_cookies(headers);
+}
+
+/// Joins several `cookie` fields into one (`a=1; b=2`); one field or none is left as is.
+/// Bounded by the header list the listener accepts (`server.max_header_size`).
+fn join_cookies(headers: &mut HeaderMap) {
+    let mut fields = headers.get_all(COOKIE).iter();
+    if fields.next().is_none() || fields.next().is_none() {
+        return;
+    }
+    let mut joined = Vec::with_capacity(256);
+    for value in headers.get_all(COOKIE).iter().filter(|v| !v.is_empty()) {
+        if !joined.is_empty() {
+            joined.extend_from_slice(b"; ");
+        }
+        joined.extend_from_slice(value.as_bytes());
+    }
+    // Each part was a valid value, and `; ` is too: this cannot fail.
+    if let Ok(value) = HeaderValue::from_bytes(&joined) {
+        headers.insert(COOKIE, value);
+    }
+}
+
 /// What every upstream response gets: hop-by-hop headers are the caller's business
 /// (streamed and stored responses differ), but the headers with which the gateway
-/// tells a client what it did never come from an upstream.
+/// tells a client what it did never come from an upstream. Applied to its trailers too.
 pub fn strip_gateway_owned_response(headers: &mut HeaderMap) {
     for name in &GATEWAY_OWNED_RESPONSE {
         headers.remove(name);
     }
 }
 
-/// The other end of a client connection: its address, and whether it is one of
-/// `server.trusted_proxies`.
-#[derive(Debug, Clone, Copy)]
-pub struct Peer {
-    pub ip: IpAddr,
-    pub trusted: bool,
-}
-
-impl Peer {
-    pub fn new(ip: IpAddr, trusted: &TrustedProxies) -> Self {
-        Self {
-            ip: ip.to_canonical(),
-            trusted: trusted.contains(ip),
-        }
-    }
-}
-
-/// Sets the forwarding headers on a request already through [`sanitize_incoming`],
-/// and removes `Host` for the client library to fill from the upstream URL. The
-/// idempotency key header is kept, so the upstream can deduplicate too.
-///
-/// From a trusted proxy, the address is appended to `X-Forwarded-For` (and to the
-/// `for=` chain of a `Forwarded` it sent), and its `X-Forwarded-Proto` and
-/// `X-Forwarded-Host` are kept. From anyone else, `X-Forwarded-For` is the peer
-/// address alone, `-Proto` is `http` (the listener's scheme), `-Host` is the `Host`
-/// the client sent (or absent), and `Forwarded` is dropped.
-pub fn prepare_upstream_request(headers: &mut HeaderMap, peer: Peer) {
-    let host = headers.remove(HOST);
-    let chain = chained(headers, X_FORWARDED_FOR, peer, b"", b"");
-    match chain {
-        Some(value) => headers.insert(X_FORWARDED_FOR, value),
-        None => headers.remove(X_FORWARDED_FOR),
-    };
-    if !peer.trusted {
-        headers.remove(X_FORWARDED_HOST);
-        headers.remove(X_FORWARDED_PROTO);
-        headers.remove(FORWARDED);
-    } else if headers.contains_key(FORWARDED) {
-        let (open, close): (&[u8], &[u8]) = match peer.ip {
-            IpAddr::V4(_) => (b"for=", b""),
-            IpAddr::V6(_) => (b"for=\"[", b"]\""),
-        };
-        if let Some(value) = chained(headers, FORWARDED, peer, open, close) {
-            headers.insert(FORWARDED, value);
-        }
-    }
-    if let Some(host) = host {
-        if !headers.contains_key(X_FORWARDED_HOST) {
-            headers.insert(X_FORWARDED_HOST, host);
-        }
-    }
-    if !headers.contains_key(X_FORWARDED_PROTO) {
-        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
-    }
-}
-
-/// The value of `name` with the peer address appended: after every value already
-/// there if the peer is trusted, alone otherwise. One allocation.
-fn chained(
-    headers: &HeaderMap,
-    name: HeaderName,
-    peer: Peer,
-    open: &[u8],
-    close: &[u8],
-) -> Option<HeaderValue> {
-    let mut out = Vec::with_capacity(64);
-    if peer.trusted {
-        for prior in headers.get_all(name).iter().filter(|v| !v.is_empty()) {
-            out.extend_from_slice(prior.as_bytes());
-            out.extend_from_slice(b", ");
-        }
-    }
-    out.extend_from_slice(open);
-    write!(out, "{}", peer.ip).ok()?;
-    out.extend_from_slice(close);
-    HeaderValue::try_from(out).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn peer(ip: &str, trusted: bool) -> Peer {
-        Peer {
-            ip: ip.parse().unwrap(),
-            trusted,
-        }
-    }
 
     fn names(h: &HeaderMap) -> Vec<&str> {
         let mut left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
@@ -299,69 +247,26 @@ mod tests {
         assert_eq!(X_REQUEST_ID.as_str(), "x-request-id");
     }
 
-    fn spoofed() -> HeaderMap {
+    #[test]
+    fn the_authority_is_the_host_and_cookie_fields_are_joined() {
+        let authority: Authority = "api.example:8443".parse().unwrap();
+        let mut h = HeaderMap::new();
+        h.insert("host", HeaderValue::from_static("other.example"));
+        h.append("cookie", HeaderValue::from_static("a=1"));
+        h.append("cookie", HeaderValue::from_static(""));
+        h.append("cookie", HeaderValue::from_static("b=2; c=3"));
+        normalize_incoming(Some(&authority), &mut h);
+        assert_eq!(h["host"], "api.example:8443");
+        assert_eq!(h.get_all("cookie").iter().count(), 1);
+        assert_eq!(h["cookie"], "a=1; b=2; c=3");
+
+        // No authority (HTTP/1.1 origin form): `Host` as sent; one cookie field as sent.
         let mut h = HeaderMap::new();
         h.insert("host", HeaderValue::from_static("api.example"));
-        h.append("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
-        h.append("x-forwarded-for", HeaderValue::from_static("10.0.0.2"));
-        h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
-        h.insert(
-            "x-forwarded-host",
-            HeaderValue::from_static("front.example"),
-        );
-        h.insert(
-            "forwarded",
-            HeaderValue::from_static("for=10.0.0.1;proto=https"),
-        );
-        h
-    }
-
-    #[test]
-    fn untrusted_peers_get_their_forwarding_headers_replaced() {
-        let mut h = spoofed();
-        prepare_upstream_request(&mut h, peer("127.0.0.9", false));
-        assert_eq!(h["x-forwarded-for"], "127.0.0.9");
-        assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
-        assert_eq!(h["x-forwarded-proto"], "http");
-        assert_eq!(h["x-forwarded-host"], "api.example");
-        assert!(h.get("forwarded").is_none() && h.get("host").is_none());
-
-        let mut h = spoofed();
-        h.remove("host");
-        prepare_upstream_request(&mut h, peer("::ffff:127.0.0.9", false));
-        assert!(
-            h.get("x-forwarded-host").is_none(),
-            "no Host: no X-Forwarded-Host"
-        );
-    }
-
-    #[test]
-    fn trusted_peers_get_their_forwarding_headers_extended() {
-        let mut h = spoofed();
-        prepare_upstream_request(&mut h, peer("127.0.0.9", true));
-        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 10.0.0.2, 127.0.0.9");
-        assert_eq!(h["x-forwarded-proto"], "https");
-        assert_eq!(h["x-forwarded-host"], "front.example");
-        assert_eq!(h["forwarded"], "for=10.0.0.1;proto=https, for=127.0.0.9");
-        assert!(h.get("host").is_none());
-
-        let mut h = HeaderMap::new();
-        h.insert("host", HeaderValue::from_static("api.example"));
-        h.insert("forwarded", HeaderValue::from_static("for=x"));
-        prepare_upstream_request(&mut h, peer("fd00::1", true));
-        assert_eq!(h["x-forwarded-for"], "fd00::1");
-        assert_eq!(h["forwarded"], "for=x, for=\"[fd00::1]\"");
-        assert_eq!(h["x-forwarded-proto"], "http");
-        assert_eq!(h["x-forwarded-host"], "api.example");
-    }
-
-    #[test]
-    fn the_peer_address_is_canonical_and_checked_against_the_list() {
-        let trusted: TrustedProxies = TrustedProxies(vec!["10.0.0.0/8".parse().unwrap()]);
-        let p = Peer::new("::ffff:10.1.2.3".parse().unwrap(), &trusted);
-        assert!(p.trusted);
-        assert_eq!(p.ip.to_string(), "10.1.2.3");
-        assert!(!Peer::new("11.0.0.1".parse().unwrap(), &trusted).trusted);
+        h.insert("cookie", HeaderValue::from_static("a=1;b=2"));
+        normalize_incoming(None, &mut h);
+        assert_eq!(h["host"], "api.example");
+        assert_eq!(h["cookie"], "a=1;b=2");
     }
 
     #[test]

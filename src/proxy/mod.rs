@@ -5,8 +5,10 @@
 //! handshake failure is a connect error: nothing was sent.
 //!
 //! Keyed requests are forwarded fully buffered (the response is stored, trailers
-//! included); other requests stream through untouched, trailers included.
+//! included); other requests stream through, trailers included. Either way the
+//! headers only the gateway sets are dropped from the response's headers and trailers.
 
+pub mod forwarding;
 pub mod headers;
 
 use std::collections::HashMap;
@@ -16,12 +18,13 @@ use axum::body::Body;
 use bytes::Bytes;
 use http::request::Parts;
 use http::uri::PathAndQuery;
-use http::{HeaderMap, Request, Response, StatusCode, Uri};
+use http::{HeaderMap, HeaderName, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Limited};
+use hyper::body::Frame;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use self::headers::Peer;
+use self::forwarding::Peer;
 use crate::config::{RouteConfig, UpstreamProtocol};
 use crate::route::Route;
 use crate::tls::upstream::{self as tls, Connector};
@@ -138,7 +141,10 @@ impl Upstream {
                         UpstreamError::Exchange(e)
                     }
                 })?;
-            let trailers = collected.trailers().cloned();
+            let mut trailers = collected.trailers().cloned();
+            if let Some(trailers) = trailers.as_mut() {
+                strip_owned(route, trailers);
+            }
             Ok(Buffered {
                 status: parts.status,
                 headers: parts.headers,
@@ -169,16 +175,29 @@ impl Upstream {
         let (mut parts, body) = response.into_parts();
         headers::strip_hop_by_hop(&mut parts.headers);
         strip_owned(route, &mut parts.headers);
+        // Its trailers, when they come, lose the same names as its headers did.
+        let expires = route.policy.settings.expires_header.0.clone();
+        let body = body.map_frame(move |frame| match frame.into_trailers() {
+            Ok(mut trailers) => {
+                strip_owned_names(expires.as_ref(), &mut trailers);
+                Frame::trailers(trailers)
+            }
+            Err(frame) => frame,
+        });
         Ok(Response::from_parts(parts, Body::new(body)))
     }
 }
 
-/// Drops what the gateway says itself from an upstream's response headers: the
-/// gateway-owned names, and the route's `expires_header` (only the gateway tells how
-/// long a key is honoured: on a record it stores, from that record).
+/// Drops what the gateway says itself from an upstream's response headers or
+/// trailers: the gateway-owned names, and the route's `expires_header` (only the
+/// gateway tells how long a key is honoured: on a record it stores, from that record).
 fn strip_owned(route: &Route, headers: &mut HeaderMap) {
+    strip_owned_names(route.policy.settings.expires_header.0.as_ref(), headers);
+}
+
+fn strip_owned_names(expires_header: Option<&HeaderName>, headers: &mut HeaderMap) {
     headers::strip_gateway_owned_response(headers);
-    if let Some(name) = &route.policy.settings.expires_header.0 {
+    if let Some(name) = expires_header {
         headers.remove(name);
     }
 }
@@ -227,7 +246,7 @@ fn classify(e: hyper_util::client::legacy::Error) -> UpstreamError {
 
 /// `parts` went through [`headers::sanitize_incoming`] when the request arrived.
 fn build_request(route: &Route, mut parts: Parts, body: Body, peer: Peer) -> Request<Body> {
-    headers::prepare_upstream_request(&mut parts.headers, peer);
+    forwarding::prepare_upstream_request(&mut parts.headers, peer);
     parts.uri = upstream_uri(&route.upstream, &parts.uri);
     parts.version = match route.upstream_protocol {
         UpstreamProtocol::Http1 => http::Version::HTTP_11,

@@ -51,12 +51,14 @@ pub enum Verdict {
 }
 
 impl ConnLimits {
-    /// A new connection's, its budget a share of `budget`.
+    /// A new connection's, its budget a share of `budget`: at least one request and
+    /// its answer, so that a connection can always send the largest body allowed.
     pub fn new(server: &ServerConfig, budget: &Arc<ByteBudget>) -> Self {
         let share = server.connection_share;
+        let one = (server.max_request_body.as_u64()) + server.max_response_body.as_u64();
         let budget = ByteBudget::share(
             budget.clone(),
-            share.of(server.buffer_budget.as_u64()),
+            share.of(server.buffer_budget.as_u64()).max(one),
             Limit::ConnectionBudget.counter(),
         );
         Self {

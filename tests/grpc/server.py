@@ -7,7 +7,9 @@ Methods of `demo.Payments`:
   `declined...` aborts with FAILED_PRECONDITION and trailers of its own; otherwise it
   answers `paid:<message>:<n>:<random>` with initial metadata `x-first` and trailers
   `x-ledger` (random) and `x-receipt-bin` (random bytes), so a second execution can
-  never answer the same bytes.
+  never answer the same bytes. `owned-trailers` answers
+  with trailers that name headers only the gateway may set (`idempotent-replayed`,
+  `idempotency-status`) beside `x-kept`.
 - `Count` (unary): the executions per key, as JSON.
 - `Feed` (server streaming): three messages, then trailers.
 - `Chat` (bidirectional): answers each message as it arrives.
@@ -49,6 +51,11 @@ def create(request, context):
     if request.startswith(b"declined"):
         context.set_trailing_metadata((("x-decline-reason", "insufficient-funds"),))
         context.abort(grpc.StatusCode.FAILED_PRECONDITION, "card declined")
+    if request.startswith(b"owned-trailers"):
+        context.set_trailing_metadata(
+            (("idempotent-replayed", "true"), ("idempotency-status", "bypassed"), ("x-kept", "1"))
+        )
+        return b"owned:" + str(n).encode()
     context.send_initial_metadata((("x-first", "1"),))
     context.set_trailing_metadata(
         (("x-ledger", os.urandom(8).hex()), ("x-receipt-bin", os.urandom(12)))

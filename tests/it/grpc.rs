@@ -113,21 +113,30 @@ pub(crate) async fn grpc_stack_with(
     extra: &str,
     upstream_timeout: &str,
 ) -> (RedisServer, GrpcServer, TestApp, String) {
+    grpc_stack_server("", extra, upstream_timeout).await
+}
+
+/// [`grpc_stack_with`] plus `server` lines in `[server]`.
+pub(crate) async fn grpc_stack_server(
+    server: &str,
+    extra: &str,
+    upstream_timeout: &str,
+) -> (RedisServer, GrpcServer, TestApp, String) {
     let redis = RedisServer::start();
-    let server = GrpcServer::start();
+    let grpc = GrpcServer::start();
     let route = format!(
-        "[server]\nbody_read_timeout = \"1s\"\n\
+        "[server]\nbody_read_timeout = \"1s\"\n{server}\n\
          [[routes]]\nname = \"grpc\"\npath_prefix = \"/demo.Payments/\"\n\
          upstream = \"http://127.0.0.1:{}\"\nupstream_protocol = \"h2c\"\nupstream_timeout = \"{upstream_timeout}\"\n\
          [routes.idempotency]\nanonymous = \"reject\"\nscope_headers = [\"x-tenant-id\"]\n{required}{extra}",
-        server.port,
+        grpc.port,
         required = if extra.contains("required") { "" } else { "required = true\n" },
     );
     // `/demo.Payments/Count` must pass through unkeyed: GET-less gRPC is all POSTs, so
     // the count call is made straight to the server.
     let app = TestApp::spawn(config(&redis.url(), "http://127.0.0.1:9", &route)).await;
     let target = app.addr.to_string();
-    (redis, server, app, target)
+    (redis, grpc, app, target)
 }
 
 pub(crate) fn metadata<'a>(result: &'a Value, part: &str, name: &str) -> Option<&'a str> {

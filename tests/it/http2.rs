@@ -211,7 +211,9 @@ async fn a_body_over_max_request_body_is_refused_per_stream_as_over_http1() {
 
 #[tokio::test]
 async fn streams_beyond_max_in_flight_get_503_overloaded() {
-    let (_redis, upstream, app) = stack("[server]\nmax_in_flight = 2\n").await;
+    // One connection may take all of max_in_flight here: the process limit is tested.
+    let (_redis, upstream, app) =
+        stack("[server]\nmax_in_flight = 2\nconnection_share = \"100%\"\n").await;
     upstream.set_delay(Duration::from_millis(800));
     let h2 = H2::connect(&app).await;
     let slow = |key: &'static str| {

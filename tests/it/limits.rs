@@ -87,7 +87,8 @@ async fn connections_beyond_max_connections_wait_until_one_closes() {
 }
 
 #[tokio::test]
-async fn requests_beyond_max_in_flight_get_503_overloaded_and_hang_ups_free_their_slot() {
+async fn requests_beyond_max_in_flight_get_503_overloaded_and_hang_ups_free_their_slot_when_their_call_ends(
+) {
     let (redis, upstream, app) = stack("[server]\nmax_in_flight = 2\n").await;
     upstream.set_delay(Duration::from_millis(800));
     let slow = |key: &'static str| {
@@ -111,7 +112,8 @@ async fn requests_beyond_max_in_flight_get_503_overloaded_and_hang_ups_free_thei
     assert_eq!(redis.records().await.len(), 2, "nor claimed");
     assert!(limited(&app, "max_in_flight").await >= 1.0);
 
-    // Two clients hang up while their calls run: their slots come back.
+    // Two clients hang up while their calls run: the calls go on, holding their slots
+    // until they end, then the slots come back.
     let impatient = reqwest::Client::builder()
         .timeout(Duration::from_millis(150))
         .build()
@@ -123,7 +125,10 @@ async fn requests_beyond_max_in_flight_get_503_overloaded_and_hang_ups_free_thei
             .body("{}");
         assert!(request.send().await.is_err(), "{key} should time out");
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (status, _, body) = read(app.post("while-detached", "{}").send().await.unwrap()).await;
+    assert_eq!(status, 503, "the detached calls hold their slots: {body:?}");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(upstream.executions(), 4, "both detached calls ran");
     let (f, g) = (slow("after-hang-up-f"), slow("after-hang-up-g"));
     assert_eq!(f.await.unwrap().0, 201, "a slot leaked");
     assert_eq!(g.await.unwrap().0, 201, "a slot leaked");
@@ -136,19 +141,21 @@ async fn bodies_beyond_buffer_budget_are_refused_before_claiming_and_hang_ups_gi
          buffer_budget = \"2MiB\"\n",
     )
     .await;
-    // Two clients announce 1 MiB bodies and send a trickle: the budget is spent.
+    // Two clients announce 1 MiB bodies and send all but 16 bytes of them: the budget
+    // (charged as bytes arrive) is spent.
     let mut uploads = Vec::new();
     for key in ["upload-1", "upload-2"] {
         let mut s = TcpStream::connect(app.addr).await.unwrap();
         s.write_all(keyed_head(&app, key, 1 << 20).as_bytes())
             .await
             .unwrap();
-        s.write_all(&[b' '; 1024]).await.unwrap();
+        s.write_all(&vec![b' '; (1 << 20) - 16]).await.unwrap();
         uploads.push(s);
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let (status, headers, body) = read(app.post("fits-later", "{}").send().await.unwrap()).await;
+    let padded = format!("{{\"pad\":\"{}\"}}", "x".repeat(64));
+    let (status, headers, body) = read(app.post("fits-later", &padded).send().await.unwrap()).await;
     assert_eq!(status, 503, "{body:?}");
     assert_eq!(problem_code(&headers, &body), "overloaded");
     assert_eq!(headers["retry-after"], "1");
@@ -159,7 +166,7 @@ async fn bodies_beyond_buffer_budget_are_refused_before_claiming_and_hang_ups_gi
     // One uploader hangs up: its share comes back, the same key now runs.
     drop(uploads.remove(0));
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let (status, headers, _) = read(app.post("fits-later", "{}").send().await.unwrap()).await;
+    let (status, headers, _) = read(app.post("fits-later", &padded).send().await.unwrap()).await;
     assert_eq!(status, 201);
     assert_eq!(headers["idempotent-replayed"], "false");
     assert_eq!(upstream.executions(), 1);

@@ -1,9 +1,10 @@
 //! TLS on the proxy listener (`[server.tls]`) with a private CA: curl gets HTTP/2 or
-//! HTTP/1.1 on one port by ALPN, a keyed POST executes once and replays over both; a
-//! client that does not trust the CA fails its handshake; clients that stay silent
-//! before, during or after the handshake are closed after `server.header_read_timeout`;
-//! TLS connections take `max_connections` slots and meet `write_timeout`. Reloading the
-//! certificate (SIGHUP, changed files) and `check-config` are in `tls_reload.rs`.
+//! HTTP/1.1 on one port by ALPN, a keyed POST executes once and replays over both, and
+//! the upstream is told `X-Forwarded-Proto: https`; a client that does not trust the CA
+//! fails its handshake; clients that stay silent before, during or after the handshake
+//! are closed after `server.header_read_timeout`; TLS connections take
+//! `max_connections` slots and meet `write_timeout`. Reloading the certificate (SIGHUP,
+//! changed files) and `check-config` are in `tls_reload.rs`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -115,6 +116,23 @@ async fn curl_gets_http2_and_http1_by_alpn_on_one_tls_port_and_a_key_executes_on
     assert!(again.ends_with("2 201"), "{again}");
     assert!(again.contains("idempotent-replayed: true"), "{again}");
     assert_eq!(upstream.executions(), 1, "both retries were replays");
+    // The upstream is told the client spoke HTTPS, and to which host (over HTTP/2, the
+    // `:authority`: curl sends no `Host` there); unkeyed requests too, on both protocols.
+    let keyed = &upstream.seen()[0].headers;
+    assert_eq!(keyed["x-forwarded-proto"], "https", "{keyed:?}");
+    let host = format!("localhost:{}", app.addr.port());
+    let ping = https(&app, "/v1/ping");
+    for version in ["--http2", "--http1.1"] {
+        let out = curl_ok(&app, &["--cacert", ca, version, "-X", "POST", &ping]).await;
+        assert!(out.ends_with(" 201"), "{out}");
+        let seen = upstream.seen().pop().unwrap().headers;
+        assert_eq!(seen["x-forwarded-proto"], "https", "{version}: {seen:?}");
+        assert_eq!(
+            seen["x-forwarded-host"],
+            host.as_str(),
+            "{version}: {seen:?}"
+        );
+    }
 
     // TLS only on the proxy listener: plain HTTP and h2c get no answer there.
     let plain = format!("http://localhost:{}/v1/ping", app.addr.port());
@@ -130,7 +148,7 @@ async fn curl_gets_http2_and_http1_by_alpn_on_one_tls_port_and_a_key_executes_on
     let admin = format!("http://{}/healthz", app.admin);
     let healthz = curl_ok(&app, &["--http1.1", &admin]).await;
     assert!(healthz.ends_with("1.1 200"), "{healthz}");
-    assert_eq!(upstream.executions(), 1);
+    assert_eq!(upstream.executions(), 3);
 }
 
 #[tokio::test]

@@ -303,3 +303,35 @@ fn a_sorted_query_ignores_parameter_order_only() {
     assert_eq!(trim_ows(b" \t x y \t"), b"x y");
     assert_eq!(trim_ows(b"  "), b"");
 }
+
+#[test]
+fn a_grpc_calls_encoding_counts_and_identity_is_its_absence() {
+    let framed = "\u{1}\0\0\0\u{3}abc";
+    let grpc = |encoding: Option<&'static str>| {
+        let mut h = content_type(Some("application/grpc"));
+        if let Some(e) = encoding {
+            h.insert("grpc-encoding", HeaderValue::from_static(e));
+        }
+        under(&DEFAULT, "/demo.Payments/Create", &h, framed)
+    };
+    assert_ne!(grpc(Some("gzip")), grpc(Some("deflate")));
+    assert_ne!(grpc(Some("gzip")), grpc(None));
+    assert_eq!(grpc(Some("gzip")), grpc(Some(" gzip ")));
+    assert_eq!(grpc(Some("identity")), grpc(None));
+    // Without compression, the hash earlier releases computed.
+    let mut h = content_type(Some("application/grpc"));
+    let plain = under(&DEFAULT, "/demo.Payments/Create", &h, framed);
+    let uri: Uri = "/demo.Payments/Create".parse().unwrap();
+    let mut earlier = Sha256::new();
+    field(&mut earlier, b"POST");
+    field(&mut earlier, uri.path().as_bytes());
+    field(&mut earlier, b"application/grpc");
+    raw(&mut earlier, framed.as_bytes());
+    assert_eq!(plain.as_bytes(), &<[u8; 32]>::from(earlier.finalize()));
+    // Not a gRPC call: the header is any other header, not hashed by default.
+    h = content_type(JSON);
+    let json = |h: &HeaderMap| under(&DEFAULT, "/p", h, "{}");
+    let without = json(&h);
+    h.insert("grpc-encoding", HeaderValue::from_static("gzip"));
+    assert_eq!(json(&h), without);
+}

@@ -14,8 +14,8 @@ use tower::{Layer, Service};
 use super::response::{overloaded, ResponseBody};
 use crate::budget::ByteBudget;
 use crate::problem::Problem;
-use crate::proxy::headers::REPLAYED;
 use crate::proxy::headers::X_REQUEST_ID;
+use crate::proxy::headers::{is_grpc, REPLAYED};
 use crate::server::conn_limits::ConnLimits;
 
 /// Puts a [`ByteBudget`] under each request ([`Budgeted`]).
@@ -123,7 +123,9 @@ pub fn settle(
             Some(charge) => charge,
             None => {
                 let id = response.headers().get(X_REQUEST_ID).cloned();
-                return overloaded(Problem::overloaded_buffers(), id);
+                // A gRPC call's replay is a gRPC answer: so is its refusal.
+                let grpc = is_grpc(response.headers());
+                return overloaded(Problem::overloaded_buffers(), id, grpc);
             }
         }
     } else {

@@ -1,7 +1,8 @@
 //! The response body the proxy listener hands hyper ([`ResponseBody`]): its data
 //! carries its [`Charge`], if any, and on HTTP/2 it is handed out in pieces watched by
 //! the connection's send watchdog ([`Sending`]); and the 503 `overloaded` answer the
-//! proxy listener's limits give.
+//! proxy listener's limits give (a gRPC
+//! status to a gRPC call).
 //!
 //! Why pieces: hyper polls an HTTP/2 answer's body only when the stream can take more,
 //! so a client that never opens its stream's window (while answering PINGs, so the
@@ -16,12 +17,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::Bytes;
 use http::HeaderValue;
 use hyper::body::{Body, Frame, SizeHint};
 
 use crate::budget::Charge;
+use crate::grpc;
 use crate::problem::Problem;
 use crate::proxy::headers::X_REQUEST_ID;
 use crate::server::conn_limits::{ConnLimits, Open, Sending};
@@ -31,9 +33,14 @@ use crate::server::conn_limits::{ConnLimits, Open, Sending};
 /// `server.write_timeout` not to be cut.
 pub const PIECE: usize = 16 * 1024;
 
-/// A 503 `overloaded` answer, with the request's id when there is one.
-pub fn overloaded(problem: Problem, request_id: Option<HeaderValue>) -> Response<ResponseBody> {
-    let mut response = problem.into_response();
+/// A 503 `overloaded` answer, with the request's id when there is one; to a gRPC call
+/// (`grpc`), the gRPC status `UNAVAILABLE` instead ([`grpc::render`]).
+pub fn overloaded(
+    problem: Problem,
+    request_id: Option<HeaderValue>,
+    grpc: bool,
+) -> Response<ResponseBody> {
+    let mut response = grpc::render(problem, grpc);
     if let Some(id) = request_id {
         response.headers_mut().insert(X_REQUEST_ID, id);
     }
@@ -203,5 +210,40 @@ impl Body for ResponseBody {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use axum::response::Response;
+    use http::header::CONTENT_TYPE;
+    use http::{HeaderValue, StatusCode};
+
+    use super::super::layer::settle;
+    use crate::budget::ByteBudget;
+    use crate::proxy::headers::REPLAYED;
+
+    /// A replay of 100 bytes of `content_type`.
+    fn replay(content_type: &'static str) -> Response {
+        let mut response = Response::new(axum::body::Body::from(vec![0u8; 100]));
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+        headers.insert(REPLAYED, HeaderValue::from_static("true"));
+        response
+    }
+
+    #[test]
+    fn a_replay_that_does_not_fit_is_refused_as_what_it_replays() {
+        let budget = Arc::new(ByteBudget::new(10));
+        let grpc = settle(&budget, replay("application/grpc"), None);
+        assert_eq!(grpc.status(), StatusCode::OK);
+        assert_eq!(grpc.headers()["grpc-status"], "14", "UNAVAILABLE");
+        let message = grpc.headers()["grpc-message"].to_str().unwrap();
+        assert!(message.starts_with("overloaded: "), "{message}");
+        let http = settle(&budget, replay("application/json"), None);
+        assert_eq!(http.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(http.headers()[CONTENT_TYPE], "application/problem+json");
     }
 }

@@ -24,7 +24,7 @@ use tower::{Layer, Service};
 use super::budget::{overloaded, ResponseBody};
 use crate::metrics::Limit;
 use crate::problem::Problem;
-use crate::proxy::headers::X_REQUEST_ID;
+use crate::proxy::headers::{is_grpc, X_REQUEST_ID};
 use crate::server::conn_limits::{ConnLimits, Open};
 
 /// Requests in flight on one proxy listener, up to `server.max_in_flight`.
@@ -143,7 +143,8 @@ where
             // The body is dropped unread: lingering close drains it.
             Err(problem) => {
                 let id = request.headers().get(&X_REQUEST_ID).cloned();
-                State::Refused(Some(overloaded(problem, id)))
+                let grpc = is_grpc(request.headers());
+                State::Refused(Some(overloaded(problem, id, grpc)))
             }
         };
         Admitted { state, open, conn }
