@@ -8,6 +8,7 @@
 //! stalled readers (`stalled.rs`), declared bodies and stream slots (`slots.rs`), resets
 //! after the claim (`resets.rs`), idle connections (`idle.rs`).
 
+mod grpc_stalled;
 mod idle;
 mod resets;
 mod slots;
