@@ -11,6 +11,9 @@
 //! the duplicates; the same scenario with `postgres.claims = "write_through"` must
 //! show none.
 
+#[path = "it/support/attack_upstream.rs"]
+#[allow(dead_code)]
+mod attack_upstream;
 #[path = "it/support/h2wire.rs"]
 #[allow(dead_code)]
 mod h2wire;
@@ -39,6 +42,10 @@ mod driver;
 mod failover;
 #[path = "chaos/faultproxy.rs"]
 mod faultproxy;
+#[path = "chaos/h2_attackers.rs"]
+mod h2_attackers;
+#[path = "chaos/h2_attacks.rs"]
+mod h2_attacks;
 #[path = "chaos/h2_flooders.rs"]
 mod h2_flooders;
 #[path = "chaos/h2_floods.rs"]
@@ -314,6 +321,51 @@ fn http2_floods_four_attackers() {
     run(
         "abuse: HTTP/2 rapid-reset and stream-count floods, 4 attackers at once, 10 s each",
         |n| h2_floods::floods(n, h2_floods::HEAVY),
+    );
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn http2_attack_stalled_readers() {
+    run(
+        "abuse: HTTP/2 stalled readers, 2 connections x 40 replays of 1 MiB, windows never opened",
+        |n| h2_attacks::attack(n, h2_attackers::Attack::StalledReaders),
+    );
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn http2_attack_declared_bodies() {
+    run(
+        "abuse: HTTP/2 declared bodies, 100 keyed POSTs declaring 1 MiB, no byte sent",
+        |n| h2_attacks::attack(n, h2_attackers::Attack::DeclaredBodies),
+    );
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn http2_attack_stream_slots() {
+    run(
+        "abuse: HTTP/2 stream slots, 2 connections x 100 bodiless keyed POSTs",
+        |n| h2_attacks::attack(n, h2_attackers::Attack::StreamSlots),
+    );
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn http2_attack_resets_after_the_claim() {
+    run(
+        "abuse: HTTP/2 resets after the claim, keyed POSTs to a 3 s upstream reset after 5 ms",
+        |n| h2_attacks::attack(n, h2_attackers::Attack::ResetAfterClaim),
+    );
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn http2_attack_idle_connections() {
+    run(
+        "abuse: HTTP/2 idle connections, 200 that only answer or send PINGs",
+        |n| h2_attacks::attack(n, h2_attackers::Attack::IdleConnections),
     );
 }
 

@@ -24,6 +24,7 @@ mod forwarding;
 mod grpc;
 mod grpc_edges;
 mod grpc_slow;
+mod h2_abuse;
 mod haproxy_h2;
 mod http2;
 mod http2_frames;

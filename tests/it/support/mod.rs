@@ -2,6 +2,7 @@
 //! holds back answers, and an in-process gateway.
 
 pub mod app;
+pub mod attack_upstream;
 pub mod certs;
 // Shared with the chaos suite, which uses what the frame tests do not.
 #[allow(dead_code)]
