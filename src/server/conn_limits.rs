@@ -123,6 +123,10 @@ impl ConnLimits {
         let Ok(mut all) = self.sending.lock() else {
             return;
         };
+        if all.len() >= 64 && all.len().is_power_of_two() {
+            // Answers done since the last check: keep the list as long as what is open.
+            all.retain(|s| Arc::strong_count(s) > 1);
+        }
         all.push(sending);
         if all.len() == 1 {
             self.changed.notify_one();
@@ -134,6 +138,7 @@ impl ConnLimits {
         let sending = Sending {
             epoch: self.epoch,
             last: AtomicU64::new(0),
+            handed: AtomicUsize::new(0),
             rest: Mutex::new(None),
         };
         sending.touch();
@@ -164,7 +169,8 @@ impl ConnLimits {
             all.retain(|s| Arc::strong_count(s) > 1);
             let mut stalled = false;
             all.retain(|s| {
-                let stuck = now >= at(s.last.load(Ordering::Acquire)) + self.write_timeout;
+                let by = now.checked_sub(self.write_timeout);
+                let stuck = by.is_some_and(|by| s.stalled(at, by));
                 if stuck {
                     s.free();
                 }
@@ -223,6 +229,8 @@ impl Drop for Open {
 pub struct Sending {
     epoch: Instant,
     last: AtomicU64,
+    /// Data frames handed to hyper and not yet written (or dropped) by it.
+    handed: AtomicUsize,
     rest: Mutex<Option<Bytes>>,
 }
 
@@ -231,6 +239,26 @@ impl Sending {
     pub fn touch(&self) {
         let ms = self.epoch.elapsed().as_millis() as u64;
         self.last.store(ms, Ordering::Release);
+    }
+
+    /// A data frame was handed to hyper.
+    pub fn handed(&self) {
+        self.handed.fetch_add(1, Ordering::AcqRel);
+        self.touch();
+    }
+
+    /// hyper is done with a data frame it was handed (written, or dropped).
+    pub fn taken(&self) {
+        self.handed.fetch_sub(1, Ordering::AcqRel);
+        self.touch();
+    }
+
+    /// Bytes wait for the client (handed to hyper or still to be) and none moved since
+    /// `by`.
+    fn stalled(&self, at: impl Fn(u64) -> Instant, by: Instant) -> bool {
+        let waiting = self.handed.load(Ordering::Acquire) > 0
+            || self.rest.lock().map(|r| r.is_some()).unwrap_or(false);
+        waiting && by >= at(self.last.load(Ordering::Acquire))
     }
 
     /// The bytes not yet handed to hyper.
@@ -333,6 +361,11 @@ mod tests {
         let charge = conn.budget().try_take(1000).unwrap();
         *sending.rest().lock().unwrap() = Some(charge.attach(Bytes::from(vec![0u8; 1000])));
         conn.watch(sending.clone());
+        let _waiting_without_bytes = {
+            let idle = conn.sending();
+            conn.watch(idle.clone());
+            idle
+        };
         wait(3).await;
         assert!(matches!(conn.check(), Verdict::Serve(Some(_))));
         sending.touch();

@@ -67,12 +67,9 @@ where
         let conn = request.extensions().get::<Arc<ConnLimits>>().cloned();
         let budget = conn.as_ref().map_or(&self.budget, |c| c.budget()).clone();
         request.extensions_mut().insert(budget.clone());
-        // HTTP/2 answers are handed out under the connection's send watchdog.
-        let watch = conn.filter(|_| request.version() == http::Version::HTTP_2);
         Settling {
             inner: self.inner.call(request),
             budget,
-            watch,
         }
     }
 }
@@ -81,7 +78,6 @@ where
 pub struct Settling<F> {
     inner: F,
     budget: Arc<ByteBudget>,
-    watch: Option<Arc<ConnLimits>>,
 }
 
 impl<F, E> Future for Settling<F>
@@ -92,7 +88,7 @@ where
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let response = ready!(Pin::new(&mut self.inner).poll(cx))?;
-        Poll::Ready(Ok(settle(&self.budget, response, self.watch.as_ref())))
+        Poll::Ready(Ok(settle(&self.budget, response)))
     }
 }
 
@@ -100,13 +96,8 @@ where
 /// budget: an execution's always, a replay's only if it fits (else 503). Each answer is
 /// charged for its own bytes, even a replay of bytes the replay cache shares with
 /// others: the budget may count shared bytes more than once, never less than what
-/// the answers hold. With `watch` (HTTP/2), the answer goes under its connection's send
-/// watchdog.
-pub fn settle(
-    budget: &Arc<ByteBudget>,
-    response: Response,
-    watch: Option<&Arc<ConnLimits>>,
-) -> Response<ResponseBody> {
+/// the answers hold.
+pub fn settle(budget: &Arc<ByteBudget>, response: Response) -> Response<ResponseBody> {
     let Some(replayed) = response.headers().get(REPLAYED) else {
         return response.map(ResponseBody::plain);
     };
@@ -131,11 +122,5 @@ pub fn settle(
     } else {
         budget.take_anyway(len)
     };
-    response.map(|body| {
-        let body = ResponseBody::charged(body, charge);
-        match watch {
-            Some(conn) => body.watched(conn),
-            None => body,
-        }
-    })
+    response.map(|body| ResponseBody::charged(body, charge))
 }

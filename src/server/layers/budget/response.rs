@@ -1,17 +1,19 @@
 //! The response body the proxy listener hands hyper ([`ResponseBody`]): its data
-//! carries its [`Charge`], if any, and on HTTP/2 it is handed out in pieces watched by
-//! the connection's send watchdog ([`Sending`]); and the 503 `overloaded` answer the
-//! proxy listener's limits give (a gRPC
-//! status to a gRPC call).
+//! carries its [`Charge`], if any, and on HTTP/2 it is watched by the connection's send
+//! watchdog ([`Sending`]); and the 503 `overloaded` answer the proxy listener's limits
+//! give (a gRPC status to a gRPC call).
 //!
-//! Why pieces: hyper polls an HTTP/2 answer's body only when the stream can take more,
-//! so a client that never opens its stream's window (while answering PINGs, so the
-//! socket moves) would hold a whole buffered answer, charged, for as long as it stays
-//! connected. Handed out in copies of at most [`PIECE`] bytes, what hyper holds of a
-//! stalled answer is one or two pieces; the rest stays in the [`Sending`] the
-//! connection watches, which frees it when nothing moved for `server.write_timeout`
-//! (the next poll then fails, and hyper resets the stream). An answer that fits in one
-//! piece is handed over as it is, no copy.
+//! The watchdog: hyper polls an HTTP/2 answer's body only when the stream can take
+//! more, so a client that never opens its stream's window (while answering PINGs, so
+//! the socket moves) would hold the answer, and its stream, for as long as it stays
+//! connected. Each data frame handed to hyper tells its [`Sending`] when hyper is done
+//! with it; an answer with data handed over and none of it taken for
+//! `server.write_timeout` is stalled. A buffered (charged) answer is handed out in
+//! copies of at most [`PIECE`] bytes, so that what hyper holds of a stalled answer is one
+//! or two pieces and the rest, kept in the [`Sending`], can be freed then (the next
+//! poll fails, and hyper resets the stream); an answer that fits in one piece is handed
+//! over as it is, no copy. Streamed answers (pass-through) are watched frame by frame: a
+//! slow upstream is not a stalled client.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -120,6 +122,7 @@ impl ResponseBody {
             )));
         };
         let piece = bytes.split_to(bytes.len().min(PIECE));
+        watched.sending.touch();
         if bytes.is_empty() {
             *rest = None;
             watched.cutting = false;
@@ -156,7 +159,7 @@ impl ResponseBody {
 
 /// `bytes` that tell `sending` that they moved when hyper is done with them.
 fn watched_piece(bytes: Bytes, sending: &Arc<Sending>) -> Bytes {
-    sending.touch();
+    sending.handed();
     Bytes::from_owner(Piece {
         bytes,
         sending: sending.clone(),
@@ -177,7 +180,7 @@ impl AsRef<[u8]> for Piece {
 
 impl Drop for Piece {
     fn drop(&mut self) {
-        self.sending.touch();
+        self.sending.taken();
     }
 }
 
@@ -199,6 +202,14 @@ impl Body for ResponseBody {
                 let data = frame.into_data().unwrap_or_default();
                 Poll::Ready(Some(this.first(data).map(Frame::data)))
             }
+            Poll::Ready(Some(Ok(frame))) if frame.is_data() => match &this.watched {
+                Some(watched) => {
+                    let data = frame.into_data().unwrap_or_default();
+                    let piece = watched_piece(data, &watched.sending);
+                    Poll::Ready(Some(Ok(Frame::data(piece))))
+                }
+                None => Poll::Ready(Some(Ok(frame))),
+            },
             other => other,
         }
     }
@@ -237,12 +248,12 @@ mod tests {
     #[test]
     fn a_replay_that_does_not_fit_is_refused_as_what_it_replays() {
         let budget = Arc::new(ByteBudget::new(10));
-        let grpc = settle(&budget, replay("application/grpc"), None);
+        let grpc = settle(&budget, replay("application/grpc"));
         assert_eq!(grpc.status(), StatusCode::OK);
         assert_eq!(grpc.headers()["grpc-status"], "14", "UNAVAILABLE");
         let message = grpc.headers()["grpc-message"].to_str().unwrap();
         assert!(message.starts_with("overloaded: "), "{message}");
-        let http = settle(&budget, replay("application/json"), None);
+        let http = settle(&budget, replay("application/json"));
         assert_eq!(http.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(http.headers()[CONTENT_TYPE], "application/problem+json");
     }

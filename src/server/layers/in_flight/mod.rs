@@ -131,6 +131,10 @@ where
     fn call(&mut self, mut request: Request<B>) -> Self::Future {
         let conn = request.extensions().get::<Arc<ConnLimits>>().cloned();
         let open = conn.as_ref().map(|c| c.open());
+        // Every HTTP/2 answer is under its connection's send watchdog.
+        let watch = conn
+            .clone()
+            .filter(|_| request.version() == http::Version::HTTP_2);
         let state = match self.limit.enter(conn.as_ref()) {
             Ok(slot) => {
                 let slot = Slot(Arc::new(slot));
@@ -147,7 +151,12 @@ where
                 State::Refused(Some(overloaded(problem, id, grpc)))
             }
         };
-        Admitted { state, open, conn }
+        Admitted {
+            state,
+            open,
+            conn,
+            watch,
+        }
     }
 }
 
@@ -159,6 +168,8 @@ pub struct Admitted<F> {
     /// Handed to the response body; `None` once it was.
     open: Option<Open>,
     conn: Option<Arc<ConnLimits>>,
+    /// An HTTP/2 request's connection, whose send watchdog watches the answer.
+    watch: Option<Arc<ConnLimits>>,
 }
 
 enum State<F> {
@@ -179,9 +190,17 @@ where
             State::Refused(answer) => Ok(answer.take().expect("polled after it was ready")),
         };
         this.conn = None;
-        Poll::Ready(answer.map(|response| match this.open.take() {
-            Some(open) => response.map(|body| body.keeping(open)),
-            None => response,
+        let (open, watch) = (this.open.take(), this.watch.take());
+        Poll::Ready(answer.map(|response| {
+            response.map(|mut body| {
+                if let Some(open) = open {
+                    body = body.keeping(open);
+                }
+                match watch {
+                    Some(conn) => body.watched(&conn),
+                    None => body,
+                }
+            })
         }))
     }
 }
