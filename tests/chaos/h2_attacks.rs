@@ -15,15 +15,15 @@
 //!
 //! Verdict FAIL if: an ordinary request during the attack is not answered 2xx, or their
 //! p99 exceeds [`NORMAL_P99_MS`]; the replica's RSS peak exceeds its baseline by more
-//! than [`RSS_GROWTH_MIB`] ([`RSS_GROWTH_STALLED_MIB`] for the stalled readers); it burns CPU after the attack (more than [`AFTER_CORES`]
-//! over the baseline); bytes stay charged 5 s after the attack; a key runs twice; or the
-//! attack's own bound is broken: a stalled connection open past 2 x `write_timeout` +
-//! 3 s, or more than 2 x 8 MiB charged for them, an idle one past `idle_timeout` + 3 s,
-//! more than 2 x 32 stream-slot calls or
-//! more than `max_in_flight` reset calls at the upstream at once, 1 MiB or more charged
-//! for declared bodies. `CHAOS_H2_ATTACKS_UNLIMITED=1` runs the same attacks with
-//! `connection_share = "100%"` and the timeouts and reset limit out of reach, to show
-//! that the verdict can fail.
+//! than [`RSS_GROWTH_MIB`] ([`RSS_GROWTH_STALLED_MIB`] for the stalled readers); it
+//! burns CPU after the attack (more than [`AFTER_CORES`] over the baseline); bytes stay
+//! charged 5 s after the attack; a key runs twice; or the attack's own bound is broken:
+//! a stalled connection open past 2 x `write_timeout` + 3 s, or more than 2 x 8 MiB
+//! charged for them; an idle one open past `idle_timeout` + 3 s; more than 2 x 32
+//! stream-slot calls, or more than `max_in_flight` reset calls, at the upstream at once;
+//! 1 MiB or more charged for declared bodies. `CHAOS_H2_ATTACKS_UNLIMITED=1` runs the
+//! same attacks with `connection_share = "100%"` and the timeouts and reset limit out of
+//! reach, to show that the verdict can fail.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
