@@ -8,6 +8,7 @@
 //! stalled readers (`stalled.rs`), declared bodies and stream slots (`slots.rs`), resets
 //! after the claim (`resets.rs`), idle connections (`idle.rs`).
 
+mod grpc_stalled;
 mod idle;
 mod resets;
 mod slots;
@@ -29,7 +30,9 @@ const LIMITS: &str = "max_in_flight = 128\nbuffer_budget = \"32MiB\"\nwrite_time
                       http2_max_concurrent_streams = 100\n";
 /// One connection's share of `max_in_flight` (25% of 128).
 const SHARE: usize = 32;
-/// One connection's share of `buffer_budget` (25% of 32 MiB).
+/// One connection's share of `buffer_budget`: 25% of 32 MiB, when that is at least
+/// `max_request_body` + `max_response_body` (the share's floor; the stalled readers'
+/// gateway has 1 MiB + 2 MiB).
 const BUDGET_SHARE: u64 = 8 << 20;
 const WRITE_TIMEOUT: Duration = Duration::from_secs(3);
 const MIB: u64 = 1 << 20;

@@ -15,9 +15,12 @@ const PATH: &str = "/attack/report?bytes=1048576";
 
 #[tokio::test]
 async fn stalled_readers_hold_at_most_their_share_and_are_cut_off_by_the_send_watchdog() {
+    // `max_response_body` 2 MiB, so that the share is 25% of the budget, not its floor
+    // (`max_request_body` + `max_response_body`).
     let target = Target::start(
         "stalled",
-        "http2_keep_alive_interval = \"500ms\"\nhttp2_keep_alive_timeout = \"5s\"\n",
+        "http2_keep_alive_interval = \"500ms\"\nhttp2_keep_alive_timeout = \"5s\"\n\
+         max_response_body = \"2MiB\"\n",
     )
     .await;
     // The stored 1 MiB response.
