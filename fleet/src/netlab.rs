@@ -9,7 +9,10 @@
 //! call hangs until its own timeout, as across a real partition. [`NetLab::cut`] cuts
 //! two sets of hosts apart in both directions; [`NetLab::cut_replies`] loses only what
 //! one host sends back to another (requests arrive and are acted on, the replies
-//! vanish); [`NetLab::heal`] undoes every cut at once.
+//! vanish); [`NetLab::power_off`] drops everything that reaches one host, from the
+//! root namespace too (a host powered off or unplugged: no RST, no ICMP, so its
+//! clients wait out their own timeouts rather than being refused);
+//! [`NetLab::heal`] undoes every cut at once.
 //!
 //! Nothing leaves the machine: `10.213.0.0/16` is routed `unreachable` in the root
 //! namespace (only a lab's own /24 on its bridge is more specific), so an address of a
@@ -242,6 +245,22 @@ impl NetLab {
         Self::deny(client, &[server])
     }
 
+    /// Every packet that reaches `host` from the lab (the root namespace, through the
+    /// bridge, and every other host) vanishes where it arrives, as if the machine had
+    /// been powered off: its connections go silent, new ones get no SYN-ACK. What runs
+    /// in it goes on, unseen. Until [`Self::heal`].
+    pub fn power_off(&self, host: &Host) -> Result<(), String> {
+        let root = Host {
+            name: "root".into(),
+            ip: Ipv4Addr::new(10, 213, self.subnet, 1),
+            netns: None,
+        };
+        let hosts = self.hosts.lock().unwrap().clone();
+        let mut from: Vec<&Host> = hosts.iter().filter(|h| h.ip != host.ip).collect();
+        from.push(&root);
+        Self::deny(host, &from)
+    }
+
     /// Undoes every cut.
     pub fn heal(&self) -> Result<(), String> {
         for h in self.hosts.lock().unwrap().iter() {
@@ -313,6 +332,32 @@ mod tests {
         );
         let out = host.command("python3").args(["-c", &script]).output();
         out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "hi")
+    }
+
+    #[test]
+    fn a_powered_off_host_answers_nobody_until_healed() {
+        if let Some(why) = NetLab::unavailable() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let lab = NetLab::new().unwrap();
+        let (a, b) = (lab.host("a").unwrap(), lab.host("b").unwrap());
+        let mut server = greeter(&b, 7001);
+        assert!(greeted(&a, &b, 7001));
+        lab.power_off(&b).unwrap();
+        assert!(!greeted(&a, &b, 7001), "another host gets no answer");
+        // From the root namespace: no refusal, the connect times out.
+        let started = std::time::Instant::now();
+        let e = TcpStream::connect_timeout(&b.addr(7001), Duration::from_millis(800)).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+        assert!(started.elapsed() >= Duration::from_millis(750));
+        assert!(lab
+            .denied_at(&b)
+            .contains(&Ipv4Addr::new(10, 213, lab.subnet, 1)));
+        lab.heal().unwrap();
+        assert!(greeted(&a, &b, 7001), "healed");
+        drop(lab);
+        let _ = server.wait();
     }
 
     #[test]
