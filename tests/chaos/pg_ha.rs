@@ -137,8 +137,12 @@ pub async fn row_via(
             (stack.patroni.as_ref().unwrap()).wait_replicas(Duration::from_secs(30))
         });
     let mut report = finish(&name, &mut stack, &run, &plans, expect(d, replication)).await;
+    let after = match fault {
+        PgFault::PowerOff => format!("{old} left powered off"),
+        _ => format!("{old} back as a replica: {rejoined}"),
+    };
     report.notes.push(format!(
-        "{fault:?}: {old} -> {new} in {:.1} s; {old} back as a replica: {rejoined}",
+        "{fault:?}: {old} -> {new} in {:.1} s; {after}",
         took.as_secs_f64()
     ));
     report

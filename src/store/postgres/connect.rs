@@ -18,9 +18,9 @@
 //! deadline) does not cut it short and what it learns about each host is kept.
 //!
 //! While every host failed its latest attempt (or went silent), the store fails a
-//! checkout that needs a new connection at once ([`Hosts::open`]) and probes in the
-//! background, one walk at a time ([`Hosts::probe`]): a silent Postgres is answered as
-//! fast as a refusing one, and the first walk that connects closes the breaker.
+//! checkout that needs a new connection at once ([`Hosts::open`]) and probes the hosts
+//! in the background, each on its own ([`Hosts::probe`]): a silent Postgres is answered
+//! as fast as a refusing one, and the first attempt that connects closes the breaker.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -54,8 +54,10 @@ struct State {
     why: Vec<String>,
     /// The host of the latest connection made, and since when it is that host.
     current: Option<(usize, Instant)>,
-    probing: bool,
-    probed_at: Option<Instant>,
+    /// Per host: a probe's attempt is in flight ([`Hosts::probe`]).
+    probing: Vec<bool>,
+    /// Per host: when the latest probe of it ended.
+    probed_at: Vec<Option<Instant>>,
 }
 
 /// The hosts of `postgres.url` and what is known of them (shared by the pool's
@@ -104,6 +106,8 @@ impl Hosts {
             state: Mutex::new(State {
                 failed: vec![None; n],
                 why: vec![String::new(); n],
+                probing: vec![false; n],
+                probed_at: vec![None; n],
                 ..State::default()
             }),
         })
@@ -154,26 +158,34 @@ impl Hosts {
         }
     }
 
-    /// Starts a walk in the background (while every host fails), unless one runs or
-    /// one started less than [`PROBE_PAUSE`] ago. Its connection is not kept: it closes
-    /// the breaker, and the next checkout connects.
+    /// While every host fails: tries again, in the background, each host that has no
+    /// attempt in flight and whose latest one ended at least [`PROBE_PAUSE`] ago. Hosts
+    /// are probed each on its own, so a silent one (an attempt lasting the whole connect
+    /// timeout) does not hold back finding one that answers again. A probe's connection
+    /// is not kept: it closes the breaker, and the next checkout connects.
     pub(super) fn probe(self: &Arc<Self>) {
-        {
+        let due: Vec<usize> = {
             let mut state = lock(&self.state);
-            let due = state
-                .probed_at
-                .map_or(true, |at| at.elapsed() >= PROBE_PAUSE);
-            if state.probing || !due {
-                return;
+            let due: Vec<usize> = (0..self.len())
+                .filter(|&i| {
+                    !state.probing[i]
+                        && (state.probed_at[i]).map_or(true, |at| at.elapsed() >= PROBE_PAUSE)
+                })
+                .collect();
+            for &i in &due {
+                state.probing[i] = true;
             }
-            state.probing = true;
-            state.probed_at = Some(Instant::now());
+            due
+        };
+        for i in due {
+            let hosts = self.clone();
+            tokio::spawn(async move {
+                drop(hosts.attempt(i).await);
+                let mut state = lock(&hosts.state);
+                state.probing[i] = false;
+                state.probed_at[i] = Some(Instant::now());
+            });
         }
-        let hosts = self.clone();
-        tokio::spawn(async move {
-            let _ = hosts.clone().walk().await;
-            lock(&hosts.state).probing = false;
-        });
     }
 
     /// The order of the next walk: hosts whose latest attempt did not fail (in the
@@ -193,31 +205,40 @@ impl Hosts {
     async fn walk(self: Arc<Self>) -> Result<(Client, JoinHandle<()>), Error> {
         let mut last = None;
         for i in self.order() {
-            let attempt = self.configs[i].connect(self.tls.clone());
-            match tokio::time::timeout(self.timeout, attempt).await {
-                Ok(Ok((client, connection))) => {
-                    self.succeeded(i);
-                    let task = tokio::spawn(async move {
-                        if let Err(e) = connection.await {
-                            tracing::warn!(error = %e, "postgres: connection ended");
-                        }
-                    });
-                    return Ok((client, task));
-                }
-                Ok(Err(e)) => {
-                    self.failed(i, Failed::Refused(Instant::now()), chain(&e));
-                    last = Some(e);
-                }
-                Err(_) => {
-                    let why = format!("no answer within {:?} (connect timeout)", self.timeout);
-                    self.failed(i, Failed::Silent(Instant::now()), why);
-                    // tokio-postgres makes no error of its own for a deadline kept by
-                    // its caller but this one (which its `postgres` crate uses too).
-                    last = Some(Error::__private_api_timeout());
-                }
+            match self.attempt(i).await {
+                Ok(made) => return Ok(made),
+                Err(e) => last = Some(e),
             }
         }
         Err(last.unwrap_or_else(Error::__private_api_timeout))
+    }
+
+    /// One connection attempt on host `i`, for at most the connect timeout; what it
+    /// came to is noted.
+    async fn attempt(&self, i: usize) -> Result<(Client, JoinHandle<()>), Error> {
+        let attempt = self.configs[i].connect(self.tls.clone());
+        match tokio::time::timeout(self.timeout, attempt).await {
+            Ok(Ok((client, connection))) => {
+                self.succeeded(i);
+                let task = tokio::spawn(async move {
+                    if let Err(e) = connection.await {
+                        tracing::warn!(error = %e, "postgres: connection ended");
+                    }
+                });
+                Ok((client, task))
+            }
+            Ok(Err(e)) => {
+                self.failed(i, Failed::Refused(Instant::now()), chain(&e));
+                Err(e)
+            }
+            Err(_) => {
+                let why = format!("no answer within {:?} (connect timeout)", self.timeout);
+                self.failed(i, Failed::Silent(Instant::now()), why);
+                // tokio-postgres makes no error of its own for a deadline kept by its
+                // caller but this one (which its `postgres` crate uses too).
+                Err(Error::__private_api_timeout())
+            }
+        }
     }
 
     fn succeeded(&self, i: usize) {
