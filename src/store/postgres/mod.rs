@@ -30,6 +30,7 @@ pub mod completer;
 mod completions;
 mod connect;
 pub mod explain;
+mod host_config;
 pub mod leases;
 pub mod lookups;
 pub mod migrate;
