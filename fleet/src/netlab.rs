@@ -9,7 +9,10 @@
 //! call hangs until its own timeout, as across a real partition. [`NetLab::cut`] cuts
 //! two sets of hosts apart in both directions; [`NetLab::cut_replies`] loses only what
 //! one host sends back to another (requests arrive and are acted on, the replies
-//! vanish); [`NetLab::heal`] undoes every cut at once.
+//! vanish); [`NetLab::power_off`] drops everything that reaches one host, from the
+//! root namespace too (a host powered off or unplugged: no RST, no ICMP, so its
+//! clients wait out their own timeouts rather than being refused);
+//! [`NetLab::heal`] undoes every cut at once.
 //!
 //! Nothing leaves the machine: `10.213.0.0/16` is routed `unreachable` in the root
 //! namespace (only a lab's own /24 on its bridge is more specific), so an address of a
@@ -242,6 +245,22 @@ impl NetLab {
         Self::deny(client, &[server])
     }
 
+    /// Every packet that reaches `host` from the lab (the root namespace, through the
+    /// bridge, and every other host) vanishes where it arrives, as if the machine had
+    /// been powered off: its connections go silent, new ones get no SYN-ACK. What runs
+    /// in it goes on, unseen. Until [`Self::heal`].
+    pub fn power_off(&self, host: &Host) -> Result<(), String> {
+        let root = Host {
+            name: "root".into(),
+            ip: Ipv4Addr::new(10, 213, self.subnet, 1),
+            netns: None,
+        };
+        let hosts = self.hosts.lock().unwrap().clone();
+        let mut from: Vec<&Host> = hosts.iter().filter(|h| h.ip != host.ip).collect();
+        from.push(&root);
+        Self::deny(host, &from)
+    }
+
     /// Undoes every cut.
     pub fn heal(&self) -> Result<(), String> {
         for h in self.hosts.lock().unwrap().iter() {
@@ -278,100 +297,4 @@ impl Drop for NetLab {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::{Read, Write};
-    use std::net::TcpStream;
-    use std::time::Duration;
-
-    /// A one-shot echo of "hi" in `host`'s namespace, through python3 (on every machine
-    /// the suite runs on): returns the child, which listens once it printed "up".
-    fn greeter(host: &Host, port: u16) -> std::process::Child {
-        let script = format!(
-            "import socket,sys\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
-             s.bind(('{}',{port}))\ns.listen()\nprint('up',flush=True)\n\
-             while True:\n  c,_=s.accept()\n  c.recv(16)\n  c.sendall(b'hi')\n  c.close()\n",
-            host.ip
-        );
-        let mut child = host
-            .command("python3")
-            .args(["-c", &script])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut up = [0u8; 3];
-        child.stdout.as_mut().unwrap().read_exact(&mut up).unwrap();
-        child
-    }
-
-    /// From `host`'s namespace, whether "hi" comes back from `to` within a second.
-    fn greeted(host: &Host, to: &Host, port: u16) -> bool {
-        let script = format!(
-            "import socket\ns=socket.create_connection(('{}',{port}),timeout=1)\n\
-             s.settimeout(1)\ns.sendall(b'x')\nprint(s.recv(2).decode())\n",
-            to.ip
-        );
-        let out = host.command("python3").args(["-c", &script]).output();
-        out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "hi")
-    }
-
-    #[test]
-    fn cuts_heal_and_tear_down() {
-        if let Some(why) = NetLab::unavailable() {
-            eprintln!("skipped: {why}");
-            return;
-        }
-        let lab = NetLab::new().unwrap();
-        let (a, b, c) = (
-            lab.host("a").unwrap(),
-            lab.host("b").unwrap(),
-            lab.host("c").unwrap(),
-        );
-        let mut server = greeter(&b, 7000);
-        assert!(greeted(&a, &b, 7000) && greeted(&c, &b, 7000));
-        // The root namespace reaches a host through the bridge.
-        let mut s = TcpStream::connect_timeout(&b.addr(7000), Duration::from_secs(1)).unwrap();
-        s.write_all(b"x").unwrap();
-        let mut hi = [0u8; 2];
-        s.read_exact(&mut hi).unwrap();
-
-        lab.cut(&[&a], &[&b]).unwrap();
-        assert!(!greeted(&a, &b, 7000), "a and b are cut apart");
-        assert!(greeted(&c, &b, 7000), "c is on neither side");
-        assert_eq!(lab.denied_at(&b), vec![a.ip]);
-        lab.heal().unwrap();
-        assert!(greeted(&a, &b, 7000), "healed");
-
-        // One way: b's replies to a vanish; a's packets still reach b.
-        lab.cut_replies(&a, &b).unwrap();
-        assert!(!greeted(&a, &b, 7000));
-        assert_eq!(lab.denied_at(&b), Vec::<Ipv4Addr>::new());
-        assert_eq!(lab.denied_at(&a), vec![b.ip]);
-        lab.heal().unwrap();
-
-        let (bridge, ns) = (lab.bridge(), b.netns.clone().unwrap());
-        drop(lab);
-        let _ = server.wait();
-        assert!(
-            !ip(&["netns", "list"]).unwrap().contains(&ns),
-            "namespace gone"
-        );
-        assert!(ip(&["link", "show", &bridge]).is_err(), "bridge gone");
-        let links = ip(&["-o", "link", "show"]).unwrap();
-        assert!(
-            !links.contains(&format!("{bridge}v")),
-            "veth pairs gone at once"
-        );
-        // The next lab of this process does not take the /24 just given back.
-        let next = NetLab::new().unwrap();
-        assert_ne!(next.bridge(), bridge);
-        // The guard route stays: a lab address no longer on a bridge fails at once.
-        let route = ip(&["route", "get", &b.ip.to_string()]);
-        assert!(
-            route
-                .as_ref()
-                .is_err_and(|e| e.contains("No route to host")),
-            "{route:?}"
-        );
-    }
-}
+mod tests;

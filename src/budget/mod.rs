@@ -8,9 +8,15 @@
 //! those bytes is gone, wherever they went (a detached upstream call, hyper's write
 //! buffer). A keyed request body is read through [`Metered`], which charges it as it
 //! arrives.
+//!
+//! Beside it, a request's slot of `server.max_in_flight` ([`Slot`]), which the in-flight
+//! layer hands the request flow the same way (in the request's extensions) so that an
+//! upstream call that outlives its client keeps it.
 
 mod charge;
 mod metered;
+mod slot;
 
 pub use charge::{ByteBudget, Charge};
 pub use metered::{Metered, OverBudget};
+pub use slot::Slot;

@@ -37,6 +37,15 @@ pub struct PostgresConfig {
     /// Deadline of one Postgres statement (claim, lookup, a write-through batch).
     #[serde(with = "humantime_serde")]
     pub statement_timeout: Duration,
+    /// How long one connection attempt may take on each host of `url`: the TCP
+    /// connect, TLS, start-up and authentication, and the `target_session_attrs`
+    /// check, as libpq's `connect_timeout` (which, given in `url`, wins over this). It is
+    /// per host: a host that drops packets (powered off, partitioned) is given up after
+    /// it and the next host is tried, at start-up and on every reconnect, and a host
+    /// that failed is tried after the others until it answers again. A new connection
+    /// waits at most this times the number of hosts.
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
     /// Most records one write-through statement carries, most keys one batched lookup
     /// statement reads, and most claims one batched claim statement makes.
     pub batch_max: usize,
@@ -79,6 +88,7 @@ impl Default for PostgresConfig {
             lookup_on_miss: LookupOnMiss::Always,
             claims: ClaimDurability::WriteThrough,
             statement_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(2),
             batch_max: 256,
             retry_queue: 10_000,
             retry_queue_bytes: ByteSize::mib(256),
@@ -140,6 +150,7 @@ impl PostgresConfig {
             ));
         }
         positive_duration("postgres.statement_timeout", self.statement_timeout)?;
+        positive_duration("postgres.connect_timeout", self.connect_timeout)?;
         positive_duration("postgres.reap_interval", self.reap_interval)?;
         if !(1..=10_000).contains(&self.batch_max) {
             return Err(ConfigError::invalid(

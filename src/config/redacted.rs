@@ -89,6 +89,7 @@ impl fmt::Debug for PostgresConfig {
             lookup_on_miss,
             claims,
             statement_timeout,
+            connect_timeout,
             batch_max,
             retry_queue,
             retry_queue_bytes,
@@ -108,6 +109,7 @@ impl fmt::Debug for PostgresConfig {
             .field("lookup_on_miss", lookup_on_miss)
             .field("claims", claims)
             .field("statement_timeout", statement_timeout)
+            .field("connect_timeout", connect_timeout)
             .field("batch_max", batch_max)
             .field("retry_queue", retry_queue)
             .field("retry_queue_bytes", retry_queue_bytes)

@@ -29,6 +29,7 @@ use super::refused::{Refused, Reply};
 use super::settle::{self, Runner, Settled};
 use super::watch::{Alone, Watch};
 use crate::app::App;
+use crate::budget::Slot;
 use crate::config::OnAmbiguous;
 use crate::grpc;
 use crate::idempotency::{Expiry, StoredResponse};
@@ -38,7 +39,6 @@ use crate::proxy::forwarding::Peer;
 use crate::proxy::headers::{COMPLETER, FENCING_TOKEN};
 use crate::proxy::{Buffered, UpstreamError};
 use crate::route::Route;
-use crate::server::layers::in_flight::Slot;
 use crate::store::lease::Phase;
 use crate::store::Lease;
 

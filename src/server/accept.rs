@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use ::metrics::Counter;
 use tokio::net::{TcpListener, TcpStream};
 
-use super::connection::BoxError;
+use super::driver::BoxError;
 use super::proxy_limits::ProxyLimits;
 
 /// Connections accepted by each worker's proxy listener.

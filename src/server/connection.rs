@@ -40,7 +40,7 @@ use tokio_rustls::TlsAcceptor;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 use super::conn_limits::ConnLimits;
-use super::driver::{drive, Draining};
+use super::driver::{drive, BoxError, Draining};
 use super::handshake;
 use super::layers::budget::{BudgetLayer, Budgeted};
 use super::layers::in_flight::{Admit, InFlightLayer};
@@ -52,8 +52,6 @@ use crate::app::App;
 use crate::budget::ByteBudget;
 use crate::config::ServerConfig;
 use crate::http::{admin_router, proxy_router};
-
-pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The proxy listener's request layers around the gateway.
 pub(super) type ProxyService = Linger<Admit<Budgeted<Router>>>;

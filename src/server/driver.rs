@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::conn_limits::{ConnLimits, Verdict};
-use super::connection::BoxError;
+
+pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The connections of a process: each served one is tracked, and told to go away when
 /// the process stops.

@@ -49,6 +49,11 @@ pub enum StoreError {
     Pg(#[from] tokio_postgres::Error),
     #[error("no postgres connection: {0}")]
     PgPool(#[source] deadpool_postgres::PoolError),
+    /// The latest attempt to connect failed on every host of `postgres.url` (why, per
+    /// host): a statement needing a new connection fails at once while the hosts are
+    /// tried again in the background.
+    #[error("no postgres host takes connections (the latest attempt failed on each: {0})")]
+    PgNoHost(String),
     /// `postgres.url` or the pool settings did not make a pool.
     #[error("postgres is misconfigured: {0}")]
     PgConfig(String),

@@ -59,6 +59,9 @@ pub enum Topology {
 pub enum PgVia {
     /// `postgres://...@n0,n1,n2/idemgate?target_session_attrs=read-write`.
     MultiHost,
+    /// The same, the primary at start listed first: the host a fault on the primary
+    /// makes silent is the one every new connection tries first.
+    MultiHostPrimaryFirst,
     /// HAProxy in TCP mode, routing to the node whose REST API says `/primary`.
     Haproxy,
 }
@@ -367,6 +370,11 @@ fn start_postgres(opts: &Options, places: &Places, dir: &Path) -> Postgres {
     });
     if via == PgVia::MultiHost {
         let url = set.url_multi_host();
+        return (None, Some(set), None, Some(url));
+    }
+    if via == PgVia::MultiHostPrimaryFirst {
+        let primary = set.primary().expect("a Patroni primary at start");
+        let url = set.url_multi_host_from(&primary);
         return (None, Some(set), None, Some(url));
     }
     let port = free_port();

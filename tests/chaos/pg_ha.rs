@@ -4,7 +4,10 @@
 //! Patroni's REST API which node is the primary: [`row_via`]). Mid-load, the primary is
 //! lost ([`PgFault::HostLoss`]: its patroni and postgres SIGKILLed), switched over
 //! ([`PgFault::Switchover`], planned) or cut off from etcd, the other nodes and the
-//! gateways until Patroni demotes it ([`PgFault::Partition`], then healed). Then the
+//! gateways until Patroni demotes it ([`PgFault::Partition`], then healed), or powered
+//! off ([`PgFault::PowerOff`]: every packet reaching its host dropped, for the rest of
+//! the row; listed first in the URL, so every new connection meets its silence first).
+//! Then the
 //! harness flushes Redis, so every replay must come from what the new primary kept.
 //! Write-through with synchronous replication must be exactly once and durable; the
 //! other rows are measured (asynchronous replication may lose the last commits).
@@ -24,6 +27,7 @@ pub enum PgFault {
     HostLoss,
     Switchover,
     Partition,
+    PowerOff,
 }
 
 /// When the fault hits, after the load started.
@@ -83,6 +87,13 @@ fn inject(stack: &mut Stack, fault: PgFault) -> (String, String, Duration) {
             lab.heal().expect("nft heal");
             new
         }
+        PgFault::PowerOff => {
+            let primary = set.host_of(&old).clone();
+            let lab = stack.lab.as_ref().expect("a power-off needs the lab");
+            lab.power_off(&primary).expect("nft power off");
+            let set = stack.patroni.as_ref().unwrap();
+            set.wait_new_primary(&old, within)
+        }
     };
     let took = t0.elapsed();
     let new = new.unwrap_or_else(|| panic!("no new primary {within:?} after {fault:?} of {old}"));
@@ -107,7 +118,7 @@ pub async fn row_via(
         replicas: 2,
         durability: d,
         pg_ha: Some((replication, via)),
-        partitions: fault == PgFault::Partition,
+        partitions: matches!(fault, PgFault::Partition | PgFault::PowerOff),
         ..Options::default()
     };
     let mut stack = Stack::start(opts).await;
@@ -115,17 +126,23 @@ pub async fn row_via(
     run.at(FAULT_AT_MS).await;
     let (old, new, took) = tokio::task::block_in_place(|| {
         let changed = inject(&mut stack, fault);
-        // The lost host comes back at once, rejoining while the load goes on.
+        // The lost host comes back at once, rejoining while the load goes on (a host
+        // powered off stays off).
         stack.patroni.as_mut().unwrap().restart_node(&changed.0);
         changed
     });
     let plans = run.plans().await;
-    let rejoined = tokio::task::block_in_place(|| {
-        (stack.patroni.as_ref().unwrap()).wait_replicas(Duration::from_secs(30))
-    });
+    let rejoined = fault != PgFault::PowerOff
+        && tokio::task::block_in_place(|| {
+            (stack.patroni.as_ref().unwrap()).wait_replicas(Duration::from_secs(30))
+        });
     let mut report = finish(&name, &mut stack, &run, &plans, expect(d, replication)).await;
+    let after = match fault {
+        PgFault::PowerOff => format!("{old} left powered off"),
+        _ => format!("{old} back as a replica: {rejoined}"),
+    };
     report.notes.push(format!(
-        "{fault:?}: {old} -> {new} in {:.1} s; {old} back as a replica: {rejoined}",
+        "{fault:?}: {old} -> {new} in {:.1} s; {after}",
         took.as_secs_f64()
     ));
     report

@@ -1,17 +1,19 @@
 //! The Postgres high-availability rows (`pg_ha.rs`): {primary lost, switchover,
 //! primary partitioned} x {`claims = "write_through"`, `claims = "redis"`} x
-//! {synchronous, asynchronous replication}. One runs in `cargo test` (so `make test`
-//! keeps a Patroni failover); `make chaos` runs them all. The partition rows skip,
-//! saying why, where network namespaces or nftables are missing.
+//! {synchronous, asynchronous replication}, and the primary powered off (its packets
+//! dropped, never healed; first in the URL). One runs in `cargo test` (so `make test`
+//! keeps a Patroni failover); `make chaos` runs them all. The partition and power-off
+//! rows skip, saying why, where network namespaces or nftables are missing.
 
 use idemgate_fleet::Replication::{Async, Sync};
 
 use crate::cluster::Durability::{Postgres, WriteThrough};
-use crate::cluster::PgVia::Haproxy;
+use crate::cluster::PgVia::{Haproxy, MultiHostPrimaryFirst};
 use std::time::Duration;
 
 use crate::harness::{run, run_within};
-use crate::pg_ha::{row, row_via, PgFault::HostLoss, PgFault::Partition, PgFault::Switchover};
+use crate::pg_ha::PgFault::Switchover;
+use crate::pg_ha::{row, row_via, PgFault::HostLoss, PgFault::Partition, PgFault::PowerOff};
 
 // ---- fast subset ----
 
@@ -33,7 +35,7 @@ macro_rules! rows {
         #[test]
         #[ignore = "chaos: make chaos"]
         fn $test() {
-            if $name.contains("partitioned") {
+            if $name.contains("partitioned") || $name.contains("powered off") {
                 crate::partition::run($name, $body);
             } else {
                 run($name, $body);
@@ -85,4 +87,8 @@ rows! {
     patroni_primary_partitioned_async_claims_redis:
         "patroni: primary partitioned from etcd and the fleet [async, claims=redis]" =>
         |n| row(n, Postgres, Async, Partition);
+
+    patroni_primary_powered_off_sync_write_through:
+        "patroni: primary powered off (packets dropped, not healed), first in the URL [sync, claims=write_through]" =>
+        |n| row_via(n, WriteThrough, Sync, PowerOff, MultiHostPrimaryFirst);
 }

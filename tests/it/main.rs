@@ -42,6 +42,7 @@ mod pg_claims;
 mod pg_failover;
 mod pg_hot;
 mod pg_ops;
+mod pg_silent;
 mod pg_timeouts;
 mod pg_writer;
 mod record_format;

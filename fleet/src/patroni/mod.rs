@@ -11,7 +11,9 @@
 //! Gateways reach the primary through [`PatroniSet::url_multi_host`]
 //! (`target_session_attrs=read-write`) or through HAProxy asking each node's REST API
 //! (`crate::haproxy_patroni_config`). Faults: [`PatroniSet::kill_primary`] (host loss),
-//! [`PatroniSet::switchover`] (planned), [`PatroniSet::restart_node`] (back as a replica).
+//! [`PatroniSet::switchover`] (planned), [`PatroniSet::restart_node`] (back as a replica);
+//! on a lab, a node's host cut off or powered off ([`crate::NetLab::power_off`]: its
+//! packets dropped, so it is silent rather than refusing).
 
 mod etcd;
 mod faults;
@@ -310,9 +312,15 @@ impl PatroniSet {
 
     /// `postgres://postgres@ip1:p1,ip2:p2,.../idemgate?target_session_attrs=read-write`.
     pub fn url_multi_host(&self) -> String {
-        let hosts: Vec<String> = self
-            .nodes
-            .iter()
+        self.url_multi_host_from("")
+    }
+
+    /// [`Self::url_multi_host`] with node `first` listed first (the others in order):
+    /// the host every new connection tries first, while it takes connections.
+    pub fn url_multi_host_from(&self, first: &str) -> String {
+        let mut nodes: Vec<&Node> = self.nodes.iter().collect();
+        nodes.sort_by_key(|n| n.spec.name != first);
+        let hosts: Vec<String> = (nodes.iter())
             .map(|n| n.spec.host.addr(n.spec.pg_port).to_string())
             .collect();
         format!(

@@ -60,6 +60,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("postgres.lookup_on_miss", "[postgres]\nlookup_on_miss = \"never\""),
     ("postgres.claims", "[postgres]\nclaims = \"memory\""),
     ("postgres.statement_timeout", "[postgres]\nstatement_timeout = \"0s\""),
+    ("postgres.connect_timeout", "[postgres]\nconnect_timeout = \"0s\""),
     ("postgres.batch_max", "[postgres]\nbatch_max = 0"),
     ("postgres.retry_queue", "[postgres]\nretry_queue = 0"),
     ("postgres.reap_interval", "[postgres]\nreap_interval = \"0s\""),

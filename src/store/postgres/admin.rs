@@ -10,8 +10,7 @@ use crate::store::StoreError;
 impl PgStore {
     /// What Postgres holds for `rec`, expired or not (admin API; not on the request path).
     pub async fn inspect(&self, rec: RecordRef<'_>) -> Result<Option<PgRecord>, StoreError> {
-        self.timed("inspect", async {
-            let client = self.pool.get().await?;
+        self.timed("inspect", |client| async move {
             let row = client
                 .query_opt(
                     "SELECT state, nullif(status, 0::int2), coalesce(octet_length(body), 0) + coalesce(octet_length(headers), 0),
@@ -49,8 +48,7 @@ impl PgStore {
         rec: RecordRef<'_>,
         force: bool,
     ) -> Result<Invalidated, StoreError> {
-        self.timed("invalidate", async {
-            let client = self.pool.get().await?;
+        self.timed("invalidate", |client| async move {
             // The sub-select sees the row as it was before the DELETE (same snapshot).
             let row = client
                 .query_one(

@@ -123,6 +123,7 @@ impl PgStore {
         match answer {
             Ok(result) => self.answered(result),
             Err(_) => {
+                self.no_answer(deadpool_postgres::Object::metrics(&client).created);
                 drop(deadpool_postgres::Object::take(client));
                 Err(StoreError::PgTimeout)
             }
@@ -132,8 +133,7 @@ impl PgStore {
     /// Ends `token`'s lease on `rec` now, keeping the row and its kept request: an
     /// attempt that got no answer from the upstream, tried again when its backoff ends.
     pub async fn hand_back(&self, rec: RecordRef<'_>, token: &str) -> Result<bool, StoreError> {
-        self.timed("hand_back", async {
-            let client = self.pool.get().await?;
+        self.timed("hand_back", |client| async move {
             let n = client
                 .execute(
                     "UPDATE idemgate_records SET lease_expires_at = least(lease_expires_at, now())
@@ -149,8 +149,7 @@ impl PgStore {
     /// Gives `rec` up now (its kept request cannot be read): marked, the request
     /// deleted, the lease (`token`'s) ended.
     pub async fn give_up(&self, rec: RecordRef<'_>, token: &str) -> Result<bool, StoreError> {
-        self.timed("give_up", async {
-            let client = self.pool.get().await?;
+        self.timed("give_up", |client| async move {
             let n = client
                 .execute(
                     "UPDATE idemgate_records SET completer = 'given_up', request = NULL,

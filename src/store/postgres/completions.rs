@@ -68,8 +68,7 @@ impl PgStore {
         });
         let columns = Columns::of(&sorted);
         let written: HashSet<Vec<u8>> = self
-            .timed("write_through", async {
-                let client = self.pool.get().await?;
+            .timed("write_through", |client| async move {
                 let stmt = client.prepare_cached(WRITE_THROUGH).await?;
                 let rows = client.query(&stmt, &columns.params()).await?;
                 Ok(rows.iter().map(|r| r.get::<_, Vec<u8>>(0)).collect())

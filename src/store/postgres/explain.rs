@@ -46,8 +46,7 @@ impl PgStore {
         let fresh = || Sha256::digest(uuid::Uuid::new_v4().as_bytes());
         let lease = Duration::from_secs(30);
         let ttl = Duration::from_secs(86_400);
-        self.timed("explain", async {
-            let mut client = self.pool.get().await?;
+        self.timed("explain", |mut client| async move {
             let tx = client.transaction().await?;
             let scope = (tx.query_opt("SELECT scope FROM idemgate_records LIMIT 1", &[]))
                 .await?

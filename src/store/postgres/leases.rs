@@ -252,6 +252,7 @@ impl PgStore {
                 Err(e.into())
             }
             Err(_) => {
+                self.no_answer(deadpool_postgres::Object::metrics(&client).created);
                 self.release_unknown(client, unknown_tokens(asks));
                 Err(StoreError::PgTimeout)
             }
@@ -266,8 +267,7 @@ impl PgStore {
         lease: Duration,
     ) -> Result<bool, StoreError> {
         let lease_ms = lease.as_millis() as f64;
-        self.timed("extend", async {
-            let client = self.pool.get().await?;
+        self.timed("extend", |client| async move {
             let stmt = client
                 .prepare_cached(
                     "UPDATE idemgate_records
@@ -286,8 +286,8 @@ impl PgStore {
 
     /// Deletes `rec`'s lease if `token` holds it.
     pub async fn release(&self, rec: RecordRef<'_>, token: &str) -> Result<Release, StoreError> {
-        self.timed("release", async {
-            release_on(&*self.pool.get().await?, &rec.scope, &rec.id, token).await
+        self.timed("release", |client| async move {
+            release_on(&client, &rec.scope, &rec.id, token).await
         })
         .await
     }

@@ -57,8 +57,7 @@ impl PgStore {
         let scopes: Vec<&[u8]> = keys.iter().map(|(s, _)| &s.as_bytes()[..]).collect();
         let ids: Vec<&[u8]> = keys.iter().map(|(_, id)| &id.as_bytes()[..]).collect();
         let rows = self
-            .timed("lookup", async {
-                let client = self.pool.get().await?;
+            .timed("lookup", |client| async move {
                 let stmt = client.prepare_cached(LOOKUP).await?;
                 Ok(client.query(&stmt, &[&scopes, &ids]).await?)
             })

@@ -15,19 +15,29 @@
 //! to commit later. The client waits a little longer than that (a backstop for a server
 //! or network that does not answer at all); a statement whose answer it never got has an
 //! unknown outcome, which the claim path resolves by releasing its token ([`leases`]).
+//!
+//! A server that stops answering (powered off, partitioned: its packets dropped, not
+//! refused) is handled as one that refuses: each host of the URL gets the connect
+//! timeout for a whole connection attempt, hosts that failed are tried last
+//! (`connect`), a session whose statement got no answer is closed rather than pooled
+//! (`session`), and the connections made to that server are not handed out again
+//! (`servers`).
 
 mod admin;
 mod batcher;
 pub mod claims;
 pub mod completer;
 mod completions;
+mod connect;
 pub mod explain;
+mod host_config;
 pub mod leases;
 pub mod lookups;
 pub mod migrate;
 mod reaper;
 mod records;
 mod servers;
+mod session;
 mod unknown;
 pub mod writer;
 
@@ -36,7 +46,6 @@ pub use self::records::{
     RecordState, SEALED_STATUS,
 };
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -56,6 +65,8 @@ pub struct PgStore {
     pool: Pool,
     /// Which server the pool writes to; stale connections ([`servers`]).
     servers: Arc<servers::Servers>,
+    /// The URL's hosts and what the connection attempts learnt of them ([`connect`]).
+    hosts: Arc<connect::Hosts>,
     /// `statement_timeout` of every session: Postgres ends a statement after it.
     timeout: Duration,
     /// How long the client waits for an answer: `timeout` plus a margin, so that the
@@ -73,7 +84,8 @@ impl PgStore {
     /// Builds the pool; connections are made lazily, so Postgres need not be up.
     pub fn new(config: &PostgresConfig) -> Result<Self, StoreError> {
         let (mut pg, tls) = crate::tls::postgres::session(config).map_err(StoreError::PgConfig)?;
-        pg.connect_timeout(config.statement_timeout);
+        // The URL's own `connect_timeout` (libpq's, in seconds) wins over the setting.
+        let connect_timeout = (pg.get_connect_timeout().copied()).unwrap_or(config.connect_timeout);
         pg.application_name("idemgate");
         let ms = config.statement_timeout.as_millis().max(1);
         let options = match pg.get_options() {
@@ -81,9 +93,14 @@ impl PgStore {
             _ => format!("-c statement_timeout={ms}"),
         };
         pg.options(options);
-        let manager = Manager::from_config(
+        let hosts = connect::Hosts::new(&pg, tls, connect_timeout).map_err(StoreError::PgConfig)?;
+        let hosts = Arc::new(hosts);
+        // A new connection may try every host for its whole connect timeout, then asks
+        // its server where it is (one statement).
+        let create = connect_timeout * hosts.len() as u32 + config.statement_timeout;
+        let manager = Manager::from_connect(
             pg,
-            tls,
+            connect::Connector(hosts.clone()),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -95,26 +112,48 @@ impl PgStore {
             .max_size(config.pool_size)
             .runtime(Runtime::Tokio1)
             .wait_timeout(Some(config.statement_timeout))
-            .create_timeout(Some(config.statement_timeout))
+            .create_timeout(Some(create))
             .recycle_timeout(Some(config.statement_timeout))
             .build()
             .map_err(|e| StoreError::PgConfig(e.to_string()))?;
         Ok(Self {
             pool,
             servers,
+            hosts,
             timeout: config.statement_timeout,
             client_timeout: client_timeout(config.statement_timeout),
         })
     }
 
+    /// The connect timeout in force for each host (the URL's, or the setting).
+    pub fn connect_timeout(&self) -> Duration {
+        self.hosts.timeout()
+    }
+
     /// A pooled connection by `deadline` (a failure noted as a statement's would be:
-    /// [`servers`]); nothing has been sent when this fails.
+    /// [`servers`]); nothing has been sent when this fails. While the latest connection
+    /// attempt failed on every host and no idle connection is left, fails at once and
+    /// tries the hosts again in the background ([`connect`]).
     async fn checkout(&self, deadline: tokio::time::Instant) -> Result<Object, StoreError> {
+        if self.hosts.open() && self.pool.status().available == 0 {
+            self.hosts.probe();
+            return Err(self.servers.failed(StoreError::PgNoHost(self.hosts.why())));
+        }
         match tokio::time::timeout_at(deadline, self.pool.get()).await {
             Ok(Ok(client)) => Ok(client),
             Ok(Err(e)) => Err(self.servers.failed(e.into())),
             Err(_) => Err(self.servers.failed(StoreError::PgTimeout)),
         }
+    }
+
+    /// A statement on a session made at `created` got no answer in time: its server is
+    /// silent, as far as the pool is concerned. Its idle connections are dropped now (so
+    /// that [`Self::checkout`] sees what is left), the ones in use when they come back,
+    /// and new ones try the other hosts first.
+    fn no_answer(&self, created: Instant) {
+        let before = self.hosts.suspect(created);
+        self.servers.silent(before);
+        drop(self.pool.retain(|_, made| self.servers.reusable(&made)));
     }
 
     /// What a transaction that answered in time came to, its outcome noted.
@@ -124,17 +163,35 @@ impl PgStore {
         result
     }
 
-    /// Runs `work` under the client's timeout.
-    async fn timed<T>(
+    /// Runs `work` on a pooled session under the client's timeout (the checkout
+    /// included). A session whose statement got no answer is closed ([`session`]).
+    async fn timed<T, F>(
         &self,
         op: &'static str,
-        work: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
+        work: impl FnOnce(session::Session) -> F,
+    ) -> Result<T, StoreError>
+    where
+        F: std::future::Future<Output = Result<T, StoreError>>,
+    {
         let started = Instant::now();
-        let result = tokio::time::timeout(self.client_timeout, work).await;
+        let deadline = tokio::time::Instant::now() + self.client_timeout;
+        let result = match self.checkout(deadline).await {
+            Ok(client) => {
+                let (session, lent) = session::lend(client);
+                match tokio::time::timeout_at(deadline, work(session)).await {
+                    Ok(answer) => {
+                        lent.answered();
+                        answer.map_err(timed_out)
+                    }
+                    Err(_) => {
+                        self.no_answer(lent.created());
+                        Err(StoreError::PgTimeout)
+                    }
+                }
+            }
+            Err(e) => Err(e),
+        };
         metrics::postgres_op(op, started);
-        let result = (result.map_err(|_| StoreError::PgTimeout))
-            .and_then(|answer| answer.map_err(timed_out));
         self.servers.outcome(&result);
         result
     }
@@ -184,8 +241,8 @@ impl PgStore {
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {
-        self.timed("ping", async {
-            self.pool.get().await?.simple_query("SELECT 1").await?;
+        self.timed("ping", |client| async move {
+            client.simple_query("SELECT 1").await?;
             Ok(())
         })
         .await

@@ -76,6 +76,7 @@ impl PgStore {
                 // The rollback is queued on the session, which is closed rather than
                 // pooled: its transaction, and the lock, end as soon as Postgres gets that
                 // far (the statement timeout bounds how long that can take).
+                self.no_answer(Object::metrics(&client).created);
                 drop(Object::take(client));
                 Err(StoreError::PgTimeout)
             }

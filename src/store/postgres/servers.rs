@@ -8,6 +8,13 @@
 //! statement that failed is not retried here: its caller decides (a claim that failed
 //! is not a claim; a completion goes back to the write-through retry queue).
 //!
+//! A server that says nothing at all is treated the same way: a statement that got no
+//! answer within the client's timeout ([`Servers::silent`]; Postgres' own statement
+//! timeout, which answers, fires first on a server that is merely slow) marks the
+//! connections to that server as stale, so the pool's other sessions to a host that
+//! was powered off or cut off are not each tried, one request and one timeout at a
+//! time, until the kernel gives up on them.
+//!
 //! Each new connection asks its server where it is (one query per connection, none per
 //! statement): `idemgate_postgres_primary_info{host}` names it, and a change from the
 //! server before counts in `idemgate_postgres_failovers_total`. `idemgate_postgres_up`
@@ -59,6 +66,14 @@ impl Servers {
         e
     }
 
+    /// A statement got no answer in time: connections made before `before` are not
+    /// handed out again, as after [`Unavailable::ServerGone`].
+    pub(super) fn silent(&self, before: Instant) {
+        self.up.set(0.0);
+        let mut stale = lock(&self.stale_before);
+        *stale = Some(stale.map_or(before, |at| at.max(before)));
+    }
+
     /// [`Self::failed`] for a caller that retries: whether `e` says the server is
     /// read-only or shutting down (its connections are then stale).
     pub(super) fn gone(&self, e: &StoreError) -> bool {
@@ -78,7 +93,7 @@ impl Servers {
     }
 
     /// Whether a pooled connection may be handed out again.
-    fn reusable(&self, metrics: &Metrics) -> bool {
+    pub(super) fn reusable(&self, metrics: &Metrics) -> bool {
         lock(&self.stale_before).map_or(true, |before| metrics.created >= before)
     }
 
@@ -136,7 +151,9 @@ enum Unavailable {
 fn unavailable(e: &StoreError) -> Unavailable {
     match e {
         StoreError::PgShared(inner) => unavailable(inner),
-        StoreError::PgTimeout | StoreError::PgPool(_) => Unavailable::Unreachable,
+        StoreError::PgTimeout | StoreError::PgPool(_) | StoreError::PgNoHost(_) => {
+            Unavailable::Unreachable
+        }
         StoreError::Pg(e) => match e.code() {
             Some(code) if server_gone(code) => Unavailable::ServerGone,
             Some(code) if code.code().starts_with("08") => Unavailable::Unreachable,
@@ -163,17 +180,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_server_gone_makes_connections_stale() {
+    fn a_server_gone_or_silent_makes_connections_stale() {
         let servers = Servers::new();
+        let early = Instant::now();
         let before = Metrics::default();
         assert!(servers.reusable(&before));
         servers.outcome::<()>(&Err(StoreError::PgTimeout));
         assert!(
             servers.reusable(&before),
-            "a timeout says nothing of the server"
+            "a timeout alone (a checkout) says nothing of the pooled sessions"
         );
-        *lock(&servers.stale_before) = Some(Instant::now());
-        assert!(!servers.reusable(&before));
+        servers.silent(Instant::now());
+        assert!(!servers.reusable(&before), "a statement that got no answer");
+        servers.silent(early);
+        assert!(
+            !servers.reusable(&before),
+            "an older mark does not undo a newer one"
+        );
         assert!(servers.reusable(&Metrics::default()), "made after: kept");
         assert!(server_gone(&SqlState::READ_ONLY_SQL_TRANSACTION));
         assert!(!server_gone(&SqlState::UNIQUE_VIOLATION));

@@ -55,12 +55,12 @@ impl PgStore {
             drop(Object::take(client));
             while Instant::now() + store.timeout < until {
                 tokio::time::sleep(store.timeout).await;
+                let (scopes, ids, held) = (&tokens.scopes, &ids, &tokens.tokens);
                 let released = store
-                    .timed("release", async {
-                        let client = store.pool.get().await?;
+                    .timed("release", |client| async move {
                         let stmt = client.prepare_cached(RELEASE_MANY).await?;
                         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
-                            [&tokens.scopes, &ids, &tokens.tokens];
+                            [scopes, ids, held];
                         Ok(client.query(&stmt, &params).await?)
                     })
                     .await;

@@ -22,6 +22,7 @@ use metrics::Counter;
 use tower::{Layer, Service};
 
 use super::budget::{overloaded, ResponseBody};
+use crate::budget::Slot;
 use crate::metrics::Limit;
 use crate::problem::Problem;
 use crate::proxy::headers::{is_grpc, X_REQUEST_ID};
@@ -80,11 +81,6 @@ impl Drop for InFlight {
     }
 }
 
-/// A request's slot as its extensions carry it: whoever holds a copy keeps the slot
-/// (a detached upstream call takes one, [`crate::flow::run::detached`]).
-#[derive(Clone)]
-pub struct Slot(#[allow(dead_code)] Arc<InFlight>);
-
 /// Admits each request under an [`InFlightLimit`] ([`Admit`]).
 #[derive(Clone)]
 pub struct InFlightLayer {
@@ -137,7 +133,8 @@ where
             .filter(|_| request.version() == http::Version::HTTP_2);
         let state = match self.limit.enter(conn.as_ref()) {
             Ok(slot) => {
-                let slot = Slot(Arc::new(slot));
+                // A detached upstream call takes a copy ([`crate::flow::run::detached`]).
+                let slot = Slot::new(slot);
                 request.extensions_mut().insert(slot.clone());
                 State::Running {
                     inner: self.inner.call(request),
