@@ -30,8 +30,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::abusers::{
-    big_upstream, failures, normal_client, post_big, rss, sample_rss, slow_reader, stalled_head,
-    Tally, BIG,
+    big_upstream, buffered_after_attack, failures, normal_client, post_big, rss, sample_rss,
+    slow_reader, stalled_head, Tally, BIG,
 };
 use crate::checker::Report;
 use crate::cluster::{Durability, Options, Probe, Stack};
@@ -125,18 +125,7 @@ pub async fn slow_readers_and_a_connection_burst(name: String) -> Report {
     let hwm = rss(pid).map_or(0, |(_, hwm)| hwm);
 
     // The attack is over: buffers must come back and a new connection be served.
-    let mut buffered = f64::NAN;
-    let settle = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < settle {
-        buffered = (stack.replicas[0]
-            .metric(&stack.http, "idemgate_buffered_bytes")
-            .await)
-            .unwrap_or(f64::NAN);
-        if buffered == 0.0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let buffered = buffered_after_attack(&stack, Duration::from_millis(100)).await;
     let after = stack
         .http
         .get(format!("http://{target}/v1/ping"))

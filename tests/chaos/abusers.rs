@@ -217,3 +217,22 @@ pub async fn sample_rss(pid: u32, until: Instant, peak: Arc<Mutex<u64>>) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Replica 0's `idemgate_buffered_bytes` once it reads 0, or its last reading after 5 s
+/// (read every `every`; NaN when it could not be read).
+pub async fn buffered_after_attack(stack: &crate::cluster::Stack, every: Duration) -> f64 {
+    use crate::cluster::Probe;
+    let mut buffered = f64::NAN;
+    let settle = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < settle {
+        buffered = (stack.replicas[0]
+            .metric(&stack.http, "idemgate_buffered_bytes")
+            .await)
+            .unwrap_or(f64::NAN);
+        if buffered == 0.0 {
+            break;
+        }
+        tokio::time::sleep(every).await;
+    }
+    buffered
+}

@@ -30,7 +30,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::abusers::{rss, sample_rss};
+use crate::abusers::{buffered_after_attack, rss, sample_rss};
 use crate::attack_upstream::AttackUpstream;
 use crate::checker::Report;
 use crate::cluster::{Durability, Options, Probe, Stack};
@@ -146,18 +146,7 @@ pub async fn attack(name: String, kind: Attack) -> Report {
     let _ = sampler.await;
     let after_rss = rss(pid).map_or(0, |(now, _)| now);
 
-    let mut buffered = f64::NAN;
-    let settle = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < settle {
-        buffered = (stack.replicas[0]
-            .metric(&stack.http, "idemgate_buffered_bytes")
-            .await)
-            .unwrap_or(f64::NAN);
-        if buffered == 0.0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let buffered = buffered_after_attack(&stack, Duration::from_millis(200)).await;
     let mut limited = String::new();
     for limit in [
         "connection_in_flight",
