@@ -30,11 +30,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::abusers::{
-    big_upstream, buffered_after_attack, failures, normal_client, post_big, rss, sample_rss,
-    slow_reader, stalled_head, Tally, BIG,
+    big_upstream, buffered_after_attack, failures, limited_summary, normal_client, post_big, rss,
+    sample_rss, slow_reader, stalled_head, Tally, BIG,
 };
 use crate::checker::Report;
-use crate::cluster::{Durability, Options, Probe, Stack};
+use crate::cluster::{Durability, Options, Stack};
 
 const SLOW_READERS: usize = 120;
 const BURST: usize = 600;
@@ -155,17 +155,16 @@ pub async fn slow_readers_and_a_connection_burst(name: String) -> Report {
     report.requests = times.len();
     report.executions = ledger.total;
     report.duplicates = ledger.duplicates();
-    let mut limited = String::new();
-    for limit in [
-        "max_connections",
-        "max_in_flight",
-        "buffer_budget",
-        "write_timeout",
-    ] {
-        let metric = format!("idemgate_limited_total{{limit=\"{limit}\"}}");
-        let n = (stack.replicas[0].metric(&stack.http, &metric).await).unwrap_or(-1.0);
-        limited.push_str(&format!(" {limit} {n}"));
-    }
+    let limited = limited_summary(
+        &stack,
+        &[
+            "max_connections",
+            "max_in_flight",
+            "buffer_budget",
+            "write_timeout",
+        ],
+    )
+    .await;
     let mib = |kb: u64| kb / 1024;
     report.notes.push(format!(
         "{}normal clients {}/{} ok ({:.1}%), p50 {p50} ms, p99 {p99} ms{}; \

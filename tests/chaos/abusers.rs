@@ -236,3 +236,16 @@ pub async fn buffered_after_attack(stack: &crate::cluster::Stack, every: Duratio
     }
     buffered
 }
+
+/// Replica 0's `idemgate_limited_total` for each of `limits`, as " limit n" pairs (-1
+/// when it could not be read).
+pub async fn limited_summary(stack: &crate::cluster::Stack, limits: &[&str]) -> String {
+    use crate::cluster::Probe;
+    let mut limited = String::new();
+    for limit in limits {
+        let metric = format!("idemgate_limited_total{{limit=\"{limit}\"}}");
+        let n = (stack.replicas[0].metric(&stack.http, &metric).await).unwrap_or(-1.0);
+        limited.push_str(&format!(" {limit} {n}"));
+    }
+    limited
+}

@@ -30,7 +30,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::abusers::{buffered_after_attack, rss, sample_rss};
+use crate::abusers::{buffered_after_attack, limited_summary, rss, sample_rss};
 use crate::attack_upstream::AttackUpstream;
 use crate::checker::Report;
 use crate::cluster::{Durability, Options, Probe, Stack};
@@ -147,20 +147,19 @@ pub async fn attack(name: String, kind: Attack) -> Report {
     let after_rss = rss(pid).map_or(0, |(now, _)| now);
 
     let buffered = buffered_after_attack(&stack, Duration::from_millis(200)).await;
-    let mut limited = String::new();
-    for limit in [
-        "connection_in_flight",
-        "connection_budget",
-        "max_in_flight",
-        "buffer_budget",
-        "stream_write_timeout",
-        "idle_timeout",
-        "http2_reset_streams",
-    ] {
-        let metric = format!("idemgate_limited_total{{limit=\"{limit}\"}}");
-        let n = (stack.replicas[0].metric(&stack.http, &metric).await).unwrap_or(-1.0);
-        limited.push_str(&format!(" {limit} {n}"));
-    }
+    let limited = limited_summary(
+        &stack,
+        &[
+            "connection_in_flight",
+            "connection_budget",
+            "max_in_flight",
+            "buffer_budget",
+            "stream_write_timeout",
+            "idle_timeout",
+            "http2_reset_streams",
+        ],
+    )
+    .await;
 
     let outcomes = std::mem::take(&mut *normal.lock().unwrap());
     let measured = Measured {
