@@ -144,7 +144,17 @@ pub async fn run(
     let (parts, body) = request.into_parts();
     let is_grpc = grpc::is_grpc(&parts.headers);
     let mut answering = Answering::new(client);
-    let answer = call(&app, &route, &lease, parts, body, peer, runner, &mut answering).await;
+    let answer = call(
+        &app,
+        &route,
+        &lease,
+        parts,
+        body,
+        peer,
+        runner,
+        &mut answering,
+    )
+    .await;
     let alone = answering.alone();
     let cancelled = matches!(
         answer,
@@ -261,13 +271,16 @@ async fn call(
     let started = Instant::now();
     let peer = Peer::new(peer, &app.config.server);
     let exchange = async {
-        let answer = (app.upstream).forward_keyed(route, parts, body, peer).await?;
+        let answer = (app.upstream)
+            .forward_keyed(route, parts, body, peer)
+            .await?;
         if !live::streams(route, answer.status(), answer.headers()) {
             let buffered = proxy::collect(route, answer, max_response).await?;
             return Ok((buffered, None));
         }
         let expiry = Expiry::after(route.policy.settings.ttl);
-        let mut head = StoredResponse::from_upstream(answer.status(), answer.headers(), Bytes::new());
+        let mut head =
+            StoredResponse::from_upstream(answer.status(), answer.headers(), Bytes::new());
         if let Some(name) = &route.policy.settings.expires_header.0 {
             expiry.stamp(&mut head, name);
         }

@@ -37,7 +37,12 @@ pub struct Source {
 
 /// The joiner's answer, or `None` when the head does not decode (the caller waits
 /// for the record instead).
-pub fn reply(app: &Arc<App>, route: &Arc<Route>, source: Source, joined: Joined) -> Option<Response> {
+pub fn reply(
+    app: &Arc<App>,
+    route: &Arc<Route>,
+    source: Source,
+    joined: Joined,
+) -> Option<Response> {
     let head = StoredResponse::decode(joined.head.clone()).ok()?;
     let mut response = head.replay(&route.policy.replay_omit);
     let grpc = grpc::is_grpc(response.headers());

@@ -43,8 +43,8 @@ pub fn streams(route: &Route, status: StatusCode, headers: &HeaderMap) -> bool {
     if settings.streaming != Streaming::Live || route.policy.releases(status) {
         return false;
     }
-    let event_stream = (headers.get(CONTENT_TYPE))
-        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let event_stream =
+        (headers.get(CONTENT_TYPE)).is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
     event_stream || grpc::is_grpc(headers) || !headers.contains_key(CONTENT_LENGTH)
 }
 

@@ -132,6 +132,11 @@ impl Recording {
         self.more.notify_one();
     }
 
+    /// Whether the answer ended (however).
+    pub fn ended(&self) -> bool {
+        self.lock().end.is_some()
+    }
+
     /// Whether the body went past the limit.
     pub fn over(&self) -> bool {
         self.lock().over
