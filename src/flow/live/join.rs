@@ -11,6 +11,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::response::Response;
@@ -27,6 +28,9 @@ use crate::idempotency::{Claim, Fingerprint, RecordId, Scope, StoredResponse};
 use crate::route::Route;
 use crate::store::redis::live::Entry;
 use crate::store::tiers::{Joined, Read};
+
+/// The longest a joiner that read the end waits for the key to settle.
+const SETTLE_WAIT: Duration = Duration::from_secs(2);
 
 /// The record a joiner falls back to.
 pub struct Source {
@@ -54,6 +58,7 @@ pub fn reply(
         grpc,
         joined,
         pending: VecDeque::new(),
+        ending: None,
         done: false,
     };
     let body = StreamBody::new(stream::unfold(state, Joiner::step));
@@ -70,6 +75,8 @@ struct Joiner {
     /// The reader, and the joiner's place among the key's waiters.
     joined: Joined,
     pending: VecDeque<Result<Frame<Bytes>, Cut>>,
+    /// The end was read: these trailers follow once the key is settled.
+    ending: Option<Vec<(http::HeaderName, http::HeaderValue)>>,
     done: bool,
 }
 
@@ -82,6 +89,11 @@ impl Joiner {
             if self.done {
                 return None;
             }
+            if let Some(trailers) = self.ending.take() {
+                self.await_settled().await;
+                self.end(&trailers);
+                continue;
+            }
             match self.joined.reader.next().await {
                 Ok(Read::Entries(entries)) => entries.into_iter().for_each(|e| self.take(e)),
                 Ok(Read::Gone) => self.rest_from_record().await,
@@ -93,15 +105,44 @@ impl Joiner {
         }
     }
 
+    /// Waits (at most [`SETTLE_WAIT`]) until the key is no longer in flight, so that a
+    /// retry sent on seeing the end finds it stored, as the first client does.
+    async fn await_settled(&mut self) {
+        let Source {
+            scope,
+            record,
+            fingerprint,
+        } = &self.source;
+        let deadline = Instant::now() + SETTLE_WAIT;
+        let wake = self.joined.reader.wake();
+        loop {
+            let notified = wake.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let found = (self.app.stores).find(&self.route, *scope, *record, fingerprint);
+            if !matches!(found.await, Ok(Some(Claim::InFlight { .. }))) {
+                return;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep(left.min(Duration::from_millis(100))) => {}
+            }
+        }
+    }
+
     fn take(&mut self, entry: Entry) {
-        if self.done {
+        if self.done || self.ending.is_some() {
             return;
         }
         match entry {
             Entry::Head(_) => {}
             Entry::Data(piece) => self.pending.push_back(Ok(Frame::data(piece))),
             Entry::End(end) => match StoredResponse::decode(end) {
-                Ok(end) => self.end(&end.trailers),
+                Ok(end) => self.ending = Some(end.trailers),
                 Err(_) => self.cut(),
             },
             Entry::Aborted => self.cut(),

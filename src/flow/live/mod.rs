@@ -18,6 +18,7 @@ mod publish;
 pub mod recording;
 mod tee;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -48,9 +49,10 @@ pub fn streams(route: &Route, status: StatusCode, headers: &HeaderMap) -> bool {
     event_stream || grpc::is_grpc(headers) || !headers.contains_key(CONTENT_LENGTH)
 }
 
-/// Runs a live answer: its first client is answered at once through `early` (when it
-/// still waits) with `head` (the stored form of the answer's head, expiry stamped)
-/// and a body that follows the upstream's; the body is recorded and, when somebody
+/// Runs a live answer into `recording`: its first client is answered at once through
+/// `early` (when it still waits) with `head` (the stored form of the answer's head,
+/// expiry stamped) and a body that follows the upstream's, ending once the caller says
+/// the key is settled ([`Recording::settled`]); the body is recorded and, when somebody
 /// joins, published; the whole answer comes back for settling.
 pub async fn record(
     app: &App,
@@ -58,10 +60,9 @@ pub async fn record(
     lease: &Lease,
     answer: http::Response<Incoming>,
     head: StoredResponse,
-    early: Option<oneshot::Sender<Response>>,
+    (recording, early): (Arc<Recording>, Option<oneshot::Sender<Response>>),
 ) -> Result<Buffered, UpstreamError> {
     let (parts, body) = answer.into_parts();
-    let recording = Recording::new(early.is_some());
     if let Some(early) = early {
         let first = head.to_response(false);
         let first = first.map(|_| Body::new(FirstBody::new(recording.clone())));
