@@ -295,7 +295,7 @@ async fn call(
         let answer = (app.upstream)
             .forward_keyed(route, parts, body, peer)
             .await?;
-        if !live::streams(route, answer.status(), answer.headers()) {
+        if !live::streams(route, &answer) {
             let buffered = proxy::collect(route, answer, max_response).await?;
             return Ok((buffered, None));
         }

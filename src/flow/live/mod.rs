@@ -6,7 +6,8 @@
 //!
 //! Which answers stream ([`streams`]): `text/event-stream`, gRPC answers (server
 //! streaming; a unary call's answer, which ends at once, is never published), and any
-//! answer without a `Content-Length`, unless its status releases the key. An answer
+//! answer without a `Content-Length`, unless its status releases the key or its body is
+//! known to be empty (a gRPC trailers-only answer). An answer
 //! with a `Content-Length` is buffered: it is whole in a read or a few, and buffering
 //! keeps its one compact copy.
 //!
@@ -24,7 +25,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::response::Response;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
-use http::{HeaderMap, StatusCode};
+use http::HeaderName;
 use hyper::body::Incoming;
 use tokio::sync::oneshot;
 use tracing::Instrument;
@@ -38,10 +39,20 @@ use crate::proxy::{Buffered, UpstreamError};
 use crate::route::Route;
 use crate::store::Lease;
 
-/// Whether an answer with this head streams live on `route`.
-pub fn streams(route: &Route, status: StatusCode, headers: &HeaderMap) -> bool {
+/// A gRPC answer with its status in its headers is trailers-only: nothing follows.
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+
+/// Whether an answer with this head streams live on `route` (one whose body is already
+/// known to be empty does not: it is buffered, so that it keeps its framing, a gRPC
+/// trailers-only answer as one HEADERS frame).
+pub fn streams(route: &Route, answer: &http::Response<Incoming>) -> bool {
+    let (status, headers) = (answer.status(), answer.headers());
     let settings = &route.policy.settings;
-    if settings.streaming != Streaming::Live || route.policy.releases(status) {
+    if settings.streaming != Streaming::Live
+        || route.policy.releases(status)
+        || hyper::body::Body::is_end_stream(answer.body())
+        || headers.contains_key(GRPC_STATUS)
+    {
         return false;
     }
     let event_stream =
