@@ -25,6 +25,7 @@ use super::recording::Cut;
 use crate::app::App;
 use crate::grpc;
 use crate::idempotency::{Claim, Fingerprint, RecordId, Scope, StoredResponse};
+use crate::metrics::{self, Join};
 use crate::route::Route;
 use crate::store::redis::live::Entry;
 use crate::store::tiers::{Joined, Read};
@@ -50,6 +51,7 @@ pub fn reply(
     let head = StoredResponse::decode(joined.head.clone()).ok()?;
     let mut response = head.replay(&route.policy.replay_omit);
     let grpc = grpc::is_grpc(response.headers());
+    metrics::live_joiners(1.0);
     let state = Joiner {
         app: app.clone(),
         route: route.clone(),
@@ -60,6 +62,7 @@ pub fn reply(
         pending: VecDeque::new(),
         ending: None,
         done: false,
+        how: None,
     };
     let body = StreamBody::new(stream::unfold(state, Joiner::step));
     *response.body_mut() = Body::new(body);
@@ -78,6 +81,15 @@ struct Joiner {
     /// The end was read: these trailers follow once the key is settled.
     ending: Option<Vec<(http::HeaderName, http::HeaderValue)>>,
     done: bool,
+    /// How the join ended, once it did (else its client left).
+    how: Option<Join>,
+}
+
+impl Drop for Joiner {
+    fn drop(&mut self) {
+        metrics::live_joiners(-1.0);
+        metrics::live_join_ended(self.how.unwrap_or(Join::Left));
+    }
 }
 
 impl Joiner {
@@ -91,7 +103,7 @@ impl Joiner {
             }
             if let Some(trailers) = self.ending.take() {
                 self.await_settled().await;
-                self.end(&trailers);
+                self.end(&trailers, Join::Ended);
                 continue;
             }
             match self.joined.reader.next().await {
@@ -167,7 +179,7 @@ impl Joiner {
                     let rest = response.body.slice(offset..);
                     self.pending.push_back(Ok(Frame::data(rest)));
                 }
-                self.end(&response.trailers);
+                self.end(&response.trailers, Join::FromRecord);
             }
             _ => {
                 tracing::warn!("a joined live answer ended before its end and no record completes it; cutting it");
@@ -176,7 +188,8 @@ impl Joiner {
         }
     }
 
-    fn end(&mut self, trailers: &[(http::HeaderName, http::HeaderValue)]) {
+    fn end(&mut self, trailers: &[(http::HeaderName, http::HeaderValue)], how: Join) {
+        self.how = Some(how);
         if !trailers.is_empty() {
             let mut map = HeaderMap::with_capacity(trailers.len());
             for (name, value) in trailers {
@@ -189,6 +202,7 @@ impl Joiner {
 
     /// Ends the answer so that its client knows it is incomplete.
     fn cut(&mut self) {
+        self.how = Some(Join::Cut);
         let end = match self.grpc {
             true => Ok(Frame::trailers(grpc::cut_trailers())),
             false => Err(Cut),

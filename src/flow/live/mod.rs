@@ -35,6 +35,7 @@ use crate::app::App;
 use crate::config::Streaming;
 use crate::grpc;
 use crate::idempotency::StoredResponse;
+use crate::metrics;
 use crate::proxy::{Buffered, UpstreamError};
 use crate::route::Route;
 use crate::store::Lease;
@@ -74,6 +75,7 @@ pub async fn record(
     (recording, early): (Arc<Recording>, Option<oneshot::Sender<Response>>),
 ) -> Result<Buffered, UpstreamError> {
     let (parts, body) = answer.into_parts();
+    let _counted = Counted::new();
     if let Some(early) = early {
         let first = head.to_response(false);
         let first = first.map(|_| Body::new(FirstBody::new(recording.clone())));
@@ -101,4 +103,20 @@ pub async fn record(
         body,
         trailers,
     })
+}
+
+/// Counts a live answer in `idemgate_live_answers` while it lives.
+struct Counted;
+
+impl Counted {
+    fn new() -> Self {
+        metrics::live_answers(1.0);
+        Self
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        metrics::live_answers(-1.0);
+    }
 }
