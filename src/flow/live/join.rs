@@ -1,7 +1,8 @@
 //! A duplicate joining a live answer (`in_flight = "wait"`): answered as a replay
 //! (`Idempotent-Replayed: true`, `replay_omit_headers` left out) with the head the
 //! holder wrote, the bytes written so far at once, then the rest as they are written,
-//! ending with the answer's trailers ([`reply`]).
+//! ending with the answer's trailers ([`reply`]); from after its `Last-Event-ID` when it
+//! sends one ([`super::resume`]).
 //!
 //! When the stream is gone before its end (expired after the answer was stored, or its
 //! writer's replica died and its lease ran out), the joiner looks the record up: a
@@ -22,6 +23,7 @@ use http_body_util::StreamBody;
 use hyper::body::Frame;
 
 use super::recording::Cut;
+use super::resume::Resume;
 use crate::app::App;
 use crate::grpc;
 use crate::idempotency::{Claim, Fingerprint, RecordId, Scope, StoredResponse};
@@ -47,8 +49,11 @@ pub fn reply(
     route: &Arc<Route>,
     source: Source,
     joined: Joined,
+    resume: Option<Resume>,
 ) -> Option<Response> {
     let head = StoredResponse::decode(joined.head.clone()).ok()?;
+    let headers = head.headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes()));
+    let resume = resume.filter(|_| Resume::applies(headers));
     let mut response = head.replay(&route.policy.replay_omit);
     let grpc = grpc::is_grpc(response.headers());
     metrics::live_joiners(1.0);
@@ -63,6 +68,7 @@ pub fn reply(
         ending: None,
         done: false,
         how: None,
+        resume,
     };
     let body = StreamBody::new(stream::unfold(state, Joiner::step));
     *response.body_mut() = Body::new(body);
@@ -83,6 +89,8 @@ struct Joiner {
     done: bool,
     /// How the join ended, once it did (else its client left).
     how: Option<Join>,
+    /// `Last-Event-ID`: the events up to it are not sent.
+    resume: Option<Resume>,
 }
 
 impl Drop for Joiner {
@@ -152,7 +160,7 @@ impl Joiner {
         }
         match entry {
             Entry::Head(_) => {}
-            Entry::Data(piece) => self.pending.push_back(Ok(Frame::data(piece))),
+            Entry::Data(piece) => self.data(piece),
             Entry::End(end) => match StoredResponse::decode(end) {
                 Ok(end) => self.ending = Some(end.trailers),
                 Err(_) => self.cut(),
@@ -176,8 +184,7 @@ impl Joiner {
                 if response.status == self.status && response.body.len() >= offset =>
             {
                 if response.body.len() > offset {
-                    let rest = response.body.slice(offset..);
-                    self.pending.push_back(Ok(Frame::data(rest)));
+                    self.data(response.body.slice(offset..));
                 }
                 self.end(&response.trailers, Join::FromRecord);
             }
@@ -188,8 +195,22 @@ impl Joiner {
         }
     }
 
+    /// A piece of the body, unless it comes before the resume point.
+    fn data(&mut self, piece: Bytes) {
+        let piece = match self.resume.as_mut() {
+            Some(resume) => resume.feed(piece),
+            None => Some(piece),
+        };
+        if let Some(piece) = piece {
+            self.pending.push_back(Ok(Frame::data(piece)));
+        }
+    }
+
     fn end(&mut self, trailers: &[(http::HeaderName, http::HeaderValue)], how: Join) {
         self.how = Some(how);
+        if let Some(held) = self.resume.as_mut().and_then(Resume::finish) {
+            self.pending.push_back(Ok(Frame::data(held)));
+        }
         if !trailers.is_empty() {
             let mut map = HeaderMap::with_capacity(trailers.len());
             for (name, value) in trailers {

@@ -12,11 +12,13 @@
 //! keeps its one compact copy.
 //!
 //! The parts: the [`recording::Recording`] one answer shares, the [`tee`] that fills it,
-//! the [`publish`]er that writes it to Redis for joiners, and the joiners' side.
+//! the [`publish`]er that writes it to Redis for joiners, the joiners' side, and SSE
+//! resume (`Last-Event-ID`) for joiners and replays ([`resume`]).
 
 pub mod join;
 mod publish;
 pub mod recording;
+pub mod resume;
 mod tee;
 
 use std::sync::Arc;
