@@ -6,8 +6,8 @@
 //!
 //! When the stream is gone before its end (expired after the answer was stored, or its
 //! writer's replica died and its lease ran out), the joiner looks the record up: a
-//! stored answer with the same status gives the rest of its bytes from where the
-//! joiner is; anything else cuts the joiner's answer (HTTP: the body ends in an error;
+//! stored answer with the same status and the same bytes so far gives the rest of its
+//! bytes from where the joiner is; anything else cuts the joiner's answer (HTTP: the body ends in an error;
 //! gRPC: `UNAVAILABLE` trailers), so its client knows to retry.
 
 use std::collections::VecDeque;
@@ -21,6 +21,7 @@ use futures_util::stream;
 use http::{HeaderMap, StatusCode};
 use http_body_util::StreamBody;
 use hyper::body::Frame;
+use sha2::{Digest, Sha256};
 
 use super::recording::Cut;
 use super::resume::Resume;
@@ -69,6 +70,7 @@ pub fn reply(
         done: false,
         how: None,
         resume,
+        read: Sha256::new(),
     };
     let body = StreamBody::new(stream::unfold(state, Joiner::step));
     *response.body_mut() = Body::new(body);
@@ -91,6 +93,9 @@ struct Joiner {
     how: Option<Join>,
     /// `Last-Event-ID`: the events up to it are not sent.
     resume: Option<Resume>,
+    /// A hash of the body read so far, so that the rest is taken from a record only if
+    /// the record starts with the same bytes (another execution's never does).
+    read: Sha256,
 }
 
 impl Drop for Joiner {
@@ -160,7 +165,10 @@ impl Joiner {
         }
         match entry {
             Entry::Head(_) => {}
-            Entry::Data(piece) => self.data(piece),
+            Entry::Data(piece) => {
+                self.read.update(&piece);
+                self.data(piece);
+            }
             Entry::End(end) => match StoredResponse::decode(end) {
                 Ok(end) => self.ending = Some(end.trailers),
                 Err(_) => self.cut(),
@@ -179,9 +187,11 @@ impl Joiner {
         } = &self.source;
         let found = (self.app.stores).find(&self.route, *scope, *record, fingerprint);
         let offset = self.joined.reader.offset() as usize;
+        let read = std::mem::take(&mut self.read).finalize();
+        let same = |body: &Bytes| body.len() >= offset && Sha256::digest(&body[..offset]) == read;
         match found.await {
             Ok(Some(Claim::Completed { response, .. }))
-                if response.status == self.status && response.body.len() >= offset =>
+                if response.status == self.status && same(&response.body) =>
             {
                 if response.body.len() > offset {
                     self.data(response.body.slice(offset..));
