@@ -14,12 +14,15 @@
 mod claim;
 mod completer;
 mod find;
+mod live;
 mod maintenance;
 mod records;
 mod settle;
 mod wait;
 
 pub use claim::Kept;
+pub use live::{LiveWriter, Read};
+pub use wait::{Joined, Waited};
 pub use records::Health;
 
 use std::sync::Arc;
