@@ -28,7 +28,7 @@ use axum::response::Response;
 use tokio::sync::oneshot;
 
 use super::identify::Identified;
-use super::live;
+use super::live::{self, recording::Recording};
 use super::refused::{Refused, Reply};
 use super::settle::{self, Runner, Settled};
 use super::watch::{Alone, Watch};
@@ -144,7 +144,20 @@ pub async fn run(
     let (parts, body) = request.into_parts();
     let is_grpc = grpc::is_grpc(&parts.headers);
     let mut answering = Answering::new(client);
-    let answer = call(&app, &route, &lease, parts, body, peer, runner, &mut answering).await;
+    let answer = call(
+        &app,
+        &route,
+        &lease,
+        parts,
+        body,
+        peer,
+        runner,
+        &mut answering,
+    )
+    .await;
+    // A live answer's first client sees its end once the key is settled (or this task
+    // ends, however).
+    let _settling = Settling(answering.recording.take());
     let alone = answering.alone();
     let cancelled = matches!(
         answer,
@@ -164,6 +177,19 @@ struct Answering<'a> {
     early: Option<oneshot::Sender<Response>>,
     /// Told at a live answer's head: whether the client had been answered first.
     detached: Option<bool>,
+    /// A live answer's recording, told when the key is settled.
+    recording: Option<Arc<Recording>>,
+}
+
+/// Tells a live answer's recording that the key is settled, when dropped.
+struct Settling(Option<Arc<Recording>>);
+
+impl Drop for Settling {
+    fn drop(&mut self) {
+        if let Some(recording) = self.0.take() {
+            recording.settled();
+        }
+    }
 }
 
 impl<'a> Answering<'a> {
@@ -173,14 +199,19 @@ impl<'a> Answering<'a> {
             alone,
             early,
             detached: None,
+            recording: None,
         }
     }
 
-    /// At a live answer's head: where its client's response goes, if it still waits.
-    fn at_head(&mut self) -> Option<oneshot::Sender<Response>> {
+    /// At a live answer's head: its recording, and where its client's response goes if
+    /// it still waits.
+    fn at_head(&mut self) -> (Arc<Recording>, Option<oneshot::Sender<Response>>) {
         let detached = self.alone.as_ref().is_some_and(|alone| alone.answered());
         self.detached = Some(detached);
-        self.early.take().filter(|_| !detached)
+        let early = self.early.take().filter(|_| !detached);
+        let recording = Recording::new(early.is_some());
+        self.recording = Some(recording.clone());
+        (recording, early)
     }
 
     /// Once the call ended: its [`Alone`], if its client was answered first.
@@ -261,13 +292,16 @@ async fn call(
     let started = Instant::now();
     let peer = Peer::new(peer, &app.config.server);
     let exchange = async {
-        let answer = (app.upstream).forward_keyed(route, parts, body, peer).await?;
-        if !live::streams(route, answer.status(), answer.headers()) {
+        let answer = (app.upstream)
+            .forward_keyed(route, parts, body, peer)
+            .await?;
+        if !live::streams(route, &answer) {
             let buffered = proxy::collect(route, answer, max_response).await?;
             return Ok((buffered, None));
         }
         let expiry = Expiry::after(route.policy.settings.ttl);
-        let mut head = StoredResponse::from_upstream(answer.status(), answer.headers(), Bytes::new());
+        let mut head =
+            StoredResponse::from_upstream(answer.status(), answer.headers(), Bytes::new());
         if let Some(name) = &route.policy.settings.expires_header.0 {
             expiry.stamp(&mut head, name);
         }

@@ -1,16 +1,18 @@
 //! A duplicate joining a live answer (`in_flight = "wait"`): answered as a replay
 //! (`Idempotent-Replayed: true`, `replay_omit_headers` left out) with the head the
 //! holder wrote, the bytes written so far at once, then the rest as they are written,
-//! ending with the answer's trailers ([`reply`]).
+//! ending with the answer's trailers ([`reply`]); from after its `Last-Event-ID` when it
+//! sends one ([`super::resume`]).
 //!
 //! When the stream is gone before its end (expired after the answer was stored, or its
 //! writer's replica died and its lease ran out), the joiner looks the record up: a
-//! stored answer with the same status gives the rest of its bytes from where the
-//! joiner is; anything else cuts the joiner's answer (HTTP: the body ends in an error;
+//! stored answer with the same status and the same bytes so far gives the rest of its
+//! bytes from where the joiner is; anything else cuts the joiner's answer (HTTP: the body ends in an error;
 //! gRPC: `UNAVAILABLE` trailers), so its client knows to retry.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::response::Response;
@@ -19,14 +21,20 @@ use futures_util::stream;
 use http::{HeaderMap, StatusCode};
 use http_body_util::StreamBody;
 use hyper::body::Frame;
+use sha2::{Digest, Sha256};
 
 use super::recording::Cut;
+use super::resume::Resume;
 use crate::app::App;
 use crate::grpc;
 use crate::idempotency::{Claim, Fingerprint, RecordId, Scope, StoredResponse};
+use crate::metrics::{self, Join};
 use crate::route::Route;
 use crate::store::redis::live::Entry;
 use crate::store::tiers::{Joined, Read};
+
+/// The longest a joiner that read the end waits for the key to settle.
+const SETTLE_WAIT: Duration = Duration::from_secs(2);
 
 /// The record a joiner falls back to.
 pub struct Source {
@@ -37,10 +45,19 @@ pub struct Source {
 
 /// The joiner's answer, or `None` when the head does not decode (the caller waits
 /// for the record instead).
-pub fn reply(app: &Arc<App>, route: &Arc<Route>, source: Source, joined: Joined) -> Option<Response> {
+pub fn reply(
+    app: &Arc<App>,
+    route: &Arc<Route>,
+    source: Source,
+    joined: Joined,
+    resume: Option<Resume>,
+) -> Option<Response> {
     let head = StoredResponse::decode(joined.head.clone()).ok()?;
+    let headers = head.headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes()));
+    let resume = resume.filter(|_| Resume::applies(headers));
     let mut response = head.replay(&route.policy.replay_omit);
     let grpc = grpc::is_grpc(response.headers());
+    metrics::live_joiners(1.0);
     let state = Joiner {
         app: app.clone(),
         route: route.clone(),
@@ -49,7 +66,11 @@ pub fn reply(app: &Arc<App>, route: &Arc<Route>, source: Source, joined: Joined)
         grpc,
         joined,
         pending: VecDeque::new(),
+        ending: None,
         done: false,
+        how: None,
+        resume,
+        read: Sha256::new(),
     };
     let body = StreamBody::new(stream::unfold(state, Joiner::step));
     *response.body_mut() = Body::new(body);
@@ -65,7 +86,23 @@ struct Joiner {
     /// The reader, and the joiner's place among the key's waiters.
     joined: Joined,
     pending: VecDeque<Result<Frame<Bytes>, Cut>>,
+    /// The end was read: these trailers follow once the key is settled.
+    ending: Option<Vec<(http::HeaderName, http::HeaderValue)>>,
     done: bool,
+    /// How the join ended, once it did (else its client left).
+    how: Option<Join>,
+    /// `Last-Event-ID`: the events up to it are not sent.
+    resume: Option<Resume>,
+    /// A hash of the body read so far, so that the rest is taken from a record only if
+    /// the record starts with the same bytes (another execution's never does).
+    read: Sha256,
+}
+
+impl Drop for Joiner {
+    fn drop(&mut self) {
+        metrics::live_joiners(-1.0);
+        metrics::live_join_ended(self.how.unwrap_or(Join::Left));
+    }
 }
 
 impl Joiner {
@@ -76,6 +113,11 @@ impl Joiner {
             }
             if self.done {
                 return None;
+            }
+            if let Some(trailers) = self.ending.take() {
+                self.await_settled().await;
+                self.end(&trailers, Join::Ended);
+                continue;
             }
             match self.joined.reader.next().await {
                 Ok(Read::Entries(entries)) => entries.into_iter().for_each(|e| self.take(e)),
@@ -88,15 +130,47 @@ impl Joiner {
         }
     }
 
+    /// Waits (at most [`SETTLE_WAIT`]) until the key is no longer in flight, so that a
+    /// retry sent on seeing the end finds it stored, as the first client does.
+    async fn await_settled(&mut self) {
+        let Source {
+            scope,
+            record,
+            fingerprint,
+        } = &self.source;
+        let deadline = Instant::now() + SETTLE_WAIT;
+        let wake = self.joined.reader.wake();
+        loop {
+            let notified = wake.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let found = (self.app.stores).find(&self.route, *scope, *record, fingerprint);
+            if !matches!(found.await, Ok(Some(Claim::InFlight { .. }))) {
+                return;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep(left.min(Duration::from_millis(100))) => {}
+            }
+        }
+    }
+
     fn take(&mut self, entry: Entry) {
-        if self.done {
+        if self.done || self.ending.is_some() {
             return;
         }
         match entry {
             Entry::Head(_) => {}
-            Entry::Data(piece) => self.pending.push_back(Ok(Frame::data(piece))),
+            Entry::Data(piece) => {
+                self.read.update(&piece);
+                self.data(piece);
+            }
             Entry::End(end) => match StoredResponse::decode(end) {
-                Ok(end) => self.end(&end.trailers),
+                Ok(end) => self.ending = Some(end.trailers),
                 Err(_) => self.cut(),
             },
             Entry::Aborted => self.cut(),
@@ -113,15 +187,16 @@ impl Joiner {
         } = &self.source;
         let found = (self.app.stores).find(&self.route, *scope, *record, fingerprint);
         let offset = self.joined.reader.offset() as usize;
+        let read = std::mem::take(&mut self.read).finalize();
+        let same = |body: &Bytes| body.len() >= offset && Sha256::digest(&body[..offset]) == read;
         match found.await {
             Ok(Some(Claim::Completed { response, .. }))
-                if response.status == self.status && response.body.len() >= offset =>
+                if response.status == self.status && same(&response.body) =>
             {
                 if response.body.len() > offset {
-                    let rest = response.body.slice(offset..);
-                    self.pending.push_back(Ok(Frame::data(rest)));
+                    self.data(response.body.slice(offset..));
                 }
-                self.end(&response.trailers);
+                self.end(&response.trailers, Join::FromRecord);
             }
             _ => {
                 tracing::warn!("a joined live answer ended before its end and no record completes it; cutting it");
@@ -130,7 +205,22 @@ impl Joiner {
         }
     }
 
-    fn end(&mut self, trailers: &[(http::HeaderName, http::HeaderValue)]) {
+    /// A piece of the body, unless it comes before the resume point.
+    fn data(&mut self, piece: Bytes) {
+        let piece = match self.resume.as_mut() {
+            Some(resume) => resume.feed(piece),
+            None => Some(piece),
+        };
+        if let Some(piece) = piece {
+            self.pending.push_back(Ok(Frame::data(piece)));
+        }
+    }
+
+    fn end(&mut self, trailers: &[(http::HeaderName, http::HeaderValue)], how: Join) {
+        self.how = Some(how);
+        if let Some(held) = self.resume.as_mut().and_then(Resume::finish) {
+            self.pending.push_back(Ok(Frame::data(held)));
+        }
         if !trailers.is_empty() {
             let mut map = HeaderMap::with_capacity(trailers.len());
             for (name, value) in trailers {
@@ -143,6 +233,7 @@ impl Joiner {
 
     /// Ends the answer so that its client knows it is incomplete.
     fn cut(&mut self) {
+        self.how = Some(Join::Cut);
         let end = match self.grpc {
             true => Ok(Frame::trailers(grpc::cut_trailers())),
             false => Err(Cut),

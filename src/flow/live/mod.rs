@@ -6,51 +6,67 @@
 //!
 //! Which answers stream ([`streams`]): `text/event-stream`, gRPC answers (server
 //! streaming; a unary call's answer, which ends at once, is never published), and any
-//! answer without a `Content-Length`, unless its status releases the key. An answer
+//! answer without a `Content-Length`, unless its status releases the key or its body is
+//! known to be empty (a gRPC trailers-only answer). An answer
 //! with a `Content-Length` is buffered: it is whole in a read or a few, and buffering
 //! keeps its one compact copy.
 //!
 //! The parts: the [`recording::Recording`] one answer shares, the [`tee`] that fills it,
-//! the [`publish`]er that writes it to Redis for joiners, and the joiners' side.
+//! the [`publish`]er that writes it to Redis for joiners, the joiners' side, and SSE
+//! resume (`Last-Event-ID`) for joiners and replays ([`resume`]).
 
 pub mod join;
 mod publish;
 pub mod recording;
+pub mod resume;
 mod tee;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::response::Response;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
-use http::{HeaderMap, StatusCode};
+use http::HeaderName;
 use hyper::body::Incoming;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use self::recording::{FirstBody, Recording};
 use crate::app::App;
-use crate::config::Streaming;
+use crate::config::{InFlightPolicy, Streaming};
 use crate::grpc;
 use crate::idempotency::StoredResponse;
+use crate::metrics;
 use crate::proxy::{Buffered, UpstreamError};
 use crate::route::Route;
 use crate::store::Lease;
 
-/// Whether an answer with this head streams live on `route`.
-pub fn streams(route: &Route, status: StatusCode, headers: &HeaderMap) -> bool {
+/// A gRPC answer with its status in its headers is trailers-only: nothing follows.
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+
+/// Whether an answer with this head streams live on `route` (one whose body is already
+/// known to be empty does not: it is buffered, so that it keeps its framing, a gRPC
+/// trailers-only answer as one HEADERS frame).
+pub fn streams(route: &Route, answer: &http::Response<Incoming>) -> bool {
+    let (status, headers) = (answer.status(), answer.headers());
     let settings = &route.policy.settings;
-    if settings.streaming != Streaming::Live || route.policy.releases(status) {
+    if settings.streaming != Streaming::Live
+        || route.policy.releases(status)
+        || hyper::body::Body::is_end_stream(answer.body())
+        || headers.contains_key(GRPC_STATUS)
+    {
         return false;
     }
-    let event_stream = (headers.get(CONTENT_TYPE))
-        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let event_stream =
+        (headers.get(CONTENT_TYPE)).is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
     event_stream || grpc::is_grpc(headers) || !headers.contains_key(CONTENT_LENGTH)
 }
 
-/// Runs a live answer: its first client is answered at once through `early` (when it
-/// still waits) with `head` (the stored form of the answer's head, expiry stamped)
-/// and a body that follows the upstream's; the body is recorded and, when somebody
+/// Runs a live answer into `recording`: its first client is answered at once through
+/// `early` (when it still waits) with `head` (the stored form of the answer's head,
+/// expiry stamped) and a body that follows the upstream's, ending once the caller says
+/// the key is settled ([`Recording::settled`]); the body is recorded and, when somebody
 /// joins, published; the whole answer comes back for settling.
 pub async fn record(
     app: &App,
@@ -58,17 +74,20 @@ pub async fn record(
     lease: &Lease,
     answer: http::Response<Incoming>,
     head: StoredResponse,
-    early: Option<oneshot::Sender<Response>>,
+    (recording, early): (Arc<Recording>, Option<oneshot::Sender<Response>>),
 ) -> Result<Buffered, UpstreamError> {
     let (parts, body) = answer.into_parts();
-    let recording = Recording::new(early.is_some());
+    let _counted = Counted::new();
     if let Some(early) = early {
         let first = head.to_response(false);
         let first = first.map(|_| Body::new(FirstBody::new(recording.clone())));
         // A client gone already drops its body: the recording goes on without it.
         let _ = early.send(first);
     }
-    let publisher = app.stores.live_writer(lease).map(|writer| {
+    // Only a route whose duplicates wait can be joined.
+    let joinable = route.policy.settings.in_flight == InFlightPolicy::Wait;
+    let writer = joinable.then(|| app.stores.live_writer(lease)).flatten();
+    let publisher = writer.map(|writer| {
         let mut joiners = head;
         joiners.omit(&route.policy.replay_omit);
         let publish = publish::publish(writer, recording.clone(), joiners.encode());
@@ -89,4 +108,20 @@ pub async fn record(
         body,
         trailers,
     })
+}
+
+/// Counts a live answer in `idemgate_live_answers` while it lives.
+struct Counted;
+
+impl Counted {
+    fn new() -> Self {
+        metrics::live_answers(1.0);
+        Self
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        metrics::live_answers(-1.0);
+    }
 }

@@ -30,57 +30,128 @@ const PER_WRITE: usize = 64;
 /// Publishes `recording` (whose head, as joiners get it, is `head`) until it ends,
 /// the lease is not ours, or Redis fails (joiners then fall back to the record).
 pub async fn publish(mut writer: LiveWriter, recording: Arc<Recording>, head: Bytes) {
+    if !first_look(&recording).await {
+        return;
+    }
+    // Listening before the first look: a duplicate that asks after it is heard.
     writer.listen().await;
-    tokio::time::sleep(FIRST_LOOK).await;
-    // Written: `sent` whole pieces, then `skip` bytes of the next; `offset` bytes in all.
-    let (mut sent, mut skip, mut offset) = (0usize, 0usize, 0u64);
-    let (mut joined, mut look) = (false, true);
+    let mut publisher = Publisher {
+        writer,
+        recording,
+        head,
+        sent: 0,
+        skip: 0,
+        offset: 0,
+        joined: false,
+    };
+    let mut look = true;
     loop {
-        let Some(asked) = writer.asked() else { return };
+        let Some(asked) = publisher.writer.asked() else {
+            return;
+        };
+        let recording = publisher.recording.clone();
         let (asked, more) = (asked.notified(), recording.more().notified());
         tokio::pin!(asked, more);
         asked.as_mut().enable();
         more.as_mut().enable();
-        let since = recording.since(sent);
-        let (pieces, whole) = entries(&since.pieces, skip);
+        if publisher.joined || look {
+            look = false;
+            match publisher.write().await {
+                Step::Again => continue,
+                Step::Wait => {}
+                Step::Done => return,
+            }
+        } else if publisher.recording.ended() {
+            // Nobody asked before the end: they get the stored record.
+            return;
+        }
+        tokio::select! {
+            () = &mut asked => look = true,
+            () = &mut more => {}
+            () = tokio::time::sleep(publisher.writer.ttl() / 3) => {}
+        }
+    }
+}
+
+/// Waits [`FIRST_LOOK`]; false when the answer ended sooner (it is never published:
+/// a duplicate gets the stored record, and nothing is subscribed to or written, as for
+/// a unary gRPC call).
+async fn first_look(recording: &Recording) -> bool {
+    let first_look = tokio::time::sleep(FIRST_LOOK);
+    tokio::pin!(first_look);
+    loop {
+        let more = recording.more().notified();
+        tokio::pin!(more);
+        more.as_mut().enable();
+        if recording.ended() {
+            return false;
+        }
+        tokio::select! {
+            () = &mut first_look => return true,
+            () = &mut more => {}
+        }
+    }
+}
+
+/// Where the publisher is in its recording.
+struct Publisher {
+    writer: LiveWriter,
+    recording: Arc<Recording>,
+    head: Bytes,
+    /// Written: `sent` whole pieces, then `skip` bytes of the next; `offset` bytes in all.
+    sent: usize,
+    skip: usize,
+    offset: u64,
+    /// Whether the stream exists (somebody joined, the head is written).
+    joined: bool,
+}
+
+/// What the publisher does after a write.
+enum Step {
+    /// More is ready: write again.
+    Again,
+    /// Wait for more, a request to join, or the time to keep the stream alive.
+    Wait,
+    /// The end is written, nobody joined before the end, or the stream is not ours.
+    Done,
+}
+
+impl Publisher {
+    /// Writes what is new (the head first, when the stream starts), if somebody joins.
+    async fn write(&mut self) -> Step {
+        let since = self.recording.since(self.sent);
+        let (pieces, whole) = entries(&since.pieces, self.skip);
         let end = match (&since.end, since.over) {
             (_, true) | (Some(End::Aborted), _) => Some(None),
             (Some(End::Ended(trailers)), _) if whole => Some(Some(trailers_entry(trailers))),
             _ => None,
         };
         let finished = end.is_some() || since.over;
-        if joined || look {
-            look = false;
-            let head = (!joined).then_some(&head);
-            let end = end.as_ref().map(Option::as_ref);
-            match writer.append(head, &pieces, offset, end).await {
-                Ok(Appended::Written) => {
-                    joined = true;
-                    let written: usize = pieces.iter().map(Bytes::len).sum();
-                    let (whole_pieces, left) = advance(&since.pieces, skip, written);
-                    (sent, skip) = (sent + whole_pieces, left);
-                    offset += written as u64;
-                    if finished {
-                        return;
-                    }
-                    if !whole {
-                        continue;
-                    }
-                }
-                Ok(Appended::Nobody) if !finished => {}
-                Ok(_) => return,
-                Err(e) => {
-                    tracing::debug!(error = %e, "could not write the live stream; joiners fall back to the record");
-                    return;
+        if !self.joined && finished {
+            return Step::Done;
+        }
+        let head = (!self.joined).then_some(&self.head);
+        let end = end.as_ref().map(Option::as_ref);
+        match self.writer.append(head, &pieces, self.offset, end).await {
+            Ok(Appended::Written) => {
+                self.joined = true;
+                let written: usize = pieces.iter().map(Bytes::len).sum();
+                let (whole_pieces, left) = advance(&since.pieces, self.skip, written);
+                (self.sent, self.skip) = (self.sent + whole_pieces, left);
+                self.offset += written as u64;
+                match (finished, whole) {
+                    (true, _) => Step::Done,
+                    (false, false) => Step::Again,
+                    (false, true) => Step::Wait,
                 }
             }
-        } else if finished {
-            return;
-        }
-        tokio::select! {
-            () = &mut asked => look = true,
-            () = &mut more => {}
-            () = tokio::time::sleep(writer.ttl() / 3) => {}
+            Ok(Appended::Nobody) => Step::Wait,
+            Ok(Appended::NotOurs) => Step::Done,
+            Err(e) => {
+                tracing::debug!(error = %e,
+                    "could not write the live stream; joiners fall back to the record");
+                Step::Done
+            }
         }
     }
 }
@@ -119,8 +190,9 @@ fn advance(pieces: &[Bytes], skip: usize, written: usize) -> (usize, usize) {
 
 /// The end entry: the trailers as a stored response's trailer block.
 fn trailers_entry(trailers: &Option<http::HeaderMap>) -> Bytes {
-    let end = StoredResponse::from_upstream(http::StatusCode::OK, &http::HeaderMap::new(), Bytes::new())
-        .with_trailers(trailers.as_ref());
+    let end =
+        StoredResponse::from_upstream(http::StatusCode::OK, &http::HeaderMap::new(), Bytes::new())
+            .with_trailers(trailers.as_ref());
     end.encode()
 }
 

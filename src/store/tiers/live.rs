@@ -139,8 +139,8 @@ impl LiveWriter {
 
     /// Woken when a duplicate asks to join, once listening. Enable the `notified()`
     /// before [`append`](Self::append), so that a request between the two is not missed.
-    pub fn asked(&self) -> Option<&Notify> {
-        self.watch.as_ref().map(Watch::notify)
+    pub fn asked(&self) -> Option<Arc<Notify>> {
+        self.watch.as_ref().map(Watch::notify_handle)
     }
 
     /// The lease's `lock_ttl`: the writer writes (or refreshes) at least every third of it.
@@ -211,6 +211,11 @@ impl LiveReader {
                 }
             }
         }
+    }
+
+    /// Woken by every write to the stream and every completion or release of the key.
+    pub fn wake(&self) -> Arc<Notify> {
+        self.watch.notify_handle()
     }
 
     /// Body bytes read so far.

@@ -22,8 +22,8 @@ mod wait;
 
 pub use claim::Kept;
 pub use live::{LiveWriter, Read};
-pub use wait::{Joined, Waited};
 pub use records::Health;
+pub use wait::{Joined, Waited};
 
 use std::sync::Arc;
 

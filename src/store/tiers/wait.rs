@@ -67,7 +67,11 @@ impl Stores {
                 Ok(Claim::InFlight { remaining }) => {
                     if let Some((head, reader)) = self.live_reader(&slot.key, at).await? {
                         let _slot = slot;
-                        return Ok(Waited::Joined(Joined { head, reader, _slot }));
+                        return Ok(Waited::Joined(Joined {
+                            head,
+                            reader,
+                            _slot,
+                        }));
                     }
                     if !asked {
                         // The holder starts its stream when asked (if its answer streams).
