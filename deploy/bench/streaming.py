@@ -35,8 +35,10 @@ library only: HTTP/1.1 over asyncio streams).
    first, through gw-2 (gw-4) by a client that reads SLOW_READ bytes every
    SLOW_PAUSE_MS with a SLOW_RCVBUF-byte receive buffer. Per replica: CPU (user+sys,
    /proc/PID/stat) over the round and peak RSS (VmHWM: the replicas are restarted
-   before each round); the demo upstream's, Redis' and Postgres' CPU, and this
-   client's. CONC_ROUNDS rounds, medians. A round stops after the streams' length plus
+   before each round); the demo upstream's, Redis' and Postgres' CPU, this client's,
+   the machine's interrupt and softirq time (loopback TCP, counted by no process) and
+   what other processes used; `idemgate_live_joins_total` by outcome (the replicas'
+   metrics). CONC_ROUNDS rounds, medians. A round stops after the streams' length plus
    CONC_SLACK_S, whatever is left unfinished (counted).
 
 Writes every number to .state/bench/streaming/results-<time>.json, and, for a complete
@@ -269,6 +271,28 @@ def others_cpu():
     return {k: bench.cpu_of(comp.get(k, [])) for k in ("upstream", "redis", "postgres")}
 
 
+def live_joins():
+    """`idemgate_live_joins_total` of every replica, summed, by outcome (none before the
+    gateway had it)."""
+    joins = {}
+    for k, v in bench.scrape(len(replica_pids())).items():
+        if k.startswith("idemgate_live_joins_total{"):
+            outcome = k.split("outcome=", 1)[1].split(",")[0].strip('"}') if "outcome=" in k else "?"
+            joins[outcome] = joins.get(outcome, 0) + v
+    return joins
+
+
+def joins_since(before):
+    return {k: round(v - before.get(k, 0)) for k, v in live_joins().items() if v - before.get(k, 0) > 0}
+
+
+def irq_seconds():
+    """CPU seconds the machine spent in interrupts and softirqs (loopback TCP is mostly
+    softirq work, which no process's user+sys time counts), from /proc/stat."""
+    f = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (f[5] + f[6]) / bench.TICK
+
+
 def ledger_check(expected):
     total, duplicates = bench.upstream_ledger()
     return {"executions": total, "expected": expected, "duplicates": duplicates}
@@ -333,9 +357,10 @@ def ttfb_phase(results, buffered):
     rounds = []
     for r in range(TTFB_ROUNDS):
         bench.upstream_ledger_reset()
+        joins = live_joins()
         answers = asyncio.run(ttfb_round(r, stamp, buffered))
         keys = TTFB_STREAMS * (1 + len(ttfb_pairs(buffered)))
-        rounds.append({"paths": ttfb_summary(answers), "ledger": ledger_check(keys)})
+        rounds.append({"paths": ttfb_summary(answers), "ledger": ledger_check(keys), "joins": joins_since(joins)})
         first = rounds[-1]["paths"]["first"]
         log(f"  round {r + 1}: first event direct {med(rounds[-1]['paths']['direct']['ttfe_ms'])} ms, "
             f"first {med(first['ttfe_ms'])} ms, joiner {med(rounds[-1]['paths']['joiner']['ttfe_ms'])} ms, "
@@ -406,22 +431,24 @@ def many_round(label, buffered, slow):
     bench.upstream_ledger_reset()
     rss0 = {n: bench.proc_status(p).get("VmRSS", 0) for n, p in pids.items()}
     cpu0 = {n: bench.cpu_of([p]) for n, p in pids.items()}
-    other0, busy0, self0, t0 = others_cpu(), bench.busy_seconds(), os.times(), time.monotonic()
+    joins = live_joins()
+    other0, busy0, irq0, self0, t0 = others_cpu(), bench.busy_seconds(), irq_seconds(), os.times(), time.monotonic()
     firsts, joiners = asyncio.run(many_streams(a, b, slow))
     wall = time.monotonic() - t0
     cpu1 = {n: bench.cpu_of([p]) for n, p in pids.items()}
-    other1, busy1, self1 = others_cpu(), bench.busy_seconds(), os.times()
+    other1, busy1, irq1, self1 = others_cpu(), bench.busy_seconds(), irq_seconds(), os.times()
     row = many_summary(firsts, joiners)
     client = (self1.user + self1.system) - (self0.user + self0.system)
     parts = {k: round(other1[k] - other0[k], 2) for k in other0}
     measured = sum(cpu1[n] - cpu0[n] for n in pids) + sum(parts.values()) + client
     row.update({
         "variant": label, "wall_s": round(wall, 2), "client_cpu_s": round(client, 2), "parts_cpu_s": parts,
-        "other_cores": round(((busy1 - busy0) - measured) / wall, 2),
+        "irq_cores": round((irq1 - irq0) / wall, 2),
+        "other_cores": round(((busy1 - busy0) - measured - (irq1 - irq0)) / wall, 2),
         "replicas": {n: {"cpu_s": round(cpu1[n] - cpu0[n], 2), "rss_before_mib": round(rss0[n] / 1024, 1),
                          "peak_rss_mib": round(bench.proc_status(p).get("VmHWM", 0) / 1024, 1)}
                      for n, p in pids.items() if n in (f"gw-{a}", f"gw-{b}")},
-        "first_replica": f"gw-{a}", "join_replica": f"gw-{b}",
+        "first_replica": f"gw-{a}", "join_replica": f"gw-{b}", "joins": joins_since(joins),
         "ledger": ledger_check(CONC_STREAMS)})
     r = row["replicas"]
     log(f"  {label}: {row['whole']}/{row['streams']} whole, {row['peak_open']} in flight at most, "
@@ -479,15 +506,24 @@ def render_ttfb(rounds):
     expected = sum(r["ledger"]["expected"] for r in rounds)
     dups = sum(r["ledger"]["duplicates"] for r in rounds)
     lines.append("")
-    lines.append(f"Upstream executions: {execs} for {expected} keys ({dups} keys executed more than once).")
+    lines.append(f"Upstream executions: {execs} for {expected} keys ({dups} keys executed more than once). "
+                 f"Joins (`idemgate_live_joins_total`, by outcome): {total_joins(rounds)}.")
     return "\n".join(lines)
+
+
+def total_joins(rows):
+    joins = {}
+    for r in rows:
+        for k, v in r.get("joins", {}).items():
+            joins[k] = joins.get(k, 0) + v
+    return ", ".join(f"{k} {v}" for k, v in sorted(joins.items())) or "none"
 
 
 def render_many(rows):
     lines = ["| variant | first streams whole (most in flight) | first replica: CPU s (per stream) | "
              "first replica: peak RSS MiB (at start) | join replica: CPU s | join replica: peak RSS MiB (at start) | "
              "upstream / Redis / Postgres CPU s | first clients' last byte p50, s (joined / alone) | "
-             "joiners whole, identical (last byte p50, s) | unfinished | other cores |",
+             "joiners whole, identical (last byte p50, s) | unfinished | softirq / other cores |",
              "|---|---:|---:|---:|---:|---:|---|---|---|---:|---:|"]
     variants = list(dict.fromkeys(r["variant"] for r in rows))
     for v in variants:
@@ -509,11 +545,13 @@ def render_many(rows):
             f"{b}: {m(lambda r: r['replicas'][b]['cpu_s']):.2f} | {m(lambda r: r['replicas'][b]['peak_rss_mib']):.1f} "
             f"({m(lambda r: r['replicas'][b]['rss_before_mib']):.1f}) | {parts} | "
             f"{'-' if joined is None else f'{joined:.2f}'} / {m(lambda r: r['first_end_s_p50']['alone']):.2f} | "
-            f"{joiners} | {m(lambda r: r['unfinished']):.0f} | {m(lambda r: r['other_cores']):.2f} |")
+            f"{joiners} | {m(lambda r: r['unfinished']):.0f} | {m(lambda r: r.get('irq_cores', 0)):.2f} / "
+            f"{m(lambda r: r['other_cores']):.2f} |")
     execs = [(r["ledger"]["executions"], r["ledger"]["expected"], r["ledger"]["duplicates"]) for r in rows]
     lines.append("")
     lines.append(f"Upstream executions per round: {sorted(set(execs))} (executions, keys, keys executed more "
-                 f"than once).")
+                 f"than once). Joins in all rounds (`idemgate_live_joins_total`, by outcome): "
+                 + "; ".join(f"{v}: {total_joins([r for r in rows if r['variant'] == v])}" for v in variants) + ".")
     errors = sorted({e for r in rows for e in r["errors"]})
     if errors:
         lines.append(f"Errors seen: {'; '.join(errors[:4])}.")
