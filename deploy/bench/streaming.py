@@ -553,7 +553,8 @@ def render_many(rows):
         joined = m(lambda r: r["first_end_s_p50"]["joined"])
         joiners = (f"{m(lambda r: r['joiners_whole']):.0f}, {m(lambda r: r['joiners_identical']):.0f} of "
                    f"{rs[0]['joiners']} ({m(lambda r: r['joiner_end_s_p50']):.2f}); "
-                   f"{m(lambda r: r.get('joiners_after_end', 0)):.0f} only at the end") if rs[0]["joiners"] else "-"
+                   f"{sum(r.get('joiners_after_end', 0) for r in rs)} of {sum(r['joiners'] for r in rs)} in all rounds only at "
+                   f"the end") if rs[0]["joiners"] else "-"
         lines.append(
             f"| {v} | {m(lambda r: r['whole']):.0f} of {rs[0]['streams']} ({m(lambda r: r['peak_open']):.0f}) | "
             f"{a}: {cpu_a:.2f} ({per_stream:.0f} µs) | {m(lambda r: r['replicas'][a]['peak_rss_mib']):.1f} "
