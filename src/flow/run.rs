@@ -41,7 +41,7 @@ use crate::metrics::Outcome;
 use crate::problem::Problem;
 use crate::proxy::forwarding::Peer;
 use crate::proxy::headers::{COMPLETER, FENCING_TOKEN};
-use crate::proxy::{self, Buffered, UpstreamError};
+use crate::proxy::{self, Bounds, Buffered, UpstreamError};
 use crate::route::Route;
 use crate::store::lease::Phase;
 use crate::store::Lease;
@@ -291,13 +291,17 @@ async fn call(
     }
     let started = Instant::now();
     let peer = Peer::new(peer, &app.config.server);
+    // The whole call is bounded by the route's `upstream_deadline`, and cancelled only
+    // as the gateway stops, near the end of `server.shutdown_grace` (then its outcome is
+    // unknown, settled like any other: `on_ambiguous`). Each stage applies both itself,
+    // so that a live answer that is cut still tells its joiners before the key settles.
+    let bounds = Bounds::new(&app.calls, route.upstream_deadline);
     let exchange = async {
-        let answer = (app.upstream)
-            .forward_keyed(route, parts, body, peer)
-            .await?;
+        let forward = (app.upstream).forward_keyed(route, parts, body, peer);
+        let answer = bounds.apply(forward).await?;
         if !live::streams(route, &answer) {
-            let buffered = proxy::collect(route, answer, max_response).await?;
-            return Ok((buffered, None));
+            let collected = proxy::collect(route, answer, max_response);
+            return Ok((bounds.apply(collected).await?, None));
         }
         let expiry = Expiry::after(route.policy.settings.ttl);
         let mut head =
@@ -306,21 +310,10 @@ async fn call(
             expiry.stamp(&mut head, name);
         }
         let early = answering.at_head();
-        let recorded = live::record(app, route, lease, answer, head, early).await?;
+        let recorded = live::record(app, route, lease, answer, head, early, &bounds).await?;
         Ok((recorded, Some(expiry)))
     };
-    let deadline = route.upstream_deadline;
-    let forward = async {
-        (tokio::time::timeout(deadline, exchange).await)
-            .map_err(|_| UpstreamError::Timeout(deadline))?
-    };
-    // Cancelled only as the gateway stops, near the end of `server.shutdown_grace`:
-    // then its outcome is unknown, settled like any other (`on_ambiguous`).
-    let forward = pin!(forward);
-    let answer = tokio::select! {
-        answer = lease.heartbeat(forward, Phase::Upstream) => answer,
-        () = app.calls.cancelled() => Err(UpstreamError::Cancelled),
-    };
+    let answer = lease.heartbeat(pin!(exchange), Phase::Upstream).await;
     route.metrics.upstream(started);
     answer
 }

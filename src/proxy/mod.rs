@@ -25,6 +25,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::{Frame, Incoming};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio_util::sync::CancellationToken;
 
 use self::forwarding::Peer;
 use crate::config::{RouteConfig, UpstreamProtocol};
@@ -180,6 +181,38 @@ impl Upstream {
             Err(frame) => frame,
         });
         Ok(Response::from_parts(parts, Body::new(body)))
+    }
+}
+
+/// The bounds of a keyed call: the route's `upstream_deadline`, counted from when the
+/// call started, and the gateway's cancellation of calls as it stops.
+pub struct Bounds<'a> {
+    calls: &'a CancellationToken,
+    until: tokio::time::Instant,
+    deadline: Duration,
+}
+
+impl<'a> Bounds<'a> {
+    pub fn new(calls: &'a CancellationToken, deadline: Duration) -> Self {
+        Self {
+            calls,
+            until: tokio::time::Instant::now() + deadline,
+            deadline,
+        }
+    }
+
+    /// Runs one stage of the call within the bounds: `Timeout` past the deadline,
+    /// `Cancelled` as the gateway stops.
+    pub async fn apply<T>(
+        &self,
+        stage: impl std::future::Future<Output = Result<T, UpstreamError>>,
+    ) -> Result<T, UpstreamError> {
+        tokio::select! {
+            done = tokio::time::timeout_at(self.until, stage) => {
+                done.unwrap_or(Err(UpstreamError::Timeout(self.deadline)))
+            }
+            () = self.calls.cancelled() => Err(UpstreamError::Cancelled),
+        }
     }
 }
 

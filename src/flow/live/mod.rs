@@ -38,7 +38,7 @@ use crate::config::{InFlightPolicy, Streaming};
 use crate::grpc;
 use crate::idempotency::StoredResponse;
 use crate::metrics;
-use crate::proxy::{Buffered, UpstreamError};
+use crate::proxy::{Bounds, Buffered, UpstreamError};
 use crate::route::Route;
 use crate::store::Lease;
 
@@ -75,6 +75,7 @@ pub async fn record(
     answer: http::Response<Incoming>,
     head: StoredResponse,
     (recording, early): (Arc<Recording>, Option<oneshot::Sender<Response>>),
+    bounds: &Bounds<'_>,
 ) -> Result<Buffered, UpstreamError> {
     let (parts, body) = answer.into_parts();
     let _counted = Counted::new();
@@ -94,7 +95,9 @@ pub async fn record(
         (app.tasks).spawn(publish.in_current_span())
     });
     let max = app.config.server.max_response_body.as_u64();
-    let teed = tee::tee(route, &recording, body, max).await;
+    // Cut at the deadline or the shutdown: the tee, dropped, tells the recording, and
+    // the publisher writes the cut before the key settles.
+    let teed = bounds.apply(tee::tee(route, &recording, body, max)).await;
     if let Some(publisher) = publisher {
         // The end goes to the joiners before the key completes (a joiner that misses
         // it finds the record: see `join`).

@@ -183,7 +183,7 @@ impl LiveWriter {
 
 impl LiveReader {
     /// The next entries, waiting for them (woken by the writer's `L`, and checking
-    /// every [`RECHECK`] that the stream is still there).
+    /// every [`RECHECK`] that the stream is still there and its call still running).
     pub async fn next(&mut self) -> Result<Read, LiveError> {
         loop {
             let notify = self.watch.notify_handle();
@@ -204,7 +204,11 @@ impl LiveReader {
             tokio::select! {
                 () = &mut notified => {}
                 () = tokio::time::sleep(RECHECK) => {
-                    if !self.redis.live_exists(&self.key).await? {
+                    // Gone, or no longer the answer of a running call (settled without
+                    // its end written): the record tells the rest.
+                    let record = self.redis.inspect(&self.key).await?;
+                    let running = record.is_some_and(|r| !r.completed);
+                    if !running || !self.redis.live_exists(&self.key).await? {
                         return Ok(Read::Gone);
                     }
                     self.watch.refresh().await;
