@@ -90,6 +90,17 @@ pub fn to_stored(problem: &Problem) -> StoredResponse {
     StoredResponse::from_upstream(StatusCode::OK, &status_headers(problem), Bytes::new())
 }
 
+/// The trailers that end a gRPC answer joined live whose source was cut (its replica
+/// died, or the upstream's answer broke off): `UNAVAILABLE`, so the client retries.
+pub fn cut_trailers() -> HeaderMap {
+    let mut trailers = HeaderMap::with_capacity(2);
+    let code = u16::from(GrpcCode::Unavailable.number());
+    trailers.insert(GRPC_STATUS, HeaderValue::from(code));
+    let message = "live_answer_cut: the answer being joined was cut; retry";
+    trailers.insert(GRPC_MESSAGE, HeaderValue::from_static(message));
+    trailers
+}
+
 /// `Content-Type`, `grpc-status` and `grpc-message` of a problem's status.
 fn status_headers(problem: &Problem) -> HeaderMap {
     let mut headers = HeaderMap::with_capacity(4);

@@ -166,7 +166,16 @@ idempotency_settings! {
         #[serde(with = "humantime_serde")]
         wait_timeout: Duration = Duration::from_secs(10);
         /// Most duplicates waiting on one key across the fleet; more get 409 at once.
+        /// A duplicate joining a live answer (`streaming`) keeps its place until its
+        /// answer ends.
         max_waiters: u32 = 100;
+        /// How a keyed answer reaches its first client. `"live"`: an answer that streams
+        /// (`text/event-stream`, a gRPC answer, or any answer without `Content-Length`)
+        /// is forwarded as the upstream sends it and recorded on the way, and
+        /// duplicates that wait (`in_flight = "wait"`) join it on any replica; an answer
+        /// with a `Content-Length` is buffered. `"buffer"`: every keyed answer is
+        /// buffered whole, then sent (docs/http.md, "Streaming").
+        streaming: Streaming = Streaming::Live;
         /// An upstream call whose outcome nobody knows: a reset after the request may have
         /// reached the upstream, or a call cancelled at the route's `upstream_deadline`.
         /// `"store"` (the default since 0.5.0) keeps the key's promise that it never runs
@@ -216,6 +225,16 @@ pub enum InFlightPolicy {
     Reject,
     /// Wait up to `wait_timeout` for the holder, then replay (or 409).
     Wait,
+}
+
+/// `idempotency.streaming`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Streaming {
+    /// Answers that stream are forwarded as they come, recorded on the way, and joinable.
+    Live,
+    /// Every keyed answer is buffered whole before it is sent.
+    Buffer,
 }
 
 /// `idempotency.on_ambiguous`.

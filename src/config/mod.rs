@@ -60,7 +60,7 @@ pub use grpc::GrpcCode;
 pub use header_pattern::{HeaderPattern, ReplayOmit};
 pub use idempotency::{
     AnonymousScope, ExpiresHeader, IdempotencyConfig, IdempotencyOverrides, InFlightPolicy,
-    OnAmbiguous, OnRedisUnavailable,
+    OnAmbiguous, OnRedisUnavailable, Streaming,
 };
 pub use key_from::KeyFrom;
 pub use keys::{EncryptionKeys, KeyMaterial, KeyringError, KEY_LEN, MAX_ID_LEN};

@@ -2,7 +2,8 @@
 //! otherwise the key is claimed in the stores ([`Stores::claim`]), waited for while
 //! another request holds it (`in_flight = "wait"`), and, while ids move to a new scope
 //! secret, looked up under its previous id. What the claim comes to is a held lease,
-//! an answer, or a bypass ([`Claimed`]).
+//! an answer, or a bypass ([`Claimed`]). A waiting duplicate whose key's answer streams
+//! live joins it ([`live::join`]).
 //!
 //! A record whose fingerprint differs is compared again under the route's previous
 //! fingerprint policy, when it has one ([`Identified::previous`], hashed only then): a
@@ -15,13 +16,14 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::identify::{scope_of, Identified};
+use super::live::{self, join::Source};
 use super::refused::{unreadable, Refused, Reply};
 use crate::app::App;
 use crate::config::InFlightPolicy;
 use crate::idempotency::{Claim, Fingerprint, KeptRequest, RecordId};
 use crate::metrics::Outcome;
 use crate::route::Route;
-use crate::store::tiers::Kept;
+use crate::store::tiers::{Kept, Waited};
 use crate::store::{Failure, Lease, StoreError};
 
 /// What claiming a key came to.
@@ -35,7 +37,12 @@ pub enum Claimed {
 }
 
 /// Claims the key of `request` (sent by `peer`) on `route`.
-pub async fn claim(app: &App, route: &Arc<Route>, request: &Identified, peer: IpAddr) -> Claimed {
+pub async fn claim(
+    app: &Arc<App>,
+    route: &Arc<Route>,
+    request: &Identified,
+    peer: IpAddr,
+) -> Claimed {
     if let Some(answered) = cached(app, route, request) {
         return answered;
     }
@@ -55,7 +62,21 @@ pub async fn claim(app: &App, route: &Arc<Route>, request: &Identified, peer: Ip
     let claim = match claimed.await {
         Ok(Claim::InFlight { remaining }) if settings.in_flight == InFlightPolicy::Wait => {
             let waited = (app.stores).wait(route, scope, record, fingerprint, remaining, kept);
-            Box::pin(waited).await
+            match Box::pin(waited).await {
+                Ok(Waited::Claim(claim)) => Ok(claim),
+                Ok(Waited::Joined(joined)) => {
+                    let source = Source {
+                        scope,
+                        record,
+                        fingerprint: *fingerprint,
+                    };
+                    match live::join::reply(app, route, source, joined) {
+                        Some(joined) => return Claimed::Answered(Outcome::Replayed, Ok(joined)),
+                        None => Ok(Claim::InFlight { remaining }),
+                    }
+                }
+                Err(e) => Err(e),
+            }
         }
         other => other,
     };

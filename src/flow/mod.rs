@@ -24,6 +24,7 @@ pub mod admit;
 pub mod body;
 pub mod claim;
 pub mod identify;
+pub mod live;
 pub mod refused;
 pub mod run;
 pub mod settle;

@@ -24,7 +24,11 @@ use http::request::Parts;
 use http::HeaderValue;
 use tracing::Instrument;
 
+use axum::response::Response;
+use tokio::sync::oneshot;
+
 use super::identify::Identified;
+use super::live;
 use super::refused::{Refused, Reply};
 use super::settle::{self, Runner, Settled};
 use super::watch::{Alone, Watch};
@@ -37,7 +41,7 @@ use crate::metrics::Outcome;
 use crate::problem::Problem;
 use crate::proxy::forwarding::Peer;
 use crate::proxy::headers::{COMPLETER, FENCING_TOKEN};
-use crate::proxy::{Buffered, UpstreamError};
+use crate::proxy::{self, Buffered, UpstreamError};
 use crate::route::Route;
 use crate::store::lease::Phase;
 use crate::store::Lease;
@@ -62,40 +66,56 @@ pub async fn detached(
     // The request's `max_in_flight` slot goes with the call, which may outlive the
     // client (a reset, a disconnect, `upstream_timeout`).
     let slot = request.extensions_mut().remove::<Slot>();
+    // A live answer comes back here at its head, the task going on to record it.
+    let (early, live) = oneshot::channel();
     let client = Box::pin(async move {
         let _slot = slot;
         let (ip, runner) = (peer.ip(), Runner::Client);
-        let ran = run(
-            owned,
-            route_owned,
-            lease,
-            request,
-            ip,
-            runner,
-            Some(&mut alone),
-        )
-        .await;
+        let client = Client {
+            alone: &mut alone,
+            early,
+        };
+        let ran = run(owned, route_owned, lease, request, ip, runner, Some(client)).await;
         (ran.0, ran.1)
     });
     let mut task = (app.tasks).spawn(client.in_current_span());
-    if route.upstream_deadline <= route.upstream_timeout {
-        // Nothing would go on after the client's timeout: the call ends with it.
-        return joined(task.await);
-    }
-    let joined_task = tokio::select! {
-        joined = &mut task => joined,
-        () = tokio::time::sleep(route.upstream_timeout) => {
-            if watch.detach() {
-                return (
-                    Outcome::UpstreamError,
-                    Err(Refused::UpstreamStillRunning(route.upstream_timeout)),
-                );
+    let mut live = pin!(live);
+    let mut live_open = true;
+    // Nothing goes on after the client's timeout when the deadline is no later: the
+    // call ends with it.
+    let times_out = route.upstream_deadline > route.upstream_timeout;
+    let timeout = tokio::time::sleep(route.upstream_timeout);
+    let mut timeout = pin!(timeout);
+    loop {
+        tokio::select! {
+            joined_task = &mut task => return joined(joined_task),
+            head = &mut live, if live_open => match head {
+                Ok(response) => return (Outcome::Executed, Ok(response)),
+                Err(_) => live_open = false,
+            },
+            () = &mut timeout, if times_out => {
+                if watch.detach() {
+                    return (
+                        Outcome::UpstreamError,
+                        Err(Refused::UpstreamStillRunning(route.upstream_timeout)),
+                    );
+                }
+                // The upstream answered in time: its answer is being stored, or
+                // comes live.
+                return tokio::select! {
+                    joined_task = &mut task => joined(joined_task),
+                    Ok(response) = &mut live, if live_open => (Outcome::Executed, Ok(response)),
+                };
             }
-            // The upstream answered in time: its answer is being stored.
-            task.await
         }
-    };
-    joined(joined_task)
+    }
+}
+
+/// A client's side of its call: its timeout's [`Alone`], and where a live answer's
+/// first response goes at its head.
+pub struct Client<'a> {
+    pub alone: &'a mut Alone,
+    pub early: oneshot::Sender<Response>,
 }
 
 /// The client's answer from its joined task.
@@ -108,9 +128,9 @@ fn joined(task: Result<(Outcome, Reply), tokio::task::JoinError>) -> (Outcome, R
 }
 
 /// Runs the upstream call for a held lease and settles the lease with its outcome, as
-/// `runner` does ([`Runner`]), telling `alone` (a client's call: [`detached`]) when the
-/// upstream answered; a call whose client was answered first (its `upstream_timeout`)
-/// is counted and logged when it ends.
+/// `runner` does ([`Runner`]), telling `client`'s watch (a client's call: [`detached`])
+/// when the upstream answered, and handing it a live answer at its head; a call whose
+/// client was answered first (its `upstream_timeout`) is counted and logged when it ends.
 pub async fn run(
     app: Arc<App>,
     route: Arc<Route>,
@@ -118,13 +138,24 @@ pub async fn run(
     request: http::Request<Bytes>,
     peer: IpAddr,
     runner: Runner,
-    alone: Option<&mut Alone>,
+    client: Option<Client<'_>>,
 ) -> (Outcome, Reply, Settled) {
     let _in_flight = route.metrics.in_flight();
     let (parts, body) = request.into_parts();
     let is_grpc = grpc::is_grpc(&parts.headers);
-    let answer = call(&app, &route, &lease, parts, body, peer, runner).await;
-    let alone = alone.filter(|alone| alone.answered());
+    let mut answering = Answering::new(client);
+    let answer = call(
+        &app,
+        &route,
+        &lease,
+        parts,
+        body,
+        peer,
+        runner,
+        &mut answering,
+    )
+    .await;
+    let alone = answering.alone();
     let cancelled = matches!(
         answer,
         Err(UpstreamError::Timeout(_) | UpstreamError::Cancelled)
@@ -136,22 +167,59 @@ pub async fn run(
     ran
 }
 
-/// Settles the lease with the upstream call's outcome.
+/// Who learns of the upstream's answer, and when: a client's watch is told once, at the
+/// head of a live answer, else when the call ends.
+struct Answering<'a> {
+    alone: Option<&'a mut Alone>,
+    early: Option<oneshot::Sender<Response>>,
+    /// Told at a live answer's head: whether the client had been answered first.
+    detached: Option<bool>,
+}
+
+impl<'a> Answering<'a> {
+    fn new(client: Option<Client<'a>>) -> Self {
+        let (alone, early) = client.map(|c| (c.alone, c.early)).unzip();
+        Self {
+            alone,
+            early,
+            detached: None,
+        }
+    }
+
+    /// At a live answer's head: where its client's response goes, if it still waits.
+    fn at_head(&mut self) -> Option<oneshot::Sender<Response>> {
+        let detached = self.alone.as_ref().is_some_and(|alone| alone.answered());
+        self.detached = Some(detached);
+        self.early.take().filter(|_| !detached)
+    }
+
+    /// Once the call ended: its [`Alone`], if its client was answered first.
+    fn alone(self) -> Option<&'a mut Alone> {
+        let detached = match self.detached {
+            Some(detached) => detached,
+            None => self.alone.as_ref().is_some_and(|alone| alone.answered()),
+        };
+        self.alone.filter(|_| detached)
+    }
+}
+
+/// Settles the lease with the upstream call's outcome (with the expiry a live answer
+/// was sent with).
 async fn settle_answer(
     app: &Arc<App>,
     route: &Route,
     lease: Lease,
-    answer: Result<Buffered, UpstreamError>,
+    answer: Result<(Buffered, Option<Expiry>), UpstreamError>,
     is_grpc: bool,
     runner: Runner,
 ) -> (Outcome, Reply, Settled) {
     let mut stored = match answer {
-        Ok(answer) if releases(route, &answer) => {
+        Ok((answer, _)) if releases(route, &answer) => {
             return settle::released(lease, answer, runner).await;
         }
-        Ok(answer) => {
+        Ok((answer, sent_with)) => {
             let mut stored = to_store(answer, is_grpc);
-            let expiry = stamp(route, &mut stored);
+            let expiry = stamp(route, &mut stored, sent_with);
             let first = stored.to_response(false);
             // The first client gets its cookies and per-exchange headers
             // (`replay_omit_headers`); they are not stored, so never replayed.
@@ -163,15 +231,15 @@ async fn settle_answer(
             None => return settle::failed(lease, e, runner).await,
         },
     };
-    let expiry = stamp(route, &mut stored);
+    let expiry = stamp(route, &mut stored, None);
     let first = stored.to_response(false);
     settle::complete(app, route, lease, stored, first, expiry).await
 }
 
-/// The expiry of a record completed now, written into it under the route's
-/// `expires_header` (unless that is off).
-fn stamp(route: &Route, stored: &mut StoredResponse) -> Expiry {
-    let expiry = Expiry::after(route.policy.settings.ttl);
+/// The expiry of a record completed now (or the one its live answer was sent with),
+/// written into it under the route's `expires_header` (unless that is off).
+fn stamp(route: &Route, stored: &mut StoredResponse, sent_with: Option<Expiry>) -> Expiry {
+    let expiry = sent_with.unwrap_or_else(|| Expiry::after(route.policy.settings.ttl));
     if let Some(name) = &route.policy.settings.expires_header.0 {
         expiry.stamp(stored, name);
     }
@@ -179,7 +247,8 @@ fn stamp(route: &Route, stored: &mut StoredResponse) -> Expiry {
 }
 
 /// The upstream call, with the lease's fencing token (and the completer's mark), under
-/// the lease's heartbeat.
+/// the lease's heartbeat; an answer that streams goes live ([`live::record`]).
+#[allow(clippy::too_many_arguments)]
 async fn call(
     app: &App,
     route: &Route,
@@ -188,7 +257,8 @@ async fn call(
     body: Bytes,
     peer: IpAddr,
     runner: Runner,
-) -> Result<Buffered, UpstreamError> {
+    answering: &mut Answering<'_>,
+) -> Result<(Buffered, Option<Expiry>), UpstreamError> {
     let max_response = app.config.server.max_response_body.as_u64();
     parts
         .headers
@@ -200,7 +270,29 @@ async fn call(
     }
     let started = Instant::now();
     let peer = Peer::new(peer, &app.config.server);
-    let forward = (app.upstream).forward_buffered(route, parts, body, peer, max_response);
+    let exchange = async {
+        let answer = (app.upstream)
+            .forward_keyed(route, parts, body, peer)
+            .await?;
+        if !live::streams(route, answer.status(), answer.headers()) {
+            let buffered = proxy::collect(route, answer, max_response).await?;
+            return Ok((buffered, None));
+        }
+        let expiry = Expiry::after(route.policy.settings.ttl);
+        let mut head =
+            StoredResponse::from_upstream(answer.status(), answer.headers(), Bytes::new());
+        if let Some(name) = &route.policy.settings.expires_header.0 {
+            expiry.stamp(&mut head, name);
+        }
+        let early = answering.at_head();
+        let recorded = live::record(app, route, lease, answer, head, early).await?;
+        Ok((recorded, Some(expiry)))
+    };
+    let deadline = route.upstream_deadline;
+    let forward = async {
+        (tokio::time::timeout(deadline, exchange).await)
+            .map_err(|_| UpstreamError::Timeout(deadline))?
+    };
     // Cancelled only as the gateway stops, near the end of `server.shutdown_grace`:
     // then its outcome is unknown, settled like any other (`on_ambiguous`).
     let forward = pin!(forward);

@@ -26,6 +26,8 @@ const LABEL: &[u8] = b"idemgate sealed record v2";
 /// The label of a kept request ([`super::kept`]): sealed in the same envelope, but
 /// never opened as a response, nor a response as a request.
 const REQUEST_LABEL: &[u8] = b"idemgate kept request v1";
+/// The label of a live stream's entry (`store::redis::live`).
+const LIVE_LABEL: &[u8] = b"idemgate live entry v1";
 /// Largest associated data: label, version, id length, id, scope, record id.
 const MAX_AAD: usize = LABEL.len() + 2 + MAX_ID_LEN + 64;
 
@@ -125,13 +127,28 @@ impl Sealing {
 
     /// The kept request's encoding from what a store holds at `at`.
     pub fn open_request(&self, raw: Bytes, at: Binding) -> Result<Bytes, Unreadable> {
+        self.open_raw(REQUEST_LABEL, raw, at)
+    }
+
+    /// An entry of a live stream as Redis holds it: sealed under the active key with
+    /// its own label, or as it is when encryption is off.
+    pub fn seal_live(&self, entry: &Bytes, at: Binding) -> Bytes {
+        (self.seal_labelled(LIVE_LABEL, entry, at)).unwrap_or_else(|| entry.clone())
+    }
+
+    /// A live stream's entry from what Redis holds at `at`.
+    pub fn open_live(&self, raw: Bytes, at: Binding) -> Result<Bytes, Unreadable> {
+        self.open_raw(LIVE_LABEL, raw, at)
+    }
+
+    fn open_raw(&self, label: &[u8], raw: Bytes, at: Binding) -> Result<Bytes, Unreadable> {
         if raw.first() != Some(&SEALED_VERSION) {
             return match &self.0 {
                 Some(keyring) if !keyring.replay_unsealed() => Err(Unreadable::Unsealed),
                 _ => Ok(raw),
             };
         }
-        self.open_labelled(REQUEST_LABEL, &raw, at)
+        self.open_labelled(label, &raw, at)
     }
 
     fn seal_labelled(&self, label: &[u8], encoded: &[u8], at: Binding) -> Option<Bytes> {

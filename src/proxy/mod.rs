@@ -4,8 +4,10 @@
 //! forwarding, and the errors an upstream call can end in ([`UpstreamError`]). A TLS
 //! handshake failure is a connect error: nothing was sent.
 //!
-//! Keyed requests are forwarded fully buffered (the response is stored, trailers
-//! included); other requests stream through, trailers included. Either way the
+//! Keyed requests are sent with their buffered body; their answers are read whole
+//! ([`collect`]) or, when they stream live, by the flow (`crate::flow::live`): either
+//! way the response is stored, trailers included. Other requests stream through,
+//! trailers included. Either way the
 //! headers only the gateway sets are dropped from the response's headers and trailers.
 
 pub mod forwarding;
@@ -20,7 +22,7 @@ use http::request::Parts;
 use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderName, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Frame;
+use hyper::body::{Frame, Incoming};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
@@ -124,37 +126,30 @@ impl Upstream {
         peer: Peer,
         max_response: u64,
     ) -> Result<Buffered, UpstreamError> {
-        let request = build_request(route, parts, Body::from(body), peer);
         let exchange = async {
-            let response = (self.client(route).request(request).await).map_err(classify)?;
-            let (mut parts, body) = response.into_parts();
-            strip_owned(route, &mut parts.headers);
-            let collected = Limited::new(body, max_response as usize)
-                .collect()
-                .await
-                .map_err(|e| {
-                    if e.downcast_ref::<http_body_util::LengthLimitError>()
-                        .is_some()
-                    {
-                        UpstreamError::ResponseTooLarge(max_response)
-                    } else {
-                        UpstreamError::Exchange(e)
-                    }
-                })?;
-            let mut trailers = collected.trailers().cloned();
-            if let Some(trailers) = trailers.as_mut() {
-                strip_owned(route, trailers);
-            }
-            Ok(Buffered {
-                status: parts.status,
-                headers: parts.headers,
-                body: collected.to_bytes(),
-                trailers,
-            })
+            let answer = self.forward_keyed(route, parts, body, peer).await?;
+            collect(route, answer, max_response).await
         };
         tokio::time::timeout(route.upstream_deadline, exchange)
             .await
             .map_err(|_| UpstreamError::Timeout(route.upstream_deadline))?
+    }
+
+    /// Sends a keyed request with its buffered body and hands back the answer's head,
+    /// its body still to be read ([`collect`], or live: `crate::flow::live`); the
+    /// gateway's own names are dropped from the headers. The caller bounds the call.
+    pub async fn forward_keyed(
+        &self,
+        route: &Route,
+        parts: Parts,
+        body: Bytes,
+        peer: Peer,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let request = build_request(route, parts, Body::from(body), peer);
+        let response = (self.client(route).request(request).await).map_err(classify)?;
+        let (mut parts, body) = response.into_parts();
+        strip_owned(route, &mut parts.headers);
+        Ok(Response::from_parts(parts, body))
     }
 
     /// Forwards a request that is not keyed, streaming both bodies. The timeout covers
@@ -188,10 +183,41 @@ impl Upstream {
     }
 }
 
+/// Reads a keyed answer's body whole (at most `max_response` bytes) with its trailers.
+pub async fn collect(
+    route: &Route,
+    answer: Response<Incoming>,
+    max_response: u64,
+) -> Result<Buffered, UpstreamError> {
+    let (parts, body) = answer.into_parts();
+    let collected = Limited::new(body, max_response as usize)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                UpstreamError::ResponseTooLarge(max_response)
+            } else {
+                UpstreamError::Exchange(e)
+            }
+        })?;
+    let mut trailers = collected.trailers().cloned();
+    if let Some(trailers) = trailers.as_mut() {
+        strip_owned(route, trailers);
+    }
+    Ok(Buffered {
+        status: parts.status,
+        headers: parts.headers,
+        body: collected.to_bytes(),
+        trailers,
+    })
+}
+
 /// Drops what the gateway says itself from an upstream's response headers or
 /// trailers: the gateway-owned names, and the route's `expires_header` (only the
 /// gateway tells how long a key is honoured: on a record it stores, from that record).
-fn strip_owned(route: &Route, headers: &mut HeaderMap) {
+pub fn strip_owned(route: &Route, headers: &mut HeaderMap) {
     strip_owned_names(route.policy.settings.expires_header.0.as_ref(), headers);
 }
 

@@ -1,7 +1,7 @@
 //! Redis as the claim and response store: [`RedisStore`], its connections, and what
 //! every script shares (the record keys, the loaded scripts, the one decoder of record
 //! replies). One file per Lua script holds its Rust side, named after it (`claim` for
-//! `lua/claim.lua`, then `complete`, `release`, `extend`, `wait`, `peek`, `invalidate`).
+//! `lua/claim.lua`, then `complete`, `release`, `extend`, `wait`, `peek`, `invalidate`, `live`).
 //! Beside them: the pool ([`connect`]), its split between shards ([`lanes`]), `WAIT`
 //! for replicas ([`replicas`]), the shard map and probes (`shards`), hash slots and
 //! warmth ([`slots`], [`cold_slots`], [`warmth`]), the circuit breaker ([`breaker`]),
@@ -25,6 +25,7 @@ pub mod connect;
 mod extend;
 pub(crate) mod invalidate;
 pub mod lanes;
+pub mod live;
 mod peek;
 mod release;
 pub mod replicas;
@@ -71,6 +72,7 @@ const RELEASE_LUA: &str = record_script!("release");
 const PEEK_LUA: &str = record_script!("peek");
 const EXTEND_LUA: &str = record_script!("extend");
 const WAIT_LUA: &str = include_str!("../../../lua/wait.lua");
+const LIVE_LUA: &str = record_script!("live");
 
 /// What an acquired Redis claim carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +124,7 @@ struct Inner {
     peek: Script,
     extend: Script,
     wait: Script,
+    live: Script,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -168,6 +171,7 @@ impl RedisStore {
                 peek: Script::from_lua(PEEK_LUA),
                 extend: Script::from_lua(EXTEND_LUA),
                 wait: Script::from_lua(WAIT_LUA),
+                live: Script::from_lua(LIVE_LUA),
             }),
         })
     }
@@ -230,6 +234,7 @@ impl RedisStore {
             ("extend", one.clone()),
             ("invalidate", one),
             ("wait", vec![waiters_key(key)]),
+            ("live", vec![key.to_string(), live::live_key(key)]),
         ]
     }
 

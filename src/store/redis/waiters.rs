@@ -103,6 +103,11 @@ impl Watch {
         &self.notify
     }
 
+    /// The wake-up, shared: for a waiter that borrows itself mutably while it waits.
+    pub fn notify_handle(&self) -> Arc<Notify> {
+        self.notify.clone()
+    }
+
     /// Cluster mode: how long to wait for a wake-up before [`Watch::refresh`]; `None`
     /// elsewhere (the pattern subscription does not move).
     pub fn recheck(&self) -> Option<Duration> {

@@ -14,13 +14,16 @@
 mod claim;
 mod completer;
 mod find;
+mod live;
 mod maintenance;
 mod records;
 mod settle;
 mod wait;
 
 pub use claim::Kept;
+pub use live::{LiveWriter, Read};
 pub use records::Health;
+pub use wait::{Joined, Waited};
 
 use std::sync::Arc;
 

@@ -1,15 +1,37 @@
 //! Waiting duplicates (`in_flight = "wait"`): a duplicate that found its key in flight
 //! joins the key's fleet-wide waiters and claims again when the holder completes or
-//! releases, or its lease runs out.
+//! releases, or its lease runs out. A key whose answer streams live is joined instead
+//! ([`Waited::Joined`]): the duplicate reads the stream as it is written.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+
 use super::super::lease::Lease;
 use super::super::{RedisStore, StoreError};
+use super::live::LiveReader;
 use super::{Kept, Stores};
-use crate::idempotency::{Claim, Fingerprint, RecordId, Scope};
+use crate::idempotency::{Binding, Claim, Fingerprint, RecordId, Scope};
 use crate::route::Route;
+
+/// What a wait came to.
+pub enum Waited {
+    /// A claim as [`Stores::claim`] answers it (the holder completed, released, or is
+    /// still in flight at `wait_timeout`).
+    Claim(Claim<Lease>),
+    /// The holder's answer streams live: join it.
+    Joined(Joined),
+}
+
+/// A duplicate joining a live answer: its head (a stored response's encoding without a
+/// body), the reader of the rest, and its place among the key's waiters, held until
+/// the joiner's answer ends.
+pub struct Joined {
+    pub head: Bytes,
+    pub reader: LiveReader,
+    _slot: WaiterSlot,
+}
 
 impl Stores {
     /// A duplicate found the key in flight and may wait (`in_flight = "wait"`): joins the
@@ -23,17 +45,19 @@ impl Stores {
         fingerprint: &Fingerprint,
         remaining: Duration,
         kept: Kept,
-    ) -> Result<Claim<Lease>, StoreError> {
-        let in_flight = Claim::InFlight { remaining };
+    ) -> Result<Waited, StoreError> {
+        let in_flight = Waited::Claim(Claim::InFlight { remaining });
         let Some(waiters) = &self.0.waiters else {
             return Ok(in_flight);
         };
         let policy = &route.policy;
         // Leaves the waiters however this ends, a caller hanging up included.
-        let Some(_slot) = self.join_waiters(route, record).await else {
+        let Some(slot) = self.join_waiters(route, record).await else {
             return Ok(in_flight);
         };
-        let watch = waiters.watch(self.0.redis.channel(&_slot.key)).await;
+        let watch = waiters.watch(self.0.redis.channel(&slot.key)).await;
+        let at = Binding { scope, record };
+        let mut asked = false;
         let deadline = Instant::now() + policy.settings.wait_timeout;
         let result = loop {
             let notified = watch.notify().notified();
@@ -41,6 +65,21 @@ impl Stores {
             notified.as_mut().enable();
             match (self.claim(route, scope, record, fingerprint, kept.clone())).await {
                 Ok(Claim::InFlight { remaining }) => {
+                    if let Some((head, reader)) = self.live_reader(&slot.key, at).await? {
+                        let _slot = slot;
+                        return Ok(Waited::Joined(Joined {
+                            head,
+                            reader,
+                            _slot,
+                        }));
+                    }
+                    if !asked {
+                        // The holder starts its stream when asked (if its answer streams).
+                        asked = true;
+                        if let Err(e) = self.0.redis.live_ask(&slot.key).await {
+                            tracing::debug!(error = %e, "could not ask to join a live answer");
+                        }
+                    }
                     let left = deadline.saturating_duration_since(Instant::now());
                     if left.is_zero() {
                         break Ok(Claim::InFlight { remaining });
@@ -62,7 +101,7 @@ impl Stores {
                 other => break other,
             }
         };
-        result
+        result.map(Waited::Claim)
     }
 }
 

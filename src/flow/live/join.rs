@@ -1,0 +1,158 @@
+//! A duplicate joining a live answer (`in_flight = "wait"`): answered as a replay
+//! (`Idempotent-Replayed: true`, `replay_omit_headers` left out) with the head the
+//! holder wrote, the bytes written so far at once, then the rest as they are written,
+//! ending with the answer's trailers ([`reply`]).
+//!
+//! When the stream is gone before its end (expired after the answer was stored, or its
+//! writer's replica died and its lease ran out), the joiner looks the record up: a
+//! stored answer with the same status gives the rest of its bytes from where the
+//! joiner is; anything else cuts the joiner's answer (HTTP: the body ends in an error;
+//! gRPC: `UNAVAILABLE` trailers), so its client knows to retry.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use futures_util::stream;
+use http::{HeaderMap, StatusCode};
+use http_body_util::StreamBody;
+use hyper::body::Frame;
+
+use super::recording::Cut;
+use crate::app::App;
+use crate::grpc;
+use crate::idempotency::{Claim, Fingerprint, RecordId, Scope, StoredResponse};
+use crate::route::Route;
+use crate::store::redis::live::Entry;
+use crate::store::tiers::{Joined, Read};
+
+/// The record a joiner falls back to.
+pub struct Source {
+    pub scope: Scope,
+    pub record: RecordId,
+    pub fingerprint: Fingerprint,
+}
+
+/// The joiner's answer, or `None` when the head does not decode (the caller waits
+/// for the record instead).
+pub fn reply(
+    app: &Arc<App>,
+    route: &Arc<Route>,
+    source: Source,
+    joined: Joined,
+) -> Option<Response> {
+    let head = StoredResponse::decode(joined.head.clone()).ok()?;
+    let mut response = head.replay(&route.policy.replay_omit);
+    let grpc = grpc::is_grpc(response.headers());
+    let state = Joiner {
+        app: app.clone(),
+        route: route.clone(),
+        source,
+        status: head.status,
+        grpc,
+        joined,
+        pending: VecDeque::new(),
+        done: false,
+    };
+    let body = StreamBody::new(stream::unfold(state, Joiner::step));
+    *response.body_mut() = Body::new(body);
+    Some(response)
+}
+
+struct Joiner {
+    app: Arc<App>,
+    route: Arc<Route>,
+    source: Source,
+    status: StatusCode,
+    grpc: bool,
+    /// The reader, and the joiner's place among the key's waiters.
+    joined: Joined,
+    pending: VecDeque<Result<Frame<Bytes>, Cut>>,
+    done: bool,
+}
+
+impl Joiner {
+    async fn step(mut self) -> Option<(Result<Frame<Bytes>, Cut>, Self)> {
+        loop {
+            if let Some(frame) = self.pending.pop_front() {
+                return Some((frame, self));
+            }
+            if self.done {
+                return None;
+            }
+            match self.joined.reader.next().await {
+                Ok(Read::Entries(entries)) => entries.into_iter().for_each(|e| self.take(e)),
+                Ok(Read::Gone) => self.rest_from_record().await,
+                Err(e) => {
+                    tracing::warn!(error = %e, "a joined live answer could not be read on; cutting it");
+                    self.cut();
+                }
+            }
+        }
+    }
+
+    fn take(&mut self, entry: Entry) {
+        if self.done {
+            return;
+        }
+        match entry {
+            Entry::Head(_) => {}
+            Entry::Data(piece) => self.pending.push_back(Ok(Frame::data(piece))),
+            Entry::End(end) => match StoredResponse::decode(end) {
+                Ok(end) => self.end(&end.trailers),
+                Err(_) => self.cut(),
+            },
+            Entry::Aborted => self.cut(),
+        }
+    }
+
+    /// The stream is gone before its end: the rest from the stored record, if it is
+    /// the same answer.
+    async fn rest_from_record(&mut self) {
+        let Source {
+            scope,
+            record,
+            fingerprint,
+        } = &self.source;
+        let found = (self.app.stores).find(&self.route, *scope, *record, fingerprint);
+        let offset = self.joined.reader.offset() as usize;
+        match found.await {
+            Ok(Some(Claim::Completed { response, .. }))
+                if response.status == self.status && response.body.len() >= offset =>
+            {
+                if response.body.len() > offset {
+                    let rest = response.body.slice(offset..);
+                    self.pending.push_back(Ok(Frame::data(rest)));
+                }
+                self.end(&response.trailers);
+            }
+            _ => {
+                tracing::warn!("a joined live answer ended before its end and no record completes it; cutting it");
+                self.cut();
+            }
+        }
+    }
+
+    fn end(&mut self, trailers: &[(http::HeaderName, http::HeaderValue)]) {
+        if !trailers.is_empty() {
+            let mut map = HeaderMap::with_capacity(trailers.len());
+            for (name, value) in trailers {
+                map.append(name.clone(), value.clone());
+            }
+            self.pending.push_back(Ok(Frame::trailers(map)));
+        }
+        self.done = true;
+    }
+
+    /// Ends the answer so that its client knows it is incomplete.
+    fn cut(&mut self) {
+        let end = match self.grpc {
+            true => Ok(Frame::trailers(grpc::cut_trailers())),
+            false => Err(Cut),
+        };
+        self.pending.push_back(end);
+        self.done = true;
+    }
+}

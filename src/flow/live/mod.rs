@@ -1,0 +1,92 @@
+//! Live answers (`idempotency.streaming = "live"`): a keyed answer that streams is
+//! forwarded to its first client as the upstream sends it and recorded on the way
+//! ([`record`]); duplicates that wait join it from any replica ([`join`]); once it
+//! ends it is settled like any other answer (stored whole, or released), and later
+//! retries replay it whole.
+//!
+//! Which answers stream ([`streams`]): `text/event-stream`, gRPC answers (server
+//! streaming; a unary call's answer, which ends at once, is never published), and any
+//! answer without a `Content-Length`, unless its status releases the key. An answer
+//! with a `Content-Length` is buffered: it is whole in a read or a few, and buffering
+//! keeps its one compact copy.
+//!
+//! The parts: the [`recording::Recording`] one answer shares, the [`tee`] that fills it,
+//! the [`publish`]er that writes it to Redis for joiners, and the joiners' side.
+
+pub mod join;
+mod publish;
+pub mod recording;
+mod tee;
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::response::Response;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use http::{HeaderMap, StatusCode};
+use hyper::body::Incoming;
+use tokio::sync::oneshot;
+use tracing::Instrument;
+
+use self::recording::{FirstBody, Recording};
+use crate::app::App;
+use crate::config::Streaming;
+use crate::grpc;
+use crate::idempotency::StoredResponse;
+use crate::proxy::{Buffered, UpstreamError};
+use crate::route::Route;
+use crate::store::Lease;
+
+/// Whether an answer with this head streams live on `route`.
+pub fn streams(route: &Route, status: StatusCode, headers: &HeaderMap) -> bool {
+    let settings = &route.policy.settings;
+    if settings.streaming != Streaming::Live || route.policy.releases(status) {
+        return false;
+    }
+    let event_stream =
+        (headers.get(CONTENT_TYPE)).is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    event_stream || grpc::is_grpc(headers) || !headers.contains_key(CONTENT_LENGTH)
+}
+
+/// Runs a live answer: its first client is answered at once through `early` (when it
+/// still waits) with `head` (the stored form of the answer's head, expiry stamped)
+/// and a body that follows the upstream's; the body is recorded and, when somebody
+/// joins, published; the whole answer comes back for settling.
+pub async fn record(
+    app: &App,
+    route: &Route,
+    lease: &Lease,
+    answer: http::Response<Incoming>,
+    head: StoredResponse,
+    early: Option<oneshot::Sender<Response>>,
+) -> Result<Buffered, UpstreamError> {
+    let (parts, body) = answer.into_parts();
+    let recording = Recording::new(early.is_some());
+    if let Some(early) = early {
+        let first = head.to_response(false);
+        let first = first.map(|_| Body::new(FirstBody::new(recording.clone())));
+        // A client gone already drops its body: the recording goes on without it.
+        let _ = early.send(first);
+    }
+    let publisher = app.stores.live_writer(lease).map(|writer| {
+        let mut joiners = head;
+        joiners.omit(&route.policy.replay_omit);
+        let publish = publish::publish(writer, recording.clone(), joiners.encode());
+        (app.tasks).spawn(publish.in_current_span())
+    });
+    let max = app.config.server.max_response_body.as_u64();
+    let teed = tee::tee(route, &recording, body, max).await;
+    if let Some(publisher) = publisher {
+        // The end goes to the joiners before the key completes (a joiner that misses
+        // it finds the record: see `join`).
+        let bound = app.config.redis.command_timeout * 2 + Duration::from_millis(100);
+        let _ = tokio::time::timeout(bound, publisher).await;
+    }
+    let (body, trailers) = teed?;
+    Ok(Buffered {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+        trailers,
+    })
+}
