@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
-use super::{base, post, replicas, since, sse_route, upstream_sent, End, Streamed, KNOBS};
+use super::{base, post, replicas, since, sse_route, stored, upstream_sent, End, Streamed, KNOBS};
 use crate::support::{RedisServer, SseUpstream};
 
 /// What a joiner may take to get bytes the upstream has sent (the recorded ones at
@@ -29,6 +29,12 @@ fn same_stream(joiner: &Streamed, first: &Streamed, id: &str) {
         Some(id),
         "the first's execution"
     );
+    assert_eq!(first.header("x-ratelimit-remaining"), Some("1"));
+    assert_eq!(
+        joiner.header("x-ratelimit-remaining"),
+        None,
+        "a per-exchange header, not replayed"
+    );
     assert_eq!(joiner.end, End::Clean, "{body}");
     assert!(joiner.body == first.body, "joiner: {body}");
 }
@@ -47,7 +53,16 @@ async fn a_duplicate_on_another_replica_joins_the_live_stream() {
 
     let joined = Instant::now();
     let joiner = post(&http, &base(&two), "joined", query);
-    let joiner = Streamed::whole(joiner, WITHIN).await;
+    let mut joiner = Streamed::open(joiner, WITHIN).await;
+    joiner.read(5, WITHIN).await;
+    // Joined through the key's Redis Stream, in the record's hash slot.
+    let keys = redis.keys().await;
+    assert!(
+        keys.iter()
+            .any(|k| k.starts_with("idemgate:{") && k.ends_with("}:live")),
+        "no live stream in Redis: {keys:?}"
+    );
+    joiner.finish(WITHIN).await;
     let first = first.await.unwrap();
     let ran = upstream.first_of("joined");
     assert_eq!((first.status, &first.end), (200, &End::Clean));
@@ -158,4 +173,53 @@ async fn a_duplicate_that_comes_before_the_upstreams_head_joins_too() {
         assert!(late < LIVE, "event {i} reached the joiner {late:?} late");
     }
     assert_eq!(upstream.executions_of("early"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joiner_of_a_stream_over_the_limit_gets_the_bytes_up_to_it_then_a_cut() {
+    let redis = RedisServer::start();
+    let upstream = SseUpstream::start().await;
+    let knobs = super::Knobs {
+        server: "max_response_body = \"64KiB\"\n",
+        ..KNOBS
+    };
+    let (one, two) = replicas(&redis, &sse_route(&upstream), knobs).await;
+    let http = reqwest::Client::new();
+    // Twelve events of ~10 KB, 200 ms apart: the limit is crossed by the seventh.
+    let query = "events=12&gap_ms=200&size=10000";
+    let first = post(&http, &base(&one), "over", query);
+    let first = tokio::spawn(Streamed::whole(first, WITHIN));
+    upstream_sent(&upstream, "over", 2).await;
+    let joiner = post(&http, &base(&two), "over", query);
+    let joiner = Streamed::whole(joiner, WITHIN).await;
+    let first = first.await.unwrap();
+    let ran = upstream.first_of("over");
+    assert_eq!((first.status, &first.end), (200, &End::Clean));
+    assert!(first.body == ran.body(), "the first client gets every byte");
+
+    assert_eq!(joiner.status, 200);
+    assert_eq!(joiner.header("idempotent-replayed"), Some("true"));
+    assert!(
+        matches!(joiner.end, End::Aborted(_)),
+        "a joiner's answer past the limit is cut, not ended: {:?} after {} bytes",
+        joiner.end,
+        joiner.body.len()
+    );
+    assert!(ran.body().starts_with(&joiner.body), "the stream's bytes");
+    assert!(
+        joiner.body.len() <= 64 * 1024 && joiner.body.len() >= 40_000,
+        "the bytes up to the limit: {}",
+        joiner.body.len()
+    );
+    // The key keeps the 502, for the retries.
+    stored(&redis).await;
+    let retry = post(&http, &base(&two), "over", query)
+        .send()
+        .await
+        .unwrap();
+    let (status, headers, body) = crate::support::read(retry).await;
+    assert_eq!(status, 502, "{}", String::from_utf8_lossy(&body));
+    let code = crate::support::problem_code(&headers, &body);
+    assert_eq!(code, "upstream_response_too_large");
+    assert_eq!(upstream.executions_of("over"), 1);
 }

@@ -3,12 +3,17 @@
 //! gets an aborted body (an error while reading it, never a clean end that would pass
 //! a cut stream off as whole) within `lock_ttl` + a few seconds; the killed replica
 //! stored nothing, so once its lease ran out the key is free: a retry runs the
-//! upstream again (twice in all, no more) and completes.
+//! upstream again (twice in all, no more) and completes. The same for a gRPC
+//! server-streaming call, whose joiner ends `UNAVAILABLE` (`live_answer_cut`).
 
 use std::time::{Duration, Instant};
 
+use serde_json::json;
+
+use super::grpc::{self, grpc_route};
 use super::{base, gateway, gateway_process, post, since, sse_route, End, Knobs, Streamed, KNOBS};
-use crate::support::{RedisServer, SseUpstream};
+use crate::grpc::{calls, metadata, GrpcServer};
+use crate::support::{eventually, RedisServer, SseUpstream};
 
 const LOCK_TTL: Duration = Duration::from_secs(2);
 /// A lease of 2 s needs a Redis command timeout of at most a third of it.
@@ -107,4 +112,73 @@ async fn a_joiner_of_a_killed_replicas_stream_is_aborted_and_the_key_freed() {
     assert_eq!(replay.header("idempotent-replayed"), Some("true"));
     assert!(replay.body == retry.body);
     assert_eq!(upstream.executions_of("cut"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_joiner_of_a_killed_replicas_call_ends_unavailable_and_the_key_is_freed() {
+    let redis = RedisServer::start();
+    let server = GrpcServer::start();
+    let direct = format!("127.0.0.1:{}", server.port);
+    let route = grpc_route(&server);
+    let dir = tempfile::tempdir().unwrap();
+    let mut doomed = gateway_process(dir.path(), "doomed", &redis, &route, SHORT_LEASE).await;
+    let survivor = gateway(&redis, &route, SHORT_LEASE).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (to_doomed, to_survivor) = (
+        format!("127.0.0.1:{}", doomed.port),
+        survivor.addr.to_string(),
+    );
+    // Thirty messages 200 ms apart (5.8 s); the duplicate 500 ms after the first call.
+    let feed = |target: &str, delay_ms| grpc::feed("feed-cut", 30, 200, target, delay_ms);
+    let plan = json!([{"kind": "group", "calls": [feed(&to_doomed, 0), feed(&to_survivor, 500)]}]);
+    let target = to_doomed.clone();
+    let client = tokio::spawn(async move { calls(&target, plan).await });
+    let running = eventually(Duration::from_secs(10), async || {
+        server.executions(&direct, "feed-cut").await == 1
+    })
+    .await;
+    assert!(running, "the call never reached the server");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    doomed.kill();
+    let killed = Instant::now();
+    let out = client.await.unwrap();
+    let ended = since(Instant::now(), killed);
+    let joiner = &out[0][1];
+    let log = doomed.log_text();
+    assert_eq!(
+        joiner["code"], "UNAVAILABLE",
+        "{joiner}\nthe killed replica's log:\n{log}"
+    );
+    let details = joiner["details"].as_str().unwrap();
+    assert!(details.starts_with("live_answer_cut"), "{details}");
+    assert_eq!(
+        metadata(joiner, "initial", "idempotent-replayed"),
+        Some("true"),
+        "it had joined the call: {joiner}"
+    );
+    let got = grpc::texts(joiner);
+    assert!((1..30).contains(&got.len()), "{} messages", got.len());
+    let id = got[0].split(':').nth(2).unwrap();
+    for (i, m) in got.iter().enumerate() {
+        assert!(
+            m.starts_with(&format!("live:{i}:{id}:")),
+            "message {i}: {m}"
+        );
+    }
+    assert!(
+        ended < LOCK_TTL + Duration::from_secs(3),
+        "the joiner's call ended only {ended:?} after the kill"
+    );
+
+    tokio::time::sleep_until((killed + LOCK_TTL + Duration::from_millis(200)).into()).await;
+    let retry = &calls(&to_survivor, json!([feed(&to_survivor, 0)])).await[0];
+    assert_eq!(retry["code"], "OK", "{retry}");
+    assert_eq!(
+        metadata(retry, "initial", "idempotent-replayed"),
+        Some("false")
+    );
+    let again = grpc::texts(retry);
+    assert_eq!(again.len(), 30);
+    assert!(!again[0].contains(id), "a new execution");
+    assert_eq!(server.executions(&direct, "feed-cut").await, 2);
 }

@@ -225,3 +225,18 @@ async fn upstream_sent(upstream: &SseUpstream, key: &str, events: usize) {
     .await;
     assert!(sent, "the upstream did not send {events} events of {key}");
 }
+
+/// Waits (at most 5 s) until Redis holds one record and it is completed: the end of a
+/// stream reaches its client a moment before its record is stored.
+async fn stored(redis: &RedisServer) {
+    let completed = eventually(Duration::from_secs(5), async || {
+        let states = redis.record_states().await;
+        states.len() == 1 && states[0].1.as_deref() == Some("C")
+    })
+    .await;
+    assert!(
+        completed,
+        "no completed record: {:?}",
+        redis.record_states().await
+    );
+}

@@ -45,9 +45,16 @@ async fn retry(app: &TestApp, key: &str, query: &str) -> Streamed {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_event_reaches_the_client_as_the_upstream_sends_it() {
-    let (_redis, upstream, app) = setup(KNOBS).await;
+    let (redis, upstream, app) = setup(KNOBS).await;
     let request = post(&app.client, &base(&app), "live-1", TEN);
-    let first = Streamed::whole(request, WITHIN).await;
+    let mut first = Streamed::open(request, WITHIN).await;
+    first.read(2, WITHIN).await;
+    // Nobody waits on the key: nothing of the answer goes to Redis while it runs.
+    let live: Vec<String> = (redis.keys().await.into_iter())
+        .filter(|k| k.ends_with(":live"))
+        .collect();
+    assert_eq!(live, Vec::<String>::new(), "a live stream nobody joined");
+    first.finish(WITHIN).await;
     assert_eq!(
         first.status,
         200,
@@ -108,6 +115,8 @@ async fn a_retry_after_the_end_replays_the_same_bytes() {
     for name in ["content-type", "cache-control", "x-stream-id"] {
         assert_eq!(replay.header(name), first.header(name), "{name}");
     }
+    assert_eq!(first.header("x-ratelimit-remaining"), Some("1"));
+    assert_eq!(replay.header("x-ratelimit-remaining"), None, "not replayed");
     assert_eq!(
         first.header("x-stream-id"),
         Some(upstream.first_of("live-2").id.as_str())

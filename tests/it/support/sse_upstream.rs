@@ -7,7 +7,7 @@
 //! event was handed to the connection and whether the whole stream was written (a
 //! stream the gateway dropped stops there). Every execution carries a random id of its
 //! own (the `x-stream-id` header and every event), so no two executions send the same
-//! bytes.
+//! bytes; `x-ratelimit-remaining` is a header a replay must not repeat.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -169,5 +169,7 @@ async fn answer(
     );
     h.insert("cache-control", HeaderValue::from_static("no-cache"));
     h.insert("x-stream-id", header);
+    // Per exchange (the default `replay_omit_headers`): for the first client only.
+    h.insert("x-ratelimit-remaining", HeaderValue::from(execution));
     response
 }
