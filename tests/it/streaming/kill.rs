@@ -18,7 +18,7 @@ use crate::support::{eventually, RedisServer, SseUpstream};
 const LOCK_TTL: Duration = Duration::from_secs(2);
 /// A lease of 2 s needs a Redis command timeout of at most a third of it.
 const SHORT_LEASE: Knobs = Knobs {
-    route: "lock_ttl = \"2s\"\n",
+    route: "in_flight = \"wait\"\nwait_timeout = \"30s\"\nlock_ttl = \"2s\"\n",
     command_timeout: "600ms",
     ..KNOBS
 };

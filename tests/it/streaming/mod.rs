@@ -27,28 +27,31 @@ use crate::support::{eventually, serve_process, RedisServer, SseUpstream, TestAp
 struct Knobs<'a> {
     /// Keys of `[server]`.
     server: &'a str,
-    /// Keys of the route's `[routes.idempotency]`, after `in_flight = "wait"`.
+    /// Keys of the route's `[routes.idempotency]` ([`WAIT`] by default).
     route: &'a str,
     /// `redis.command_timeout`: generous (Redis may be slow under the test load), or
     /// small enough for a short `lock_ttl` (at least 3 x this).
     command_timeout: &'a str,
 }
 
+/// Duplicates wait (join) for up to 30 s, longer than any stream here.
+const WAIT: &str = "in_flight = \"wait\"\nwait_timeout = \"30s\"\n";
+
 const KNOBS: Knobs = Knobs {
     server: "",
-    route: "",
+    route: WAIT,
     command_timeout: "2s",
 };
 
 /// The configuration after the `[server]` header: Redis, no replay cache, anonymous
-/// requests in one shared scope, `route` (a `[[routes]]` table), duplicates on it
-/// waiting (joining) for up to 30 s, longer than any stream here.
+/// requests in one shared scope, `route` (a `[[routes]]` table, its
+/// `[routes.idempotency]` open for the knobs' keys).
 fn gateway_toml(redis: &RedisServer, route: &str, knobs: Knobs) -> String {
     format!(
         "{server}\n[replay_cache]\nmax_bytes = \"0B\"\n\
          [redis]\nurl = \"{redis}\"\ncommand_timeout = \"{command}\"\nconnect_timeout = \"1s\"\n\
          [idempotency]\nanonymous = \"shared\"\n\
-         {route}in_flight = \"wait\"\nwait_timeout = \"30s\"\n{extra}",
+         {route}{extra}",
         server = knobs.server,
         redis = redis.url(),
         command = knobs.command_timeout,

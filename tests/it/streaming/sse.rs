@@ -2,10 +2,11 @@
 //! its events reach the client as the upstream sends them, the record completes even
 //! when the client leaves, retries replay the same bytes, and a stream over
 //! `server.max_response_body` reaches its client whole while retries get the stored 502.
+//! A retry sent the moment the client saw the end already finds the record.
 
 use std::time::Duration;
 
-use super::{base, gateway, post, since, sse_route, End, Streamed, KNOBS};
+use super::{base, gateway, post, since, sse_route, stored, End, Knobs, Streamed, KNOBS};
 use crate::support::{eventually, problem_code, read, RedisServer, SseUpstream, TestApp};
 
 /// Ten events, 200 ms apart: the stream lasts 1.8 s.
@@ -22,25 +23,10 @@ async fn setup(knobs: super::Knobs<'_>) -> (RedisServer, SseUpstream, TestApp) {
     (redis, upstream, app)
 }
 
-/// Waits (at most 5 s) until a retry of `key` is answered other than 409 (the record's
-/// completion lands just after the stream's end): that answer.
-async fn retry(app: &TestApp, key: &str, query: &str) -> Streamed {
-    let mut last = None;
-    let answered = eventually(Duration::from_secs(5), async || {
-        let request = post(&app.client, &base(app), key, query);
-        let streamed = Streamed::whole(request, WITHIN).await;
-        let done = streamed.status != 409;
-        last = Some(streamed);
-        done
-    })
-    .await;
-    let last = last.unwrap();
-    assert!(
-        answered,
-        "retry still 409: {}",
-        String::from_utf8_lossy(&last.body)
-    );
-    last
+/// A retry of `key` once its record is stored (the whole answer read).
+async fn retry(redis: &RedisServer, app: &TestApp, key: &str, query: &str) -> Streamed {
+    stored(redis).await;
+    Streamed::whole(post(&app.client, &base(app), key, query), WITHIN).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,7 +79,7 @@ async fn the_first_event_reaches_the_client_as_the_upstream_sends_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_the_end_replays_the_same_bytes() {
-    let (_redis, upstream, app) = setup(KNOBS).await;
+    let (redis, upstream, app) = setup(KNOBS).await;
     let request = post(&app.client, &base(&app), "live-2", TEN);
     let first = Streamed::whole(request, WITHIN).await;
     assert_eq!((first.status, &first.end), (200, &End::Clean));
@@ -103,7 +89,7 @@ async fn a_retry_after_the_end_replays_the_same_bytes() {
         "the first event came only after {:?}",
         since(first.events_at[0], first.sent)
     );
-    let replay = retry(&app, "live-2", TEN).await;
+    let replay = retry(&redis, &app, "live-2", TEN).await;
     assert_eq!(replay.status, 200);
     assert_eq!(replay.header("idempotent-replayed"), Some("true"));
     assert_eq!(replay.body, first.body, "byte for byte");
@@ -126,7 +112,7 @@ async fn a_retry_after_the_end_replays_the_same_bytes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_leaves_after_the_first_event_still_leaves_a_complete_record() {
-    let (_redis, upstream, app) = setup(KNOBS).await;
+    let (redis, upstream, app) = setup(KNOBS).await;
     let request = post(&app.client, &base(&app), "leaver", TEN);
     let mut first = Streamed::open(request, WITHIN).await;
     first.read(1, WITHIN).await;
@@ -150,7 +136,7 @@ async fn a_client_that_leaves_after_the_first_event_still_leaves_a_complete_reco
         finished,
         "the upstream's stream was cut when the client left"
     );
-    let replay = retry(&app, "leaver", TEN).await;
+    let replay = retry(&redis, &app, "leaver", TEN).await;
     assert_eq!(
         replay.status,
         200,
@@ -166,11 +152,11 @@ async fn a_client_that_leaves_after_the_first_event_still_leaves_a_complete_reco
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_over_max_response_body_reaches_its_client_and_stores_a_502() {
-    let knobs = super::Knobs {
+    let knobs = Knobs {
         server: "max_response_body = \"64KiB\"\n",
         ..KNOBS
     };
-    let (_redis, upstream, app) = setup(knobs).await;
+    let (redis, upstream, app) = setup(knobs).await;
     // Ten events of ~10 KB: ~100 KB, over the 64 KiB limit from the seventh.
     let query = "events=10&gap_ms=100&size=10000";
     let request = post(&app.client, &base(&app), "huge", query);
@@ -188,7 +174,7 @@ async fn a_stream_over_max_response_body_reaches_its_client_and_stores_a_502() {
     assert_eq!(first.body.len(), ran.body().len());
     assert!(first.body == ran.body(), "the first client got other bytes");
 
-    let replay = retry(&app, "huge", query).await;
+    let replay = retry(&redis, &app, "huge", query).await;
     let (status, headers, body) = (replay.status, &replay.headers, &replay.body);
     assert_eq!(status, 502, "{}", String::from_utf8_lossy(body));
     assert_eq!(headers["idempotent-replayed"], "true");
@@ -199,4 +185,30 @@ async fn a_stream_over_max_response_body_reaches_its_client_and_stores_a_502() {
     assert_eq!(status, 502);
     assert_eq!(problem_code(&headers, &body), "upstream_response_too_large");
     assert_eq!(upstream.executions_of("huge"), 1);
+}
+
+/// A client that saw its stream end and retries at once gets the replay, not 409
+/// (`in_flight = "reject"`, the default): the end of a live answer must not reach its
+/// client before its record is stored, as a buffered answer's never did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_the_moment_the_stream_ended_replays_it() {
+    let knobs = Knobs { route: "", ..KNOBS };
+    let (_redis, upstream, app) = setup(knobs).await;
+    for i in 0..5 {
+        let key = format!("at-once-{i}");
+        let query = "events=3&gap_ms=50";
+        let first = Streamed::whole(post(&app.client, &base(&app), &key, query), WITHIN).await;
+        assert_eq!((first.status, &first.end), (200, &End::Clean));
+        assert_eq!(first.header("content-length"), None, "streamed live");
+        let retry = post(&app.client, &base(&app), &key, query).send().await;
+        let (status, headers, body) = read(retry.unwrap()).await;
+        let text = String::from_utf8_lossy(&body);
+        assert_eq!(
+            status, 200,
+            "retry {i}, sent once the stream had ended: {text}"
+        );
+        assert_eq!(headers["idempotent-replayed"], "true");
+        assert!(body == first.body, "retry {i}: {text}");
+        assert_eq!(upstream.executions_of(&key), 1);
+    }
 }
