@@ -15,7 +15,9 @@ Methods of `demo.Payments`:
   sends `n` messages `<ms>` apart instead (the first at once), each
   `<text>:<i>:<id>:<sent>` with the execution's random `id` and when it was sent
   (`time.monotonic()` in ms: CLOCK_MONOTONIC, the clock of the client's `at_ms`), then
-  trailers `x-fed` (n), `x-feed-id` (the id) and `x-feed-receipt-bin` (random bytes).
+  trailers `x-fed` (n), `x-feed-id` (the id) and `x-feed-receipt-bin` (random bytes);
+  a `<text>` that starts with `fail` then ends FAILED_PRECONDITION `feed failed` (the
+  same trailers).
 - `Chat` (bidirectional): answers each message as it arrives.
 Every method but `Count` counts an execution per key.
 """
@@ -93,6 +95,8 @@ def feed_every(request, context):
     context.set_trailing_metadata(
         (("x-fed", n.decode()), ("x-feed-id", feed_id.decode()), ("x-feed-receipt-bin", os.urandom(12)))
     )
+    if text.startswith(b"fail"):
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, "feed failed")
 
 
 def chat(requests, context):

@@ -35,8 +35,13 @@ pub(super) fn grpc_route(server: &GrpcServer) -> String {
 /// A keyed `Feed` call of `messages` messages `gap_ms` apart, to `target` after
 /// `delay_ms` (in a group).
 pub(super) fn feed(key: &str, messages: usize, gap_ms: u64, target: &str, delay_ms: u64) -> Value {
+    feed_of("live", key, messages, gap_ms, target, delay_ms)
+}
+
+/// [`feed`] with messages of `text` (`fail...`: the call ends FAILED_PRECONDITION).
+fn feed_of(text: &str, key: &str, n: usize, gap_ms: u64, target: &str, delay_ms: u64) -> Value {
     json!({"method": "/demo.Payments/Feed", "kind": "server_stream",
-        "message": format!("every:{gap_ms}:{messages}:live"), "key": key, "tenant": "t1",
+        "message": format!("every:{gap_ms}:{n}:{text}"), "key": key, "tenant": "t1",
         "target": target, "delay_ms": delay_ms})
 }
 
@@ -70,9 +75,9 @@ fn trailers(result: &Value) -> Vec<Value> {
         .collect()
 }
 
-/// Asserts that `other` got what `first` got: status, messages, trailers.
+/// Asserts that `other` got what `first` got as a replay: status, messages, trailers.
 fn same_call(other: &Value, first: &Value, who: &str) {
-    assert_eq!(other["code"], "OK", "{who}: {other}");
+    assert_eq!(other["code"], first["code"], "{who}: {other}");
     assert_eq!(other["details"], first["details"], "{who}");
     assert_eq!(
         other["messages"], first["messages"],
@@ -157,5 +162,53 @@ async fn a_keyed_server_stream_is_live_replayed_and_joined_on_another_replica() 
         "the binary trailer too"
     );
     assert_eq!(server.executions(&direct, "feed-live").await, 1);
+    drop((a, b));
+}
+
+/// A stream that ends in an error status (not a release one) is stored with it: the
+/// first client gets its messages live and then FAILED_PRECONDITION with the custom
+/// trailers; a joiner on the other replica and a retry get the same messages, status,
+/// details and trailers; the server ran it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_ends_in_an_error_status_is_joined_and_replayed_with_it() {
+    let redis = RedisServer::start();
+    let server = GrpcServer::start();
+    let direct = format!("127.0.0.1:{}", server.port);
+    let (a, b) = replicas(&redis, &grpc_route(&server), KNOBS).await;
+    let (one, two) = (a.addr.to_string(), b.addr.to_string());
+    let call = |target: &str, delay_ms| feed_of("fail", "feed-fail", 6, GAP_MS, target, delay_ms);
+    let plan = json!([
+        {"kind": "group", "calls": [call(&one, 0), call(&two, 700)]},
+        call(&two, 0),
+    ]);
+    let out = calls(&one, plan).await;
+    let (first, joiner, retry) = (&out[0][0], &out[0][1], &out[1]);
+
+    assert_eq!(first["code"], "FAILED_PRECONDITION", "{first}");
+    assert_eq!(first["details"], "feed failed");
+    assert_eq!(
+        metadata(first, "initial", "idempotent-replayed"),
+        Some("false")
+    );
+    assert_eq!(metadata(first, "trailing", "x-fed"), Some("6"));
+    let (sent, at) = (sent_ms(first), at_ms(first));
+    assert_eq!(sent.len(), 6, "{first}");
+    assert!(
+        at[0] + 1000.0 < sent[5],
+        "the first message arrived {:.0} ms after the server sent its last",
+        at[0] - sent[5]
+    );
+    let id = texts(first)[0].split(':').nth(2).unwrap().to_string();
+    assert_eq!(metadata(first, "trailing", "x-feed-id"), Some(id.as_str()));
+
+    same_call(joiner, first, "joiner");
+    same_call(retry, first, "retry");
+    let joined = joiner["started_ms"].as_f64().unwrap();
+    assert!(
+        at_ms(joiner)[0] < sent[5],
+        "the joiner (came {:.0} ms before the end) got its first message only after it",
+        sent[5] - joined
+    );
+    assert_eq!(server.executions(&direct, "feed-fail").await, 1);
     drop((a, b));
 }
