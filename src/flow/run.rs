@@ -28,7 +28,7 @@ use axum::response::Response;
 use tokio::sync::oneshot;
 
 use super::identify::Identified;
-use super::live;
+use super::live::{self, recording::Recording};
 use super::refused::{Refused, Reply};
 use super::settle::{self, Runner, Settled};
 use super::watch::{Alone, Watch};
@@ -155,6 +155,9 @@ pub async fn run(
         &mut answering,
     )
     .await;
+    // A live answer's first client sees its end once the key is settled (or this task
+    // ends, however).
+    let _settling = Settling(answering.recording.take());
     let alone = answering.alone();
     let cancelled = matches!(
         answer,
@@ -174,6 +177,19 @@ struct Answering<'a> {
     early: Option<oneshot::Sender<Response>>,
     /// Told at a live answer's head: whether the client had been answered first.
     detached: Option<bool>,
+    /// A live answer's recording, told when the key is settled.
+    recording: Option<Arc<Recording>>,
+}
+
+/// Tells a live answer's recording that the key is settled, when dropped.
+struct Settling(Option<Arc<Recording>>);
+
+impl Drop for Settling {
+    fn drop(&mut self) {
+        if let Some(recording) = self.0.take() {
+            recording.settled();
+        }
+    }
 }
 
 impl<'a> Answering<'a> {
@@ -183,14 +199,19 @@ impl<'a> Answering<'a> {
             alone,
             early,
             detached: None,
+            recording: None,
         }
     }
 
-    /// At a live answer's head: where its client's response goes, if it still waits.
-    fn at_head(&mut self) -> Option<oneshot::Sender<Response>> {
+    /// At a live answer's head: its recording, and where its client's response goes if
+    /// it still waits.
+    fn at_head(&mut self) -> (Arc<Recording>, Option<oneshot::Sender<Response>>) {
         let detached = self.alone.as_ref().is_some_and(|alone| alone.answered());
         self.detached = Some(detached);
-        self.early.take().filter(|_| !detached)
+        let early = self.early.take().filter(|_| !detached);
+        let recording = Recording::new(early.is_some());
+        self.recording = Some(recording.clone());
+        (recording, early)
     }
 
     /// Once the call ended: its [`Alone`], if its client was answered first.
@@ -274,7 +295,7 @@ async fn call(
         let answer = (app.upstream)
             .forward_keyed(route, parts, body, peer)
             .await?;
-        if !live::streams(route, answer.status(), answer.headers()) {
+        if !live::streams(route, &answer) {
             let buffered = proxy::collect(route, answer, max_response).await?;
             return Ok((buffered, None));
         }

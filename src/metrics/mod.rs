@@ -4,11 +4,12 @@
 //!
 //! One file per subsystem, each with its names, their descriptions and its recording
 //! functions: [`requests`] (the request path), [`store`] (Redis, Postgres, the
-//! breaker, fallbacks), [`write_through`], [`completer`] and [`limits`]; this file
+//! breaker, fallbacks), [`write_through`], [`completer`], [`limits`] and [`live`]; this file
 //! installs the recorder and counts the log lines dropped.
 
 mod completer;
 mod limits;
+mod live;
 mod requests;
 mod store;
 mod write_through;
@@ -21,6 +22,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub use completer::{completer_outcome, completer_pass, completer_takeover};
 pub use limits::{limits_sampled, Limit};
+pub use live::{live_answers, live_join_ended, live_joiners, Join};
 pub use requests::{
     detached, detached_ended, unmatched, Detached, Outcome, Protocol, RouteMetrics, STORED_BYTES,
 };
@@ -78,6 +80,7 @@ fn describe() {
     write_through::describe();
     completer::describe();
     limits::describe();
+    live::describe();
     metrics::describe_counter!(
         LOG_DROPPED,
         "Log lines dropped because stderr could not keep up."
@@ -87,6 +90,7 @@ fn describe() {
     write_through::start();
     completer::start();
     limits::start();
+    live::start();
     counter!(LOG_DROPPED).absolute(0);
 }
 

@@ -43,7 +43,9 @@ fn a_setting_without_a_description_is_an_error() {
     }
     // A declared idempotency setting too (the macro's list).
     let doc =
-        "        /// Most duplicates waiting on one key across the fleet; more get 409 at once.\n";
+        "        /// Most duplicates waiting on one key across the fleet; more get 409 at once.\n\
+        \x20       /// A duplicate joining a live answer (`streaming`) keeps its place until its\n\
+        \x20       /// answer ends.\n";
     let at = file_with(doc);
     let stripped = FILES[at].replace(doc, "");
     let mut files = FILES.to_vec();

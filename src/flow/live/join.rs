@@ -11,6 +11,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::response::Response;
@@ -24,9 +25,13 @@ use super::recording::Cut;
 use crate::app::App;
 use crate::grpc;
 use crate::idempotency::{Claim, Fingerprint, RecordId, Scope, StoredResponse};
+use crate::metrics::{self, Join};
 use crate::route::Route;
 use crate::store::redis::live::Entry;
 use crate::store::tiers::{Joined, Read};
+
+/// The longest a joiner that read the end waits for the key to settle.
+const SETTLE_WAIT: Duration = Duration::from_secs(2);
 
 /// The record a joiner falls back to.
 pub struct Source {
@@ -46,6 +51,7 @@ pub fn reply(
     let head = StoredResponse::decode(joined.head.clone()).ok()?;
     let mut response = head.replay(&route.policy.replay_omit);
     let grpc = grpc::is_grpc(response.headers());
+    metrics::live_joiners(1.0);
     let state = Joiner {
         app: app.clone(),
         route: route.clone(),
@@ -54,7 +60,9 @@ pub fn reply(
         grpc,
         joined,
         pending: VecDeque::new(),
+        ending: None,
         done: false,
+        how: None,
     };
     let body = StreamBody::new(stream::unfold(state, Joiner::step));
     *response.body_mut() = Body::new(body);
@@ -70,7 +78,18 @@ struct Joiner {
     /// The reader, and the joiner's place among the key's waiters.
     joined: Joined,
     pending: VecDeque<Result<Frame<Bytes>, Cut>>,
+    /// The end was read: these trailers follow once the key is settled.
+    ending: Option<Vec<(http::HeaderName, http::HeaderValue)>>,
     done: bool,
+    /// How the join ended, once it did (else its client left).
+    how: Option<Join>,
+}
+
+impl Drop for Joiner {
+    fn drop(&mut self) {
+        metrics::live_joiners(-1.0);
+        metrics::live_join_ended(self.how.unwrap_or(Join::Left));
+    }
 }
 
 impl Joiner {
@@ -81,6 +100,11 @@ impl Joiner {
             }
             if self.done {
                 return None;
+            }
+            if let Some(trailers) = self.ending.take() {
+                self.await_settled().await;
+                self.end(&trailers, Join::Ended);
+                continue;
             }
             match self.joined.reader.next().await {
                 Ok(Read::Entries(entries)) => entries.into_iter().for_each(|e| self.take(e)),
@@ -93,15 +117,44 @@ impl Joiner {
         }
     }
 
+    /// Waits (at most [`SETTLE_WAIT`]) until the key is no longer in flight, so that a
+    /// retry sent on seeing the end finds it stored, as the first client does.
+    async fn await_settled(&mut self) {
+        let Source {
+            scope,
+            record,
+            fingerprint,
+        } = &self.source;
+        let deadline = Instant::now() + SETTLE_WAIT;
+        let wake = self.joined.reader.wake();
+        loop {
+            let notified = wake.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let found = (self.app.stores).find(&self.route, *scope, *record, fingerprint);
+            if !matches!(found.await, Ok(Some(Claim::InFlight { .. }))) {
+                return;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep(left.min(Duration::from_millis(100))) => {}
+            }
+        }
+    }
+
     fn take(&mut self, entry: Entry) {
-        if self.done {
+        if self.done || self.ending.is_some() {
             return;
         }
         match entry {
             Entry::Head(_) => {}
             Entry::Data(piece) => self.pending.push_back(Ok(Frame::data(piece))),
             Entry::End(end) => match StoredResponse::decode(end) {
-                Ok(end) => self.end(&end.trailers),
+                Ok(end) => self.ending = Some(end.trailers),
                 Err(_) => self.cut(),
             },
             Entry::Aborted => self.cut(),
@@ -126,7 +179,7 @@ impl Joiner {
                     let rest = response.body.slice(offset..);
                     self.pending.push_back(Ok(Frame::data(rest)));
                 }
-                self.end(&response.trailers);
+                self.end(&response.trailers, Join::FromRecord);
             }
             _ => {
                 tracing::warn!("a joined live answer ended before its end and no record completes it; cutting it");
@@ -135,7 +188,8 @@ impl Joiner {
         }
     }
 
-    fn end(&mut self, trailers: &[(http::HeaderName, http::HeaderValue)]) {
+    fn end(&mut self, trailers: &[(http::HeaderName, http::HeaderValue)], how: Join) {
+        self.how = Some(how);
         if !trailers.is_empty() {
             let mut map = HeaderMap::with_capacity(trailers.len());
             for (name, value) in trailers {
@@ -148,6 +202,7 @@ impl Joiner {
 
     /// Ends the answer so that its client knows it is incomplete.
     fn cut(&mut self) {
+        self.how = Some(Join::Cut);
         let end = match self.grpc {
             true => Ok(Frame::trailers(grpc::cut_trailers())),
             false => Err(Cut),

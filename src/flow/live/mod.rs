@@ -6,7 +6,8 @@
 //!
 //! Which answers stream ([`streams`]): `text/event-stream`, gRPC answers (server
 //! streaming; a unary call's answer, which ends at once, is never published), and any
-//! answer without a `Content-Length`, unless its status releases the key. An answer
+//! answer without a `Content-Length`, unless its status releases the key or its body is
+//! known to be empty (a gRPC trailers-only answer). An answer
 //! with a `Content-Length` is buffered: it is whole in a read or a few, and buffering
 //! keeps its one compact copy.
 //!
@@ -18,12 +19,13 @@ mod publish;
 pub mod recording;
 mod tee;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::response::Response;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
-use http::{HeaderMap, StatusCode};
+use http::HeaderName;
 use hyper::body::Incoming;
 use tokio::sync::oneshot;
 use tracing::Instrument;
@@ -33,14 +35,25 @@ use crate::app::App;
 use crate::config::Streaming;
 use crate::grpc;
 use crate::idempotency::StoredResponse;
+use crate::metrics;
 use crate::proxy::{Buffered, UpstreamError};
 use crate::route::Route;
 use crate::store::Lease;
 
-/// Whether an answer with this head streams live on `route`.
-pub fn streams(route: &Route, status: StatusCode, headers: &HeaderMap) -> bool {
+/// A gRPC answer with its status in its headers is trailers-only: nothing follows.
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+
+/// Whether an answer with this head streams live on `route` (one whose body is already
+/// known to be empty does not: it is buffered, so that it keeps its framing, a gRPC
+/// trailers-only answer as one HEADERS frame).
+pub fn streams(route: &Route, answer: &http::Response<Incoming>) -> bool {
+    let (status, headers) = (answer.status(), answer.headers());
     let settings = &route.policy.settings;
-    if settings.streaming != Streaming::Live || route.policy.releases(status) {
+    if settings.streaming != Streaming::Live
+        || route.policy.releases(status)
+        || hyper::body::Body::is_end_stream(answer.body())
+        || headers.contains_key(GRPC_STATUS)
+    {
         return false;
     }
     let event_stream =
@@ -48,9 +61,10 @@ pub fn streams(route: &Route, status: StatusCode, headers: &HeaderMap) -> bool {
     event_stream || grpc::is_grpc(headers) || !headers.contains_key(CONTENT_LENGTH)
 }
 
-/// Runs a live answer: its first client is answered at once through `early` (when it
-/// still waits) with `head` (the stored form of the answer's head, expiry stamped)
-/// and a body that follows the upstream's; the body is recorded and, when somebody
+/// Runs a live answer into `recording`: its first client is answered at once through
+/// `early` (when it still waits) with `head` (the stored form of the answer's head,
+/// expiry stamped) and a body that follows the upstream's, ending once the caller says
+/// the key is settled ([`Recording::settled`]); the body is recorded and, when somebody
 /// joins, published; the whole answer comes back for settling.
 pub async fn record(
     app: &App,
@@ -58,10 +72,10 @@ pub async fn record(
     lease: &Lease,
     answer: http::Response<Incoming>,
     head: StoredResponse,
-    early: Option<oneshot::Sender<Response>>,
+    (recording, early): (Arc<Recording>, Option<oneshot::Sender<Response>>),
 ) -> Result<Buffered, UpstreamError> {
     let (parts, body) = answer.into_parts();
-    let recording = Recording::new(early.is_some());
+    let _counted = Counted::new();
     if let Some(early) = early {
         let first = head.to_response(false);
         let first = first.map(|_| Body::new(FirstBody::new(recording.clone())));
@@ -89,4 +103,20 @@ pub async fn record(
         body,
         trailers,
     })
+}
+
+/// Counts a live answer in `idemgate_live_answers` while it lives.
+struct Counted;
+
+impl Counted {
+    fn new() -> Self {
+        metrics::live_answers(1.0);
+        Self
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        metrics::live_answers(-1.0);
+    }
 }

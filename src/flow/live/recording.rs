@@ -53,6 +53,8 @@ struct State {
     queued: usize,
     waker: Option<Waker>,
     end: Option<End>,
+    /// The key is settled (stored, released): the first client may see the end.
+    settled: bool,
 }
 
 /// What the publisher has not yet written.
@@ -132,6 +134,16 @@ impl Recording {
         self.more.notify_one();
     }
 
+    /// The key is settled: the first client gets the end now, so that a retry it sends
+    /// on seeing the end finds the key stored (or free), never still in flight.
+    pub fn settled(&self) {
+        let mut state = self.lock();
+        state.settled = true;
+        if let Some(waker) = state.waker.take() {
+            waker.wake();
+        }
+    }
+
     /// Whether the answer ended (however).
     pub fn ended(&self) -> bool {
         self.lock().end.is_some()
@@ -174,7 +186,8 @@ impl Recording {
     }
 }
 
-/// The first client's body: the recording's pieces as they come, then its trailers.
+/// The first client's body: the recording's pieces as they come, then, once the key is
+/// settled, its trailers and its end.
 pub struct FirstBody {
     recording: Arc<Recording>,
     done: bool,
@@ -214,7 +227,7 @@ impl Body for FirstBody {
             recording.room.notify_one();
             return Poll::Ready(Some(Ok(Frame::data(piece))));
         }
-        let Some(end) = state.end.clone() else {
+        let Some(end) = state.end.clone().filter(|_| state.settled) else {
             state.waker = Some(cx.waker().clone());
             return Poll::Pending;
         };

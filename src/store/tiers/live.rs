@@ -213,6 +213,11 @@ impl LiveReader {
         }
     }
 
+    /// Woken by every write to the stream and every completion or release of the key.
+    pub fn wake(&self) -> Arc<Notify> {
+        self.watch.notify_handle()
+    }
+
     /// Body bytes read so far.
     pub fn offset(&self) -> u64 {
         self.offset
