@@ -16,15 +16,16 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::identify::{scope_of, Identified};
-use super::live::{self, join::Source};
+use super::live::{self, join::Source, resume::Resume};
 use super::refused::{unreadable, Refused, Reply};
 use crate::app::App;
 use crate::config::InFlightPolicy;
-use crate::idempotency::{Claim, Fingerprint, KeptRequest, RecordId};
+use crate::idempotency::{Claim, Fingerprint, KeptRequest, RecordId, StoredResponse};
 use crate::metrics::Outcome;
 use crate::route::Route;
 use crate::store::tiers::{Kept, Waited};
 use crate::store::{Failure, Lease, StoreError};
+use axum::response::Response;
 
 /// What claiming a key came to.
 pub enum Claimed {
@@ -70,7 +71,8 @@ pub async fn claim(
                         record,
                         fingerprint: *fingerprint,
                     };
-                    match live::join::reply(app, route, source, joined) {
+                    let resume = Resume::from_request(&request.parts.headers);
+                    match live::join::reply(app, route, source, joined, resume) {
                         Some(joined) => return Claimed::Answered(Outcome::Replayed, Ok(joined)),
                         None => Ok(Claim::InFlight { remaining }),
                     }
@@ -90,7 +92,7 @@ pub async fn claim(
             response,
             remaining,
         }) => {
-            let replay = response.replay(&route.policy.replay_omit);
+            let replay = replay(route, request, &response);
             app.stores
                 .remember(record, *fingerprint, &response, remaining, view);
             Claimed::Answered(Outcome::Replayed, Ok(replay))
@@ -104,6 +106,17 @@ pub async fn claim(
         },
         Ok(Claim::Bypassed) => Claimed::Bypassed,
         Err(e) => failed(e),
+    }
+}
+
+/// A stored answer replayed to `request`: from after its `Last-Event-ID` when it sends
+/// one and the answer is an event stream ([`Resume`]).
+fn replay(route: &Route, request: &Identified, stored: &StoredResponse) -> Response {
+    let omit = &route.policy.replay_omit;
+    let resumed = Resume::from_request(&request.parts.headers).and_then(|r| r.stored(stored));
+    match resumed {
+        Some(resumed) => resumed.replay(omit),
+        None => stored.replay(omit),
     }
 }
 
@@ -125,8 +138,7 @@ async fn under_previous_policy(
     let found = (app.stores).find(route, request.scope, request.record, &previous);
     match found.await {
         Ok(Some(Claim::Completed { response, .. })) => {
-            let replay = response.replay(&route.policy.replay_omit);
-            Claimed::Answered(Outcome::Replayed, Ok(replay))
+            Claimed::Answered(Outcome::Replayed, Ok(replay(route, request, &response)))
         }
         Ok(Some(Claim::InFlight { remaining })) => {
             Claimed::Answered(Outcome::InFlight, Err(Refused::InFlight(remaining)))
@@ -145,8 +157,7 @@ fn cached(app: &App, route: &Route, request: &Identified) -> Option<Claimed> {
     let matches = hit.fingerprint == request.fingerprint
         || (request.previous(route)).is_some_and(|previous| hit.fingerprint == previous);
     let (outcome, reply) = if matches {
-        let replay = hit.response.replay(&route.policy.replay_omit);
-        (Outcome::Replayed, Ok(replay))
+        (Outcome::Replayed, Ok(replay(route, request, &hit.response)))
     } else {
         let refused = Refused::Mismatch(settings.mismatch_status);
         (Outcome::Mismatch, Err(refused))

@@ -1,12 +1,13 @@
 //! A duplicate joining a live answer (`in_flight = "wait"`): answered as a replay
 //! (`Idempotent-Replayed: true`, `replay_omit_headers` left out) with the head the
 //! holder wrote, the bytes written so far at once, then the rest as they are written,
-//! ending with the answer's trailers ([`reply`]).
+//! ending with the answer's trailers ([`reply`]); from after its `Last-Event-ID` when it
+//! sends one ([`super::resume`]).
 //!
 //! When the stream is gone before its end (expired after the answer was stored, or its
 //! writer's replica died and its lease ran out), the joiner looks the record up: a
-//! stored answer with the same status gives the rest of its bytes from where the
-//! joiner is; anything else cuts the joiner's answer (HTTP: the body ends in an error;
+//! stored answer with the same status and the same bytes so far gives the rest of its
+//! bytes from where the joiner is; anything else cuts the joiner's answer (HTTP: the body ends in an error;
 //! gRPC: `UNAVAILABLE` trailers), so its client knows to retry.
 
 use std::collections::VecDeque;
@@ -20,8 +21,10 @@ use futures_util::stream;
 use http::{HeaderMap, StatusCode};
 use http_body_util::StreamBody;
 use hyper::body::Frame;
+use sha2::{Digest, Sha256};
 
 use super::recording::Cut;
+use super::resume::Resume;
 use crate::app::App;
 use crate::grpc;
 use crate::idempotency::{Claim, Fingerprint, RecordId, Scope, StoredResponse};
@@ -47,8 +50,11 @@ pub fn reply(
     route: &Arc<Route>,
     source: Source,
     joined: Joined,
+    resume: Option<Resume>,
 ) -> Option<Response> {
     let head = StoredResponse::decode(joined.head.clone()).ok()?;
+    let headers = head.headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes()));
+    let resume = resume.filter(|_| Resume::applies(headers));
     let mut response = head.replay(&route.policy.replay_omit);
     let grpc = grpc::is_grpc(response.headers());
     metrics::live_joiners(1.0);
@@ -63,6 +69,8 @@ pub fn reply(
         ending: None,
         done: false,
         how: None,
+        resume,
+        read: Sha256::new(),
     };
     let body = StreamBody::new(stream::unfold(state, Joiner::step));
     *response.body_mut() = Body::new(body);
@@ -83,6 +91,11 @@ struct Joiner {
     done: bool,
     /// How the join ended, once it did (else its client left).
     how: Option<Join>,
+    /// `Last-Event-ID`: the events up to it are not sent.
+    resume: Option<Resume>,
+    /// A hash of the body read so far, so that the rest is taken from a record only if
+    /// the record starts with the same bytes (another execution's never does).
+    read: Sha256,
 }
 
 impl Drop for Joiner {
@@ -152,7 +165,10 @@ impl Joiner {
         }
         match entry {
             Entry::Head(_) => {}
-            Entry::Data(piece) => self.pending.push_back(Ok(Frame::data(piece))),
+            Entry::Data(piece) => {
+                self.read.update(&piece);
+                self.data(piece);
+            }
             Entry::End(end) => match StoredResponse::decode(end) {
                 Ok(end) => self.ending = Some(end.trailers),
                 Err(_) => self.cut(),
@@ -171,13 +187,14 @@ impl Joiner {
         } = &self.source;
         let found = (self.app.stores).find(&self.route, *scope, *record, fingerprint);
         let offset = self.joined.reader.offset() as usize;
+        let read = std::mem::take(&mut self.read).finalize();
+        let same = |body: &Bytes| body.len() >= offset && Sha256::digest(&body[..offset]) == read;
         match found.await {
             Ok(Some(Claim::Completed { response, .. }))
-                if response.status == self.status && response.body.len() >= offset =>
+                if response.status == self.status && same(&response.body) =>
             {
                 if response.body.len() > offset {
-                    let rest = response.body.slice(offset..);
-                    self.pending.push_back(Ok(Frame::data(rest)));
+                    self.data(response.body.slice(offset..));
                 }
                 self.end(&response.trailers, Join::FromRecord);
             }
@@ -188,8 +205,22 @@ impl Joiner {
         }
     }
 
+    /// A piece of the body, unless it comes before the resume point.
+    fn data(&mut self, piece: Bytes) {
+        let piece = match self.resume.as_mut() {
+            Some(resume) => resume.feed(piece),
+            None => Some(piece),
+        };
+        if let Some(piece) = piece {
+            self.pending.push_back(Ok(Frame::data(piece)));
+        }
+    }
+
     fn end(&mut self, trailers: &[(http::HeaderName, http::HeaderValue)], how: Join) {
         self.how = Some(how);
+        if let Some(held) = self.resume.as_mut().and_then(Resume::finish) {
+            self.pending.push_back(Ok(Frame::data(held)));
+        }
         if !trailers.is_empty() {
             let mut map = HeaderMap::with_capacity(trailers.len());
             for (name, value) in trailers {

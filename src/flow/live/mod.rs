@@ -12,11 +12,13 @@
 //! keeps its one compact copy.
 //!
 //! The parts: the [`recording::Recording`] one answer shares, the [`tee`] that fills it,
-//! the [`publish`]er that writes it to Redis for joiners, and the joiners' side.
+//! the [`publish`]er that writes it to Redis for joiners, the joiners' side, and SSE
+//! resume (`Last-Event-ID`) for joiners and replays ([`resume`]).
 
 pub mod join;
 mod publish;
 pub mod recording;
+pub mod resume;
 mod tee;
 
 use std::sync::Arc;
@@ -32,7 +34,7 @@ use tracing::Instrument;
 
 use self::recording::{FirstBody, Recording};
 use crate::app::App;
-use crate::config::Streaming;
+use crate::config::{InFlightPolicy, Streaming};
 use crate::grpc;
 use crate::idempotency::StoredResponse;
 use crate::metrics;
@@ -82,7 +84,10 @@ pub async fn record(
         // A client gone already drops its body: the recording goes on without it.
         let _ = early.send(first);
     }
-    let publisher = app.stores.live_writer(lease).map(|writer| {
+    // Only a route whose duplicates wait can be joined.
+    let joinable = route.policy.settings.in_flight == InFlightPolicy::Wait;
+    let writer = joinable.then(|| app.stores.live_writer(lease)).flatten();
+    let publisher = writer.map(|writer| {
         let mut joiners = head;
         joiners.omit(&route.policy.replay_omit);
         let publish = publish::publish(writer, recording.clone(), joiners.encode());
