@@ -5,11 +5,12 @@
 //! `support/sse_upstream.rs` or the grpcio server of `tests/grpc/`, gateways in-process
 //! and as `idemgate serve` processes; every test counts the upstream's executions (one
 //! per key). One client (`sse.rs`), joiners (`join.rs`), gRPC (`grpc.rs`), the replica
-//! running a stream SIGKILLed (`kill.rs`).
+//! running a stream SIGKILLed (`kill.rs`), SSE resume by `Last-Event-ID` (`resume.rs`).
 
 mod grpc;
 mod join;
 mod kill;
+mod resume;
 mod sse;
 
 use std::path::Path;

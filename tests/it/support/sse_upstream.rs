@@ -43,7 +43,12 @@ pub struct Execution {
 impl Execution {
     /// The whole body this execution sends (or sent), byte for byte.
     pub fn body(&self) -> Vec<u8> {
-        (0..self.events)
+        self.events_from(0)
+    }
+
+    /// Its events from `seq` (the one with `id: <seq>`) on, byte for byte.
+    pub fn events_from(&self, seq: usize) -> Vec<u8> {
+        (seq..self.events)
             .flat_map(|seq| event(self.number, seq, &self.id, self.size).into_bytes())
             .collect()
     }
