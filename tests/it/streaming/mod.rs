@@ -4,12 +4,14 @@
 //! on any replica join it while it runs. Real servers only: Redis, the SSE upstream of
 //! `support/sse_upstream.rs` or the grpcio server of `tests/grpc/`, gateways in-process
 //! and as `idemgate serve` processes; every test counts the upstream's executions (one
-//! per key). One client (`sse.rs`), joiners (`join.rs`), gRPC (`grpc.rs`), the replica
-//! running a stream SIGKILLed (`kill.rs`), SSE resume by `Last-Event-ID` (`resume.rs`).
+//! per key). One client (`sse.rs`), which answers stream (`kinds.rs`), joiners
+//! (`join.rs`), gRPC (`grpc.rs`), the replica running a stream SIGKILLed (`kill.rs`),
+//! SSE resume by `Last-Event-ID` (`resume.rs`).
 
 mod grpc;
 mod join;
 mod kill;
+mod kinds;
 mod resume;
 mod sse;
 

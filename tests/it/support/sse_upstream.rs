@@ -3,7 +3,8 @@
 //! `?events=N` events (default 10) spaced by `?gap_ms=D` (default 200; the first event
 //! goes out with the head), each padded with `?size=S` bytes (default 0) so that an
 //! answer can be made larger than a limit, after `?head_ms=H` (default 0) before the
-//! head. It counts executions per `Idempotency-Key` and keeps, for each, when every
+//! head; `?status=` another status, `?type=ndjson` as `application/x-ndjson`,
+//! `?length=1` with its `Content-Length` (still sent event by event). It counts executions per `Idempotency-Key` and keeps, for each, when every
 //! event was handed to the connection and whether the whole stream was written (a
 //! stream the gateway dropped stops there). Every execution carries a random id of its
 //! own (the `x-stream-id` header and every event), so no two executions send the same
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 
 /// What the upstream did for one request.
@@ -167,14 +168,23 @@ async fn answer(
         }
     });
     let mut response = Response::new(Body::from_stream(body));
+    *response.status_mut() = StatusCode::from_u16(param("status", 200) as u16).unwrap();
     let h = response.headers_mut();
-    h.insert(
-        "content-type",
-        HeaderValue::from_static("text/event-stream"),
-    );
+    let content_type = match query.get("type").map(String::as_str) {
+        Some("ndjson") => "application/x-ndjson",
+        _ => "text/event-stream",
+    };
+    h.insert("content-type", HeaderValue::from_static(content_type));
     h.insert("cache-control", HeaderValue::from_static("no-cache"));
-    h.insert("x-stream-id", header);
+    h.insert("x-stream-id", header.clone());
     // Per exchange (the default `replay_omit_headers`): for the first client only.
     h.insert("x-ratelimit-remaining", HeaderValue::from(execution));
+    if param("length", 0) == 1 {
+        let id = header.to_str().unwrap();
+        let length: usize = (0..events)
+            .map(|seq| event(execution, seq, id, size).len())
+            .sum();
+        h.insert("content-length", HeaderValue::from(length));
+    }
     response
 }
