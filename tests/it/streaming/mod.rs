@@ -5,9 +5,10 @@
 //! `support/sse_upstream.rs` or the grpcio server of `tests/grpc/`, gateways in-process
 //! and as `idemgate serve` processes; every test counts the upstream's executions (one
 //! per key). One client (`sse.rs`), which answers stream (`kinds.rs`), joiners
-//! (`join.rs`), gRPC (`grpc.rs`), the replica running a stream SIGKILLed (`kill.rs`),
-//! SSE resume by `Last-Event-ID` (`resume.rs`).
+//! (`join.rs`), gRPC (`grpc.rs`), the upstream breaking off (`cut.rs`), the replica
+//! running a stream SIGKILLed (`kill.rs`), SSE resume by `Last-Event-ID` (`resume.rs`).
 
+mod cut;
 mod grpc;
 mod join;
 mod kill;

@@ -4,14 +4,14 @@
 //! goes out with the head), each padded with `?size=S` bytes (default 0) so that an
 //! answer can be made larger than a limit, after `?head_ms=H` (default 0) before the
 //! head; `?status=` another status, `?type=ndjson` as `application/x-ndjson`,
-//! `?length=1` with its `Content-Length` (still sent event by event). It counts executions per `Idempotency-Key` and keeps, for each, when every
+//! `?length=1` with its `Content-Length` (still sent event by event), `?cut_after=N`
+//! broken off (the connection closed) after N events, in the next gap. It counts executions per `Idempotency-Key` and keeps, for each, when every
 //! event was handed to the connection and whether the whole stream was written (a
 //! stream the gateway dropped stops there). Every execution carries a random id of its
 //! own (the `x-stream-id` header and every event), so no two executions send the same
 //! bytes; `x-ratelimit-remaining` is a header a replay must not repeat.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -153,18 +153,24 @@ async fn answer(
     }
     let progress = Progress { shared, index };
     let (execution, header) = (index + 1, HeaderValue::from_str(&id).unwrap());
+    let cut = param("cut_after", u64::MAX) as usize;
     let body = futures_util::stream::unfold((0usize, progress), move |(seq, progress)| {
         let id = id.clone();
         async move {
-            if seq == events {
+            if seq == events || seq > cut {
                 return None;
             }
             if seq > 0 {
                 tokio::time::sleep(Duration::from_millis(gap)).await;
             }
+            if seq == cut {
+                // hyper aborts the answer: the connection closes before the last chunk.
+                let cut = std::io::Error::other("the upstream breaks off");
+                return Some((Err(cut), (seq + 1, progress)));
+            }
             let event = Bytes::from(event(execution, seq, &id, size));
             progress.sent(seq + 1 == events);
-            Some((Ok::<_, Infallible>(event), (seq + 1, progress)))
+            Some((Ok(event), (seq + 1, progress)))
         }
     });
     let mut response = Response::new(Body::from_stream(body));
