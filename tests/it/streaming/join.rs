@@ -236,3 +236,52 @@ async fn a_joiner_of_a_stream_over_the_limit_gets_the_bytes_up_to_it_then_a_cut(
     assert_eq!(code, "upstream_response_too_large");
     assert_eq!(upstream.executions_of("over"), 1);
 }
+
+/// Joiners hold their `max_waiters` places until their answer ends: with two joined,
+/// a third duplicate is told "in flight" at once; once the stream is stored, a retry
+/// replays it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joiners_count_against_max_waiters_until_their_answer_ends() {
+    let redis = RedisServer::start();
+    let upstream = SseUpstream::start().await;
+    let knobs = super::Knobs {
+        route: "in_flight = \"wait\"\nwait_timeout = \"30s\"\nmax_waiters = 2\n",
+        ..KNOBS
+    };
+    let (one, two) = replicas(&redis, &sse_route(&upstream), knobs).await;
+    let http = reqwest::Client::new();
+    let query = "events=10&gap_ms=250";
+    let first = post(&http, &base(&one), "bounded", query);
+    let first = tokio::spawn(Streamed::whole(first, WITHIN));
+    upstream_sent(&upstream, "bounded", 2).await;
+    let mut joiners = Vec::new();
+    for app in [&two, &one] {
+        let mut joiner = Streamed::open(post(&http, &base(app), "bounded", query), WITHIN).await;
+        joiner.read(2, WITHIN).await;
+        assert_eq!(joiner.header("idempotent-replayed"), Some("true"));
+        joiners.push(joiner);
+    }
+    let started = Instant::now();
+    let third = post(&http, &base(&two), "bounded", query).send().await;
+    let (status, headers, body) = crate::support::read(third.unwrap()).await;
+    assert_eq!(status, 409, "{}", String::from_utf8_lossy(&body));
+    let code = crate::support::problem_code(&headers, &body);
+    assert_eq!(code, "idempotency_key_in_flight");
+    assert!(started.elapsed() < Duration::from_secs(1), "at once");
+    let ran = upstream.first_of("bounded");
+    assert!(
+        !ran.finished,
+        "told while the two joiners were still reading"
+    );
+
+    let first = first.await.unwrap();
+    for mut joiner in joiners {
+        joiner.finish(WITHIN).await;
+        same_stream(&joiner, &first, &ran.id);
+    }
+    stored(&redis).await;
+    let retry = Streamed::whole(post(&http, &base(&two), "bounded", query), WITHIN).await;
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert!(retry.body == first.body);
+    assert_eq!(upstream.executions_of("bounded"), 1);
+}

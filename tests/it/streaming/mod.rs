@@ -5,11 +5,13 @@
 //! `support/sse_upstream.rs` or the grpcio server of `tests/grpc/`, gateways in-process
 //! and as `idemgate serve` processes; every test counts the upstream's executions (one
 //! per key). One client (`sse.rs`), which answers stream (`kinds.rs`), joiners
-//! (`join.rs`), gRPC (`grpc.rs`), the upstream breaking off (`cut.rs`), the replica
-//! running a stream SIGKILLed (`kill.rs`), SSE resume by `Last-Event-ID` (`resume.rs`).
+//! (`join.rs`), tenants, encryption and Redis Cluster (`isolation.rs`), gRPC
+//! (`grpc.rs`), the upstream breaking off (`cut.rs`), the replica running a stream
+//! SIGKILLed (`kill.rs`), SSE resume by `Last-Event-ID` (`resume.rs`).
 
 mod cut;
 mod grpc;
+mod isolation;
 mod join;
 mod kill;
 mod kinds;
@@ -50,14 +52,13 @@ const KNOBS: Knobs = Knobs {
 /// The configuration after the `[server]` header: Redis, no replay cache, anonymous
 /// requests in one shared scope, `route` (a `[[routes]]` table, its
 /// `[routes.idempotency]` open for the knobs' keys).
-fn gateway_toml(redis: &RedisServer, route: &str, knobs: Knobs) -> String {
+fn gateway_toml(redis: &str, route: &str, knobs: Knobs) -> String {
     format!(
         "{server}\n[replay_cache]\nmax_bytes = \"0B\"\n\
          [redis]\nurl = \"{redis}\"\ncommand_timeout = \"{command}\"\nconnect_timeout = \"1s\"\n\
          [idempotency]\nanonymous = \"shared\"\n\
          {route}{extra}",
         server = knobs.server,
-        redis = redis.url(),
         command = knobs.command_timeout,
         extra = knobs.route,
     )
@@ -72,11 +73,15 @@ fn sse_route(upstream: &SseUpstream) -> String {
     )
 }
 
+/// The configuration of a gateway in-process on the Redis at `redis`.
+fn config(redis: &str, route: &str, knobs: Knobs) -> Config {
+    let toml = format!("[server]\n{}", gateway_toml(redis, route, knobs));
+    Config::from_toml(&toml).unwrap_or_else(|e| panic!("test config: {e}"))
+}
+
 /// A gateway in-process.
 async fn gateway(redis: &RedisServer, route: &str, knobs: Knobs<'_>) -> TestApp {
-    let toml = format!("[server]\n{}", gateway_toml(redis, route, knobs));
-    let config = Config::from_toml(&toml).unwrap_or_else(|e| panic!("test config: {e}"));
-    TestApp::spawn(config).await
+    TestApp::spawn(config(&redis.url(), route, knobs)).await
 }
 
 /// Two gateways in-process on one Redis (two replicas of one fleet), their wake-up
@@ -98,7 +103,7 @@ async fn gateway_process(
     route: &str,
     knobs: Knobs<'_>,
 ) -> Replica {
-    serve_process(dir, name, &gateway_toml(redis, route, knobs)).await
+    serve_process(dir, name, &gateway_toml(&redis.url(), route, knobs)).await
 }
 
 fn base(app: &TestApp) -> String {
