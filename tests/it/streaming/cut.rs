@@ -7,7 +7,9 @@
 
 use std::time::Duration;
 
-use super::{base, post, replicas, sse_route, stored, upstream_sent, End, Knobs, Streamed, KNOBS};
+use super::{
+    base, post, replicas, since, sse_route, stored, upstream_sent, End, Knobs, Streamed, KNOBS,
+};
 use crate::support::{problem_code, read, RedisServer, SseUpstream, TestApp};
 
 const WITHIN: Duration = Duration::from_secs(20);
@@ -48,6 +50,13 @@ async fn cut_stream(upstream: &SseUpstream, one: &TestApp, two: &TestApp, key: &
             answer.body == sent,
             "{who}: the six events sent: {}",
             String::from_utf8_lossy(&answer.body)
+        );
+        // Cut when the upstream broke off (one gap after its sixth event), not later.
+        let broke = ran.sent[5] + Duration::from_millis(200);
+        let late = since(answer.ended.unwrap(), broke);
+        assert!(
+            late < Duration::from_secs(1),
+            "{who}: cut {late:?} after the break"
         );
     }
 }

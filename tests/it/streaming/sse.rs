@@ -64,6 +64,11 @@ async fn the_first_event_reaches_the_client_as_the_upstream_sends_it() {
         "the first event took {:?} from the upstream to the client",
         since(got, sent)
     );
+    assert!(
+        since(got, first.sent) < LIVE,
+        "the first event came {:?} after the request",
+        since(got, first.sent)
+    );
     // Each event as it was sent, not in a burst at the end.
     for (i, (&at, &out)) in first.events_at.iter().zip(&ran.sent).enumerate() {
         assert!(since(at, out) < LIVE, "event {i} took {:?}", since(at, out));
