@@ -211,11 +211,14 @@ impl Streamed {
 
     fn arrived(&mut self, chunk: &[u8]) {
         let now = Instant::now();
+        // Only the new bytes (and the one before them) can end an event.
+        let from = self.body.len().saturating_sub(1);
         self.body.extend_from_slice(chunk);
-        let events = self.body.windows(2).filter(|w| w == b"\n\n").count();
-        while self.events_at.len() < events {
-            self.events_at.push(now);
-        }
+        let events = self.body[from..]
+            .windows(2)
+            .filter(|w| w == b"\n\n")
+            .count();
+        self.events_at.extend(std::iter::repeat(now).take(events));
     }
 
     fn header(&self, name: &str) -> Option<&str> {

@@ -217,3 +217,41 @@ async fn a_retry_the_moment_the_stream_ended_replays_it() {
         assert_eq!(upstream.executions_of(&key), 1);
     }
 }
+
+/// A first client that stops reading holds nothing back while the answer fits the
+/// record (`max_response_body`): the gateway reads the upstream to its end (32 MB, far
+/// more than the sockets between them hold), stores it, and a retry replays it while
+/// that client still has not read; then the client reads it all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_client_that_stops_reading_holds_back_neither_the_upstream_nor_the_record() {
+    let knobs = Knobs {
+        server: "max_response_body = \"40MiB\"\n",
+        ..KNOBS
+    };
+    let (redis, upstream, app) = setup(knobs).await;
+    let query = "events=64&gap_ms=5&size=500000";
+    let request = post(&app.client, &base(&app), "stalled", query);
+    let mut first = Streamed::open(request, WITHIN).await;
+    first.read(1, WITHIN).await;
+    assert_eq!((first.status, first.events_at.is_empty()), (200, false));
+    // It reads nothing more meanwhile.
+    let finished = eventually(Duration::from_secs(15), async || {
+        upstream.first_of("stalled").finished
+    })
+    .await;
+    let ran = upstream.first_of("stalled");
+    assert!(
+        finished,
+        "the upstream stalled with the first client: {} of 64 events sent",
+        ran.sent.len()
+    );
+    let replay = retry(&redis, &app, "stalled", query).await;
+    assert_eq!(replay.status, 200);
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert!(replay.body == ran.body(), "{} bytes", replay.body.len());
+    assert_eq!(first.end, End::Open, "the first client is still there");
+    first.finish(WITHIN).await;
+    assert_eq!(first.end, End::Clean);
+    assert!(first.body == ran.body(), "{} bytes", first.body.len());
+    assert_eq!(upstream.executions_of("stalled"), 1);
+}
