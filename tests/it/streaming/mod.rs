@@ -4,10 +4,11 @@
 //! on any replica join it while it runs. Real servers only: Redis, the SSE upstream of
 //! `support/sse_upstream.rs` or the grpcio server of `tests/grpc/`, gateways in-process
 //! and as `idemgate serve` processes; every test counts the upstream's executions (one
-//! per key). One client (`sse.rs`), which answers stream (`kinds.rs`), joiners
-//! (`join.rs`), tenants, encryption and Redis Cluster (`isolation.rs`), gRPC
-//! (`grpc.rs`), the upstream breaking off (`cut.rs`), the replica running a stream
-//! SIGKILLed (`kill.rs`), SSE resume by `Last-Event-ID` (`resume.rs`).
+//! per key). One client (`sse.rs`) and its pace (`pace.rs`), which answers stream
+//! (`kinds.rs`), joiners (`join.rs`), tenants, encryption and Redis Cluster
+//! (`isolation.rs`), gRPC (`grpc.rs`), the upstream breaking off (`cut.rs`), the
+//! replica running a stream SIGKILLed (`kill.rs`), SSE resume by `Last-Event-ID`
+//! (`resume.rs`).
 
 mod cut;
 mod grpc;
@@ -15,6 +16,7 @@ mod isolation;
 mod join;
 mod kill;
 mod kinds;
+mod pace;
 mod resume;
 mod sse;
 
