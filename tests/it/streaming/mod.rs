@@ -7,10 +7,11 @@
 //! per key). One client (`sse.rs`) and its pace (`pace.rs`), which answers stream
 //! (`kinds.rs`), joiners (`join.rs`), tenants, encryption and Redis Cluster
 //! (`isolation.rs`), gRPC (`grpc.rs`), the upstream breaking off (`cut.rs`), the
-//! replica running a stream SIGKILLed (`kill.rs`), SSE resume by `Last-Event-ID`
-//! (`resume.rs`).
+//! replica running a stream SIGKILLed (`kill.rs`), Postgres and Redis outages
+//! (`durable.rs`), SSE resume by `Last-Event-ID` (`resume.rs`).
 
 mod cut;
+mod durable;
 mod grpc;
 mod isolation;
 mod join;
