@@ -131,3 +131,35 @@ async fn a_stream_with_a_release_status_is_buffered_and_releases_the_key() {
         assert!(redis.records().await.is_empty(), "released, not stored");
     }
 }
+
+/// HTTP/2 on both sides (an h2c upstream answering without a length, an h2c client):
+/// the answer streams live as DATA frames, and the replay is the same bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http2_on_both_sides_an_answer_streams_live() {
+    let redis = RedisServer::start();
+    let upstream = SseUpstream::start().await;
+    let route = sse_route(&upstream).replace(
+        "upstream_timeout",
+        "upstream_protocol = \"h2c\"\nupstream_timeout",
+    );
+    let app = gateway(&redis, &route, KNOBS).await;
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let query = "events=8&gap_ms=200&type=ndjson";
+    let first = Streamed::whole(post(&h2, &base(&app), "h2", query), WITHIN).await;
+    let ran = upstream.first_of("h2");
+    assert_eq!(ran.version, axum::http::Version::HTTP_2, "an h2c upstream");
+    assert_eq!((first.status, &first.end), (200, &End::Clean));
+    assert!(first.body == ran.body());
+    for (i, (&at, &out)) in first.events_at.iter().zip(&ran.sent).enumerate() {
+        let late = since(at, out);
+        assert!(late < LIVE, "piece {i} took {late:?}");
+    }
+    stored(&redis).await;
+    let replay = Streamed::whole(post(&h2, &base(&app), "h2", query), WITHIN).await;
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert!(replay.body == first.body);
+    assert_eq!(upstream.executions_of("h2"), 1);
+}

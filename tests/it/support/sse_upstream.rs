@@ -39,6 +39,8 @@ pub struct Execution {
     pub number: usize,
     /// The padding of each event.
     pub size: usize,
+    /// The HTTP version the request came in.
+    pub version: axum::http::Version,
 }
 
 impl Execution {
@@ -125,6 +127,7 @@ impl Progress {
 async fn answer(
     State(shared): State<Shared>,
     Query(query): Query<HashMap<String, String>>,
+    version: axum::http::Version,
     headers: HeaderMap,
 ) -> Response {
     let param = |name: &str, default: u64| {
@@ -145,6 +148,7 @@ async fn answer(
             finished: events == 0,
             number,
             size,
+            version,
         });
         executions.len() - 1
     };
