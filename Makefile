@@ -1,5 +1,5 @@
 # idemgate: developer entry points. `make up` and `make test` install what is missing.
-.PHONY: up down loadtest bench soak test ci fuzz-smoke chaos lint deps image check-deploy upgrade-check fuzz docs
+.PHONY: up down loadtest bench bench-streaming soak test ci fuzz-smoke chaos lint deps image check-deploy upgrade-check fuzz docs
 
 # Start the local fleet on loopback: Redis, Postgres, the demo upstream, REPLICAS
 # gateway replicas (default 3) behind HAProxy on :8080, Prometheus on :9099;
@@ -26,6 +26,14 @@ loadtest:
 # and regenerates the table in BENCHMARKS.md; see deploy/bench/run.sh.
 bench:
 	bash deploy/bench/run.sh
+
+# Keyed streaming answers (Server-Sent Events from the demo upstream's /v1/completions)
+# through two replicas and directly, side by side (a few minutes after the build):
+# time to first event for first executions, joiners and replays; CPU and peak RSS per
+# replica for 1,000 streams at once, with slow joiners too. Writes
+# deploy/bench/results/streaming.md; see deploy/bench/streaming.sh.
+bench-streaming:
+	bash deploy/bench/streaming.sh
 
 # Soak: SOAK_MINUTES (default 30) of mixed first executions and replays at SOAK_RATE
 # (default 300 req/s) through HAProxy to two durable replicas with the reaper running;

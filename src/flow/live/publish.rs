@@ -44,15 +44,19 @@ pub async fn publish(mut writer: LiveWriter, recording: Arc<Recording>, head: By
         offset: 0,
         joined: false,
     };
+    let Some(asking) = publisher.writer.asked() else {
+        return;
+    };
+    // One wake-up armed at all times (re-armed as soon as it fires, before the look it
+    // causes): the record channel's messages wake only who waits at that moment.
+    let asked = asking.notified();
+    tokio::pin!(asked);
+    asked.as_mut().enable();
+    let recording = publisher.recording.clone();
     let mut look = true;
     loop {
-        let Some(asked) = publisher.writer.asked() else {
-            return;
-        };
-        let recording = publisher.recording.clone();
-        let (asked, more) = (asked.notified(), recording.more().notified());
-        tokio::pin!(asked, more);
-        asked.as_mut().enable();
+        let more = recording.more().notified();
+        tokio::pin!(more);
         more.as_mut().enable();
         if publisher.joined || look {
             look = false;
@@ -66,7 +70,11 @@ pub async fn publish(mut writer: LiveWriter, recording: Arc<Recording>, head: By
             return;
         }
         tokio::select! {
-            () = &mut asked => look = true,
+            () = &mut asked => {
+                look = true;
+                asked.set(asking.notified());
+                asked.as_mut().enable();
+            }
             () = &mut more => {}
             () = tokio::time::sleep(publisher.writer.ttl() / 3) => {}
         }

@@ -3,7 +3,8 @@
 //! release scripts publish on the record's channel (`<record key>:done`) when a claim
 //! answered "in flight" for the record (`lua/claim.lua` marks it in that same step, and
 //! a waiter is subscribed before it claims, so it hears every completion after its
-//! claim and its claim sees every one before); nothing polls.
+//! claim and its claim sees every one before). A waiter re-checks its key once a
+//! [`RECHECK`] besides (`store::tiers::wait`), which a missed wake-up costs.
 //!
 //! - Standalone and Sentinel: one pattern subscription per replica to every record's
 //!   channel (on the primary the sentinels name; re-made after a failover).

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::super::lease::Lease;
+use super::super::redis::waiters::RECHECK;
 use super::super::{RedisStore, StoreError};
 use super::live::LiveReader;
 use super::{Kept, Stores};
@@ -87,7 +88,12 @@ impl Stores {
                     // Woken by the holder, or when its lease runs out, whichever is first;
                     // in a cluster, re-subscribed and re-checked every `RECHECK` too (a
                     // slot that moved lost its subscription: see `waiters`).
-                    let nap = (remaining + Duration::from_millis(10)).min(left);
+                    let mut nap = (remaining + Duration::from_millis(10)).min(left);
+                    if asked {
+                        // Asked to join: a wake-up missed under load costs a second, not
+                        // the answer's whole length.
+                        nap = nap.min(RECHECK);
+                    }
                     let recheck = watch.recheck().filter(|r| *r < nap);
                     tokio::select! {
                         () = &mut notified => {}
