@@ -4,14 +4,20 @@
 Plan: {"target": "127.0.0.1:PORT", "calls": [CALL, ...]}, run in order. CALL:
 {"method": "/demo.Payments/Create", "kind": "unary" | "server_stream" | "bidi",
  "message": "text", "messages": [...] (bidi), "key": "k" (optional), "tenant": "t"
- (optional), "parallel": N (optional: N identical calls at once)}.
+ (optional), "parallel": N (optional: N identical calls at once), "target": "..."
+ (optional: another target than the plan's), "delay_ms": D (optional: in a group,
+ wait that long first)}, or {"kind": "group", "calls": [CALL, ...]}: its calls at once.
 Result: {"code": "OK", "details": str, "messages": [hex...], "initial": [[k, v]...],
 "trailing": [[k, v]...]} (binary metadata values as hex); a list of them for parallel
-calls. A bidi call sends each message only after the answer to the one before.
+calls and groups. A server streaming call's result also has "started_ms", "at_ms" (when
+each message arrived) and "ended_ms", in `time.monotonic()` ms. A bidi call sends each
+message only after the answer to the one before.
 """
 import json
 import queue
 import sys
+import threading
+import time
 from concurrent import futures
 
 import grpc
@@ -54,16 +60,24 @@ def unary(channel, call):
         return result(e.code(), e.details(), [], e.initial_metadata(), e.trailing_metadata())
 
 
+def now_ms():
+    return time.monotonic() * 1000
+
+
 def server_stream(channel, call):
     stub = channel.unary_stream(call["method"])
+    started = now_ms()
     it = stub(call["message"].encode(), metadata=metadata(call), timeout=20)
-    messages = []
+    messages, at = [], []
     try:
         for m in it:
             messages.append(m)
+            at.append(now_ms())
     except grpc.RpcError:
         pass
-    return result(it.code(), it.details(), messages, it.initial_metadata(), it.trailing_metadata())
+    out = result(it.code(), it.details(), messages, it.initial_metadata(), it.trailing_metadata())
+    out.update(started_ms=started, at_ms=at, ended_ms=now_ms())
+    return out
 
 
 def bidi(channel, call):
@@ -93,8 +107,38 @@ def bidi(channel, call):
 KINDS = {"unary": unary, "server_stream": server_stream, "bidi": bidi}
 
 
-def run(channel, call):
+class Channels:
+    """One channel per target, the plan's by default."""
+
+    def __init__(self, default):
+        self.default, self.open, self.lock = default, {}, threading.Lock()
+
+    def get(self, target):
+        target = target or self.default
+        with self.lock:
+            if target not in self.open:
+                self.open[target] = grpc.insecure_channel(target)
+            return self.open[target]
+
+    def close(self):
+        for channel in self.open.values():
+            channel.close()
+
+
+def group(channels, call):
+    def one(sub):
+        time.sleep(sub.get("delay_ms", 0) / 1000)
+        return run(channels, sub)
+
+    with futures.ThreadPoolExecutor(max_workers=len(call["calls"])) as pool:
+        return list(pool.map(one, call["calls"]))
+
+
+def run(channels, call):
+    if call.get("kind") == "group":
+        return group(channels, call)
     run_one = KINDS[call.get("kind", "unary")]
+    channel = channels.get(call.get("target"))
     n = call.get("parallel")
     if not n:
         return run_one(channel, call)
@@ -104,8 +148,11 @@ def run(channel, call):
 
 def main():
     plan = json.loads(sys.argv[1])
-    with grpc.insecure_channel(plan["target"]) as channel:
-        print(json.dumps([run(channel, call) for call in plan["calls"]]))
+    channels = Channels(plan["target"])
+    try:
+        print(json.dumps([run(channels, call) for call in plan["calls"]]))
+    finally:
+        channels.close()
 
 
 if __name__ == "__main__":

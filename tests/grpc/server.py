@@ -11,7 +11,13 @@ Methods of `demo.Payments`:
   with trailers that name headers only the gateway may set (`idempotent-replayed`,
   `idempotency-status`) beside `x-kept`.
 - `Count` (unary): the executions per key, as JSON.
-- `Feed` (server streaming): three messages, then trailers.
+- `Feed` (server streaming): three messages, then trailers. `every:<ms>:<n>:<text>`
+  sends `n` messages `<ms>` apart instead (the first at once), each
+  `<text>:<i>:<id>:<sent>` with the execution's random `id` and when it was sent
+  (`time.monotonic()` in ms: CLOCK_MONOTONIC, the clock of the client's `at_ms`), then
+  trailers `x-fed` (n), `x-feed-id` (the id) and `x-feed-receipt-bin` (random bytes);
+  a `<text>` that starts with `fail` then ends FAILED_PRECONDITION `feed failed` (the
+  same trailers).
 - `Chat` (bidirectional): answers each message as it arrives.
 Every method but `Count` counts an execution per key.
 """
@@ -70,9 +76,27 @@ def count(request, context):
 
 def feed(request, context):
     execute(context)
+    if request.startswith(b"every:"):
+        yield from feed_every(request, context)
+        return
     for i in range(3):
         yield request + b":" + str(i).encode()
     context.set_trailing_metadata((("x-fed", "3"),))
+
+
+def feed_every(request, context):
+    _, gap, n, text = request.split(b":", 3)
+    feed_id = os.urandom(8).hex().encode()
+    for i in range(int(n)):
+        if i > 0:
+            time.sleep(int(gap) / 1000)
+        sent = str(int(time.monotonic() * 1000)).encode()
+        yield b":".join((text, str(i).encode(), feed_id, sent))
+    context.set_trailing_metadata(
+        (("x-fed", n.decode()), ("x-feed-id", feed_id.decode()), ("x-feed-receipt-bin", os.urandom(12)))
+    )
+    if text.startswith(b"fail"):
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, "feed failed")
 
 
 def chat(requests, context):

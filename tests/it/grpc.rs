@@ -46,7 +46,7 @@ pub(crate) struct GrpcServer {
 }
 
 impl GrpcServer {
-    fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let mut child = Command::new(python())
             .arg(script("server.py"))
             .stdin(Stdio::piped())

@@ -56,6 +56,7 @@ mod settle_lease;
 mod shard_warmth;
 mod slow_upstream;
 mod split_authority;
+mod streaming;
 mod tenancy;
 mod thread_per_core;
 mod tier_edges;

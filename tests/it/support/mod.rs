@@ -12,6 +12,7 @@ pub mod postgres;
 pub mod recorder;
 pub mod records;
 pub mod redis;
+pub mod sse_upstream;
 pub mod upstream;
 
 pub use app::{config, TestApp};
@@ -19,6 +20,7 @@ pub use certs::Pki;
 pub use holdproxy::HoldProxy;
 pub use postgres::PgServer;
 pub use redis::RedisServer;
+pub use sse_upstream::SseUpstream;
 pub use upstream::MockUpstream;
 
 /// Reads a response into (status, headers, body).
