@@ -149,6 +149,15 @@ struct Overrides {
 }
 
 /// Statuses a client would typically retry; with `?status=` they do not execute.
+/// The request's `Idempotency-Key`, the ledger's key (`<none>` without one).
+fn key_of(headers: &HeaderMap) -> String {
+    headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("<none>")
+        .to_owned()
+}
+
 fn is_transient(status: StatusCode) -> bool {
     status.is_server_error()
         || status == StatusCode::REQUEST_TIMEOUT
@@ -262,11 +271,7 @@ async fn call(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let key = headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("<none>")
-        .to_owned();
+    let key = key_of(&headers);
     let latency = q.latency_ms.map_or(st.args.latency, Duration::from_millis);
     let fence: Option<i64> =
         (headers.get("idempotency-fencing-token")).and_then(|v| v.to_str().ok()?.parse().ok());

@@ -138,11 +138,7 @@ pub(super) async fn completions(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let key = headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("<none>")
-        .to_owned();
+    let key = super::key_of(&headers);
     let req: CompletionRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => return rejected(format!("the body is not a completion request: {e}")),
