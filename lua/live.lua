@@ -25,6 +25,11 @@ if #ARGV < 5 then
   end
   return 1
 end
+-- A head starts the stream afresh: what an earlier execution of the key left (it was
+-- released, or its replica died) is never read as this one's.
+if ARGV[5] == 'h' then
+  redis.call('DEL', KEYS[2])
+end
 for i = 5, #ARGV - 1, 2 do
   redis.call('XADD', KEYS[2], '*', ARGV[i], ARGV[i + 1])
 end

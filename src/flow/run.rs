@@ -156,14 +156,15 @@ pub async fn run(
     )
     .await;
     // A live answer's first client sees its end once the key is settled (or this task
-    // ends, however).
+    // ends, however: `Answering` tells it when dropped too).
     let _settling = Settling(answering.recording.take());
+    let live = _settling.0.is_some();
     let alone = answering.alone();
     let cancelled = matches!(
         answer,
         Err(UpstreamError::Timeout(_) | UpstreamError::Cancelled)
     );
-    let ran = settle_answer(&app, &route, lease, answer, is_grpc, runner).await;
+    let ran = settle_answer(&app, &route, lease, answer, is_grpc, runner, live).await;
     if let Some(alone) = alone {
         alone.settled(cancelled, ran.2);
     }
@@ -215,17 +216,28 @@ impl<'a> Answering<'a> {
     }
 
     /// Once the call ended: its [`Alone`], if its client was answered first.
-    fn alone(self) -> Option<&'a mut Alone> {
+    fn alone(&mut self) -> Option<&'a mut Alone> {
         let detached = match self.detached {
             Some(detached) => detached,
             None => self.alone.as_ref().is_some_and(|alone| alone.answered()),
         };
-        self.alone.filter(|_| detached)
+        self.alone.take().filter(|_| detached)
+    }
+}
+
+impl Drop for Answering<'_> {
+    /// A call that ends without settling (its task panicked, or was dropped) still ends
+    /// its live answer's first client.
+    fn drop(&mut self) {
+        if let Some(recording) = self.recording.take() {
+            recording.settled();
+        }
     }
 }
 
 /// Settles the lease with the upstream call's outcome (with the expiry a live answer
 /// was sent with).
+#[allow(clippy::too_many_arguments)]
 async fn settle_answer(
     app: &Arc<App>,
     route: &Route,
@@ -233,9 +245,13 @@ async fn settle_answer(
     answer: Result<(Buffered, Option<Expiry>), UpstreamError>,
     is_grpc: bool,
     runner: Runner,
+    live: bool,
 ) -> (Outcome, Reply, Settled) {
     let mut stored = match answer {
         Ok((answer, _)) if releases(route, &answer) => {
+            if live {
+                app.stores.live_forget(&lease).await;
+            }
             return settle::released(lease, answer, runner).await;
         }
         Ok((answer, sent_with)) => {
@@ -249,7 +265,12 @@ async fn settle_answer(
         }
         Err(e) => match stored_problem(route, &e, is_grpc) {
             Some(stored) => stored,
-            None => return settle::failed(lease, e, runner).await,
+            None => {
+                if live {
+                    app.stores.live_forget(&lease).await;
+                }
+                return settle::failed(lease, e, runner).await;
+            }
         },
     };
     let expiry = stamp(route, &mut stored, None);

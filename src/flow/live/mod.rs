@@ -79,6 +79,10 @@ pub async fn record(
 ) -> Result<Buffered, UpstreamError> {
     let (parts, body) = answer.into_parts();
     let _counted = Counted::new();
+    // The first client and joiners get the body as it comes (and a joiner may resume
+    // it): never with the upstream's length. A replay of the record has its own.
+    let mut head = head;
+    head.headers.retain(|(name, _)| name != CONTENT_LENGTH);
     if let Some(early) = early {
         let first = head.to_response(false);
         let first = first.map(|_| Body::new(FirstBody::new(recording.clone())));
@@ -97,7 +101,13 @@ pub async fn record(
     let max = app.config.server.max_response_body.as_u64();
     // Cut at the deadline or the shutdown: the tee, dropped, tells the recording, and
     // the publisher writes the cut before the key settles.
-    let teed = bounds.apply(tee::tee(route, &recording, body, max)).await;
+    let mut teed = bounds.apply(tee::tee(route, &recording, body, max)).await;
+    if recording.over() {
+        // Past the limit the record is the 502 however the call ended (a slow first
+        // client reaching the deadline included): the upstream acted, and a retry must
+        // not run it again.
+        teed = Err(UpstreamError::ResponseTooLarge(max));
+    }
     if let Some(publisher) = publisher {
         // The end goes to the joiners before the key completes (a joiner that misses
         // it finds the record: see `join`).

@@ -56,6 +56,8 @@ impl Resume {
         let at = after_event(&stored.body, &self.id)?;
         let mut resumed = stored.clone();
         resumed.body = stored.body.slice(at..);
+        // A length the upstream sent is the whole answer's, not this part's.
+        resumed.headers.retain(|(name, _)| name != http::header::CONTENT_LENGTH);
         Some(resumed)
     }
 

@@ -128,6 +128,12 @@ impl RedisStore {
         Ok(n == 1)
     }
 
+    /// Deletes the record's live stream.
+    pub async fn live_forget(&self, key: &str) -> Result<(), StoreError> {
+        let _: i64 = (self.inner.lanes.for_key(key)).del(live_key(key)).await?;
+        Ok(())
+    }
+
     /// Tells the holder of the record's lease that a duplicate waits to join (`J` on
     /// the record's channel), so that it starts the stream.
     pub async fn live_ask(&self, key: &str) -> Result<(), StoreError> {

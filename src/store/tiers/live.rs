@@ -25,8 +25,9 @@ pub struct LiveWriter {
     redis: RedisStore,
     key: String,
     token: String,
-    /// How long the stream lives after each write (the lease's `lock_ttl`): a writer
-    /// that dies leaves a stream that expires with its lease.
+    /// The lease's `lock_ttl`. The stream lives two thirds of it after each write and is
+    /// written (or kept alive) every third: a writer that dies leaves a stream that
+    /// expires before its lease, so the key's next execution never finds it.
     ttl: Duration,
     sealing: Sealing,
     at: Binding,
@@ -87,6 +88,17 @@ impl Stores {
             at: binding(lease),
             watch: None,
         })
+    }
+
+    /// Deletes `lease`'s live stream before the key is released, so that the key's next
+    /// execution never finds it (its joiners, if any, are cut).
+    pub async fn live_forget(&self, lease: &Lease) {
+        if !matches!(lease.home, Home::Redis { .. }) {
+            return;
+        }
+        if let Err(e) = self.0.redis.live_forget(&lease.redis_key).await {
+            tracing::debug!(error = %e, "could not delete a released key's live stream; it expires");
+        }
     }
 
     /// The reader of the live stream of the record `key`, from its start, if it exists:
@@ -176,7 +188,7 @@ impl LiveWriter {
             None => {}
         }
         (self.redis)
-            .live_append(&self.key, &self.token, self.ttl, &entries)
+            .live_append(&self.key, &self.token, self.ttl * 2 / 3, &entries)
             .await
     }
 }
