@@ -57,7 +57,9 @@ impl Resume {
         let mut resumed = stored.clone();
         resumed.body = stored.body.slice(at..);
         // A length the upstream sent is the whole answer's, not this part's.
-        resumed.headers.retain(|(name, _)| name != http::header::CONTENT_LENGTH);
+        resumed
+            .headers
+            .retain(|(name, _)| name != http::header::CONTENT_LENGTH);
         Some(resumed)
     }
 

@@ -197,6 +197,7 @@ impl LiveReader {
     /// The next entries, waiting for them (woken by the writer's `L`, and checking
     /// every [`RECHECK`] that the stream is still there and its call still running).
     pub async fn next(&mut self) -> Result<Read, LiveError> {
+        let mut waited = false;
         loop {
             let notify = self.watch.notify_handle();
             let notified = notify.notified();
@@ -213,18 +214,21 @@ impl LiveReader {
                 }
                 return Ok(Read::Entries(entries));
             }
+            // Woken with nothing new (the key settled, another duplicate asked), or
+            // nothing for a while: gone (deleted at a release, expired), or no longer
+            // the answer of a running call (settled without its end written)? Then the
+            // record tells the rest.
+            if waited {
+                let record = self.redis.inspect(&self.key).await?;
+                let running = record.is_some_and(|r| !r.completed);
+                if !running || !self.redis.live_exists(&self.key).await? {
+                    return Ok(Read::Gone);
+                }
+            }
+            waited = true;
             tokio::select! {
                 () = &mut notified => {}
-                () = tokio::time::sleep(RECHECK) => {
-                    // Gone, or no longer the answer of a running call (settled without
-                    // its end written): the record tells the rest.
-                    let record = self.redis.inspect(&self.key).await?;
-                    let running = record.is_some_and(|r| !r.completed);
-                    if !running || !self.redis.live_exists(&self.key).await? {
-                        return Ok(Read::Gone);
-                    }
-                    self.watch.refresh().await;
-                }
+                () = tokio::time::sleep(RECHECK) => self.watch.refresh().await,
             }
         }
     }
