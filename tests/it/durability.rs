@@ -33,16 +33,17 @@ async fn redis_restarted_empty_replays_from_postgres_and_rewarms() {
         .iter()
         .find(|k| k.contains('{'))
         .expect("re-warmed into redis");
+    // Read after the clock: the time left only shrinks between the two.
+    let advertised = httpdate::parse_http_date(h1["idempotency-expires"].to_str().unwrap());
+    let until = advertised
+        .unwrap()
+        .duration_since(std::time::SystemTime::now());
     let ttl = redis.pttl(record).await;
     // What is left of the record's ttl (rounded up to its whole second), never more.
     assert!(
         ttl > 23 * 3600 * 1000 && ttl <= 24 * 3600 * 1000 + 1000,
         "remaining ttl, got {ttl}"
     );
-    let advertised = httpdate::parse_http_date(h1["idempotency-expires"].to_str().unwrap());
-    let until = advertised
-        .unwrap()
-        .duration_since(std::time::SystemTime::now());
     assert!(
         ttl as u128 <= until.unwrap().as_millis() + 50,
         "re-warmed for no longer than the record's advertised expiry: {ttl} ms"

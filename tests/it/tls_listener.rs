@@ -266,11 +266,16 @@ async fn a_tls_client_that_does_not_read_is_cut_off_by_write_timeout() {
     let mut stalled = handshake(&pki, &[b"http/1.1"], tcp).await;
     let request = "POST /v1/payments HTTP/1.1\r\nHost: localhost\r\nIdempotency-Key: big\r\n\
                    Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+    // The counter is the test process's (one metrics recorder for every gateway in it),
+    // so other tests' clients cut by write_timeout count too: this one's is the rise,
+    // and the cut itself is read on the socket.
+    let before = limited(&app, "write_timeout").await;
     stalled.write_all(request.as_bytes()).await.unwrap();
     stalled.flush().await.unwrap();
     // The client reads nothing; the gateway's encrypted writes stall, then time out.
+    tokio::time::sleep(Duration::from_secs(1) + Duration::from_millis(1500)).await;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while limited(&app, "write_timeout").await < 1.0 {
+    while limited(&app, "write_timeout").await < before + 1.0 {
         assert!(
             Instant::now() < deadline,
             "write_timeout never fired under TLS"
