@@ -3,7 +3,7 @@
 //! [`wait`](super::wait), finding records without claiming them in [`find`](super::find).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
@@ -184,6 +184,10 @@ impl Stores {
             return Ok(Claim::Acquired(lease));
         };
         let rec = lease_ref(&lease);
+        // Postgres counts a record's time left from its statement's clock; it is applied
+        // later, so it is shortened by the time since the question was asked (never
+        // lengthened: a re-warmed record must not outlive its expiry).
+        let asked = Instant::now();
         let found = if pg.durability == ClaimDurability::WriteThrough {
             let lock_ttl = route.policy.settings.lock_ttl;
             let ask = ClaimAsk::new(rec, &lease.fingerprint, &lease.token, lock_ttl)
@@ -231,6 +235,18 @@ impl Stores {
             }
         } else {
             return Ok(Claim::Acquired(lease));
+        };
+        let found = match found {
+            Found::Completed {
+                fingerprint,
+                response,
+                remaining,
+            } => Found::Completed {
+                fingerprint,
+                response,
+                remaining: remaining.saturating_sub(asked.elapsed()),
+            },
+            other => other,
         };
         // Boxed, as the fallback is: rare paths must not grow every claim's future.
         Box::pin(self.settle_with_found(lease, found)).await
