@@ -22,6 +22,6 @@ pub use fingerprint::{Fingerprint, RecordId};
 pub use kept::KeptRequest;
 pub use key::{IdempotencyKey, KeyError};
 pub use keyring::{Keyring, KeyringError};
-pub use replay::{Encoded, StoredResponse};
+pub use replay::{header_map, Encoded, StoredResponse};
 pub use scope::{Scope, ScopeError, ScopeKeys, ScopeSecret};
 pub use sealed::{Binding, Sealing, StoredRecord, Unreadable};

@@ -31,6 +31,15 @@ pub const TRAILERS_VERSION: u8 = 3;
 /// Most headers a record holds: the encoding counts them in a u16.
 const MAX_HEADERS: usize = u16::MAX as usize;
 
+/// Recorded fields (headers or trailers, in order) as a map to send.
+pub fn header_map(fields: &[(HeaderName, HeaderValue)]) -> HeaderMap {
+    let mut map = HeaderMap::with_capacity(fields.len());
+    for (name, value) in fields {
+        map.append(name.clone(), value.clone());
+    }
+    map
+}
+
 /// A response as recorded for a key: status, end-to-end headers, body, trailers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredResponse {
@@ -99,10 +108,7 @@ impl StoredResponse {
         if self.trailers.is_empty() {
             return Body::from(self.body.clone());
         }
-        let mut trailers = HeaderMap::with_capacity(self.trailers.len());
-        for (name, value) in &self.trailers {
-            trailers.append(name.clone(), value.clone());
-        }
+        let trailers = header_map(&self.trailers);
         let data = (!self.body.is_empty()).then(|| self.body.clone());
         Body::new(WithTrailers {
             data,

@@ -18,7 +18,7 @@ use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::stream;
-use http::{HeaderMap, StatusCode};
+use http::StatusCode;
 use http_body_util::StreamBody;
 use hyper::body::Frame;
 use sha2::{Digest, Sha256};
@@ -27,7 +27,7 @@ use super::recording::Cut;
 use super::resume::Resume;
 use crate::app::App;
 use crate::grpc;
-use crate::idempotency::{Claim, Fingerprint, RecordId, Scope, StoredResponse};
+use crate::idempotency::{header_map, Claim, Fingerprint, RecordId, Scope, StoredResponse};
 use crate::metrics::{self, Join};
 use crate::route::Route;
 use crate::store::redis::live::Entry;
@@ -222,11 +222,8 @@ impl Joiner {
             self.pending.push_back(Ok(Frame::data(held)));
         }
         if !trailers.is_empty() {
-            let mut map = HeaderMap::with_capacity(trailers.len());
-            for (name, value) in trailers {
-                map.append(name.clone(), value.clone());
-            }
-            self.pending.push_back(Ok(Frame::trailers(map)));
+            self.pending
+                .push_back(Ok(Frame::trailers(header_map(trailers))));
         }
         self.done = true;
     }
