@@ -13,7 +13,7 @@ use crate::idempotency::{ScopeKeys, ScopeSecret};
 use crate::proxy::Upstream;
 use crate::route::RouteTable;
 use crate::store::memory::ReplayCache;
-use crate::store::postgres::claims::Claims;
+use crate::store::postgres::claim_rounds::ClaimRounds;
 use crate::store::postgres::lookups::Lookups;
 use crate::store::postgres::writer::Writer;
 use crate::store::redis::waiters::{Channels, Waiters};
@@ -64,7 +64,7 @@ impl App {
     async fn build_part(mut config: Config, part: Option<WorkerPart>) -> anyhow::Result<Self> {
         let first = part.as_ref().map_or(true, |p| p.index == 0);
         validate(&config)?;
-        crate::tls::secrets::admin_token(&mut config.admin)?;
+        crate::http::admin_token::admin_token(&mut config.admin)?;
         let listener_cert = match &part {
             Some(part) => part.listener_cert.clone(),
             None => ListenerCert::load(&config.server.tls)?,
@@ -157,7 +157,7 @@ async fn prepare_postgres(
             pg.retry_queue_bytes.as_u64(),
         ),
         lookups: Lookups::spawn(store.clone(), pg.batch_max),
-        claims: Claims::spawn(store.clone(), pg.batch_max),
+        claims: ClaimRounds::spawn(store.clone(), pg.batch_max),
     };
     // Spawned on the runtime of the first worker that gets here (worker 0).
     let Batchers {
@@ -237,7 +237,7 @@ pub struct WorkerPart {
 pub struct Batchers {
     writer: Writer,
     lookups: Lookups,
-    claims: Claims,
+    claims: ClaimRounds,
 }
 
 /// Reads `idempotency.scope_secret_file` (unkeyed ids without one).

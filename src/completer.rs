@@ -1,11 +1,11 @@
 //! The completer: drives requests abandoned partway to completion (docs/completer.md).
 //!
 //! On a route with `idempotency.completer = true` (write-through claims only), a request
-//! keeps its request with its durable lease ([`crate::idempotency::kept`]). If the
+//! keeps its request with its durable lease ([`crate::idempotency::resendable`]). If the
 //! replica holding it dies and the client never retries, the lease expires with no
 //! completion. Every `postgres.completer_interval`, one replica at a time (an advisory
 //! lock, as the reaper's) reserves such leases expired more than
-//! `postgres.completer_grace` ago ([`crate::store::postgres::completer`]); each is then
+//! `postgres.completer_grace` ago ([`crate::store::postgres::abandoned`]); each is then
 //! taken over by the same claim a client's retry makes ([`Stores::claim`]: a new lock
 //! token and a higher fencing token, in Redis and Postgres), so a retry racing it gets
 //! 409 or the stored result, never a second execution. The kept request is sent again
@@ -27,8 +27,8 @@ use crate::app::App;
 use crate::flow::{self, Runner, Settled};
 use crate::idempotency::{Binding, Claim};
 use crate::metrics;
-use crate::store::postgres::completer::{Abandoned, Found, PassLimits};
-use crate::store::tiers::Kept;
+use crate::store::postgres::abandoned::{Abandoned, Found, PassLimits};
+use crate::store::tiers::Resend;
 use crate::store::StoreError;
 
 /// Whether any route keeps requests for the completer (and so whether it runs).
@@ -65,7 +65,7 @@ pub fn spawn(app: Arc<App>) -> Option<tokio::task::JoinHandle<()>> {
 pub struct PassReport {
     /// False when another replica ran the pass.
     pub ran: bool,
-    /// Each attempt's outcome (a name of [`metrics::COMPLETER_OUTCOME_NAMES`]).
+    /// Each attempt's outcome (a name of `COMPLETER_OUTCOME_NAMES` in `metrics::completer`).
     pub outcomes: Vec<&'static str>,
 }
 
@@ -158,9 +158,9 @@ async fn attempt(app: Arc<App>, abandoned: Abandoned) -> &'static str {
         tracing::warn!("completer: the abandoned request's route is gone; tried again later");
         return "error";
     };
-    let kept = Kept::Completer(abandoned.request.clone());
+    let resend = Resend::TakenOver(abandoned.request.clone());
     let (scope, record) = (abandoned.scope, abandoned.id);
-    let claimed = (app.stores).claim(&route, scope, record, &abandoned.fingerprint, kept);
+    let claimed = (app.stores).claim(&route, scope, record, &abandoned.fingerprint, resend);
     let lease = match claimed.await {
         Ok(Claim::Acquired(lease)) => lease,
         Ok(Claim::Completed { .. }) => return "already_completed",
@@ -174,8 +174,9 @@ async fn attempt(app: Arc<App>, abandoned: Abandoned) -> &'static str {
     };
     metrics::completer_takeover();
     let at = Binding { scope, record };
-    let request = (app.stores.open_kept(abandoned.request, at)).and_then(|kept| {
-        kept.into_parts()
+    let request = (app.stores.open_resendable(abandoned.request, at)).and_then(|request| {
+        request
+            .into_parts()
             .map_err(|_| StoreError::Corrupt("kept request"))
     });
     let (parts, body, peer) = match request {

@@ -20,10 +20,10 @@ use super::live::{self, join::Source, resume::Resume};
 use super::refused::{unreadable, Refused, Reply};
 use crate::app::App;
 use crate::config::InFlightPolicy;
-use crate::idempotency::{Claim, Fingerprint, KeptRequest, RecordId, StoredResponse};
+use crate::idempotency::{Claim, Fingerprint, RecordId, ResendableRequest, StoredResponse};
 use crate::metrics::Outcome;
 use crate::route::Route;
-use crate::store::tiers::{Kept, Waited};
+use crate::store::tiers::{Resend, Waited};
 use crate::store::{Failure, Lease, StoreError};
 use axum::response::Response;
 
@@ -52,17 +52,17 @@ pub async fn claim(
     // The branches a first execution does not take are boxed (waiting, the previous
     // id): inline, the largest of them sets the size of this future, and of
     // every future that holds it, which is moved (copied) several times per request.
-    let kept = match settings.completer {
-        true => Kept::Request(KeptRequest::new(&request.parts, &request.body, peer).encode()),
-        false => Kept::Nothing,
+    let resend = match settings.completer {
+        true => Resend::Fresh(ResendableRequest::new(&request.parts, &request.body, peer).encode()),
+        false => Resend::Off,
     };
     // What the tiers answer is cached only if this replica's view of them holds
     // until then (see `Stores::replay_view`).
     let view = app.stores.replay_view();
-    let claimed = (app.stores).claim(route, scope, record, fingerprint, kept.clone());
+    let claimed = (app.stores).claim(route, scope, record, fingerprint, resend.clone());
     let claim = match claimed.await {
         Ok(Claim::InFlight { remaining }) if settings.in_flight == InFlightPolicy::Wait => {
-            let waited = (app.stores).wait(route, scope, record, fingerprint, remaining, kept);
+            let waited = (app.stores).wait(route, scope, record, fingerprint, remaining, resend);
             match Box::pin(waited).await {
                 Ok(Waited::Claim(claim)) => Ok(claim),
                 Ok(Waited::Joined(joined)) => {

@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod admin_keys;
+pub mod admin_token;
 pub mod gateway;
 pub mod ready_probe;
 

@@ -15,7 +15,7 @@ use chacha20poly1305::aead::{AeadCore, AeadInPlace, OsRng};
 use chacha20poly1305::{Tag, XChaCha20Poly1305, XNonce};
 
 use super::keyring::{Keyring, MAX_ID_LEN};
-use super::replay::StoredResponse;
+use super::stored::StoredResponse;
 use super::{RecordId, Scope};
 
 /// First byte of a sealed record.
@@ -23,7 +23,7 @@ pub const SEALED_VERSION: u8 = 2;
 const NONCE_LEN: usize = 24;
 const TAG_LEN: usize = 16;
 const LABEL: &[u8] = b"idemgate sealed record v2";
-/// The label of a kept request ([`super::kept`]): sealed in the same envelope, but
+/// The label of a kept request ([`super::resendable`]): sealed in the same envelope, but
 /// never opened as a response, nor a response as a request.
 const REQUEST_LABEL: &[u8] = b"idemgate kept request v1";
 /// The label of a live stream's entry (`store::redis::live`).
@@ -119,7 +119,7 @@ impl Sealing {
         self.seal_labelled(LABEL, encoded, at)
     }
 
-    /// A kept request ([`super::kept`]) as stored: sealed under the active key with its
+    /// A kept request ([`super::resendable`]) as stored: sealed under the active key with its
     /// own label, or as it is when encryption is off.
     pub fn seal_request(&self, encoded: &Bytes, at: Binding) -> Bytes {
         (self.seal_labelled(REQUEST_LABEL, encoded, at)).unwrap_or_else(|| encoded.clone())

@@ -40,7 +40,7 @@ impl Peer {
     }
 }
 
-/// Sets the forwarding headers on a request already through [`sanitize_incoming`],
+/// Sets the forwarding headers on a request already through [`sanitize_incoming`](super::headers::sanitize_incoming),
 /// and removes `Host` for the client library to fill from the upstream URL. The
 /// idempotency key header is kept, so the upstream can deduplicate too.
 ///

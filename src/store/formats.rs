@@ -49,7 +49,7 @@
 //! from 0.4.0 runs the new replicas with `redis.record_format = "hash"` until no 0.4.0
 //! replica is left, as `make upgrade-check` does).
 
-use crate::idempotency::replay::ENCODING_VERSION;
+use crate::idempotency::encoding::ENCODING_VERSION;
 use crate::idempotency::sealed::SEALED_VERSION;
 
 use super::postgres::migrate;

@@ -8,7 +8,6 @@
 pub mod listener;
 pub mod postgres;
 pub mod redis;
-pub mod secrets;
 pub mod upstream;
 mod verify;
 

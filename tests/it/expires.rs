@@ -191,7 +191,7 @@ async fn the_replay_cache_keeps_a_record_no_longer_than_its_expiry() {
 
 #[tokio::test]
 async fn a_claimed_record_completed_past_its_expiry_is_not_kept_for_the_claims_ttl() {
-    use idemgate::testing::store::postgres::claims::Claims;
+    use idemgate::testing::store::postgres::claim_rounds::ClaimRounds;
     use idemgate::testing::store::postgres::leases::ClaimAsk;
     use idemgate::testing::store::postgres::PgClaim;
 
@@ -201,7 +201,7 @@ async fn a_claimed_record_completed_past_its_expiry_is_not_kept_for_the_claims_t
     let pg = PgServer::start();
     let s = store(&pg);
     s.migrate().await.unwrap();
-    let claims = Claims::spawn(s.clone(), 16);
+    let claims = ClaimRounds::spawn(s.clone(), 16);
     // The claim writes lease + ttl as the row's expiry (for the reaper, and so that
     // the completion is a HOT update); the record itself lives only to its expiry.
     let hour = Duration::from_secs(3600);
@@ -231,7 +231,7 @@ async fn a_claimed_record_completed_past_its_expiry_is_not_kept_for_the_claims_t
 /// stale `replay_until`, earlier than its completion, is not its expiry.
 #[tokio::test]
 async fn a_replay_until_older_than_the_rows_completion_is_not_its_expiry() {
-    use idemgate::testing::store::postgres::claims::Claims;
+    use idemgate::testing::store::postgres::claim_rounds::ClaimRounds;
     use idemgate::testing::store::postgres::leases::ClaimAsk;
     use idemgate::testing::store::postgres::{Found, PgClaim};
 
@@ -251,7 +251,7 @@ async fn a_replay_until_older_than_the_rows_completion_is_not_its_expiry() {
     pg.client().await.execute(stale, &[]).await.unwrap();
     let found = s.lookup(rec("mixed")).await.unwrap();
     assert!(matches!(found, Some(Found::Completed { .. })), "{found:?}");
-    let claims = Claims::spawn(s.clone(), 16);
+    let claims = ClaimRounds::spawn(s.clone(), 16);
     let hour = Duration::from_secs(3600);
     let ask = ClaimAsk::new(rec("mixed"), &fingerprint(""), "another", hour).living(hour);
     let claimed = claims.claim_ask(ask).await.unwrap();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use futures_util::FutureExt;
 use idemgate::idempotency::Fingerprint;
-use idemgate::testing::store::postgres::claims::Claims;
+use idemgate::testing::store::postgres::claim_rounds::ClaimRounds;
 use idemgate::testing::store::postgres::{CompletedRecord, Found, PgClaim};
 
 use crate::support::records::{fingerprint, id, rec, scope, store};
@@ -66,7 +66,7 @@ async fn batched_claims_decide_each_claim_as_alone_and_acquire_each_key_once() {
     }
     tokio::time::sleep(Duration::from_millis(20)).await;
 
-    let claims = Claims::spawn(s.clone(), 256);
+    let claims = ClaimRounds::spawn(s.clone(), 256);
     let mut asks: Vec<(String, String, Fingerprint)> = Vec::new();
     for i in 0..N {
         for kind in ["done", "held", "expired"] {
@@ -138,7 +138,7 @@ async fn a_batched_claim_whose_caller_went_away_leaves_no_lease() {
     let pg = PgServer::start();
     let s = store(&pg);
     s.migrate().await.unwrap();
-    let claims = Claims::spawn(s.clone(), 256);
+    let claims = ClaimRounds::spawn(s.clone(), 256);
     let fp = fingerprint("{}");
     // Queued, then dropped before (or while) the batch runs.
     for i in 0..40 {

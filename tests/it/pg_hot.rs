@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use idemgate::testing::store::postgres::claims::Claims;
+use idemgate::testing::store::postgres::claim_rounds::ClaimRounds;
 use idemgate::testing::store::postgres::leases::ClaimAsk;
 use idemgate::testing::store::postgres::{CompletedRecord, Found, PgClaim};
 
@@ -34,7 +34,7 @@ async fn a_claims_completion_is_a_hot_update_and_lives_its_ttl() {
     let pg = PgServer::start();
     let s = store(&pg);
     s.migrate().await.unwrap();
-    let claims = Claims::spawn(s.clone(), 256);
+    let claims = ClaimRounds::spawn(s.clone(), 256);
     const N: usize = 8;
     let fp = fingerprint("{}");
     for i in 0..N {

@@ -6,8 +6,8 @@
 mod canonical;
 mod header_block;
 mod json;
-mod kept;
 mod key;
+mod resendable;
 
 use proptest::test_runner::Config;
 

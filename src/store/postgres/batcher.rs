@@ -1,6 +1,6 @@
 //! The one shape of Postgres' batched statements: callers queue jobs on a channel, and
 //! one task gathers what is queued (up to `postgres.batch_max` jobs) into a round, runs
-//! one statement for it and answers each caller. [`claims`](super::claims),
+//! one statement for it and answers each caller. [`claim_rounds`](super::claim_rounds),
 //! [`lookups`](super::lookups) and the [`writer`](super::writer) differ only in what a
 //! round takes ([`Batch::pick`]) and how it runs and answers ([`Batch::run`]).
 //!

@@ -63,7 +63,7 @@ impl PgStore {
                     token: uuid::Uuid::new_v4().to_string(),
                     lease,
                     ttl,
-                    keep: None,
+                    resend: None,
                 })
                 .collect();
             let records: Vec<CompletedRecord> = (asks.iter())

@@ -1,7 +1,7 @@
 //! Leases held in Postgres: the claim, the holder's heartbeat and the release.
 //!
 //! Claims are made in batches: one statement claims every key of a round
-//! ([`PgStore::claim_round`]; [`claims`](super::claims) gathers the rounds of concurrent
+//! ([`PgStore::claim_round`]; [`claim_rounds`](super::claim_rounds) gathers the rounds of concurrent
 //! requests), and each row is decided exactly as a claim of its own would be, since the
 //! statement's `ON CONFLICT` condition is evaluated row by row. A round never holds one
 //! key twice (a statement cannot touch a row twice); its rows are taken in key order, so
@@ -78,16 +78,16 @@ pub struct ClaimAsk {
     /// (lease + `ttl`), so that the completion leaves it alone. Zero: the lease only.
     pub ttl: Duration,
     /// The request kept with the lease for the completer, if any.
-    pub keep: Option<Keep>,
+    pub resend: Option<ResendRow>,
 }
 
-/// A request kept with a durable lease ([`crate::idempotency::kept`]).
+/// A request kept with a durable lease ([`crate::idempotency::resendable`]).
 #[derive(Debug, Clone)]
-pub struct Keep {
+pub struct ResendRow {
     /// As stored: sealed under `[encryption]`.
     pub request: bytes::Bytes,
     /// Least time the row lives with it (the record's `ttl`).
-    pub keep: Duration,
+    pub lives: Duration,
     /// The completer takes the lease over (the row says so, and its attempts count on).
     pub by_completer: bool,
 }
@@ -107,7 +107,7 @@ impl ClaimAsk {
             token: token.to_string(),
             lease,
             ttl: Duration::ZERO,
-            keep: None,
+            resend: None,
         }
     }
 
@@ -117,9 +117,9 @@ impl ClaimAsk {
         self
     }
 
-    /// The same ask, keeping `keep` with the lease.
-    pub fn keeping(mut self, keep: Option<Keep>) -> Self {
-        self.keep = keep;
+    /// The same ask, keeping `resend` with the lease.
+    pub fn resending(mut self, resend: Option<ResendRow>) -> Self {
+        self.resend = resend;
         self
     }
 
@@ -145,7 +145,7 @@ impl PgStore {
     /// fencing token (at least the database clock in microseconds, and above the
     /// previous one); otherwise what holds the key. On an error, the token holds nothing
     /// (or will not for long: see the module docs). Alone; requests share statements
-    /// through [`Claims`](super::claims::Claims).
+    /// through [`ClaimRounds`](super::claim_rounds::ClaimRounds).
     pub async fn claim(
         &self,
         rec: RecordRef<'_>,
@@ -349,17 +349,17 @@ impl<'a> ClaimColumns<'a> {
             tokens: sorted.iter().map(|a| a.token.as_str()).collect(),
             leases: sorted.iter().map(|a| ms(a.lease)).collect(),
             requests: (sorted.iter())
-                .map(|a| a.keep.as_ref().map(|k| &k.request[..]))
+                .map(|a| a.resend.as_ref().map(|k| &k.request[..]))
                 .collect(),
             keeps: (sorted.iter())
                 .map(|a| {
-                    (a.keep.as_ref())
-                        .map_or(0.0, |k| ms(k.keep))
+                    (a.resend.as_ref())
+                        .map_or(0.0, |k| ms(k.lives))
                         .max(ms(a.lease + a.ttl))
                 })
                 .collect(),
             completer: (sorted.iter())
-                .map(|a| (a.keep.as_ref()?.by_completer).then_some("running"))
+                .map(|a| (a.resend.as_ref()?.by_completer).then_some("running"))
                 .collect(),
         }
     }

@@ -1,11 +1,11 @@
 //! Postgres as the durable tier: [`PgStore`] (a pool whose sessions carry the statement
 //! timeout) and the record table's statements, one concept per file: the rows
-//! (`records`), leases (claim, heartbeat and release: [`leases`]; claims of unknown
+//! (`rows`), leases (claim, heartbeat and release: [`leases`]; claims of unknown
 //! outcome: `unknown`), the write-through statement (`completions`), lookups
 //! ([`lookups`]), the admin API's statements (`admin`), the reaper (`reaper`), the
-//! completer's statements ([`completer`]), schema migrations ([`migrate`]) and the plans
+//! completer's statements on abandoned requests ([`abandoned`]), schema migrations ([`migrate`]) and the plans
 //! of `idemgate explain` ([`explain`]). Claims
-//! ([`claims`]), lookups and the write-through [`writer`] share statements between
+//! ([`claim_rounds`]), lookups and the write-through [`writer`] share statements between
 //! requests through one batcher (`batcher`).
 //!
 //! Time is always Postgres' `now()`, so replicas with skewed clocks agree on expiry.
@@ -23,10 +23,10 @@
 //! (`session`), and the connections made to that server are not handed out again
 //! (`servers`).
 
+pub mod abandoned;
 mod admin;
 mod batcher;
-pub mod claims;
-pub mod completer;
+pub mod claim_rounds;
 mod completions;
 mod connect;
 pub mod explain;
@@ -35,13 +35,13 @@ pub mod leases;
 pub mod lookups;
 pub mod migrate;
 mod reaper;
-mod records;
+mod rows;
 mod servers;
 mod session;
 mod unknown;
 pub mod writer;
 
-pub use self::records::{
+pub use self::rows::{
     stored_columns, CompletedRecord, CompleterMark, Found, PgClaim, PgRecord, RecordRef,
     RecordState, SEALED_STATUS,
 };

@@ -4,7 +4,8 @@
 //! `lua/claim.lua`, then `complete`, `release`, `extend`, `wait`, `peek`, `invalidate`, `live`).
 //! Beside them: the pool ([`connect`]), its split between shards ([`lanes`]), `WAIT`
 //! for replicas ([`replicas`]), the shard map and probes (`shards`), hash slots and
-//! warmth ([`slots`], [`cold_slots`], [`warmth`]), the circuit breaker ([`breaker`]),
+//! warmth markers ([`slots`], [`cold_slots`]; what they vouch for is decided beside the
+//! tier logic, in `store::tiers::warmth`), the circuit breaker ([`breaker`]),
 //! the Sentinel watch ([`sentinel_watch`]) and the waiters' subscription ([`waiters`]).
 //!
 //! Every script is safe to run twice with the same arguments, because fred re-sends
@@ -34,7 +35,6 @@ mod shards;
 pub mod slots;
 mod wait;
 pub mod waiters;
-pub mod warmth;
 
 pub use self::invalidate::Invalidated;
 pub use self::shards::Shard;

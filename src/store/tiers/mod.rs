@@ -1,9 +1,12 @@
 //! Redis and Postgres together: the claim path across tiers, write-through of
 //! completions, the Redis circuit breaker and its fallback policies, and the
 //! background probe and reaper tasks. One file per phase of a key's life:
-//! [`claim`] (claim, the cold-Redis lookup, fallbacks), [`wait`] (duplicates waiting
-//! for an in-flight holder), [`find`] (records found without claiming them),
-//! [`settle`] (extend, complete, release) and [`maintenance`] (the probe and the reaper).
+//! `arbitrate` (the claim: Redis or Postgres, the cold-Redis lookup, fallbacks, with
+//! `warmth` deciding when Redis vouches for a key), `wait` (duplicates waiting
+//! for an in-flight holder), `find` (records found without claiming them),
+//! `settle` (extend, complete, release), `live` (a running answer's stream), `attempts`
+//! (the completer's attempts), `records` (the replay cache, admin, health, drain) and
+//! `maintenance` (the probe and the reaper).
 //!
 //! * A claim goes to Redis unless its breaker is open. An acquired Redis claim is
 //!   checked against Postgres first (cold-Redis lookup, or a Postgres claim with
@@ -11,16 +14,17 @@
 //! * While Redis fails, `on_redis_unavailable` decides: claim in Postgres with the same
 //!   semantics, answer 503, or forward without idempotency.
 
-mod claim;
-mod completer;
+mod arbitrate;
+mod attempts;
 mod find;
 mod live;
 mod maintenance;
 mod records;
 mod settle;
 mod wait;
+mod warmth;
 
-pub use claim::Kept;
+pub use arbitrate::Resend;
 pub use live::{LiveWriter, Read};
 pub use records::Health;
 pub use wait::{Joined, Waited};
@@ -28,16 +32,16 @@ pub use wait::{Joined, Waited};
 use std::sync::Arc;
 
 use super::memory::ReplayCache;
-use super::postgres::claims::Claims;
+use super::postgres::claim_rounds::ClaimRounds;
 use super::postgres::lookups::Lookups;
 use super::postgres::writer::Writer;
 use super::redis::breaker::Breaker;
 use super::redis::sentinel_watch::SentinelWatch;
 use super::redis::waiters::Waiters;
-use super::redis::warmth::Warmth;
 use super::{PgStore, RedisStore};
 use crate::config::{ClaimDurability, Config};
 use crate::idempotency::{Keyring, Sealing};
+use warmth::Warmth;
 
 /// The durable tier, when `[postgres]` is configured.
 pub struct Durable {
@@ -46,7 +50,7 @@ pub struct Durable {
     /// Cold-Redis lookups, batched.
     pub lookups: Lookups,
     /// Claims in Postgres (`claims = "write_through"`, the Redis fallback), batched.
-    pub claims: Claims,
+    pub claims: ClaimRounds,
     pub durability: ClaimDurability,
 }
 

@@ -12,7 +12,7 @@ use super::super::lease::Lease;
 use super::super::redis::waiters::RECHECK;
 use super::super::{RedisStore, StoreError};
 use super::live::LiveReader;
-use super::{Kept, Stores};
+use super::{Resend, Stores};
 use crate::idempotency::{Binding, Claim, Fingerprint, RecordId, Scope};
 use crate::route::Route;
 
@@ -45,7 +45,7 @@ impl Stores {
         record: RecordId,
         fingerprint: &Fingerprint,
         remaining: Duration,
-        kept: Kept,
+        resend: Resend,
     ) -> Result<Waited, StoreError> {
         let in_flight = Waited::Claim(Claim::InFlight { remaining });
         let Some(waiters) = &self.0.waiters else {
@@ -64,7 +64,7 @@ impl Stores {
             let notified = watch.notify().notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            match (self.claim(route, scope, record, fingerprint, kept.clone())).await {
+            match (self.claim(route, scope, record, fingerprint, resend.clone())).await {
                 Ok(Claim::InFlight { remaining }) => {
                     if let Some((head, reader)) = self.live_reader(&slot.key, at).await? {
                         let _slot = slot;

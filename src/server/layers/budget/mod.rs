@@ -8,7 +8,7 @@
 //! client hung up.
 //!
 //! Buffered responses (stored, replayed) are charged when the handler returns
-//! ([`settle`]), and the charge again travels inside the bytes handed to hyper
+//! ([`settle`](layer::settle)), and the charge again travels inside the bytes handed to hyper
 //! ([`ResponseBody`]), so a client that does not read keeps it until
 //! `server.write_timeout` closes its connection. A response that was just executed is
 //! charged even over the budget (the upstream acted; refusing would only throw the

@@ -8,13 +8,13 @@
 //! before reading (Python's `http.client`, many embedded clients) gets `EPIPE` or
 //! `ECONNRESET` instead of the answer.
 //!
-//! [`Lingering`] wraps each request body. Dropped before its end, it hands the rest of
+//! [`Lingering`](body::Lingering) wraps each request body. Dropped before its end, it hands the rest of
 //! the body to a background task that reads and discards it, as nginx's lingering close
 //! does, at most `server.linger_bytes` bytes for at most `server.linger_time`; then the
 //! body is dropped and hyper closes as before. A client that hangs up ends the drain at
 //! once, and one that sends slowly holds it for `linger_time` at most.
 //!
-//! [`LingerLayer`] puts every request body of a listener in a [`Lingering`].
+//! [`LingerLayer`] puts every request body of a listener in a [`Lingering`](body::Lingering).
 
 mod body;
 mod layer;

@@ -3,14 +3,14 @@
 //! settle as a first execution would: handed back for a later attempt, or given up.
 
 use super::super::lease::Held;
-use super::super::postgres::completer::{Found, PassLimits};
+use super::super::postgres::abandoned::{Found, PassLimits};
 use super::super::StoreError;
 use super::settle::lease_ref;
 use super::Stores;
-use crate::idempotency::{Binding, Home, KeptRequest};
+use crate::idempotency::{Binding, Home, ResendableRequest};
 
 impl Stores {
-    /// One pass's abandoned requests (see [`crate::store::postgres::completer`]);
+    /// One pass's abandoned requests (see [`crate::store::postgres::abandoned`]);
     /// `None` when another replica runs the pass, or without Postgres.
     pub async fn abandoned(&self, limits: PassLimits) -> Result<Option<Found>, StoreError> {
         match &self.0.postgres {
@@ -20,9 +20,13 @@ impl Stores {
     }
 
     /// Opens a kept request as stored at `at` (the one place one is opened).
-    pub fn open_kept(&self, stored: bytes::Bytes, at: Binding) -> Result<KeptRequest, StoreError> {
+    pub fn open_resendable(
+        &self,
+        stored: bytes::Bytes,
+        at: Binding,
+    ) -> Result<ResendableRequest, StoreError> {
         let plain = self.0.sealing.open_request(stored, at)?;
-        KeptRequest::decode(plain).map_err(|_| StoreError::Corrupt("kept request"))
+        ResendableRequest::decode(plain).map_err(|_| StoreError::Corrupt("kept request"))
     }
 
     /// Ends the completer's lease without a response: in Redis it is released; in

@@ -2,7 +2,7 @@
 //! within the longest `ttl`, so that an acquired Redis claim needs no Postgres lookup.
 //!
 //! Warmth is per hash slot (so per cluster shard): one marker per slot
-//! ([`super::slots`]), read by the claim script in the record's own slot. A claim is
+//! (`store::redis::slots`), read by the claim script in the record's own slot. A claim is
 //! *warm* when all of these hold:
 //! - the marker of the record's slot, read in the same atomic step as the claim, is
 //!   older than the longest `ttl` and was written by the server process that answers
@@ -43,9 +43,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::cold_slots::{slots_of, Bits, SlotSet};
+use super::super::redis::cold_slots::{slots_of, Bits, SlotSet};
 
-use super::RedisStore;
+use super::super::redis::RedisStore;
 use crate::config::LookupOnMiss;
 use crate::metrics;
 
@@ -97,19 +97,10 @@ impl Warmth {
             && marker_age > self.longest_ttl
     }
 
-    pub fn mode(&self) -> LookupOnMiss {
-        self.mode
-    }
-
     /// Redis may lack a record of `slot` that Postgres has: count the slot cold here
     /// at once, and everywhere once [`Warmth::reset`] succeeds.
     pub fn set_cold(&self, slot: u16) {
         self.pending.insert(slot);
-    }
-
-    /// Whether a marker reset is still owed.
-    pub fn reset_pending(&self) -> bool {
-        !self.pending.is_empty() || !self.resetting.is_empty()
     }
 
     /// Deletes the markers of the slots owed a reset; true when none is owed any more.

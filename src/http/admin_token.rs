@@ -1,6 +1,6 @@
-//! Secrets the gateway holds: the admin token (from `admin.token` or
-//! `admin.token_file`) and its constant-time comparison. Passwords from files are read
-//! where their connections are made ([`super::redis`], [`super::postgres`]).
+//! The admin API's bearer token: read from `admin.token` or `admin.token_file` at
+//! start-up, and compared in constant time ([`super::admin_keys`] asks). Passwords from
+//! files are read where their connections are made (`tls::redis`, `tls::postgres`).
 
 use subtle::ConstantTimeEq;
 

@@ -1,4 +1,4 @@
-//! The kept request's encoding (`idempotency::kept`): what the completer reads back
+//! The resendable request's encoding (`idempotency::resendable`): what the completer reads back
 //! from Postgres. Any request round-trips; arbitrary bytes and every truncation of a
 //! valid encoding are an error or a request, never a panic.
 
@@ -6,14 +6,14 @@ use std::net::IpAddr;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method};
-use idemgate::idempotency::KeptRequest;
+use idemgate::idempotency::ResendableRequest;
 use proptest::prelude::*;
 
 use crate::cases;
 
 const TCHAR: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789!#$%&'*+-.^_`|~";
 
-fn request() -> impl Strategy<Value = KeptRequest> {
+fn request() -> impl Strategy<Value = ResendableRequest> {
     let name = prop::collection::vec(prop::sample::select(TCHAR), 1..30)
         .prop_map(|s| HeaderName::from_bytes(&s).unwrap());
     let value = prop::collection::vec(0x20u8..0x7f, 0..40)
@@ -27,7 +27,7 @@ fn request() -> impl Strategy<Value = KeptRequest> {
     let headers = prop::collection::vec((name, value), 0..12);
     let body = prop::collection::vec(any::<u8>(), 0..64);
     (method, target, headers, peer, body).prop_map(|(method, target, headers, peer, body)| {
-        KeptRequest {
+        ResendableRequest {
             method,
             target,
             headers,
@@ -43,9 +43,9 @@ proptest! {
     #[test]
     fn any_request_round_trips(r in request()) {
         let encoded = r.encode();
-        prop_assert_eq!(&KeptRequest::decode(encoded.clone()).unwrap(), &r);
+        prop_assert_eq!(&ResendableRequest::decode(encoded.clone()).unwrap(), &r);
         for cut in 0..encoded.len() {
-            let _ = KeptRequest::decode(encoded.slice(..cut));
+            let _ = ResendableRequest::decode(encoded.slice(..cut));
         }
         let (parts, body, peer) = r.clone().into_parts().unwrap();
         prop_assert_eq!(parts.method, r.method);
@@ -55,6 +55,6 @@ proptest! {
 
     #[test]
     fn arbitrary_bytes_never_panic(raw in prop::collection::vec(any::<u8>(), 0..200)) {
-        let _ = KeptRequest::decode(Bytes::from(raw));
+        let _ = ResendableRequest::decode(Bytes::from(raw));
     }
 }

@@ -1,4 +1,4 @@
-//! The kept request: what a route with `completer = true` keeps with its durable lease,
+//! The resendable request: what a route with `completer = true` keeps with its durable lease,
 //! so that the completer can send the request again if its replica dies mid-request
 //! and its client never retries (docs/completer.md).
 //!
@@ -22,11 +22,11 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
 
 const MAGIC: u8 = b'K';
 /// Version of this encoding.
-pub const KEPT_VERSION: u8 = 1;
+pub const RESENDABLE_VERSION: u8 = 1;
 
 /// A request kept for the completer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeptRequest {
+pub struct ResendableRequest {
     pub method: Method,
     /// The path and query the client sent (canonical).
     pub target: String,
@@ -35,7 +35,7 @@ pub struct KeptRequest {
     pub body: Bytes,
 }
 
-impl KeptRequest {
+impl ResendableRequest {
     /// What the completer needs of a request about to be forwarded.
     pub fn new(parts: &Parts, body: &Bytes, peer: IpAddr) -> Self {
         let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -59,7 +59,7 @@ impl KeptRequest {
             24 + self.method.as_str().len() + self.target.len() + headers + self.body.len(),
         );
         out.put_u8(MAGIC);
-        out.put_u8(KEPT_VERSION);
+        out.put_u8(RESENDABLE_VERSION);
         let method = self.method.as_str().as_bytes();
         out.put_u8(method.len().min(255) as u8);
         out.put_slice(&method[..method.len().min(255)]);
@@ -88,7 +88,7 @@ impl KeptRequest {
     }
 
     pub fn decode(mut raw: Bytes) -> Result<Self, &'static str> {
-        if take(&mut raw, 2)?[..] != [MAGIC, KEPT_VERSION] {
+        if take(&mut raw, 2)?[..] != [MAGIC, RESENDABLE_VERSION] {
             return Err("not a kept request");
         }
         let len = usize::from(take(&mut raw, 1)?[0]);
@@ -160,19 +160,21 @@ mod tests {
             .unwrap();
         let (parts, ()) = request.into_parts();
         for peer in ["10.0.0.7", "::1"] {
-            let kept = KeptRequest::new(&parts, &Bytes::from_static(b"{}"), peer.parse().unwrap());
-            let back = KeptRequest::decode(kept.encode()).unwrap();
+            let kept =
+                ResendableRequest::new(&parts, &Bytes::from_static(b"{}"), peer.parse().unwrap());
+            let back = ResendableRequest::decode(kept.encode()).unwrap();
             assert_eq!(back, kept);
             let (p, body, ip) = back.into_parts().unwrap();
             assert_eq!(p.uri, "/v1/payments?x=1");
             assert_eq!(p.headers.get_all("x-a").iter().count(), 2);
             assert_eq!((&body[..], ip.to_string()), (&b"{}"[..], peer.to_string()));
         }
-        let encoded = KeptRequest::new(&parts, &Bytes::new(), "10.0.0.1".parse().unwrap()).encode();
+        let encoded =
+            ResendableRequest::new(&parts, &Bytes::new(), "10.0.0.1".parse().unwrap()).encode();
         for cut in 0..encoded.len() - 1 {
             // Every prefix short of the headers fails; none panics.
-            let _ = KeptRequest::decode(encoded.slice(..cut));
+            let _ = ResendableRequest::decode(encoded.slice(..cut));
         }
-        assert!(KeptRequest::decode(Bytes::from_static(b"\x01\x00\xc8")).is_err());
+        assert!(ResendableRequest::decode(Bytes::from_static(b"\x01\x00\xc8")).is_err());
     }
 }

@@ -34,11 +34,11 @@ struct Job {
 
 /// Handle to the claim task. Cheap to clone.
 #[derive(Clone)]
-pub struct Claims {
+pub struct ClaimRounds {
     batcher: Batcher<Job>,
 }
 
-impl Claims {
+impl ClaimRounds {
     /// Spawns the task that runs up to `batch_max` queued claims per round (and queues
     /// at most four rounds' worth; more callers wait to queue).
     pub fn spawn(pg: PgStore, batch_max: usize) -> Self {
@@ -59,7 +59,7 @@ impl Claims {
         (self.claim_ask(ClaimAsk::new(rec, fingerprint, token, lease))).await
     }
 
-    /// [`Claims::claim`] for `ask`, which may keep a request with its lease.
+    /// [`ClaimRounds::claim`] for `ask`, which may keep a request with its lease.
     pub async fn claim_ask(&self, ask: ClaimAsk) -> Answer {
         let ended = || StoreError::TaskEnded("claim");
         let (done, answer) = oneshot::channel();

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::replay::StoredResponse;
+use super::stored::StoredResponse;
 
 /// What the stores said about a (scope, key) when this request tried to claim it.
 /// `L` is what an acquired claim carries: the stores' lease guard, or what one store

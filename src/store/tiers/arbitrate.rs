@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use super::super::lease::{Held, Lease};
-use super::super::postgres::leases::{ClaimAsk, Keep};
+use super::super::postgres::leases::{ClaimAsk, ResendRow};
 use super::super::postgres::{Found, PgClaim, RecordRef};
 use super::super::redis::slots::slot;
 use super::super::StoreError;
@@ -27,7 +27,7 @@ impl Stores {
     /// (a client timeout, a reset) cannot strand a lease that landed. Its [`Claim`] is
     /// then dropped with nobody to take it, and a dropped [`Lease`] releases itself.
     ///
-    /// `kept` is what the lease keeps for the completer (a route with `completer = true`
+    /// `resend` is what the lease keeps for the completer (a route with `completer = true`
     /// and write-through claims): a first execution's request, or the completer's own
     /// takeover of an abandoned one, which is this very claim, as a retry's is.
     pub async fn claim(
@@ -36,12 +36,12 @@ impl Stores {
         scope: Scope,
         record: RecordId,
         fingerprint: &Fingerprint,
-        kept: Kept,
+        resend: Resend,
     ) -> Result<Claim<Lease>, StoreError> {
         let (stores, route, fingerprint) = (self.clone(), route.clone(), *fingerprint);
         let claim = async move {
             stores
-                .claim_here(&route, scope, record, fingerprint, kept)
+                .claim_here(&route, scope, record, fingerprint, resend)
                 .await
         };
         // Boxed: a task's future is moved on spawn and its slot again on completion.
@@ -57,7 +57,7 @@ impl Stores {
         scope: Scope,
         record: RecordId,
         fingerprint: Fingerprint,
-        kept: Kept,
+        resend: Resend,
     ) -> Result<Claim<Lease>, StoreError> {
         let ask = Ask {
             view: self.replay_view(),
@@ -66,7 +66,7 @@ impl Stores {
             scope,
             record,
             fingerprint,
-            kept,
+            resend,
         };
         // The fallback is boxed: rare, and inline it would grow the future of every
         // claim, which is moved several times on its way through the task.
@@ -99,9 +99,9 @@ impl Stores {
                 let home = Home::Redis {
                     also_in_postgres: false,
                 };
-                let keep = self.keep(route, &ask);
+                let resend = self.resend_row(route, &ask);
                 let lease = self.lease(route, ask, home, acquired.fence);
-                self.after_redis_acquire(route, lease, acquired.marker_age, keep)
+                self.after_redis_acquire(route, lease, acquired.marker_age, resend)
                     .await
             }
             Ok(other) => {
@@ -132,21 +132,21 @@ impl Stores {
     /// What the durable lease of `ask` keeps for the completer: its request sealed at
     /// its record (a first execution on a route with the completer on), or the kept
     /// request as stored (the completer's takeover).
-    fn keep(&self, route: &Route, ask: &Ask) -> Option<Keep> {
-        let (request, by_completer) = match &ask.kept {
-            Kept::Nothing => return None,
-            Kept::Request(encoded) => {
+    fn resend_row(&self, route: &Route, ask: &Ask) -> Option<ResendRow> {
+        let (request, by_completer) = match &ask.resend {
+            Resend::Off => return None,
+            Resend::Fresh(encoded) => {
                 let at = Binding {
                     scope: ask.scope,
                     record: ask.record,
                 };
                 (self.0.sealing.seal_request(encoded, at), false)
             }
-            Kept::Completer(stored) => (stored.clone(), true),
+            Resend::TakenOver(stored) => (stored.clone(), true),
         };
-        Some(Keep {
+        Some(ResendRow {
             request,
-            keep: route.policy.settings.ttl + route.policy.settings.lock_ttl,
+            lives: route.policy.settings.ttl + route.policy.settings.lock_ttl,
             by_completer,
         })
     }
@@ -178,7 +178,7 @@ impl Stores {
         route: &Route,
         mut lease: Lease,
         marker_age: Duration,
-        keep: Option<Keep>,
+        resend: Option<ResendRow>,
     ) -> Result<Claim<Lease>, StoreError> {
         let Some(pg) = &self.0.postgres else {
             return Ok(Claim::Acquired(lease));
@@ -192,7 +192,7 @@ impl Stores {
             let lock_ttl = route.policy.settings.lock_ttl;
             let ask = ClaimAsk::new(rec, &lease.fingerprint, &lease.token, lock_ttl)
                 .living(row_life(route));
-            match pg.claims.claim_ask(ask.keeping(keep)).await {
+            match pg.claims.claim_ask(ask.resending(resend)).await {
                 Ok(PgClaim::Acquired { fence }) => {
                     // Postgres' fence is the authority here: every forwarded
                     // write-through claim holds a Postgres row, and its fence grows
@@ -331,7 +331,7 @@ impl Stores {
                 let lock_ttl = route.policy.settings.lock_ttl;
                 let claim = ClaimAsk::new(rec, &ask.fingerprint, &ask.token, lock_ttl)
                     .living(row_life(route))
-                    .keeping(self.keep(route, &ask));
+                    .resending(self.resend_row(route, &ask));
                 let claimed = pg.claims.claim_ask(claim).await?;
                 match claimed {
                     PgClaim::Acquired { fence } => {
@@ -368,21 +368,21 @@ struct Ask {
     scope: Scope,
     record: RecordId,
     fingerprint: Fingerprint,
-    kept: Kept,
+    resend: Resend,
 }
 
-/// What a claim keeps with its durable lease for the completer (write-through claims
-/// only: nothing is kept where a claim lives in Redis alone).
+/// What a claim keeps with its durable lease so that the completer can send the request
+/// again (write-through claims only: nothing is kept where a claim lives in Redis alone).
 #[derive(Debug, Clone, Default)]
-pub enum Kept {
+pub enum Resend {
     /// Nothing: a route without the completer.
     #[default]
-    Nothing,
-    /// A first execution's request: its [`crate::idempotency::KeptRequest`] encoding,
-    /// sealed before it is stored.
-    Request(bytes::Bytes),
-    /// The completer taking an abandoned request over: the kept request as stored.
-    Completer(bytes::Bytes),
+    Off,
+    /// A first execution's request: its [`crate::idempotency::ResendableRequest`]
+    /// encoding, sealed before it is stored.
+    Fresh(bytes::Bytes),
+    /// The completer taking an abandoned request over: the request as stored (sealed).
+    TakenOver(bytes::Bytes),
 }
 
 /// How long past its lease a claimed Postgres row lives: the record's `ttl`, from the
