@@ -64,7 +64,7 @@ impl App {
     async fn build_part(mut config: Config, part: Option<WorkerPart>) -> anyhow::Result<Self> {
         let first = part.as_ref().map_or(true, |p| p.index == 0);
         validate(&config)?;
-        crate::http::admin_token::admin_token(&mut config.admin)?;
+        crate::config::admin_token(&mut config.admin)?;
         let listener_cert = match &part {
             Some(part) => part.listener_cert.clone(),
             None => ListenerCert::load(&config.server.tls)?,

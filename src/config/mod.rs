@@ -18,6 +18,7 @@
 //! classes, names and prefixes). The module uses nothing else of the crate: the rest of
 //! the gateway depends on it, not the reverse.
 
+mod admin_token;
 mod cidr;
 mod conninfo;
 mod deprecated;
@@ -52,6 +53,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) use admin_token::{admin_token, token_matches};
 pub use cidr::{Cidr, TrustedProxies};
 pub use deprecated::Deprecation;
 pub use error::ConfigError;

@@ -45,7 +45,7 @@ fn authorize(app: &App, headers: &HeaderMap) -> Result<(), Problem> {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or_default();
-    if !crate::http::admin_token::token_matches(given, expected) {
+    if !crate::config::token_matches(given, expected) {
         return Err(Problem::new(
             StatusCode::UNAUTHORIZED,
             "admin_unauthorized",

@@ -3,7 +3,6 @@
 
 pub mod admin;
 pub mod admin_keys;
-pub mod admin_token;
 pub mod gateway;
 pub mod ready_probe;
 

@@ -1,10 +1,10 @@
 //! The admin API's bearer token: read from `admin.token` or `admin.token_file` at
-//! start-up, and compared in constant time ([`super::admin_keys`] asks). Passwords from
+//! start-up, and compared in constant time (`http::admin_keys` asks). Passwords from
 //! files are read where their connections are made (`tls::redis`, `tls::postgres`).
 
 use subtle::ConstantTimeEq;
 
-use crate::config::{read_secret, AdminConfig, ConfigError};
+use super::{read_secret, AdminConfig, ConfigError};
 
 /// Reads `admin.token_file` into `admin.token` (start-up only), with the same rule
 /// as an inline token: at least 16 characters.
