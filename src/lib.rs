@@ -14,7 +14,8 @@
 //! - [`flow`]: the request flow as named phases: admit → identify → claim → run →
 //!   settle.
 //! - [`idempotency`]: the vocabulary, independent of any store: keys, tenant scopes,
-//!   record ids and fingerprints, claim outcomes, stored responses, encryption at rest.
+//!   record ids and fingerprints, claim outcomes, stored responses and their encoding,
+//!   the completer's resendable requests, encryption at rest.
 //! - [`store`]: Redis (`store::redis`, one file per Lua script in `lua/`), Postgres
 //!   (`store::postgres`), the lease guard and its heartbeat, and both tiers together
 //!   (`store::tiers`).
@@ -29,9 +30,11 @@
 //!   the fuzz targets reach.
 //!
 //! The public API is [`config`], [`idempotency`], [`App`], [`Config`], [`Server`] and
-//! [`commands`]; every other module is `pub(crate)`. `ARCHITECTURE.md` has the module
-//! map, the allowed dependencies (checked by `tests/architecture.rs`), the path of a
-//! keyed request, and the rules for errors and logs.
+//! [`commands`]; every other module is `pub(crate)`. This list is a summary, one line
+//! per module; `ARCHITECTURE.md` has the map file by file, the start-up sequence, where
+//! to make everyday changes, the allowed dependencies (checked by
+//! `tests/architecture.rs`), the path of a keyed request, and the rules for errors and
+//! logs.
 #![forbid(unsafe_code)]
 
 pub mod commands;
