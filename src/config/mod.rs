@@ -34,7 +34,6 @@ mod pointer;
 mod postgres;
 mod redacted;
 mod redis;
-pub mod reference;
 mod replication;
 mod routes;
 mod runtime;
@@ -54,6 +53,7 @@ use serde::{Deserialize, Serialize};
 
 pub use cidr::{Cidr, TrustedProxies};
 pub use deprecated::Deprecation;
+pub use encryption::REPLAY_UNSEALED_DEFAULT;
 pub use error::ConfigError;
 pub use fingerprint::{BodyMode, FingerprintPolicy, QueryMode};
 pub use grpc::GrpcCode;
