@@ -1,5 +1,5 @@
 //! The `idemgate` command: `serve`, `check-config`, `migrate`, `reap`, `explain`,
-//! `health`, `config-reference`.
+//! `health`.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -47,16 +47,6 @@ enum Command {
     /// Ask this replica's admin listener for `/readyz`: exit 0 when ready, 1 otherwise
     /// (for a container HEALTHCHECK or an exec probe, where there is no curl).
     Health(HealthArgs),
-    /// Write the configuration reference (docs/configuration.md), generated from the
-    /// schema and its doc comments.
-    ConfigReference(ReferenceArgs),
-}
-
-#[derive(clap::Args)]
-struct ReferenceArgs {
-    /// Write it to this file instead of standard output.
-    #[arg(long)]
-    out: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -98,7 +88,6 @@ fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     let arg = match &cli.command {
-        Command::ConfigReference(args) => return config_reference(args.out.as_deref()),
         Command::Serve(arg)
         | Command::CheckConfig(arg)
         | Command::Migrate(arg)
@@ -122,7 +111,6 @@ fn main() -> ExitCode {
     match cli.command {
         Command::CheckConfig(_) => check_config(&config),
         Command::Health(args) => health(&config, args.timeout),
-        Command::ConfigReference(_) => unreachable!("written before a configuration is loaded"),
         Command::Serve(_) => report(serve(config)),
         Command::Migrate(_) => report(with_postgres(config, |pg, _| async move {
             let applied = pg.migrate().await?;
@@ -178,21 +166,6 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// `idemgate config-reference`: the reference to `out`, or to standard output.
-fn config_reference(out: Option<&std::path::Path>) -> ExitCode {
-    let written = idemgate::config::reference::render()
-        .map_err(anyhow::Error::from)
-        .and_then(|text| match out {
-            Some(path) => std::fs::write(path, text)
-                .with_context(|| format!("cannot write {}", path.display())),
-            None => {
-                print!("{text}");
-                Ok(())
-            }
-        });
-    report(written)
 }
 
 /// `idemgate health`: prints `/readyz`'s answer; 0 only for a 200.

@@ -51,8 +51,9 @@ struct KeyRepr {
     key_file: PathBuf,
 }
 
-/// Default `encryption.replay_unsealed`.
-pub(super) const REPLAY_UNSEALED_DEFAULT: bool = true;
+/// Default `encryption.replay_unsealed` (public for the configuration reference, which
+/// cannot read it from `Config::default`: that has no `[encryption]`).
+pub const REPLAY_UNSEALED_DEFAULT: bool = true;
 
 fn replay_unsealed_default() -> bool {
     REPLAY_UNSEALED_DEFAULT

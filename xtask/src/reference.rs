@@ -1,9 +1,10 @@
 //! The configuration reference, `docs/configuration.md`, generated from the schema by
-//! `idemgate config-reference` (`make docs`), so that it cannot drift from it.
+//! `cargo xtask config-reference` (`make docs`), so that it cannot drift from it.
 //!
 //! Each part comes from where it is defined: the descriptions from the doc comments of
-//! the configuration types (the source files of `src/config/`, embedded in the binary
-//! and read by [`source`]), the defaults from [`Config::default`] as serialised, the
+//! the configuration types (the source files of `src/config/`, embedded in this tool
+//! with `include_str!`, so that changing one rebuilds it, and read by [`source`]), the
+//! defaults from [`Config::default`] as serialised, the
 //! list of settings checked against the compiled schema (serde's own field list of
 //! every table, as its `deny_unknown_fields` error gives it), and what `check-config`
 //! says about a wrong value from running [`examples`] through the loader. A setting
@@ -18,22 +19,22 @@ mod write;
 use figment::providers::{Format, Serialized, Toml};
 use figment::Figment;
 
-use super::Config;
+use idemgate::Config;
 use source::{Def, Defs, Item};
 
 /// The files the configuration types are defined in.
 const FILES: &[&str] = &[
-    include_str!("mod.rs"),
-    include_str!("server.rs"),
-    include_str!("redis.rs"),
-    include_str!("postgres.rs"),
-    include_str!("idempotency.rs"),
-    include_str!("fingerprint.rs"),
-    include_str!("routes.rs"),
-    include_str!("topology.rs"),
-    include_str!("tls.rs"),
-    include_str!("runtime.rs"),
-    include_str!("encryption.rs"),
+    include_str!("../../src/config/mod.rs"),
+    include_str!("../../src/config/server.rs"),
+    include_str!("../../src/config/redis.rs"),
+    include_str!("../../src/config/postgres.rs"),
+    include_str!("../../src/config/idempotency.rs"),
+    include_str!("../../src/config/fingerprint.rs"),
+    include_str!("../../src/config/routes.rs"),
+    include_str!("../../src/config/topology.rs"),
+    include_str!("../../src/config/tls.rs"),
+    include_str!("../../src/config/runtime.rs"),
+    include_str!("../../src/config/encryption.rs"),
 ];
 
 /// Why the reference cannot be generated.
@@ -49,7 +50,7 @@ pub enum ReferenceError {
         schema: Vec<String>,
         declared: Vec<String>,
     },
-    #[error("`{0}`: the reference has no name for the type `{1}` (add one in config::reference)")]
+    #[error("`{0}`: the reference has no name for the type `{1}` (add one in xtask/src/reference.rs, type_name)")]
     UnknownType(String, String),
     #[error("`{0}`: no definition of `{1}` found in src/config/")]
     Missing(String, String),

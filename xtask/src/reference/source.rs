@@ -1,5 +1,5 @@
 //! Reads the configuration types out of the source files of `src/config/` (embedded in
-//! the binary): each struct's fields and each enum's variants, with their doc comments,
+//! this tool): each struct's fields and each enum's variants, with their doc comments,
 //! their serde attributes and their Rust types, and the settings declared in the
 //! `idempotency_settings!` invocation. A line reader, not a Rust parser: it knows the
 //! shapes this module's files use, and [`super::render`] checks what it found against

@@ -1,5 +1,5 @@
 //! Wrong values, one per rule `check-config` enforces: the reference runs each through
-//! [`crate::Config::from_toml`] and prints the message it gives, so the messages shown
+//! [`idemgate::Config::from_toml`] and prints the message it gives, so the messages shown
 //! are the ones the binary prints. A test checks that every key a rule in `src/config/`
 //! names literally has an example here.
 

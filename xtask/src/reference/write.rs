@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use super::source::{Def, Defs, Item};
 use super::{examples, type_name, variant_name, ReferenceError, Scope, Table};
-use crate::config::{Config, PostgresConfig};
+use idemgate::config::{Config, PostgresConfig, REPLAY_UNSEALED_DEFAULT};
 
 /// The configuration a table's key is written in: `[redis.tls]`.
 fn toml_for(key: &str, value: &str) -> String {
@@ -37,7 +37,7 @@ fn defaults() -> toml::Value {
     config.postgres = Some(PostgresConfig::default());
     let mut value = toml::Value::try_from(&config).expect("the configuration serialises");
     let mut encryption = toml::Table::new();
-    let unsealed = crate::config::encryption::REPLAY_UNSEALED_DEFAULT;
+    let unsealed = REPLAY_UNSEALED_DEFAULT;
     encryption.insert("replay_unsealed".into(), toml::Value::Boolean(unsealed));
     value
         .as_table_mut()

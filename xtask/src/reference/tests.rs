@@ -3,9 +3,9 @@
 use super::write::{markdown, slug};
 use super::*;
 
-const COMMITTED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/configuration.md");
+const COMMITTED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/configuration.md");
 
-/// `docs/configuration.md` is what `idemgate config-reference` writes today.
+/// `docs/configuration.md` is what `cargo xtask config-reference` writes today.
 #[test]
 fn committed_reference_matches_the_schema() {
     let fresh = render().unwrap_or_else(|e| panic!("the reference cannot be generated: {e}"));
@@ -13,7 +13,7 @@ fn committed_reference_matches_the_schema() {
     assert!(
         committed == fresh,
         "docs/configuration.md is out of date with src/config/: run `make docs` \
-         (cargo run -- config-reference --out docs/configuration.md) and commit it"
+         (cargo xtask config-reference --out docs/configuration.md) and commit it"
     );
 }
 
@@ -77,15 +77,15 @@ fn a_setting_the_reader_misses_is_an_error() {
 #[test]
 fn every_rule_of_check_config_has_an_example() {
     let rules = [
-        include_str!("../validate.rs"),
-        include_str!("../server.rs"),
-        include_str!("../redis.rs"),
-        include_str!("../postgres.rs"),
-        include_str!("../idempotency.rs"),
-        include_str!("../routes.rs"),
-        include_str!("../topology.rs"),
-        include_str!("../replication.rs"),
-        include_str!("../tls.rs"),
+        include_str!("../../../src/config/validate.rs"),
+        include_str!("../../../src/config/server.rs"),
+        include_str!("../../../src/config/redis.rs"),
+        include_str!("../../../src/config/postgres.rs"),
+        include_str!("../../../src/config/idempotency.rs"),
+        include_str!("../../../src/config/routes.rs"),
+        include_str!("../../../src/config/topology.rs"),
+        include_str!("../../../src/config/replication.rs"),
+        include_str!("../../../src/config/tls.rs"),
     ];
     let mut missing = Vec::new();
     for text in rules {
@@ -104,7 +104,7 @@ fn every_rule_of_check_config_has_an_example() {
     }
     assert!(
         missing.is_empty(),
-        "add these to config::reference::examples: {missing:?}"
+        "add these to xtask/src/reference/examples.rs: {missing:?}"
     );
 }
 
