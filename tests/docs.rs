@@ -87,9 +87,13 @@ fn prose(text: &str) -> Vec<String> {
     out
 }
 
+#[path = "docs/links.rs"]
 mod links;
+#[path = "docs/paths.rs"]
 mod paths;
+#[path = "docs/tables.rs"]
 mod tables;
+#[path = "docs/tracker.rs"]
 mod tracker;
 
 /// Every file under `dir` (recursively) whose extension is one of `extensions`, but for
