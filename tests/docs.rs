@@ -3,9 +3,10 @@
 //! tracker number ([`tracker`]); every source path the documents, the code's comments
 //! and the Lua scripts name exists ([`paths`]); every alert has a runbook entry, every
 //! metric a row in `docs/metrics.md`, every problem code a row in `docs/http.md` with its
-//! gRPC status ([`tables`]); the README shows how to start on its first screen; and
-//! every complete configuration shown in the documents (a TOML block with a
-//! `[[routes]]` table) is one the schema accepts.
+//! gRPC status ([`tables`]); the README shows how to start on its first screen; no
+//! setting's doc comment (the generated reference) carries a measured ratio; and every
+//! complete configuration shown in the documents (a TOML block with a `[[routes]]`
+//! table) is one the schema accepts.
 
 use std::path::{Path, PathBuf};
 
@@ -234,4 +235,57 @@ fn a_misspelt_example_is_refused() {
     assert!(idemgate::Config::from_toml(&blocks[0]).is_err());
     let fixed = blocks[0].replace("urll", "url");
     assert!(idemgate::Config::from_toml(&fixed).is_ok());
+}
+
+/// The doc comments of `source` (`///`, `//!`) that carry a measured ratio (`1.02x`):
+/// the configuration reference is generated from them, and a measurement lives in
+/// BENCHMARKS.md with how to reproduce it, where the next run replaces it.
+fn measured_ratios(source: &str) -> Vec<String> {
+    let ratio = |w: &str| {
+        let w = w.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '.');
+        (w.strip_suffix('x')).is_some_and(|n| {
+            n.starts_with(|c: char| c.is_ascii_digit())
+                && n.chars().all(|c| c.is_ascii_digit() || c == '.')
+        })
+    };
+    (source.lines().map(str::trim))
+        .filter(|l| l.starts_with("///") || l.starts_with("//!"))
+        .filter(|l| l.split_whitespace().any(ratio))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn no_setting_documents_a_measured_ratio() {
+    let root = Path::new(ROOT);
+    let mut found = Vec::new();
+    for file in walk(&root.join("src/config"), &["rs"]) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let shown = file.strip_prefix(root).unwrap().display().to_string();
+        found.extend(
+            measured_ratios(&text)
+                .into_iter()
+                .map(|l| format!("{shown}: {l}")),
+        );
+    }
+    assert!(
+        found.is_empty(),
+        "measured ratios in doc comments (move them to BENCHMARKS.md and link):\n{}",
+        found.join("\n")
+    );
+}
+
+/// A ratio in a doc comment is found; one in code, a multiplication (`3 x`) and a
+/// hexadecimal literal are not.
+#[test]
+fn the_ratio_check_finds_a_ratio_in_a_doc_comment() {
+    let source = "/// ran at 1.02x the req/s (0.76x to 0.88x).\n//! 2x faster\n\
+                  /// at least 3 x `command_timeout`, mask 0x1f\nlet r = 1.5x;\n";
+    assert_eq!(
+        measured_ratios(source),
+        [
+            "/// ran at 1.02x the req/s (0.76x to 0.88x).",
+            "//! 2x faster"
+        ]
+    );
 }
