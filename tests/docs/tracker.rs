@@ -47,8 +47,9 @@ fn source_citations(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// The files checked: the documents but CHANGELOG.md and docs/history/, and every
-/// Markdown, source, script, configuration and results text file of the trees below.
+/// The files checked: the documents but CHANGELOG.md and docs/history/, every Markdown,
+/// source, script, configuration and results text file of the trees below, the
+/// Makefile and CI's script.
 /// The checker's own planted citations (this module) are left out.
 fn checked_files(root: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = (documents(root).into_iter())
@@ -71,6 +72,10 @@ fn checked_files(root: &Path) -> Vec<PathBuf> {
     ] {
         files.extend(walk(&root.join(dir), &extensions));
     }
+    files.extend(walk(&root.join(".ci"), &["sh", "yml", "yaml"]));
+    for file in ["Makefile", ".ci/run", "Cargo.toml", "deny.toml"] {
+        files.extend(Some(root.join(file)).filter(|f| f.is_file()));
+    }
     files.retain(|f| !f.ends_with("tests/docs/tracker.rs"));
     files
 }
@@ -87,6 +92,7 @@ fn no_file_cites_a_tracker_number() {
         "lua/claim.lua",
         "src/lib.rs",
         "tests/docs.rs",
+        "Makefile",
     ] {
         assert!(
             files.iter().any(|f| f.ends_with(expected)),
