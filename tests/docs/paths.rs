@@ -7,8 +7,9 @@
 //! - starts at a top-level directory of the repository ([`TOP`]) and names a file by
 //!   one of [`EXTENSIONS`], a directory by a trailing `/`, or (as a whole code span)
 //!   nothing else, when it must exist as either, or
-//! - is a whole code span naming a `.rs` file relative to `src/` or to the mentioning
-//!   file's own directory, as code comments do (`store/redis/slots.rs`).
+//! - names a `.rs` file by a relative path (`store/redis/slots.rs`, lower case, with a
+//!   `/`), as code comments and ARCHITECTURE.md's layout do: relative to `src/` or to
+//!   the mentioning file's own directory.
 //!
 //! Placeholders and globs (`<target>`, `*`, `{a,b}`, `$X`, `...`) are skipped, as are
 //! paths under build output (`target/`) and the local state (`.state/`).
@@ -99,8 +100,7 @@ fn is_stale(root: &Path, dir: &Path, token: &str, whole_span: bool) -> bool {
             (false, false) => whole_span && extension.is_none() && !path.exists(),
         };
     }
-    let relative = whole_span
-        && extension == Some("rs")
+    let relative = extension == Some("rs")
         && token.contains('/')
         && !token.starts_with(['.', '/'])
         && (token.chars())
@@ -179,6 +179,7 @@ fn the_path_check_finds_a_moved_file() {
         "//! See `store/redis/slots.rs`, `redis/slots.rs` and `store/slots.rs` (moved).\n\
          let p = \"src/gone.rs\"; // src/store/redis/slots.rs:12, src/store/, src/store/redis\n\
          //! Found by fuzz/no_such_target; `src/store/redis` and `src/store/gone`.\n\
+         // the record's layout (redis/slots.rs; redis/gone.rs)\n\
          /// Each `fuzz/corpus/<target>/`, `tests/it/*.rs`, https://x.org/src/no.rs\n",
     )
     .unwrap();
@@ -204,6 +205,7 @@ fn the_path_check_finds_a_moved_file() {
         [
             "src/store/mod.rs:1: `store/slots.rs`",
             "src/store/mod.rs:3: `src/store/gone`",
+            "src/store/mod.rs:4: `redis/gone.rs`",
             "lua/claim.lua:1: `src/store/slots.rs`",
             "docs/a.md:1: `src/store/old/`",
             "docs/a.md:2: `docs/b.md`",
