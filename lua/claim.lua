@@ -1,6 +1,6 @@
 -- idemgate claim: take the lease on a record, or report what holds it.
 -- KEYS[1] record key, KEYS[2] fence key (same hash tag), KEYS[3] warmth marker of the
--- record's hash slot (same slot, see src/store/slots.rs).
+-- record's hash slot (same slot, see src/store/redis/slots.rs).
 -- ARGV[1] fingerprint, ARGV[2] lock token, ARGV[3] lease in ms, ARGV[4] fence key ttl in ms,
 -- or "0": no fence key (write-through claims: Postgres' fence is the fencing token, and
 -- the record carries "0"), ARGV[5] the age (ms) from which the marker vouches for this

@@ -10,8 +10,8 @@
 #   postgres 15     127.0.0.1:5490   data in .state/pg (initdb on first run, kept
 #                                    across `make down`); runs as `postgres` under root
 #                                    (data under /var/tmp if it cannot reach .state)
-#     POSTGRES=patroni  a Patroni set instead: etcd (2389, peer 2390) and three nodes
-#                     (Postgres 5491..5493, REST API 8008..8010), synchronous replication,
+#     POSTGRES=patroni  a Patroni set instead: etcd and three nodes (ports in lib.sh and
+#                     docs/operations.md, "The local fleet"), synchronous replication,
 #                     database idemgate, data in .state/patroni/; the replicas and
 #                     `idemgate migrate` get the multi-host URL (target_session_attrs=
 #                     read-write) through IDEMGATE__POSTGRES__URL

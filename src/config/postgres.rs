@@ -120,16 +120,17 @@ pub enum LookupOnMiss {
 /// The default is `write_through`: no request is forwarded twice for one key while its
 /// lease is valid, whatever Redis loses (a restart without persistence, a flush, an
 /// eviction, a failover that drops writes not yet replicated) or whichever replicas it is
-/// cut off from. Concurrent claims share Postgres statements, as completions do
-/// (`postgres.batch_max`): in the latest quiet `make bench` (BENCHMARKS.md) a first
-/// execution ran at 1.02x the req/s of one with `redis` claims, which look the key up
-/// in Postgres instead (rows `first-wtclaims` and `first-redisclaims`; 0.76x to 0.88x
-/// in earlier runs on a busy machine). While Postgres is down, keyed requests answer 503.
+/// cut off from. It costs a first execution one more Postgres round trip, but concurrent
+/// claims share Postgres statements, as completions do (`postgres.batch_max`), and
+/// `redis` claims look the key up in Postgres instead: the two cost about the same (the
+/// `claims=write_through` and `claims=redis` rows of BENCHMARKS.md, "Results"). While
+/// Postgres is down, keyed requests answer 503.
 ///
 /// `redis` keeps claims in Redis only (the old default, CHANGELOG.md): keyed requests go
-/// on while Postgres is down, but a key in flight when
-/// Redis loses its claim can run a second time if it is retried before the first
-/// execution completes (docs/guarantees.md, "Guarantees, and the window of each mode").
+/// on while Postgres is down, but a key in flight when Redis loses its claim can run a
+/// second time if it is retried before the first execution completes
+/// (docs/guarantees.md, "Guarantees, and the window of each mode"). Choose it only when
+/// serving through a Postgres outage matters more than that window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ClaimDurability {

@@ -34,10 +34,11 @@ pub struct RedisConfig {
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
     /// Connections to Redis; commands are pipelined over each. Each connection has one
-    /// fred task that writes, reads and decodes all its calls; four (the default) kept
-    /// `make bench`'s first executions 28% faster than one, which costs Redis fewer
-    /// syscalls and CPU per request but makes that task the bottleneck
-    /// (docs/history/benchmarks.md). The `WAIT` connections of `wait_replicas` are a pool of their own.
+    /// fred task that writes, reads and decodes all its calls, so one connection costs
+    /// Redis fewer syscalls and CPU per request but makes that task the gateway's
+    /// bottleneck; four (the default) carry more first executions than one (the
+    /// `redis.pool_size = 1` row of BENCHMARKS.md, "Results"; how it was chosen:
+    /// docs/history/benchmarks.md). The `WAIT` connections of `wait_replicas` are a pool of their own.
     /// In cluster mode the clients are split between the shards (each client
     /// connects to every primary but sends only its own shards' keys), so that a
     /// primary that stops answering stalls its own shard only: give at least as many

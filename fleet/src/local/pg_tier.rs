@@ -2,8 +2,8 @@
 //!
 //! - `single` (the default): one server on 5490 ([`super::pg`]);
 //! - `patroni`: a [`PatroniSet`] with synchronous replication on fixed ports
-//!   ([`patroni_ports`]: etcd 2389/2390, so as not to meet a system etcd on 2379;
-//!   Postgres 5491..5493; Patroni's REST API 8008..8010), its state in
+//!   ([`patroni_ports`]; etcd's are not a system etcd's 2379; the list is in
+//!   docs/operations.md, "The local fleet"), its state in
 //!   `.state/patroni/` (or, under root when the `postgres` account cannot reach
 //!   `.state`, in a directory under /var/tmp named in `.state/patroni.home`). Pid files
 //!   `etcd.pid` and `patroni-pgN.pid`. The replicas reach the primary through the
