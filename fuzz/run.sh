@@ -3,7 +3,7 @@
 # (default 60), from the committed seeds in corpus/<target>/ plus what earlier runs
 # found (target/corpus/<target>/, not committed). Usage: fuzz/run.sh [target...]
 # (default: every target). Stops at the first crash: libFuzzer's report, and the input
-# saved in fuzz/artifacts/<target>/ (README, "Fuzzing", says how to make it a test).
+# saved in fuzz/artifacts/<target>/ (docs/development.md, "Fuzzing", says how to make it a test).
 #
 # Toolchain: libFuzzer needs nightly compiler flags (-Z sanitizer, sanitizer coverage).
 # A nightly toolchain is used if rustup has one (FUZZ_TOOLCHAIN=... picks another);

@@ -13,9 +13,9 @@ use idemgate::config::{Runtime, Workers};
 use idemgate::{App, Config, Server};
 
 /// mimalloc rather than glibc's malloc: a request allocates and frees many small
-/// objects across threads, where glibc spent ~25% of the gateway's CPU on first
-/// executions (see docs/history/benchmarks.md, "What changed and what it bought"). Built without huge pages (`no_thp`
-/// in Cargo.toml), which kept peak RSS at glibc's level.
+/// objects across threads, which glibc's allocator does at a cost measured in
+/// docs/history/benchmarks.md ("What changed and what it bought"). Built without huge
+/// pages (`no_thp` in Cargo.toml), which kept peak RSS at glibc's level.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

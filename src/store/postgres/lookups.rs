@@ -23,7 +23,7 @@ use crate::store::StoreError;
 /// nested loop over primary-key index scans. As a plain join, the generic plan that
 /// Postgres caches for a prepared statement, when made while the table is still small,
 /// is a hash join over a sequential scan, which then reads the whole table per lookup
-/// as it grows (measured: ~7 ms per statement with tens of thousands of rows).
+/// as it grows.
 ///
 /// A completed row is gone once its `replay_until` passed (when the row's own: later
 /// than its completion; a row the previous release completed keeps `expires_at`), and
