@@ -45,12 +45,12 @@ soak:
 # Install missing Debian packages, then every test that proves behaviour: the alert
 # rules (promtool), the deployment checks, and `cargo test --all-targets` (unit,
 # integration, parsers, architecture, docs, the fast chaos scenarios); ends with
-# `test: N passed, M failed` and each stage's time (tests/run.sh). How long it takes: README, "Development".
+# `test: N passed, M failed` and each stage's time (tests/run.sh). How long it takes: docs/development.md.
 test: deps
 	bash tests/run.sh
 
 # Everything CI checks (.ci/run): lint (with cargo deny), test, the upgrade check and the
-# fuzz smoke (how long: README, "Development"); the tools it installs are kept per machine.
+# fuzz smoke (how long: docs/development.md); the tools it installs are kept per machine.
 ci: lint test upgrade-check fuzz-smoke
 
 # A smoke run of every fuzz target (FUZZ_SMOKE_SECONDS each, default 5), so they keep
