@@ -93,11 +93,7 @@ impl Target {
             .text()
             .await
             .unwrap();
-        (text.lines())
-            .filter_map(|l| l.strip_prefix(name))
-            .filter(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-            .filter_map(|rest| rest.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        crate::support::metric(&text, name)
     }
 
     /// `idemgate_limited_total{limit="<limit>"}`.

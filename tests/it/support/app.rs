@@ -74,6 +74,12 @@ impl TestApp {
             .any(|l| l == "idemgate_redis_up 0")
     }
 
+    /// `idemgate_limited_total{limit="<limit>"}` on the admin listener.
+    pub async fn limited(&self, limit: &str) -> f64 {
+        let series = format!("idemgate_limited_total{{limit=\"{limit}\"}}");
+        super::metric(&self.metrics().await, &series)
+    }
+
     /// `GET /readyz` on the admin listener.
     pub async fn readyz(&self) -> reqwest::Response {
         let url = format!("http://{}/readyz", self.admin);

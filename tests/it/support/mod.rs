@@ -4,11 +4,13 @@
 pub mod app;
 pub mod attack_upstream;
 pub mod certs;
+pub mod grpc;
 // Shared with the chaos suite, which uses what the frame tests do not.
 #[allow(dead_code)]
 pub mod h2wire;
 pub mod holdproxy;
 pub mod postgres;
+pub mod raw;
 pub mod recorder;
 pub mod records;
 pub mod redis;
@@ -19,9 +21,14 @@ pub use app::{config, TestApp};
 pub use certs::Pki;
 pub use holdproxy::HoldProxy;
 pub use postgres::PgServer;
+pub use raw::{closed_within, read_until_closed};
 pub use redis::RedisServer;
 pub use sse_upstream::SseUpstream;
 pub use upstream::MockUpstream;
+
+/// The lease (and the ttl) of the claims the store-level tests make themselves: longer
+/// than any of those tests runs, so that no lease runs out during one.
+pub const LEASE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Reads a response into (status, headers, body).
 pub async fn read(r: reqwest::Response) -> (u16, reqwest::header::HeaderMap, bytes::Bytes) {
@@ -175,23 +182,12 @@ pub async fn curl_head(args: &[&str]) -> std::process::Output {
         .expect("curl runs")
 }
 
-/// Reads `stream` until the peer closes it (or an error), for at most `within`: the
-/// bytes read, and whether it closed in time.
-pub async fn read_until_closed(
-    stream: &mut (impl tokio::io::AsyncRead + Unpin),
-    within: std::time::Duration,
-) -> (usize, bool) {
-    use tokio::io::AsyncReadExt;
-    let mut got = 0usize;
-    let mut buf = vec![0u8; 1 << 16];
-    let ended = tokio::time::timeout(within, async {
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => got += n,
-            }
-        }
-    })
-    .await;
-    (got, ended.is_ok())
+/// The sum of the samples of `name` (a metric's name, or its name and labels) in the
+/// `/metrics` text `text`; 0 when there is none.
+pub fn metric(text: &str, name: &str) -> f64 {
+    (text.lines())
+        .filter_map(|l| l.strip_prefix(name))
+        .filter(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        .filter_map(|rest| rest.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
