@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
-use crate::support::{comparable, eventually, read, tally, MockUpstream, PgServer, RedisServer};
+use crate::support::{
+    comparable, eventually, keyed_post, read, tally, MockUpstream, PgServer, RedisServer,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_idemgate");
 const WORKERS: usize = 2;
@@ -111,11 +113,10 @@ impl Tpc {
         panic!("64 connections all went to the workers {:?}", found.keys());
     }
 
+    /// A keyed JSON POST to this process's `/v1/payments`, sent by `client`.
     fn post(&self, client: &reqwest::Client, key: &str, body: &str) -> reqwest::RequestBuilder {
-        (client.post(format!("http://127.0.0.1:{}/v1/payments", self.listen)))
-            .header("Idempotency-Key", key)
-            .header("Content-Type", "application/json")
-            .body(body.to_string())
+        let url = format!("http://127.0.0.1:{}/v1/payments", self.listen);
+        keyed_post(client, url, key, body.to_string())
     }
 }
 

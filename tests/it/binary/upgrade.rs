@@ -23,9 +23,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use idemgate_fleet::{free_port, BackendProto, HaProxy, HaproxyConfig, Host, Replica};
-use reqwest::header::HeaderMap;
 
-use crate::support::{comparable, read, tally, wait_ready, MockUpstream, PgServer, RedisServer};
+use crate::support::{
+    comparable, keyed_post, send, tally, wait_ready, Answer, MockUpstream, PgServer, RedisServer,
+};
 
 const CURRENT: &str = env!("CARGO_BIN_EXE_idemgate");
 /// How long the upstream takes: duplicates sent together overlap the first execution.
@@ -33,8 +34,6 @@ const UPSTREAM_DELAY: Duration = Duration::from_millis(400);
 const WAIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The `[redis]` line of a current replica beside a previous one (the upgrade step).
 const HASH: &str = "record_format = \"hash\"\n";
-
-type Answer = (u16, HeaderMap, bytes::Bytes);
 
 fn previous_binary() -> PathBuf {
     let bin = std::env::var_os("IDEMGATE_PREVIOUS_BIN").expect(
@@ -126,16 +125,11 @@ impl Fleet {
         r.ok().map(|r| r.status().as_u16())
     }
 
+    /// A keyed POST of `tenant` to `base` (a replica or the load balancer).
     async fn post(&self, base: &str, key: &str, tenant: &str) -> Answer {
-        let r = (self.http.post(format!("{base}/v1/payments")))
-            .header("Idempotency-Key", key)
-            .header("X-Tenant-Id", tenant)
-            .header("content-type", "application/json")
-            .body(format!("{{\"amount\":10,\"key\":\"{key}\"}}"))
-            .send()
-            .await
-            .unwrap();
-        read(r).await
+        let body = format!("{{\"amount\":10,\"key\":\"{key}\"}}");
+        let request = keyed_post(&self.http, format!("{base}/v1/payments"), key, body);
+        send(request.header("X-Tenant-Id", tenant)).await
     }
 
     fn logs(&self) -> String {

@@ -5,7 +5,7 @@
 //! refused with their own problem codes, nothing forwarded; a body without a key on a
 //! route that does not require one passes through unkeyed.
 
-use crate::support::{comparable, durable_stack, problem_code, read, stack, TestApp};
+use crate::support::{comparable, durable_stack, problem_code, send, stack, TestApp};
 
 const ROUTE: &str = "[idempotency]\nkey_from = \"json:/idempotency_key\"\n\
     scope_headers = [\"x-tenant-id\"]\nanonymous = \"reject\"\n";
@@ -17,16 +17,14 @@ async fn post(
     header: Option<&str>,
     body: &str,
 ) -> (u16, reqwest::header::HeaderMap, bytes::Bytes) {
-    let mut request = app
-        .client
-        .post(app.url("/v1/payments"))
+    let mut request = (app.client.post(app.url("/v1/payments")))
         .header("x-tenant-id", tenant)
         .header("content-type", "application/json")
         .body(body.to_string());
     if let Some(key) = header {
         request = request.header("idempotency-key", key);
     }
-    read(request.send().await.unwrap()).await
+    send(request).await
 }
 
 fn without_replay_flag(h: &reqwest::header::HeaderMap) -> Vec<(String, Vec<u8>)> {

@@ -16,8 +16,8 @@ use idemgate_fleet::Replica;
 
 use super::{extra, stores, INTERVAL, LOCK_TTL, TOKEN};
 use crate::support::{
-    comparable, config, eventually, read, serve_process, MockUpstream, PgServer, RedisServer,
-    TestApp,
+    comparable, config, eventually, keyed_post, read, serve_process, MockUpstream, PgServer,
+    RedisServer, TestApp,
 };
 
 /// How long the upstream takes with each request.
@@ -50,11 +50,8 @@ async fn doomed(
 async fn abandon(replica: &mut Replica, up: &MockUpstream, keys: &[String]) -> Instant {
     let before = up.executions();
     for key in keys {
-        let request = reqwest::Client::new()
-            .post(format!("{}/v1/payments", replica.url()))
-            .header("Idempotency-Key", key)
-            .header("Content-Type", "application/json")
-            .body(body_of(key));
+        let url = format!("{}/v1/payments", replica.url());
+        let request = keyed_post(&reqwest::Client::new(), url, key, body_of(key));
         // The client goes away with the replica and never comes back.
         tokio::spawn(async move { drop(request.send().await) });
     }

@@ -27,15 +27,6 @@ fn h2_client() -> reqwest::Client {
         .unwrap()
 }
 
-/// A keyed JSON POST to `/v1/payments` sent by `client`.
-fn post(client: &reqwest::Client, app: &TestApp, key: &str, body: &str) -> reqwest::RequestBuilder {
-    client
-        .post(app.url("/v1/payments"))
-        .header("Idempotency-Key", key)
-        .header("Content-Type", "application/json")
-        .body(body.to_string())
-}
-
 /// One HTTP/2 connection (h2c, prior knowledge) to the proxy listener; each request is
 /// a stream on it.
 #[derive(Clone)]
@@ -241,7 +232,8 @@ async fn a_header_list_over_max_header_size_is_refused_per_stream() {
     let (_redis, upstream, app) = stack("[server]\nmax_header_size = \"8KiB\"\n").await;
     let client = h2_client();
     let big = "v".repeat(12 << 10);
-    let refused = post(&client, &app, "h2-big-head", "{}")
+    let refused = app
+        .post_by(&client, "h2-big-head", "{}")
         .header("x-big", big)
         .send()
         .await;
@@ -251,7 +243,7 @@ async fn a_header_list_over_max_header_size_is_refused_per_stream() {
     }
     assert_eq!(upstream.executions(), 0);
     let (status, _, _) = read(
-        post(&client, &app, "h2-small-head", "{}")
+        app.post_by(&client, "h2-small-head", "{}")
             .send()
             .await
             .unwrap(),

@@ -14,13 +14,13 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use idemgate_fleet::{free_port, BackendProto, HaProxy, HaproxyConfig, Host, Replica};
 
-use crate::support::{comparable, eventually, read, tally, wait_ready, MockUpstream, RedisServer};
+use crate::support::{
+    comparable, eventually, keyed_post, send, tally, wait_ready, Answer, MockUpstream, RedisServer,
+};
 
 const IDEMGATE: &str = env!("CARGO_BIN_EXE_idemgate");
 const KEYS: usize = 20;
 const DUPLICATES: usize = 10;
-
-type Answer = (u16, reqwest::header::HeaderMap, bytes::Bytes);
 
 fn replica_toml(port: u16, admin: u16, redis: &RedisServer, upstream: &MockUpstream) -> String {
     format!(
@@ -122,17 +122,16 @@ fn protocols(replicas: &[Replica], prefix: &str) -> (Vec<String>, Vec<usize>) {
     (seen, per_replica)
 }
 
+/// A keyed POST of tenant `acme` through `front`, with request id `id`.
 async fn post(http: &reqwest::Client, front: &str, key: &str, id: &str) -> Answer {
-    let r = (http.post(format!("{front}/v1/payments")))
-        .header("Idempotency-Key", key)
-        .header("x-request-id", id)
-        .header("X-Tenant-Id", "acme")
-        .header("content-type", "application/json")
-        .body(format!("{{\"amount\":10,\"key\":\"{key}\"}}"))
-        .send()
-        .await
-        .unwrap();
-    read(r).await
+    let body = format!("{{\"amount\":10,\"key\":\"{key}\"}}");
+    let request = keyed_post(http, format!("{front}/v1/payments"), key, body);
+    send(
+        request
+            .header("x-request-id", id)
+            .header("X-Tenant-Id", "acme"),
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -83,10 +83,7 @@ async fn requests_beyond_max_in_flight_get_503_overloaded_and_hang_ups_free_thei
         .build()
         .unwrap();
     for key in ["hang-up-d", "hang-up-e"] {
-        let request = (impatient.post(app.url("/v1/payments")))
-            .header("Idempotency-Key", key)
-            .header("Content-Type", "application/json")
-            .body("{}");
+        let request = app.post_by(&impatient, key, "{}");
         assert!(request.send().await.is_err(), "{key} should time out");
     }
     let (status, _, body) = read(app.post("while-detached", "{}").send().await.unwrap()).await;

@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 use idemgate::config::PostgresConfig;
 use idemgate::testing::store::PgStore;
 
-use crate::support::{config, problem_code, read, MockUpstream, PgServer, RedisServer, TestApp};
+use crate::support::{
+    config, keyed_post, problem_code, read, send, Answer, MockUpstream, PgServer, RedisServer,
+    TestApp,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_idemgate");
 
@@ -333,16 +336,9 @@ impl Served {
         format!("http://127.0.0.1:{}{path}", self.admin)
     }
 
-    async fn post(&self, key: &str) -> (u16, reqwest::header::HeaderMap, bytes::Bytes) {
+    async fn post(&self, key: &str) -> Answer {
         let url = format!("http://127.0.0.1:{}/v1/payments", self.listen);
-        let r = reqwest::Client::new()
-            .post(url)
-            .header("Idempotency-Key", key)
-            .body("{}")
-            .send()
-            .await
-            .unwrap();
-        read(r).await
+        send(keyed_post(&reqwest::Client::new(), url, key, "{}")).await
     }
 
     async fn get(&self, path: &str) -> (u16, String) {

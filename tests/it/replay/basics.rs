@@ -1,6 +1,6 @@
 //! Behaviours 3 (scope and fingerprint), 6 (replay) and 8 (mismatch).
 
-use crate::support::{comparable, problem_code, read, stack};
+use crate::support::{comparable, keyed_post, problem_code, read, stack};
 
 #[tokio::test]
 async fn replay_is_byte_identical_including_headers() {
@@ -49,15 +49,15 @@ async fn same_key_different_request_is_a_mismatch() {
     assert_eq!(status, 422);
     assert_eq!(problem_code(&headers, &body), "idempotency_key_reused");
     // Another path under the same route with the same key is also a different request.
-    let r = app
-        .client
-        .post(app.url("/v1/refunds"))
-        .header("Idempotency-Key", "reuse")
-        .header("Content-Type", "application/json")
-        .body(r#"{"amount":100}"#)
-        .send()
-        .await
-        .unwrap();
+    let r = keyed_post(
+        &app.client,
+        app.url("/v1/refunds"),
+        "reuse",
+        r#"{"amount":100}"#,
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(r.status(), 422);
     assert_eq!(upstream.executions(), 1);
 }

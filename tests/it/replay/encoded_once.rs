@@ -8,9 +8,8 @@ use std::time::Duration;
 use futures_util::future::join_all;
 
 use crate::support::{comparable, durable_stack, eventually, read};
-use crate::support::{config, TestApp};
+use crate::support::{config, Answer, TestApp};
 
-type Answer = (u16, reqwest::header::HeaderMap, bytes::Bytes);
 /// What a replay must reproduce: status, headers in order, body.
 type Replayable = (u16, Vec<(String, Vec<u8>)>, Vec<u8>);
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::support::{durable_stack, eventually, problem_code, read, stack, TestApp};
+use crate::support::{durable_stack, eventually, keyed_post, problem_code, read, stack, TestApp};
 
 const IGNORE_TS: &str = "[routes.idempotency.fingerprint]\n\
                          ignore_json = [\"/client_ts\", \"/items/*/client_ts\"]\n";
@@ -102,10 +102,12 @@ async fn with_body_none_a_retry_with_another_body_replays() {
 }
 
 fn query_post(app: &TestApp, key: &str, query: &str) -> reqwest::RequestBuilder {
-    (app.client.post(app.url(&format!("/v1/payments?{query}"))))
-        .header("Idempotency-Key", key)
-        .header("Content-Type", "application/json")
-        .body("{}")
+    keyed_post(
+        &app.client,
+        app.url(&format!("/v1/payments?{query}")),
+        key,
+        "{}",
+    )
 }
 
 #[tokio::test]

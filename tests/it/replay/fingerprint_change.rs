@@ -5,15 +5,7 @@
 //! follow the new policy. Two gateways on one Redis and one Postgres, one before the
 //! change and one after, as during a rolling deploy.
 
-use crate::support::{config, problem_code, read, MockUpstream, PgServer, RedisServer, TestApp};
-
-async fn post(
-    app: &TestApp,
-    key: &str,
-    body: &str,
-) -> (u16, reqwest::header::HeaderMap, bytes::Bytes) {
-    read(app.post(key, body).send().await.unwrap()).await
-}
+use crate::support::{config, problem_code, send, MockUpstream, PgServer, RedisServer, TestApp};
 
 #[tokio::test]
 async fn records_stored_before_a_policy_change_keep_replaying_under_the_old_rules() {
@@ -28,30 +20,30 @@ async fn records_stored_before_a_policy_change_keep_replaying_under_the_old_rule
     let after = gateway("[idempotency.fingerprint]\nignore_json = [\"/client_ts\"]\n").await;
 
     // Stored under the default policy; retried after the change (Redis holds it).
-    let first = post(&before, "k1", r#"{"amount":1,"client_ts":1}"#).await;
+    let first = send(before.post("k1", r#"{"amount":1,"client_ts":1}"#)).await;
     assert_eq!(first.0, 201);
-    let retry = post(&after, "k1", r#"{"amount":1,"client_ts":1}"#).await;
+    let retry = send(after.post("k1", r#"{"amount":1,"client_ts":1}"#)).await;
     assert_eq!(retry.1["idempotent-replayed"], "true", "{:?}", retry.2);
     assert_eq!(retry.2, first.2);
     // Under neither policy the same request: refused, as before the change.
-    let other = post(&after, "k1", r#"{"amount":2,"client_ts":1}"#).await;
+    let other = send(after.post("k1", r#"{"amount":2,"client_ts":1}"#)).await;
     assert_eq!(problem_code(&other.1, &other.2), "idempotency_key_reused");
     // The old rules did not ignore client_ts: a retry that differs there is no retry of it.
-    let moved = post(&after, "k1", r#"{"amount":1,"client_ts":2}"#).await;
+    let moved = send(after.post("k1", r#"{"amount":1,"client_ts":2}"#)).await;
     assert_eq!(problem_code(&moved.1, &moved.2), "idempotency_key_reused");
     assert_eq!(upstream.executions(), 1);
 
     // The same through Postgres: stored before, Redis emptied, retried after.
-    let first = post(&before, "k2", r#"{"amount":5,"client_ts":1}"#).await;
+    let first = send(before.post("k2", r#"{"amount":5,"client_ts":1}"#)).await;
     redis.cli(&["FLUSHALL"]);
-    let retry = post(&after, "k2", r#"{"amount":5,"client_ts":1}"#).await;
+    let retry = send(after.post("k2", r#"{"amount":5,"client_ts":1}"#)).await;
     assert_eq!(retry.1["idempotent-replayed"], "true", "{:?}", retry.2);
     assert_eq!(retry.2, first.2);
     assert_eq!(upstream.executions(), 2);
 
     // New records follow the new policy: the ignored field does not matter.
-    let new = post(&after, "k3", r#"{"amount":9,"client_ts":1}"#).await;
-    let again = post(&after, "k3", r#"{"amount":9,"client_ts":7}"#).await;
+    let new = send(after.post("k3", r#"{"amount":9,"client_ts":1}"#)).await;
+    let again = send(after.post("k3", r#"{"amount":9,"client_ts":7}"#)).await;
     assert_eq!(again.1["idempotent-replayed"], "true");
     assert_eq!(again.2, new.2);
     assert_eq!(upstream.executions(), 3);
@@ -68,9 +60,9 @@ async fn without_the_previous_policy_a_changed_fingerprint_is_a_mismatch() {
     let extra =
         format!("[idempotency.fingerprint]\n{policy}[idempotency.fingerprint_previous]\n{policy}");
     let after = TestApp::spawn(config(&redis.url(), &upstream.url(), &extra)).await;
-    let first = post(&before, "k1", r#"{"amount":1,"client_ts":1}"#).await;
+    let first = send(before.post("k1", r#"{"amount":1,"client_ts":1}"#)).await;
     assert_eq!(first.0, 201);
-    let retry = post(&after, "k1", r#"{"amount":1,"client_ts":1}"#).await;
+    let retry = send(after.post("k1", r#"{"amount":1,"client_ts":1}"#)).await;
     assert_eq!(problem_code(&retry.1, &retry.2), "idempotency_key_reused");
     assert_eq!(upstream.executions(), 1);
 }
@@ -85,9 +77,9 @@ async fn a_request_unlike_a_record_under_both_policies_never_matches_it() {
     let extra = "[idempotency.fingerprint]\nignore_json = [\"/client_ts\"]\n\
                  [idempotency.fingerprint_previous]\nignore_json = [\"/ts\"]\n";
     let app = TestApp::spawn(config(&redis.url(), &upstream.url(), extra)).await;
-    let first = post(&app, "k1", r#"{"amount":1,"client_ts":9}"#).await;
+    let first = send(app.post("k1", r#"{"amount":1,"client_ts":9}"#)).await;
     assert_eq!(first.0, 201);
-    let other = post(&app, "k1", r#"{"amount":1,"ts":3}"#).await;
+    let other = send(app.post("k1", r#"{"amount":1,"ts":3}"#)).await;
     assert_eq!(
         problem_code(&other.1, &other.2),
         "idempotency_key_reused",

@@ -88,11 +88,12 @@ impl TestApp {
 
     /// A keyed JSON POST to `/v1/payments`.
     pub fn post(&self, key: &str, body: &str) -> RequestBuilder {
-        self.client
-            .post(self.url("/v1/payments"))
-            .header("Idempotency-Key", key)
-            .header("Content-Type", "application/json")
-            .body(body.to_string())
+        self.post_by(&self.client, key, body)
+    }
+
+    /// The same POST sent by `client` (one of HTTP/2, or with a timeout of its own).
+    pub fn post_by(&self, client: &Client, key: &str, body: &str) -> RequestBuilder {
+        super::keyed_post(client, self.url("/v1/payments"), key, body.to_string())
     }
 }
 

@@ -30,8 +30,32 @@ pub use upstream::MockUpstream;
 /// than any of those tests runs, so that no lease runs out during one.
 pub const LEASE: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// An answer read whole: (status, headers, body).
+pub type Answer = (u16, reqwest::header::HeaderMap, bytes::Bytes);
+
+/// A keyed JSON POST of `body` to `url` by `client`: `Idempotency-Key: key` and
+/// `Content-Type: application/json`; a test adds what else it needs (a tenant, a request
+/// id) to what this returns.
+pub fn keyed_post(
+    client: &reqwest::Client,
+    url: impl reqwest::IntoUrl,
+    key: &str,
+    body: impl Into<reqwest::Body>,
+) -> reqwest::RequestBuilder {
+    client
+        .post(url)
+        .header("Idempotency-Key", key)
+        .header("Content-Type", "application/json")
+        .body(body)
+}
+
+/// Sends `request` and reads its answer whole.
+pub async fn send(request: reqwest::RequestBuilder) -> Answer {
+    read(request.send().await.unwrap()).await
+}
+
 /// Reads a response into (status, headers, body).
-pub async fn read(r: reqwest::Response) -> (u16, reqwest::header::HeaderMap, bytes::Bytes) {
+pub async fn read(r: reqwest::Response) -> Answer {
     let status = r.status().as_u16();
     let headers = r.headers().clone();
     (status, headers, r.bytes().await.unwrap())

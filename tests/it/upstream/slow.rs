@@ -14,8 +14,8 @@ use idemgate::Config;
 use idemgate_fleet::Replica;
 
 use crate::support::{
-    comparable, config, eventually, problem_code, read, serve_process, MockUpstream, PgServer,
-    RedisServer, TestApp,
+    comparable, config, eventually, keyed_post, problem_code, read, send, serve_process,
+    MockUpstream, PgServer, RedisServer, TestApp,
 };
 
 /// The client's wait.
@@ -47,7 +47,7 @@ async fn retry_until_answered(
     let deadline = Instant::now() + within;
     let mut answers = Vec::new();
     while Instant::now() < deadline {
-        let answer = read(post(client, app, key).send().await.unwrap()).await;
+        let answer = send(app.post_by(client, key, AMOUNT)).await;
         let status = answer.0;
         answers.push(answer);
         if status != 504 && status != 409 {
@@ -58,19 +58,14 @@ async fn retry_until_answered(
     answers
 }
 
-fn post(client: &reqwest::Client, app: &TestApp, key: &str) -> reqwest::RequestBuilder {
-    client
-        .post(app.url("/v1/payments"))
-        .header("Idempotency-Key", key)
-        .header("Content-Type", "application/json")
-        .body("{\"amount\":10}")
-}
+/// The body of every request here.
+const AMOUNT: &str = "{\"amount\":10}";
 
 /// The first client's 504: `upstream_timeout`, with `Retry-After`, after about
 /// [`TIMEOUT`].
 async fn first_times_out(client: &reqwest::Client, app: &TestApp, key: &str) {
     let sent = Instant::now();
-    let (status, headers, body) = read(post(client, app, key).send().await.unwrap()).await;
+    let (status, headers, body) = send(app.post_by(client, key, AMOUNT)).await;
     let waited = sent.elapsed();
     assert_eq!(status, 504, "{body:?}");
     assert_eq!(problem_code(&headers, &body), "upstream_timeout");
@@ -117,7 +112,7 @@ async fn a_slow_upstream_runs_once_and_the_timed_out_client_gets_its_answer_on_r
     let on_b = retry_until_answered(&client, &b, "slow-h1", Duration::from_secs(5)).await;
     assert!(on_b.len() >= 2, "a retry met the call running: {on_b:?}");
     ends_in_the_replay(&on_b, &upstream);
-    let (status, headers, body) = read(post(&client, &a, "slow-h1").send().await.unwrap()).await;
+    let (status, headers, body) = send(a.post_by(&client, "slow-h1", AMOUNT)).await;
     let (_, b_headers, b_body) = on_b.last().unwrap();
     assert_eq!(status, 201);
     assert_eq!(
@@ -167,7 +162,7 @@ async fn the_answer_of_a_slow_upstream_is_written_through_and_replays_after_a_re
     .await;
     assert!(stored, "the call's answer reached Postgres");
     redis.cli(&["FLUSHALL"]);
-    let (status, headers, _) = read(post(&client, &b, "slow-pg").send().await.unwrap()).await;
+    let (status, headers, _) = send(b.post_by(&client, "slow-pg", AMOUNT)).await;
     assert_eq!(
         (status, &headers["idempotent-replayed"]),
         (201, &"true".parse().unwrap())
@@ -195,16 +190,14 @@ async fn past_upstream_deadline_the_call_is_cancelled_and_its_unknown_outcome_st
     let client = reqwest::Client::new();
     first_times_out(&client, &app, "hard-limit").await;
     tokio::time::sleep(Duration::from_millis(900)).await;
-    let (status, headers, body) =
-        read(post(&client, &app, "hard-limit").send().await.unwrap()).await;
+    let (status, headers, body) = send(app.post_by(&client, "hard-limit", AMOUNT)).await;
     assert_eq!(status, 504, "{body:?}");
     assert_eq!(problem_code(&headers, &body), "upstream_outcome_unknown");
     assert_eq!(
         headers["idempotent-replayed"], "true",
         "stored by the cancelled call"
     );
-    let (_, again_headers, again) =
-        read(post(&client, &app, "hard-limit").send().await.unwrap()).await;
+    let (_, again_headers, again) = send(app.post_by(&client, "hard-limit", AMOUNT)).await;
     assert_eq!(
         (comparable(&again_headers), again),
         (comparable(&headers), body)
@@ -240,7 +233,7 @@ async fn past_upstream_deadline_with_on_ambiguous_release_a_retry_runs_again() {
     let client = reqwest::Client::new();
     first_times_out(&client, &app, "hard-release").await;
     // Before the hard limit the key is held; after it, free.
-    let (status, _, _) = read(post(&client, &app, "hard-release").send().await.unwrap()).await;
+    let (status, _, _) = send(app.post_by(&client, "hard-release", AMOUNT)).await;
     assert_eq!(status, 409);
     tokio::time::sleep(Duration::from_millis(700)).await;
     first_times_out(&client, &app, "hard-release").await;
@@ -265,14 +258,15 @@ async fn a_sigkilled_replica_holding_a_slow_call_is_a_lease_loss() {
     let mut doomed = replica(dir.path(), &redis, &upstream, lock_ttl).await;
     let client = reqwest::Client::new();
     let (status, _, _) = read(
-        client
-            .post(format!("{}/v1/payments", doomed.url()))
-            .header("Idempotency-Key", "killed")
-            .header("Content-Type", "application/json")
-            .body("{\"amount\":10}")
-            .send()
-            .await
-            .unwrap(),
+        keyed_post(
+            &client,
+            format!("{}/v1/payments", doomed.url()),
+            "killed",
+            AMOUNT,
+        )
+        .send()
+        .await
+        .unwrap(),
     )
     .await;
     assert_eq!(
@@ -286,12 +280,12 @@ async fn a_sigkilled_replica_holding_a_slow_call_is_a_lease_loss() {
     let mut cfg = config(&redis.url(), &upstream.url(), "");
     cfg.idempotency.lock_ttl = lock_ttl;
     let app = TestApp::spawn(cfg).await;
-    let (status, _, _) = read(post(&client, &app, "killed").send().await.unwrap()).await;
+    let (status, _, _) = send(app.post_by(&client, "killed", AMOUNT)).await;
     assert_eq!(status, 409, "the dead replica's lease still holds the key");
     // Its heartbeat stopped with it: the lease ends within lock_ttl of the kill.
     upstream.set_delay(Duration::ZERO);
     let ran = eventually(lock_ttl + Duration::from_secs(2), async || {
-        let (status, headers, _) = read(post(&client, &app, "killed").send().await.unwrap()).await;
+        let (status, headers, _) = send(app.post_by(&client, "killed", AMOUNT)).await;
         status == 201 && headers["idempotent-replayed"] == "false"
     })
     .await;
