@@ -1,5 +1,6 @@
 //! Integration tests: the gateway in-process against real `redis-server` processes and
-//! a counting mock upstream. One test binary, many modules, so they link once.
+//! a counting mock upstream. One test binary, so they link once, with a folder per
+//! subject (each `mod.rs` says what its tests cover) and the shared helpers in `support/`.
 
 mod support;
 

@@ -1,7 +1,7 @@
 //! HTTP/2 with prior knowledge (h2c) on the proxy listener, beside HTTP/1.1 on the same
 //! port: curl and reqwest as clients, many streams on one connection, and every limit
 //! of a request applied to each stream. The raw-frame tests of the `server.http2_*`
-//! settings are in `http2_frames.rs`.
+//! settings are in `frames.rs`.
 
 use std::collections::HashMap;
 use std::convert::Infallible;

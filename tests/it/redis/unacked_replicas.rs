@@ -6,7 +6,7 @@
 //! until a check sees the replicas acknowledge a write again.
 //!
 //! On a real primary and replica, the replication stream held in a [`HoldProxy`]
-//! (`crate::failover::Pair`): the primary keeps the replica as connected, so every
+//! (`super::failover::Pair`): the primary keeps the replica as connected, so every
 //! `WAIT` lasts the whole timeout, as behind a partition.
 
 use std::sync::Arc;

@@ -14,7 +14,7 @@ pub struct TestApp {
 }
 
 /// The route every test uses, plus `extra` TOML appended at the end. The replay cache
-/// is off, so that tests see what the stores do; `tests/it/cache.rs` turns it on.
+/// is off, so that tests see what the stores do; `replay/cache.rs` turns it on.
 pub fn config(redis: &str, upstream: &str, extra: &str) -> Config {
     let toml = format!(
         "[replay_cache]\nmax_bytes = \"0B\"\n\

@@ -4,7 +4,7 @@
 //! fails its handshake; clients that stay silent before, during or after the handshake
 //! are closed after `server.header_read_timeout`; TLS connections take
 //! `max_connections` slots and meet `write_timeout`. Reloading the certificate (SIGHUP,
-//! changed files) and `check-config` are in `tls_reload.rs`.
+//! changed files) and `check-config` are in `reload.rs`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! retry, on any replica, from Redis or (after a flush) Postgres. Past the route's
 //! `upstream_deadline` the call is cancelled and its outcome is unknown
 //! (`on_ambiguous`). A replica SIGKILLed while it holds such a call is a lease loss like
-//! any other. HTTP/1.1 and h2 here; gRPC in `grpc_slow.rs`.
+//! any other. HTTP/1.1 and h2 here; gRPC in `grpc/slow.rs`.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
