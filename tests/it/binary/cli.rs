@@ -1,19 +1,11 @@
 //! The `idemgate` binary: configuration errors, redaction, environment overrides, and
 //! graceful shutdown on SIGTERM, and `idemgate health` (exit 0 only when `/readyz` is 200).
 
-use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::process::{config_file, until_ready, BIN};
 use crate::support::{MockUpstream, RedisServer};
-
-const BIN: &str = env!("CARGO_BIN_EXE_idemgate");
-
-fn config_file(text: &str) -> tempfile::NamedTempFile {
-    let mut f = tempfile::NamedTempFile::new().unwrap();
-    f.write_all(text.as_bytes()).unwrap();
-    f
-}
 
 const ROUTE: &str = "[[routes]]\nname = \"payments\"\npath_prefix = \"/v1/\"\n\
                      upstream = \"http://127.0.0.1:3000\"\nupstream_timeout = \"20s\"\n";
@@ -149,18 +141,7 @@ async fn serve(redis: &RedisServer, upstream: &MockUpstream, extra: &str, stderr
         .stderr(stderr)
         .spawn()
         .unwrap();
-    let client = reqwest::Client::new();
-    let ready = format!("http://127.0.0.1:{admin}/readyz");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !client
-        .get(&ready)
-        .send()
-        .await
-        .is_ok_and(|r| r.status() == 200)
-    {
-        assert!(Instant::now() < deadline, "gateway did not become ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_ready(admin, Duration::from_secs(15)).await;
     Served {
         child,
         listen,

@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
+use crate::support::process::{until_ready, BIN};
 use crate::support::{
     comparable, eventually, keyed_post, read, tally, MockUpstream, PgServer, RedisServer,
 };
 
-const BIN: &str = env!("CARGO_BIN_EXE_idemgate");
 const WORKERS: usize = 2;
 
 /// `idemgate serve` in `thread_per_core` mode on free ports.
@@ -61,13 +61,7 @@ impl Tpc {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let ready = format!("http://127.0.0.1:{admin}/readyz");
-        let deadline = Instant::now() + Duration::from_secs(15);
-        let probe = reqwest::Client::new();
-        while !(probe.get(&ready).send().await).is_ok_and(|r| r.status() == 200) {
-            assert!(Instant::now() < deadline, "gateway did not become ready");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        until_ready(admin, Duration::from_secs(15)).await;
         Self {
             child,
             listen,

@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use idemgate_fleet::{free_port, BackendProto, HaProxy, HaproxyConfig, Host, Replica};
 
+use crate::support::process::BIN;
 use crate::support::{
     comparable, eventually, keyed_post, send, tally, wait_ready, Answer, MockUpstream, RedisServer,
 };
 
-const IDEMGATE: &str = env!("CARGO_BIN_EXE_idemgate");
 const KEYS: usize = 20;
 const DUPLICATES: usize = 10;
 
@@ -44,7 +44,7 @@ async fn replicas(dir: &Path, redis: &RedisServer, upstream: &MockUpstream) -> V
         let config = dir.join(format!("replica{index}.toml"));
         std::fs::write(&config, replica_toml(port, admin, redis, upstream)).unwrap();
         let log = dir.join(format!("replica{index}.log"));
-        let mut replica = Replica::new(Path::new(IDEMGATE), index, port, admin, config, log);
+        let mut replica = Replica::new(Path::new(BIN), index, port, admin, config, log);
         replica.start();
         wait_ready(&http, &mut replica, Duration::from_secs(30)).await;
         replicas.push(replica);

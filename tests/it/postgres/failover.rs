@@ -2,19 +2,17 @@
 //! with several hosts, writes following the primary when the one in use turns read-only
 //! (as a demoted primary does), and readiness while Postgres is down.
 
-use std::io::Write;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use idemgate::config::PostgresConfig;
 use idemgate::testing::store::PgStore;
 
+use crate::support::process::{config_file, until_ready, BIN};
 use crate::support::{
     config, keyed_post, problem_code, read, send, Answer, MockUpstream, PgServer, RedisServer,
     TestApp,
 };
-
-const BIN: &str = env!("CARGO_BIN_EXE_idemgate");
 
 /// A libpq key=value `postgres.url` for the loopback servers on `ports`, tried in order.
 fn key_value_url(ports: &[u16], extra: &str) -> String {
@@ -140,12 +138,6 @@ fn check_config_takes_key_value_urls_hides_their_password_and_warns_on_any_host(
         assert_eq!(out.status.code(), Some(2), "{text}: {stderr}");
         assert!(stderr.contains(named), "{named} not named: {stderr}");
     }
-}
-
-fn config_file(text: &str) -> tempfile::NamedTempFile {
-    let mut f = tempfile::NamedTempFile::new().unwrap();
-    f.write_all(text.as_bytes()).unwrap();
-    f
 }
 
 /// Two migrated servers: A writable (the primary), B read-only (as a standby answers).
@@ -322,12 +314,7 @@ async fn serve(redis: &RedisServer, pg: &PgServer, upstream: &MockUpstream) -> S
         listen,
         _file: file,
     };
-    let http = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !(http.get(served.url_admin("/readyz")).send().await).is_ok_and(|r| r.status() == 200) {
-        assert!(Instant::now() < deadline, "gateway did not become ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_ready(admin, Duration::from_secs(15)).await;
     served
 }
 

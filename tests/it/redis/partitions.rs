@@ -13,6 +13,7 @@ use idemgate_fleet::RedisCluster;
 
 use super::cluster_config;
 use super::record_key;
+use crate::support::process::BIN;
 use crate::support::{read, MockUpstream, TestApp};
 
 /// Redis only: a claim Redis cannot take answers 503.
@@ -363,7 +364,7 @@ async fn a_cluster_requiring_full_coverage_is_warned_about_at_start() {
         let config = dir.path().join(format!("gw{index}.toml"));
         std::fs::write(&config, toml).unwrap();
         let log = dir.path().join(format!("gw{index}.log"));
-        let bin = std::path::Path::new(env!("CARGO_BIN_EXE_idemgate"));
+        let bin = std::path::Path::new(BIN);
         let mut replica = Replica::new(bin, index, port, admin, config, log);
         replica.start();
         crate::support::wait_ready(&http, &mut replica, Duration::from_secs(20)).await;

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use idemgate_fleet::{free_port, Host, NetLab, Replica, SentinelSet, Upstream, SENTINEL_SERVICE};
 
-const IDEMGATE: &str = env!("CARGO_BIN_EXE_idemgate");
+use crate::support::process::BIN;
+
 const DEMO_UPSTREAM: &str = env!("CARGO_BIN_EXE_demo-upstream");
 
 fn gateway(dir: &Path, index: usize, host: &Host, sentinels: &SentinelSet, up: &str) -> Replica {
@@ -35,7 +36,7 @@ fn gateway(dir: &Path, index: usize, host: &Host, sentinels: &SentinelSet, up: &
     let config = dir.join(format!("gw{index}.toml"));
     std::fs::write(&config, toml).unwrap();
     let log = dir.join(format!("gw{index}.log"));
-    let mut r = Replica::new(Path::new(IDEMGATE), index, port, admin, config, log).on(host.clone());
+    let mut r = Replica::new(Path::new(BIN), index, port, admin, config, log).on(host.clone());
     r.start();
     r
 }

@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use idemgate_fleet::{free_port, PgTls, RedisTls};
 
+use crate::support::process::BIN;
 use crate::support::{MockUpstream, PgServer, Pki, RedisServer};
 
-const BIN: &str = env!("CARGO_BIN_EXE_idemgate");
 const REDIS_PW: &str = "redis-Pw-4f9d1c";
 const WRONG_PW: &str = "wrong-Redis-Pw-77e0";
 const PG_PW: &str = "pg-Pw-83ab27";

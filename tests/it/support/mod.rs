@@ -10,6 +10,7 @@ pub mod grpc;
 pub mod h2wire;
 pub mod holdproxy;
 pub mod postgres;
+pub mod process;
 pub mod raw;
 pub mod recorder;
 pub mod records;
@@ -21,6 +22,7 @@ pub use app::{config, TestApp};
 pub use certs::Pki;
 pub use holdproxy::HoldProxy;
 pub use postgres::PgServer;
+pub use process::{serve_process, wait_ready};
 pub use raw::{closed_within, read_until_closed};
 pub use redis::RedisServer;
 pub use sse_upstream::SseUpstream;
@@ -135,55 +137,6 @@ pub async fn durable_stack(
     let toml = format!("{}{extra}", pg.section(pg_extra));
     let app = TestApp::spawn(config(&redis.url(), &upstream.url(), &toml)).await;
     (redis, pg, upstream, app)
-}
-
-/// Waits until the `idemgate serve` process `replica` answers `/readyz` with 200;
-/// panics with its log if it exits or is not ready `within`.
-pub async fn wait_ready(
-    http: &reqwest::Client,
-    replica: &mut idemgate_fleet::Replica,
-    within: std::time::Duration,
-) {
-    let deadline = std::time::Instant::now() + within;
-    loop {
-        let r = http
-            .get(format!("{}/readyz", replica.admin_url()))
-            .send()
-            .await;
-        if r.is_ok_and(|r| r.status() == 200) {
-            return;
-        }
-        assert!(
-            replica.running() && std::time::Instant::now() < deadline,
-            "replica {} not ready; its log:\n{}",
-            replica.index,
-            replica.log_text()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-}
-
-/// Starts an `idemgate serve` process (fleet `Replica`, index 0) on free ports, with
-/// `toml` after its `[server]` listeners (so `toml` holds no `[server]` of its own),
-/// written to `dir/<name>.toml`, its log to `dir/<name>.log`; waits until it is ready.
-pub async fn serve_process(
-    dir: &std::path::Path,
-    name: &str,
-    toml: &str,
-) -> idemgate_fleet::Replica {
-    let (port, admin) = (idemgate_fleet::free_port(), idemgate_fleet::free_port());
-    let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n{toml}"
-    );
-    let config = dir.join(format!("{name}.toml"));
-    std::fs::write(&config, toml).unwrap();
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_idemgate"));
-    let log = dir.join(format!("{name}.log"));
-    let mut replica = idemgate_fleet::Replica::new(bin, 0, port, admin, config, log);
-    replica.start();
-    let within = std::time::Duration::from_secs(20);
-    wait_ready(&reqwest::Client::new(), &mut replica, within).await;
-    replica
 }
 
 /// Starts Redis, the mock upstream and a gateway configured with `extra` TOML.

@@ -8,9 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::certs::Pair;
+use crate::support::process::BIN;
 use crate::support::{eventually, Pki, RedisServer};
-
-const BIN: &str = env!("CARGO_BIN_EXE_idemgate");
 
 /// A free port on loopback.
 fn port() -> u16 {
