@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use fred::prelude::{KeysInterface, LuaInterface, Value};
 
-use crate::support::{config, read, MockUpstream, RedisServer, TestApp};
+use crate::support::{read, stack, RedisServer};
 
 /// Ends a lease behind its holder's back, as its expiry would (the heartbeat keeps a
 /// live holder's lease from expiring on its own).
@@ -17,9 +17,7 @@ async fn expire_lease(redis: &RedisServer) {
 
 #[tokio::test]
 async fn expired_lease_lets_a_retry_run_and_the_late_completion_does_not_overwrite() {
-    let redis = RedisServer::start();
-    let upstream = MockUpstream::start().await;
-    let app = TestApp::spawn(config(&redis.url(), &upstream.url(), "")).await;
+    let (redis, upstream, app) = stack("").await;
     upstream.set_delay(Duration::from_millis(1000));
 
     let late = tokio::spawn(app.post("takeover", "{}").send());
@@ -63,9 +61,7 @@ async fn expired_lease_lets_a_retry_run_and_the_late_completion_does_not_overwri
 
 #[tokio::test]
 async fn a_late_completion_is_stored_when_nobody_took_the_key_over() {
-    let redis = RedisServer::start();
-    let upstream = MockUpstream::start().await;
-    let app = TestApp::spawn(config(&redis.url(), &upstream.url(), "")).await;
+    let (redis, upstream, app) = stack("").await;
     upstream.set_delay(Duration::from_millis(600));
     let first = tokio::spawn(app.post("late", "{}").send());
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -178,9 +174,7 @@ async fn scripts_are_safe_to_resend_with_the_same_token() {
 
 #[tokio::test]
 async fn client_disconnecting_before_the_upstream_answers_still_stores() {
-    let redis = RedisServer::start();
-    let upstream = MockUpstream::start().await;
-    let app = TestApp::spawn(config(&redis.url(), &upstream.url(), "")).await;
+    let (_redis, upstream, app) = stack("").await;
     upstream.set_delay(Duration::from_millis(600));
     let gone = app
         .post("hangup", "{}")

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::support::{config, durable_stack, read, MockUpstream, RedisServer, TestApp};
+use crate::support::{config, durable_stack, read, stack, MockUpstream, RedisServer, TestApp};
 
 /// Samples of `idemgate_requests_total` for `route`, by outcome.
 fn outcomes(text: &str, route: &str) -> HashMap<String, f64> {
@@ -180,9 +180,7 @@ async fn postgres_metrics_cover_write_through_and_fallbacks() {
 
 #[tokio::test]
 async fn request_ids_are_kept_or_made_and_forwarded() {
-    let redis = RedisServer::start();
-    let upstream = MockUpstream::start().await;
-    let app = TestApp::spawn(config(&redis.url(), &upstream.url(), "")).await;
+    let (_redis, upstream, app) = stack("").await;
     let r = app
         .post("rid", "{}")
         .header("X-Request-Id", "abc-123")
@@ -356,9 +354,7 @@ async fn admin_api_shows_invalidates_and_refuses_while_leased() {
 
 #[tokio::test]
 async fn admin_api_is_off_without_a_token() {
-    let redis = RedisServer::start();
-    let upstream = MockUpstream::start().await;
-    let app = TestApp::spawn(config(&redis.url(), &upstream.url(), "")).await;
+    let (_redis, _upstream, app) = stack("").await;
     let r = app
         .client
         .get(format!("http://{}/admin/keys/payments/k", app.admin))
