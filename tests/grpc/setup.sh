@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real gRPC client and server the gRPC tests drive (grpcio from PyPI) into
 # a virtualenv outside the checkout, once per machine; prints its python.
-# Where: $IDEMGATE_GRPC_TOOLS, default ~/.cache/idemgate/grpc-tools (tests/it/grpc.rs
+# Where: $IDEMGATE_GRPC_TOOLS, default ~/.cache/idemgate/grpc-tools (tests/it/support/grpc.rs
 # reads the same variable). Run by `make test` (tests/run.sh) before `cargo test`.
 set -euo pipefail
 tools=${IDEMGATE_GRPC_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/idemgate/grpc-tools}

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::grpc::grpc_stack_server;
+use crate::support::grpc::grpc_stack_server;
 use crate::support::h2wire::{data, request, Held, Seen, INITIAL_WINDOW_SIZE};
 
 const WRITE_TIMEOUT: Duration = Duration::from_secs(2);

@@ -10,8 +10,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::Target;
-use crate::limits::read_response;
 use crate::support::h2wire::{frame, request, Held, Seen, PING};
+use crate::support::raw::read_response;
 
 const IDLE: Duration = Duration::from_secs(2);
 /// Slack on every bound: timers, a busy machine.

@@ -23,7 +23,7 @@ use idemgate_fleet::Replica;
 use tokio::task::JoinHandle;
 
 use crate::support::attack_upstream::AttackUpstream;
-use crate::support::{serve_process, MockUpstream, RedisServer};
+use crate::support::{keyed_post, serve_process, MockUpstream, RedisServer};
 
 /// The issue's limits, reachable in a test.
 const LIMITS: &str = "max_in_flight = 128\nbuffer_budget = \"32MiB\"\nwrite_timeout = \"3s\"\n\
@@ -93,11 +93,7 @@ impl Target {
             .text()
             .await
             .unwrap();
-        (text.lines())
-            .filter_map(|l| l.strip_prefix(name))
-            .filter(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-            .filter_map(|rest| rest.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        crate::support::metric(&text, name)
     }
 
     /// `idemgate_limited_total{limit="<limit>"}`.
@@ -151,12 +147,9 @@ impl Target {
             let mut n = 0;
             while !stopped.load(Relaxed) {
                 n += 1;
-                let sent = http
-                    .post(format!("{base}/v1/payments"))
-                    .header("Idempotency-Key", format!("{prefix}-{n}"))
+                let (key, body) = (format!("{prefix}-{n}"), format!("{{\"n\":{n}}}"));
+                let sent = keyed_post(&http, format!("{base}/v1/payments"), &key, body)
                     .header("Authorization", "Bearer normal")
-                    .header("Content-Type", "application/json")
-                    .body(format!("{{\"n\":{n}}}"))
                     .send()
                     .await;
                 let status = match sent {

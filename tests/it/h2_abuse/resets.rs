@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::{attacker_post, Target, SHARE};
 use crate::support::h2wire::{data, reset, Held, Seen, CANCEL};
-use crate::support::{eventually, problem_code, read};
+use crate::support::{eventually, keyed_post, problem_code, read};
 
 /// hyper's guard against resets of streams not yet taken (rapid reset) out of the way:
 /// on a busy machine the gateway may read a stream and its reset 5 ms later at once,
@@ -184,13 +184,9 @@ async fn detached_calls_keep_their_slot_until_the_upstream_answers() {
     let refused: Vec<_> = conns.iter().map(|c| c.seen.statuses()).collect();
 
     // The clients are gone, their calls go on: the slots stay taken.
-    let request = (target
-        .http
-        .post(format!("http://{}/v1/payments", target.addr)))
-    .header("Idempotency-Key", "while-detached")
-    .header("Authorization", "Bearer normal")
-    .header("Content-Type", "application/json")
-    .body("{}");
+    let url = format!("http://{}/v1/payments", target.addr);
+    let request = keyed_post(&target.http, url, "while-detached", "{}");
+    let request = request.header("Authorization", "Bearer normal");
     let (status, headers, body) = read(request.send().await.unwrap()).await;
     let (asked, now, peak) = (attack.elapsed(), target.attack.now(), target.attack.peak());
     assert!(
@@ -221,15 +217,11 @@ async fn detached_calls_keep_their_slot_until_the_upstream_answers() {
         "{} calls still at the upstream",
         target.attack.now()
     );
-    let after = (target
-        .http
-        .post(format!("http://{}/v1/payments", target.addr)))
-    .header("Idempotency-Key", "after-detached")
-    .header("Authorization", "Bearer normal")
-    .header("Content-Type", "application/json")
-    .body("{}")
-    .send()
-    .await
-    .unwrap();
+    let url = format!("http://{}/v1/payments", target.addr);
+    let after = keyed_post(&target.http, url, "after-detached", "{}")
+        .header("Authorization", "Bearer normal")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(after.status(), 201);
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::{attacker_post, Target, BUDGET_SHARE, MIB, WRITE_TIMEOUT};
 use crate::support::h2wire::{data, Held, Seen, INITIAL_WINDOW_SIZE};
+use crate::support::keyed_post;
 
 const REPLAYS_PER_CONNECTION: u32 = 40;
 const PATH: &str = "/attack/report?bytes=1048576";
@@ -24,11 +25,9 @@ async fn stalled_readers_hold_at_most_their_share_and_are_cut_off_by_the_send_wa
     )
     .await;
     // The stored 1 MiB response.
-    let stored = (target.http.post(format!("http://{}{PATH}", target.addr)))
-        .header("Idempotency-Key", "stored-report")
+    let url = format!("http://{}{PATH}", target.addr);
+    let stored = keyed_post(&target.http, url, "stored-report", "{}")
         .header("Authorization", "Bearer attacker")
-        .header("Content-Type", "application/json")
-        .body("{}")
         .send()
         .await
         .unwrap();

@@ -9,7 +9,7 @@
 use serde_json::{json, Value};
 
 use super::{replicas, KNOBS};
-use crate::grpc::{calls, metadata, GrpcServer};
+use crate::support::grpc::{calls, metadata, GrpcServer};
 use crate::support::RedisServer;
 
 /// Eight messages 300 ms apart: the call lasts 2.1 s.

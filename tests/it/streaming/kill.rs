@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::grpc::{self, grpc_route};
 use super::{base, gateway, gateway_process, post, since, sse_route, End, Knobs, Streamed, KNOBS};
-use crate::grpc::{calls, metadata, GrpcServer};
+use crate::support::grpc::{calls, metadata, GrpcServer};
 use crate::support::{eventually, RedisServer, SseUpstream};
 
 const LOCK_TTL: Duration = Duration::from_secs(2);

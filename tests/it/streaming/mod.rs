@@ -31,7 +31,7 @@ use idemgate_fleet::Replica;
 use reqwest::header::HeaderMap;
 use reqwest::RequestBuilder;
 
-use crate::support::{eventually, serve_process, RedisServer, SseUpstream, TestApp};
+use crate::support::{eventually, keyed_post, serve_process, RedisServer, SseUpstream, TestApp};
 
 /// What a gateway of these tests has beyond its Redis and its upstream.
 #[derive(Clone, Copy)]
@@ -118,10 +118,7 @@ fn base(app: &TestApp) -> String {
 /// A keyed POST of `{}` to `<base>/v1/stream?<query>` (the query tells the SSE
 /// upstream what to send).
 fn post(http: &reqwest::Client, base: &str, key: &str, query: &str) -> RequestBuilder {
-    http.post(format!("{base}/v1/stream?{query}"))
-        .header("Idempotency-Key", key)
-        .header("Content-Type", "application/json")
-        .body("{}")
+    keyed_post(http, format!("{base}/v1/stream?{query}"), key, "{}")
 }
 
 /// How a response body ended.

@@ -14,7 +14,7 @@ pub struct TestApp {
 }
 
 /// The route every test uses, plus `extra` TOML appended at the end. The replay cache
-/// is off, so that tests see what the stores do; `tests/it/cache.rs` turns it on.
+/// is off, so that tests see what the stores do; `replay/cache.rs` turns it on.
 pub fn config(redis: &str, upstream: &str, extra: &str) -> Config {
     let toml = format!(
         "[replay_cache]\nmax_bytes = \"0B\"\n\
@@ -74,6 +74,12 @@ impl TestApp {
             .any(|l| l == "idemgate_redis_up 0")
     }
 
+    /// `idemgate_limited_total{limit="<limit>"}` on the admin listener.
+    pub async fn limited(&self, limit: &str) -> f64 {
+        let series = format!("idemgate_limited_total{{limit=\"{limit}\"}}");
+        super::metric(&self.metrics().await, &series)
+    }
+
     /// `GET /readyz` on the admin listener.
     pub async fn readyz(&self) -> reqwest::Response {
         let url = format!("http://{}/readyz", self.admin);
@@ -82,11 +88,12 @@ impl TestApp {
 
     /// A keyed JSON POST to `/v1/payments`.
     pub fn post(&self, key: &str, body: &str) -> RequestBuilder {
-        self.client
-            .post(self.url("/v1/payments"))
-            .header("Idempotency-Key", key)
-            .header("Content-Type", "application/json")
-            .body(body.to_string())
+        self.post_by(&self.client, key, body)
+    }
+
+    /// The same POST sent by `client` (one of HTTP/2, or with a timeout of its own).
+    pub fn post_by(&self, client: &Client, key: &str, body: &str) -> RequestBuilder {
+        super::keyed_post(client, self.url("/v1/payments"), key, body.to_string())
     }
 }
 

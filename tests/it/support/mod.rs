@@ -4,11 +4,14 @@
 pub mod app;
 pub mod attack_upstream;
 pub mod certs;
+pub mod grpc;
 // Shared with the chaos suite, which uses what the frame tests do not.
 #[allow(dead_code)]
 pub mod h2wire;
 pub mod holdproxy;
 pub mod postgres;
+pub mod process;
+pub mod raw;
 pub mod recorder;
 pub mod records;
 pub mod redis;
@@ -19,12 +22,42 @@ pub use app::{config, TestApp};
 pub use certs::Pki;
 pub use holdproxy::HoldProxy;
 pub use postgres::PgServer;
+pub use process::{serve_process, wait_ready};
+pub use raw::{closed_within, read_until_closed};
 pub use redis::RedisServer;
 pub use sse_upstream::SseUpstream;
 pub use upstream::MockUpstream;
 
+/// The lease (and the ttl) of the claims the store-level tests make themselves: longer
+/// than any of those tests runs, so that no lease runs out during one.
+pub const LEASE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// An answer read whole: (status, headers, body).
+pub type Answer = (u16, reqwest::header::HeaderMap, bytes::Bytes);
+
+/// A keyed JSON POST of `body` to `url` by `client`: `Idempotency-Key: key` and
+/// `Content-Type: application/json`; a test adds what else it needs (a tenant, a request
+/// id) to what this returns.
+pub fn keyed_post(
+    client: &reqwest::Client,
+    url: impl reqwest::IntoUrl,
+    key: &str,
+    body: impl Into<reqwest::Body>,
+) -> reqwest::RequestBuilder {
+    client
+        .post(url)
+        .header("Idempotency-Key", key)
+        .header("Content-Type", "application/json")
+        .body(body)
+}
+
+/// Sends `request` and reads its answer whole.
+pub async fn send(request: reqwest::RequestBuilder) -> Answer {
+    read(request.send().await.unwrap()).await
+}
+
 /// Reads a response into (status, headers, body).
-pub async fn read(r: reqwest::Response) -> (u16, reqwest::header::HeaderMap, bytes::Bytes) {
+pub async fn read(r: reqwest::Response) -> Answer {
     let status = r.status().as_u16();
     let headers = r.headers().clone();
     (status, headers, r.bytes().await.unwrap())
@@ -106,55 +139,6 @@ pub async fn durable_stack(
     (redis, pg, upstream, app)
 }
 
-/// Waits until the `idemgate serve` process `replica` answers `/readyz` with 200;
-/// panics with its log if it exits or is not ready `within`.
-pub async fn wait_ready(
-    http: &reqwest::Client,
-    replica: &mut idemgate_fleet::Replica,
-    within: std::time::Duration,
-) {
-    let deadline = std::time::Instant::now() + within;
-    loop {
-        let r = http
-            .get(format!("{}/readyz", replica.admin_url()))
-            .send()
-            .await;
-        if r.is_ok_and(|r| r.status() == 200) {
-            return;
-        }
-        assert!(
-            replica.running() && std::time::Instant::now() < deadline,
-            "replica {} not ready; its log:\n{}",
-            replica.index,
-            replica.log_text()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-}
-
-/// Starts an `idemgate serve` process (fleet `Replica`, index 0) on free ports, with
-/// `toml` after its `[server]` listeners (so `toml` holds no `[server]` of its own),
-/// written to `dir/<name>.toml`, its log to `dir/<name>.log`; waits until it is ready.
-pub async fn serve_process(
-    dir: &std::path::Path,
-    name: &str,
-    toml: &str,
-) -> idemgate_fleet::Replica {
-    let (port, admin) = (idemgate_fleet::free_port(), idemgate_fleet::free_port());
-    let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n{toml}"
-    );
-    let config = dir.join(format!("{name}.toml"));
-    std::fs::write(&config, toml).unwrap();
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_idemgate"));
-    let log = dir.join(format!("{name}.log"));
-    let mut replica = idemgate_fleet::Replica::new(bin, 0, port, admin, config, log);
-    replica.start();
-    let within = std::time::Duration::from_secs(20);
-    wait_ready(&reqwest::Client::new(), &mut replica, within).await;
-    replica
-}
-
 /// Starts Redis, the mock upstream and a gateway configured with `extra` TOML.
 pub async fn stack(extra: &str) -> (RedisServer, MockUpstream, TestApp) {
     let redis = RedisServer::start();
@@ -175,23 +159,12 @@ pub async fn curl_head(args: &[&str]) -> std::process::Output {
         .expect("curl runs")
 }
 
-/// Reads `stream` until the peer closes it (or an error), for at most `within`: the
-/// bytes read, and whether it closed in time.
-pub async fn read_until_closed(
-    stream: &mut (impl tokio::io::AsyncRead + Unpin),
-    within: std::time::Duration,
-) -> (usize, bool) {
-    use tokio::io::AsyncReadExt;
-    let mut got = 0usize;
-    let mut buf = vec![0u8; 1 << 16];
-    let ended = tokio::time::timeout(within, async {
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => got += n,
-            }
-        }
-    })
-    .await;
-    (got, ended.is_ok())
+/// The sum of the samples of `name` (a metric's name, or its name and labels) in the
+/// `/metrics` text `text`; 0 when there is none.
+pub fn metric(text: &str, name: &str) -> f64 {
+    (text.lines())
+        .filter_map(|l| l.strip_prefix(name))
+        .filter(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        .filter_map(|rest| rest.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }

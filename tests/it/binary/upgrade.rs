@@ -1,0 +1,362 @@
+//! A rolling upgrade: the previous release's binary and this one in one fleet, on one
+//! Redis and one Postgres, behind HAProxy (`make upgrade-check`; `#[ignore]`d in a plain
+//! `cargo test`, which has no previous binary). The previous binary is built by
+//! `deploy/upgrade/build-base.sh` from the commit pinned in `deploy/upgrade/base-commit`
+//! and passed as `IDEMGATE_PREVIOUS_BIN`.
+//!
+//! What must hold while two versions share the stores: a key first executed by either
+//! version replays byte-identical from the other, from Redis and (after Redis lost
+//! everything) from Postgres, sealed with `[encryption]`; concurrent duplicates through
+//! the load balancer run the upstream once per key; duplicates waiting on one replica
+//! are woken by a completion on the other (well before `wait_timeout`). The current
+//! binary runs with `redis.record_format = "hash"` beside the previous one, as the
+//! upgrade step says, and every record in Redis is then a hash (the only layout the
+//! previous release reads); once only current replicas run, on the default "string",
+//! they replay the records both versions wrote and write strings.
+//!
+//! The configuration is one file both binaries accept: `check-config` of each is run on
+//! it first, so a schema change between the two fails here, naming the key, instead of
+//! as a replica that never became ready.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use idemgate_fleet::{free_port, BackendProto, HaProxy, HaproxyConfig, Host, Replica};
+
+use crate::support::{
+    comparable, keyed_post, send, tally, wait_ready, Answer, MockUpstream, PgServer, RedisServer,
+};
+
+const CURRENT: &str = env!("CARGO_BIN_EXE_idemgate");
+/// How long the upstream takes: duplicates sent together overlap the first execution.
+const UPSTREAM_DELAY: Duration = Duration::from_millis(400);
+const WAIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The `[redis]` line of a current replica beside a previous one (the upgrade step).
+const HASH: &str = "record_format = \"hash\"\n";
+
+fn previous_binary() -> PathBuf {
+    let bin = std::env::var_os("IDEMGATE_PREVIOUS_BIN").expect(
+        "IDEMGATE_PREVIOUS_BIN is not set: run `make upgrade-check`, which builds the \
+         previous release (deploy/upgrade/build-base.sh) and runs this test",
+    );
+    PathBuf::from(bin)
+}
+
+/// The two replicas, previous (0) and current (1), and HAProxy in front of both.
+struct Fleet {
+    replicas: Vec<Replica>,
+    haproxy: HaProxy,
+    http: reqwest::Client,
+    _dir: tempfile::TempDir,
+}
+
+impl Fleet {
+    /// One replica per `(binary, extra [redis] lines)`, started in that order.
+    async fn start(
+        redis: &RedisServer,
+        pg: &PgServer,
+        upstream: &MockUpstream,
+        bins: &[(&Path, &str)],
+    ) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("k1");
+        let material: Vec<u8> = (0..32u8)
+            .map(|i| i.wrapping_mul(7).wrapping_add(3))
+            .collect();
+        let text = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, material);
+        std::fs::write(&key, format!("{text}\n")).unwrap();
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        let mut replicas = Vec::new();
+        for (index, &(bin, redis_extra)) in bins.iter().enumerate() {
+            let (port, admin) = (free_port(), free_port());
+            let config = dir.path().join(format!("replica{index}.toml"));
+            std::fs::write(
+                &config,
+                replica_toml(port, admin, (redis, redis_extra), pg, upstream, &key),
+            )
+            .unwrap();
+            accepted_by(bin, &config);
+            let log = dir.path().join(format!("replica{index}.log"));
+            let mut replica = Replica::new(bin, index, port, admin, config, log);
+            // One at a time: the previous release migrates first, as in a real fleet.
+            replica.start();
+            wait_ready(&http, &mut replica, Duration::from_secs(30)).await;
+            replicas.push(replica);
+        }
+        let backends = replicas.iter().map(Replica::backend).collect();
+        let haproxy = HaProxy::start(
+            dir.path(),
+            &HaproxyConfig {
+                host: Host::loopback(),
+                port: free_port(),
+                backends,
+                abort_on_close: true,
+                health_checks: true,
+                proto: BackendProto::Http1,
+            },
+        );
+        let fleet = Self {
+            replicas,
+            haproxy,
+            http,
+            _dir: dir,
+        };
+        // Both replicas up in HAProxy's eyes: round robin reaches each.
+        for _ in 0..50 {
+            if fleet.get_front().await == Some(200) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        fleet
+    }
+
+    async fn get_front(&self) -> Option<u16> {
+        let r = self
+            .http
+            .get(format!("{}/v1/ping", self.haproxy.url()))
+            .send()
+            .await;
+        r.ok().map(|r| r.status().as_u16())
+    }
+
+    /// A keyed POST of `tenant` to `base` (a replica or the load balancer).
+    async fn post(&self, base: &str, key: &str, tenant: &str) -> Answer {
+        let body = format!("{{\"amount\":10,\"key\":\"{key}\"}}");
+        let request = keyed_post(&self.http, format!("{base}/v1/payments"), key, body);
+        send(request.header("X-Tenant-Id", tenant)).await
+    }
+
+    fn logs(&self) -> String {
+        (self.replicas.iter())
+            .map(|r| format!("--- replica {} ---\n{}", r.index, r.log_text()))
+            .collect()
+    }
+}
+
+/// One configuration file for both versions: only keys the previous release knows. No
+/// replay cache: every replay below is read from the stores.
+fn replica_toml(
+    port: u16,
+    admin: u16,
+    (redis, redis_extra): (&RedisServer, &str),
+    pg: &PgServer,
+    upstream: &MockUpstream,
+    key: &Path,
+) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
+         shutdown_grace = \"2s\"\n\
+         [replay_cache]\nmax_bytes = 0\n\
+         [redis]\nurl = \"{}\"\ncommand_timeout = \"2s\"\n{}\
+         {}\
+         [idempotency]\nscope_headers = [\"X-Tenant-Id\"]\nin_flight = \"wait\"\n\
+         wait_timeout = \"{}s\"\nlock_ttl = \"30s\"\nreplay_set_cookie = true\n\
+         [encryption]\nkeys = [{{ id = \"k1\", key_file = \"{}\" }}]\nactive = \"k1\"\n\
+         [[routes]]\nname = \"payments\"\npath_prefix = \"/v1/\"\nupstream = \"{}\"\n\
+         upstream_timeout = \"10s\"\n",
+        redis.url(),
+        redis_extra,
+        pg.section("claims = \"redis\"\nlookup_on_miss = \"always\""),
+        WAIT_TIMEOUT.as_secs(),
+        key.display(),
+        upstream.url(),
+    )
+}
+
+/// `bin check-config` accepts the file, or the test stops naming what it refused.
+fn accepted_by(bin: &Path, config: &Path) {
+    let out = Command::new(bin)
+        .args(["check-config", "--config"])
+        .arg(config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{} refuses the shared configuration: {}",
+        bin.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Two answers are the same stored response: status, headers (but the per-exchange
+/// ones), body.
+fn same(a: &Answer, b: &Answer) -> bool {
+    a.0 == b.0 && comparable(&a.1) == comparable(&b.1) && a.2 == b.2
+}
+
+fn replayed(a: &Answer) -> bool {
+    a.1.get("idempotent-replayed").is_some_and(|v| v == "true")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the previous release's binary: make upgrade-check"]
+async fn previous_and_current_release_share_one_fleet() {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    let upstream = MockUpstream::start().await;
+    let previous = previous_binary();
+    let bins = [(previous.as_path(), ""), (Path::new(CURRENT), HASH)];
+    let fleet = Fleet::start(&redis, &pg, &upstream, &bins).await;
+    let (old, new) = (fleet.replicas[0].url(), fleet.replicas[1].url());
+    // The start-up's unkeyed GETs reached the upstream too.
+    let before = upstream.executions();
+
+    // 1. Executed by one version, replayed byte-identical by the other (from Redis).
+    let mut firsts = Vec::new();
+    for (i, (first, second)) in [(&old, &new), (&new, &old)].into_iter().enumerate() {
+        for k in 0..5 {
+            let key = format!("cross-{i}-{k}");
+            let a = fleet.post(first, &key, "t1").await;
+            let b = fleet.post(second, &key, "t1").await;
+            assert_eq!(a.0, 201, "{key}: {a:?}\n{}", fleet.logs());
+            assert!(
+                replayed(&b) && same(&a, &b),
+                "{key} executed by {first} did not replay from {second}: {a:?} / {b:?}\n{}",
+                fleet.logs()
+            );
+            // Another tenant's same key is its own record, on either version.
+            let other = fleet.post(second, &key, "t2").await;
+            assert!(
+                !replayed(&other) && other.2 != a.2,
+                "{key}: replayed across tenants"
+            );
+            firsts.push((key, first.clone(), a));
+        }
+    }
+    let executed = upstream.executions();
+    assert_eq!(executed - before, 20, "one execution per (tenant, key)");
+    assert_all_hashes(&redis).await;
+
+    // 2. Concurrent duplicates through HAProxy (round robin over both versions), the
+    //    upstream slow enough that they overlap: one execution per key; every duplicate
+    //    waits (on either version) and is woken by the completion, on either version.
+    upstream.set_delay(UPSTREAM_DELAY);
+    let started = Instant::now();
+    let front = fleet.haproxy.url();
+    let keys: Vec<String> = (0..12).map(|k| format!("burst-{k}")).collect();
+    let bursts = keys
+        .iter()
+        .map(|key| futures_util::future::join_all((0..6).map(|_| fleet.post(&front, key, "t1"))));
+    let bursts = futures_util::future::join_all(bursts).await;
+    let took = started.elapsed();
+    eprintln!("upgrade-check: 12 bursts of 6 duplicates across both versions answered in {took:?}");
+    for (k, answers) in bursts.iter().enumerate() {
+        let t = tally(answers);
+        assert_eq!(
+            (t.first, t.replayed, t.in_flight),
+            (1, 5, 0),
+            "burst-{k}: {t:?}\n{}",
+            fleet.logs()
+        );
+        assert!(
+            answers.iter().all(|a| same(a, &answers[0])),
+            "burst-{k}: answers differ"
+        );
+    }
+    assert_eq!(
+        upstream.executions(),
+        executed + 12,
+        "one execution per burst key"
+    );
+    // Woken, not timed out: well under `wait_timeout` (the lease is 30 s).
+    assert!(
+        took < WAIT_TIMEOUT / 2,
+        "the bursts took {took:?}: waiters were not woken"
+    );
+    upstream.set_delay(Duration::ZERO);
+    assert_all_hashes(&redis).await;
+
+    // 3. Redis lost everything: each version replays the other's records from Postgres.
+    assert_eq!(redis.cli(&["FLUSHALL"]).trim(), "OK");
+    for (key, first, a) in &firsts {
+        let other = if *first == old { &new } else { &old };
+        let b = fleet.post(other, key, "t1").await;
+        assert!(
+            replayed(&b) && same(a, &b),
+            "{key} executed by {first} did not replay from Postgres via {other}: {b:?}\n{}",
+            fleet.logs()
+        );
+    }
+    assert_eq!(upstream.executions(), executed + 12, "nothing ran again");
+}
+
+/// Every record in Redis is a hash: the layout the previous release reads.
+async fn assert_all_hashes(redis: &RedisServer) {
+    let records = redis.records().await;
+    assert!(!records.is_empty());
+    for key in records {
+        assert_eq!(redis.cli(&["TYPE", &key]).trim(), "hash", "{key}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the previous release's binary: make upgrade-check"]
+async fn after_the_upgrade_string_replicas_replay_both_layouts() {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    let upstream = MockUpstream::start().await;
+    // During the upgrade: the previous release and the current one on "hash".
+    let previous = previous_binary();
+    let during = [(previous.as_path(), ""), (Path::new(CURRENT), HASH)];
+    let mut firsts = Vec::new();
+    {
+        let fleet = Fleet::start(&redis, &pg, &upstream, &during).await;
+        for (i, replica) in fleet.replicas.iter().enumerate() {
+            for k in 0..4 {
+                let key = format!("during-{i}-{k}");
+                let a = fleet.post(&replica.url(), &key, "t1").await;
+                assert_eq!(a.0, 201, "{key}: {a:?}\n{}", fleet.logs());
+                firsts.push((key, a));
+            }
+        }
+        assert_all_hashes(&redis).await;
+    }
+    // After it: current replicas only, on the default "string".
+    let current = Path::new(CURRENT);
+    let fleet = Fleet::start(&redis, &pg, &upstream, &[(current, ""), (current, "")]).await;
+    let urls: Vec<String> = fleet.replicas.iter().map(|r| r.url()).collect();
+    for (key, a) in &firsts {
+        for url in &urls {
+            let b = fleet.post(url, key, "t1").await;
+            assert!(
+                replayed(&b) && same(a, &b),
+                "{key} (a hash) did not replay from {url}: {b:?}\n{}",
+                fleet.logs()
+            );
+        }
+    }
+    for k in 0..4 {
+        let key = format!("after-{k}");
+        let a = fleet.post(&urls[k % 2], &key, "t1").await;
+        let b = fleet.post(&urls[(k + 1) % 2], &key, "t1").await;
+        assert!(
+            a.0 == 201 && replayed(&b) && same(&a, &b),
+            "{key}: {a:?} / {b:?}"
+        );
+    }
+    // Keyed executions only (the start-ups' unkeyed GETs reach the upstream too).
+    let ran = |prefix: &str| {
+        let needle = format!("\"key\":\"{prefix}");
+        (upstream.seen().iter())
+            .filter(|s| String::from_utf8_lossy(&s.body).contains(&needle))
+            .count()
+    };
+    assert_eq!(
+        (ran("during-"), ran("after-")),
+        (8, 4),
+        "only the new keys ran"
+    );
+    let mut layouts: Vec<String> = Vec::new();
+    for key in redis.records().await {
+        layouts.push(redis.cli(&["TYPE", &key]).trim().to_string());
+    }
+    layouts.sort();
+    let count = |t: &str| layouts.iter().filter(|l| *l == t).count();
+    assert_eq!((count("hash"), count("string")), (8, 4), "{layouts:?}");
+}

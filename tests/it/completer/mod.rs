@@ -1,0 +1,41 @@
+//! The completer: a request abandoned partway is sent again once, and what it kept for
+//! that is sealed at rest and cleared.
+
+mod abandoned;
+mod kept;
+
+use std::time::Duration;
+
+use crate::support::{MockUpstream, PgServer, RedisServer};
+
+/// The routes' `lock_ttl`.
+pub const LOCK_TTL: Duration = Duration::from_secs(2);
+/// The completer's `completer_interval`.
+pub const INTERVAL: Duration = Duration::from_millis(500);
+/// The admin token.
+pub const TOKEN: &str = "test-admin-token-0123456789";
+
+/// `[routes.idempotency]` and `[postgres]` of every gateway here; `interval` is the
+/// completer's.
+pub fn extra(pg: &PgServer, completer: bool, interval: Duration) -> String {
+    format!(
+        "[routes.idempotency]\ncompleter = {completer}\nlock_ttl = \"{}ms\"\n\
+         [admin]\ntoken = \"{TOKEN}\"\n{}",
+        LOCK_TTL.as_millis(),
+        pg.section(&format!(
+            "completer_interval = \"{}ms\"\ncompleter_grace = \"0s\"\ncompleter_attempts = 3",
+            interval.as_millis()
+        )),
+    )
+}
+
+/// Redis, Postgres and the mock upstream, which takes `latency` with each request.
+pub async fn stores(latency: Duration) -> (RedisServer, PgServer, MockUpstream) {
+    let (redis, pg, up) = (
+        RedisServer::start(),
+        PgServer::start(),
+        MockUpstream::start().await,
+    );
+    up.set_delay(latency);
+    (redis, pg, up)
+}

@@ -1,0 +1,160 @@
+//! Claims in Postgres share statements (`postgres.claims = "write_through"`
+//! and the Redis fallback). Each claim of a round is decided as a claim alone would be:
+//! one acquires per key, duplicates queued together see the winner's lease, expired
+//! leases are taken over with a higher fence, completed records and live leases hold.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use futures_util::FutureExt;
+use idemgate::idempotency::Fingerprint;
+use idemgate::testing::store::postgres::claim_rounds::ClaimRounds;
+use idemgate::testing::store::postgres::{CompletedRecord, Found, PgClaim};
+
+use crate::support::records::{fingerprint, id, rec, scope, store};
+use crate::support::LEASE;
+use crate::support::{eventually, PgServer};
+
+/// The lock token and fence Postgres holds for `key`.
+async fn holder(pg: &PgServer, key: &str) -> (Option<String>, i64) {
+    let row = (pg.client().await)
+        .query_one(
+            "SELECT lock_token, fence FROM idemgate_records WHERE key_hash = $1",
+            &[&&id(key).as_bytes()[..]],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_claims_decide_each_claim_as_alone_and_acquire_each_key_once() {
+    let pg = PgServer::start();
+    let s = store(&pg);
+    s.migrate().await.unwrap();
+    const N: usize = 12;
+    let fp = fingerprint("{}");
+    // What the keys hold before the claims: completed records, live leases, leases
+    // that have run out, and nothing (each claimed three times at once).
+    let done: Vec<CompletedRecord> = (0..N)
+        .map(|i| CompletedRecord {
+            scope: scope(),
+            id: id(&format!("done-{i}")),
+            route: "payments".into(),
+            fingerprint: fp,
+            token: "old".into(),
+            status: 201,
+            headers: bytes::Bytes::from_static(b"\x00\x00"),
+            body: bytes::Bytes::from_static(b"{}"),
+            expiry: idemgate::idempotency::Expiry::within(std::time::Duration::from_millis(60_000)),
+        })
+        .collect();
+    s.complete_batch(&done).await.unwrap();
+    let mut old_fences = Vec::new();
+    for i in 0..N {
+        let live = s.claim(rec(&format!("held-{i}")), &fp, "holder", LEASE);
+        assert!(matches!(live.await.unwrap(), PgClaim::Acquired { .. }));
+        let short = Duration::from_millis(1);
+        match s
+            .claim(rec(&format!("expired-{i}")), &fp, "gone", short)
+            .await
+        {
+            Ok(PgClaim::Acquired { fence }) => old_fences.push(fence),
+            other => panic!("{other:?}"),
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    let claims = ClaimRounds::spawn(s.clone(), 256);
+    let mut asks: Vec<(String, String, Fingerprint)> = Vec::new();
+    for i in 0..N {
+        for kind in ["done", "held", "expired"] {
+            asks.push((format!("{kind}-{i}"), format!("t-{kind}-{i}"), fp));
+        }
+        // Three claims of one new key, queued together, each with its own request.
+        for n in 0..3 {
+            let body = format!("{{\"n\":{n}}}");
+            asks.push((
+                format!("new-{i}"),
+                format!("t-new-{i}-{n}"),
+                fingerprint(&body),
+            ));
+        }
+    }
+    let answers = join_all(asks.iter().map(|(key, token, fp)| {
+        let claims = claims.clone();
+        async move { claims.claim(rec(key), fp, token, LEASE).await }
+    }))
+    .await;
+
+    let mut winners = std::collections::HashMap::new();
+    for ((key, token, fp), answer) in asks.iter().zip(answers) {
+        let answer = answer.unwrap_or_else(|e| panic!("{key}: {e}"));
+        let kind = key.split('-').next().unwrap();
+        match (kind, answer) {
+            ("done", PgClaim::Held(Found::Completed { fingerprint, .. })) => {
+                assert_eq!(fingerprint, *fp, "{key}");
+            }
+            ("held", PgClaim::Held(Found::Leased { remaining, .. })) => {
+                assert!(remaining > Duration::from_secs(20), "{key}: {remaining:?}");
+            }
+            ("expired", PgClaim::Acquired { fence }) => {
+                let i: usize = key[8..].parse().unwrap();
+                assert!(fence > old_fences[i], "{key}: a takeover fences higher");
+                assert_eq!(holder(&pg, key).await, (Some(token.clone()), fence));
+            }
+            ("new", PgClaim::Acquired { fence }) => {
+                let before = winners.insert(key.clone(), (token.clone(), *fp, fence));
+                assert!(before.is_none(), "{key} acquired twice");
+            }
+            ("new", PgClaim::Held(Found::Leased { .. })) => {}
+            (_, other) => panic!("{key}: {other:?}"),
+        }
+    }
+    assert_eq!(winners.len(), N, "each new key acquired exactly once");
+    // The losers saw the winner's lease: its fingerprint (a mismatch for them).
+    for (key, (token, fp, fence)) in &winners {
+        assert_eq!(
+            holder(&pg, key).await,
+            (Some(token.clone()), *fence),
+            "{key}"
+        );
+        match s.lookup(rec(key)).await.unwrap() {
+            Some(Found::Leased { fingerprint, .. }) => assert_eq!(fingerprint, *fp),
+            other => panic!("{key}: {other:?}"),
+        }
+    }
+    let statements = claims.statements();
+    assert!(
+        (3..asks.len() as u64 / 2).contains(&statements),
+        "{} claims at once share statements (a key at most once per statement), ran {statements}",
+        asks.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batched_claim_whose_caller_went_away_leaves_no_lease() {
+    let pg = PgServer::start();
+    let s = store(&pg);
+    s.migrate().await.unwrap();
+    let claims = ClaimRounds::spawn(s.clone(), 256);
+    let fp = fingerprint("{}");
+    // Queued, then dropped before (or while) the batch runs.
+    for i in 0..40 {
+        let key = format!("gone-{i}");
+        let claim = claims.claim(rec(&key), &fp, "caller-gone", LEASE);
+        assert!(claim.now_or_never().is_none());
+    }
+    // A claim after them is answered: the batch ran past the abandoned ones.
+    let after = claims.claim(rec("after"), &fp, "t", LEASE).await.unwrap();
+    assert!(matches!(after, PgClaim::Acquired { .. }));
+    let clean = eventually(Duration::from_secs(5), async || {
+        pg.count("lock_token = 'caller-gone'").await == 0
+    })
+    .await;
+    assert!(clean, "an abandoned claim holds nothing");
+    for i in 0..40 {
+        let again = claims.claim(rec(&format!("gone-{i}")), &fp, "t2", LEASE);
+        assert!(matches!(again.await.unwrap(), PgClaim::Acquired { .. }));
+    }
+}

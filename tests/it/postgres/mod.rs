@@ -1,0 +1,21 @@
+//! The Postgres tier: write-through and cold-Redis fallback, claims in Postgres, the
+//! writer, HOT updates, migrations and the reaper, stalled and silent servers, libpq
+//! high availability, and where Redis and Postgres meet (split authority, tier edges).
+
+mod claims;
+mod durability;
+mod failover;
+mod hot;
+mod ops;
+mod silent;
+mod split_authority;
+mod tier_edges;
+mod timeouts;
+mod writer;
+
+/// Makes `redis` provably warm: the warmth marker of every slot says it has held
+/// every write for two days, longer than any ttl here.
+pub async fn warm_up(redis: &crate::support::RedisServer) {
+    let two_days = std::time::Duration::from_secs(48 * 3600);
+    crate::support::redis::backdate_markers(&redis.url(), &[(0, 16383)], two_days).await;
+}

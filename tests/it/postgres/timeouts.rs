@@ -1,0 +1,199 @@
+//! Postgres statements that stall. A claim that timed out
+//! must not leave its lease behind (the server enforces the timeout too, and a claim
+//! whose outcome is unknown is released), and a reaper pass that stalls must be bounded
+//! and must not leave the fleet-wide reaper lock held.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use idemgate::testing::store::postgres::{CompletedRecord, PgClaim};
+
+use crate::support::records::{completed as record, fingerprint, rec_of as rec, store_at as store};
+use crate::support::LEASE;
+use crate::support::{eventually, HoldProxy, PgServer};
+
+/// The reaper's advisory lock key ("idemreap").
+const REAP_LOCK: i64 = 0x6964_656d_7265_6170;
+
+/// Who holds the row of `r`, as Postgres has it.
+async fn lock_token(pg: &PgServer, r: &CompletedRecord) -> Option<String> {
+    let row = (pg.client().await)
+        .query_one(
+            "SELECT lock_token FROM idemgate_records WHERE key_hash = $1",
+            &[&&r.id.as_bytes()[..]],
+        )
+        .await
+        .unwrap();
+    row.get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_stalled_past_the_timeout_does_not_commit_later() {
+    let pg = PgServer::start();
+    let s = store(pg.url(), Duration::from_millis(500));
+    s.migrate().await.unwrap();
+    // An expired record: a claim would take it over, once it gets the row.
+    let r = record("stalled", 1);
+    s.complete_batch(std::slice::from_ref(&r)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    // Another session holds the row for longer than the statement timeout.
+    let mut blocker = pg.client().await;
+    let tx = blocker.transaction().await.unwrap();
+    tx.execute(
+        "SELECT 1 FROM idemgate_records WHERE key_hash = $1 FOR UPDATE",
+        &[&&r.id.as_bytes()[..]],
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let stalled = s.claim(rec(&r), &fingerprint(""), "timed-out", LEASE).await;
+    assert!(stalled.is_err(), "the claim waits on the row: {stalled:?}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    tx.rollback().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // The caller was told the claim failed: the key must not be leased to it.
+    let retry = s
+        .claim(rec(&r), &fingerprint(""), "retry", LEASE)
+        .await
+        .unwrap();
+    let holder = lock_token(&pg, &r).await;
+    assert!(
+        matches!(retry, PgClaim::Acquired { .. }),
+        "a retry after the stall gets the key, got {retry:?} (row leased by {holder:?})"
+    );
+    assert_eq!(holder.as_deref(), Some("retry"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_answer_is_lost_is_released() {
+    let pg = PgServer::start();
+    let direct = store(pg.url(), Duration::from_millis(500));
+    direct.migrate().await.unwrap();
+    // Every token that ever committed a lease, whatever happened to the row after.
+    (pg.client().await)
+        .batch_execute(
+            "CREATE TABLE leased_by (token text);
+             CREATE FUNCTION note_lease() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN INSERT INTO leased_by VALUES (NEW.lock_token); RETURN NULL; END $$;
+             CREATE TRIGGER note_lease AFTER INSERT OR UPDATE ON idemgate_records
+               FOR EACH ROW WHEN (NEW.state = 'leased') EXECUTE FUNCTION note_lease();",
+        )
+        .await
+        .unwrap();
+    let proxy = HoldProxy::start(SocketAddr::from(([127, 0, 0, 1], pg.port))).await;
+    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", proxy.port);
+    let behind = store(url, Duration::from_millis(500));
+    // A pooled connection through the proxy, with the claim statement prepared.
+    let warm = record("warm-up", 60_000);
+    (behind
+        .claim(rec(&warm), &fingerprint(""), "warm", LEASE)
+        .await)
+        .unwrap();
+    let r = record("lost-answer", 60_000);
+
+    // The claim reaches Postgres and commits; its answer never comes back in time.
+    proxy.hold(true);
+    let started = Instant::now();
+    let lost = behind
+        .claim(rec(&r), &fingerprint(""), "unknown", LEASE)
+        .await;
+    assert!(lost.is_err(), "no answer within the timeout: {lost:?}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let committed: i64 = (pg.client().await)
+        .query_one(
+            "SELECT count(*) FROM leased_by WHERE token = 'unknown'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(committed, 1, "the claim did commit");
+
+    // Its caller was told it failed, so nothing owns that lease: another replica must
+    // get the key well before the lease (30 s) runs out.
+    let freed = eventually(Duration::from_secs(5), async || {
+        matches!(
+            direct
+                .claim(rec(&r), &fingerprint(""), "retry", LEASE)
+                .await,
+            Ok(PgClaim::Acquired { .. })
+        )
+    })
+    .await;
+    let holder = lock_token(&pg, &r).await;
+    proxy.hold(false);
+    assert!(
+        freed,
+        "the unknown claim is released (row leased by {holder:?})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reap_that_stops_answering_is_bounded_and_leaves_the_reaper_lock_free() {
+    let pg = PgServer::start();
+    let direct = store(pg.url(), Duration::from_secs(2));
+    direct.migrate().await.unwrap();
+    let expired: Vec<CompletedRecord> = (0..5).map(|i| record(&format!("old-{i}"), 1)).collect();
+    direct.complete_batch(&expired).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let proxy = HoldProxy::start(SocketAddr::from(([127, 0, 0, 1], pg.port))).await;
+    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", proxy.port);
+    let behind = store(url, Duration::from_secs(2));
+
+    // A session holds one expired row, so replica A's reap stalls on it, holding the
+    // reaper lock; then A's session stops answering (nothing comes back from Postgres).
+    let mut blocker = pg.client().await;
+    let tx = blocker.transaction().await.unwrap();
+    tx.execute(
+        "SELECT 1 FROM idemgate_records WHERE key_hash = $1 FOR UPDATE",
+        &[&&expired[0].id.as_bytes()[..]],
+    )
+    .await
+    .unwrap();
+    // (The replica lives on: its pool, and whatever its sessions hold, outlive the pass.)
+    let replica_a = behind.clone();
+    let reap = tokio::spawn(async move {
+        tokio::time::timeout(Duration::from_secs(6), replica_a.reap(100)).await
+    });
+    let observer = pg.client().await;
+    let waiting = eventually(Duration::from_secs(5), async || {
+        let n: i64 = (observer.query_one(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE application_name = 'idemgate' AND wait_event_type = 'Lock'",
+            &[],
+        ))
+        .await
+        .unwrap()
+        .get(0);
+        n == 1
+    })
+    .await;
+    assert!(waiting, "the reap waits on the locked row");
+    proxy.hold(true);
+    let stalled = reap.await.unwrap();
+    let bounded = matches!(stalled, Ok(Err(_)));
+
+    // Right after, the reaper lock is free for anyone else.
+    let lock_free = eventually(Duration::from_secs(3), async || {
+        (observer.query_one("SELECT pg_try_advisory_xact_lock($1)", &[&REAP_LOCK]))
+            .await
+            .unwrap()
+            .get(0)
+    })
+    .await;
+
+    // The stall ends: the next pass, on another replica, reaps everything expired.
+    tx.rollback().await.unwrap();
+    proxy.hold(false);
+    let next = direct.reap(100).await.ok();
+    let left = pg.count("expires_at <= now()").await;
+    drop(behind);
+    assert!(
+        bounded && lock_free && next == Some(Some(5)) && left == 0,
+        "the stalled reap ends with an error: {stalled:?}; the reaper lock is free after \
+         it: {lock_free}; the next pass, on another replica, reaps all: {next:?}, {left} left"
+    );
+}

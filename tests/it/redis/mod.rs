@@ -1,0 +1,52 @@
+//! Redis deployments and their bad moments: a Cluster and Sentinel (topologies,
+//! waiters over sharded pub/sub, resharding, per-shard warmth), primary failover and
+//! `wait_replicas`, partitions, an unreachable Redis, and the record layouts of the
+//! previous release.
+
+mod cluster_waiters;
+mod failover;
+mod outage;
+mod partitions;
+mod record_format;
+mod resharding;
+mod sentinel_partition;
+mod shard_warmth;
+mod topologies;
+mod unacked_replicas;
+
+use std::time::Duration;
+
+use idemgate::config::RedisMode;
+use idemgate::idempotency::{key, RecordId, Scope};
+use idemgate::Config;
+use idemgate_fleet::SentinelSet;
+
+use crate::support::config;
+
+/// The Redis key of a request key in the shared anonymous scope the tests use.
+pub fn record_key(raw: &str) -> String {
+    let scope = Scope::anonymous("payments", &[http::header::AUTHORIZATION], None);
+    let id = RecordId::new(scope, &key::parse(raw.as_bytes(), 255).unwrap(), None);
+    format!("idemgate:{{{}}}", id.to_hex())
+}
+
+/// A gateway configuration for a cluster given by its seed nodes.
+pub fn cluster_config(nodes: Vec<String>, upstream: &str, extra: &str) -> Config {
+    let mut c = config("redis://127.0.0.1:1", upstream, extra);
+    c.redis.mode = RedisMode::Cluster;
+    c.redis.nodes = nodes;
+    c.redis.command_timeout = Duration::from_secs(1);
+    c.redis.connect_timeout = Duration::from_secs(2);
+    c
+}
+
+/// A gateway configuration for a Sentinel set.
+pub fn sentinel_config(set: &SentinelSet, upstream: &str, extra: &str) -> Config {
+    let mut c = config("redis://127.0.0.1:1", upstream, extra);
+    c.redis.mode = RedisMode::Sentinel;
+    c.redis.sentinel.service_name = idemgate_fleet::SENTINEL_SERVICE.to_string();
+    c.redis.sentinel.nodes = set.sentinel_urls();
+    c.redis.command_timeout = Duration::from_secs(1);
+    c.redis.connect_timeout = Duration::from_secs(2);
+    c
+}
