@@ -2,7 +2,7 @@
 //! that is sealed at rest and cleared.
 
 mod abandoned;
-mod kept;
+mod resendable;
 
 use std::time::Duration;
 
