@@ -66,10 +66,15 @@ impl PgStore {
         sorted.sort_unstable_by(|a, b| {
             (a.scope.as_bytes(), a.id.as_bytes()).cmp(&(b.scope.as_bytes(), b.id.as_bytes()))
         });
-        let columns = Columns::of(&sorted);
+        let sorted = &sorted;
         let written: HashSet<Vec<u8>> = self
             .timed("write_through", |client| async move {
                 let stmt = client.prepare_cached(WRITE_THROUGH).await?;
+                // What is left of each expiry is read with a session in hand and the
+                // statement prepared: Postgres counts it from its own `now()`, so time
+                // spent waiting for a pooled session before would be added to the
+                // record's life (a re-warmed copy outliving its advertised expiry).
+                let columns = Columns::of(sorted);
                 let rows = client.query(&stmt, &columns.params()).await?;
                 Ok(rows.iter().map(|r| r.get::<_, Vec<u8>>(0)).collect())
             })
@@ -91,7 +96,7 @@ pub(super) struct Columns<'a> {
     statuses: Vec<i16>,
     headers: Vec<&'a [u8]>,
     bodies: Vec<&'a [u8]>,
-    /// Milliseconds left of each record's expiry, read when the statement is built.
+    /// Milliseconds left of each record's expiry, read when the statement is sent.
     replay_in: Vec<i64>,
 }
 

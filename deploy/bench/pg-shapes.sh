@@ -1,0 +1,283 @@
+#!/usr/bin/env bash
+# Postgres CPU per durable first execution for two table shapes, side by side on one
+# Postgres of its own, each table seeded with SEED_ROWS completed records (the state
+# production runs in), driven by pgbench with the gateway's own batched statements (no
+# gateway, no Redis: this measures what Postgres does per record, to choose the shape
+# before the gateway is changed; `make bench` measures the chosen one end to end).
+#
+#   today  (schema 5): one row per record: a claim INSERT, its completion (a HOT
+#          UPDATE of the wide row), the reaper's DELETE, and VACUUM of the dead row.
+#   split: a narrow claim row (the arbiter: same claim statement, no headers or body)
+#          and the response appended to a table partitioned by expiry (6 h ranges):
+#          the completion is an INSERT there plus a HOT UPDATE of the narrow row;
+#          expiry DELETEs narrow rows and DROPs whole response partitions.
+#
+# Per shape and round: N records claimed and completed (two commits per batch of BATCH
+# records, as the gateway's claim rounds and write-through batches commit), then the
+# same number of expired records removed the shape's way, then VACUUM; the CPU of every
+# Postgres process (live ones, and the postmaster's reaped children) is read around each
+# phase. Autovacuum is off so that every vacuum is counted in the phase that caused it.
+# The index scans of VACUUM are charged as they run here, after N deletes: a real
+# autovacuum amortises them over more rows (scale factor 0.2 of a 10M-row table), so
+# the `vacuum` column is an upper bound for the shape that deletes wide rows.
+#
+#   bash deploy/bench/pg-shapes.sh seed     # initdb on :55433 under .state/pgshapes, seed both
+#   bash deploy/bench/pg-shapes.sh run      # ROUNDS rounds, both shapes alternating
+#   bash deploy/bench/pg-shapes.sh stop
+#
+# Environment: STATE (.state/pgshapes), PGPORT (55433), SEED_ROWS (10000000), N (records
+# per phase, 200000), BATCH (16), CLIENTS (8), ROUNDS (3). Runs as root: Postgres runs as
+# the `postgres` account (setpriv).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+STATE=${STATE:-$ROOT/.state/pgshapes}
+PGPORT=${PGPORT:-55433}
+SEED_ROWS=${SEED_ROWS:-10000000}
+N=${N:-200000}
+BATCH=${BATCH:-16}
+CLIENTS=${CLIENTS:-8}
+ROUNDS=${ROUNDS:-3}
+PGBIN=/usr/lib/postgresql/15/bin
+PSQL=(psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PGPORT" -U postgres -d shapes)
+
+as_pg() { (cd / && setpriv --reuid=postgres --regid=postgres --clear-groups -- "$@"); }
+
+pg_start() {
+  if [ ! -d "$STATE/data" ]; then
+    mkdir -p "$STATE" && chown postgres:postgres "$STATE"
+    as_pg "$PGBIN/initdb" -D "$STATE/data" -U postgres --auth=trust >/dev/null
+    cat >>"$STATE/data/postgresql.conf" <<EOF
+port = $PGPORT
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$STATE'
+shared_buffers = 2GB
+max_wal_size = 8GB
+synchronous_commit = on
+autovacuum = off
+EOF
+  fi
+  as_pg "$PGBIN/pg_ctl" -D "$STATE/data" -l "$STATE/postgres.log" -w status >/dev/null 2>&1 ||
+    as_pg "$PGBIN/pg_ctl" -D "$STATE/data" -l "$STATE/postgres.log" -w start >/dev/null
+}
+
+# CPU seconds of every Postgres process: the live ones, plus the children the postmaster
+# has reaped (its cutime and cstime), so that ended backends still count.
+pg_cpu() {
+  local pm tick
+  tick=$(getconf CLK_TCK)
+  pm=$(head -1 "$STATE/data/postmaster.pid")
+  {
+    awk '{ sub(/.*\) /, ""); print $12 + $13 + $14 + $15 }' "/proc/$pm/stat"
+    pgrep -P "$pm" | while read -r p; do
+      [ -r "/proc/$p/stat" ] && awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$p/stat"
+    done
+  } | awk -v t="$tick" '{ s += $1 } END { printf "%.4f\n", s / t }'
+}
+
+# The seeded records: random 32-byte scope and key hash, a ~150-byte body and a 40-byte
+# header block, completed, expiring over the next day (a slice already expired, so that
+# every round finds N records to remove).
+seed_rows="SELECT sha256(('s' || i)::bytea) AS s, sha256(('k' || i)::bytea) AS k,
+       sha256(('f' || i)::bytea) AS f, md5(i::text) AS t,
+       decode(repeat('00', 40), 'hex') AS h,
+       convert_to('{\"id\":\"' || md5(i::text) || '\",\"amount\":100,\"currency\":\"eur\",'
+                  || '\"status\":\"accepted\",\"created\":\"2026-11-26T18:00:00Z\",\"x\":\"'
+                  || md5((i + 1)::text) || '\"}', 'UTF8') AS b,
+       now() - interval '6 hours' + (i::float8 / $SEED_ROWS) * interval '30 hours' AS e
+     FROM generate_series(1, $SEED_ROWS) AS i"
+
+seed() {
+  pg_start
+  psql -X -q -h 127.0.0.1 -p "$PGPORT" -U postgres -c "CREATE DATABASE shapes" 2>/dev/null || true
+  "${PSQL[@]}" -c "DROP SCHEMA IF EXISTS today CASCADE; DROP SCHEMA IF EXISTS split CASCADE;
+                   CREATE SCHEMA today; CREATE SCHEMA split"
+  # today: the migrations as they are, in schema `today`.
+  for f in "$ROOT"/migrations/0*.sql; do
+    "${PSQL[@]}" -c "SET search_path = today" -f "$f"
+  done
+  time "${PSQL[@]}" -c "INSERT INTO today.idemgate_records
+      (scope, key_hash, route, fingerprint, state, lock_token, status, headers, body,
+       created_at, completed_at, expires_at, replay_until, fence)
+    SELECT s, k, 'payments', f, 'completed', t, 201, h, b, now(), now(), e, e, 0
+    FROM ($seed_rows) AS r"
+  # split: the narrow arbiter and the responses by expiry.
+  "${PSQL[@]}" <<'SQL'
+CREATE TABLE split.claims (
+    scope bytea NOT NULL, key_hash bytea NOT NULL, fingerprint bytea NOT NULL,
+    state "char" NOT NULL, lock_token text, lease_expires_at timestamptz,
+    expires_at timestamptz NOT NULL, replay_until timestamptz, completed_at timestamptz,
+    fence bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (scope, key_hash)) WITH (fillfactor = 70);
+CREATE INDEX claims_expires_at ON split.claims (expires_at);
+CREATE TABLE split.responses (
+    scope bytea NOT NULL, key_hash bytea NOT NULL, expires_at timestamptz NOT NULL,
+    route text NOT NULL, status smallint NOT NULL, headers bytea NOT NULL, body bytea NOT NULL)
+  PARTITION BY RANGE (expires_at);
+CREATE INDEX responses_key ON split.responses (scope, key_hash);
+SQL
+  # Six-hour partitions from 12 h ago to 48 h ahead.
+  "${PSQL[@]}" -c "DO \$\$ DECLARE t timestamptz := date_trunc('hour', now()) - interval '12 hours';
+    BEGIN FOR i IN 0..9 LOOP
+      EXECUTE format('CREATE TABLE split.responses_%s PARTITION OF split.responses
+                      FOR VALUES FROM (%L) TO (%L)', i, t + i * interval '6 hours',
+                      t + (i + 1) * interval '6 hours');
+    END LOOP; END \$\$"
+  time "${PSQL[@]}" -c "INSERT INTO split.claims
+      (scope, key_hash, fingerprint, state, lock_token, expires_at, replay_until, completed_at)
+    SELECT s, k, f, 'c', t, e, e, now() FROM ($seed_rows) AS r"
+  time "${PSQL[@]}" -c "INSERT INTO split.responses
+      SELECT s, k, e, 'payments', 201, h, b FROM ($seed_rows) AS r"
+  time "${PSQL[@]}" -c "VACUUM ANALYZE"
+}
+
+# pgbench scripts: BATCH new keys per transaction pair (claim, then completion), keys
+# derived from a random 62-bit base so that they never collide with each other or the
+# seed. The statements are the gateway's (src/store/postgres/leases.rs CLAIM and
+# completions.rs WRITE_THROUGH) with the batch made in SQL instead of bound arrays.
+write_scripts() {
+  local keys="FROM generate_series(1, $BATCH) AS i,
+       LATERAL (SELECT sha256(('s' || :base)::bytea) AS s,
+                       sha256(('k' || :base || '-' || i)::bytea) AS k) AS u"
+  cat >"$STATE/today.sql" <<SQL
+\set base random(1, 4611686018427387903)
+INSERT INTO today.idemgate_records AS r
+  (scope, key_hash, route, fingerprint, state, lock_token, lease_expires_at, created_at,
+   expires_at, fence, request, completer)
+SELECT u.s, u.k, 'payments', sha256(u.k), 'leased', md5(u.k::text),
+       now() + interval '30 seconds', now(), now() + interval '24 hours 32 seconds',
+       (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, NULL, NULL
+$keys ORDER BY u.s, u.k
+ON CONFLICT (scope, key_hash) DO UPDATE SET
+  fence = greatest(r.fence + 1, EXCLUDED.fence), route = EXCLUDED.route,
+  fingerprint = EXCLUDED.fingerprint, state = 'leased', lock_token = EXCLUDED.lock_token,
+  lease_expires_at = EXCLUDED.lease_expires_at, status = NULL, headers = NULL, body = NULL,
+  created_at = now(), completed_at = NULL, expires_at = EXCLUDED.expires_at,
+  replay_until = NULL, request = EXCLUDED.request, completer = EXCLUDED.completer
+WHERE r.expires_at <= now()
+RETURNING r.lock_token, r.fence;
+INSERT INTO today.idemgate_records AS r
+  (scope, key_hash, route, fingerprint, state, lock_token, status, headers, body,
+   created_at, completed_at, expires_at, replay_until)
+SELECT u.s, u.k, 'payments', sha256(u.k), 'completed', md5(u.k::text), 201,
+       decode(repeat('00', 40), 'hex'), convert_to(repeat(md5(u.k::text), 4) || '"}', 'UTF8'),
+       now(), now(), now() + interval '24 hours', now() + interval '24 hours'
+$keys ORDER BY u.s, u.k
+ON CONFLICT (scope, key_hash) DO UPDATE SET
+  state = 'completed', lock_token = EXCLUDED.lock_token, fingerprint = EXCLUDED.fingerprint,
+  status = EXCLUDED.status, headers = EXCLUDED.headers, body = EXCLUDED.body,
+  completed_at = now(), expires_at = greatest(r.expires_at, EXCLUDED.expires_at),
+  replay_until = EXCLUDED.replay_until, request = NULL, completer = NULL
+WHERE r.expires_at <= now() OR (r.state = 'leased' AND r.lock_token = EXCLUDED.lock_token)
+RETURNING key_hash;
+SQL
+  cat >"$STATE/split.sql" <<SQL
+\set base random(1, 4611686018427387903)
+INSERT INTO split.claims AS r
+  (scope, key_hash, fingerprint, state, lock_token, lease_expires_at, expires_at, fence)
+SELECT u.s, u.k, sha256(u.k), 'l', md5(u.k::text), now() + interval '30 seconds',
+       now() + interval '24 hours 32 seconds',
+       (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+$keys ORDER BY u.s, u.k
+ON CONFLICT (scope, key_hash) DO UPDATE SET
+  fence = greatest(r.fence + 1, EXCLUDED.fence), fingerprint = EXCLUDED.fingerprint,
+  state = 'l', lock_token = EXCLUDED.lock_token, lease_expires_at = EXCLUDED.lease_expires_at,
+  expires_at = EXCLUDED.expires_at, replay_until = NULL, completed_at = NULL
+WHERE r.expires_at <= now()
+RETURNING r.lock_token, r.fence;
+WITH done AS (
+  UPDATE split.claims AS r SET state = 'c', completed_at = now(),
+         replay_until = now() + interval '24 hours'
+  FROM (SELECT u.s, u.k $keys) AS v
+  WHERE r.scope = v.s AND r.key_hash = v.k AND r.state = 'l' AND r.lock_token = md5(v.k::text)
+  RETURNING r.scope, r.key_hash, r.expires_at)
+INSERT INTO split.responses
+SELECT d.scope, d.key_hash, d.expires_at, 'payments', 201, decode(repeat('00', 40), 'hex'),
+       convert_to(repeat(md5(d.key_hash::text), 4) || '"}', 'UTF8')
+FROM done AS d;
+SQL
+}
+
+# The reaper's statement (src/store/postgres/reaper.rs) on `table`, in batches of 1000
+# until N rows are gone, each batch its own transaction, from one session.
+reap() {
+  local table=$1
+  for _ in $(seq $((N / 1000))); do
+    echo "DELETE FROM $table WHERE ctid IN (SELECT ctid FROM $table
+          WHERE expires_at <= now() ORDER BY expires_at LIMIT 1000);"
+  done | "${PSQL[@]}"
+}
+
+# One shape's round: N records in, N expired records out, VACUUM; prints the CPU µs per
+# record of each phase and their sum.
+round() {
+  local shape=$1 c0 c1 c2 c3 tx
+  tx=$((N / BATCH / CLIENTS))
+  c0=$(pg_cpu)
+  as_pg "$PGBIN/pgbench" -n -h 127.0.0.1 -p "$PGPORT" -U postgres -c "$CLIENTS" -j 2 -t "$tx" \
+    -f "$STATE/$shape.sql" shapes >"$STATE/pgbench-$shape.log" 2>&1
+  c1=$(pg_cpu)
+  case $shape in
+    today)
+      # The reaper's statement (src/store/postgres/reaper.rs), batch 1000, N rows.
+      reap today.idemgate_records ;;
+    split)
+      # Narrow claims by the reaper's statement; the responses of those records go with
+      # their partition: the oldest partition holds about N of them per round here
+      # (seeded 10M over 30 h: 2M per 6 h), so its DROP is charged N / rows_in_it.
+      reap split.claims ;;
+  esac
+  c2=$(pg_cpu)
+  "${PSQL[@]}" -c "VACUUM $shape.$([ "$shape" = today ] && echo idemgate_records || echo claims)"
+  c3=$(pg_cpu)
+  local drop=0
+  if [ "$shape" = split ]; then
+    # A partition of seeded rows, detached and dropped: its cost per row it held.
+    local part rows d0 d1
+    part=$("${PSQL[@]}" -At -c "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+             WHERE i.inhparent = 'split.responses'::regclass AND c.reltuples > 0
+             ORDER BY c.relname LIMIT 1")
+    rows=$("${PSQL[@]}" -At -c "SELECT count(*) FROM split.$part")
+    d0=$(pg_cpu)
+    "${PSQL[@]}" -c "ALTER TABLE split.responses DETACH PARTITION split.$part; DROP TABLE split.$part"
+    d1=$(pg_cpu)
+    drop=$(awk -v a="$d0" -v b="$d1" -v r="$rows" 'BEGIN { printf "%.3f", r ? (b - a) * 1e6 / r : 0 }')
+    # Put an empty partition back at the far end, so every round has one to drop.
+    "${PSQL[@]}" -c "DO \$\$ DECLARE hi timestamptz; BEGIN
+        SELECT max(to_timestamp(substring(pg_get_expr(c.relpartbound, c.oid)
+                 FROM 'TO \(''([^'']+)''\)'), 'YYYY-MM-DD HH24:MI:SS')) INTO hi
+        FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+        WHERE i.inhparent = 'split.responses'::regclass;
+        EXECUTE format('CREATE TABLE split.%I PARTITION OF split.responses FOR VALUES FROM (%L) TO (%L)',
+                       'responses_' || extract(epoch FROM hi)::bigint, hi, hi + interval '6 hours');
+      END \$\$"
+  fi
+  awk -v s="$shape" -v n="$N" -v a="$c0" -v b="$c1" -v c="$c2" -v d="$c3" -v dr="$drop" \
+    -v tps="$(grep -o 'tps = [0-9.]*' "$STATE/pgbench-$shape.log" | head -1 | cut -d' ' -f3)" \
+    -v bt="$BATCH" 'BEGIN {
+      w = (b - a) * 1e6 / n; x = (c - b) * 1e6 / n; v = (d - c) * 1e6 / n;
+      printf "| %s | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", s, tps * bt, w, x, v, dr, w + x + v + dr }'
+}
+
+run() {
+  pg_start
+  write_scripts
+  echo "| shape | records/s | claim + completion µs | expiry µs | vacuum µs | partition drop µs | total µs |"
+  echo "|---|---|---|---|---|---|---|"
+  for r in $(seq "$ROUNDS"); do
+    round today
+    round split
+  done
+  "${PSQL[@]}" -c "SELECT relname, pg_size_pretty(pg_total_relation_size(oid)) FROM pg_class
+                   WHERE relname IN ('idemgate_records', 'claims', 'responses') AND relkind IN ('r', 'p')"
+  "${PSQL[@]}" -c "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables
+                   WHERE relname IN ('idemgate_records', 'claims')"
+  "${PSQL[@]}" -At -c "SELECT 'split.responses', pg_size_pretty(sum(pg_total_relation_size(inhrelid)))
+                       FROM pg_inherits WHERE inhparent = 'split.responses'::regclass"
+}
+
+case "${1:-}" in
+  seed) seed ;;
+  run) run ;;
+  stop) as_pg "$PGBIN/pg_ctl" -D "$STATE/data" -w stop >/dev/null ;;
+  *) sed -n '2,30p' "$0"; exit 2 ;;
+esac
