@@ -28,30 +28,15 @@ DURATION=${DURATION:-10}
 RATE=${RATE:-400}
 LAT_DURATION=${LAT_DURATION:-20s}
 CONNS=${CONNS:-32}
-PGBIN=/usr/lib/postgresql/15/bin
 PSQL=(psql -X -q -h 127.0.0.1 -p "$PGPORT" -U postgres -d idemgate)
-
-as_pg() { (cd / && setpriv --reuid=postgres --regid=postgres --clear-groups -- "$@"); }
-
-pg_start() {
-  if [ ! -d "$STATE/data" ]; then
-    mkdir -p "$STATE" && chown postgres:postgres "$STATE"
-    as_pg "$PGBIN/initdb" -D "$STATE/data" -U postgres --auth=trust >/dev/null
-    cat >>"$STATE/data/postgresql.conf" <<EOF
-port = $PGPORT
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '$STATE'
-shared_preload_libraries = 'pg_stat_statements'
+PG_CONF="shared_preload_libraries = 'pg_stat_statements'
 pg_stat_statements.track = all
 shared_buffers = 2GB
 max_wal_size = 8GB
 synchronous_commit = on
-track_io_timing = on
-EOF
-  fi
-  as_pg "$PGBIN/pg_ctl" -D "$STATE/data" -l "$STATE/postgres.log" -w status >/dev/null 2>&1 ||
-    as_pg "$PGBIN/pg_ctl" -D "$STATE/data" -l "$STATE/postgres.log" -w start >/dev/null
-}
+track_io_timing = on"
+# shellcheck source=deploy/bench/pg-lib.sh
+. "$ROOT/deploy/bench/pg-lib.sh"
 
 seed() {
   pg_start
@@ -91,15 +76,6 @@ schema() {
          -c "INSERT INTO idemgate_schema (version, name) VALUES (4, '0004_hot_completion.additive.sql')
              ON CONFLICT DO NOTHING; COMMIT" ;;
   esac
-}
-
-# CPU seconds (user + system) of every Postgres process (postmaster and its children).
-pg_cpu() {
-  local pm tick=$(getconf CLK_TCK)
-  pm=$(head -1 "$STATE/data/postmaster.pid")
-  { echo "$pm"; pgrep -P "$pm"; } | while read -r p; do
-    [ -r "/proc/$p/stat" ] && awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$p/stat"
-  done | awk -v t="$tick" '{ s += $1 } END { printf "%.4f\n", s / t }'
 }
 
 stat_sql="SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, n_tup_upd, n_tup_hot_upd, n_tup_ins

@@ -37,42 +37,13 @@ N=${N:-200000}
 BATCH=${BATCH:-16}
 CLIENTS=${CLIENTS:-8}
 ROUNDS=${ROUNDS:-3}
-PGBIN=/usr/lib/postgresql/15/bin
 PSQL=(psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PGPORT" -U postgres -d shapes)
-
-as_pg() { (cd / && setpriv --reuid=postgres --regid=postgres --clear-groups -- "$@"); }
-
-pg_start() {
-  if [ ! -d "$STATE/data" ]; then
-    mkdir -p "$STATE" && chown postgres:postgres "$STATE"
-    as_pg "$PGBIN/initdb" -D "$STATE/data" -U postgres --auth=trust >/dev/null
-    cat >>"$STATE/data/postgresql.conf" <<EOF
-port = $PGPORT
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '$STATE'
-shared_buffers = 2GB
+PG_CONF="shared_buffers = 2GB
 max_wal_size = 8GB
 synchronous_commit = on
-autovacuum = off
-EOF
-  fi
-  as_pg "$PGBIN/pg_ctl" -D "$STATE/data" -l "$STATE/postgres.log" -w status >/dev/null 2>&1 ||
-    as_pg "$PGBIN/pg_ctl" -D "$STATE/data" -l "$STATE/postgres.log" -w start >/dev/null
-}
-
-# CPU seconds of every Postgres process: the live ones, plus the children the postmaster
-# has reaped (its cutime and cstime), so that ended backends still count.
-pg_cpu() {
-  local pm tick
-  tick=$(getconf CLK_TCK)
-  pm=$(head -1 "$STATE/data/postmaster.pid")
-  {
-    awk '{ sub(/.*\) /, ""); print $12 + $13 + $14 + $15 }' "/proc/$pm/stat"
-    pgrep -P "$pm" | while read -r p; do
-      [ -r "/proc/$p/stat" ] && awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$p/stat"
-    done
-  } | awk -v t="$tick" '{ s += $1 } END { printf "%.4f\n", s / t }'
-}
+autovacuum = off"
+# shellcheck source=deploy/bench/pg-lib.sh
+. "$ROOT/deploy/bench/pg-lib.sh"
 
 # The seeded records: random 32-byte scope and key hash, a ~150-byte body and a 40-byte
 # header block, completed, expiring over the next day (a slice already expired, so that
@@ -278,6 +249,6 @@ run() {
 case "${1:-}" in
   seed) seed ;;
   run) run ;;
-  stop) as_pg "$PGBIN/pg_ctl" -D "$STATE/data" -w stop >/dev/null ;;
+  stop) pg_stop ;;
   *) sed -n '2,30p' "$0"; exit 2 ;;
 esac
