@@ -104,7 +104,8 @@ SQL
 # pgbench scripts: BATCH new keys per transaction pair (claim, then completion), keys
 # derived from a random 62-bit base so that they never collide with each other or the
 # seed. The statements are the gateway's (src/store/postgres/leases.rs CLAIM and
-# completions.rs WRITE_THROUGH) with the batch made in SQL instead of bound arrays.
+# completions.rs WRITE_THROUGH) with the batch made in SQL instead of bound arrays, and
+# prepared once per session (`-M prepared`), as the gateway prepares them.
 write_scripts() {
   local keys="FROM generate_series(1, $BATCH) AS i,
        LATERAL (SELECT sha256(('s' || :base)::bytea) AS s,
@@ -184,7 +185,7 @@ round() {
   local shape=$1 c0 c1 c2 c3 tx
   tx=$((N / BATCH / CLIENTS))
   c0=$(pg_cpu)
-  as_pg "$PGBIN/pgbench" -n -h 127.0.0.1 -p "$PGPORT" -U postgres -c "$CLIENTS" -j 2 -t "$tx" \
+  as_pg "$PGBIN/pgbench" -n -M prepared -h 127.0.0.1 -p "$PGPORT" -U postgres -c "$CLIENTS" -j 2 -t "$tx" \
     -f "$STATE/$shape.sql" shapes >"$STATE/pgbench-$shape.log" 2>&1
   c1=$(pg_cpu)
   case $shape in
