@@ -28,7 +28,8 @@ pg_cpu() {
   {
     awk '{ sub(/.*\) /, ""); print $12 + $13 + $14 + $15 }' "/proc/$pm/stat"
     pgrep -P "$pm" | while read -r p; do
-      [ -r "/proc/$p/stat" ] && awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$p/stat"
+      # A process that ended since pgrep is counted in the postmaster's cutime.
+      awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$p/stat" 2>/dev/null || true
     done
   } | awk -v t="$tick" '{ s += $1 } END { printf "%.4f\n", s / t }'
 }

@@ -7,6 +7,8 @@
 #
 #   today  (schema 5): one row per record: a claim INSERT, its completion (a HOT
 #          UPDATE of the wide row), the reaper's DELETE, and VACUUM of the dead row.
+#   update: today's table, the completion an UPDATE of the leased row by key and token
+#          instead of an INSERT ... ON CONFLICT DO UPDATE.
 #   split: a narrow claim row (the arbiter: same claim statement, no headers or body)
 #          and the response appended to a table partitioned by expiry (6 h ranges):
 #          the completion is an INSERT there plus a HOT UPDATE of the narrow row;
@@ -142,6 +144,19 @@ ON CONFLICT (scope, key_hash) DO UPDATE SET
 WHERE r.expires_at <= now() OR (r.state = 'leased' AND r.lock_token = EXCLUDED.lock_token)
 RETURNING key_hash;
 SQL
+  # today, its completion an UPDATE of the leased row by key and token instead of an
+  # INSERT that conflicts (what the write-through does when it holds the claim).
+  sed -n '1,/^RETURNING r.lock_token, r.fence;$/p' "$STATE/today.sql" >"$STATE/update.sql"
+  cat >>"$STATE/update.sql" <<SQL
+UPDATE today.idemgate_records AS r SET
+  state = 'completed', status = 201, headers = decode(repeat('00', 40), 'hex'),
+  body = convert_to(repeat(md5(v.k::text), 4) || '"}', 'UTF8'), completed_at = now(),
+  replay_until = now() + interval '24 hours', request = NULL, completer = NULL
+FROM (SELECT u.s, u.k $keys) AS v
+WHERE r.scope = v.s AND r.key_hash = v.k AND r.state = 'leased'
+  AND r.lock_token = md5(v.k::text)
+RETURNING r.key_hash;
+SQL
   cat >"$STATE/split.sql" <<SQL
 \set base random(1, 4611686018427387903)
 INSERT INTO split.claims AS r
@@ -189,7 +204,7 @@ round() {
     -f "$STATE/$shape.sql" shapes >"$STATE/pgbench-$shape.log" 2>&1
   c1=$(pg_cpu)
   case $shape in
-    today)
+    today | update)
       # The reaper's statement (src/store/postgres/reaper.rs), batch 1000, N rows.
       reap today.idemgate_records ;;
     split)
@@ -199,21 +214,27 @@ round() {
       reap split.claims ;;
   esac
   c2=$(pg_cpu)
-  "${PSQL[@]}" -c "VACUUM $shape.$([ "$shape" = today ] && echo idemgate_records || echo claims)"
+  "${PSQL[@]}" -c "VACUUM $([ "$shape" = split ] && echo split.claims || echo today.idemgate_records)"
   c3=$(pg_cpu)
   local drop=0
   if [ "$shape" = split ]; then
-    # A partition of seeded rows, detached and dropped: its cost per row it held.
+    # An expired partition, detached and dropped: its cost per row it held (none left
+    # once the seeded ones are gone: the column says 0.0 then).
     local part rows d0 d1
     part=$("${PSQL[@]}" -At -c "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-             WHERE i.inhparent = 'split.responses'::regclass AND c.reltuples > 0
+             WHERE i.inhparent = 'split.responses'::regclass
+               AND pg_relation_size(c.oid) > 0 AND substring(pg_get_expr(c.relpartbound, c.oid)
+                   FROM 'TO \(''([^'']+)''\)')::timestamptz <= now()
              ORDER BY c.relname LIMIT 1")
-    rows=$("${PSQL[@]}" -At -c "SELECT count(*) FROM split.$part")
+    [ -n "$part" ] || part=none
+    rows=0
+    [ "$part" = none ] || rows=$("${PSQL[@]}" -At -c "SELECT count(*) FROM split.$part")
     d0=$(pg_cpu)
-    "${PSQL[@]}" -c "ALTER TABLE split.responses DETACH PARTITION split.$part; DROP TABLE split.$part"
+    [ "$part" = none ] ||
+      "${PSQL[@]}" -c "ALTER TABLE split.responses DETACH PARTITION split.$part; DROP TABLE split.$part"
     d1=$(pg_cpu)
     drop=$(awk -v a="$d0" -v b="$d1" -v r="$rows" 'BEGIN { printf "%.3f", r ? (b - a) * 1e6 / r : 0 }')
-    # Put an empty partition back at the far end, so every round has one to drop.
+    # An empty partition at the far end, so that the table keeps covering what comes.
     "${PSQL[@]}" -c "DO \$\$ DECLARE hi timestamptz; BEGIN
         SELECT max(to_timestamp(substring(pg_get_expr(c.relpartbound, c.oid)
                  FROM 'TO \(''([^'']+)''\)'), 'YYYY-MM-DD HH24:MI:SS')) INTO hi
@@ -237,6 +258,7 @@ run() {
   echo "|---|---|---|---|---|---|---|"
   for r in $(seq "$ROUNDS"); do
     round today
+    round update
     round split
   done
   "${PSQL[@]}" -c "SELECT relname, pg_size_pretty(pg_total_relation_size(oid)) FROM pg_class
