@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use idemgate::config::PostgresConfig;
 use idemgate::testing::store::PgStore;
 
+use super::{sql, READ_ONLY, WRITABLE};
 use crate::support::process::{config_file, until_ready, BIN};
 use crate::support::{
     config, keyed_post, problem_code, read, send, Answer, MockUpstream, PgServer, RedisServer,
@@ -40,23 +41,6 @@ fn sample(metrics: &str, series: &str) -> Option<f64> {
 fn primary_series(port: u16) -> String {
     format!("idemgate_postgres_primary_info{{host=\"127.0.0.1:{port}\"}}")
 }
-
-/// Runs `statements` one at a time (`ALTER SYSTEM` runs outside a transaction).
-async fn sql(pg: &PgServer, statements: &[&str]) {
-    let client = pg.client().await;
-    for statement in statements {
-        client.batch_execute(statement).await.unwrap();
-    }
-}
-
-const READ_ONLY: &[&str] = &[
-    "ALTER SYSTEM SET default_transaction_read_only = on",
-    "SELECT pg_reload_conf()",
-];
-const WRITABLE: &[&str] = &[
-    "ALTER SYSTEM RESET default_transaction_read_only",
-    "SELECT pg_reload_conf()",
-];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_value_url_whose_first_host_is_closed_serves_and_replays() {

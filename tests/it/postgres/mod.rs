@@ -19,3 +19,22 @@ pub async fn warm_up(redis: &crate::support::RedisServer) {
     let two_days = std::time::Duration::from_secs(48 * 3600);
     crate::support::redis::backdate_markers(&redis.url(), &[(0, 16383)], two_days).await;
 }
+
+/// Runs `statements` one at a time (`ALTER SYSTEM` runs outside a transaction).
+pub async fn sql(pg: &crate::support::PgServer, statements: &[&str]) {
+    let client = pg.client().await;
+    for statement in statements {
+        client.batch_execute(statement).await.unwrap();
+    }
+}
+
+/// Turns a server read-only, as a demoted primary is (with [`sql`]).
+pub const READ_ONLY: &[&str] = &[
+    "ALTER SYSTEM SET default_transaction_read_only = on",
+    "SELECT pg_reload_conf()",
+];
+/// Makes a read-only server writable again, as a promoted one is (with [`sql`]).
+pub const WRITABLE: &[&str] = &[
+    "ALTER SYSTEM RESET default_transaction_read_only",
+    "SELECT pg_reload_conf()",
+];

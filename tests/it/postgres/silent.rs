@@ -11,6 +11,7 @@ use idemgate::config::PostgresConfig;
 use idemgate::testing::store::PgStore;
 use idemgate_fleet::{Host, NetLab};
 
+use super::{sql, READ_ONLY, WRITABLE};
 use crate::support::{config, problem_code, read, MockUpstream, PgServer, RedisServer, TestApp};
 
 /// `postgres.connect_timeout` here; the statement timeout is 1 s (the client gives up
@@ -46,23 +47,6 @@ fn section(url: &str, extra: &str) -> String {
         "[postgres]\nurl = \"{url}\"\nstatement_timeout = \"1s\"\nconnect_timeout = \"3s\"\n{extra}\n"
     )
 }
-
-/// Runs `statements` one at a time (`ALTER SYSTEM` runs outside a transaction).
-async fn sql(pg: &PgServer, statements: &[&str]) {
-    let client = pg.client().await;
-    for statement in statements {
-        client.batch_execute(statement).await.unwrap();
-    }
-}
-
-const READ_ONLY: &[&str] = &[
-    "ALTER SYSTEM SET default_transaction_read_only = on",
-    "SELECT pg_reload_conf()",
-];
-const WRITABLE: &[&str] = &[
-    "ALTER SYSTEM RESET default_transaction_read_only",
-    "SELECT pg_reload_conf()",
-];
 
 /// One keyed request: its status and how long it took. Anything but a 201 must be the
 /// 503 of a store that cannot take the claim now.
