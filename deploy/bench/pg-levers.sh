@@ -189,6 +189,6 @@ case "${1:-}" in
   seed) seed ;;
   run) run "$2" "$3" ;;
   schema) pg_start; schema "$2" ;;
-  stop) stop_chain; as_pg "$PGBIN/pg_ctl" -D "$STATE/data" -w stop ;;
+  stop) stop_chain; pg_stop ;;
   *) sed -n '2,17p' "$0"; exit 2 ;;
 esac
