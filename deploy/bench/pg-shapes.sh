@@ -13,6 +13,22 @@
 #          and the response appended to a table partitioned by expiry (6 h ranges):
 #          the completion is an INSERT there plus a HOT UPDATE of the narrow row;
 #          expiry DELETEs narrow rows and DROPs whole response partitions.
+#   narrow: today's table and statements with the primary key on `key_hash` alone (it
+#          is SHA-256 of scope and key, so unique by itself): 32-byte index entries.
+#   lease: the claim in a narrow UNLOGGED `leases` table (no WAL), which the claim
+#          statement fills only where the records table holds no unexpired record; the
+#          completion marks the lease completed (kept, so that a claim whose snapshot
+#          predates the completion still finds it) and inserts the completed record.
+#          Expiry deletes as many records and as many leases.
+#   onecommit: today's table and statements, the completion of the previous batch
+#          riding in the transaction of the next batch's claim: one commit per batch
+#          instead of two (what merging the write-through into the claim rounds saves).
+#   brin:  today's table and statements, its expiry index a BRIN (a summary per range of
+#          pages, no B-tree descent per insert) in place of the B-tree the reaper reads.
+#   nolease: the completion's INSERT alone (what `claims = "redis"` writes): the floor
+#          of any shape that writes the record once and logs no claim.
+#
+# SHAPES picks and orders them (default: today onecommit narrow lease nolease).
 #
 # Per shape and round: N records claimed and completed (two commits per batch of BATCH
 # records, as the gateway's claim rounds and write-through batches commit), then the
@@ -23,12 +39,12 @@
 # autovacuum amortises them over more rows (scale factor 0.2 of a 10M-row table), so
 # the `vacuum` column is an upper bound for the shape that deletes wide rows.
 #
-#   bash deploy/bench/pg-shapes.sh seed     # initdb on :55433 under .state/pgshapes, seed both
-#   bash deploy/bench/pg-shapes.sh run      # ROUNDS rounds, both shapes alternating
+#   bash deploy/bench/pg-shapes.sh seed     # initdb on :55433 under .state/pgshapes, seed SHAPES
+#   bash deploy/bench/pg-shapes.sh run      # ROUNDS rounds, SHAPES alternating
 #   bash deploy/bench/pg-shapes.sh stop
 #
 # Environment: STATE (.state/pgshapes), PGPORT (55433), SEED_ROWS (10000000), N (records
-# per phase, 200000), BATCH (16), CLIENTS (8), ROUNDS (3). Runs as root: Postgres runs as
+# per phase, 200000), BATCH (16), CLIENTS (8), ROUNDS (3), SHAPES. Runs as root: Postgres runs as
 # the `postgres` account (setpriv).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -39,6 +55,7 @@ N=${N:-200000}
 BATCH=${BATCH:-16}
 CLIENTS=${CLIENTS:-8}
 ROUNDS=${ROUNDS:-3}
+SHAPES=${SHAPES:-today onecommit narrow lease nolease}
 PSQL=(psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PGPORT" -U postgres -d shapes)
 PG_CONF="shared_buffers = 2GB
 max_wal_size = 8GB
@@ -59,20 +76,29 @@ seed_rows="SELECT sha256(('s' || i)::bytea) AS s, sha256(('k' || i)::bytea) AS k
        now() - interval '6 hours' + (i::float8 / $SEED_ROWS) * interval '30 hours' AS e
      FROM generate_series(1, $SEED_ROWS) AS i"
 
-seed() {
-  pg_start
-  psql -X -q -h 127.0.0.1 -p "$PGPORT" -U postgres -c "CREATE DATABASE shapes" 2>/dev/null || true
-  "${PSQL[@]}" -c "DROP SCHEMA IF EXISTS today CASCADE; DROP SCHEMA IF EXISTS split CASCADE;
-                   CREATE SCHEMA today; CREATE SCHEMA split"
-  # today: the migrations as they are, in schema `today`.
+# today's migrations in `schema`, and SEED_ROWS completed records in its table.
+seed_records() {
+  local schema=$1 pk=${2:-}
+  "${PSQL[@]}" -c "DROP SCHEMA IF EXISTS $schema CASCADE; CREATE SCHEMA $schema"
   for f in "$ROOT"/migrations/0*.sql; do
-    "${PSQL[@]}" -c "SET search_path = today" -f "$f"
+    "${PSQL[@]}" -c "SET search_path = $schema" -f "$f"
   done
-  time "${PSQL[@]}" -c "INSERT INTO today.idemgate_records
+  [ -z "$pk" ] || "${PSQL[@]}" -c "ALTER TABLE $schema.idemgate_records
+      DROP CONSTRAINT idemgate_records_pkey, ADD PRIMARY KEY ($pk)"
+  # Seeded full, then the migrations' fillfactor back: production's pages end about
+  # full (claims, then their HOT completions); seeded half empty, every new claim would
+  # land on a different old page and log it whole after each checkpoint.
+  "${PSQL[@]}" -c "ALTER TABLE $schema.idemgate_records SET (fillfactor = 100)"
+  time "${PSQL[@]}" -c "INSERT INTO $schema.idemgate_records
       (scope, key_hash, route, fingerprint, state, lock_token, status, headers, body,
        created_at, completed_at, expires_at, replay_until, fence)
     SELECT s, k, 'payments', f, 'completed', t, 201, h, b, now(), now(), e, e, 0
     FROM ($seed_rows) AS r"
+  "${PSQL[@]}" -c "ALTER TABLE $schema.idemgate_records SET (fillfactor = 50)"
+}
+
+seed_split() {
+  "${PSQL[@]}" -c "DROP SCHEMA IF EXISTS split CASCADE; CREATE SCHEMA split"
   # split: the narrow arbiter and the responses by expiry.
   "${PSQL[@]}" <<'SQL'
 CREATE TABLE split.claims (
@@ -100,6 +126,52 @@ SQL
     SELECT s, k, f, 'c', t, e, e, now() FROM ($seed_rows) AS r"
   time "${PSQL[@]}" -c "INSERT INTO split.responses
       SELECT s, k, e, 'payments', 201, h, b FROM ($seed_rows) AS r"
+}
+
+# The unlogged leases beside today's records table; a lease lives until its expiry
+# plus a margin (`expires_at`), then the reaper deletes it. Production holds the leases
+# of the last minute or so; seeded with 300,000 completed ones (more than a round's N
+# new ones, so that the table never looks empty to the planner), already expired.
+seed_lease() {
+  seed_records lease
+  seed_leases
+}
+
+seed_leases() {
+  "${PSQL[@]}" -c "DROP TABLE IF EXISTS lease.leases;
+    CREATE UNLOGGED TABLE lease.leases (
+      key_hash bytea PRIMARY KEY, scope bytea NOT NULL, fingerprint bytea NOT NULL,
+      state \"char\" NOT NULL, lock_token text NOT NULL,
+      lease_expires_at timestamptz NOT NULL, expires_at timestamptz NOT NULL,
+      fence bigint NOT NULL)
+    WITH (fillfactor = 70);
+    CREATE INDEX leases_expires_at ON lease.leases (expires_at);
+    INSERT INTO lease.leases
+      SELECT sha256(('lk' || i)::bytea), sha256(('ls' || i)::bytea), sha256(('lf' || i)::bytea),
+             'c', md5(i::text), now() - interval '2 minutes', now() - interval '1 minute', 0
+      FROM generate_series(1, 300000) AS i"
+  "${PSQL[@]}" -c "VACUUM ANALYZE lease.leases"
+}
+
+seed() {
+  pg_start
+  psql -X -q -h 127.0.0.1 -p "$PGPORT" -U postgres -c "CREATE DATABASE shapes" 2>/dev/null || true
+  local shape today_seeded=
+  for shape in $SHAPES; do
+    case $shape in
+      # update and onecommit run on today's table.
+      today | update | onecommit) [ -n "$today_seeded" ] || { seed_records today; today_seeded=1; } ;;
+      narrow) seed_records narrow key_hash ;;
+      brin)
+        seed_records brin
+        "${PSQL[@]}" -c "DROP INDEX brin.idemgate_records_expires_at;
+          CREATE INDEX idemgate_records_expires_at ON brin.idemgate_records USING brin (expires_at)" ;;
+      lease) seed_lease ;;
+      nolease) seed_records nolease ;;
+      split) seed_split ;;
+      *) echo "unknown shape $shape" >&2; exit 2 ;;
+    esac
+  done
   time "${PSQL[@]}" -c "VACUUM ANALYZE"
 }
 
@@ -182,15 +254,72 @@ SELECT d.scope, d.key_hash, d.expires_at, 'payments', 201, decode(repeat('00', 4
        convert_to(repeat(md5(d.key_hash::text), 4) || '"}', 'UTF8')
 FROM done AS d;
 SQL
+  # onecommit: one transaction per batch, the claim of this batch's keys and the
+  # completion of the previous batch's (pgbench keeps `prev` per client; -D prev=0 at
+  # first names keys that do not exist).
+  { echo '\set base random(1, 4611686018427387903)'
+    echo 'BEGIN;'
+    sed -n '2,/^RETURNING r.lock_token, r.fence;$/p' "$STATE/today.sql"
+    sed -n '/^RETURNING r.lock_token, r.fence;$/,$p' "$STATE/today.sql" | sed -e '1d' -e 's/:base/:prev/g'
+    echo 'COMMIT;'
+    echo '\set prev :base'
+  } >"$STATE/onecommit.sql"
+  # narrow: today's statements, arbitrated by the key hash alone.
+  sed -e 's/today\./narrow./g' -e 's/ON CONFLICT (scope, key_hash)/ON CONFLICT (key_hash)/' \
+    -e 's/ORDER BY u.s, u.k/ORDER BY u.k/' "$STATE/today.sql" >"$STATE/narrow.sql"
+  sed -e 's/today\./brin./g' "$STATE/today.sql" >"$STATE/brin.sql"
+  # nolease: today's completion alone, into a table of its own.
+  { echo '\set base random(1, 4611686018427387903)'
+    sed -n '/^RETURNING r.lock_token, r.fence;$/,$p' "$STATE/today.sql" | sed -e '1d' -e 's/today\./nolease./g'
+  } >"$STATE/nolease.sql"
+  # lease: the claim is a lease row where no unexpired record exists (the gateway would
+  # read the record in the same statement to answer a duplicate; a first execution finds
+  # none); the completion marks the lease with its token and inserts the record.
+  cat >"$STATE/lease.sql" <<SQL
+\set base random(1, 4611686018427387903)
+INSERT INTO lease.leases AS l
+  (key_hash, scope, fingerprint, state, lock_token, lease_expires_at, expires_at, fence)
+SELECT u.k, u.s, sha256(u.k), 'l', md5(u.k::text), now() + interval '30 seconds',
+       now() + interval '60 seconds',
+       (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+$keys WHERE NOT EXISTS (SELECT 1 FROM lease.idemgate_records r
+                         WHERE r.scope = u.s AND r.key_hash = u.k AND r.expires_at > now())
+ORDER BY u.k
+ON CONFLICT (key_hash) DO UPDATE SET
+  fence = greatest(l.fence + 1, EXCLUDED.fence), scope = EXCLUDED.scope,
+  fingerprint = EXCLUDED.fingerprint, state = 'l', lock_token = EXCLUDED.lock_token,
+  lease_expires_at = EXCLUDED.lease_expires_at, expires_at = EXCLUDED.expires_at
+WHERE l.lease_expires_at <= now() AND l.state = 'l'
+RETURNING l.lock_token, l.fence;
+WITH done AS (
+  UPDATE lease.leases AS l SET state = 'c'
+  FROM (SELECT u.s, u.k $keys) AS v
+  WHERE l.key_hash = v.k AND l.state = 'l' AND l.lock_token = md5(v.k::text)
+  RETURNING l.scope, l.key_hash, l.fingerprint, l.lock_token)
+INSERT INTO lease.idemgate_records AS r
+  (scope, key_hash, route, fingerprint, state, lock_token, status, headers, body,
+   created_at, completed_at, expires_at, replay_until)
+SELECT d.scope, d.key_hash, 'payments', d.fingerprint, 'completed', d.lock_token, 201,
+       decode(repeat('00', 40), 'hex'), convert_to(repeat(md5(d.key_hash::text), 4) || '"}', 'UTF8'),
+       now(), now(), now() + interval '24 hours', now() + interval '24 hours'
+FROM done AS d ORDER BY d.scope, d.key_hash
+ON CONFLICT (scope, key_hash) DO UPDATE SET
+  state = 'completed', lock_token = EXCLUDED.lock_token, fingerprint = EXCLUDED.fingerprint,
+  status = EXCLUDED.status, headers = EXCLUDED.headers, body = EXCLUDED.body,
+  completed_at = now(), expires_at = EXCLUDED.expires_at, replay_until = EXCLUDED.replay_until
+WHERE r.expires_at <= now()
+RETURNING key_hash;
+SQL
 }
 
 # The reaper's statement (src/store/postgres/reaper.rs) on `table`, in batches of 1000
-# until N rows are gone, each batch its own transaction, from one session.
+# until N rows are gone, each batch its own transaction, from one session; `expired`
+# says which rows may go (the reaper's own condition by default).
 reap() {
-  local table=$1
+  local table=$1 expired=${2:-expires_at <= now()}
   for _ in $(seq $((N / 1000))); do
     echo "DELETE FROM $table WHERE ctid IN (SELECT ctid FROM $table
-          WHERE expires_at <= now() ORDER BY expires_at LIMIT 1000);"
+          WHERE $expired ORDER BY expires_at LIMIT 1000);"
   done | "${PSQL[@]}"
 }
 
@@ -200,13 +329,19 @@ round() {
   local shape=$1 c0 c1 c2 c3 tx
   tx=$((N / BATCH / CLIENTS))
   c0=$(pg_cpu)
-  as_pg "$PGBIN/pgbench" -n -M prepared -h 127.0.0.1 -p "$PGPORT" -U postgres -c "$CLIENTS" -j 2 -t "$tx" \
+  as_pg "$PGBIN/pgbench" -n -M prepared -D prev=0 -h 127.0.0.1 -p "$PGPORT" -U postgres -c "$CLIENTS" -j 2 -t "$tx" \
     -f "$STATE/$shape.sql" shapes >"$STATE/pgbench-$shape.log" 2>&1
   c1=$(pg_cpu)
   case $shape in
-    today | update)
+    today | update | onecommit)
       # The reaper's statement (src/store/postgres/reaper.rs), batch 1000, N rows.
       reap today.idemgate_records ;;
+    narrow | brin | nolease) reap "$shape.idemgate_records" ;;
+    lease)
+      # As many records, and the round's completed leases (their margin not waited for:
+      # the cost of deleting them is what is charged).
+      reap lease.idemgate_records
+      reap lease.leases "state = 'c'" ;;
     split)
       # Narrow claims by the reaper's statement; the responses of those records go with
       # their partition: the oldest partition holds about N of them per round here
@@ -214,7 +349,14 @@ round() {
       reap split.claims ;;
   esac
   c2=$(pg_cpu)
-  "${PSQL[@]}" -c "VACUUM $([ "$shape" = split ] && echo split.claims || echo today.idemgate_records)"
+  local vacuum
+  case $shape in
+    today | update | onecommit) vacuum=today.idemgate_records ;;
+    split) vacuum=split.claims ;;
+    lease) vacuum="lease.idemgate_records, lease.leases" ;;
+    *) vacuum=$shape.idemgate_records ;;
+  esac
+  "${PSQL[@]}" -c "VACUUM $vacuum"
   c3=$(pg_cpu)
   local drop=0
   if [ "$shape" = split ]; then
@@ -257,21 +399,25 @@ run() {
   echo "| shape | records/s | claim + completion µs | expiry µs | vacuum µs | partition drop µs | total µs |"
   echo "|---|---|---|---|---|---|---|"
   for r in $(seq "$ROUNDS"); do
-    round today
-    round update
-    round split
+    for shape in $SHAPES; do round "$shape"; done
   done
-  "${PSQL[@]}" -c "SELECT relname, pg_size_pretty(pg_total_relation_size(oid)) FROM pg_class
-                   WHERE relname IN ('idemgate_records', 'claims', 'responses') AND relkind IN ('r', 'p')"
-  "${PSQL[@]}" -c "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables
-                   WHERE relname IN ('idemgate_records', 'claims')"
+  "${PSQL[@]}" -c "SELECT n.nspname || '.' || c.relname AS relation, pg_size_pretty(pg_total_relation_size(c.oid)) AS total,
+                          pg_size_pretty(pg_indexes_size(c.oid)) AS indexes
+                   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                   WHERE n.nspname IN ('today', 'narrow', 'brin', 'lease', 'nolease', 'split')
+                     AND c.relkind IN ('r', 'p') AND NOT c.relispartition ORDER BY 1"
+  "${PSQL[@]}" -c "SELECT schemaname || '.' || relname AS relation, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del
+                   FROM pg_stat_user_tables
+                   WHERE schemaname IN ('today', 'narrow', 'brin', 'lease', 'nolease', 'split')
+                     AND relname IN ('idemgate_records', 'claims', 'leases') ORDER BY 1"
   "${PSQL[@]}" -At -c "SELECT 'split.responses', pg_size_pretty(sum(pg_total_relation_size(inhrelid)))
-                       FROM pg_inherits WHERE inhparent = 'split.responses'::regclass"
+                       FROM pg_inherits WHERE inhparent = to_regclass('split.responses')"
 }
 
 case "${1:-}" in
   seed) seed ;;
+  seed-leases) pg_start; seed_leases ;; # the lease shape's leases alone, afresh
   run) run ;;
   stop) pg_stop ;;
-  *) sed -n '2,30p' "$0"; exit 2 ;;
+  *) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 2 ;;
 esac
