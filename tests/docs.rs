@@ -3,10 +3,11 @@
 //! tracker number ([`tracker`]); every source path the documents, the code's comments
 //! and the Lua scripts name exists ([`paths`]); every alert has a runbook entry, every
 //! metric a row in `docs/metrics.md`, every problem code a row in `docs/http.md`
-//! ([`tables`]; the gRPC table is checked in src/grpc.rs, against `code_for` itself); the README shows how to start on its first screen; no
-//! setting's doc comment (the generated reference) carries a measured ratio; and every
-//! complete configuration shown in the documents (a TOML block with a `[[routes]]`
-//! table) is one the schema accepts.
+//! ([`tables`]; the gRPC table is checked in src/grpc.rs, against `code_for` itself);
+//! the README shows how to start on its first screen; no setting's doc comment (the
+//! generated reference) carries a measured ratio; and every complete configuration
+//! shown in the documents (a TOML block with a `[[routes]]` table) is one the schema
+//! accepts.
 
 use std::path::{Path, PathBuf};
 

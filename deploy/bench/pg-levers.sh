@@ -48,19 +48,13 @@ seed() {
     "${PSQL[@]}" -f "$ROOT/migrations/$f"
     "${PSQL[@]}" -c "INSERT INTO idemgate_schema (version, name) VALUES (${f:0:4}, '$f')"
   done
-  # Completed records as the gateway writes them: random 32-byte scope and key_hash, a
-  # ~150-byte body, expiring over the next 1-2 days.
+  # Completed records as the gateway writes them (pg-lib.sh), expiring over the next
+  # 1-2 days.
   time "${PSQL[@]}" -c "INSERT INTO idemgate_records
       (scope, key_hash, route, fingerprint, state, lock_token, status, headers, body,
        created_at, completed_at, expires_at, fence)
-    SELECT sha256(('s' || i)::bytea), sha256(('k' || i)::bytea), 'payments',
-           sha256(('f' || i)::bytea), 'completed', md5(i::text), 201,
-           decode(repeat('00', 40), 'hex'),
-           convert_to('{\"id\":\"' || md5(i::text) || '\",\"amount\":100,\"currency\":\"eur\",'
-                      || '\"status\":\"accepted\",\"created\":\"2026-11-26T18:00:00Z\",\"x\":\"'
-                      || md5((i + 1)::text) || '\"}', 'UTF8'),
-           now(), now(), now() + interval '1 day' + random() * interval '1 day', 0
-    FROM generate_series(1, $SEED_ROWS) AS i"
+    SELECT s, k, 'payments', f, 'completed', t, 201, h, b, now(), now(), e, 0
+    FROM ($(seed_rows "now() + interval '1 day' + random() * interval '1 day'")) AS r"
   time "${PSQL[@]}" -c "VACUUM ANALYZE idemgate_records"
 }
 

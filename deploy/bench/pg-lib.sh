@@ -1,5 +1,6 @@
 # Sourced by the Postgres benches (pg-levers.sh, pg-shapes.sh): a Postgres of their own
-# under $STATE on $PGPORT, run as the `postgres` account, and the CPU it used.
+# under $STATE on $PGPORT, run as the `postgres` account, the CPU it used, and the
+# records they seed.
 # The caller sets STATE, PGPORT and PG_CONF (lines added to postgresql.conf at initdb).
 PGBIN=/usr/lib/postgresql/15/bin
 
@@ -32,4 +33,18 @@ pg_cpu() {
       awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$p/stat" 2>/dev/null || true
     done
   } | awk -v t="$tick" '{ s += $1 } END { printf "%.4f\n", s / t }'
+}
+
+# A SELECT of SEED_ROWS completed records shaped as the gateway writes them, columns s
+# (32-byte scope), k (key hash), f (fingerprint), t (lock token), h (a 40-byte header
+# block), b (a ~150-byte body) and e (expiry: the SQL expression $1, over row i).
+seed_rows() {
+  echo "SELECT sha256(('s' || i)::bytea) AS s, sha256(('k' || i)::bytea) AS k,
+       sha256(('f' || i)::bytea) AS f, md5(i::text) AS t,
+       decode(repeat('00', 40), 'hex') AS h,
+       convert_to('{\"id\":\"' || md5(i::text) || '\",\"amount\":100,\"currency\":\"eur\",'
+                  || '\"status\":\"accepted\",\"created\":\"2026-11-26T18:00:00Z\",\"x\":\"'
+                  || md5((i + 1)::text) || '\"}', 'UTF8') AS b,
+       $1 AS e
+     FROM generate_series(1, $SEED_ROWS) AS i"
 }

@@ -64,17 +64,9 @@ autovacuum = off"
 # shellcheck source=deploy/bench/pg-lib.sh
 . "$ROOT/deploy/bench/pg-lib.sh"
 
-# The seeded records: random 32-byte scope and key hash, a ~150-byte body and a 40-byte
-# header block, completed, expiring over the next day (a slice already expired, so that
-# every round finds N records to remove).
-seed_rows="SELECT sha256(('s' || i)::bytea) AS s, sha256(('k' || i)::bytea) AS k,
-       sha256(('f' || i)::bytea) AS f, md5(i::text) AS t,
-       decode(repeat('00', 40), 'hex') AS h,
-       convert_to('{\"id\":\"' || md5(i::text) || '\",\"amount\":100,\"currency\":\"eur\",'
-                  || '\"status\":\"accepted\",\"created\":\"2026-11-26T18:00:00Z\",\"x\":\"'
-                  || md5((i + 1)::text) || '\"}', 'UTF8') AS b,
-       now() - interval '6 hours' + (i::float8 / $SEED_ROWS) * interval '30 hours' AS e
-     FROM generate_series(1, $SEED_ROWS) AS i"
+# The seeded records (pg-lib.sh), expiring over 30 hours from 6 hours ago: a slice
+# already expired, so that every round finds N records to remove.
+seed_rows=$(seed_rows "now() - interval '6 hours' + (i::float8 / $SEED_ROWS) * interval '30 hours'")
 
 # today's migrations in `schema`, and SEED_ROWS completed records in its table.
 seed_records() {
@@ -332,31 +324,20 @@ round() {
   as_pg "$PGBIN/pgbench" -n -M prepared -D prev=0 -h 127.0.0.1 -p "$PGPORT" -U postgres -c "$CLIENTS" -j 2 -t "$tx" \
     -f "$STATE/$shape.sql" shapes >"$STATE/pgbench-$shape.log" 2>&1
   c1=$(pg_cpu)
+  # The shape's record table: the reaper's statement (src/store/postgres/reaper.rs),
+  # batch 1000, takes N rows from it, then VACUUM. split: narrow claims; the responses
+  # of those records go with their partition (below). lease: also the round's completed
+  # leases (their margin not waited for: the cost of deleting them is what is charged).
+  local table
   case $shape in
-    today | update | onecommit)
-      # The reaper's statement (src/store/postgres/reaper.rs), batch 1000, N rows.
-      reap today.idemgate_records ;;
-    narrow | brin | nolease) reap "$shape.idemgate_records" ;;
-    lease)
-      # As many records, and the round's completed leases (their margin not waited for:
-      # the cost of deleting them is what is charged).
-      reap lease.idemgate_records
-      reap lease.leases "state = 'c'" ;;
-    split)
-      # Narrow claims by the reaper's statement; the responses of those records go with
-      # their partition: the oldest partition holds about N of them per round here
-      # (seeded 10M over 30 h: 2M per 6 h), so its DROP is charged N / rows_in_it.
-      reap split.claims ;;
+    today | update | onecommit) table=today.idemgate_records ;;
+    split) table=split.claims ;;
+    *) table=$shape.idemgate_records ;;
   esac
+  reap "$table"
+  [ "$shape" != lease ] || reap lease.leases "state = 'c'"
   c2=$(pg_cpu)
-  local vacuum
-  case $shape in
-    today | update | onecommit) vacuum=today.idemgate_records ;;
-    split) vacuum=split.claims ;;
-    lease) vacuum="lease.idemgate_records, lease.leases" ;;
-    *) vacuum=$shape.idemgate_records ;;
-  esac
-  "${PSQL[@]}" -c "VACUUM $vacuum"
+  "${PSQL[@]}" -c "VACUUM $table$([ "$shape" != lease ] || echo ', lease.leases')"
   c3=$(pg_cpu)
   local drop=0
   if [ "$shape" = split ]; then
