@@ -589,8 +589,11 @@ SCENARIOS = [
          target="gw", mode="replay", env=TUNED),
     dict(id="first-tuned", label="idemgate first execution, tuned as above", target="gw", mode="unique",
          env=TUNED),
-    dict(id="first-cold", label="idemgate first execution, lookup_on_miss=when_cold (warm)", target="gw",
-         mode="unique", env={"IDEMGATE__POSTGRES__LOOKUP_ON_MISS": "when_cold"}),
+    # lookup_on_miss is read only with claims in Redis (write-through claims find what
+    # Postgres holds in the claim itself), so this row sets both.
+    dict(id="first-cold", label="idemgate first execution, claims=redis, lookup_on_miss=when_cold (warm)",
+         target="gw", mode="unique",
+         env={"IDEMGATE__POSTGRES__CLAIMS": "redis", "IDEMGATE__POSTGRES__LOOKUP_ON_MISS": "when_cold"}),
     # Both claims modes set explicitly, side by side (write_through is the
     # default with [postgres], and its target is a share of the Redis-only claims' rate).
     dict(id="first-wtclaims", label="idemgate first execution, claims=write_through", target="gw",
@@ -818,7 +821,8 @@ def latency_phase(results):
     if "patroni-pg0" not in PARTS:
         log("starting the Patroni set for its latency paths (idemgate-fleet bench start patroni)")
         fleet("start", "patroni")
-    start_gateways(5, "warn", per_replica=[{}, {"IDEMGATE__POSTGRES__LOOKUP_ON_MISS": "when_cold"},
+    start_gateways(5, "warn", per_replica=[{}, {"IDEMGATE__POSTGRES__CLAIMS": "redis",
+                                                "IDEMGATE__POSTGRES__LOOKUP_ON_MISS": "when_cold"},
                                            {"IDEMGATE__POSTGRES__CLAIMS": "write_through"}, {}, patroni_env()],
                    redis_only=[4])
     fleet("start", "peer")
