@@ -600,6 +600,8 @@ SCENARIOS = [
          mode="unique", env={"IDEMGATE__POSTGRES__CLAIMS": "write_through"}),
     dict(id="first-redisclaims", label="idemgate first execution, claims=redis", target="gw",
          mode="unique", env={"IDEMGATE__POSTGRES__CLAIMS": "redis"}),
+    dict(id="first-fill", label="idemgate first execution, write-through, redis_fill=on_replay (one Redis script)",
+         target="gw", mode="unique", env={"IDEMGATE__POSTGRES__REDIS_FILL": "on_replay"}),
     dict(id="first-async", label="idemgate first execution, Postgres synchronous_commit=off", target="gw",
          mode="unique", sync_off=True),
     # Redis Cluster of three primaries (`idemgate-fleet bench start redis-cluster`, started

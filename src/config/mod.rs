@@ -68,7 +68,7 @@ pub use key_from::KeyFrom;
 pub use keys::{EncryptionKeys, KeyMaterial, KeyringError, KEY_LEN, MAX_ID_LEN};
 pub use load::ENV_PREFIX;
 pub use pointer::{JsonPointer, PointerError, Segment};
-pub use postgres::{ClaimDurability, LookupOnMiss, PostgresConfig};
+pub use postgres::{ClaimDurability, LookupOnMiss, PostgresConfig, RedisFill};
 pub use redis::{RecordFormat, RedisConfig, ReplayCacheConfig};
 pub use routes::{RouteConfig, UpstreamProtocol};
 pub use runtime::{worker_share, Runtime, Workers};

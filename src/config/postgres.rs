@@ -1,6 +1,7 @@
 //! `[postgres]`, the durable tier: its settings, where claims are held
 //! ([`ClaimDurability`]), when Redis claims are checked against it
-//! ([`LookupOnMiss`]), and its rules.
+//! ([`LookupOnMiss`]), when Redis gets its copy of a record ([`RedisFill`]), and its
+//! rules.
 
 use std::time::Duration;
 
@@ -34,6 +35,9 @@ pub struct PostgresConfig {
     /// Where claims are held: `write_through` (the default) also commits each claim to
     /// Postgres before forwarding; `redis` keeps them in Redis only (see [`ClaimDurability`]).
     pub claims: ClaimDurability,
+    /// When Redis gets its copy of a completed record: `at_completion` (the default) or
+    /// `on_replay` (see [`RedisFill`]).
+    pub redis_fill: RedisFill,
     /// Deadline of one Postgres statement (claim, lookup, a write-through batch).
     #[serde(with = "humantime_serde")]
     pub statement_timeout: Duration,
@@ -87,6 +91,7 @@ impl Default for PostgresConfig {
             migrate_on_start: true,
             lookup_on_miss: LookupOnMiss::Always,
             claims: ClaimDurability::WriteThrough,
+            redis_fill: RedisFill::AtCompletion,
             statement_timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(2),
             batch_max: 256,
@@ -140,10 +145,44 @@ pub enum ClaimDurability {
     /// Claims are also committed to Postgres before the upstream call (the default).
     WriteThrough,
 }
+/// `postgres.redis_fill`: when Redis gets its copy of a completed record, with
+/// `claims = "write_through"` (Postgres decides who holds a key, so Redis' copy only
+/// spares Postgres a read).
+///
+/// `at_completion` (the default): the completion stores the record in Redis too, so a
+/// retry on any replica replays from Redis, and waiting duplicates are woken at once.
+///
+/// `on_replay`: the completion writes Postgres only, and Redis gets the record from the
+/// first retry that needs it (which replays from Postgres and re-warms Redis): a first
+/// execution runs one Redis script (its claim) instead of two, and Redis holds
+/// only the records that were retried, not every record for its whole `ttl`. What it
+/// costs (docs/guarantees.md, "Redis filled on replay"): a retry that comes while the
+/// holder's lease still stands in Redis reads Postgres, so does each re-check of a
+/// waiting duplicate, a duplicate waiting on another replica hears of the completion
+/// at its next re-check (within a second) instead of at once, and while Postgres is
+/// down only records already in Redis replay. A live (streamed) answer is completed in
+/// Redis as before. Turn it on once every replica runs a release that has it. Needs
+/// `claims = "write_through"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RedisFill {
+    /// The completion stores the record in Redis and Postgres.
+    AtCompletion,
+    /// The completion stores the record in Postgres; the first retry re-warms Redis.
+    OnReplay,
+}
+
 impl PostgresConfig {
     /// The rules of `[postgres]`.
     pub(super) fn check(&self) -> Result<(), ConfigError> {
         self.check_connection()?;
+        if self.redis_fill == RedisFill::OnReplay && self.claims != ClaimDurability::WriteThrough {
+            return Err(ConfigError::invalid(
+                "postgres.redis_fill",
+                "\"on_replay\" needs postgres.claims = \"write_through\": with claims in Redis, \
+                 Redis decides who holds a key and must keep what it decided",
+            ));
+        }
         if !(1..=256).contains(&self.pool_size) {
             return Err(ConfigError::invalid(
                 "postgres.pool_size",
@@ -198,5 +237,35 @@ impl PostgresConfig {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, RedisFill};
+
+    const ROUTE: &str =
+        "[[routes]]\nname = \"p\"\npath_prefix = \"/\"\nupstream = \"http://127.0.0.1:1\"\n";
+
+    fn postgres(lines: &str) -> Result<Config, String> {
+        let toml = format!("[postgres]\nurl = \"postgres://localhost/x\"\n{lines}\n{ROUTE}");
+        Config::from_toml(&toml).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn redis_is_filled_at_completion_unless_asked() {
+        let c = postgres("").unwrap();
+        assert_eq!(c.postgres.unwrap().redis_fill, RedisFill::AtCompletion);
+        let c = postgres("redis_fill = \"on_replay\"").unwrap();
+        assert_eq!(c.postgres.unwrap().redis_fill, RedisFill::OnReplay);
+    }
+
+    #[test]
+    fn claims_in_redis_cannot_be_filled_on_replay() {
+        let e = postgres("claims = \"redis\"\nredis_fill = \"on_replay\"").unwrap_err();
+        assert!(e.contains("postgres.redis_fill"), "{e}");
+        assert!(postgres("redis_fill = \"sometimes\"")
+            .unwrap_err()
+            .contains("redis_fill"));
     }
 }

@@ -88,6 +88,7 @@ impl fmt::Debug for PostgresConfig {
             migrate_on_start,
             lookup_on_miss,
             claims,
+            redis_fill,
             statement_timeout,
             connect_timeout,
             batch_max,
@@ -108,6 +109,7 @@ impl fmt::Debug for PostgresConfig {
             .field("migrate_on_start", migrate_on_start)
             .field("lookup_on_miss", lookup_on_miss)
             .field("claims", claims)
+            .field("redis_fill", redis_fill)
             .field("statement_timeout", statement_timeout)
             .field("connect_timeout", connect_timeout)
             .field("batch_max", batch_max)

@@ -241,12 +241,15 @@ impl Drop for Answering<'_> {
 async fn settle_answer(
     app: &Arc<App>,
     route: &Route,
-    lease: Lease,
+    mut lease: Lease,
     answer: Result<(Buffered, Option<Expiry>), UpstreamError>,
     is_grpc: bool,
     runner: Runner,
     live: bool,
 ) -> (Outcome, Reply, Settled) {
+    if live {
+        lease.went_live();
+    }
     let mut stored = match answer {
         Ok((answer, _)) if releases(route, &answer) => {
             if live {

@@ -60,6 +60,10 @@ pub struct Held {
     /// Milliseconds after `claimed_at` at which the lease runs out, as far as this
     /// replica knows: the claim's `lock_ttl`, pushed out by every heartbeat that landed.
     pub(crate) runs_out_ms: AtomicU64,
+    /// The answer went live (streamed to its client as it came): with
+    /// `postgres.redis_fill = "on_replay"`, it is still completed in Redis, where its
+    /// joiners look for the record.
+    pub(crate) live: bool,
 }
 
 impl Held {
@@ -174,6 +178,13 @@ impl Lease {
     pub(super) fn set_home(&mut self, home: Home) {
         if let Some(held) = self.held.as_mut() {
             held.home = home;
+        }
+    }
+
+    /// The answer goes live (see [`Held::live`]).
+    pub fn went_live(&mut self) {
+        if let Some(held) = self.held.as_mut() {
+            held.live = true;
         }
     }
 

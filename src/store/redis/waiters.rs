@@ -236,8 +236,13 @@ impl Waiters {
         }
     }
 
-    fn wake(&self, channel: &str) {
+    /// Wakes this replica's waiters on `channel` (the subscription does it for every
+    /// message; a completion that publishes nothing does it for its own replica).
+    pub fn wake(&self, channel: &str) {
         let local = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        if local.is_empty() {
+            return;
+        }
         if let Some(notify) = local.get(channel) {
             notify.notify_waiters();
         }

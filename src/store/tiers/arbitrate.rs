@@ -106,8 +106,7 @@ impl Stores {
             }
             Ok(other) => {
                 let at = Binding { scope, record };
-                (other.map_acquired(|_| unreachable!("handled above")))
-                    .try_map_response(|stored| self.open(stored, at))
+                self.known(route, at, &fingerprint, other).await
             }
             Err(e @ StoreError::Unavailable(_)) => {
                 // Not cold by itself: only a claim the fallback takes in Postgres
@@ -169,6 +168,7 @@ impl Stores {
             runs_out_ms: u64::try_from(route.policy.settings.lock_ttl.as_millis())
                 .unwrap_or(u64::MAX)
                 .into(),
+            live: false,
         })
     }
 

@@ -2,6 +2,8 @@
 //! Postgres), a key stored under its previous id, and what a Postgres record means for
 //! a request (the one place stored records are opened).
 
+use std::time::Instant;
+
 use super::super::lease::Lease;
 use super::super::postgres::{Found, RecordRef};
 use super::super::redis::slots::slot;
@@ -27,11 +29,8 @@ impl Stores {
         let key = self.0.redis.record_key(record);
         if !self.0.breaker.is_open(slot(&key)) {
             if let Record::Known(claim) = self.0.redis.peek(&key, fingerprint).await? {
-                let claim = claim.map_acquired(|_| unreachable!("peek never acquires"));
                 let at = Binding { scope, record };
-                return Ok(Some(
-                    claim.try_map_response(|stored| self.open(stored, at))?,
-                ));
+                return Ok(Some(self.known(route, at, fingerprint, claim).await?));
             }
         }
         let Some(pg) = &self.0.postgres else {
@@ -85,6 +84,79 @@ impl Stores {
             tracing::debug!(error = %e, "could not release; the lease expires");
         }
         answer
+    }
+
+    /// What Redis said of a key it did not give this request (never `Acquired`): a
+    /// stored record opened at `at`, and an "in flight" confirmed
+    /// ([`Stores::confirm_in_flight`]).
+    pub(super) async fn known<A>(
+        &self,
+        route: &Route,
+        at: Binding,
+        fingerprint: &Fingerprint,
+        claim: Claim<A, StoredRecord>,
+    ) -> Result<Claim<Lease>, StoreError> {
+        let claim = claim.map_acquired(|_| unreachable!("acquired claims are the caller's"));
+        match claim.try_map_response(|stored| self.open(stored, at))? {
+            // Boxed: rare, and inline it would grow every claim's future.
+            c @ Claim::InFlight { .. } => {
+                Box::pin(self.confirm_in_flight(route, at, fingerprint, c)).await
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// With `redis_fill = "on_replay"`, a completion leaves its Redis lease standing
+    /// until it runs out: Redis' "in flight" is confirmed in Postgres, which replays the
+    /// record if the holder completed (Redis is re-warmed by the first claim after the
+    /// lease ran out). Anything else is returned as it is.
+    pub(super) async fn confirm_in_flight(
+        &self,
+        route: &Route,
+        at: Binding,
+        fingerprint: &Fingerprint,
+        claim: Claim<Lease>,
+    ) -> Result<Claim<Lease>, StoreError> {
+        let Claim::InFlight { .. } = claim else {
+            return Ok(claim);
+        };
+        let Some(pg) = (self.0.postgres.as_ref()).filter(|pg| pg.fills_on_replay()) else {
+            return Ok(claim);
+        };
+        let rec = RecordRef {
+            scope: at.scope,
+            id: at.record,
+            route: &route.name,
+        };
+        let asked = Instant::now();
+        match pg.lookups.lookup(rec).await {
+            Ok(Some(Found::Completed {
+                fingerprint: stored,
+                response,
+                remaining,
+            })) => {
+                metrics::fallback("in_flight_completed");
+                // Counted from Postgres' clock when it answered: never lengthened.
+                let found = Found::Completed {
+                    fingerprint: stored,
+                    response,
+                    remaining: remaining.saturating_sub(asked.elapsed()),
+                };
+                self.found_to_claim(found, fingerprint, at)
+            }
+            Ok(_) => Ok(claim),
+            // Unconfirmed, Redis' answer stands: nothing runs, a waiter goes on waiting,
+            // and a 409 tells the client to retry.
+            Err(e) => {
+                tracing::debug!(error = %e, "could not confirm in postgres: in flight");
+                Ok(claim)
+            }
+        }
+    }
+
+    /// `redis_fill = "on_replay"` with write-through claims.
+    pub(super) fn fills_on_replay(&self) -> bool {
+        (self.0.postgres.as_ref()).is_some_and(|pg| pg.fills_on_replay())
     }
 
     /// What a Postgres record means for a request with `fingerprint`; a completed one

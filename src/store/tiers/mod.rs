@@ -39,7 +39,7 @@ use super::redis::breaker::Breaker;
 use super::redis::sentinel_watch::SentinelWatch;
 use super::redis::waiters::Waiters;
 use super::{PgStore, RedisStore};
-use crate::config::{ClaimDurability, Config};
+use crate::config::{ClaimDurability, Config, RedisFill};
 use crate::idempotency::{Keyring, Sealing};
 use warmth::Warmth;
 
@@ -52,6 +52,17 @@ pub struct Durable {
     /// Claims in Postgres (`claims = "write_through"`, the Redis fallback), batched.
     pub claims: ClaimRounds,
     pub durability: ClaimDurability,
+    /// When Redis gets its copy of a completed record (`postgres.redis_fill`).
+    pub redis_fill: RedisFill,
+}
+
+impl Durable {
+    /// Redis is filled on replay (`redis_fill = "on_replay"`, write-through claims only):
+    /// a lease Redis reports may belong to an execution that completed in Postgres only,
+    /// so Redis' "in flight" is a hint that Postgres confirms.
+    pub fn fills_on_replay(&self) -> bool {
+        self.redis_fill == RedisFill::OnReplay && self.durability == ClaimDurability::WriteThrough
+    }
 }
 
 /// Both tiers and their health state. Cheap to clone.

@@ -76,7 +76,29 @@ impl Stores {
             }
             Home::Redis { also_in_postgres } => {
                 let encoded = sealed.as_ref().unwrap_or(&response.bytes);
+                // Filled on replay: Postgres alone, while it takes the record now.
+                let on_replay = also_in_postgres && !lease.live && self.fills_on_replay();
+                let durable_first = match (&self.0.postgres, on_replay) {
+                    (Some(pg), true) => match pg.writer.write(record()).await {
+                        Ok(WriteOutcome::Written) => {
+                            // Nothing is published: this replica's waiters are woken
+                            // here, the others' at their next re-check.
+                            if let Some(waiters) = &self.0.waiters {
+                                waiters.wake(&self.0.redis.channel(&lease.redis_key));
+                            }
+                            return Ok(Completion::Stored);
+                        }
+                        Ok(WriteOutcome::Conflict) => return Ok(Completion::LeaseLost),
+                        // Queued or failed: Redis takes the record as it would without
+                        // on_replay, and the queued copy lands later.
+                        not_now => Some(not_now),
+                    },
+                    _ => None,
+                };
                 let in_redis = self.complete_in_redis(lease, encoded, expiry).await;
+                if let Some(durable) = durable_first {
+                    return (self.reconcile(lease, also_in_postgres, in_redis, durable)).await;
+                }
                 // Lost in Redis: with claims only in Redis, the other holder's answer is
                 // the one to keep. With claims written through, Postgres is the
                 // authority: its token check decides (another request may have taken

@@ -89,7 +89,9 @@ impl Stores {
                     // in a cluster, re-subscribed and re-checked every `RECHECK` too (a
                     // slot that moved lost its subscription: see `waiters`).
                     let mut nap = (remaining + Duration::from_millis(10)).min(left);
-                    if asked {
+                    // Filled on replay, a completion on another replica publishes
+                    // nothing: the re-check is how a waiter hears of it.
+                    if asked || self.fills_on_replay() {
                         // Asked to join: a wake-up missed under load costs a second, not
                         // the answer's whole length.
                         nap = nap.min(RECHECK);

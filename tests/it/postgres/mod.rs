@@ -1,10 +1,12 @@
 //! The Postgres tier: write-through and cold-Redis fallback, claims in Postgres, the
 //! writer, HOT updates, migrations and the reaper, stalled and silent servers, libpq
-//! high availability, and where Redis and Postgres meet (split authority, tier edges).
+//! high availability, where Redis and Postgres meet (split authority, tier edges), and
+//! Redis filled on replay.
 
 mod claims;
 mod durability;
 mod failover;
+mod fill;
 mod hot;
 mod ops;
 mod silent;

@@ -3,7 +3,8 @@
 //! back empty loses nothing (the retry replays it byte for byte from Postgres); and with
 //! Redis down (claims in Postgres) an answer still streams to its first client, while a
 //! duplicate has nothing to join (nor to wait on: 409, as before live streaming) and a
-//! retry after the end replays the stored answer.
+//! retry after the end replays the stored answer. With `redis_fill = "on_replay"` a
+//! live answer is still completed in Redis.
 
 use std::time::Duration;
 
@@ -15,10 +16,15 @@ const QUERY: &str = "events=10&gap_ms=200";
 
 /// Redis, Postgres (claims in Redis while it is up), the SSE upstream and a gateway.
 async fn durable() -> (RedisServer, PgServer, SseUpstream, TestApp) {
+    durable_with("claims = \"redis\"").await
+}
+
+/// As [`durable`], with `postgres` as the `[postgres]` section's own lines.
+async fn durable_with(postgres: &str) -> (RedisServer, PgServer, SseUpstream, TestApp) {
     let redis = RedisServer::start();
     let pg = PgServer::start();
     let upstream = SseUpstream::start().await;
-    let route = format!("{WAIT}{}", pg.section("claims = \"redis\""));
+    let route = format!("{WAIT}{}", pg.section(postgres));
     let knobs = Knobs {
         route: &route,
         ..KNOBS
@@ -101,4 +107,22 @@ async fn with_redis_down_a_stream_still_streams_and_its_retry_replays_it_after()
     assert_eq!(retry.header("content-length"), Some(length.as_str()));
     assert_eq!(pg.count("state = 'completed'").await, 1);
     assert_eq!(upstream.executions_of("outage"), 1);
+}
+
+/// `redis_fill = "on_replay"` leaves Redis to the first retry, except for a live
+/// answer: it is completed in Redis too, where its joiners look for the record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filled_on_replay_a_live_answer_is_still_completed_in_redis() {
+    let (redis, pg, upstream, app) = durable_with("redis_fill = \"on_replay\"").await;
+    let first = Streamed::whole(post(&app.client, &base(&app), "live", QUERY), WITHIN).await;
+    assert_eq!((first.status, &first.end), (200, &End::Clean));
+    assert_eq!(first.header("content-length"), None, "streamed live");
+    assert_eq!(pg.count("state = 'completed'").await, 1);
+    let states = redis.record_states().await;
+    assert_eq!(states.len(), 1, "{states:?}");
+    assert_eq!(states[0].1.as_deref(), Some("C"), "completed in redis");
+    let replay = Streamed::whole(post(&app.client, &base(&app), "live", QUERY), WITHIN).await;
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert!(replay.body == first.body, "byte for byte");
+    assert_eq!(upstream.executions_of("live"), 1);
 }

@@ -59,6 +59,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("postgres.pool_size", "[postgres]\npool_size = 0"),
     ("postgres.lookup_on_miss", "[postgres]\nlookup_on_miss = \"never\""),
     ("postgres.claims", "[postgres]\nclaims = \"memory\""),
+    ("postgres.redis_fill", "[postgres]\nclaims = \"redis\"\nredis_fill = \"on_replay\""),
     ("postgres.statement_timeout", "[postgres]\nstatement_timeout = \"0s\""),
     ("postgres.connect_timeout", "[postgres]\nconnect_timeout = \"0s\""),
     ("postgres.batch_max", "[postgres]\nbatch_max = 0"),

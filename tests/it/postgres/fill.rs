@@ -1,0 +1,201 @@
+//! `postgres.redis_fill = "on_replay"`: a first execution completes in Postgres only,
+//! so Redis keeps the holder's lease until it runs out. A retry meanwhile, on any
+//! replica, is confirmed in Postgres and replays the stored bytes; the first claim
+//! after the lease ran out re-warms Redis; duplicates that wait on either replica get
+//! the one execution's answer; an admin invalidation deletes what Postgres decided; a
+//! completion Postgres cannot take at once goes to Redis as without `on_replay`.
+
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+
+use crate::support::{comparable, config, eventually, metric, read, tally};
+use crate::support::{MockUpstream, PgServer, RedisServer, TestApp};
+
+/// Two replicas on one Redis and one Postgres, Redis filled on replay, with `extra`
+/// TOML (after `[postgres]`).
+async fn two_replicas(extra: &str) -> (RedisServer, PgServer, MockUpstream, TestApp, TestApp) {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    let upstream = MockUpstream::start().await;
+    let toml = format!("{}{extra}", pg.section("redis_fill = \"on_replay\""));
+    let a = TestApp::spawn(config(&redis.url(), &upstream.url(), &toml)).await;
+    let b = TestApp::spawn(config(&redis.url(), &upstream.url(), &toml)).await;
+    (redis, pg, upstream, a, b)
+}
+
+/// The state (`s`) of the only record key in Redis.
+async fn record_state(redis: &RedisServer) -> Option<String> {
+    let states = redis.record_states().await;
+    assert_eq!(states.len(), 1, "one record key: {states:?}");
+    states.into_iter().next().and_then(|(_, s)| s)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_while_the_lease_stands_replays_from_postgres_and_redis_is_warmed_later() {
+    let lease = "[idempotency]\nlock_ttl = \"4s\"\n";
+    let (redis, pg, upstream, a, b) = two_replicas(lease).await;
+    let (s1, h1, b1) = read(a.post("k", r#"{"amount":7}"#).send().await.unwrap()).await;
+    assert_eq!(s1, 201);
+    assert_eq!(
+        pg.count("state = 'completed'").await,
+        1,
+        "stored before the answer"
+    );
+    assert_eq!(
+        record_state(&redis).await.as_deref(),
+        Some("L"),
+        "the completion did not write Redis: the holder's lease stands"
+    );
+
+    // On the other replica, within the lease: confirmed in Postgres, the same bytes.
+    let (s2, h2, b2) = read(b.post("k", r#"{"amount":7}"#).send().await.unwrap()).await;
+    assert_eq!((s2, &b2), (s1, &b1));
+    assert_eq!(h2["idempotent-replayed"], "true");
+    assert_eq!(comparable(&h2), comparable(&h1));
+    // A different body is still refused, lease or not.
+    let other = b.post("k", r#"{"amount":8}"#).send().await.unwrap();
+    assert_eq!(other.status(), 422);
+    assert_eq!(record_state(&redis).await.as_deref(), Some("L"));
+
+    // The lease runs out; the next claim finds the record in Postgres and re-warms Redis.
+    tokio::time::sleep(Duration::from_millis(4200)).await;
+    let (s3, h3, b3) = read(a.post("k", r#"{"amount":7}"#).send().await.unwrap()).await;
+    assert_eq!((s3, &b3), (s1, &b1));
+    assert_eq!(comparable(&h3), comparable(&h1));
+    assert_eq!(
+        record_state(&redis).await.as_deref(),
+        Some("C"),
+        "re-warmed"
+    );
+    let (s4, _, b4) = read(b.post("k", r#"{"amount":7}"#).send().await.unwrap()).await;
+    assert_eq!((s4, &b4), (s1, &b1));
+    assert_eq!(upstream.executions(), 1, "one execution for the key");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_duplicates_on_two_replicas_run_once_and_waiters_get_the_answer() {
+    let wait = "[idempotency]\nin_flight = \"wait\"\nmax_waiters = 64\nwait_timeout = \"10s\"\n";
+    let (redis, pg, upstream, a, b) = two_replicas(wait).await;
+    let delay = Duration::from_millis(400);
+    upstream.set_delay(delay);
+    for round in 0..3 {
+        let key = format!("hot-{round}");
+        let started = Instant::now();
+        let answers = join_all((0..24).map(|i| {
+            let (app, key) = (if i % 2 == 0 { &a } else { &b }, key.clone());
+            async move { read(app.post(&key, r#"{"amount":1}"#).send().await.unwrap()).await }
+        }))
+        .await;
+        let took = started.elapsed();
+        let t = tally(&answers);
+        assert_eq!(
+            (t.first, t.replayed, t.in_flight),
+            (1, 23, 0),
+            "round {round}"
+        );
+        let first = &answers[0].2;
+        assert!(
+            answers.iter().all(|(_, _, body)| body == first),
+            "one answer"
+        );
+        // Waiters on the holder's replica are woken at once, the others at their next
+        // re-check: within a second of the completion, not at wait_timeout.
+        assert!(
+            took < delay + Duration::from_millis(2500),
+            "round {round}: {took:?}"
+        );
+    }
+    assert_eq!(upstream.executions(), 3, "one execution per key");
+    assert_eq!(pg.count("state = 'completed'").await, 3);
+    // Filled on replay indeed: every holder's lease still stands in Redis, and the
+    // duplicates' answers came from Postgres.
+    let states = redis.record_states().await;
+    assert_eq!(states.len(), 3, "{states:?}");
+    assert!(
+        states.iter().all(|(_, s)| s.as_deref() == Some("L")),
+        "{states:?}"
+    );
+    let confirmed = |text: &str| {
+        metric(
+            text,
+            "idemgate_fallback_total{reason=\"in_flight_completed\"}",
+        )
+    };
+    let both = confirmed(&a.metrics().await) + confirmed(&b.metrics().await);
+    assert!(both >= 1.0, "duplicates replayed from postgres: {both}");
+}
+
+#[tokio::test]
+async fn an_admin_invalidation_within_the_lease_deletes_the_record_everywhere() {
+    const TOKEN: &str = "admin-token-for-fill";
+    let admin = format!("[admin]\ntoken = \"{TOKEN}\"\n");
+    let (redis, pg, upstream, a, _b) = two_replicas(&admin).await;
+    assert_eq!(a.post("k", "{}").send().await.unwrap().status(), 201);
+    assert_eq!(record_state(&redis).await.as_deref(), Some("L"));
+    let url = format!("http://{}/admin/keys/payments/k", a.admin);
+    let r = (a
+        .client
+        .delete(url)
+        .header("Authorization", format!("Bearer {TOKEN}")))
+    .send()
+    .await
+    .unwrap();
+    let (status, _, body) = read(r).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        v["deleted"],
+        serde_json::json!({"redis": true, "postgres": true})
+    );
+    assert!(
+        redis.records().await.is_empty(),
+        "the holder's lease went too"
+    );
+    assert_eq!(pg.count("true").await, 0);
+    // Invalidated: the key runs again.
+    let (status, headers, _) = read(a.post("k", "{}").send().await.unwrap()).await;
+    assert_eq!(
+        (status, &headers["idempotent-replayed"]),
+        (201, &"false".parse().unwrap())
+    );
+    assert_eq!(upstream.executions(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_postgres_cannot_take_goes_to_redis_and_replays() {
+    let (mut redis, mut pg, upstream, a, b) = two_replicas("").await;
+    upstream.set_delay(Duration::from_millis(800));
+    let first = tokio::spawn(a.post("k", r#"{"amount":3}"#).send());
+    // The claim is committed in Postgres before the call goes out.
+    let claimed = eventually(Duration::from_secs(5), async || upstream.executions() == 1).await;
+    assert!(claimed);
+    pg.stop();
+    let (s1, h1, b1) = read(first.await.unwrap().unwrap()).await;
+    assert_eq!(s1, 201, "the client still gets its response");
+    assert_eq!(
+        record_state(&redis).await.as_deref(),
+        Some("C"),
+        "stored in redis"
+    );
+    let (s2, h2, b2) = read(b.post("k", r#"{"amount":3}"#).send().await.unwrap()).await;
+    assert_eq!((s2, &b2, comparable(&h2)), (s1, &b1, comparable(&h1)));
+    assert_eq!(h2["idempotent-replayed"], "true");
+    // The queued copy lands once Postgres returns: it is the durable one.
+    pg.restart();
+    let landed = eventually(Duration::from_secs(15), async || {
+        pg.count("state = 'completed'").await == 1
+    })
+    .await;
+    assert!(landed, "the queued copy reached postgres");
+    redis.restart();
+    let replayed = eventually(Duration::from_secs(10), async || {
+        let r = b.post("k", r#"{"amount":3}"#).send().await.unwrap();
+        r.headers()
+            .get("idempotent-replayed")
+            .is_some_and(|v| v == "true")
+    })
+    .await;
+    assert!(replayed, "replayed from postgres after redis lost it");
+    assert_eq!(upstream.executions(), 1);
+}
