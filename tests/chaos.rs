@@ -67,7 +67,7 @@ mod scenarios;
 #[path = "chaos/slow_upstream.rs"]
 mod slow_upstream;
 
-use cluster::Durability::{Postgres, RedisOnly, WriteThrough};
+use cluster::Durability::{FilledOnReplay, Postgres, RedisOnly, WriteThrough};
 use harness::run;
 
 // ---- fast subset: runs in `cargo test` / `make test` ----
@@ -117,6 +117,54 @@ fn redis_restarted_data_lost_claims_write_through() {
     run("redis restarted, data lost [claims=write_through]", |n| {
         scenarios::redis_restart(n, WriteThrough)
     });
+}
+
+// `postgres.redis_fill = "on_replay"`: Postgres decides, as with write-through claims,
+// so these rows must show no duplicate and nothing lost either.
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn redis_restarted_data_lost_filled_on_replay() {
+    run(
+        "redis restarted, data lost [claims=write_through, redis_fill=on_replay]",
+        |n| scenarios::redis_restart(n, FilledOnReplay),
+    );
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn redis_killed_down_3s_filled_on_replay() {
+    run(
+        "redis killed, down 3s, back [claims=write_through, redis_fill=on_replay]",
+        |n| scenarios::redis_down(n, FilledOnReplay),
+    );
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn redis_paused_filled_on_replay() {
+    run(
+        "redis paused: CLIENT PAUSE 2s, DEBUG SLEEP 2 [claims=write_through, redis_fill=on_replay]",
+        |n| scenarios::redis_pause(n, FilledOnReplay),
+    );
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn replica_cut_off_from_redis_filled_on_replay() {
+    run(
+        "one replica cut off from redis [claims=write_through, redis_fill=on_replay]",
+        |n| scenarios::replica_cut_off(n, FilledOnReplay),
+    );
+}
+
+#[test]
+#[ignore = "chaos: make chaos"]
+fn cluster_primary_killed_filled_on_replay() {
+    run(
+        "cluster primary SIGKILLed [claims=write_through, redis_fill=on_replay]",
+        |n| failover::cluster_primary_killed(n, FilledOnReplay, false),
+    );
 }
 
 #[test]

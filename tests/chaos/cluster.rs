@@ -41,6 +41,15 @@ pub enum Durability {
     Postgres,
     /// `[postgres]` with `claims = "write_through"` (the default).
     WriteThrough,
+    /// As `WriteThrough`, with `redis_fill = "on_replay"`: completions write Postgres only.
+    FilledOnReplay,
+}
+
+impl Durability {
+    /// Postgres decides who holds a key: claims are committed there before forwarding.
+    pub fn claims_written_through(self) -> bool {
+        matches!(self, Durability::WriteThrough | Durability::FilledOnReplay)
+    }
 }
 
 /// Which Redis the replicas talk to.
@@ -278,11 +287,16 @@ fn replica_toml(
         (Durability::RedisOnly, _) | (_, None) => String::new(),
         (d, Some(url)) => format!(
             "[postgres]\nurl = \"{url}\"\nstatement_timeout = \"1s\"\npool_size = 8\n\
-             claims = \"{}\"\n{}\n",
-            if d == Durability::WriteThrough {
+             claims = \"{}\"\n{}{}\n",
+            if d.claims_written_through() {
                 "write_through"
             } else {
                 "redis"
+            },
+            if d == Durability::FilledOnReplay {
+                "redis_fill = \"on_replay\"\n"
+            } else {
+                ""
             },
             opts.postgres,
         ),

@@ -21,7 +21,7 @@ const EXACTLY_ONCE: Expect = Expect {
 /// Exactly once only with `claims = "write_through"`; durable unless Redis-only.
 fn expect_for(d: Durability) -> Expect {
     Expect {
-        exactly_once: d == Durability::WriteThrough,
+        exactly_once: d.claims_written_through(),
         durable: d != Durability::RedisOnly,
     }
 }
