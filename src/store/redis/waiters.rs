@@ -240,9 +240,6 @@ impl Waiters {
     /// message; a completion that publishes nothing does it for its own replica).
     pub fn wake(&self, channel: &str) {
         let local = self.local.lock().unwrap_or_else(|p| p.into_inner());
-        if local.is_empty() {
-            return;
-        }
         if let Some(notify) = local.get(channel) {
             notify.notify_waiters();
         }

@@ -99,7 +99,7 @@ impl Stores {
         let claim = claim.map_acquired(|_| unreachable!("acquired claims are the caller's"));
         match claim.try_map_response(|stored| self.open(stored, at))? {
             // Boxed: rare, and inline it would grow every claim's future.
-            c @ Claim::InFlight { .. } => {
+            c @ Claim::InFlight { .. } if self.fills_on_replay() => {
                 Box::pin(self.confirm_in_flight(route, at, fingerprint, c)).await
             }
             other => Ok(other),
@@ -109,19 +109,16 @@ impl Stores {
     /// With `redis_fill = "on_replay"`, a completion leaves its Redis lease standing
     /// until it runs out: Redis' "in flight" is confirmed in Postgres, which replays the
     /// record if the holder completed (Redis is re-warmed by the first claim after the
-    /// lease ran out). Anything else is returned as it is.
-    pub(super) async fn confirm_in_flight(
+    /// lease ran out); otherwise `in_flight` stands.
+    async fn confirm_in_flight(
         &self,
         route: &Route,
         at: Binding,
         fingerprint: &Fingerprint,
-        claim: Claim<Lease>,
+        in_flight: Claim<Lease>,
     ) -> Result<Claim<Lease>, StoreError> {
-        let Claim::InFlight { .. } = claim else {
-            return Ok(claim);
-        };
-        let Some(pg) = (self.0.postgres.as_ref()).filter(|pg| pg.fills_on_replay()) else {
-            return Ok(claim);
+        let Some(pg) = &self.0.postgres else {
+            return Ok(in_flight);
         };
         let rec = RecordRef {
             scope: at.scope,
@@ -144,12 +141,12 @@ impl Stores {
                 };
                 self.found_to_claim(found, fingerprint, at)
             }
-            Ok(_) => Ok(claim),
+            Ok(_) => Ok(in_flight),
             // Unconfirmed, Redis' answer stands: nothing runs, a waiter goes on waiting,
             // and a 409 tells the client to retry.
             Err(e) => {
                 tracing::debug!(error = %e, "could not confirm in postgres: in flight");
-                Ok(claim)
+                Ok(in_flight)
             }
         }
     }

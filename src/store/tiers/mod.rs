@@ -57,11 +57,12 @@ pub struct Durable {
 }
 
 impl Durable {
-    /// Redis is filled on replay (`redis_fill = "on_replay"`, write-through claims only):
-    /// a lease Redis reports may belong to an execution that completed in Postgres only,
-    /// so Redis' "in flight" is a hint that Postgres confirms.
+    /// Redis is filled on replay (`redis_fill = "on_replay"`, which the configuration
+    /// takes with write-through claims only): a lease Redis reports may belong to an
+    /// execution that completed in Postgres only, so Redis' "in flight" is a hint that
+    /// Postgres confirms.
     pub fn fills_on_replay(&self) -> bool {
-        self.redis_fill == RedisFill::OnReplay && self.durability == ClaimDurability::WriteThrough
+        self.redis_fill == RedisFill::OnReplay
     }
 }
 

@@ -9,7 +9,7 @@ use fred::prelude::{ClientLike, SortedSetsInterface};
 use futures_util::future::join_all;
 
 use crate::support::{config, eventually, problem_code, read, stack, MockUpstream, RedisServer};
-use crate::support::{tally, TestApp};
+use crate::support::{replays_within, tally, TestApp};
 
 /// Item 1: with the claim script paused in Redis, a client that times out must not
 /// strand the claim that lands afterwards: a retry after the pause runs, with no 409.
@@ -76,13 +76,7 @@ async fn many_callers_giving_up_mid_claim_then_retrying_execute_once() {
     assert_eq!(upstream.executions(), 2, "one execution for the key");
     assert_eq!(t.first + t.in_flight + t.replayed, 20);
     assert!(t.first <= 1);
-    let settled = eventually(Duration::from_secs(5), async || {
-        let r = app.post("hot", r#"{"n":1}"#).send().await.unwrap();
-        r.headers()
-            .get("idempotent-replayed")
-            .is_some_and(|v| v == "true")
-    })
-    .await;
+    let settled = replays_within(&app, "hot", r#"{"n":1}"#, Duration::from_secs(5)).await;
     assert!(settled, "the key settles into a replay");
     assert_eq!(upstream.executions(), 2);
 }

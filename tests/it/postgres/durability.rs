@@ -6,7 +6,9 @@ use std::time::Duration;
 use futures_util::future::join_all;
 
 use super::warm_up;
-use crate::support::{comparable, durable_stack, eventually, problem_code, read, tally};
+use crate::support::{
+    comparable, durable_stack, eventually, problem_code, read, replays_within, tally,
+};
 
 #[tokio::test]
 async fn redis_restarted_empty_replays_from_postgres_and_rewarms() {
@@ -122,13 +124,8 @@ async fn postgres_stopped_during_write_through_loses_nothing() {
     // Prove they are the durable copy: lose Redis and replay every one.
     redis.restart();
     for i in 0..5 {
-        let replayed = eventually(Duration::from_secs(10), async || {
-            let r = app.post(&format!("pgdown-{i}"), "{}").send().await.unwrap();
-            r.headers()
-                .get("idempotent-replayed")
-                .is_some_and(|v| v == "true")
-        })
-        .await;
+        let key = format!("pgdown-{i}");
+        let replayed = replays_within(&app, &key, "{}", Duration::from_secs(10)).await;
         assert!(replayed, "key {i}");
     }
     assert_eq!(upstream.executions(), 5);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
-use crate::support::{comparable, config, eventually, metric, read, tally};
+use crate::support::{comparable, config, eventually, metric, read, replays_within, tally};
 use crate::support::{MockUpstream, PgServer, RedisServer, TestApp};
 
 /// Two replicas on one Redis and one Postgres, Redis filled on replay, with `extra`
@@ -189,13 +189,7 @@ async fn a_completion_postgres_cannot_take_goes_to_redis_and_replays() {
     .await;
     assert!(landed, "the queued copy reached postgres");
     redis.restart();
-    let replayed = eventually(Duration::from_secs(10), async || {
-        let r = b.post("k", r#"{"amount":3}"#).send().await.unwrap();
-        r.headers()
-            .get("idempotent-replayed")
-            .is_some_and(|v| v == "true")
-    })
-    .await;
+    let replayed = replays_within(&b, "k", r#"{"amount":3}"#, Duration::from_secs(10)).await;
     assert!(replayed, "replayed from postgres after redis lost it");
     assert_eq!(upstream.executions(), 1);
 }

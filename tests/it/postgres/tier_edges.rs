@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use super::warm_up;
-use crate::support::{config, durable_stack, eventually, problem_code, read};
+use crate::support::{config, durable_stack, eventually, problem_code, read, replays_within};
 use crate::support::{MockUpstream, PgServer, RedisServer, TestApp};
 
 /// Where claims go, as `/readyz` says.
@@ -88,13 +88,7 @@ async fn a_cold_redis_with_postgres_down_fails_closed() {
     assert!(redis.records().await.is_empty(), "the lease was released");
 
     pg.restart();
-    let replayed = eventually(Duration::from_secs(10), async || {
-        let r = app.post("k", r#"{"a":1}"#).send().await.unwrap();
-        r.headers()
-            .get("idempotent-replayed")
-            .is_some_and(|v| v == "true")
-    })
-    .await;
+    let replayed = replays_within(&app, "k", r#"{"a":1}"#, Duration::from_secs(10)).await;
     assert!(replayed);
     let (_, _, b2) = read(app.post("k", r#"{"a":1}"#).send().await.unwrap()).await;
     assert_eq!(b2, b1);

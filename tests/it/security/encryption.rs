@@ -8,8 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::support::{
-    comparable, config, eventually, problem_code, read, MockUpstream, PgServer, RedisServer,
-    TestApp,
+    comparable, config, eventually, problem_code, read, replays_within, MockUpstream, PgServer,
+    RedisServer, TestApp,
 };
 
 /// Plaintext the mock upstream puts in every response: body, header, cookie.
@@ -269,13 +269,7 @@ async fn keys_rotate_and_records_before_encryption_still_replay() {
         "each record names its key"
     );
     redis.restart();
-    let replayed = eventually(Duration::from_secs(10), async || {
-        let r = app.post("old", "{}").send().await.unwrap();
-        r.headers()
-            .get("idempotent-replayed")
-            .is_some_and(|v| v == "true")
-    })
-    .await;
+    let replayed = replays_within(&app, "old", "{}", Duration::from_secs(10)).await;
     assert!(replayed, "the k1 record replays from postgres under k2");
     drop(app);
 

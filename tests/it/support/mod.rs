@@ -112,6 +112,21 @@ pub async fn eventually(within: std::time::Duration, mut f: impl AsyncFnMut() ->
     false
 }
 
+/// Posts `body` under `key` to `app` until it is answered as a replay
+/// (`Idempotent-Replayed: true`) or `within` passes.
+pub async fn replays_within(
+    app: &TestApp,
+    key: &str,
+    body: &str,
+    within: std::time::Duration,
+) -> bool {
+    eventually(within, async || {
+        let r = app.post(key, body).send().await.unwrap();
+        (r.headers().get("idempotent-replayed")).is_some_and(|v| v == "true")
+    })
+    .await
+}
+
 /// The `code` member of a problem+json body, asserting the content type.
 pub fn problem_code(headers: &reqwest::header::HeaderMap, body: &[u8]) -> String {
     assert_eq!(
