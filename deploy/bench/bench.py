@@ -42,6 +42,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -228,7 +229,7 @@ def components():
     """name -> list of pids, for CPU accounting (a postmaster with its children: backends,
     WAL senders and receivers, background workers)."""
     comp = {}
-    for n, pid in PARTS.items():
+    for n, pid in list(PARTS.items()):  # a copy: the rolling phase restarts parts meanwhile
         group = part_group(n)
         pids = [pid] + (children_of(pid) if group in ("postgres", "postgres-ha", "nginx") else [])
         comp.setdefault(group, []).extend(pids)
@@ -461,10 +462,10 @@ def load(s, url, args, duration, tag):
     return (run_h2c if s.get("client") == "h2c" else run_wrk)(url, args, duration, tag)
 
 
-def run_k6(target, mode, prefix, tag, nkeys=1, path="/v1/payments"):
+def run_k6(target, mode, prefix, tag, nkeys=1, path="/v1/payments", duration=None):
     out = RAW / f"k6-{tag}.json"
     env = dict(os.environ, TARGET=target, REQ_PATH=path, MODE=mode, PREFIX=prefix, NKEYS=str(nkeys), RATE=str(LAT_RATE),
-               DURATION=f"{LAT_DURATION}s", OUT=str(out), K6_NO_USAGE_REPORT="true")
+               DURATION=f"{duration or LAT_DURATION}s", OUT=str(out), K6_NO_USAGE_REPORT="true")
     c0 = cpu_snapshot()
     t0 = time.time()
     with open(RAW / f"k6-{tag}.log", "w") as f:
@@ -795,7 +796,7 @@ def run_scenario(s, results):
 
 # --- latency at a fixed rate --------------------------------------------------
 
-# Path -> (target, replica, key mode). Replicas 1-4 run side by side with different
+# Path -> (target, replica, key mode). Replicas 1-6 run side by side with different
 # configs (4: Redis only); only the one being measured gets traffic. The peer runs beside them.
 LAT_PATHS = [
     ("direct", "upstream", 1, "unique"),
@@ -806,6 +807,7 @@ LAT_PATHS = [
     ("first", "gw", 1, "unique"),
     ("first-cold", "gw", 2, "unique"),
     ("first-wtclaims", "gw", 3, "unique"),
+    ("first-fill", "gw", 6, "unique"),  # redis_fill = "on_replay"
     ("first-async", "gw", 1, "unique"),  # synchronous_commit=off meanwhile
     # Replica 5 writes through to the Patroni set, switched to synchronous replication
     # before its first path and to asynchronous for the second (then back).
@@ -823,9 +825,10 @@ def latency_phase(results):
     if "patroni-pg0" not in PARTS:
         log("starting the Patroni set for its latency paths (idemgate-fleet bench start patroni)")
         fleet("start", "patroni")
-    start_gateways(5, "warn", per_replica=[{}, {"IDEMGATE__POSTGRES__CLAIMS": "redis",
+    start_gateways(6, "warn", per_replica=[{}, {"IDEMGATE__POSTGRES__CLAIMS": "redis",
                                                 "IDEMGATE__POSTGRES__LOOKUP_ON_MISS": "when_cold"},
-                                           {"IDEMGATE__POSTGRES__CLAIMS": "write_through"}, {}, patroni_env()],
+                                           {"IDEMGATE__POSTGRES__CLAIMS": "write_through"}, {}, patroni_env(),
+                                           {"IDEMGATE__POSTGRES__REDIS_FILL": "on_replay"}],
                    redis_only=[4])
     fleet("start", "peer")
     try:
@@ -860,6 +863,159 @@ def latency_phase(results):
         results["latency"] = lat
     finally:
         fleet("stop", "gateways", "peer", "patroni")
+
+
+# --- a rolling switch of redis_fill under load ----------------------------------
+
+# `ONLY=rolling`: how long the keyed traffic runs, and when each replica is switched.
+ROLL_SECONDS = int(os.environ.get("ROLL_SECONDS", "60"))
+ROLL_AT = (15, 35)
+assert ROLL_SECONDS >= ROLL_AT[-1] + 10, "ROLL_SECONDS: the load must outlast the last switch by 10 s"
+ROLL_ENV = {"IDEMGATE__IDEMPOTENCY__IN_FLIGHT": "wait"}
+FILL_ON_REPLAY = {"IDEMGATE__POSTGRES__REDIS_FILL": "on_replay"}
+
+
+def haproxy_api(command):
+    """One command to HAProxy's runtime API (HAProxy started with `--rolling`); its answer."""
+    with socket.create_connection(("127.0.0.1", PORTS["haproxy_admin"]), timeout=5) as c:
+        c.sendall(command.encode() + b"\n")
+        out = b""
+        while chunk := c.recv(65536):
+            out += chunk
+    return out.decode().strip()
+
+
+def restart_replica(i, n, env):
+    """Replica i of n restarted as a rolling restart does it: drained in HAProxy (no new
+    requests; those under way finish, up to 5 s), stopped (SIGTERM), started again with
+    env, and made ready in HAProxy again. Seconds out of rotation."""
+    t0 = time.time()
+    haproxy_api(f"set server gateways/gw{i} state drain")
+    while time.time() < t0 + 5:
+        stat = [l.split(",") for l in haproxy_api("show stat").splitlines()]
+        if any(f[:2] == ["gateways", f"gw{i}"] and f[4] == "0" for f in stat):  # scur: 0 under way
+            break
+        time.sleep(0.05)
+    fleet("stop", f"gw-{i}")
+    fleet("start", "gateways", n, "--log", "warn", "--only", i,
+          *[a for k, v in {**ROLL_ENV, **env}.items() for a in ("--replica-env", f"{i}:{k}={v}")])
+    haproxy_api(f"set server gateways/gw{i} state ready")
+    return time.time() - t0
+
+
+def rolling_phase(results):
+    """`ONLY=rolling`: keyed traffic at LAT_RATE through HAProxy to two replicas writing
+    through to Postgres (with its PG_RECORDS), twice side by side: once as it is (the
+    baseline), once while `redis_fill` is switched to `on_replay` replica by replica
+    (`restart_replica`: drained in HAProxy, stopped, started, put back). Every other
+    request retries a key sent a second earlier, so the replica still filling at
+    completion meets the leases the other one leaves standing. Checks: every answer 201,
+    no key run twice upstream, the slowest answer under a second. Writes
+    deploy/bench/results/rolling-fill.md."""
+    # Right after Postgres starts on its copied table, writes stall for up to seconds
+    # (cold caches): a run of its own first, so that the two measured runs compare alike.
+    warm = rolling_run("warmup", switch=False, seconds=30)
+    base = rolling_run("baseline", switch=False)
+    res = rolling_run("rolling", switch=True)
+    res["baseline"], res["warmup"] = base, warm
+    results["rolling"] = res
+    (RESULTS_DIR / "rolling-fill.md").write_text(render_rolling(res, results))
+
+
+def rolling_run(tag, switch, seconds=ROLL_SECONDS):
+    """One run of `rolling_phase` (`seconds` long), switching the replicas if `switch`."""
+    start_gateways(2, "warn", env=ROLL_ENV)
+    fleet("start", "haproxy", 2, "--rolling")
+    upstream_ledger_reset()
+    prefix = f"{tag}-{int(time.time())}"
+    out, steps, confirmed = {}, [], None
+
+    def send_load():
+        out["k6"] = run_k6(url("lb"), "pairs", prefix, tag, LAT_RATE // 2, duration=seconds)
+    t = threading.Thread(target=send_load)
+    started = time.time()
+    t.start()
+    try:
+        for i, at in enumerate(ROLL_AT if switch else (), 1):
+            time.sleep(max(0.0, started + at - time.time()))
+            if i == 2:
+                # Replica 2, still filling at completion beside replica 1 on on_replay: the
+                # retries it confirmed in Postgres (what the mixed fleet is about).
+                confirmed = gateway_counter(2, 'idemgate_fallback_total{reason="in_flight_completed"}')
+            took = restart_replica(i, 2, FILL_ON_REPLAY)
+            steps.append((round(time.time() - started - took, 1), i, round(took, 2)))
+            log(f"  replica {i} switched to on_replay at {steps[-1][0]} s (out of rotation {took:.2f} s)")
+    finally:
+        t.join()
+    res = out.get("k6")
+    if res is None:
+        raise RuntimeError(f"k6 did not finish (see .state/bench/raw/k6-{tag}.log)")
+    res["upstream_duplicates"] = upstream_ledger()[1]
+    res["steps"] = steps
+    res["confirmed_by_at_completion"] = confirmed
+    fleet("stop", "gateways", "haproxy")
+    log(f"  {tag}: max {res['max_ms']:.0f} ms, p99 {res['p99_ms']:.0f} ms, failed {res['failed_rate']:.4f}, "
+        f"dropped {res['dropped_iterations']}, upstream duplicates {res['upstream_duplicates']}")
+    return res
+
+
+def gateway_counter(i, sample):
+    """The value of one sample line (`name{labels}`) on replica i's `/metrics` (0 without it)."""
+    _, text = http_get(f"http://127.0.0.1:{PORTS['admin_base'] + i}/metrics", timeout=5)
+    for line in text.decode().splitlines():
+        if line.startswith(sample + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def render_rolling(res, results):
+    m, base = results["machine"], res["baseline"]
+    ok = lambda good: "yes" if good else "**no**"
+    both = lambda f: f"{f(base)} | {f(res)}"
+    rows = [("answers other than 201 (k6 `http_req_failed`)",
+             both(lambda r: f"{r['failed_rate'] * r['requests']:.0f} of {r['requests']:,}"), res["failed_rate"] == 0),
+            ("requests not sent on time (k6 dropped iterations)", both(lambda r: f"{r['dropped_iterations']}"),
+             res["dropped_iterations"] == 0),
+            ("keys executed more than once upstream", both(lambda r: f"{r['upstream_duplicates']}"),
+             res["upstream_duplicates"] == 0),
+            ("p99 / p99.9", both(lambda r: f"{r['p99_ms']:.1f} / {r['p999_ms']:.1f} ms"), True),
+            ("slowest answer (no write blocked 1 s)", both(lambda r: f"{r['max_ms']:.0f} ms"), res["max_ms"] < 1000),
+            ("retries replica 2 (still on at_completion) replayed from Postgres while replica 1 was on "
+             "on_replay (`idemgate_fallback_total{reason=\"in_flight_completed\"}`)",
+             f"- | {res['confirmed_by_at_completion']:.0f}", (res["confirmed_by_at_completion"] or 0) > 0)]
+    steps = "; ".join(f"replica {i} at {at} s (drained, stopped, started and back in rotation in {took} s)"
+                      for at, i, took in res["steps"])
+    return "\n".join([
+        "# Switching `redis_fill` to `on_replay` replica by replica, under load",
+        "",
+        f"Generated by `ONLY=rolling bash deploy/bench/run.sh` (deploy/bench/bench.py, `rolling_phase`) on "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit `{m.get('commit', '?')}`, "
+        f"{m.get('cpu', '?')} ({m.get('nproc', '?')} CPUs, {m.get('mem_gib', '?')} GiB), kernel "
+        f"`{m.get('kernel', '?')}`, shared with other work.",
+        "",
+        f"Postgres held {results.get('pg_records_before', 0):,} records before the runs (`synchronous_commit = on`, "
+        f"fsync on). Two runs side by side, the same load in each: k6 sent {LAT_RATE} keyed POSTs a second for "
+        f"{ROLL_SECONDS} s (constant arrival rate, one tenant) through HAProxy to two replicas writing through to "
+        f"it with `in_flight = \"wait\"`, every other request a fresh key, the others a retry of the key sent one "
+        f"second earlier. The baseline leaves both replicas on `redis_fill = \"at_completion\"`; the switch "
+        f"starts there and then, as a rolling restart does it, {steps}: drained through HAProxy's runtime API "
+        f"(no new requests; it waits for those under way), stopped (SIGTERM), started with `on_replay` and put "
+        f"back. HAProxy (`deploy/bench/haproxy.cfg`, started with `--rolling`) picks a replica at random and "
+        f"would send a request whose connection is refused or closed before any answer again, to the other "
+        f"replica. The checks are the switch's. Before both, a 30 s run of the same load that is not "
+        f"compared: right after Postgres starts on its copied table, writes stall (cold caches; its slowest "
+        f"answer {res['warmup']['max_ms']:.0f} ms, p99 {res['warmup']['p99_ms']:.0f} ms).",
+        "",
+        "| check | baseline | switch | ok |",
+        "|---|---:|---:|---|",
+        *[f"| {what} | {value} | {ok(good)} |" for what, value, good in rows],
+        "",
+        "What it shows: the switch needs no schema change and no pause; during it, replicas on both settings "
+        "share the keys (the one still filling at completion confirms in Postgres the leases the other leaves "
+        "standing). The same switch, without load, with the previous release in the fleet first: "
+        "`make upgrade-check` (tests/it/binary/upgrade.rs).",
+        "",
+    ])
 
 
 # --- profile report ------------------------------------------------------------
@@ -1103,6 +1259,10 @@ def render_durable(rows, results):
     out.append(cpu_line("Redis CPU per durable first execution", r_dur, 2)
                + (f"; against Redis only in the same run ({r_only:.1f} µs): {r_dur / r_only:.2f}x (target at "
                   f"most 1.00x): {ok(r_dur <= r_only)}" if r_only == r_only else ""))
+    r_fill = get("first-fill", redis_parts)
+    if r_fill == r_fill and r_dur == r_dur:
+        out.append(cpu_line("Redis CPU per durable first execution with `redis_fill = \"on_replay\"` (opt-in, "
+                            "one Redis script)", r_fill, 2, f"; {r_fill / r_dur:.2f}x the default's"))
     peer_redis = get("peer-first", redis_parts)
     if r_only == r_only and peer_redis == peer_redis:
         out.append(f"- Redis CPU per first execution, Redis only: {r_only:.1f} µs = {r_only / peer_redis:.2f}x the "
@@ -1279,7 +1439,8 @@ def render(results):
         out.append("| path | p50 ms | p99 ms | p99.9 ms | added p50 ms | added p99 ms | target (added p99) | failed |")
         out.append("|---|---:|---:|---:|---:|---:|---|---:|")
         labels = {s["id"]: s["label"] for s in SCENARIOS}
-        targets = {"replay": 1.0, "first": 3.0, "first-cold": 3.0, "first-wtclaims": 3.0, "first-async": 3.0}
+        targets = {"replay": 1.0, "first": 3.0, "first-cold": 3.0, "first-wtclaims": 3.0, "first-fill": 3.0,
+                   "first-async": 3.0}
         for pid, *_ in LAT_PATHS:
             rs = lat.get(pid) or []
             if not rs:
@@ -1659,6 +1820,9 @@ def main():
         if not ONLY or "latency" in ONLY:
             log(f"latency at {LAT_RATE} req/s: {LAT_ROUNDS} rounds of {LAT_DURATION} s per path")
             latency_phase(results)
+        if "rolling" in ONLY:
+            log(f"redis_fill switched replica by replica under {LAT_RATE} req/s for {ROLL_SECONDS} s")
+            rolling_phase(results)
         fleet("down")
         if PROFILE:
             log("perf reports")
@@ -1688,8 +1852,8 @@ def main():
         write_benchmarks(section)
         log(f"done in {results['elapsed_s']} s; results in deploy/bench/results/, raw outputs in .state/bench/raw/")
     else:
-        log(f"done in {results['elapsed_s']} s (ONLY: deploy/bench/results/ and BENCHMARKS.md left alone; "
-            f"results in .state/bench/history/)")
+        log(f"done in {results['elapsed_s']} s (ONLY: deploy/bench/results/ and BENCHMARKS.md left alone but "
+            f"for rolling-fill.md after ONLY=rolling; results in .state/bench/history/)")
 
 
 def rerender():

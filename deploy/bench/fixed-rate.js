@@ -5,7 +5,9 @@
 //
 // Environment: TARGET (http://127.0.0.1:PORT), RATE (req/s), DURATION ("10s"),
 //   MODE ("unique": a fresh Idempotency-Key per request; "replay": keys drawn from
-//   PREFIX-0 .. PREFIX-(NKEYS-1), stored beforehand by seed.py), PREFIX, NKEYS,
+//   PREFIX-0 .. PREFIX-(NKEYS-1), stored beforehand by seed.py; "pairs": every other
+//   request a fresh key, the others a retry of the key sent NKEYS fresh keys earlier),
+//   PREFIX, NKEYS,
 //   OUT (where handleSummary writes its JSON), REQ_PATH (default /v1/payments; the
 //   peer ldclabs/idempotent-proxy is reached at /URL_UP).
 import http from 'k6/http';
@@ -37,9 +39,15 @@ export const options = {
 };
 
 export default function () {
-  const key = MODE === 'replay'
-    ? `${PREFIX}-${Math.floor(Math.random() * NKEYS)}`
-    : `${PREFIX}-${exec.scenario.iterationInTest}`;
+  const n = exec.scenario.iterationInTest;
+  let key = `${PREFIX}-${n}`;
+  if (MODE === 'replay') {
+    key = `${PREFIX}-${Math.floor(Math.random() * NKEYS)}`;
+  } else if (MODE === 'pairs') {
+    // Fresh keys are PREFIX-0, PREFIX-2, ...: an odd request retries the one sent
+    // NKEYS fresh keys earlier (a fresh key of its own while there is none).
+    key = n % 2 === 0 || n < 2 * NKEYS + 1 ? `${PREFIX}-${n}` : `${PREFIX}-${n - 1 - 2 * NKEYS}`;
+  }
   http.post(`${TARGET}${REQ_PATH}`, BODY, {
     headers: {
       'Content-Type': 'application/json',

@@ -42,7 +42,9 @@
 #   OTHER_MAX=0.15 RETRIES=1      a run during which other processes used more than OTHER_MAX
 #                                 cores is repeated (at most RETRIES times), then flagged
 #   ONLY=id,id                    only these rows (ids in bench.py; "latency" for that phase);
-#                                 BENCHMARKS.md is then left alone
+#                                 BENCHMARKS.md is then left alone. ONLY=rolling: redis_fill
+#                                 switched replica by replica under load (only this way;
+#                                 writes deploy/bench/results/rolling-fill.md)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

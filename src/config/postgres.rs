@@ -161,8 +161,9 @@ pub enum ClaimDurability {
 /// waiting duplicate, a duplicate waiting on another replica hears of the completion
 /// at its next re-check (within a second) instead of at once, and while Postgres is
 /// down only records already in Redis replay. A live (streamed) answer is completed in
-/// Redis as before. Turn it on once every replica runs a release that has it. Needs
-/// `claims = "write_through"`.
+/// Redis as before. Turn it on once every replica runs a release that has it, then
+/// replica by replica: replicas of such a release share a fleet on either setting (each
+/// confirms a Redis "in flight" in Postgres). Needs `claims = "write_through"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RedisFill {

@@ -4,9 +4,10 @@
 //! ```text
 //! bench ports                                  the fixed ports, as JSON
 //! bench start redis|redis-cluster|patroni|postgres|upstream|nginx|peer
-//! bench start haproxy REPLICAS
+//! bench start haproxy REPLICAS [--rolling]   (drained by its runtime API, keyed retries)
 //! bench start gateways REPLICAS [--log LEVEL] [--redis-only] [--redis-cluster] [--toml TEXT]
 //!       [--env KEY=VALUE]... [--replica-env I:KEY=VALUE]... [--replica-redis-only I]...
+//!       [--only I]                             (replica I only, the others left running)
 //! bench stop NAME...                           (`gateways` = every replica,
 //!                                              `redis-cluster` = every cluster node,
 //!                                              `patroni` = etcd and every node)
@@ -35,12 +36,13 @@ pub(super) fn running_json(bench: &Bench) -> String {
 
 fn ports_json() -> String {
     format!(
-        "{{\"upstream\": {}, \"nginx\": {}, \"haproxy\": {}, \"peer\": {}, \"redis\": {}, \
+        "{{\"upstream\": {}, \"nginx\": {}, \"haproxy\": {}, \"haproxy_admin\": {}, \"peer\": {}, \"redis\": {}, \
          \"postgres\": {}, \"gateway_base\": {}, \"admin_base\": {}, \"redis_cluster\": {:?}, \
          \"patroni_pg\": {:?}, \"patroni_rest\": {:?}, \"patroni_etcd\": {:?}, \"patroni_url\": \"{}\"}}",
         ports::UPSTREAM,
         ports::NGINX,
         ports::HAPROXY,
+        ports::HAPROXY_ADMIN,
         ports::PEER,
         ports::REDIS,
         ports::POSTGRES,
@@ -68,7 +70,7 @@ fn key_value(s: &str) -> Result<(String, String), String> {
 }
 
 /// Parses `REPLICAS [--log L] [--redis-only] [--redis-cluster] [--toml T] [--env K=V]...
-/// [--replica-env I:K=V]... [--replica-redis-only I]...`.
+/// [--replica-env I:K=V]... [--replica-redis-only I]... [--only I]`.
 pub fn gateway_options(args: &[String]) -> Result<GatewayOptions, String> {
     let mut opts = GatewayOptions {
         replicas: replicas(args.first())?,
@@ -85,6 +87,17 @@ pub fn gateway_options(args: &[String]) -> Result<GatewayOptions, String> {
                 let v = value()?;
                 let i = v.parse().map_err(|_| format!("bad replica index '{v}'"))?;
                 opts.redis_only_replicas.push(i);
+            }
+            "--only" => {
+                let v = value()?;
+                let i = v.parse().map_err(|_| format!("bad replica index '{v}'"))?;
+                if !(1..=opts.replicas).contains(&i) {
+                    return Err(format!(
+                        "--only {i}: not one of the {} replicas",
+                        opts.replicas
+                    ));
+                }
+                opts.only = Some(i);
             }
             "--toml" => opts.extra_toml.push_str(&format!("{}\n", value()?)),
             "--env" => opts.env.push(key_value(value()?)?),
@@ -127,7 +140,14 @@ fn run(bench: &Bench, args: &[String]) -> Result<(), String> {
         ("start", Some("upstream")) => bench.start_upstream()?,
         ("start", Some("nginx")) => bench.start_nginx()?,
         ("start", Some("peer")) => bench.start_peer()?,
-        ("start", Some("haproxy")) => bench.start_haproxy(replicas(rest.get(1))?)?,
+        ("start", Some("haproxy")) => {
+            let retry = match rest.get(2).map(String::as_str) {
+                None => false,
+                Some("--rolling") => true,
+                Some(other) => return Err(format!("unknown haproxy option '{other}'")),
+            };
+            bench.start_haproxy(replicas(rest.get(1))?, retry)?
+        }
         ("start", Some("gateways")) => bench.start_gateways(&gateway_options(&rest[1..])?)?,
         ("stop", Some(_)) => bench.stop(rest),
         ("down", _) => bench.down(),
@@ -167,7 +187,7 @@ mod tests {
     #[test]
     fn gateway_options_parse_every_flag() {
         let o = gateway_options(&args(
-            "3 --log info --redis-only --redis-cluster --env A=1=2 --replica-env 2:B=x --toml [x] --replica-redis-only 3",
+            "3 --log info --redis-only --redis-cluster --env A=1=2 --replica-env 2:B=x --toml [x] --replica-redis-only 3 --only 2",
         ))
         .unwrap();
         assert_eq!(o.replicas, 3);
@@ -178,6 +198,8 @@ mod tests {
         assert_eq!(o.replica_env, vec![(2, "B".into(), "x".into())]);
         assert_eq!(o.extra_toml, "[x]\n");
         assert_eq!(o.redis_only_replicas, vec![3]);
+        assert_eq!(o.only, Some(2));
+        assert!(gateway_options(&args("2 --only 3")).is_err());
         assert!(gateway_options(&args("2 --bogus")).is_err());
         assert!(gateway_options(&args("2 --env NOEQUALS")).is_err());
         assert!(gateway_options(&args("two")).is_err());

@@ -61,6 +61,9 @@ pub struct GatewayOptions {
     pub env: Vec<(String, String)>,
     /// Environment of one replica (1-based index), after `env`.
     pub replica_env: Vec<(u16, String, String)>,
+    /// Start only this replica of `replicas` (1-based): one replica restarted with
+    /// other settings while the others serve.
+    pub only: Option<u16>,
     /// Where Redis, Postgres, the upstream and the replicas listen.
     pub ports: Ports,
 }
@@ -76,6 +79,7 @@ impl Default for GatewayOptions {
             extra_toml: String::new(),
             env: Vec::new(),
             replica_env: Vec::new(),
+            only: None,
             ports: Ports::BENCH,
         }
     }

@@ -55,6 +55,8 @@ pub mod ports {
     pub const NGINX: u16 = 18001;
     pub const HAPROXY: u16 = 18002;
     pub const PEER: u16 = 18003;
+    /// HAProxy's runtime API (admin level), when started for a rolling restart.
+    pub const HAPROXY_ADMIN: u16 = 18004;
     pub const REDIS: u16 = 16390;
     /// The three primaries of the bench's Redis Cluster (bus ports + 10000).
     pub const REDIS_CLUSTER: [u16; 3] = [16391, 16392, 16393];
@@ -311,7 +313,7 @@ impl Bench {
             return Err(format!("replicas: 1 to {}", ports::MAX_REPLICAS));
         }
         std::fs::create_dir_all(&self.state).map_err(|e| e.to_string())?;
-        for i in 1..=opts.replicas {
+        for i in (1..=opts.replicas).filter(|i| opts.only.map_or(true, |only| only == *i)) {
             let postgres = opts.postgres_for(i);
             let config = self.state.join(opts.file_name(postgres));
             std::fs::write(&config, opts.render(postgres)).map_err(|e| e.to_string())?;
@@ -330,21 +332,52 @@ impl Bench {
         Ok(())
     }
 
-    /// HAProxy in front of `gw-1..gw-replicas`.
-    pub fn start_haproxy(&self, replicas: u16) -> Res {
-        self.start_haproxy_on(ports::HAPROXY, (1..=replicas).map(ports::gateway))
+    /// HAProxy in front of `gw-1..gw-replicas`. With `rolling`, as in front of a fleet
+    /// restarted replica by replica: replicas picked at random, its runtime API on
+    /// [`ports::HAPROXY_ADMIN`] (a replica is drained there before it stops), and a
+    /// request whose connection was refused or closed before any answer sent again to
+    /// another replica (safe for keyed requests: the gateway runs a key once).
+    pub fn start_haproxy(&self, replicas: u16, rolling: bool) -> Res {
+        let gateways = (1..=replicas).map(ports::gateway);
+        self.start_haproxy_on(ports::HAPROXY, gateways, rolling)
     }
 
     /// HAProxy on `port` in front of the replicas listening on `gateways` (in order).
-    fn start_haproxy_on(&self, port: u16, gateways: impl Iterator<Item = u16>) -> Res {
-        let servers: Vec<String> = (1..)
-            .zip(gateways)
-            .map(|(i, gw)| format!("    server gw{i} 127.0.0.1:{gw}"))
+    fn start_haproxy_on(
+        &self,
+        port: u16,
+        gateways: impl Iterator<Item = u16>,
+        rolling: bool,
+    ) -> Res {
+        let (global, backend): (String, &[&str]) = match rolling {
+            // The later `balance` wins: alternate requests would otherwise fall on one
+            // replica each.
+            true => (
+                format!(
+                    "    stats socket ipv4@127.0.0.1:{} level admin",
+                    ports::HAPROXY_ADMIN
+                ),
+                &[
+                    "    balance random",
+                    "    retries 3",
+                    "    option redispatch 1",
+                    "    retry-on conn-failure empty-response",
+                ],
+            ),
+            false => (String::new(), &[]),
+        };
+        let servers: Vec<String> = (backend.iter().map(|line| line.to_string()))
+            .chain(
+                (1..)
+                    .zip(gateways)
+                    .map(|(i, gw)| format!("    server gw{i} 127.0.0.1:{gw}")),
+            )
             .collect();
         let cfg = self.render(
             "haproxy.cfg",
             &self.state,
             &[
+                ("@GLOBAL@", global),
                 ("@LISTEN@", format!("127.0.0.1:{port}")),
                 ("@SERVERS@", servers.join("\n")),
             ],

@@ -108,7 +108,11 @@ impl Bench {
     }
 
     fn soak_haproxy(&self) -> Res {
-        self.start_haproxy_on(ports::HAPROXY, (1..=ports::REPLICAS).map(ports::gateway))
+        self.start_haproxy_on(
+            ports::HAPROXY,
+            (1..=ports::REPLICAS).map(ports::gateway),
+            false,
+        )
     }
 
     /// Starts the whole soak fleet; on failure stops what was started.

@@ -99,17 +99,17 @@ impl Stores {
         let claim = claim.map_acquired(|_| unreachable!("acquired claims are the caller's"));
         match claim.try_map_response(|stored| self.open(stored, at))? {
             // Boxed: rare, and inline it would grow every claim's future.
-            c @ Claim::InFlight { .. } if self.fills_on_replay() => {
+            c @ Claim::InFlight { .. } if self.confirms_in_flight() => {
                 Box::pin(self.confirm_in_flight(route, at, fingerprint, c)).await
             }
             other => Ok(other),
         }
     }
 
-    /// With `redis_fill = "on_replay"`, a completion leaves its Redis lease standing
-    /// until it runs out: Redis' "in flight" is confirmed in Postgres, which replays the
-    /// record if the holder completed (Redis is re-warmed by the first claim after the
-    /// lease ran out); otherwise `in_flight` stands.
+    /// With `redis_fill = "on_replay"` (on any replica), a completion leaves its Redis
+    /// lease standing until it runs out: Redis' "in flight" is confirmed in Postgres,
+    /// which replays the record if the holder completed (Redis is re-warmed by the first
+    /// claim after the lease ran out); otherwise `in_flight` stands.
     async fn confirm_in_flight(
         &self,
         route: &Route,
@@ -154,6 +154,12 @@ impl Stores {
     /// `redis_fill = "on_replay"` with write-through claims.
     pub(super) fn fills_on_replay(&self) -> bool {
         (self.0.postgres.as_ref()).is_some_and(|pg| pg.fills_on_replay())
+    }
+
+    /// Write-through claims: Redis' "in flight" is confirmed in Postgres
+    /// ([`super::Durable::confirms_in_flight`]).
+    pub(super) fn confirms_in_flight(&self) -> bool {
+        (self.0.postgres.as_ref()).is_some_and(|pg| pg.confirms_in_flight())
     }
 
     /// What a Postgres record means for a request with `fingerprint`; a completed one

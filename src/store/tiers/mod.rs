@@ -64,6 +64,14 @@ impl Durable {
     pub fn fills_on_replay(&self) -> bool {
         self.redis_fill == RedisFill::OnReplay
     }
+
+    /// Postgres decides who holds a key (write-through claims): a Redis "in flight" is
+    /// confirmed in Postgres whatever this replica's own `redis_fill`, since another
+    /// replica may fill on replay (a fleet switching replica by replica) and a holder
+    /// whose Redis completion failed left its lease behind too.
+    pub fn confirms_in_flight(&self) -> bool {
+        self.durability == ClaimDurability::WriteThrough
+    }
 }
 
 /// Both tiers and their health state. Cheap to clone.

@@ -141,9 +141,10 @@ impl Stores {
             });
         }
         let key = self.0.redis.record_key(record);
-        // Filled on replay, Redis may keep the lease of an execution that completed in
-        // Postgres only: Postgres decides, and what it just deleted is gone in Redis too.
-        let decided = self.fills_on_replay() && postgres == Some(Invalidated::Deleted);
+        // With write-through claims Redis may keep the lease of an execution that
+        // completed in Postgres only (filled on replay, on any replica): Postgres
+        // decides, and what it just deleted is gone in Redis too.
+        let decided = self.confirms_in_flight() && postgres == Some(Invalidated::Deleted);
         let redis = self.0.redis.invalidate(&key, force || decided).await?;
         // The replay caches may hold a copy even when neither tier had one left.
         if let Some(cache) = &self.0.cache {

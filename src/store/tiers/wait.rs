@@ -85,17 +85,15 @@ impl Stores {
                     if left.is_zero() {
                         break Ok(Claim::InFlight { remaining });
                     }
-                    // Woken by the holder, or when its lease runs out, whichever is first;
-                    // in a cluster, re-subscribed and re-checked every `RECHECK` too (a
-                    // slot that moved lost its subscription: see `waiters`).
-                    let mut nap = (remaining + Duration::from_millis(10)).min(left);
-                    // Filled on replay, a completion on another replica publishes
-                    // nothing: the re-check is how a waiter hears of it.
-                    if asked || self.fills_on_replay() {
-                        // Asked to join: a wake-up missed under load costs a second, not
-                        // the answer's whole length.
-                        nap = nap.min(RECHECK);
-                    }
+                    // Woken by the holder, or when its lease runs out, or at the next
+                    // re-check, whichever is first. The re-check (every `RECHECK`) is
+                    // how a waiter hears of a wake-up missed under load, of a holder
+                    // filling Redis on replay (it publishes nothing when it completes,
+                    // and with write-through claims any replica may), and, in a cluster,
+                    // of a slot that moved (it lost its subscription: see `waiters`).
+                    let nap = (remaining + Duration::from_millis(10))
+                        .min(left)
+                        .min(RECHECK);
                     let recheck = watch.recheck().filter(|r| *r < nap);
                     tokio::select! {
                         () = &mut notified => {}

@@ -12,7 +12,10 @@
 //! binary runs with `redis.record_format = "hash"` beside the previous one, as the
 //! upgrade step says, and every record in Redis is then a hash (the only layout the
 //! previous release reads); once only current replicas run, on the default "string",
-//! they replay the records both versions wrote and write strings.
+//! they replay the records both versions wrote and write strings. With write-through
+//! claims, the upgrade goes on to `postgres.redis_fill = "on_replay"`, switched replica
+//! by replica: at each step (two versions; this one on both settings; on_replay alone)
+//! replays cross replicas and concurrent duplicates run once, woken on either replica.
 //!
 //! The configuration is one file both binaries accept: `check-config` of each is run on
 //! it first, so a schema change between the two fails here, naming the key, instead of
@@ -34,6 +37,12 @@ const UPSTREAM_DELAY: Duration = Duration::from_millis(400);
 const WAIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The `[redis]` line of a current replica beside a previous one (the upgrade step).
 const HASH: &str = "record_format = \"hash\"\n";
+/// `[postgres]` lines: claims in Redis, every new key looked up in Postgres.
+const REDIS_CLAIMS: &str = "claims = \"redis\"\nlookup_on_miss = \"always\"";
+/// `[postgres]` lines: write-through claims (the default), Redis filled at completion.
+const WRITE_THROUGH: &str = "claims = \"write_through\"";
+/// `[postgres]` lines: write-through claims, Redis filled on replay.
+const FILL_ON_REPLAY: &str = "claims = \"write_through\"\nredis_fill = \"on_replay\"";
 
 fn previous_binary() -> PathBuf {
     let bin = std::env::var_os("IDEMGATE_PREVIOUS_BIN").expect(
@@ -43,7 +52,11 @@ fn previous_binary() -> PathBuf {
     PathBuf::from(bin)
 }
 
-/// The two replicas, previous (0) and current (1), and HAProxy in front of both.
+/// A replica: its binary, extra `[redis]` lines and its `[postgres]` lines.
+type Spec<'a> = (&'a Path, &'a str, &'a str);
+
+/// Two replicas (each test says which binary and settings each runs) and HAProxy in
+/// front of both.
 struct Fleet {
     replicas: Vec<Replica>,
     haproxy: HaProxy,
@@ -52,12 +65,13 @@ struct Fleet {
 }
 
 impl Fleet {
-    /// One replica per `(binary, extra [redis] lines)`, started in that order.
+    /// One replica per `(binary, extra [redis] lines, [postgres] lines)`, started in
+    /// that order.
     async fn start(
         redis: &RedisServer,
         pg: &PgServer,
         upstream: &MockUpstream,
-        bins: &[(&Path, &str)],
+        bins: &[Spec<'_>],
     ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let key = dir.path().join("k1");
@@ -71,12 +85,19 @@ impl Fleet {
             .build()
             .unwrap();
         let mut replicas = Vec::new();
-        for (index, &(bin, redis_extra)) in bins.iter().enumerate() {
+        for (index, &(bin, redis_extra, pg_lines)) in bins.iter().enumerate() {
             let (port, admin) = (free_port(), free_port());
             let config = dir.path().join(format!("replica{index}.toml"));
             std::fs::write(
                 &config,
-                replica_toml(port, admin, (redis, redis_extra), pg, upstream, &key),
+                replica_toml(
+                    port,
+                    admin,
+                    (redis, redis_extra),
+                    (pg, pg_lines),
+                    upstream,
+                    &key,
+                ),
             )
             .unwrap();
             accepted_by(bin, &config);
@@ -145,7 +166,7 @@ fn replica_toml(
     port: u16,
     admin: u16,
     (redis, redis_extra): (&RedisServer, &str),
-    pg: &PgServer,
+    (pg, pg_lines): (&PgServer, &str),
     upstream: &MockUpstream,
     key: &Path,
 ) -> String {
@@ -162,7 +183,7 @@ fn replica_toml(
          upstream_timeout = \"10s\"\n",
         redis.url(),
         redis_extra,
-        pg.section("claims = \"redis\"\nlookup_on_miss = \"always\""),
+        pg.section(pg_lines),
         WAIT_TIMEOUT.as_secs(),
         key.display(),
         upstream.url(),
@@ -201,34 +222,17 @@ async fn previous_and_current_release_share_one_fleet() {
     let pg = PgServer::start();
     let upstream = MockUpstream::start().await;
     let previous = previous_binary();
-    let bins = [(previous.as_path(), ""), (Path::new(CURRENT), HASH)];
+    let bins = [
+        (previous.as_path(), "", REDIS_CLAIMS),
+        (Path::new(CURRENT), HASH, REDIS_CLAIMS),
+    ];
     let fleet = Fleet::start(&redis, &pg, &upstream, &bins).await;
     let (old, new) = (fleet.replicas[0].url(), fleet.replicas[1].url());
     // The start-up's unkeyed GETs reached the upstream too.
     let before = upstream.executions();
 
     // 1. Executed by one version, replayed byte-identical by the other (from Redis).
-    let mut firsts = Vec::new();
-    for (i, (first, second)) in [(&old, &new), (&new, &old)].into_iter().enumerate() {
-        for k in 0..5 {
-            let key = format!("cross-{i}-{k}");
-            let a = fleet.post(first, &key, "t1").await;
-            let b = fleet.post(second, &key, "t1").await;
-            assert_eq!(a.0, 201, "{key}: {a:?}\n{}", fleet.logs());
-            assert!(
-                replayed(&b) && same(&a, &b),
-                "{key} executed by {first} did not replay from {second}: {a:?} / {b:?}\n{}",
-                fleet.logs()
-            );
-            // Another tenant's same key is its own record, on either version.
-            let other = fleet.post(second, &key, "t2").await;
-            assert!(
-                !replayed(&other) && other.2 != a.2,
-                "{key}: replayed across tenants"
-            );
-            firsts.push((key, first.clone(), a));
-        }
-    }
+    let firsts = replays_across(&fleet, "cross", 5).await;
     let executed = upstream.executions();
     assert_eq!(executed - before, 20, "one execution per (tenant, key)");
     assert_all_hashes(&redis).await;
@@ -236,40 +240,7 @@ async fn previous_and_current_release_share_one_fleet() {
     // 2. Concurrent duplicates through HAProxy (round robin over both versions), the
     //    upstream slow enough that they overlap: one execution per key; every duplicate
     //    waits (on either version) and is woken by the completion, on either version.
-    upstream.set_delay(UPSTREAM_DELAY);
-    let started = Instant::now();
-    let front = fleet.haproxy.url();
-    let keys: Vec<String> = (0..12).map(|k| format!("burst-{k}")).collect();
-    let bursts = keys
-        .iter()
-        .map(|key| futures_util::future::join_all((0..6).map(|_| fleet.post(&front, key, "t1"))));
-    let bursts = futures_util::future::join_all(bursts).await;
-    let took = started.elapsed();
-    eprintln!("upgrade-check: 12 bursts of 6 duplicates across both versions answered in {took:?}");
-    for (k, answers) in bursts.iter().enumerate() {
-        let t = tally(answers);
-        assert_eq!(
-            (t.first, t.replayed, t.in_flight),
-            (1, 5, 0),
-            "burst-{k}: {t:?}\n{}",
-            fleet.logs()
-        );
-        assert!(
-            answers.iter().all(|a| same(a, &answers[0])),
-            "burst-{k}: answers differ"
-        );
-    }
-    assert_eq!(
-        upstream.executions(),
-        executed + 12,
-        "one execution per burst key"
-    );
-    // Woken, not timed out: well under `wait_timeout` (the lease is 30 s).
-    assert!(
-        took < WAIT_TIMEOUT / 2,
-        "the bursts took {took:?}: waiters were not woken"
-    );
-    upstream.set_delay(Duration::ZERO);
+    bursts_run_once(&fleet, &upstream, "burst").await;
     assert_all_hashes(&redis).await;
 
     // 3. Redis lost everything: each version replays the other's records from Postgres.
@@ -284,6 +255,136 @@ async fn previous_and_current_release_share_one_fleet() {
         );
     }
     assert_eq!(upstream.executions(), executed + 12, "nothing ran again");
+}
+
+/// Twelve bursts of six concurrent duplicates through HAProxy, the upstream slow enough
+/// that they overlap: one execution per key, every duplicate waits (on either replica)
+/// and is woken well before `wait_timeout` with the same answer.
+async fn bursts_run_once(fleet: &Fleet, upstream: &MockUpstream, prefix: &str) {
+    upstream.set_delay(UPSTREAM_DELAY);
+    let executed = upstream.executions();
+    let started = Instant::now();
+    let front = fleet.haproxy.url();
+    let keys: Vec<String> = (0..12).map(|k| format!("{prefix}-{k}")).collect();
+    let bursts = keys
+        .iter()
+        .map(|key| futures_util::future::join_all((0..6).map(|_| fleet.post(&front, key, "t1"))));
+    let bursts = futures_util::future::join_all(bursts).await;
+    let took = started.elapsed();
+    eprintln!("upgrade-check: 12 bursts of 6 duplicates ({prefix}) answered in {took:?}");
+    for (k, answers) in bursts.iter().enumerate() {
+        let t = tally(answers);
+        assert_eq!(
+            (t.first, t.replayed, t.in_flight),
+            (1, 5, 0),
+            "{prefix}-{k}: {t:?}\n{}",
+            fleet.logs()
+        );
+        assert!(
+            answers.iter().all(|a| same(a, &answers[0])),
+            "{prefix}-{k}: answers differ"
+        );
+    }
+    assert_eq!(
+        upstream.executions(),
+        executed + 12,
+        "one execution per burst key"
+    );
+    // Woken, not timed out: well under `wait_timeout` (the lease is 30 s).
+    assert!(
+        took < WAIT_TIMEOUT / 2,
+        "the bursts took {took:?}: waiters were not woken"
+    );
+    upstream.set_delay(Duration::ZERO);
+}
+
+/// `per_side` keys first executed on each replica replay byte-identical from the other
+/// one, and another tenant's same key is its own record, on either; each key with the
+/// replica that executed it and its answer.
+async fn replays_across(
+    fleet: &Fleet,
+    prefix: &str,
+    per_side: usize,
+) -> Vec<(String, String, Answer)> {
+    let urls: Vec<String> = fleet.replicas.iter().map(|r| r.url()).collect();
+    let mut firsts = Vec::new();
+    for (i, (first, second)) in [(&urls[0], &urls[1]), (&urls[1], &urls[0])]
+        .into_iter()
+        .enumerate()
+    {
+        for k in 0..per_side {
+            let key = format!("{prefix}-{i}-{k}");
+            let a = fleet.post(first, &key, "t1").await;
+            let b = fleet.post(second, &key, "t1").await;
+            assert_eq!(a.0, 201, "{key}: {a:?}\n{}", fleet.logs());
+            assert!(
+                replayed(&b) && same(&a, &b),
+                "{key} executed by {first} did not replay from {second}: {a:?} / {b:?}\n{}",
+                fleet.logs()
+            );
+            let other = fleet.post(second, &key, "t2").await;
+            assert!(
+                !replayed(&other) && other.2 != a.2,
+                "{key}: replayed across tenants"
+            );
+            firsts.push((key, first.clone(), a));
+        }
+    }
+    firsts
+}
+
+/// The upgrade with write-through claims and then `redis_fill = "on_replay"` switched
+/// on replica by replica, as CHANGELOG's upgrade step says: the previous release beside
+/// this one (both filling at completion), then this one on both settings, then on
+/// `on_replay` alone. At every step: replays across the two replicas, and concurrent
+/// duplicates through HAProxy run once and are woken on either replica (a replica still
+/// filling at completion confirms in Postgres what the other completed there only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the previous release's binary: make upgrade-check"]
+async fn the_redis_fill_switch_rolls_through_a_mixed_fleet() {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    let upstream = MockUpstream::start().await;
+    let (previous, current) = (previous_binary(), Path::new(CURRENT));
+    let steps: [(&str, [Spec; 2]); 3] = [
+        (
+            "versions",
+            [
+                (previous.as_path(), "", WRITE_THROUGH),
+                (current, HASH, WRITE_THROUGH),
+            ],
+        ),
+        (
+            "settings",
+            [(current, "", WRITE_THROUGH), (current, "", FILL_ON_REPLAY)],
+        ),
+        (
+            "switched",
+            [(current, "", FILL_ON_REPLAY), (current, "", FILL_ON_REPLAY)],
+        ),
+    ];
+    let leases = async || {
+        let states = redis.record_states().await;
+        states
+            .iter()
+            .filter(|(_, s)| s.as_deref() == Some("L"))
+            .count()
+    };
+    for (step, bins) in &steps {
+        let fleet = Fleet::start(&redis, &pg, &upstream, bins).await;
+        let (before, leased) = (upstream.executions(), leases().await);
+        replays_across(&fleet, &format!("{step}-cross"), 4).await;
+        bursts_run_once(&fleet, &upstream, &format!("{step}-burst")).await;
+        let ran = upstream.executions() - before;
+        assert_eq!(
+            ran,
+            2 * 2 * 4 + 12,
+            "{step}: one execution per (tenant, key)"
+        );
+        // Filled on replay indeed once a replica is: its completions left their leases.
+        let grew = leases().await > leased;
+        assert_eq!(grew, *step != "versions", "{step}: leases left standing");
+    }
 }
 
 /// Every record in Redis is a hash: the layout the previous release reads.
@@ -303,7 +404,10 @@ async fn after_the_upgrade_string_replicas_replay_both_layouts() {
     let upstream = MockUpstream::start().await;
     // During the upgrade: the previous release and the current one on "hash".
     let previous = previous_binary();
-    let during = [(previous.as_path(), ""), (Path::new(CURRENT), HASH)];
+    let during = [
+        (previous.as_path(), "", REDIS_CLAIMS),
+        (Path::new(CURRENT), HASH, REDIS_CLAIMS),
+    ];
     let mut firsts = Vec::new();
     {
         let fleet = Fleet::start(&redis, &pg, &upstream, &during).await;
@@ -319,7 +423,8 @@ async fn after_the_upgrade_string_replicas_replay_both_layouts() {
     }
     // After it: current replicas only, on the default "string".
     let current = Path::new(CURRENT);
-    let fleet = Fleet::start(&redis, &pg, &upstream, &[(current, ""), (current, "")]).await;
+    let after = [(current, "", REDIS_CLAIMS), (current, "", REDIS_CLAIMS)];
+    let fleet = Fleet::start(&redis, &pg, &upstream, &after).await;
     let urls: Vec<String> = fleet.replicas.iter().map(|r| r.url()).collect();
     for (key, a) in &firsts {
         for url in &urls {

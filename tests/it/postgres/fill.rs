@@ -3,7 +3,9 @@
 //! replica, is confirmed in Postgres and replays the stored bytes; the first claim
 //! after the lease ran out re-warms Redis; duplicates that wait on either replica get
 //! the one execution's answer; an admin invalidation deletes what Postgres decided; a
-//! completion Postgres cannot take at once goes to Redis as without `on_replay`.
+//! completion Postgres cannot take at once goes to Redis as without `on_replay`. A
+//! fleet turning it on replica by replica (some replicas on `"at_completion"`) keeps
+//! all of that: every replica with write-through claims confirms Redis' "in flight".
 
 use std::time::{Duration, Instant};
 
@@ -15,12 +17,20 @@ use crate::support::{MockUpstream, PgServer, RedisServer, TestApp};
 /// Two replicas on one Redis and one Postgres, Redis filled on replay, with `extra`
 /// TOML (after `[postgres]`).
 async fn two_replicas(extra: &str) -> (RedisServer, PgServer, MockUpstream, TestApp, TestApp) {
+    replicas_filling(["on_replay", "on_replay"], extra).await
+}
+
+/// Two replicas with these `redis_fill` settings, in that order.
+async fn replicas_filling(
+    fills: [&str; 2],
+    extra: &str,
+) -> (RedisServer, PgServer, MockUpstream, TestApp, TestApp) {
     let redis = RedisServer::start();
     let pg = PgServer::start();
     let upstream = MockUpstream::start().await;
-    let toml = format!("{}{extra}", pg.section("redis_fill = \"on_replay\""));
-    let a = TestApp::spawn(config(&redis.url(), &upstream.url(), &toml)).await;
-    let b = TestApp::spawn(config(&redis.url(), &upstream.url(), &toml)).await;
+    let toml = |fill: &str| format!("{}{extra}", pg.section(&format!("redis_fill = \"{fill}\"")));
+    let a = TestApp::spawn(config(&redis.url(), &upstream.url(), &toml(fills[0]))).await;
+    let b = TestApp::spawn(config(&redis.url(), &upstream.url(), &toml(fills[1]))).await;
     (redis, pg, upstream, a, b)
 }
 
@@ -192,4 +202,72 @@ async fn a_completion_postgres_cannot_take_goes_to_redis_and_replays() {
     let replayed = replays_within(&b, "k", r#"{"amount":3}"#, Duration::from_secs(10)).await;
     assert!(replayed, "replayed from postgres after redis lost it");
     assert_eq!(upstream.executions(), 1);
+}
+
+/// The rollout of `on_replay`, replica by replica: a replica still on `"at_completion"`
+/// beside one filling on replay replays what the other completed in Postgres only (a
+/// retry within the lease, and duplicates waiting on it), and the other way round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_half_way_through_turning_on_replay_on_replays_across_both_settings() {
+    let wait = "[idempotency]\nin_flight = \"wait\"\nwait_timeout = \"10s\"\nlock_ttl = \"30s\"\n";
+    let (redis, _pg, upstream, filling, completing) =
+        replicas_filling(["on_replay", "at_completion"], wait).await;
+
+    // Completed in Postgres only by the replica filling on replay; the lease stands.
+    let (s1, h1, b1) = read(filling.post("k", r#"{"amount":5}"#).send().await.unwrap()).await;
+    assert_eq!(s1, 201);
+    assert_eq!(record_state(&redis).await.as_deref(), Some("L"));
+    // A retry on the replica completing in Redis: confirmed in Postgres at once, not
+    // held until the 30 s lease runs out.
+    let started = Instant::now();
+    let (s2, h2, b2) = read(
+        completing
+            .post("k", r#"{"amount":5}"#)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((s2, &b2, comparable(&h2)), (s1, &b1, comparable(&h1)));
+    assert_eq!(h2["idempotent-replayed"], "true");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Duplicates waiting on either setting for an execution on either: one execution,
+    // every waiter answered within a re-check of the completion.
+    let delay = Duration::from_millis(400);
+    upstream.set_delay(delay);
+    for (round, holder_first) in [(0, true), (1, false)] {
+        let key = format!("wait-{round}");
+        let (holder, other) = if holder_first {
+            (&filling, &completing)
+        } else {
+            (&completing, &filling)
+        };
+        let started = Instant::now();
+        let first = tokio::spawn(holder.post(&key, "{}").send());
+        assert!(
+            eventually(Duration::from_secs(5), async || upstream.executions()
+                == 2 + round)
+            .await
+        );
+        let waiters = join_all(
+            (0..6).map(|_| async { read(other.post(&key, "{}").send().await.unwrap()).await }),
+        )
+        .await;
+        let (s, _, body) = read(first.await.unwrap().unwrap()).await;
+        assert_eq!(s, 201);
+        let t = tally(&waiters);
+        assert_eq!((t.replayed, t.in_flight), (6, 0), "round {round}: {t:?}");
+        assert!(waiters.iter().all(|(_, _, b)| *b == body), "round {round}");
+        let took = started.elapsed();
+        assert!(
+            took < delay + Duration::from_millis(2500),
+            "round {round}: {took:?}"
+        );
+    }
+    assert_eq!(upstream.executions(), 3, "one execution per key");
 }
