@@ -344,10 +344,10 @@ def upstream_executions():
 SAMPLE = re.compile(r'^(idemgate_[a-z_]+?)(?:\{([^}]*)\})?\s+([0-9.eE+-]+|NaN)$')
 
 
-def scrape(n):
-    """Counters (and histogram counts) of every replica, summed: 'name{labels}' -> value."""
+def scrape(n, first=1):
+    """Counters (and histogram counts) of replicas first..n, summed: 'name{labels}' -> value."""
     total = {}
-    for i in range(1, n + 1):
+    for i in range(first, n + 1):
         try:
             _, text = http_get(f"http://127.0.0.1:{PORTS['admin_base'] + i}/metrics", timeout=5)
         except Exception:
@@ -941,7 +941,7 @@ def rolling_run(tag, switch, seconds=ROLL_SECONDS):
             if i == 2:
                 # Replica 2, still filling at completion beside replica 1 on on_replay: the
                 # retries it confirmed in Postgres (what the mixed fleet is about).
-                confirmed = gateway_counter(2, 'idemgate_fallback_total{reason="in_flight_completed"}')
+                confirmed = scrape(2, first=2).get('idemgate_fallback_total{reason="in_flight_completed"}', 0.0)
             took = restart_replica(i, 2, FILL_ON_REPLAY)
             steps.append((round(time.time() - started - took, 1), i, round(took, 2)))
             log(f"  replica {i} switched to on_replay at {steps[-1][0]} s (out of rotation {took:.2f} s)")
@@ -957,15 +957,6 @@ def rolling_run(tag, switch, seconds=ROLL_SECONDS):
     log(f"  {tag}: max {res['max_ms']:.0f} ms, p99 {res['p99_ms']:.0f} ms, failed {res['failed_rate']:.4f}, "
         f"dropped {res['dropped_iterations']}, upstream duplicates {res['upstream_duplicates']}")
     return res
-
-
-def gateway_counter(i, sample):
-    """The value of one sample line (`name{labels}`) on replica i's `/metrics` (0 without it)."""
-    _, text = http_get(f"http://127.0.0.1:{PORTS['admin_base'] + i}/metrics", timeout=5)
-    for line in text.decode().splitlines():
-        if line.startswith(sample + " "):
-            return float(line.split()[-1])
-    return 0.0
 
 
 def render_rolling(res, results):

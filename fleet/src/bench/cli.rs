@@ -141,12 +141,12 @@ fn run(bench: &Bench, args: &[String]) -> Result<(), String> {
         ("start", Some("nginx")) => bench.start_nginx()?,
         ("start", Some("peer")) => bench.start_peer()?,
         ("start", Some("haproxy")) => {
-            let retry = match rest.get(2).map(String::as_str) {
+            let rolling = match rest.get(2).map(String::as_str) {
                 None => false,
                 Some("--rolling") => true,
                 Some(other) => return Err(format!("unknown haproxy option '{other}'")),
             };
-            bench.start_haproxy(replicas(rest.get(1))?, retry)?
+            bench.start_haproxy(replicas(rest.get(1))?, rolling)?
         }
         ("start", Some("gateways")) => bench.start_gateways(&gateway_options(&rest[1..])?)?,
         ("stop", Some(_)) => bench.stop(rest),

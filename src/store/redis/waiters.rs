@@ -109,12 +109,6 @@ impl Watch {
         self.notify.clone()
     }
 
-    /// Cluster mode: how long to wait for a wake-up before [`Watch::refresh`]; `None`
-    /// elsewhere (the pattern subscription does not move).
-    pub fn recheck(&self) -> Option<Duration> {
-        self.waiters.sharded.as_ref().map(|_| RECHECK)
-    }
-
     /// Cluster mode: subscribes again to this channel, on the node that serves its slot
     /// now (the old owner dropped it if the slot moved). Once per channel per
     /// [`RECHECK`], however many local waiters ask.

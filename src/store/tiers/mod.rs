@@ -58,9 +58,8 @@ pub struct Durable {
 
 impl Durable {
     /// Redis is filled on replay (`redis_fill = "on_replay"`, which the configuration
-    /// takes with write-through claims only): a lease Redis reports may belong to an
-    /// execution that completed in Postgres only, so Redis' "in flight" is a hint that
-    /// Postgres confirms.
+    /// takes with write-through claims only): a completion writes Postgres only and
+    /// leaves the holder's Redis lease standing ([`Durable::confirms_in_flight`]).
     pub fn fills_on_replay(&self) -> bool {
         self.redis_fill == RedisFill::OnReplay
     }

@@ -90,18 +90,14 @@ impl Stores {
                     // how a waiter hears of a wake-up missed under load, of a holder
                     // filling Redis on replay (it publishes nothing when it completes,
                     // and with write-through claims any replica may), and, in a cluster,
-                    // of a slot that moved (it lost its subscription: see `waiters`).
+                    // of a slot that moved: a nap that heard nothing re-subscribes first
+                    // (`Watch::refresh`, a no-op elsewhere; see `waiters`).
                     let nap = (remaining + Duration::from_millis(10))
                         .min(left)
                         .min(RECHECK);
-                    let recheck = watch.recheck().filter(|r| *r < nap);
                     tokio::select! {
                         () = &mut notified => {}
-                        () = tokio::time::sleep(recheck.unwrap_or(nap)) => {
-                            if recheck.is_some() {
-                                watch.refresh().await;
-                            }
-                        }
+                        () = tokio::time::sleep(nap) => watch.refresh().await,
                     }
                 }
                 other => break other,
