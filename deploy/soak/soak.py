@@ -2,12 +2,15 @@
 """`make soak` (run by deploy/soak/run.sh): SOAK_MINUTES of mixed first executions and
 replays at a fixed rate through HAProxy to two gateway replicas with the durable
 defaults (Postgres write-through claims), a short ttl so the reaper deletes records
-during the run, and a Redis whose warmth markers are older than that ttl.
+during the run, a records table that already holds SOAK_RECORDS records (10 million;
+they outlive the run), and a Redis whose warmth markers are older than that ttl.
 
 The launcher (`idemgate-fleet soak start|down`, fleet/src/bench/soak.rs) starts and
 stops every process; k6 (deploy/soak/soak.js) sends the load and checks every answer.
 Every SOAK_INTERVAL seconds this samples: RSS per replica, p50/p99 of the interval (k6
-streams every request's duration into a pipe, read here), the records table's size,
+streams every request's duration and every first execution into a pipe, read here), the
+CPU per first execution of the replicas, Redis and Postgres (the interval's CPU of each,
+replays included, over its first executions), the records table's size,
 its live and dead tuples and autovacuum runs, the reaper's deletions (the replicas'
 `idemgate_reaped_total`), Redis used_memory and keys. Writes deploy/soak/results/:
 series.csv, results.json, soak.png and summary.md (a table of the series at a few
@@ -15,7 +18,8 @@ times, a verdict per series by the rule in FLAT_RULE, and the answers checked).
 
 Environment: SOAK_MINUTES (30), SOAK_RATE (300 req/s), SOAK_INTERVAL (15 s),
 SOAK_FIRST_PCT (70), SOAK_TTL (3m, the records' ttl), SOAK_REAP_INTERVAL (30s),
-FLEET_BIN (target/release/idemgate-fleet), SOAK_RESULTS (deploy/soak/results).
+SOAK_RECORDS (10000000; 0 starts the table empty), SOAK_REDIS_FILL (the replicas'
+`postgres.redis_fill`; unset: the default), FLEET_BIN (target/release/idemgate-fleet), SOAK_RESULTS (deploy/soak/results).
 `python3 deploy/soak/soak.py --render` redoes the PNG and summary from results.json.
 """
 
@@ -46,9 +50,12 @@ INTERVAL = float(os.environ.get("SOAK_INTERVAL", "15"))
 FIRST_PCT = int(os.environ.get("SOAK_FIRST_PCT", "70"))
 TTL = os.environ.get("SOAK_TTL", "3m")
 REAP_INTERVAL = os.environ.get("SOAK_REAP_INTERVAL", "30s")
-COLUMNS = ["t_s", "rps", "p50_ms", "p99_ms", "rss_gw1_mb", "rss_gw2_mb", "pg_table_mb", "pg_indexes_mb",
-           "n_live_tup", "n_dead_tup", "autovacuum_count", "last_autovacuum", "reaped_total",
-           "redis_used_mb", "redis_keys"]
+RECORDS = int(os.environ.get("SOAK_RECORDS", "10000000"))
+REDIS_FILL = os.environ.get("SOAK_REDIS_FILL", "")
+COLUMNS = ["t_s", "rps", "firsts", "p50_ms", "p99_ms", "cpu_gw_us", "cpu_redis_us", "cpu_pg_us", "rss_gw1_mb",
+           "rss_gw2_mb", "pg_table_mb", "pg_indexes_mb", "n_live_tup", "n_dead_tup", "autovacuum_count",
+           "last_autovacuum", "reaped_total", "redis_used_mb", "redis_keys"]
+TICK = os.sysconf("SC_CLK_TCK")
 
 
 def log(msg):
@@ -63,7 +70,8 @@ def ttl_seconds(text):
 
 
 def fleet(*args):
-    env = dict(os.environ, SOAK_TTL=TTL, SOAK_REAP_INTERVAL=REAP_INTERVAL)
+    env = dict(os.environ, SOAK_TTL=TTL, SOAK_REAP_INTERVAL=REAP_INTERVAL, SOAK_RECORDS=str(RECORDS),
+               SOAK_REDIS_FILL=REDIS_FILL)
     r = subprocess.run([str(FLEET), "soak", *args], cwd=ROOT, env=env, capture_output=True, text=True)
     sys.stderr.write(r.stderr)
     if r.returncode != 0:
@@ -91,6 +99,37 @@ def rss_mb(pid):
     return float("nan")
 
 
+def cpu_seconds(pid, reaped_children=False):
+    """user+system CPU seconds of a process (its threads included); with reaped_children,
+    plus those of the children it has waited for (a postmaster's exited backends and
+    autovacuum workers)."""
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    return sum(int(x) for x in f[11:15 if reaped_children else 13]) / TICK
+
+
+def children_of(ppid):
+    kids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == ppid:
+                    kids.append(int(d.name))
+            except (FileNotFoundError, IndexError, ProcessLookupError):
+                pass
+    return kids
+
+
+def cpu(pids):
+    """CPU seconds so far of the replicas (both), Redis and Postgres (the postmaster and
+    every child, living or exited)."""
+    pg = pids["postgres"]
+    return {"gw": cpu_seconds(pids["gw-1"]) + cpu_seconds(pids["gw-2"]), "redis": cpu_seconds(pids["redis"]),
+            "pg": cpu_seconds(pg, True) + sum(cpu_seconds(c) for c in children_of(pg))}
+
+
 def reaped(ports):
     total = 0.0
     for p in ports["admins"]:
@@ -114,10 +153,11 @@ PG_SQL = ("select pg_table_size('idemgate_records'), pg_indexes_size('idemgate_r
 
 
 class Durations:
-    """Reads k6's CSV stream (a named pipe) and keeps the request durations since the last take()."""
+    """Reads k6's CSV stream (a named pipe) and keeps the request durations and the count
+    of first executions since the last take()."""
 
     def __init__(self, fifo):
-        self.fifo, self.lock, self.values = fifo, threading.Lock(), []
+        self.fifo, self.lock, self.values, self.firsts = fifo, threading.Lock(), [], 0
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
 
@@ -127,11 +167,16 @@ class Durations:
                 if row and row[0] == "http_req_duration":
                     with self.lock:
                         self.values.append(float(row[2]))
+                elif row and row[0] == "soak_firsts":
+                    with self.lock:
+                        self.firsts += int(float(row[2]))
 
     def take(self):
+        """(durations, first executions) since the last take()."""
         with self.lock:
             v, self.values = self.values, []
-        return v
+            n, self.firsts = self.firsts, 0
+        return v, n
 
 
 def pct(values, q):
@@ -141,11 +186,19 @@ def pct(values, q):
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-def sample(ports, pids, t, durations):
+def sample(ports, pids, t, taken, spent):
+    """One row of the series: `taken` is (durations, first executions) of the interval,
+    `spent` each part's CPU seconds in it."""
+    durations, firsts = taken
     size, isize, live, dead, av, last_av = psql(ports["postgres"], PG_SQL).split(",")
     used, keys = redis_info(ports["redis"])
-    return {"t_s": round(t, 1), "rps": round(len(durations) / INTERVAL, 1),
+
+    def per_first(part):
+        return round(spent[part] / firsts * 1e6, 1) if firsts else float("nan")
+
+    return {"t_s": round(t, 1), "rps": round(len(durations) / INTERVAL, 1), "firsts": firsts,
             "p50_ms": round(pct(durations, 0.5), 2), "p99_ms": round(pct(durations, 0.99), 2),
+            "cpu_gw_us": per_first("gw"), "cpu_redis_us": per_first("redis"), "cpu_pg_us": per_first("pg"),
             "rss_gw1_mb": round(rss_mb(pids["gw-1"]), 1), "rss_gw2_mb": round(rss_mb(pids["gw-2"]), 1),
             "pg_table_mb": round(int(size) / 2**20, 2), "pg_indexes_mb": round(int(isize) / 2**20, 2),
             "n_live_tup": int(live), "n_dead_tup": int(dead), "autovacuum_count": int(av),
@@ -178,15 +231,19 @@ def run_load(ports):
                           stdout=open(STATE / "k6.log", "w"), stderr=subprocess.STDOUT)
     durations = Durations(fifo)
     pids = fleet("ps")
-    series, start = [], time.time()
+    series, start, before = [], time.time(), cpu(pids)
     try:
         next_at = start + INTERVAL
         while k6.poll() is None:
             time.sleep(max(0.0, min(1.0, next_at - time.time())))
             if time.time() >= next_at:
-                series.append(sample(ports, pids, time.time() - start, durations.take()))
+                taken, now = durations.take(), cpu(pids)
+                spent = {k: now[k] - before[k] for k in now}
+                series.append(sample(ports, pids, time.time() - start, taken, spent))
+                before = now
                 s = series[-1]
                 log(f"t={s['t_s']:>6.0f}s rps={s['rps']} p50={s['p50_ms']} p99={s['p99_ms']} ms "
+                    f"cpu/first gw={s['cpu_gw_us']} redis={s['cpu_redis_us']} pg={s['cpu_pg_us']} us "
                     f"rss={s['rss_gw1_mb']}/{s['rss_gw2_mb']} MB table={s['pg_table_mb']}+{s['pg_indexes_mb']} MB "
                     f"live={s['n_live_tup']} dead={s['n_dead_tup']} autovac={s['autovacuum_count']} "
                     f"reaped={s['reaped_total']} redis={s['redis_used_mb']} MB/{s['redis_keys']} keys")
@@ -223,7 +280,8 @@ def main():
         raise KeyboardInterrupt(f"signal {signum}")
     signal.signal(signal.SIGTERM, on_signal)
     STATE.mkdir(parents=True, exist_ok=True)
-    log(f"starting the soak fleet (idemgate-fleet soak start): ttl {TTL}, reaper every {REAP_INTERVAL}")
+    log(f"starting the soak fleet (idemgate-fleet soak start): {RECORDS:,} records in the table, ttl {TTL}, "
+        f"reaper every {REAP_INTERVAL}, redis_fill {REDIS_FILL or 'default'}")
     try:
         fleet("down")
         fleet("start")
@@ -240,8 +298,10 @@ def main():
         fleet("down")
     results = {"machine": machine(), "commit": commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "settings": {"minutes": MINUTES, "rate": RATE, "interval_s": INTERVAL, "first_pct": FIRST_PCT,
-                            "ttl": TTL, "reap_interval": REAP_INTERVAL, "replicas": 2,
-                            "claims": "write_through (default)", "redis_warmth": "markers backdated 2 days"},
+                            "ttl": TTL, "reap_interval": REAP_INTERVAL, "replicas": 2, "records": RECORDS,
+                            "claims": "write_through (default)",
+                            "redis_fill": REDIS_FILL or "at_completion (default)",
+                            "redis_warmth": "markers backdated 2 days"},
                "k6": k6, "upstream": {"executions": ledger["total"], "duplicates": ledger["duplicates"]},
                "series": series}
     OUT.mkdir(parents=True, exist_ok=True)

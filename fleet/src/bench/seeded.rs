@@ -1,7 +1,7 @@
-//! `bench seed-postgres RECORDS`: the bench's Postgres in the state production runs in,
-//! a records table that already holds RECORDS completed records (10 million in
-//! `make bench`), with `pg_stat_statements` loaded so the driver can say what each
-//! statement costs.
+//! `bench seed-postgres RECORDS`: the bench's Postgres (and, from `soak start`, the
+//! soak's) in the state production runs in, a records table that already holds RECORDS
+//! completed records (10 million in `make bench` and `make soak`), with
+//! `pg_stat_statements` loaded so the driver can say what each statement costs.
 //!
 //! Seeding 10 M rows takes minutes, so the seeded cluster is kept as a template in
 //! [`TEMPLATES`] (`pg-seeded-<records>-<schema>`, where `<schema>` is a hash of
@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
-use super::{ports, Bench, GatewayOptions, Res};
+use super::{Bench, GatewayOptions, Ports, Res};
 use crate::local::pg::{Cluster, PG_BIN};
 
 /// Where seeded templates are kept (the `postgres` account reaches /var/tmp, which a
@@ -42,6 +42,13 @@ impl Bench {
     /// `pg_stat_statements`, from the template if a fresh one exists, else by seeding
     /// (and then keeping the result as the template).
     pub fn seed_postgres(&self, records: u64) -> Res {
+        self.seed_postgres_on(Ports::BENCH, records)
+    }
+
+    /// [`Bench::seed_postgres`] for the fleet on `at` (the bench's or the soak's ports):
+    /// its Postgres listens on `at.postgres`, and the template is shared.
+    pub fn seed_postgres_on(&self, at: Ports, records: u64) -> Res {
+        let port = at.postgres;
         let cluster = Cluster::of(&self.state);
         if !cluster.running() {
             return Err("seed-postgres: postgres is not running (bench start postgres)".into());
@@ -56,34 +63,39 @@ impl Bench {
             );
             cluster.stop(30);
             replace_dir(&template, &cluster.data())?;
-            return self.restart_postgres(&cluster);
+            return self.restart_postgres(&cluster, port);
         }
         remove_stale_templates(templates, records);
         std::fs::create_dir_all(templates).map_err(|e| format!("{TEMPLATES}: {e}"))?;
-        self.migrate_single()?;
+        self.migrate_single(at)?;
         let started = std::time::Instant::now();
-        psql("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")?;
+        psql(
+            port,
+            "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'",
+        )?;
         // A production-sized buffer cache for a table of gigabytes (the default 128 MB
         // would hold a tenth of its primary key).
-        psql(&format!(
-            "ALTER SYSTEM SET shared_buffers = '{SHARED_BUFFERS}'"
-        ))?;
-        let have: u64 = psql("SELECT count(*) FROM idemgate_records")?
+        psql(
+            port,
+            &format!("ALTER SYSTEM SET shared_buffers = '{SHARED_BUFFERS}'"),
+        )?;
+        let have: u64 = psql(port, "SELECT count(*) FROM idemgate_records")?
             .parse()
             .map_err(|e| format!("count: {e}"))?;
         // Indexes are built once after the rows (sorted) rather than row by row.
-        let rebuild = drop_indexes()?;
+        let rebuild = drop_indexes(port)?;
         // Pages as full as production's: there a page takes claims up to the table's
         // fillfactor (50 since migration 0004) and their completions, HOT updates in
         // place, fill the rest. Completed records inserted as such at fillfactor 50
         // would leave every page half empty, and the free space map would then hand a
         // different old page (an 8 kB full-page image in the WAL) to each new claim.
         let fillfactor = psql(
+            port,
             "SELECT coalesce((SELECT option_value FROM pg_options_to_table(reloptions)
                WHERE option_name = 'fillfactor'), '100')
              FROM pg_class WHERE relname = 'idemgate_records'",
         )?;
-        psql("ALTER TABLE idemgate_records SET (fillfactor = 100)")?;
+        psql(port, "ALTER TABLE idemgate_records SET (fillfactor = 100)")?;
         let mut at = have;
         while at < records {
             let n = CHUNK.min(records - at);
@@ -92,20 +104,23 @@ impl Bench {
                 at + 1,
                 at + n
             );
-            psql(&insert(at + 1, at + n))?;
+            psql(port, &insert(at + 1, at + n))?;
             at += n;
         }
         eprintln!("==> postgres: building the indexes again");
-        psql(&format!(
-            "SET maintenance_work_mem = '1GB'; {}",
-            rebuild.join("; ")
-        ))?;
-        psql(&format!(
-            "ALTER TABLE idemgate_records SET (fillfactor = {})",
-            fillfactor.trim()
-        ))?;
-        psql("VACUUM (ANALYZE) idemgate_records")?;
-        psql("CHECKPOINT")?;
+        psql(
+            port,
+            &format!("SET maintenance_work_mem = '1GB'; {}", rebuild.join("; ")),
+        )?;
+        psql(
+            port,
+            &format!(
+                "ALTER TABLE idemgate_records SET (fillfactor = {})",
+                fillfactor.trim()
+            ),
+        )?;
+        psql(port, "VACUUM (ANALYZE) idemgate_records")?;
+        psql(port, "CHECKPOINT")?;
         eprintln!(
             "==> postgres: {records} records seeded in {:.0} s; keeping the template {}",
             started.elapsed().as_secs_f64(),
@@ -113,26 +128,29 @@ impl Bench {
         );
         cluster.stop(60);
         replace_dir(&cluster.data(), &template)?;
-        self.restart_postgres(&cluster)
+        self.restart_postgres(&cluster, port)
     }
 
     /// Starts the bench cluster again and records its new postmaster pid.
-    fn restart_postgres(&self, cluster: &Cluster) -> Res {
-        cluster.start(ports::POSTGRES, self.ready_timeout.as_secs())?;
+    fn restart_postgres(&self, cluster: &Cluster, port: u16) -> Res {
+        cluster.start(port, self.ready_timeout.as_secs())?;
         let pid = std::fs::read_to_string(cluster.data().join("postmaster.pid"))
             .map_err(|e| e.to_string())?;
         let pid = pid.lines().next().unwrap_or_default().trim().to_string();
         std::fs::write(self.pidfile("postgres"), format!("{pid}\n")).map_err(|e| e.to_string())?;
-        psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")?;
-        psql("SELECT pg_stat_statements_reset()")?;
+        psql(port, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")?;
+        psql(port, "SELECT pg_stat_statements_reset()")?;
         Ok(())
     }
 
-    /// `idemgate migrate` against the bench's single Postgres.
-    fn migrate_single(&self) -> Res {
+    /// `idemgate migrate` against the single Postgres on `at.postgres`.
+    fn migrate_single(&self, at: Ports) -> Res {
         let config = self.state.join("idemgate-migrate.toml");
-        std::fs::write(&config, GatewayOptions::default().render(true))
-            .map_err(|e| e.to_string())?;
+        let opts = GatewayOptions {
+            ports: at,
+            ..GatewayOptions::default()
+        };
+        std::fs::write(&config, opts.render(true)).map_err(|e| e.to_string())?;
         let out = Command::new(&self.idemgate)
             .arg("migrate")
             .arg("--config")
@@ -181,16 +199,22 @@ fn insert(from: u64, to: u64) -> String {
 
 /// Drops the records table's primary key and indexes; returns the statements that
 /// create them again, as the migrations made them (names and definitions).
-fn drop_indexes() -> Result<Vec<String>, String> {
+fn drop_indexes(port: u16) -> Result<Vec<String>, String> {
     const TABLE: &str = "'idemgate_records'::regclass";
-    let pk = psql(&format!(
-        "SELECT conname || '|' || pg_get_constraintdef(oid) FROM pg_constraint \
+    let pk = psql(
+        port,
+        &format!(
+            "SELECT conname || '|' || pg_get_constraintdef(oid) FROM pg_constraint \
          WHERE conrelid = {TABLE} AND contype = 'p'"
-    ))?;
-    let indexes = psql(&format!(
+        ),
+    )?;
+    let indexes = psql(
+        port,
+        &format!(
         "SELECT indexname || '|' || indexdef FROM pg_indexes WHERE tablename = 'idemgate_records' \
          AND indexname NOT IN (SELECT conname FROM pg_constraint WHERE conrelid = {TABLE})"
-    ))?;
+    ),
+    )?;
     let (mut drop, mut create) = (Vec::new(), Vec::new());
     for line in pk.lines().filter(|l| !l.is_empty()) {
         let (name, def) = line.split_once('|').ok_or("pg_constraint: no separator")?;
@@ -207,14 +231,14 @@ fn drop_indexes() -> Result<Vec<String>, String> {
         create.push(def.to_string());
     }
     if !drop.is_empty() {
-        psql(&drop.join("; "))?;
+        psql(port, &drop.join("; "))?;
     }
     Ok(create)
 }
 
-fn psql(sql: &str) -> Result<String, String> {
+fn psql(port: u16, sql: &str) -> Result<String, String> {
     let out = Command::new(Path::new(PG_BIN).join("psql"))
-        .args(["-h", "127.0.0.1", "-p", &ports::POSTGRES.to_string()])
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
         .args(["-U", "postgres", "-At", "-v", "ON_ERROR_STOP=1", "-c", sql])
         .output()
         .map_err(|e| format!("psql: {e}"))?;

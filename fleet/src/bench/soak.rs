@@ -5,12 +5,15 @@
 //!
 //! - `redis`: as production runs it: no persistence, `noeviction`, every per-slot
 //!   warmth marker two days in the past (older than the soak's `ttl`; see [`super::warm`]);
-//! - `postgres`: a fresh cluster with durable defaults (as the bench's);
+//! - `postgres`: a cluster with durable defaults (as the bench's) whose records table
+//!   already holds `SOAK_RECORDS` (default 10 million) completed records that do not
+//!   expire during the soak, copied from the bench's seeded template (seeded first if
+//!   there is none; see [`super::seeded`]); `SOAK_RECORDS=0` starts it empty;
 //! - `upstream` (`demo-upstream --latency 0ms`, whose ledger counts executions);
 //! - two gateway replicas `gw-1`, `gw-2` with the durable defaults (`[postgres]`,
 //!   claims write-through), `[idempotency] ttl` from `SOAK_TTL` (default `3m`) and the
 //!   reaper every `SOAK_REAP_INTERVAL` (default `30s`), so records expire and are
-//!   deleted during the soak;
+//!   deleted during the soak, and `postgres.redis_fill` from `SOAK_REDIS_FILL` when set;
 //! - `haproxy` in front of them (`deploy/bench/haproxy.cfg`).
 //!
 //! `down` stops every part (replicas first, stores last), as [`Bench::down`] does.
@@ -51,20 +54,33 @@ fn env_or(name: &str, default: &str) -> String {
 }
 
 /// The replicas: the bench's configuration on the soak's ports, with the durable
-/// defaults (`[postgres]`, claims write-through), a short `ttl` and a frequent reaper.
-fn gateway_options(ttl: &str, reap_interval: &str) -> GatewayOptions {
+/// defaults (`[postgres]`, claims write-through), a short `ttl`, a frequent reaper and,
+/// when given, `postgres.redis_fill`.
+fn gateway_options(ttl: &str, reap_interval: &str, redis_fill: Option<&str>) -> GatewayOptions {
+    let mut env: Vec<(String, String)> = vec![
+        ("IDEMGATE__IDEMPOTENCY__TTL".into(), ttl.into()),
+        (
+            "IDEMGATE__POSTGRES__REAP_INTERVAL".into(),
+            reap_interval.into(),
+        ),
+    ];
+    if let Some(fill) = redis_fill {
+        env.push(("IDEMGATE__POSTGRES__REDIS_FILL".into(), fill.into()));
+    }
     GatewayOptions {
         replicas: ports::REPLICAS,
         ports: ports::PORTS,
-        env: vec![
-            ("IDEMGATE__IDEMPOTENCY__TTL".into(), ttl.into()),
-            (
-                "IDEMGATE__POSTGRES__REAP_INTERVAL".into(),
-                reap_interval.into(),
-            ),
-        ],
+        env,
         ..GatewayOptions::default()
     }
+}
+
+/// `SOAK_RECORDS`: the records in the table before the load starts (default 10 million).
+fn records() -> Result<u64, String> {
+    let text = env_or("SOAK_RECORDS", "10000000");
+    text.trim()
+        .parse()
+        .map_err(|_| format!("SOAK_RECORDS must be a number of records (got '{text}')"))
 }
 
 impl Bench {
@@ -101,9 +117,11 @@ impl Bench {
     }
 
     fn soak_gateways(&self) -> Res {
+        let fill = std::env::var("SOAK_REDIS_FILL").ok();
         self.start_gateways(&gateway_options(
             &env_or("SOAK_TTL", "3m"),
             &env_or("SOAK_REAP_INTERVAL", "30s"),
+            fill.as_deref().filter(|f| !f.is_empty()),
         ))
     }
 
@@ -118,9 +136,14 @@ impl Bench {
     /// Starts the whole soak fleet; on failure stops what was started.
     pub fn soak_start(&self) -> Res {
         std::fs::create_dir_all(&self.state).map_err(|e| e.to_string())?;
+        let records = records()?;
         let result = self
             .soak_redis()
             .and_then(|()| self.start_postgres_on(ports::POSTGRES))
+            .and_then(|()| match records {
+                0 => Ok(()),
+                n => self.seed_postgres_on(ports::PORTS, n),
+            })
             .and_then(|()| self.soak_upstream())
             .and_then(|()| self.soak_gateways())
             .and_then(|()| self.soak_haproxy());
@@ -184,7 +207,7 @@ mod tests {
 
     #[test]
     fn config_has_the_durable_defaults_a_short_ttl_and_the_soak_ports() {
-        let opts = gateway_options("3m", "30s");
+        let opts = gateway_options("3m", "30s", None);
         let text = opts.render(opts.postgres_for(2));
         assert!(text.contains("[postgres]\nurl = \"postgres://postgres@127.0.0.1:15590/postgres\""));
         assert!(text.contains("url = \"redis://127.0.0.1:16490\""));
@@ -202,6 +225,11 @@ mod tests {
         ] {
             assert!(env.contains(&(k.into(), v.into())), "{k} in {env:?}");
         }
+        assert!(!env
+            .iter()
+            .any(|(k, _)| k == "IDEMGATE__POSTGRES__REDIS_FILL"));
+        let filled = gateway_options("3m", "30s", Some("on_replay")).env_of(1);
+        assert!(filled.contains(&("IDEMGATE__POSTGRES__REDIS_FILL".into(), "on_replay".into())));
     }
 
     #[test]
