@@ -297,7 +297,10 @@ fn remove_stale_templates(home: &Path, records: u64) {
     }
 }
 
-/// `to` becomes a copy of `from` (ownership and modes kept: `cp -a`).
+/// `to` becomes a copy of `from` (ownership and modes kept: `cp -a`), written to disk
+/// before it returns: left to the kernel's writeback (about 30 s later), the copy's
+/// gigabytes of dirty pages made every fsync on the filesystem (Postgres' commits) wait
+/// up to seconds in the first minute of a run.
 fn replace_dir(from: &Path, to: &Path) -> Res {
     if to.exists() {
         std::fs::remove_dir_all(to).map_err(|e| format!("{}: {e}", to.display()))?;
@@ -308,8 +311,17 @@ fn replace_dir(from: &Path, to: &Path) -> Res {
         .arg(to)
         .status()
         .is_ok_and(|s| s.success());
-    ok.then_some(())
-        .ok_or_else(|| format!("cp -a {} {} failed", from.display(), to.display()))
+    if !ok {
+        return Err(format!("cp -a {} {} failed", from.display(), to.display()));
+    }
+    let synced = Command::new("sync")
+        .arg("-f")
+        .arg(to)
+        .status()
+        .is_ok_and(|s| s.success());
+    synced
+        .then_some(())
+        .ok_or_else(|| format!("sync -f {} failed", to.display()))
 }
 
 #[cfg(test)]

@@ -40,6 +40,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "0005_replay_until.additive.sql",
         include_str!("../../../migrations/0005_replay_until.additive.sql"),
     ),
+    (
+        6,
+        "0006_records_autovacuum.additive.sql",
+        include_str!("../../../migrations/0006_records_autovacuum.additive.sql"),
+    ),
 ];
 
 /// The suffix of a migration that binaries before it may run beside.

@@ -1,5 +1,5 @@
-//! Migrations under concurrency, schema versions, the reaper, and
-//! `lookup_on_miss = "when_cold"`.
+//! Migrations under concurrency, schema versions, the records table's autovacuum
+//! setting, the reaper, and `lookup_on_miss = "when_cold"`.
 
 use std::time::Duration;
 
@@ -35,6 +35,39 @@ async fn three_replicas_migrating_at_once_leave_one_schema() {
         idemgate::testing::store::postgres::migrate::MIGRATIONS.len()
     );
     stores[0].check_schema().await.unwrap();
+}
+
+/// The records table's `autovacuum_vacuum_scale_factor`, if it has one of its own.
+async fn vacuum_scale(pg: &PgServer) -> Option<String> {
+    (pg.client().await)
+        .query_opt(
+            "SELECT o.option_value FROM pg_class c, pg_options_to_table(c.reloptions) o
+             WHERE c.oid = 'idemgate_records'::regclass
+               AND o.option_name = 'autovacuum_vacuum_scale_factor'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .map(|row| row.get(0))
+}
+
+#[tokio::test]
+async fn autovacuum_comes_at_one_percent_dead_unless_an_administrator_chose_otherwise() {
+    let pg = PgServer::start();
+    let s = store(&pg);
+    s.migrate().await.unwrap();
+    assert_eq!(vacuum_scale(&pg).await.as_deref(), Some("0.01"));
+    // A table an administrator had tuned before the migration keeps its setting.
+    let client = pg.client().await;
+    client
+        .batch_execute(
+            "ALTER TABLE idemgate_records SET (autovacuum_vacuum_scale_factor = 0.05);
+             DELETE FROM idemgate_schema WHERE version = 6",
+        )
+        .await
+        .unwrap();
+    assert_eq!(s.migrate().await.unwrap(), vec![6]);
+    assert_eq!(vacuum_scale(&pg).await.as_deref(), Some("0.05"));
 }
 
 #[tokio::test]
