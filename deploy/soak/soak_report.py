@@ -7,8 +7,9 @@ import math
 import statistics
 from pathlib import Path
 
-FLAT_RULE = ("judged on the steady part of the run, from one ttl plus two reaper intervals on (before it "
-             "the table and Redis fill up to one ttl of records); split in thirds, a series does not grow when "
+FLAT_RULE = ("judged on the steady part of the run, from the reaper's first deletion plus two reaper "
+             "intervals on (before it the table and Redis fill up: the reaper may delete a record's row only once its "
+             "ttl is over counted from the latest its first execution could complete); split in thirds, a series does not grow when "
              "the median of the last third is at most TOL above the median of the middle third, and the "
              "least-squares slope over the last two thirds, projected over one hour, stays under 2 x TOL of "
              "that median (a soak looks for growth: a series that falls passes, and says so); dead tuples, a "
@@ -63,9 +64,11 @@ def seconds(text):
 
 
 def steady(r):
-    """The samples from one ttl plus two reaper intervals on."""
+    """The samples from the reaper's first deletion plus two reaper intervals on (from
+    one ttl plus two intervals if it deleted nothing)."""
     s = r["settings"]
-    start = seconds(s["ttl"]) + 2 * seconds(s["reap_interval"])
+    first = next((float(x["t_s"]) for x in r["series"] if int(x["reaped_total"]) > 0), seconds(s["ttl"]))
+    start = first + 2 * seconds(s["reap_interval"])
     return [x for x in r["series"] if float(x["t_s"]) >= start], start
 
 
