@@ -912,8 +912,9 @@ def rolling_phase(results):
     completion meets the leases the other one leaves standing. Checks: every answer 201,
     no key run twice upstream, the slowest answer under a second. Writes
     deploy/bench/results/rolling-fill.md."""
-    # Right after Postgres starts on its copied table, writes stall for up to seconds
-    # (cold caches): a run of its own first, so that the two measured runs compare alike.
+    # A run of its own first, so that the two measured runs start alike (caches warm,
+    # pools connected). Before the launcher synced a copied data directory to disk, its
+    # writeback stalled Postgres' commits for seconds in this first minute.
     warm = rolling_run("warmup", switch=False, seconds=30)
     base = rolling_run("baseline", switch=False)
     res = rolling_run("rolling", switch=True)
@@ -994,8 +995,8 @@ def render_rolling(res, results):
         f"back. HAProxy (`deploy/bench/haproxy.cfg`, started with `--rolling`) picks a replica at random and "
         f"would send a request whose connection is refused or closed before any answer again, to the other "
         f"replica. The checks are the switch's. Before both, a 30 s run of the same load that is not "
-        f"compared: right after Postgres starts on its copied table, writes stall (cold caches; its slowest "
-        f"answer {res['warmup']['max_ms']:.0f} ms, p99 {res['warmup']['p99_ms']:.0f} ms).",
+        f"compared, so that both start with warm caches and connected pools (its slowest answer "
+        f"{res['warmup']['max_ms']:.0f} ms, p99 {res['warmup']['p99_ms']:.0f} ms).",
         "",
         "| check | baseline | switch | ok |",
         "|---|---:|---:|---|",
