@@ -87,7 +87,7 @@ pub fn all() -> [StoredFormat; 4] {
         StoredFormat {
             name: "postgres schema",
             writes: migrate::latest() as u32,
-            reads: &[3, 4, 5],
+            reads: &[3, 4, 5, 6],
         },
     ]
 }
