@@ -37,7 +37,9 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "bench"))
 import soak_report  # noqa: E402  (deploy/soak/soak_report.py)
+from bench import TICK, children_of, cpu_of  # noqa: E402  (deploy/bench/bench.py: CPU per process)
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET = Path(os.environ.get("FLEET_BIN", ROOT / "target/release/idemgate-fleet"))
@@ -55,7 +57,6 @@ REDIS_FILL = os.environ.get("SOAK_REDIS_FILL", "")
 COLUMNS = ["t_s", "rps", "firsts", "p50_ms", "p99_ms", "cpu_gw_us", "cpu_redis_us", "cpu_pg_us", "rss_gw1_mb",
            "rss_gw2_mb", "pg_table_mb", "pg_indexes_mb", "n_live_tup", "n_dead_tup", "autovacuum_count",
            "last_autovacuum", "reaped_total", "redis_used_mb", "redis_keys"]
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def log(msg):
@@ -99,35 +100,22 @@ def rss_mb(pid):
     return float("nan")
 
 
-def cpu_seconds(pid, reaped_children=False):
-    """user+system CPU seconds of a process (its threads included); with reaped_children,
-    plus those of the children it has waited for (a postmaster's exited backends and
-    autovacuum workers)."""
+def reaped_cpu(pid):
+    """user+system CPU seconds of the children a process has waited for (a postmaster's
+    exited backends and autovacuum workers): cutime + cstime."""
     try:
         f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (FileNotFoundError, ProcessLookupError):
         return 0.0
-    return sum(int(x) for x in f[11:15 if reaped_children else 13]) / TICK
-
-
-def children_of(ppid):
-    kids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == ppid:
-                    kids.append(int(d.name))
-            except (FileNotFoundError, IndexError, ProcessLookupError):
-                pass
-    return kids
+    return (int(f[13]) + int(f[14])) / TICK
 
 
 def cpu(pids):
     """CPU seconds so far of the replicas (both), Redis and Postgres (the postmaster and
     every child, living or exited)."""
     pg = pids["postgres"]
-    return {"gw": cpu_seconds(pids["gw-1"]) + cpu_seconds(pids["gw-2"]), "redis": cpu_seconds(pids["redis"]),
-            "pg": cpu_seconds(pg, True) + sum(cpu_seconds(c) for c in children_of(pg))}
+    return {"gw": cpu_of([pids["gw-1"], pids["gw-2"]]), "redis": cpu_of([pids["redis"]]),
+            "pg": cpu_of([pg, *children_of(pg)]) + reaped_cpu(pg)}
 
 
 def reaped(ports):

@@ -105,12 +105,13 @@ def plot(series, path):
     for ax in axes.flat[len(PANELS):]:
         ax.set_visible(False)
     for ax, (title, cols) in zip(axes.flat, PANELS):
-        for c in (c for c in cols if c in series[0]):
+        present = [c for c in cols if c in series[0]]  # an older run recorded fewer
+        for c in present:
             ax.plot(ts, [float(r[c]) for r in series], label=c)
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
         ax.set_ylim(bottom=0)
-        if len([c for c in cols if c in series[0]]) > 1:
+        if len(present) > 1:
             ax.legend(fontsize=8)
     for ax in axes.flat[len(PANELS) - 3:len(PANELS)]:
         ax.set_xlabel("minutes")
