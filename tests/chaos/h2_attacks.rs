@@ -9,14 +9,16 @@
 //! The attacker's route (`/attack/`) goes to an upstream in this process that counts its
 //! calls at once ([`crate::attack_upstream`]).
 //!
-//! Phases: 2 s of ordinary traffic (the baseline), the attack, 2 s after. The replica's
+//! Phases: 2 s idle, 2 s of ordinary traffic (the baseline), the attack, 2 s after, 2 s
+//! idle. The replica's
 //! RSS is sampled every 100 ms, `idemgate_buffered_bytes` every 250 ms, its CPU time
 //! read at each phase's edges.
 //!
 //! Verdict FAIL if: an ordinary request during the attack is not answered 2xx, or their
 //! p99 exceeds [`NORMAL_P99_MS`]; the replica's RSS peak exceeds its baseline by more
 //! than [`RSS_GROWTH_MIB`] ([`RSS_GROWTH_STALLED_MIB`] for the stalled readers); it
-//! burns CPU after the attack (more than [`AFTER_CORES`] over the baseline); bytes stay
+//! burns CPU once the attack is over (idle, more than [`IDLE_CORES`] over its idle use
+//! before it); bytes stay
 //! charged 5 s after the attack; a key runs twice; or the attack's own bound is broken:
 //! a stalled connection open past 2 x `write_timeout` + 3 s, or more than 2 x 8 MiB
 //! charged for them; an idle one open past `idle_timeout` + 3 s; more than 2 x 32
@@ -35,7 +37,7 @@ use crate::attack_upstream::AttackUpstream;
 use crate::checker::Report;
 use crate::cluster::{Durability, Options, Probe, Stack};
 use crate::h2_attackers::{attacker, ordinary, Attack, AttackTally, Outcome, REPORT, REPORT_KEY};
-use crate::h2_flooders::cpu_seconds;
+use crate::h2_flooders::{cores_over, cpu_seconds};
 
 pub const ATTACK: Duration = Duration::from_secs(10);
 /// Bound on the replica's RSS peak over its baseline: the buffer budget (32 MiB) plus
@@ -44,7 +46,8 @@ pub const ATTACK: Duration = Duration::from_secs(10);
 /// the budget can refuse it).
 pub const RSS_GROWTH_MIB: u64 = 32 + 24;
 pub const RSS_GROWTH_STALLED_MIB: u64 = RSS_GROWTH_MIB + 2 * 32;
-pub const AFTER_CORES: f64 = 0.10;
+use crate::h2_floods::IDLE_CORES;
+const IDLE_SECONDS: u64 = 2;
 pub const NORMAL_P99_MS: u64 = 2_000;
 const NORMAL_WORKERS: usize = 2;
 const MIB: u64 = 1 << 20;
@@ -88,6 +91,7 @@ pub async fn attack(name: String, kind: Attack) -> Report {
     let stack = Stack::start(opts).await;
     let target: SocketAddr = ([127, 0, 0, 1], stack.replicas[0].port).into();
     let pid = stack.replicas[0].pid().expect("the replica runs");
+    let idle_before = cores_over(pid, IDLE_SECONDS).await;
     if kind == Attack::StalledReaders {
         let stored = (stack.http.post(format!("http://{target}{REPORT}")))
             .header("Idempotency-Key", REPORT_KEY)
@@ -145,6 +149,7 @@ pub async fn attack(name: String, kind: Attack) -> Report {
     }
     let _ = sampler.await;
     let after_rss = rss(pid).map_or(0, |(now, _)| now);
+    let idle_after = cores_over(pid, IDLE_SECONDS).await;
 
     let buffered = buffered_after_attack(&stack, Duration::from_millis(200)).await;
     let limited = limited_summary(
@@ -171,6 +176,7 @@ pub async fn attack(name: String, kind: Attack) -> Report {
             (cpu2 - cpu1) / attack_s,
             (cpu3 - cpu2) / 2.0,
         ),
+        idle: (idle_before, idle_after),
         rss_kib: (baseline_rss, *peak.lock().unwrap(), after_rss),
         buffered: (buffered_peak, buffered),
         upstream_peak: upstream.peak(),
@@ -187,8 +193,11 @@ struct Measured {
     outcomes: Vec<Outcome>,
     /// The attack, and a second after it: the ordinary requests that count.
     window: (Instant, Instant),
-    /// CPU cores before, during and after the attack.
+    /// CPU cores before, during and after the attack, with the ordinary clients sending.
     cores: (f64, f64, f64),
+    /// CPU cores with nothing sent, before the ordinary clients start and once they and
+    /// the attack are done.
+    idle: (f64, f64),
     /// RSS before, at its peak and after, in KiB.
     rss_kib: (u64, u64, u64),
     /// `idemgate_buffered_bytes` at its peak during the attack, and 5 s after at most.
@@ -233,7 +242,7 @@ async fn verdict(stack: &Stack, name: &str, kind: Attack, t: &AttackTally, m: Me
     report.notes.push(format!(
         "{}ordinary clients while attacked {}/{} ok ({rate:.1}%){}, p50 {p50} ms, p99 {p99} ms; \
          replica RSS {} MiB before, peak {} MiB, {} MiB after; CPU {:.2} cores before, {:.2} \
-         during, {:.2} after; attack: {} connections ({} failed to connect), {} streams, \
+         during, {:.2} after, idle {:.3} before, {:.3} after; attack: {} connections ({} failed to connect), {} streams, \
          answers {} 2xx / {} 503 / {} other, GOAWAY on {}, closed by the replica {} (longest \
          {} ms), open at the end {} (oldest {} ms); upstream calls at once, peak {}; buffered \
          peak {:.1} MiB, {} bytes after; limited:{}",
@@ -251,6 +260,8 @@ async fn verdict(stack: &Stack, name: &str, kind: Attack, t: &AttackTally, m: Me
         m.cores.0,
         m.cores.1,
         m.cores.2,
+        m.idle.0,
+        m.idle.1,
         n(&t.connections),
         n(&t.connect_failed),
         n(&t.streams),
@@ -290,10 +301,10 @@ async fn verdict(stack: &Stack, name: &str, kind: Attack, t: &AttackTally, m: Me
             "RSS grew {growth} MiB over its baseline (bound {bound})"
         ));
     }
-    if m.cores.2 > m.cores.0 + AFTER_CORES {
+    if m.idle.1 > m.idle.0 + IDLE_CORES {
         report.fail(format!(
-            "the replica used {:.2} cores after the attack, {:.2} before",
-            m.cores.2, m.cores.0
+            "the replica used {:.3} cores idle after the attack, {:.3} before",
+            m.idle.1, m.idle.0
         ));
     }
     if m.buffered.1 != 0.0 {

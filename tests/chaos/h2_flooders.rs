@@ -146,6 +146,13 @@ pub async fn flood(
     }
 }
 
+/// CPU cores a process used over the next `seconds`.
+pub async fn cores_over(pid: u32, seconds: u64) -> f64 {
+    let cpu0 = cpu_seconds(pid);
+    tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
+    (cpu_seconds(pid) - cpu0) / seconds as f64
+}
+
 /// user + system CPU time of a process, in seconds.
 pub fn cpu_seconds(pid: u32) -> f64 {
     static TICK: std::sync::OnceLock<f64> = std::sync::OnceLock::new();

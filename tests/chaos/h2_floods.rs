@@ -3,16 +3,19 @@
 //! the real fleet (an `idemgate serve` process) running the default `server.http2_*`
 //! limits, while ordinary clients send keyed HTTP/1.1 POSTs to the same replica.
 //!
-//! Phases: 2 s of ordinary traffic only (the baseline), the rapid-reset flood, 1 s
-//! apart, the stream-count flood (attackers: [`crate::h2_flooders`]), then 2 s of
-//! ordinary traffic only (after). The replica's RSS (`/proc/<pid>/status`) is sampled
-//! every 100 ms and its CPU time (`/proc/<pid>/stat`) read at each phase's edges.
+//! Phases: 2 s idle, 2 s of ordinary traffic only (the baseline), the rapid-reset flood,
+//! 1 s apart, the stream-count flood (attackers: [`crate::h2_flooders`]), 2 s of ordinary
+//! traffic only (after), the ordinary clients' last seconds, then 2 s idle. The replica's
+//! RSS (`/proc/<pid>/status`) is sampled every 100 ms and its CPU time
+//! (`/proc/<pid>/stat`) read at each phase's edges. Its idle CPU is the one judged after
+//! the floods: with traffic, its CPU follows the pace the shared machine lets the
+//! ordinary clients keep, which moved it by 0.1 core between two windows of one run.
 //!
 //! Verdict FAIL if: an attacking connection is still served when its attacker stops
 //! (no GOAWAY, no close), the replica's RSS peak exceeds the baseline by more than
 //! [`RSS_GROWTH_MIB`], a flood costs the replica more than [`CPU_PER_CONNECTION_MS`] of CPU
-//! per flood connection or the replica still burns CPU once the floods are over (more
-//! than [`AFTER_CORES`] above the baseline), an ordinary request fails or its p99
+//! per flood connection or the replica still burns CPU once the floods are over (idle, more
+//! than [`IDLE_CORES`] above its idle use before them), an ordinary request fails or its p99
 //! exceeds [`NORMAL_P99_MS`], a key runs twice, or a flood stream (its body never sent)
 //! reaches the upstream. `CHAOS_H2_UNLIMITED=1` runs the same floods with the reset
 //! limits set out of reach, to show that the verdict can fail.
@@ -24,7 +27,7 @@ use std::time::{Duration, Instant};
 use crate::abusers::{failures, normal_client, rss, sample_rss, Outcome};
 use crate::checker::Report;
 use crate::cluster::{Durability, Options, Stack};
-use crate::h2_flooders::{cpu_seconds, flood, Flood, FloodTally};
+use crate::h2_flooders::{cores_over, cpu_seconds, flood, Flood, FloodTally};
 
 /// How hard: seconds per flood, attackers at once, connections per attacker at most.
 #[derive(Clone, Copy, Debug)]
@@ -54,8 +57,11 @@ pub const RSS_GROWTH_MIB: u64 = 24;
 /// connection cost before its GOAWAY (20 reset streams, or 100 held streams and 1024
 /// refused ones), with room for a debug build on a busy machine.
 pub const CPU_PER_CONNECTION_MS: f64 = 100.0;
-/// Bound on the replica's CPU use after the floods, in cores over the baseline.
-pub const AFTER_CORES: f64 = 0.10;
+/// Bound on the replica's CPU use once the floods and the ordinary clients are done, in
+/// cores over its idle use before them.
+pub const IDLE_CORES: f64 = 0.05;
+/// How long each idle reading lasts.
+const IDLE_SECONDS: u64 = 2;
 /// Bound on the ordinary requests' p99 (each a 20 ms upstream call), in ms: the
 /// attackers run in the test process and share the machine's cores with the replica.
 pub const NORMAL_P99_MS: u64 = 2_000;
@@ -142,13 +148,6 @@ async fn phase(kind: Flood, plan: Plan, target: SocketAddr, pid: u32) -> Phase {
     }
 }
 
-/// CPU cores the replica used over the next `seconds`.
-async fn cores_over(pid: u32, seconds: u64) -> f64 {
-    let cpu0 = cpu_seconds(pid);
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
-    (cpu_seconds(pid) - cpu0) / seconds as f64
-}
-
 /// p50 and p99 of the successful ordinary requests, in ms.
 fn percentiles(outcomes: &[Outcome]) -> (u64, u64) {
     let mut ok: Vec<u64> = outcomes.iter().filter_map(|o| o.clone().ok()).collect();
@@ -171,6 +170,7 @@ pub async fn floods(name: String, plan: Plan) -> Report {
     let stack = Stack::start(opts).await;
     let target: SocketAddr = ([127, 0, 0, 1], stack.replicas[0].port).into();
     let pid = stack.replicas[0].pid().expect("the replica runs");
+    let idle_before = cores_over(pid, IDLE_SECONDS).await;
 
     // Ordinary clients throughout: the whole schedule, plus a margin for the floods'
     // last connections to end.
@@ -198,9 +198,11 @@ pub async fn floods(name: String, plan: Plan) -> Report {
         let _ = w.await;
     }
     let _ = sampler.await;
+    let idle_after = cores_over(pid, IDLE_SECONDS).await;
     let measured = Measured {
         unlimited,
         cores: (baseline_cores, after_cores),
+        idle: (idle_before, idle_after),
         rss_kib: (baseline_rss, *peak.lock().unwrap(), after_rss),
         outcomes: std::mem::take(&mut *normal.lock().unwrap()),
     };
@@ -212,8 +214,11 @@ pub async fn floods(name: String, plan: Plan) -> Report {
 /// What was read of the replica and the ordinary clients around the floods.
 struct Measured {
     unlimited: bool,
-    /// CPU cores before and after the floods.
+    /// CPU cores before and after the floods, with the ordinary clients sending.
     cores: (f64, f64),
+    /// CPU cores with nothing sent, before the ordinary clients start and once they and
+    /// the floods are done.
+    idle: (f64, f64),
     /// RSS before, at its peak and after, in KiB.
     rss_kib: (u64, u64, u64),
     outcomes: Vec<Outcome>,
@@ -224,6 +229,7 @@ async fn verdict(stack: &Stack, name: &str, m: Measured, rapid: &Phase, count: &
     let Measured {
         unlimited,
         cores: (baseline_cores, after_cores),
+        idle: (idle_before, idle_after),
         rss_kib: (baseline_rss, peak_rss, after_rss),
         outcomes,
     } = m;
@@ -246,7 +252,7 @@ async fn verdict(stack: &Stack, name: &str, m: Measured, rapid: &Phase, count: &
     report.notes.push(format!(
         "{}ordinary HTTP/1.1 clients {ok}/{} ok, p50 {p50} ms, p99 {p99} ms; replica RSS {} MiB \
          before, peak {} MiB, {} MiB after; replica CPU {baseline_cores:.2} cores before, \
-         {after_cores:.2} after; {}; {}",
+         {after_cores:.2} after, idle {idle_before:.3} before, {idle_after:.3} after; {}; {}",
         if unlimited { "LIMITS OFF: " } else { "" },
         outcomes.len(),
         mib(baseline_rss),
@@ -267,9 +273,9 @@ async fn verdict(stack: &Stack, name: &str, m: Measured, rapid: &Phase, count: &
             "RSS grew {growth} MiB over its baseline (bound {RSS_GROWTH_MIB})"
         ));
     }
-    if after_cores > baseline_cores + AFTER_CORES {
+    if idle_after > idle_before + IDLE_CORES {
         report.fail(format!(
-            "the replica used {after_cores:.2} cores after the floods, {baseline_cores:.2} before"
+            "the replica used {idle_after:.3} cores idle after the floods, {idle_before:.3} before"
         ));
     }
     report
