@@ -149,7 +149,7 @@ pub async fn flood(
 /// CPU cores a process used over the next `seconds`.
 pub async fn cores_over(pid: u32, seconds: u64) -> f64 {
     let cpu0 = cpu_seconds(pid);
-    tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
     (cpu_seconds(pid) - cpu0) / seconds as f64
 }
 
