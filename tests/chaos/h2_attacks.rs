@@ -39,7 +39,7 @@ use crate::attack_upstream::AttackUpstream;
 use crate::checker::Report;
 use crate::cluster::{Durability, Options, Probe, Stack};
 use crate::h2_attackers::{attacker, ordinary, Attack, AttackTally, Outcome, REPORT, REPORT_KEY};
-use crate::h2_flooders::{cores_over, cpu_seconds};
+use crate::h2_flooders::{cpu_seconds, idle_cores};
 use crate::h2_floods::IDLE_CORES;
 
 pub const ATTACK: Duration = Duration::from_secs(10);
@@ -49,7 +49,6 @@ pub const ATTACK: Duration = Duration::from_secs(10);
 /// the budget can refuse it).
 pub const RSS_GROWTH_MIB: u64 = 32 + 24;
 pub const RSS_GROWTH_STALLED_MIB: u64 = RSS_GROWTH_MIB + 2 * 32;
-const IDLE_SECONDS: u64 = 2;
 pub const NORMAL_P99_MS: u64 = 2_000;
 const NORMAL_WORKERS: usize = 2;
 const MIB: u64 = 1 << 20;
@@ -95,7 +94,7 @@ pub async fn attack(name: String, kind: Attack) -> Report {
     let pid = stack.replicas[0].pid().expect("the replica runs");
     // Past the start-up's last work before the idle reading.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let idle_before = cores_over(pid, IDLE_SECONDS).await;
+    let idle_before = idle_cores(pid).await;
     if kind == Attack::StalledReaders {
         let stored = (stack.http.post(format!("http://{target}{REPORT}")))
             .header("Idempotency-Key", REPORT_KEY)
@@ -168,7 +167,7 @@ pub async fn attack(name: String, kind: Attack) -> Report {
         ],
     )
     .await;
-    let idle_after = cores_over(pid, IDLE_SECONDS).await;
+    let idle_after = idle_cores(pid).await;
 
     let outcomes = std::mem::take(&mut *normal.lock().unwrap());
     let measured = Measured {

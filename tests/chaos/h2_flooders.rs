@@ -146,6 +146,14 @@ pub async fn flood(
     }
 }
 
+/// How long each idle reading of [`idle_cores`] lasts.
+const IDLE_SECONDS: u64 = 2;
+
+/// CPU cores a process used over [`IDLE_SECONDS`], with nothing sent to it.
+pub async fn idle_cores(pid: u32) -> f64 {
+    cores_over(pid, IDLE_SECONDS).await
+}
+
 /// CPU cores a process used over the next `seconds`.
 pub async fn cores_over(pid: u32, seconds: u64) -> f64 {
     let cpu0 = cpu_seconds(pid);

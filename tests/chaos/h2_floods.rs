@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use crate::abusers::{failures, normal_client, rss, sample_rss, Outcome};
 use crate::checker::Report;
 use crate::cluster::{Durability, Options, Stack};
-use crate::h2_flooders::{cores_over, cpu_seconds, flood, Flood, FloodTally};
+use crate::h2_flooders::{cores_over, cpu_seconds, flood, idle_cores, Flood, FloodTally};
 
 /// How hard: seconds per flood, attackers at once, connections per attacker at most.
 #[derive(Clone, Copy, Debug)]
@@ -63,8 +63,6 @@ pub const CPU_PER_CONNECTION_MS: f64 = 100.0;
 /// Bound on the replica's CPU use once the floods and the ordinary clients are done, in
 /// cores over its idle use before them.
 pub const IDLE_CORES: f64 = 0.05;
-/// How long each idle reading lasts.
-const IDLE_SECONDS: u64 = 2;
 /// Bound on the ordinary requests' p99 (each a 20 ms upstream call), in ms: the
 /// attackers run in the test process and share the machine's cores with the replica.
 pub const NORMAL_P99_MS: u64 = 2_000;
@@ -175,7 +173,7 @@ pub async fn floods(name: String, plan: Plan) -> Report {
     let pid = stack.replicas[0].pid().expect("the replica runs");
     // Past the start-up's last work before the idle reading.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let idle_before = cores_over(pid, IDLE_SECONDS).await;
+    let idle_before = idle_cores(pid).await;
 
     // Ordinary clients throughout: the whole schedule, plus a margin for the floods'
     // last connections to end.
@@ -203,7 +201,7 @@ pub async fn floods(name: String, plan: Plan) -> Report {
         let _ = w.await;
     }
     let _ = sampler.await;
-    let idle_after = cores_over(pid, IDLE_SECONDS).await;
+    let idle_after = idle_cores(pid).await;
     let measured = Measured {
         unlimited,
         cores: (baseline_cores, after_cores),
