@@ -1,6 +1,7 @@
 -- idemgate invalidate: the admin API's delete, refused while a lease is held. The check
 -- and the DEL are one script, so a claim cannot land between them.
--- KEYS[1] record key; ARGV[1] "1" to delete a leased record too (force), else "0".
+-- KEYS[1] record key, KEYS[2] (optional) its live stream, deleted with the record (its
+-- joiners find no record and are cut); ARGV[1] "1" to delete a leased record too (force), else "0".
 -- Either layout (record.lua, prepended).
 -- Reply: {"D"} deleted (completed, or leased and forced) | {"L", remaining_ms} leased,
 -- nothing deleted | {"A"} absent.
@@ -13,4 +14,7 @@ if v.s ~= 'C' and ARGV[1] ~= '1' then
   return {'L', redis.call('PTTL', rec)}
 end
 redis.call('DEL', rec)
+if KEYS[2] then
+  redis.call('DEL', KEYS[2])
+end
 return {'D'}

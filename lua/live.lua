@@ -6,7 +6,8 @@
 -- ARGV[1] lock token, ARGV[2] how long the stream lives after this call (ms),
 -- ARGV[3] completion channel, ARGV[4] 'PUBLISH', or 'SPUBLISH' in a cluster,
 -- ARGV[5..] the entries: field, value pairs ('h' head, 'd' data, 'e' end, 'x' aborted),
--- each XADDed as one entry; none: only the stream's life is pushed out.
+-- each XADDed as one entry (the head with its owner, below); none: only the stream's
+-- life is pushed out.
 -- The record (either layout) is prepended from record.lua.
 -- Every call that writes publishes 'L' on the channel, waking the joiners.
 -- Reply: 1 written (or nothing to write) | 2 nobody joins: nothing written, the
@@ -26,11 +27,16 @@ if #ARGV < 5 then
   return 1
 end
 -- A head starts the stream afresh: what an earlier execution of the key left (it was
--- released, or its replica died) is never read as this one's.
+-- released, or its replica died) is never read as this one's. The head names its
+-- execution ('o': the SHA-1 of the lock token), so a reader follows this stream only
+-- while the record is held or completed by that token (live_read.lua).
+local from = 5
 if ARGV[5] == 'h' then
   redis.call('DEL', KEYS[2])
+  redis.call('XADD', KEYS[2], '*', 'h', ARGV[6], 'o', redis.sha1hex(ARGV[1]))
+  from = 7
 end
-for i = 5, #ARGV - 1, 2 do
+for i = from, #ARGV - 1, 2 do
   redis.call('XADD', KEYS[2], '*', ARGV[i], ARGV[i + 1])
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[2])

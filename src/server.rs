@@ -1,6 +1,6 @@
 //! Listeners and shutdown: hyper HTTP/1 with a header-read timeout, a bounded request
 //! head and lingering close for bodies answered early ([`layers::linger`]), and
-//! graceful shutdown (stop accepting, drain in-flight requests and detached tasks
+//! graceful shutdown (stop accepting, then [`shutdown`]: finish, settle and close
 //! within `server.shutdown_grace`).
 //!
 //! A listener accepts ([`accept`]), wraps each connection in its layers and serves it
@@ -23,10 +23,8 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 
 use crate::app::App;
 
@@ -38,6 +36,7 @@ mod handshake;
 pub mod layers;
 mod preface;
 mod proxy_limits;
+mod shutdown;
 pub mod workers;
 
 use accept::{accept_loop, accepted_counter};
@@ -126,12 +125,7 @@ impl Server {
         if let Some(reloads) = reloads {
             reloads.abort();
         }
-        let started = Instant::now();
-        drain_connections(&draining, server.shutdown_grace).await;
-        let left = server.shutdown_grace.saturating_sub(started.elapsed());
-        drain_tasks(&app, completer, left).await;
-        app.stores.close(started, server.shutdown_grace).await;
-        tracing::info!("stopped");
+        shutdown::stop(&app, &draining, completer, server.shutdown_grace).await;
     }
 
     /// Accepts on the proxy listener and, if this server has it, the admin listener
@@ -158,54 +152,5 @@ impl Server {
         let serve = |stream, peer| connections.serve(stream, peer, draining);
         let proxy = accept_loop(proxy, serve, Some(&gate), Some(accepted));
         tokio::join!(proxy, admin).0
-    }
-}
-
-/// Waits for the open connections to finish, within `grace`.
-async fn drain_connections(draining: &Draining, grace: Duration) {
-    tracing::info!(
-        grace = ?grace,
-        connections = draining.count(),
-        "shutting down: no new connections; draining"
-    );
-    if tokio::time::timeout(grace, draining.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("connections still open after shutdown_grace; closing them");
-    }
-}
-
-/// Stops the completer and waits for the detached upstream calls, within `left`; the
-/// calls still running when a quarter of it (at most 5 s) is left are cancelled, so
-/// that each settles its key as an unknown outcome (`on_ambiguous`) rather than leave
-/// a lease to lapse and a retry to run the key again.
-async fn drain_tasks(app: &App, completer: Option<JoinHandle<()>>, left: Duration) {
-    if let Some(completer) = completer {
-        // Attempts already running are tracked in `app.tasks`, awaited below.
-        completer.abort();
-    }
-    app.tasks.close();
-    let settling = (left / 4).min(Duration::from_secs(5));
-    if tokio::time::timeout(left - settling, app.tasks.wait())
-        .await
-        .is_ok()
-    {
-        return;
-    }
-    tracing::warn!(
-        tasks = app.tasks.len(),
-        "upstream calls still running at the end of shutdown_grace: cancelling them, \
-         their outcome unknown (idempotency.on_ambiguous)"
-    );
-    app.calls.cancel();
-    if tokio::time::timeout(settling, app.tasks.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            tasks = app.tasks.len(),
-            "upstream calls still settling after shutdown_grace"
-        );
     }
 }

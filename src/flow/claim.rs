@@ -63,7 +63,13 @@ pub async fn claim(
     let claim = match claimed.await {
         Ok(Claim::InFlight { remaining }) if settings.in_flight == InFlightPolicy::Wait => {
             let waited = (app.stores).wait(route, scope, record, fingerprint, remaining, resend);
-            match Box::pin(waited).await {
+            // A replica that stops ends its waits once only the settling part of its
+            // grace is left: the duplicate is answered "in flight" (left the waiters).
+            let waited = tokio::select! {
+                waited = Box::pin(waited) => waited,
+                () = app.calls.cancelled() => Ok(Waited::Claim(Claim::InFlight { remaining })),
+            };
+            match waited {
                 Ok(Waited::Claim(claim)) => Ok(claim),
                 Ok(Waited::Joined(joined)) => {
                     let source = Source {

@@ -156,15 +156,16 @@ pub async fn run(
     )
     .await;
     // A live answer's first client sees its end once the key is settled (or this task
-    // ends, however: `Answering` tells it when dropped too).
-    let _settling = Settling(answering.recording.take());
-    let live = _settling.0.is_some();
+    // ends, however: `Settling` and `Answering` then tell it, as not kept).
+    let settling = Settling(answering.recording.take());
+    let live = settling.0.is_some();
     let alone = answering.alone();
     let cancelled = matches!(
         answer,
         Err(UpstreamError::Timeout(_) | UpstreamError::Cancelled)
     );
     let ran = settle_answer(&app, &route, lease, answer, is_grpc, runner, live).await;
+    settling.done(ran.2);
     if let Some(alone) = alone {
         alone.settled(cancelled, ran.2);
     }
@@ -182,13 +183,23 @@ struct Answering<'a> {
     recording: Option<Arc<Recording>>,
 }
 
-/// Tells a live answer's recording that the key is settled, when dropped.
+/// Tells a live answer's recording how the key was settled ([`Settling::done`]), or,
+/// dropped before (the task dropped or panicked), that it was not kept.
 struct Settling(Option<Arc<Recording>>);
+
+impl Settling {
+    /// The first client sees a clean end only if its answer is the key's outcome.
+    fn done(mut self, settled: Settled) {
+        if let Some(recording) = self.0.take() {
+            recording.settled(matches!(settled, Settled::Stored | Settled::Released));
+        }
+    }
+}
 
 impl Drop for Settling {
     fn drop(&mut self) {
         if let Some(recording) = self.0.take() {
-            recording.settled();
+            recording.settled(false);
         }
     }
 }
@@ -230,7 +241,7 @@ impl Drop for Answering<'_> {
     /// its live answer's first client.
     fn drop(&mut self) {
         if let Some(recording) = self.recording.take() {
-            recording.settled();
+            recording.settled(false);
         }
     }
 }
@@ -251,10 +262,8 @@ async fn settle_answer(
         lease.went_live();
     }
     let mut stored = match answer {
+        // A released key's live stream goes with its lease (`lua/release.lua`).
         Ok((answer, _)) if releases(route, &answer) => {
-            if live {
-                app.stores.live_forget(&lease).await;
-            }
             return settle::released(lease, answer, runner).await;
         }
         Ok((answer, sent_with)) => {
@@ -268,12 +277,7 @@ async fn settle_answer(
         }
         Err(e) => match stored_problem(route, &e, is_grpc) {
             Some(stored) => stored,
-            None => {
-                if live {
-                    app.stores.live_forget(&lease).await;
-                }
-                return settle::failed(lease, e, runner).await;
-            }
+            None => return settle::failed(lease, e, runner).await,
         },
     };
     let expiry = stamp(route, &mut stored, None);

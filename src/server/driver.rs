@@ -3,8 +3,8 @@
 //! when the process stops or its limits say so ([`ConnLimits::check`]: idle for
 //! `server.idle_timeout`, an answer stalled for `server.write_timeout`, too many
 //! streams reset); and closes it when, told to go, it has not finished within its
-//! grace. Also the process's set of connections for the drain at shutdown
-//! ([`Draining`]).
+//! grace. Also the process's set of connections for the stop ([`Draining`]: told to go
+//! away, waited for, closed).
 
 use std::future::Future;
 use std::pin::{pin, Pin};
@@ -18,11 +18,13 @@ use super::conn_limits::{ConnLimits, Verdict};
 
 pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The connections of a process: each served one is tracked, and told to go away when
-/// the process stops.
+/// The connections of a process: each served one is tracked, told to go away when the
+/// process stops, and closed when the stop has no more time for it.
 #[derive(Clone, Default)]
 pub(super) struct Draining {
     stop: CancellationToken,
+    /// Closes every connection still open, whatever it is doing.
+    close: CancellationToken,
     tracker: TaskTracker,
 }
 
@@ -32,10 +34,21 @@ impl Draining {
         self.tracker.len()
     }
 
-    /// Tells every connection to go away and waits until they have all ended.
-    pub(super) async fn shutdown(&self) {
+    /// Tells every connection to go away (HTTP/2 `GOAWAY`; HTTP/1.1: close once the
+    /// request in progress is answered); returns at once.
+    pub(super) fn go_away(&self) {
         self.stop.cancel();
         self.tracker.close();
+    }
+
+    /// Waits until every connection has ended (once told to go away).
+    pub(super) async fn ended(&self) {
+        self.tracker.wait().await;
+    }
+
+    /// Closes the connections still open, and waits until their tasks have let go.
+    pub(super) async fn close(&self) {
+        self.close.cancel();
         self.tracker.wait().await;
     }
 }
@@ -51,7 +64,7 @@ pub(super) async fn drive<C>(
 where
     C: Future<Output = Result<(), BoxError>>,
 {
-    let stop = draining.stop.clone();
+    let (stop, close) = (draining.stop.clone(), draining.close.clone());
     draining.tracker.track_future(async move {
         let mut conn = pin!(conn);
         let mut told = false;
@@ -85,6 +98,7 @@ where
                     tracing::debug!("connection told to go away still open after its grace; closing");
                     return Ok(());
                 }
+                () = close.cancelled() => return Ok(()),
             }
         }
     })

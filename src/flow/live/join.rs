@@ -119,7 +119,15 @@ impl Joiner {
                 self.end(&trailers, Join::Ended);
                 continue;
             }
-            match self.joined.reader.next().await {
+            let read = tokio::select! {
+                read = self.joined.reader.next() => read,
+                // The replica stops: its joiners are cut (their clients retry elsewhere).
+                () = self.app.calls.cancelled() => {
+                    self.cut();
+                    continue;
+                }
+            };
+            match read {
                 Ok(Read::Entries(entries)) => entries.into_iter().for_each(|e| self.take(e)),
                 Ok(Read::Gone) => self.rest_from_record().await,
                 Err(e) => {

@@ -55,6 +55,9 @@ struct State {
     end: Option<End>,
     /// The key is settled (stored, released): the first client may see the end.
     settled: bool,
+    /// The key was settled with this answer as its outcome (stored, or released): only
+    /// then may the first client see a clean end.
+    kept: bool,
 }
 
 /// What the publisher has not yet written.
@@ -135,10 +138,15 @@ impl Recording {
     }
 
     /// The key is settled: the first client gets the end now, so that a retry it sends
-    /// on seeing the end finds the key stored (or free), never still in flight.
-    pub fn settled(&self) {
+    /// on seeing the end finds the key stored (or free), never still in flight. `kept`:
+    /// this answer is the key's outcome (stored, or released); otherwise (the lease was
+    /// lost to another execution, the answer could not be stored, the call ended
+    /// unsettled) the first client's body ends broken, never in a clean end that
+    /// disagrees with what retries get.
+    pub fn settled(&self, kept: bool) {
         let mut state = self.lock();
         state.settled = true;
+        state.kept = kept;
         if let Some(waker) = state.waker.take() {
             waker.wake();
         }
@@ -230,6 +238,10 @@ impl Body for FirstBody {
         let Some(end) = state.end.clone().filter(|_| state.settled) else {
             state.waker = Some(cx.waker().clone());
             return Poll::Pending;
+        };
+        let end = match state.kept {
+            true => end,
+            false => End::Aborted,
         };
         drop(state);
         self.done = true;

@@ -25,7 +25,8 @@ impl RedisStore {
     /// Runs `lua/invalidate.lua` (admin API): deletes the record unless a lease holds it
     /// and `force` is false, checked and deleted in one step.
     ///
-    /// KEYS: `[record key]`. ARGV: `[force, "1" or "0"]`.
+    /// KEYS: `[record key, its live stream]` (deleted with the record). ARGV: `[force,
+    /// "1" or "0"]`.
     /// Reply: `{"D"}` deleted, `{"L", remaining ms}` leased (nothing deleted), `{"A"}`
     /// absent; decoded by [`decode_invalidate_reply`]. Re-sent after a dropped
     /// connection, a delete that had already run answers `Absent`.
@@ -34,8 +35,9 @@ impl RedisStore {
         let script = Script::from_lua(super::record_script!("invalidate"));
         let started = Instant::now();
         let force = if force { "1" } else { "0" };
+        let keys = vec![key.to_string(), super::live::live_key(key)];
         let reply: Value =
-            (script.evalsha_with_reload(self.inner.lanes.for_key(key), key, vec![force])).await?;
+            (script.evalsha_with_reload(self.inner.lanes.for_key(key), keys, vec![force])).await?;
         metrics::elapsed(&self.inner.ops.invalidate, started);
         decode_invalidate_reply(reply)
     }

@@ -4,16 +4,19 @@
 //!
 //! Entries hold one field each: `h` the answer's head (status and headers, as a
 //! stored response without a body), `d` a piece of the body, `e` the end (the
-//! trailers, as a header block), `x` aborted (the joiners' answers are cut). With
+//! trailers, as a header block), `x` aborted (the joiners' answers are cut); the head
+//! also names its execution (`o`, the SHA-1 of the lease's lock token). With
 //! `[encryption]`, values are sealed ([`crate::idempotency::Sealing::seal_live`]).
-//! Joiners do not block in Redis: `XRANGE` after the last id they read, woken by the
-//! `L` the script publishes on the record's channel ([`super::waiters`]).
+//! Joiners do not block in Redis: they read after the last id they read
+//! (`lua/live_read.lua`, which answers only while the record is held or completed by
+//! the stream's execution), woken by the `L` the script publishes on the record's
+//! channel ([`super::waiters`]). A stream ends with its execution: it is deleted with
+//! the lease's release and the record's invalidation, and expires on its own.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use fred::prelude::{KeysInterface, PubsubInterface, StreamsInterface, Value};
+use fred::prelude::{PubsubInterface, Value};
 
 use super::{channel, millis, RedisStore};
 use crate::store::StoreError;
@@ -60,6 +63,63 @@ impl Entry {
     }
 }
 
+/// What a read of a live stream found ([`RedisStore::live_read`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LiveRead {
+    /// The stream is not (or no longer) the answer of the execution that holds or
+    /// completed the record: the record is gone or another's, or the stream is.
+    Gone,
+    /// The stream's owner (the SHA-1 of its execution's lock token), whether the record
+    /// is completed, and the entries read, with their ids.
+    Read {
+        owner: String,
+        completed: bool,
+        entries: Vec<(String, Entry)>,
+    },
+}
+
+/// The one decoder of `lua/live_read.lua`'s reply.
+fn decode_live_read(reply: Value) -> Result<LiveRead, StoreError> {
+    let bad = || StoreError::Protocol {
+        script: "live_read",
+        detail: "not {\"G\"} nor {owner, state, id, field, value, ...}".to_string(),
+    };
+    let Value::Array(values) = reply else {
+        return Err(bad());
+    };
+    let mut values = values.into_iter();
+    let owner = values
+        .next()
+        .and_then(|v| v.into_string())
+        .ok_or_else(bad)?;
+    if owner == "G" {
+        return Ok(LiveRead::Gone);
+    }
+    let completed = match values.next().and_then(|v| v.into_string()).as_deref() {
+        Some("L") => false,
+        Some("C") => true,
+        _ => return Err(bad()),
+    };
+    let mut entries = Vec::with_capacity(values.len() / 3);
+    while let Some(id) = values.next() {
+        let (Some(id), Some(name), Some(value)) = (
+            id.into_string(),
+            values.next().and_then(|v| v.into_string()),
+            values.next().and_then(|v| v.into_bytes()),
+        ) else {
+            return Err(bad());
+        };
+        if let Some(entry) = Entry::from_field(&name, value) {
+            entries.push((id, entry));
+        }
+    }
+    Ok(LiveRead::Read {
+        owner,
+        completed,
+        entries,
+    })
+}
+
 /// The live stream of a record key.
 pub fn live_key(record_key: &str) -> String {
     format!("{record_key}:live")
@@ -101,37 +161,32 @@ impl RedisStore {
         })
     }
 
-    /// Up to `count` entries of the record's live stream after the entry `after`
-    /// (`None`: from its start), with their ids; none when the stream is gone.
+    /// Runs `lua/live_read.lua`: up to `count` entries of the record's live stream after
+    /// the entry `after` (`None`: from its start), while the stream is the one of the
+    /// execution that holds or completed the record: `owner` as an earlier read of the
+    /// same reader returned it, or `None` to start (then the record must be leased and
+    /// the stream's head its holder's, and the entries start with the head).
+    ///
+    /// KEYS: `[record key, live stream key]`. ARGV: `[owner or "", after id or "-",
+    /// count]`. Reply: `{"G"}` gone, or `{owner, state, id, field, value, ...}`; decoded
+    /// here, once.
     pub async fn live_read(
         &self,
         key: &str,
+        owner: Option<&str>,
         after: Option<&str>,
         count: u64,
-    ) -> Result<Vec<(String, Entry)>, StoreError> {
-        let start = after.map_or_else(|| "-".to_string(), |id| format!("({id}"));
-        let read: Vec<(String, HashMap<String, Bytes>)> = (self.inner.lanes.for_key(key))
-            .xrange(live_key(key), start, "+", Some(count))
+    ) -> Result<LiveRead, StoreError> {
+        let keys = vec![key.to_string(), live_key(key)];
+        let args: Vec<Value> = vec![
+            owner.unwrap_or("").into(),
+            after.unwrap_or("-").into(),
+            (count as i64).into(),
+        ];
+        let reply: Value = (self.inner.live_read)
+            .evalsha_with_reload(self.inner.lanes.for_key(key), keys, args)
             .await?;
-        let entries = read.into_iter().filter_map(|(id, fields)| {
-            let (name, value) = fields.into_iter().next()?;
-            Some((id, Entry::from_field(&name, value)?))
-        });
-        Ok(entries.collect())
-    }
-
-    /// Whether the record's live stream exists (its writer keeps it alive).
-    pub async fn live_exists(&self, key: &str) -> Result<bool, StoreError> {
-        let n: i64 = (self.inner.lanes.for_key(key))
-            .exists(live_key(key))
-            .await?;
-        Ok(n == 1)
-    }
-
-    /// Deletes the record's live stream.
-    pub async fn live_forget(&self, key: &str) -> Result<(), StoreError> {
-        let _: i64 = (self.inner.lanes.for_key(key)).del(live_key(key)).await?;
-        Ok(())
+        decode_live_read(reply)
     }
 
     /// Tells the holder of the record's lease that a duplicate waits to join (`J` on

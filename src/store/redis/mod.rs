@@ -1,7 +1,8 @@
 //! Redis as the claim and response store: [`RedisStore`], its connections, and what
 //! every script shares (the record keys, the loaded scripts, the one decoder of record
 //! replies). One file per Lua script holds its Rust side, named after it (`claim` for
-//! `lua/claim.lua`, then `complete`, `release`, `extend`, `wait`, `peek`, `invalidate`, `live`).
+//! `lua/claim.lua`, then `complete`, `release`, `extend`, `wait`, `peek`, `invalidate`, `live`,
+//! `live_read`).
 //! Beside them: the pool ([`connect`]), its split between shards ([`lanes`]), `WAIT`
 //! for replicas ([`replicas`]), the shard map and probes (`shards`), hash slots and
 //! warmth markers ([`slots`], [`cold_slots`]; what they vouch for is decided beside the
@@ -73,6 +74,7 @@ const PEEK_LUA: &str = record_script!("peek");
 const EXTEND_LUA: &str = record_script!("extend");
 const WAIT_LUA: &str = include_str!("../../../lua/wait.lua");
 const LIVE_LUA: &str = record_script!("live");
+const LIVE_READ_LUA: &str = record_script!("live_read");
 
 /// What an acquired Redis claim carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,6 +127,7 @@ struct Inner {
     extend: Script,
     wait: Script,
     live: Script,
+    live_read: Script,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -172,6 +175,7 @@ impl RedisStore {
                 extend: Script::from_lua(EXTEND_LUA),
                 wait: Script::from_lua(WAIT_LUA),
                 live: Script::from_lua(LIVE_LUA),
+                live_read: Script::from_lua(LIVE_READ_LUA),
             }),
         })
     }
@@ -226,15 +230,17 @@ impl RedisStore {
     pub fn script_keys(&self, key: &str) -> Vec<(&'static str, Vec<String>)> {
         let one = vec![key.to_string()];
         let with_channel = vec![key.to_string(), channel(key)];
+        let with_live = vec![key.to_string(), live::live_key(key), channel(key)];
         vec![
             ("claim", self.claim_keys(key, true)),
             ("complete", with_channel.clone()),
-            ("release", with_channel),
+            ("release", with_live.clone()),
             ("peek", one.clone()),
-            ("extend", one.clone()),
-            ("invalidate", one),
+            ("extend", one),
+            ("invalidate", with_live.clone()),
             ("wait", vec![waiters_key(key)]),
-            ("live", vec![key.to_string(), live::live_key(key)]),
+            ("live", with_live.clone()),
+            ("live_read", with_live),
         ]
     }
 

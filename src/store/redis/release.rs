@@ -1,7 +1,9 @@
-//! The Rust side of `lua/release.lua`: gives a lease back unstored.
+//! The Rust side of `lua/release.lua`: gives a lease back unstored (its live stream
+//! with it).
 
 use std::time::Instant;
 
+use super::live::live_key;
 use super::{channel, RedisStore};
 use crate::idempotency::Release;
 use crate::metrics;
@@ -10,16 +12,17 @@ use crate::store::StoreError;
 impl RedisStore {
     /// Runs `lua/release.lua`.
     ///
-    /// KEYS: `[record key]`. ARGV: `[lock token, completion channel, "PUBLISH" or
-    /// "SPUBLISH"]`.
-    /// Reply: `1` released (or already gone), `0` not held by this token. Publishes on
-    /// the channel only if a claim answered "in flight" for the record.
+    /// KEYS: `[record key, its live stream]`. ARGV: `[lock token, completion channel,
+    /// "PUBLISH" or "SPUBLISH"]`.
+    /// Reply: `1` released (or already gone), `0` not held by this token. Only if a
+    /// claim answered "in flight" for the record: publishes on the channel and deletes
+    /// the live stream (fenced: only the holder's release deletes it).
     pub async fn release(&self, key: &str, token: &str) -> Result<Release, StoreError> {
         let started = Instant::now();
         let reply: i64 = (self.inner.release)
             .evalsha_with_reload(
                 self.inner.lanes.for_key(key),
-                key,
+                vec![key.to_string(), live_key(key)],
                 vec![
                     token.to_string(),
                     channel(key),

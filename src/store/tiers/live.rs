@@ -11,7 +11,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio::sync::Notify;
 
 use super::super::lease::Lease;
-use super::super::redis::live::{Appended, Entry};
+use super::super::redis::live::{Appended, Entry, LiveRead};
 use super::super::redis::waiters::{Waiters, Watch, RECHECK};
 use super::super::{RedisStore, StoreError};
 use super::Stores;
@@ -45,6 +45,9 @@ pub struct LiveReader {
     at: Binding,
     /// Woken by every write (`L` on the record's channel).
     watch: Watch,
+    /// The execution whose stream this is (as `lua/live_read.lua` names it): read only
+    /// while it holds or completed the record.
+    owner: String,
     /// The id of the last entry read.
     last: String,
     /// Body bytes read so far: the offset the next piece must carry.
@@ -90,17 +93,6 @@ impl Stores {
         })
     }
 
-    /// Deletes `lease`'s live stream before the key is released, so that the key's next
-    /// execution never finds it (its joiners, if any, are cut).
-    pub async fn live_forget(&self, lease: &Lease) {
-        if !matches!(lease.home, Home::Redis { .. }) {
-            return;
-        }
-        if let Err(e) = self.0.redis.live_forget(&lease.redis_key).await {
-            tracing::debug!(error = %e, "could not delete a released key's live stream; it expires");
-        }
-    }
-
     /// The reader of the live stream of the record `key`, from its start, if it exists:
     /// with its head (the first entry).
     pub(super) async fn live_reader(
@@ -111,8 +103,12 @@ impl Stores {
         let Some(waiters) = self.0.waiters.as_ref() else {
             return Ok(None);
         };
-        let first = self.0.redis.live_read(key, None, 1).await?;
-        let Some((id, Entry::Head(head))) = first.into_iter().next() else {
+        let LiveRead::Read { owner, entries, .. } =
+            self.0.redis.live_read(key, None, None, 1).await?
+        else {
+            return Ok(None);
+        };
+        let Some((id, Entry::Head(head))) = entries.into_iter().next() else {
             return Ok(None);
         };
         let Ok(head) = self.0.sealing.open_live(head, at) else {
@@ -127,6 +123,7 @@ impl Stores {
             sealing: self.0.sealing.clone(),
             at,
             watch,
+            owner,
             last: id,
             offset: 0,
         };
@@ -194,8 +191,9 @@ impl LiveWriter {
 }
 
 impl LiveReader {
-    /// The next entries, waiting for them (woken by the writer's `L`, and checking
-    /// every [`RECHECK`] that the stream is still there and its call still running).
+    /// The next entries, waiting for them (woken by the writer's `L`, and reading again
+    /// every [`RECHECK`]): `Gone` once the stream is not its execution's any more, or
+    /// its execution completed without writing more.
     pub async fn next(&mut self) -> Result<Read, LiveError> {
         let mut waited = false;
         loop {
@@ -203,9 +201,14 @@ impl LiveReader {
             let notified = notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let read = (self.redis)
-                .live_read(&self.key, Some(&self.last), READ_BATCH)
-                .await?;
+            let read =
+                (self.redis).live_read(&self.key, Some(&self.owner), Some(&self.last), READ_BATCH);
+            let (completed, read) = match read.await? {
+                LiveRead::Gone => return Ok(Read::Gone),
+                LiveRead::Read {
+                    completed, entries, ..
+                } => (completed, entries),
+            };
             if let Some((id, _)) = read.last() {
                 self.last = id.clone();
                 let mut entries = Vec::with_capacity(read.len());
@@ -214,16 +217,11 @@ impl LiveReader {
                 }
                 return Ok(Read::Entries(entries));
             }
-            // Woken with nothing new (the key settled, another duplicate asked), or
-            // nothing for a while: gone (deleted at a release, expired), or no longer
-            // the answer of a running call (settled without its end written)? Then the
-            // record tells the rest.
-            if waited {
-                let record = self.redis.inspect(&self.key).await?;
-                let running = record.is_some_and(|r| !r.completed);
-                if !running || !self.redis.live_exists(&self.key).await? {
-                    return Ok(Read::Gone);
-                }
+            // Woken with nothing new (another duplicate asked), or nothing for a while,
+            // and the key completed without its end written: the record tells the rest.
+            // (A stream that is gone, or no longer its execution's, reads `Gone`.)
+            if waited && completed {
+                return Ok(Read::Gone);
             }
             waited = true;
             tokio::select! {

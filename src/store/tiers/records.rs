@@ -3,7 +3,7 @@
 //! `/readyz` reports, and the drain at shutdown.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::super::memory::Entry;
 use super::super::postgres::{PgRecord, RecordRef};
@@ -186,13 +186,11 @@ impl Stores {
         !self.0.breaker.any_open()
     }
 
-    /// At shutdown: drains the write-through queue within what is left of `grace`
-    /// since `started`, then closes the Redis connections.
-    pub async fn close(&self, started: Instant, grace: Duration) {
+    /// At shutdown: drains the write-through queue within `left` (what is left of
+    /// `server.shutdown_grace`), then closes the Redis connections.
+    pub async fn close(&self, left: Duration) {
         if let Some(pg) = &self.0.postgres {
-            pg.writer
-                .drain(grace.saturating_sub(started.elapsed()))
-                .await;
+            pg.writer.drain(left).await;
         }
         self.0.redis.quit().await;
     }

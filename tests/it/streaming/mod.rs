@@ -9,7 +9,8 @@
 //! (`isolation.rs`), gRPC (`grpc.rs`), the upstream breaking off (`cut.rs`), the
 //! route's timeout and deadline (`deadlines.rs`), the replica running a stream
 //! SIGKILLed (`kill.rs`), Postgres and Redis outages
-//! (`durable.rs`), SSE resume by `Last-Event-ID` (`resume.rs`).
+//! (`durable.rs`), SSE resume by `Last-Event-ID` (`resume.rs`), a stream meeting a
+//! stop, an invalidation or a takeover (`lifecycle.rs`).
 
 mod cut;
 mod deadlines;
@@ -19,6 +20,7 @@ mod isolation;
 mod join;
 mod kill;
 mod kinds;
+mod lifecycle;
 mod pace;
 mod resume;
 mod sse;
