@@ -3,11 +3,15 @@
 -- ARGV[1] max waiters, ARGV[2] waiter id, ARGV[3] how long a member may stay, ms.
 -- Members that lapsed (their replica died before leaving) are dropped first, so a
 -- waiter that never left costs a slot for ARGV[3] at most, and nothing goes negative.
--- Reply: 1 joined (leave with ZREM of the id) | 0 refused (cap reached).
+-- A member that calls again before it lapsed is renewed for ARGV[3] (a joiner stays
+-- counted as long as it is attached).
+-- Reply: 1 joined or renewed (leave with ZREM of the id) | 0 refused (cap reached).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
+-- A member already there renews its place (a joiner still attached): the cap counted it.
+if not redis.call('ZSCORE', KEYS[1], ARGV[2]) and
+    redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
   return 0
 end
 local lapse = now + tonumber(ARGV[3])

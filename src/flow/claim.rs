@@ -19,6 +19,7 @@ use super::identify::{scope_of, Identified};
 use super::live::{self, join::Source, resume::Resume};
 use super::refused::{unreadable, Refused, Reply};
 use crate::app::App;
+use crate::budget::ByteBudget;
 use crate::config::InFlightPolicy;
 use crate::idempotency::{Claim, Fingerprint, RecordId, ResendableRequest, StoredResponse};
 use crate::metrics::Outcome;
@@ -77,7 +78,9 @@ pub async fn claim(
                         record,
                         fingerprint: *fingerprint,
                     };
-                    let resume = Resume::from_request(&request.parts.headers);
+                    let parts = &request.parts;
+                    let budget = parts.extensions.get::<Arc<ByteBudget>>();
+                    let resume = Resume::from_request(&parts.headers, budget);
                     match live::join::reply(app, route, source, joined, resume) {
                         Some(joined) => return Claimed::Answered(Outcome::Replayed, Ok(joined)),
                         None => Ok(Claim::InFlight { remaining }),
@@ -119,7 +122,7 @@ pub async fn claim(
 /// one and the answer is an event stream ([`Resume`]).
 fn replay(route: &Route, request: &Identified, stored: &StoredResponse) -> Response {
     let omit = &route.policy.replay_omit;
-    let resumed = Resume::from_request(&request.parts.headers).and_then(|r| r.stored(stored));
+    let resumed = Resume::from_request(&request.parts.headers, None).and_then(|r| r.stored(stored));
     match resumed {
         Some(resumed) => resumed.replay(omit),
         None => stored.replay(omit),

@@ -246,14 +246,13 @@ impl Drop for Answering<'_> {
     }
 }
 
-/// Settles the lease with the upstream call's outcome (with the expiry a live answer
-/// was sent with).
+/// Settles the lease with the upstream call's outcome.
 #[allow(clippy::too_many_arguments)]
 async fn settle_answer(
     app: &Arc<App>,
     route: &Route,
     mut lease: Lease,
-    answer: Result<(Buffered, Option<Expiry>), UpstreamError>,
+    answer: Result<Buffered, UpstreamError>,
     is_grpc: bool,
     runner: Runner,
     live: bool,
@@ -263,12 +262,12 @@ async fn settle_answer(
     }
     let mut stored = match answer {
         // A released key's live stream goes with its lease (`lua/release.lua`).
-        Ok((answer, _)) if releases(route, &answer) => {
+        Ok(answer) if releases(route, &answer) => {
             return settle::released(lease, answer, runner).await;
         }
-        Ok((answer, sent_with)) => {
+        Ok(answer) => {
             let mut stored = to_store(answer, is_grpc);
-            let expiry = stamp(route, &mut stored, sent_with);
+            let expiry = stamp(route, &mut stored);
             let first = stored.to_response(false);
             // The first client gets its cookies and per-exchange headers
             // (`replay_omit_headers`); they are not stored, so never replayed.
@@ -280,15 +279,17 @@ async fn settle_answer(
             None => return settle::failed(lease, e, runner).await,
         },
     };
-    let expiry = stamp(route, &mut stored, None);
+    let expiry = stamp(route, &mut stored);
     let first = stored.to_response(false);
     settle::complete(app, route, lease, stored, first, expiry).await
 }
 
-/// The expiry of a record completed now (or the one its live answer was sent with),
-/// written into it under the route's `expires_header` (unless that is off).
-fn stamp(route: &Route, stored: &mut StoredResponse, sent_with: Option<Expiry>) -> Expiry {
-    let expiry = sent_with.unwrap_or_else(|| Expiry::after(route.policy.settings.ttl));
+/// The expiry of a record completed now, written into it under the route's
+/// `expires_header` (unless that is off). A live answer's too: it is kept for `ttl` from
+/// its end, however long it streamed, so its head's value (`ttl` from the head) never
+/// promises more than is kept.
+fn stamp(route: &Route, stored: &mut StoredResponse) -> Expiry {
+    let expiry = Expiry::after(route.policy.settings.ttl);
     if let Some(name) = &route.policy.settings.expires_header.0 {
         expiry.stamp(stored, name);
     }
@@ -307,7 +308,7 @@ async fn call(
     peer: IpAddr,
     runner: Runner,
     answering: &mut Answering<'_>,
-) -> Result<(Buffered, Option<Expiry>), UpstreamError> {
+) -> Result<Buffered, UpstreamError> {
     let max_response = app.config.server.max_response_body.as_u64();
     parts
         .headers
@@ -329,17 +330,17 @@ async fn call(
         let answer = bounds.apply(forward).await?;
         if !live::streams(route, &answer) {
             let collected = proxy::collect(route, answer, max_response);
-            return Ok((bounds.apply(collected).await?, None));
+            return bounds.apply(collected).await;
         }
-        let expiry = Expiry::after(route.policy.settings.ttl);
+        // The head's expiry is `ttl` from now, a lower bound of the record's (from the
+        // answer's end: `stamp`).
         let mut head =
             StoredResponse::from_upstream(answer.status(), answer.headers(), Bytes::new());
         if let Some(name) = &route.policy.settings.expires_header.0 {
-            expiry.stamp(&mut head, name);
+            Expiry::after(route.policy.settings.ttl).stamp(&mut head, name);
         }
         let early = answering.at_head();
-        let recorded = live::record(app, route, lease, answer, head, early, &bounds).await?;
-        Ok((recorded, Some(expiry)))
+        live::record(app, route, lease, answer, head, early, &bounds).await
     };
     let answer = lease.heartbeat(pin!(exchange), Phase::Upstream).await;
     route.metrics.upstream(started);

@@ -65,6 +65,7 @@ pub fn reply(
         status: head.status,
         grpc,
         joined,
+        renewed: Instant::now(),
         pending: VecDeque::new(),
         ending: None,
         done: false,
@@ -85,6 +86,8 @@ struct Joiner {
     grpc: bool,
     /// The reader, and the joiner's place among the key's waiters.
     joined: Joined,
+    /// When the place was last taken or renewed.
+    renewed: Instant,
     pending: VecDeque<Result<Frame<Bytes>, Cut>>,
     /// The end was read: these trailers follow once the key is settled.
     ending: Option<Vec<(http::HeaderName, http::HeaderValue)>>,
@@ -119,8 +122,16 @@ impl Joiner {
                 self.end(&trailers, Join::Ended);
                 continue;
             }
+            let renew_at = self.renewed + self.joined.renew_every();
             let read = tokio::select! {
                 read = self.joined.reader.next() => read,
+                // Attached, it keeps counting against `max_waiters` (reading is
+                // cancel-safe: an entry is taken only once its read returned).
+                () = tokio::time::sleep_until(renew_at.into()) => {
+                    self.joined.renew().await;
+                    self.renewed = Instant::now();
+                    continue;
+                }
                 // The replica stops: its joiners are cut (their clients retry elsewhere).
                 () = self.app.calls.cancelled() => {
                     self.cut();
@@ -216,7 +227,13 @@ impl Joiner {
     /// A piece of the body, unless it comes before the resume point.
     fn data(&mut self, piece: Bytes) {
         let piece = match self.resume.as_mut() {
-            Some(resume) => resume.feed(piece),
+            Some(resume) => match resume.feed(piece) {
+                Ok(piece) => piece,
+                Err(e) => {
+                    tracing::warn!(error = %e, "a resumed joiner holds more than the budget allows; cutting it");
+                    return self.cut();
+                }
+            },
             None => Some(piece),
         };
         if let Some(piece) = piece {

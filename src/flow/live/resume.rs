@@ -10,10 +10,13 @@
 //! so it cannot tell which events it missed). Nothing but the body changes: status,
 //! headers and trailers are the stored ones.
 
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderName};
 
+use crate::budget::{ByteBudget, Charge, OverBudget};
 use crate::idempotency::StoredResponse;
 
 /// `Last-Event-ID`, as EventSource sends it when it reconnects.
@@ -24,15 +27,33 @@ pub struct Resume {
     id: Bytes,
     /// Live: what came before the event was found (bounded by the answer's limit).
     held: Option<BytesMut>,
+    /// Live: how far `held` is read, so that each byte is scanned once.
+    scan: Scan,
+    /// Live: pays for `held` (the connection's share of `server.buffer_budget`).
+    charge: Option<Charge>,
+}
+
+/// How far an event stream has been read for an id.
+#[derive(Default)]
+struct Scan {
+    /// Where the next line starts.
+    at: usize,
+    /// Up to where no line end follows `at`.
+    searched: usize,
+    /// The event being read named the id.
+    named: bool,
 }
 
 impl Resume {
-    /// The resume point a request asks for, if it sends `Last-Event-ID`.
-    pub fn from_request(headers: &HeaderMap) -> Option<Self> {
+    /// The resume point a request asks for, if it sends `Last-Event-ID`; what a live
+    /// answer holds until then is charged to `budget` (the request's connection's).
+    pub fn from_request(headers: &HeaderMap, budget: Option<&Arc<ByteBudget>>) -> Option<Self> {
         let id = headers.get(LAST_EVENT_ID)?;
         Some(Self {
             id: Bytes::copy_from_slice(id.as_bytes()),
             held: Some(BytesMut::new()),
+            scan: Scan::default(),
+            charge: budget.map(|budget| budget.take_anyway(0)),
         })
     }
 
@@ -63,47 +84,75 @@ impl Resume {
         Some(resumed)
     }
 
-    /// Live: what to send of the next piece (nothing until the event has passed).
-    pub fn feed(&mut self, piece: Bytes) -> Option<Bytes> {
+    /// Live: what to send of the next piece (nothing until the event has passed); each
+    /// byte held is scanned once, and charged to the budget while held (`OverBudget`:
+    /// the budget is spent, the joiner is cut).
+    pub fn feed(&mut self, piece: Bytes) -> Result<Option<Bytes>, OverBudget> {
         let Some(held) = self.held.as_mut() else {
-            return Some(piece);
+            return Ok(Some(piece));
         };
+        if let Some(charge) = self.charge.as_mut() {
+            if !charge.try_grow(piece.len() as u64) {
+                return Err(OverBudget);
+            }
+        }
         held.extend_from_slice(&piece);
-        let at = after_event(held, &self.id)?;
-        let rest = self.held.take()?.freeze().slice(at..);
-        (!rest.is_empty()).then_some(rest)
+        let Some(at) = self.scan.after_event(held, &self.id) else {
+            return Ok(None);
+        };
+        let rest = self.held.take().map(|held| held.freeze().slice(at..));
+        self.charge = None;
+        Ok(rest.filter(|rest| !rest.is_empty()))
     }
 
     /// Live, at the end: what was held when the event never came (the whole answer).
     pub fn finish(&mut self) -> Option<Bytes> {
         let held = self.held.take()?;
+        self.charge = None;
         (!held.is_empty()).then(|| held.freeze())
     }
 }
 
 /// The offset just after the first complete event whose `id` field is `id`.
 fn after_event(body: &[u8], id: &[u8]) -> Option<usize> {
-    let (mut at, mut event_id): (usize, Option<&[u8]>) = (0, None);
-    while at < body.len() {
-        let (line, next) = line_at(body, at)?;
-        if line.is_empty() {
-            if event_id == Some(id) {
-                return Some(next);
-            }
-            event_id = None;
-        } else if let Some(value) = field(line, b"id") {
-            event_id = Some(value);
-        }
-        at = next;
-    }
-    None
+    Scan::default().after_event(body, id)
 }
 
-/// The line starting at `at` (without its end) and where the next begins; `None` for
-/// a line not ended yet.
-fn line_at(body: &[u8], at: usize) -> Option<(&[u8], usize)> {
+impl Scan {
+    /// Reads `body` on from where the last call stopped: the offset just after the
+    /// first complete event whose `id` field is `id`, or `None` (yet).
+    fn after_event(&mut self, body: &[u8], id: &[u8]) -> Option<usize> {
+        while self.at < body.len() {
+            let Some((line, next)) = line_at(body, self.at, self.searched) else {
+                // The line is not ended yet: the next call searches on from here.
+                self.searched = body.len().saturating_sub(1).max(self.at);
+                return None;
+            };
+            if line.is_empty() {
+                if self.named {
+                    self.at = next;
+                    return Some(next);
+                }
+            } else if let Some(value) = field(line, b"id") {
+                self.named = value == id;
+            }
+            self.at = next;
+            self.searched = next;
+        }
+        None
+    }
+}
+
+/// The line starting at `at` (without its end) and where the next begins, its end
+/// searched for from `from` (no line end lies between `at` and it); `None` for a line
+/// not ended yet.
+fn line_at(body: &[u8], at: usize, from: usize) -> Option<(&[u8], usize)> {
     let rest = &body[at..];
-    let end = rest.iter().position(|&b| b == b'\n' || b == b'\r')?;
+    let skip = from.saturating_sub(at);
+    let end = skip
+        + rest[skip..]
+            .iter()
+            .position(|&b| b == b'\n' || b == b'\r')?;
     let next = match (rest[end], rest.get(end + 1)) {
         (b'\r', Some(b'\n')) => end + 2,
         (b'\r', None) => return None,
@@ -142,24 +191,70 @@ mod tests {
         assert_eq!(after_event(b"idx: 1\n\n", b"1"), None, "another field");
     }
 
+    fn resume_at(id: &'static [u8], budget: Option<&Arc<ByteBudget>>) -> Resume {
+        let mut headers = HeaderMap::new();
+        headers.insert(LAST_EVENT_ID, http::HeaderValue::from_static("x"));
+        let mut resume = Resume::from_request(&headers, budget).unwrap();
+        resume.id = Bytes::from_static(id);
+        resume
+    }
+
+    #[test]
+    fn every_split_of_the_stream_resumes_at_the_same_place() {
+        let whole = &STREAM[after_event(STREAM, b"2").unwrap()..];
+        for size in 1..STREAM.len() {
+            let mut resume = resume_at(b"2", None);
+            let mut sent = Vec::new();
+            for piece in STREAM.chunks(size) {
+                let fed = resume.feed(Bytes::copy_from_slice(piece)).unwrap();
+                sent.extend_from_slice(&fed.unwrap_or_default());
+            }
+            assert_eq!(sent, whole, "pieces of {size} bytes");
+        }
+    }
+
+    #[test]
+    fn a_long_line_in_small_pieces_is_scanned_once() {
+        // One byte at a time, 200 KB without a line end: each byte is looked at once
+        // (a rescan from the line's start would take 2 * 10^10 steps here).
+        let mut resume = resume_at(b"2", None);
+        for _ in 0..200_000 {
+            assert_eq!(resume.feed(Bytes::from_static(b"a")).unwrap(), None);
+        }
+        assert_eq!(resume.scan.searched, 199_999);
+        let rest = resume.feed(Bytes::from_static(b"\n\nid: 2\n\nz")).unwrap();
+        assert_eq!(rest.unwrap(), "z");
+    }
+
+    #[test]
+    fn what_is_held_is_charged_to_the_budget_and_freed_once_resumed() {
+        let budget = Arc::new(ByteBudget::new(64));
+        let mut resume = resume_at(b"2", Some(&budget));
+        assert_eq!(resume.feed(Bytes::from_static(b"id: 1\n\n")).unwrap(), None);
+        assert_eq!(budget.used(), 8);
+        assert!(
+            resume.feed(Bytes::from(vec![b'a'; 60])).is_err(),
+            "over the budget"
+        );
+        let mut resume = resume_at(b"2", Some(&budget));
+        let rest = resume.feed(Bytes::from_static(b"id: 2\n\nb")).unwrap();
+        assert_eq!(rest.unwrap(), "b");
+        drop(resume);
+        assert_eq!(budget.used(), 8, "only the first resume holds its bytes");
+    }
+
     #[test]
     fn live_pieces_are_held_until_the_event_has_passed() {
-        let mut resume = Resume {
-            id: Bytes::from_static(b"2"),
-            held: Some(BytesMut::new()),
-        };
+        let mut resume = resume_at(b"2", None);
         let (a, b) = STREAM.split_at(20);
-        assert_eq!(resume.feed(Bytes::copy_from_slice(a)), None);
-        let rest = resume.feed(Bytes::copy_from_slice(b)).unwrap();
+        assert_eq!(resume.feed(Bytes::copy_from_slice(a)).unwrap(), None);
+        let rest = resume.feed(Bytes::copy_from_slice(b)).unwrap().unwrap();
         assert_eq!(&rest[..], &STREAM[after_event(STREAM, b"2").unwrap()..]);
-        assert_eq!(resume.feed(Bytes::from_static(b"x")).unwrap(), "x");
+        assert_eq!(resume.feed(Bytes::from_static(b"x")).unwrap().unwrap(), "x");
         assert_eq!(resume.finish(), None);
 
-        let mut never = Resume {
-            id: Bytes::from_static(b"9"),
-            held: Some(BytesMut::new()),
-        };
-        assert_eq!(never.feed(Bytes::from_static(STREAM)), None);
+        let mut never = resume_at(b"9", None);
+        assert_eq!(never.feed(Bytes::from_static(STREAM)).unwrap(), None);
         assert_eq!(never.finish().unwrap(), STREAM, "the whole answer");
     }
 }

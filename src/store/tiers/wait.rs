@@ -31,7 +31,26 @@ pub enum Waited {
 pub struct Joined {
     pub head: Bytes,
     pub reader: LiveReader,
-    _slot: WaiterSlot,
+    slot: WaiterSlot,
+}
+
+impl Joined {
+    /// How often an attached joiner renews its place among the waiters
+    /// ([`Joined::renew`]): half the time a place lasts.
+    pub fn renew_every(&self) -> Duration {
+        self.slot.lifetime / 2
+    }
+
+    /// Renews the joiner's place among the key's waiters, so that it counts against
+    /// `max_waiters` as long as it is attached (a place lapses after twice
+    /// `wait_timeout`, for a replica that died without leaving).
+    pub async fn renew(&self) {
+        let slot = &self.slot;
+        let renewed = (slot.redis).join_waiters(&slot.key, slot.max, &slot.id, slot.lifetime);
+        if !matches!(renewed.await, Ok(true)) {
+            tracing::debug!("could not renew a joiner's place among the waiters");
+        }
+    }
 }
 
 impl Stores {
@@ -67,12 +86,7 @@ impl Stores {
             match (self.claim(route, scope, record, fingerprint, resend.clone())).await {
                 Ok(Claim::InFlight { remaining }) => {
                     if let Some((head, reader)) = self.live_reader(&slot.key, at).await? {
-                        let _slot = slot;
-                        return Ok(Waited::Joined(Joined {
-                            head,
-                            reader,
-                            _slot,
-                        }));
+                        return Ok(Waited::Joined(Joined { head, reader, slot }));
                     }
                     if !asked {
                         // The holder starts its stream when asked (if its answer streams).
@@ -114,15 +128,11 @@ impl Stores {
         let policy = &route.policy;
         let key = self.0.redis.record_key(record);
         let id = uuid::Uuid::new_v4().simple().to_string();
-        match (self.0.redis)
-            .join_waiters(
-                &key,
-                policy.settings.max_waiters,
-                &id,
-                policy.settings.wait_timeout * 2,
-            )
-            .await
-        {
+        let (max, lifetime) = (
+            policy.settings.max_waiters,
+            policy.settings.wait_timeout * 2,
+        );
+        match (self.0.redis).join_waiters(&key, max, &id, lifetime).await {
             Ok(true) => {}
             _ => return None,
         }
@@ -130,6 +140,8 @@ impl Stores {
             redis: self.0.redis.clone(),
             key,
             id,
+            max,
+            lifetime,
         })
     }
 }
@@ -141,6 +153,9 @@ struct WaiterSlot {
     redis: RedisStore,
     key: String,
     id: String,
+    /// The route's `max_waiters`, and how long the place lasts unless renewed.
+    max: u32,
+    lifetime: Duration,
 }
 
 impl Drop for WaiterSlot {

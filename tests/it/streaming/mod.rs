@@ -10,7 +10,8 @@
 //! route's timeout and deadline (`deadlines.rs`), the replica running a stream
 //! SIGKILLed (`kill.rs`), Postgres and Redis outages
 //! (`durable.rs`), SSE resume by `Last-Event-ID` (`resume.rs`), a stream meeting a
-//! stop, an invalidation or a takeover (`lifecycle.rs`).
+//! stop, an invalidation or a takeover (`lifecycle.rs`), and one that lasts longer than
+//! its `ttl` or a waiter's place (`over_time.rs`).
 
 mod cut;
 mod deadlines;
@@ -21,6 +22,7 @@ mod join;
 mod kill;
 mod kinds;
 mod lifecycle;
+mod over_time;
 mod pace;
 mod resume;
 mod sse;
