@@ -35,6 +35,11 @@ pub struct ConnLimits {
     resets: Mutex<Bucket>,
     /// Set once: the connection is to go away (`GOAWAY`, then closed).
     leaving: AtomicBool,
+    /// When `leaving` was set, in milliseconds since `epoch`.
+    left_at: AtomicU64,
+    /// Set once the send watchdog freed a stalled answer: the connection then closes
+    /// `write_timeout` after, whatever else it has open.
+    stalled_at: AtomicU64,
     /// HTTP/2 answers whose bytes are still on their way.
     sending: Mutex<Vec<Arc<Sending>>>,
     /// Wakes the driver: the connection became idle, an answer started, or it must go.
@@ -46,8 +51,13 @@ pub struct ConnLimits {
 pub enum Verdict {
     /// Keep serving; look again at the instant given (`None`: when woken).
     Serve(Option<Instant>),
-    /// Send `GOAWAY` (HTTP/1.1: close once idle) and close within `write_timeout`.
-    Leave,
+    /// Send `GOAWAY` (HTTP/1.1: close once idle), if not done yet, and let the requests
+    /// still open finish (each within its own bounds, the send watchdog's included);
+    /// look again at the instant given (`None`: when woken).
+    Leave(Option<Instant>),
+    /// Told to go, the connection has had nothing open for `write_timeout`, or one of its
+    /// answers stalled that long ago: close it.
+    Close,
 }
 
 impl ConnLimits {
@@ -73,6 +83,8 @@ impl ConnLimits {
             write_timeout: server.write_timeout,
             resets: Mutex::new(Bucket::full(server.http2_max_reset_streams)),
             leaving: AtomicBool::new(false),
+            left_at: AtomicU64::new(0),
+            stalled_at: AtomicU64::new(u64::MAX),
             sending: Mutex::new(Vec::new()),
             changed: Notify::new(),
         }
@@ -148,6 +160,7 @@ impl ConnLimits {
     /// Marks the connection to go away, once (counted as `why`).
     fn go(&self, why: Limit) {
         if !self.leaving.swap(true, Ordering::AcqRel) {
+            self.left_at.store(self.millis(), Ordering::Release);
             why.counter().increment(1);
             tracing::debug!(limit = why.as_str(), "connection told to go away");
             self.changed.notify_one();
@@ -160,7 +173,10 @@ impl ConnLimits {
     }
 
     /// What the driver is to do now: frees the answers stalled for `write_timeout`
-    /// (the connection then goes), closes it when idle for `idle_timeout`.
+    /// (the connection then goes, and is closed `write_timeout` later), tells it to go
+    /// when idle for `idle_timeout`, and closes a connection told to go once it has had
+    /// nothing open for `write_timeout` (a connection told to go for its resets or its
+    /// idleness keeps its healthy requests: they end within their own bounds).
     pub fn check(&self) -> Verdict {
         let now = Instant::now();
         let at = |ms: u64| self.epoch + Duration::from_millis(ms);
@@ -178,6 +194,13 @@ impl ConnLimits {
                 !stuck
             });
             if stalled {
+                let ms = self.millis();
+                let _ = (self.stalled_at).compare_exchange(
+                    u64::MAX,
+                    ms,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
                 self.go(Limit::StreamWriteTimeout);
             }
             if !all.is_empty() {
@@ -185,23 +208,36 @@ impl ConnLimits {
                 next = Some(now + tick);
             }
         }
-        if self.leaving.load(Ordering::Acquire) {
-            return Verdict::Leave;
-        }
-        if self.open.load(Ordering::Acquire) == 0 {
-            let deadline = at(self.idle_since.load(Ordering::Acquire)) + self.idle_timeout;
-            if now >= deadline {
-                self.go(Limit::IdleTimeout);
-                return Verdict::Leave;
+        let idle = self.open.load(Ordering::Acquire) == 0;
+        let idle_since = at(self.idle_since.load(Ordering::Acquire));
+        if !self.leaving.load(Ordering::Acquire) && idle {
+            let deadline = idle_since + self.idle_timeout;
+            if now < deadline {
+                return Verdict::Serve(Some(next.map_or(deadline, |n| n.min(deadline))));
             }
-            next = Some(next.map_or(deadline, |n: Instant| n.min(deadline)));
+            self.go(Limit::IdleTimeout);
         }
-        Verdict::Serve(next)
-    }
-
-    /// How long a connection told to go may take to finish its streams.
-    pub fn leaving_grace(&self) -> Duration {
-        self.write_timeout
+        if !self.leaving.load(Ordering::Acquire) {
+            return Verdict::Serve(next);
+        }
+        // A stalled answer cannot end: the connection goes `write_timeout` after the
+        // stall; else once it has had nothing open for `write_timeout`.
+        let stalled_at = self.stalled_at.load(Ordering::Acquire);
+        let close = match (stalled_at, idle) {
+            (ms, _) if ms != u64::MAX => Some(at(ms) + self.write_timeout),
+            (_, true) => {
+                let left_at = at(self.left_at.load(Ordering::Acquire));
+                Some(idle_since.max(left_at) + self.write_timeout)
+            }
+            (_, false) => None,
+        };
+        if let Some(close) = close {
+            if now >= close {
+                return Verdict::Close;
+            }
+            next = Some(next.map_or(close, |n| n.min(close)));
+        }
+        Verdict::Leave(next)
     }
 
     fn millis(&self) -> u64 {
@@ -345,7 +381,38 @@ mod tests {
         wait(3).await;
         assert!(matches!(conn.check(), Verdict::Serve(Some(_))));
         wait(3).await;
-        assert_eq!(conn.check(), Verdict::Leave);
+        assert!(matches!(conn.check(), Verdict::Leave(Some(_))));
+    }
+
+    #[tokio::test]
+    async fn a_connection_told_to_go_closes_only_once_nothing_is_open() {
+        let server = ServerConfig {
+            write_timeout: TICK * 5,
+            http2_max_reset_streams: 1,
+            ..ServerConfig::default()
+        };
+        let conn = Arc::new(ConnLimits::new(
+            &server,
+            &Arc::new(ByteBudget::new(1 << 20)),
+        ));
+        let healthy = conn.open();
+        conn.abandoned();
+        conn.abandoned();
+        assert_eq!(conn.check(), Verdict::Leave(None), "past the reset limit");
+        wait(8).await;
+        assert_eq!(
+            conn.check(),
+            Verdict::Leave(None),
+            "a healthy request is still open past write_timeout: not cut"
+        );
+        drop(healthy);
+        assert!(matches!(conn.check(), Verdict::Leave(Some(_))));
+        wait(6).await;
+        assert_eq!(
+            conn.check(),
+            Verdict::Close,
+            "nothing open for write_timeout"
+        );
     }
 
     #[tokio::test]
@@ -373,7 +440,13 @@ mod tests {
         assert!(matches!(conn.check(), Verdict::Serve(Some(_))), "it moved");
         assert_eq!(budget.used(), 1000);
         wait(3).await;
-        assert_eq!(conn.check(), Verdict::Leave);
+        assert!(matches!(conn.check(), Verdict::Leave(Some(_))));
         assert_eq!(budget.used(), 0, "the unsent bytes were freed");
+        wait(6).await;
+        assert_eq!(
+            conn.check(),
+            Verdict::Close,
+            "closed write_timeout after the stall, its request still open"
+        );
     }
 }

@@ -45,6 +45,7 @@ use super::handshake;
 use super::layers::budget::{BudgetLayer, Budgeted};
 use super::layers::in_flight::{Admit, InFlightLayer};
 use super::layers::linger::{Linger, LingerBounds, LingerLayer};
+use super::layers::open::{KeepOpen, OpenLayer};
 use super::layers::write_timeout::WriteTimeoutLayer;
 use super::preface::Preface;
 use super::proxy_limits::ProxyLimits;
@@ -57,7 +58,7 @@ use crate::http::{admin_router, proxy_router};
 pub(super) type ProxyService = Linger<Admit<Budgeted<Router>>>;
 
 /// The admin listener's request layers around its router.
-pub(super) type AdminService = Linger<Router>;
+pub(super) type AdminService = Linger<KeepOpen<Router>>;
 
 /// What a listener does with each connection it accepts.
 pub(super) struct Connections<S> {
@@ -94,10 +95,14 @@ impl Connections<ProxyService> {
 }
 
 impl Connections<AdminService> {
-    /// The admin listener's: the write timeout and lingering close only.
+    /// The admin listener's: the write timeout, lingering close, and its requests kept
+    /// open on their connection (`server.idle_timeout`).
     pub(super) fn admin(app: Arc<App>) -> Self {
         let server = app.config.server.clone();
-        let service = LingerLayer::new(LingerBounds::from_config(&server)).layer(admin_router(app));
+        let service = ServiceBuilder::new()
+            .layer(LingerLayer::new(LingerBounds::from_config(&server)))
+            .layer(OpenLayer)
+            .service(admin_router(app));
         Self::new(&server, service)
     }
 }

@@ -2,8 +2,9 @@
 //! go away (HTTP/2 `GOAWAY`; HTTP/1.1: close once the request in progress is answered)
 //! when the process stops or its limits say so ([`ConnLimits::check`]: idle for
 //! `server.idle_timeout`, an answer stalled for `server.write_timeout`, too many
-//! streams reset); and closes it when, told to go, it has not finished within its
-//! grace. Also the process's set of connections for the stop ([`Draining`]: told to go
+//! streams reset); and closes it when, told to go by its limits, it has had nothing
+//! open for `server.write_timeout` (its requests still running end within their own
+//! bounds). Also the process's set of connections for the stop ([`Draining`]: told to go
 //! away, waited for, closed).
 
 use std::future::Future;
@@ -65,51 +66,40 @@ where
     C: Future<Output = Result<(), BoxError>>,
 {
     let (stop, close) = (draining.stop.clone(), draining.close.clone());
-    draining.tracker.track_future(async move {
-        let mut conn = pin!(conn);
-        let mut told = false;
-        // Set once told to go by its limits: when it is closed if still open.
-        let mut closing: Option<Instant> = None;
-        loop {
-            let verdict = match closing {
-                None => limits.check(),
-                Some(_) => Verdict::Serve(None),
-            };
-            let wake = match verdict {
-                Verdict::Serve(at) => at,
-                Verdict::Leave => {
-                    if !std::mem::replace(&mut told, true) {
+    draining
+        .tracker
+        .track_future(async move {
+            let mut conn = pin!(conn);
+            let mut told = false;
+            loop {
+                let wake = match limits.check() {
+                    Verdict::Serve(at) => at,
+                    Verdict::Leave(at) => {
+                        if !std::mem::replace(&mut told, true) {
+                            go_away(conn.as_mut());
+                        }
+                        at
+                    }
+                    Verdict::Close => {
+                        tracing::debug!(
+                            "connection told to go away still open with nothing in flight; closing"
+                        );
+                        return Ok(());
+                    }
+                };
+                tokio::select! {
+                    done = conn.as_mut() => return done,
+                    () = stop.cancelled(), if !told => {
+                        told = true;
                         go_away(conn.as_mut());
                     }
-                    closing = Some(Instant::now() + limits.leaving_grace());
-                    None
+                    () = limits.changed() => {}
+                    () = sleep_until(wake) => {}
+                    () = close.cancelled() => return Ok(()),
                 }
-            };
-            let watching = Some(&limits).filter(|_| closing.is_none());
-            tokio::select! {
-                done = conn.as_mut() => return done,
-                () = stop.cancelled(), if !told => {
-                    told = true;
-                    go_away(conn.as_mut());
-                }
-                () = changed(watching) => {}
-                () = sleep_until(wake) => {}
-                () = sleep_until(closing) => {
-                    tracing::debug!("connection told to go away still open after its grace; closing");
-                    return Ok(());
-                }
-                () = close.cancelled() => return Ok(()),
             }
-        }
-    })
-    .await
-}
-
-async fn changed(limits: Option<&Arc<ConnLimits>>) {
-    match limits {
-        Some(limits) => limits.changed().await,
-        None => std::future::pending().await,
-    }
+        })
+        .await
 }
 
 async fn sleep_until(at: Option<Instant>) {

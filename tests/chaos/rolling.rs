@@ -4,15 +4,15 @@
 //! gets a replay, while the replicas are stopped (SIGTERM), started again and waited
 //! for, one after another, as a deploy does. Every key must run once and end stored
 //! (the calls a stop cut off: as unknown outcomes), and every whole answer any client
-//! got must be the stored one ([`lifecycle::judge`]).
+//! got must be the stored one ([`answers::judge`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::answers::{self, Answer, Call};
 use crate::checker::Report;
 use crate::cluster::{Durability, Options, Probe, Stack};
-use crate::lifecycle::{self, Answer, Kind};
 
 /// Concurrent clients, each sending one new key after another.
 const CLIENTS: usize = 16;
@@ -39,13 +39,18 @@ pub async fn rolling_restart(name: String) -> Report {
                         break;
                     }
                     let key = format!("rolling-{c}-{n}");
-                    let (kind, work_ms) = match (c + n) % 3 {
-                        0 => (Kind::Buffered, 1500),
-                        1 => (Kind::Live, 2000),
-                        _ => (Kind::Buffered, 6000),
+                    let call = match (c + n) % 3 {
+                        0 => Call::Payment {
+                            work_ms: 1500,
+                            detach: true,
+                        },
+                        1 => Call::Stream { work_ms: 2000 },
+                        _ => Call::Payment {
+                            work_ms: 6000,
+                            detach: true,
+                        },
                     };
-                    let answers =
-                        lifecycle::retrier(http.clone(), front.clone(), key.clone(), kind, work_ms);
+                    let answers = answers::retrier(http.clone(), front.clone(), key.clone(), call);
                     keys.push((key, answers.await));
                 }
                 keys
@@ -88,7 +93,7 @@ pub async fn rolling_restart(name: String) -> Report {
         requests: answers.iter().map(Vec::len).sum(),
         ..Default::default()
     };
-    lifecycle::judge(&mut report, None, &keys, &answers, &ledger.keys);
+    answers::judge(&mut report, None, &keys, &answers, &ledger.keys);
     report.notes.push(format!(
         "{} keys: a third each slow calls, live streams and calls slower than the grace; \
          {} answered as unknown outcomes",

@@ -5,6 +5,8 @@
 //!   listeners).
 //! - [`linger`]: lingering close of request bodies answered early (both listeners).
 //! - [`in_flight`]: `server.max_in_flight` (proxy listener).
+//! - [`open`]: each request open on its connection until answered, for
+//!   `server.idle_timeout` (admin listener; the proxy listener's [`in_flight`] does it).
 //! - [`budget`]: `server.buffer_budget`, for request bodies and buffered responses
 //!   (proxy listener).
 //!
@@ -14,4 +16,5 @@
 pub mod budget;
 pub mod in_flight;
 pub mod linger;
+pub mod open;
 pub mod write_timeout;

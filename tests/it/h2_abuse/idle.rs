@@ -133,3 +133,36 @@ async fn http1_keep_alive_connections_are_closed_after_idle_timeout() {
     );
     assert!(target.limited("idle_timeout").await - idle0 >= 1.0);
 }
+
+/// The admin listener's connections are in use while they carry requests: one that
+/// asks `/healthz` every 500 ms for twice `idle_timeout` stays open, and is closed once
+/// it idles for `idle_timeout`.
+#[tokio::test]
+async fn an_admin_connection_in_use_is_not_closed_as_idle() {
+    let target = Target::start("idle-admin", IDLE_SERVER).await;
+    let admin = target.replica.admin_url();
+    let addr = admin.trim_start_matches("http://").to_string();
+    let mut conn = TcpStream::connect(&addr).await.unwrap();
+    let ask = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n").into_bytes();
+    let start = Instant::now();
+    let mut asked = 0;
+    while start.elapsed() < IDLE * 2 {
+        conn.write_all(&ask).await.unwrap();
+        let answered = read_response(&mut conn).await;
+        assert!(
+            matches!(answered, Ok((200, _))),
+            "request {asked} on an admin connection in use {:?}: {answered:?}",
+            start.elapsed()
+        );
+        asked += 1;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let idle_since = Instant::now();
+    let mut buf = [0u8; 64];
+    let closed = tokio::time::timeout(IDLE + SLACK, conn.read(&mut buf)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0) | Err(_))),
+        "admin connection idle {:?} not closed: {closed:?}",
+        idle_since.elapsed()
+    );
+}

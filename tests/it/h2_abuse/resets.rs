@@ -3,12 +3,12 @@
 //! claimed), and such a detached call keeps its slot of `max_in_flight` and of its
 //! connection's share until the upstream answers; the resets count toward
 //! `server.http2_max_reset_streams` (200 per connection per minute), past which the
-//! connection gets GOAWAY and is closed.
+//! connection gets GOAWAY and is closed once its healthy streams are answered.
 
 use std::time::{Duration, Instant};
 
-use super::{attacker_post, Target, SHARE};
-use crate::support::h2wire::{data, reset, Held, Seen, CANCEL};
+use super::{attacker_post, Target, SHARE, WRITE_TIMEOUT};
+use crate::support::h2wire::{data, request, reset, Held, Seen, CANCEL};
 use crate::support::{eventually, keyed_post, problem_code, read};
 
 /// hyper's guard against resets of streams not yet taken (rapid reset) out of the way:
@@ -224,4 +224,57 @@ async fn detached_calls_keep_their_slot_until_the_upstream_answers() {
         .await
         .unwrap();
     assert_eq!(after.status(), 201);
+}
+
+/// Past the reset limit the connection gets GOAWAY, but its healthy streams are not cut:
+/// a request still running twice `write_timeout` after the GOAWAY is answered, then the
+/// connection closes.
+#[tokio::test]
+async fn a_connection_past_the_reset_limit_still_answers_its_healthy_streams() {
+    let server = format!("{PENDING}http2_max_reset_streams = 10\n");
+    let target = Target::start("resets-healthy", &server).await;
+    let conn = Held::open(target.addr, &[]).await;
+    // Healthy: a GET answered after 8 s.
+    let mut slow = request(1, "GET", "/attack/slow?ms=8000", &[]);
+    slow[4] |= 0x1; // END_STREAM: no body
+    conn.send(&slow).await.unwrap();
+    // Then keyed POSTs, each reset 5 ms after it was sent, until the GOAWAY.
+    for n in 1..=200u32 {
+        if conn.goaway().is_some() || conn.closed().is_some() {
+            break;
+        }
+        let id = 2 * n + 1;
+        let key = format!("healthy-{id}");
+        let path = "/attack/charge?ms=200";
+        let mut frames = attacker_post(id, path, &key, &[("content-length", "2")]);
+        frames.extend(data(id, b"{}", true));
+        if conn.send(&frames).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let _ = conn.send(&reset(id, CANCEL)).await;
+    }
+    let (at, _) = (conn
+        .goaway_by(Instant::now() + Duration::from_secs(5))
+        .await)
+        .expect("a GOAWAY past http2_max_reset_streams");
+    let answered = eventually(Duration::from_secs(12), async || {
+        Seen::n(&conn.seen.ok) >= 1 || conn.closed().is_some()
+    })
+    .await;
+    assert!(
+        answered && Seen::n(&conn.seen.ok) == 1,
+        "the healthy stream was cut: closed {:?} after the GOAWAY, answers {:?}",
+        conn.closed().map(|c| c - at),
+        conn.seen.statuses()
+    );
+    assert!(
+        conn.closed().is_none_or(|c| c - at > WRITE_TIMEOUT),
+        "closed before the healthy stream's answer"
+    );
+    let closed = conn.closed_by(Instant::now() + WRITE_TIMEOUT * 2).await;
+    assert!(
+        closed.is_some(),
+        "still open after its last stream was answered"
+    );
 }

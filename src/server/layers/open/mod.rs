@@ -1,0 +1,127 @@
+//! The admin listener's requests kept open on their connection until their answer is
+//! dropped, so that `server.idle_timeout` never counts an admin connection in use as
+//! idle (on the proxy listener, [`super::in_flight`] keeps them open).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use bytes::Bytes;
+use http::{Request, Response};
+use hyper::body::{Frame, SizeHint};
+use tower::{Layer, Service};
+
+use crate::server::conn_limits::{ConnLimits, Open};
+
+/// Keeps each request open ([`KeepOpen`]).
+#[derive(Clone, Copy, Default)]
+pub struct OpenLayer;
+
+impl<S> Layer<S> for OpenLayer {
+    type Service = KeepOpen<S>;
+
+    fn layer(&self, inner: S) -> KeepOpen<S> {
+        KeepOpen { inner }
+    }
+}
+
+/// `inner`, each request open on its connection (the `ConnLimits` in its extensions)
+/// from its arrival until its answer's body is dropped.
+#[derive(Clone)]
+pub struct KeepOpen<S> {
+    inner: S,
+}
+
+type Answer<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send>>;
+
+impl<S, B> Service<Request<B>> for KeepOpen<S>
+where
+    S: Service<Request<B>, Response = Response<Body>>,
+    S::Future: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = Answer<S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let open = (request.extensions().get::<Arc<ConnLimits>>()).map(|conn| conn.open());
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let response = answer.await?;
+            Ok(match open {
+                Some(open) => response.map(|body| Body::new(Kept { body, _open: open })),
+                None => response,
+            })
+        })
+    }
+}
+
+/// An answer's body holding its request open.
+struct Kept {
+    body: Body,
+    _open: Open,
+}
+
+impl hyper::body::Body for Kept {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::budget::ByteBudget;
+    use crate::config::ServerConfig;
+    use crate::server::conn_limits::Verdict;
+
+    #[tokio::test]
+    async fn a_request_is_open_until_its_answer_is_dropped() {
+        let server = ServerConfig {
+            idle_timeout: Duration::from_millis(200),
+            ..ServerConfig::default()
+        };
+        let conn = Arc::new(ConnLimits::new(&server, &Arc::new(ByteBudget::new(0))));
+        let service = OpenLayer.layer(tower::service_fn(|_: Request<Body>| async {
+            Ok::<_, std::convert::Infallible>(Response::new(Body::from("ok")))
+        }));
+        let mut request = Request::new(Body::empty());
+        request.extensions_mut().insert(conn.clone());
+        let answer = service.oneshot(request).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(
+            conn.check(),
+            Verdict::Serve(None),
+            "its answer is still held"
+        );
+        drop(answer);
+        assert!(
+            matches!(conn.check(), Verdict::Serve(Some(_))),
+            "idle from now"
+        );
+    }
+}
