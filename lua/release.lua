@@ -14,8 +14,9 @@ end
 if v.s == 'L' and v.t == ARGV[1] then
   redis.call('DEL', rec)
   if v.w then
-    -- A live stream is written only once a duplicate was told "in flight": this
-    -- execution's, or one an earlier execution left; neither is the key's any more.
+    -- This execution's live stream, written only once a duplicate was told "in flight"
+    -- (w). A stream an earlier execution left without w is not deleted here: it
+    -- expires, and joiners never read it (live_read.lua checks its owner).
     if KEYS[2] then
       redis.call('DEL', KEYS[2])
     end

@@ -49,7 +49,10 @@ pub struct ServerConfig {
     /// Lingering close: the longest the rest of a body is read and discarded for.
     #[serde(with = "humantime_serde")]
     pub linger_time: Duration,
-    /// How long in-flight requests may take to finish after SIGTERM/SIGINT.
+    /// How long a stop (SIGTERM/SIGINT) may take: in-flight requests may finish until a
+    /// quarter of it (at most 5 s) is left; then the keyed upstream calls still running
+    /// are cancelled and settle their keys (`idempotency.on_ambiguous`), and the
+    /// connections still open are closed (docs/guarantees.md, "A stop").
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
     /// Peers (CIDRs) whose `X-Forwarded-*` and `Forwarded` headers are extended; from

@@ -66,6 +66,8 @@ pub async fn claim(
             let waited = (app.stores).wait(route, scope, record, fingerprint, remaining, resend);
             // A replica that stops ends its waits once only the settling part of its
             // grace is left: the duplicate is answered "in flight" (left the waiters).
+            // Dropping the wait mid-claim is safe: a claim runs on a task of its own,
+            // and a lease nobody takes releases itself.
             let waited = tokio::select! {
                 waited = Box::pin(waited) => waited,
                 () = app.calls.cancelled() => Ok(Waited::Claim(Claim::InFlight { remaining })),

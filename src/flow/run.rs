@@ -188,10 +188,17 @@ struct Answering<'a> {
 struct Settling(Option<Arc<Recording>>);
 
 impl Settling {
-    /// The first client sees a clean end only if its answer is the key's outcome.
+    /// The first client sees a clean end only if its answer is the key's outcome: stored
+    /// (and not past `max_response_body`, where the key stores a 502 instead), or
+    /// released (a gRPC status that releases the key: nothing is stored, retries run).
     fn done(mut self, settled: Settled) {
         if let Some(recording) = self.0.take() {
-            recording.settled(matches!(settled, Settled::Stored | Settled::Released));
+            let kept = match settled {
+                Settled::Stored => !recording.over(),
+                Settled::Released => true,
+                Settled::Failed | Settled::LeaseLost | Settled::NotStored => false,
+            };
+            recording.settled(kept);
         }
     }
 }

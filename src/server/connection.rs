@@ -14,10 +14,10 @@
 //! bounded by `server.header_read_timeout` ([`super::handshake`]), and the builder serves
 //! the protocol ALPN chose (`h2`: HTTP/2 only; else HTTP/1.1 only).
 //!
-//! Each proxy connection has its own limits ([`ConnLimits`]: its share of the
-//! listener's, its idle time, its resets, its HTTP/2 answers being sent), given to its
-//! requests as an extension and to its driver ([`super::driver`]), which serves it
-//! and closes it when they say so. The first bytes of a connection must come within
+//! Each connection has its own limits ([`ConnLimits`]: its share of the listener's,
+//! its idle time, its resets, its HTTP/2 answers being sent; an admin connection's
+//! idle time only), given to its requests as an extension and to its driver
+//! ([`super::driver`]), which serves it and closes it when they say so. The first bytes of a connection must come within
 //! `server.header_read_timeout` ([`Preface`]).
 
 use std::convert::Infallible;

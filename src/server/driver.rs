@@ -82,7 +82,7 @@ where
                     }
                     Verdict::Close => {
                         tracing::debug!(
-                            "connection told to go away still open with nothing in flight; closing"
+                            "connection told to go away idle or stalled for write_timeout; closing"
                         );
                         return Ok(());
                     }

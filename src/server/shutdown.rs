@@ -13,9 +13,9 @@
 //!    `idempotency_key_in_flight` and joiners cut. The calls are awaited until the end
 //!    of the grace, so no lease is left to lapse under a call that may have acted.
 //! 3. **Close.** The settled calls' answers get [`FLUSH`] to reach their clients; the
-//!    connections still open are then closed, not waited for.
-//!
-//! The stores close last (the write-through queue flushed in what is left).
+//!    connections still open are then closed, not waited for. Meanwhile the
+//!    write-through retry queue is flushed to Postgres, in what is left of the grace
+//!    (at least [`FLUSH`]); the stores close last.
 
 use std::time::Duration;
 
@@ -59,17 +59,22 @@ pub(super) async fn stop(
     }
     app.tasks.close();
     let everything = async { tokio::join!(app.tasks.wait(), draining.ended()) };
-    if timeout_at(calls_until, everything).await.is_err() {
-        settle_and_close(app, draining, end).await;
+    let settled = timeout_at(calls_until, everything).await.is_ok();
+    if !settled {
+        settle(app, end).await;
     }
-    let left = end.saturating_duration_since(Instant::now());
-    app.stores.close(left).await;
+    let left = end.saturating_duration_since(Instant::now()).max(FLUSH);
+    let close = async {
+        if !settled {
+            close(draining).await;
+        }
+    };
+    tokio::join!(close, app.stores.close(left));
     tracing::info!("stopped");
 }
 
-/// Parts 2 and 3: cancels what still runs, awaits the calls' settling until `end`, gives
-/// their answers [`FLUSH`], then closes the connections still open.
-async fn settle_and_close(app: &App, draining: &Draining, end: Instant) {
+/// Part 2: cancels what still runs and awaits the calls' settling until `end`.
+async fn settle(app: &App, end: Instant) {
     let calls = app.tasks.len();
     if calls > 0 {
         tracing::warn!(
@@ -86,8 +91,14 @@ async fn settle_and_close(app: &App, draining: &Draining, end: Instant) {
             "upstream calls still settling at the end of shutdown_grace; their leases lapse"
         );
     }
-    let flushed = (Instant::now() + FLUSH).min(end);
-    if timeout_at(flushed, draining.ended()).await.is_err() {
+}
+
+/// Part 3: gives the answers [`FLUSH`], then closes the connections still open.
+async fn close(draining: &Draining) {
+    if timeout_at(Instant::now() + FLUSH, draining.ended())
+        .await
+        .is_err()
+    {
         tracing::info!(
             connections = draining.count(),
             "closing the connections still open (their keyed calls are settled)"

@@ -195,9 +195,6 @@ pub async fn cell(name: String, kind: Kind, event: Event) -> Report {
         .or((event == Event::Invalidate).then_some("the window: a forced invalidation frees a running key"));
     answers::judge(&mut report, window, &keys, &answers, &ledger.keys);
     report.notes.extend(notes);
-    if event == Event::Sigstop {
-        stack.replicas[1].signal("CONT");
-    }
     if report.verdict() == "FAIL" {
         stack.keep_logs_of(&mut report, &name);
     }
@@ -208,14 +205,10 @@ pub async fn cell(name: String, kind: Kind, event: Event) -> Report {
 async fn apply(stack: &mut Stack, event: Event, keys: &[String], notes: &mut Vec<String>) {
     match event {
         Event::Sigterm => {
-            let termed = Instant::now();
-            stack.replicas[1].signal("TERM");
-            while stack.replicas[1].running() && termed.elapsed() < Duration::from_secs(10) {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            let exited = stop(stack, 1).await;
             notes.push(format!(
                 "victim exited {} ms after SIGTERM (grace 4 s)",
-                termed.elapsed().as_millis()
+                exited.as_millis()
             ));
         }
         Event::Sigkill => stack.replicas[1].kill(),
@@ -260,8 +253,8 @@ async fn abandon(
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     stack.replicas[0].kill();
-    stack.replicas[2].signal("TERM");
     let abandoned = Instant::now();
+    stop(stack, 2).await;
     let mut taken = 0.0;
     while taken < keys.len() as f64 && abandoned.elapsed() < Duration::from_secs(20) {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -275,9 +268,6 @@ async fn abandon(
         abandoned.elapsed().as_millis()
     ));
     for i in [0, 2] {
-        while stack.replicas[i].running() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
         stack.replicas[i].start();
     }
     for i in [0, 2] {
@@ -287,4 +277,14 @@ async fn abandon(
             .await;
     }
     Instant::now() + Duration::from_secs(1) - EVENT_AT
+}
+
+/// SIGTERMs replica `i` and waits until it exited (at most 10 s): how long it took.
+pub async fn stop(stack: &mut Stack, i: usize) -> Duration {
+    let termed = Instant::now();
+    stack.replicas[i].signal("TERM");
+    while stack.replicas[i].running() && termed.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    termed.elapsed()
 }

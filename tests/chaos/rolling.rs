@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use crate::answers::{self, Answer, Call};
 use crate::checker::Report;
 use crate::cluster::{Durability, Options, Probe, Stack};
+use crate::lifecycle;
 
 /// Concurrent clients, each sending one new key after another.
 const CLIENTS: usize = 16;
@@ -61,11 +62,7 @@ pub async fn rolling_restart(name: String) -> Report {
     let mut notes = Vec::new();
     for i in 0..stack.replicas.len() {
         let termed = Instant::now();
-        stack.replicas[i].signal("TERM");
-        while stack.replicas[i].running() && termed.elapsed() < Duration::from_secs(10) {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let exited = termed.elapsed();
+        let exited = lifecycle::stop(&mut stack, i).await;
         stack.replicas[i].start();
         let ready = stack.replicas[i]
             .wait_ready(&stack.http, Duration::from_secs(20))

@@ -2,7 +2,9 @@
 //! (`Idempotent-Replayed: true`, `replay_omit_headers` left out) with the head the
 //! holder wrote, the bytes written so far at once, then the rest as they are written,
 //! ending with the answer's trailers ([`reply`]); from after its `Last-Event-ID` when it
-//! sends one ([`super::resume`]).
+//! sends one ([`super::resume`]). It ends cleanly only once the key stores that very
+//! answer, as its first client's does; an answer whose completion was refused or not
+//! stored is cut.
 //!
 //! When the stream is gone before its end (expired after the answer was stored, or its
 //! writer's replica died and its lease ran out), the joiner looks the record up: a
@@ -33,9 +35,6 @@ use crate::route::Route;
 use crate::store::redis::live::Entry;
 use crate::store::tiers::{Joined, Read};
 
-/// The longest a joiner that read the end waits for the key to settle.
-const SETTLE_WAIT: Duration = Duration::from_secs(2);
-
 /// The record a joiner falls back to.
 pub struct Source {
     pub scope: Scope,
@@ -65,9 +64,8 @@ pub fn reply(
         status: head.status,
         grpc,
         joined,
-        renewed: Instant::now(),
         pending: VecDeque::new(),
-        ending: None,
+        ending: false,
         done: false,
         how: None,
         resume,
@@ -86,11 +84,9 @@ struct Joiner {
     grpc: bool,
     /// The reader, and the joiner's place among the key's waiters.
     joined: Joined,
-    /// When the place was last taken or renewed.
-    renewed: Instant,
     pending: VecDeque<Result<Frame<Bytes>, Cut>>,
-    /// The end was read: these trailers follow once the key is settled.
-    ending: Option<Vec<(http::HeaderName, http::HeaderValue)>>,
+    /// The end was read: the answer ends once the key stores it ([`Joiner::end_once_stored`]).
+    ending: bool,
     done: bool,
     /// How the join ended, once it did (else its client left).
     how: Option<Join>,
@@ -117,19 +113,17 @@ impl Joiner {
             if self.done {
                 return None;
             }
-            if let Some(trailers) = self.ending.take() {
-                self.await_settled().await;
-                self.end(&trailers, Join::Ended);
+            if std::mem::take(&mut self.ending) {
+                self.end_once_stored().await;
                 continue;
             }
-            let renew_at = self.renewed + self.joined.renew_every();
+            let renew_at = self.joined.renew_at();
             let read = tokio::select! {
                 read = self.joined.reader.next() => read,
                 // Attached, it keeps counting against `max_waiters` (reading is
                 // cancel-safe: an entry is taken only once its read returned).
                 () = tokio::time::sleep_until(renew_at.into()) => {
                     self.joined.renew().await;
-                    self.renewed = Instant::now();
                     continue;
                 }
                 // The replica stops: its joiners are cut (their clients retry elsewhere).
@@ -149,28 +143,42 @@ impl Joiner {
         }
     }
 
-    /// Waits (at most [`SETTLE_WAIT`]) until the key is no longer in flight, so that a
-    /// retry sent on seeing the end finds it stored, as the first client does.
-    async fn await_settled(&mut self) {
+    /// The end was read: the answer ends as its first client's does, cleanly only once
+    /// the key stores this very answer (its status and every byte read), so that a
+    /// retry sent on seeing the end replays it. While the key is in flight (its
+    /// completion on its way) this waits, at most the route's `lock_ttl`; anything else
+    /// (the completion refused or not stored, the key released or another execution's,
+    /// no answer in time) cuts the answer, as the first client's is.
+    async fn end_once_stored(&mut self) {
         let Source {
             scope,
             record,
             fingerprint,
         } = &self.source;
-        let deadline = Instant::now() + SETTLE_WAIT;
-        let wake = self.joined.reader.wake();
+        let deadline = Instant::now() + self.route.policy.settings.lock_ttl;
+        let (wake, read) = (self.joined.reader.wake(), self.read.clone().finalize());
         loop {
             let notified = wake.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             let found = (self.app.stores).find(&self.route, *scope, *record, fingerprint);
-            if !matches!(found.await, Ok(Some(Claim::InFlight { .. }))) {
-                return;
+            match found.await {
+                Ok(Some(Claim::Completed { response, .. }))
+                    if response.status == self.status
+                        && response.body.len() as u64 == self.joined.reader.offset()
+                        && Sha256::digest(&response.body) == read =>
+                {
+                    return self.end(&response.trailers, Join::Ended);
+                }
+                Ok(Some(Claim::InFlight { .. })) if Instant::now() < deadline => {}
+                _ => {
+                    tracing::warn!(
+                        "a joined live answer ended, but the key does not store it; cutting it"
+                    );
+                    return self.cut();
+                }
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return;
-            }
             tokio::select! {
                 () = &mut notified => {}
                 () = tokio::time::sleep(left.min(Duration::from_millis(100))) => {}
@@ -179,7 +187,7 @@ impl Joiner {
     }
 
     fn take(&mut self, entry: Entry) {
-        if self.done || self.ending.is_some() {
+        if self.done || self.ending {
             return;
         }
         match entry {
@@ -189,7 +197,7 @@ impl Joiner {
                 self.data(piece);
             }
             Entry::End(end) => match StoredResponse::decode(end) {
-                Ok(end) => self.ending = Some(end.trailers),
+                Ok(_) => self.ending = true,
                 Err(_) => self.cut(),
             },
             Entry::Aborted => self.cut(),

@@ -221,7 +221,10 @@ mod tests {
         for _ in 0..200_000 {
             assert_eq!(resume.feed(Bytes::from_static(b"a")).unwrap(), None);
         }
-        assert_eq!(resume.scan.searched, 199_999);
+        assert_eq!(
+            resume.scan.searched, 199_999,
+            "where the next search starts"
+        );
         let rest = resume.feed(Bytes::from_static(b"\n\nid: 2\n\nz")).unwrap();
         assert_eq!(rest.unwrap(), "z");
     }

@@ -52,7 +52,7 @@ impl Entry {
         }
     }
 
-    fn from_field(name: &str, value: Bytes) -> Option<Self> {
+    pub(super) fn from_field(name: &str, value: Bytes) -> Option<Self> {
         Some(match name {
             "h" => Entry::Head(value),
             "d" => Entry::Data(value),
@@ -61,63 +61,6 @@ impl Entry {
             _ => return None,
         })
     }
-}
-
-/// What a read of a live stream found ([`RedisStore::live_read`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LiveRead {
-    /// The stream is not (or no longer) the answer of the execution that holds or
-    /// completed the record: the record is gone or another's, or the stream is.
-    Gone,
-    /// The stream's owner (the SHA-1 of its execution's lock token), whether the record
-    /// is completed, and the entries read, with their ids.
-    Read {
-        owner: String,
-        completed: bool,
-        entries: Vec<(String, Entry)>,
-    },
-}
-
-/// The one decoder of `lua/live_read.lua`'s reply.
-fn decode_live_read(reply: Value) -> Result<LiveRead, StoreError> {
-    let bad = || StoreError::Protocol {
-        script: "live_read",
-        detail: "not {\"G\"} nor {owner, state, id, field, value, ...}".to_string(),
-    };
-    let Value::Array(values) = reply else {
-        return Err(bad());
-    };
-    let mut values = values.into_iter();
-    let owner = values
-        .next()
-        .and_then(|v| v.into_string())
-        .ok_or_else(bad)?;
-    if owner == "G" {
-        return Ok(LiveRead::Gone);
-    }
-    let completed = match values.next().and_then(|v| v.into_string()).as_deref() {
-        Some("L") => false,
-        Some("C") => true,
-        _ => return Err(bad()),
-    };
-    let mut entries = Vec::with_capacity(values.len() / 3);
-    while let Some(id) = values.next() {
-        let (Some(id), Some(name), Some(value)) = (
-            id.into_string(),
-            values.next().and_then(|v| v.into_string()),
-            values.next().and_then(|v| v.into_bytes()),
-        ) else {
-            return Err(bad());
-        };
-        if let Some(entry) = Entry::from_field(&name, value) {
-            entries.push((id, entry));
-        }
-    }
-    Ok(LiveRead::Read {
-        owner,
-        completed,
-        entries,
-    })
 }
 
 /// The live stream of a record key.
@@ -159,34 +102,6 @@ impl RedisStore {
             2 => Appended::Nobody,
             _ => Appended::NotOurs,
         })
-    }
-
-    /// Runs `lua/live_read.lua`: up to `count` entries of the record's live stream after
-    /// the entry `after` (`None`: from its start), while the stream is the one of the
-    /// execution that holds or completed the record: `owner` as an earlier read of the
-    /// same reader returned it, or `None` to start (then the record must be leased and
-    /// the stream's head its holder's, and the entries start with the head).
-    ///
-    /// KEYS: `[record key, live stream key]`. ARGV: `[owner or "", after id or "-",
-    /// count]`. Reply: `{"G"}` gone, or `{owner, state, id, field, value, ...}`; decoded
-    /// here, once.
-    pub async fn live_read(
-        &self,
-        key: &str,
-        owner: Option<&str>,
-        after: Option<&str>,
-        count: u64,
-    ) -> Result<LiveRead, StoreError> {
-        let keys = vec![key.to_string(), live_key(key)];
-        let args: Vec<Value> = vec![
-            owner.unwrap_or("").into(),
-            after.unwrap_or("-").into(),
-            (count as i64).into(),
-        ];
-        let reply: Value = (self.inner.live_read)
-            .evalsha_with_reload(self.inner.lanes.for_key(key), keys, args)
-            .await?;
-        decode_live_read(reply)
     }
 
     /// Tells the holder of the record's lease that a duplicate waits to join (`J` on

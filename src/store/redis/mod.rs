@@ -28,6 +28,7 @@ mod extend;
 pub(crate) mod invalidate;
 pub mod lanes;
 pub mod live;
+pub mod live_read;
 mod peek;
 mod release;
 pub mod replicas;

@@ -11,7 +11,8 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio::sync::Notify;
 
 use super::super::lease::Lease;
-use super::super::redis::live::{Appended, Entry, LiveRead};
+use super::super::redis::live::{Appended, Entry};
+use super::super::redis::live_read::LiveRead;
 use super::super::redis::waiters::{Waiters, Watch, RECHECK};
 use super::super::{RedisStore, StoreError};
 use super::Stores;

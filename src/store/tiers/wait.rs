@@ -35,17 +35,19 @@ pub struct Joined {
 }
 
 impl Joined {
-    /// How often an attached joiner renews its place among the waiters
-    /// ([`Joined::renew`]): half the time a place lasts.
-    pub fn renew_every(&self) -> Duration {
-        self.slot.lifetime / 2
+    /// When the joiner is to renew its place among the waiters ([`Joined::renew`]):
+    /// half the time a place lasts after it was taken or last renewed (at least a
+    /// [`RECHECK`] apart).
+    pub fn renew_at(&self) -> Instant {
+        self.slot.since + (self.slot.lifetime / 2).max(RECHECK)
     }
 
     /// Renews the joiner's place among the key's waiters, so that it counts against
     /// `max_waiters` as long as it is attached (a place lapses after twice
     /// `wait_timeout`, for a replica that died without leaving).
-    pub async fn renew(&self) {
-        let slot = &self.slot;
+    pub async fn renew(&mut self) {
+        let slot = &mut self.slot;
+        slot.since = Instant::now();
         let renewed = (slot.redis).join_waiters(&slot.key, slot.max, &slot.id, slot.lifetime);
         if !matches!(renewed.await, Ok(true)) {
             tracing::debug!("could not renew a joiner's place among the waiters");
@@ -132,6 +134,7 @@ impl Stores {
             policy.settings.max_waiters,
             policy.settings.wait_timeout * 2,
         );
+        let since = Instant::now();
         match (self.0.redis).join_waiters(&key, max, &id, lifetime).await {
             Ok(true) => {}
             _ => return None,
@@ -142,6 +145,7 @@ impl Stores {
             id,
             max,
             lifetime,
+            since,
         })
     }
 }
@@ -156,6 +160,8 @@ struct WaiterSlot {
     /// The route's `max_waiters`, and how long the place lasts unless renewed.
     max: u32,
     lifetime: Duration,
+    /// When the place was taken, or last renewed.
+    since: Instant,
 }
 
 impl Drop for WaiterSlot {

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use super::{
     base, gateway, gateway_process, post, sse_route, upstream_sent, End, Knobs, Streamed, KNOBS,
 };
+use fred::prelude::KeysInterface;
+
 use crate::support::{eventually, RedisServer, SseUpstream};
 
 const WITHIN: Duration = Duration::from_secs(20);
@@ -80,8 +82,9 @@ async fn a_stream_stopped_by_sigterm_settles_its_key_before_the_replica_exits() 
 }
 
 /// A key's first answer streams live and a duplicate joins it; the record is then
-/// invalidated (admin API) and the key runs again: a duplicate of the second execution
-/// gets the second execution's bytes, as the key stores them, never the first's.
+/// invalidated (admin API), which deletes its stream too, and the key runs again: a
+/// duplicate of the second execution gets the second execution's bytes, as the key
+/// stores them, never the first's, even with the first's stream put back in Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_of_a_keys_second_execution_follows_that_execution_only() {
     let redis = RedisServer::start();
@@ -111,6 +114,15 @@ async fn a_duplicate_of_a_keys_second_execution_follows_that_execution_only() {
         "the joiner followed the first execution"
     );
     super::stored(&redis).await;
+    // The first execution's stream, kept aside to be put back after the invalidation.
+    let keys = redis.keys().await;
+    let live = (keys.iter().find(|k| k.ends_with(":live")))
+        .expect("the first execution's live stream")
+        .clone();
+    let kept = format!("{live}:kept");
+    let client = redis.client().await;
+    let copied: bool = client.copy(&live, &kept, None, true).await.unwrap();
+    assert!(copied);
 
     let deleted = http
         .delete(format!("http://{}/admin/keys/stream/again", one.admin))
@@ -119,9 +131,17 @@ async fn a_duplicate_of_a_keys_second_execution_follows_that_execution_only() {
         .await
         .unwrap();
     assert_eq!(deleted.status(), 200, "{}", deleted.text().await.unwrap());
+    let keys = redis.keys().await;
+    assert!(
+        !keys.contains(&live),
+        "the invalidation left the live stream: {keys:?}"
+    );
+    // Put back, as a stream an execution left behind would be: the next execution's
+    // duplicate must not follow it (its head names the first execution).
+    let () = client.rename(&kept, &live).await.unwrap();
 
     // The second execution; its duplicate comes before the upstream's head, while the
-    // first execution's stream is still in Redis.
+    // first execution's stream is in Redis.
     let second = tokio::spawn(Streamed::whole(
         post(&http, &base(&one), "again", query),
         WITHIN,
