@@ -184,36 +184,53 @@ async fn a_first_client_whose_lease_was_taken_over_sees_a_broken_stream() {
     let dir = tempfile::tempdir().unwrap();
     let frozen = gateway_process(dir.path(), "frozen", &redis, &route, SHORT).await;
     let other = gateway(&redis, &route, SHORT).await;
-    let http = reqwest::Client::new();
+    let h1 = reqwest::Client::new();
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
     let query = "events=30&gap_ms=200";
 
-    let mut first = Streamed::open(post(&http, &frozen.url(), "taken", query), WITHIN).await;
-    first.read(2, WITHIN).await;
-    assert_eq!((first.status, &first.end), (200, &End::Open));
+    // One first client over HTTP/1.1 (a broken end: no final chunk), one over HTTP/2
+    // (a broken end: the stream is reset).
+    let mut firsts = Vec::new();
+    for (key, http) in [("taken-h1", &h1), ("taken-h2", &h2)] {
+        let mut first = Streamed::open(post(http, &frozen.url(), key, query), WITHIN).await;
+        first.read(2, WITHIN).await;
+        assert_eq!((first.status, &first.end), (200, &End::Open), "{key}");
+        firsts.push((key, first));
+    }
     frozen.signal("STOP");
-    // Past its lease: the key is free, and another execution takes it.
+    // Past its lease: the keys are free, and other executions take them.
     tokio::time::sleep(LOCK_TTL + Duration::from_millis(500)).await;
-    let taker = tokio::spawn(Streamed::whole(
-        post(&http, &base(&other), "taken", query),
-        WITHIN,
-    ));
+    let takers: Vec<_> = (firsts.iter())
+        .map(|(key, _)| {
+            tokio::spawn(Streamed::whole(
+                post(&h1, &base(&other), key, query),
+                WITHIN,
+            ))
+        })
+        .collect();
     let took = eventually(Duration::from_secs(5), async || {
-        upstream.executions_of("taken") == 2
+        firsts
+            .iter()
+            .all(|(key, _)| upstream.executions_of(key) == 2)
     })
     .await;
     frozen.signal("CONT");
-    assert!(took, "no other execution took the key over");
-    let taker = taker.await.unwrap();
-    first.finish(Duration::from_secs(15)).await;
-    assert!(
-        matches!(first.end, End::Aborted(_)),
-        "the first client, whose completion was refused, saw {:?}; its replica's log:\n{}",
-        first.end,
-        frozen.log_text()
-    );
+    assert!(took, "no other execution took the keys over");
+    for ((key, mut first), taker) in firsts.into_iter().zip(takers) {
+        let taker = taker.await.unwrap();
+        first.finish(Duration::from_secs(15)).await;
+        assert!(
+            matches!(first.end, End::Aborted(_)),
+            "{key}: the first client, whose completion was refused, saw {:?}; its replica's log:\n{}",
+            first.end,
+            frozen.log_text()
+        );
+        // The key keeps the execution that took it over.
+        assert_eq!(taker.end, End::Clean, "{key}");
+        assert!(taker.body == upstream.of(key)[1].body(), "{key}");
+    }
     assert!(frozen.log_text().contains("lease lost before completion"));
-    // The key keeps the execution that took it over.
-    assert_eq!(taker.end, End::Clean);
-    let runs = upstream.of("taken");
-    assert!(taker.body == runs[1].body());
 }

@@ -8,12 +8,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::Body;
-use bytes::Bytes;
 use http::{Request, Response};
-use hyper::body::{Frame, SizeHint};
 use tower::{Layer, Service};
 
-use crate::server::conn_limits::{ConnLimits, Open};
+use super::budget::ResponseBody;
+use crate::server::conn_limits::ConnLimits;
 
 /// Keeps each request open ([`KeepOpen`]).
 #[derive(Clone, Copy, Default)]
@@ -28,20 +27,21 @@ impl<S> Layer<S> for OpenLayer {
 }
 
 /// `inner`, each request open on its connection (the `ConnLimits` in its extensions)
-/// from its arrival until its answer's body is dropped.
+/// from its arrival until its answer's body is dropped (the body holds it, as the
+/// proxy listener's answers do: [`ResponseBody::keeping`]).
 #[derive(Clone)]
 pub struct KeepOpen<S> {
     inner: S,
 }
 
-type Answer<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send>>;
+type Answer<E> = Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, E>> + Send>>;
 
 impl<S, B> Service<Request<B>> for KeepOpen<S>
 where
     S: Service<Request<B>, Response = Response<Body>>,
     S::Future: Send + 'static,
 {
-    type Response = Response<Body>;
+    type Response = Response<ResponseBody>;
     type Error = S::Error;
     type Future = Answer<S::Error>;
 
@@ -54,37 +54,14 @@ where
         let answer = self.inner.call(request);
         Box::pin(async move {
             let response = answer.await?;
-            Ok(match open {
-                Some(open) => response.map(|body| Body::new(Kept { body, _open: open })),
-                None => response,
-            })
+            Ok(response.map(|body| {
+                let body = ResponseBody::plain(body);
+                match open {
+                    Some(open) => body.keeping(open),
+                    None => body,
+                }
+            }))
         })
-    }
-}
-
-/// An answer's body holding its request open.
-struct Kept {
-    body: Body,
-    _open: Open,
-}
-
-impl hyper::body::Body for Kept {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
     }
 }
 
