@@ -110,12 +110,27 @@ async fn with_redis_down_a_stream_still_streams_and_its_retry_replays_it_after()
 }
 
 /// `redis_fill = "on_replay"` leaves Redis to the first retry, except for a live
-/// answer: it is completed in Redis too, where its joiners look for the record.
+/// answer: it is completed in Redis too, where its joiners look for the record (a
+/// joiner ends cleanly once the key stores the bytes it read).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn filled_on_replay_a_live_answer_is_still_completed_in_redis() {
     let (redis, pg, upstream, app) = durable_with("redis_fill = \"on_replay\"").await;
-    let first = Streamed::whole(post(&app.client, &base(&app), "live", QUERY), WITHIN).await;
+    let first = post(&app.client, &base(&app), "live", QUERY);
+    let first = tokio::spawn(Streamed::whole(first, WITHIN));
+    super::upstream_sent(&upstream, "live", 2).await;
+    let joiner = Streamed::whole(post(&app.client, &base(&app), "live", QUERY), WITHIN).await;
+    let first = first.await.unwrap();
     assert_eq!((first.status, &first.end), (200, &End::Clean));
+    assert_eq!(joiner.header("idempotent-replayed"), Some("true"));
+    assert_eq!(
+        joiner.end,
+        End::Clean,
+        "the joiner's end, once the key stores it"
+    );
+    assert!(
+        joiner.body == first.body,
+        "the joiner got the first client's bytes"
+    );
     assert_eq!(first.header("content-length"), None, "streamed live");
     assert_eq!(pg.count("state = 'completed'").await, 1);
     let states = redis.record_states().await;
