@@ -213,15 +213,15 @@ impl ConnLimits {
         }
         let idle = self.open.load(Ordering::Acquire) == 0;
         let idle_since = at(self.idle_since.load(Ordering::Acquire));
-        if !self.leaving.load(Ordering::Acquire) && idle {
+        if !self.leaving.load(Ordering::Acquire) {
+            if !idle {
+                return Verdict::Serve(next);
+            }
             let deadline = idle_since + self.idle_timeout;
             if now < deadline {
                 return Verdict::Serve(Some(next.map_or(deadline, |n| n.min(deadline))));
             }
             self.go(Limit::IdleTimeout);
-        }
-        if !self.leaving.load(Ordering::Acquire) {
-            return Verdict::Serve(next);
         }
         // A stalled answer cannot end: the connection goes `write_timeout` after the
         // stall; else once it has had nothing open for `write_timeout`.

@@ -50,7 +50,7 @@ impl Draining {
     /// Closes the connections still open, and waits until their tasks have let go.
     pub(super) async fn close(&self) {
         self.close.cancel();
-        self.tracker.wait().await;
+        self.ended().await;
     }
 }
 

@@ -53,11 +53,10 @@ struct State {
     queued: usize,
     waker: Option<Waker>,
     end: Option<End>,
-    /// The key is settled (stored, released): the first client may see the end.
-    settled: bool,
-    /// The key was settled with this answer as its outcome (stored, or released): only
-    /// then may the first client see a clean end.
-    kept: bool,
+    /// Once the key is settled (stored, released), the first client may see the end:
+    /// `Some(kept)`, where `kept` says this answer is the key's outcome, and only then
+    /// is the end clean.
+    settled: Option<bool>,
 }
 
 /// What the publisher has not yet written.
@@ -145,8 +144,7 @@ impl Recording {
     /// disagrees with what retries get.
     pub fn settled(&self, kept: bool) {
         let mut state = self.lock();
-        state.settled = true;
-        state.kept = kept;
+        state.settled = Some(kept);
         if let Some(waker) = state.waker.take() {
             waker.wake();
         }
@@ -235,11 +233,11 @@ impl Body for FirstBody {
             recording.room.notify_one();
             return Poll::Ready(Some(Ok(Frame::data(piece))));
         }
-        let Some(end) = state.end.clone().filter(|_| state.settled) else {
+        let (Some(end), Some(kept)) = (state.end.clone(), state.settled) else {
             state.waker = Some(cx.waker().clone());
             return Poll::Pending;
         };
-        let end = match state.kept {
+        let end = match kept {
             true => end,
             false => End::Aborted,
         };
