@@ -145,6 +145,20 @@ impl Problem {
         )
     }
 
+    /// The key's lease lapsed with no completion: the execution that held it may have
+    /// acted before its replica went away (`on_ambiguous = "store"`).
+    pub fn lapsed_unknown() -> Self {
+        Self::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_outcome_unknown",
+            "Upstream outcome unknown",
+            "an earlier request with this key was running when the gateway replica running \
+             it went away (stopped, killed or cut off) before its outcome was stored; the \
+             upstream may have acted, so this answer is stored and replayed for this key. \
+             Check with the upstream before using a new key",
+        )
+    }
+
     /// The client's wait ended at the route's `upstream_timeout`, but the call goes on:
     /// its answer is stored for the key, and a retry gets it (409 while it runs).
     pub fn upstream_still_running(after: Duration) -> Self {

@@ -13,7 +13,8 @@
 //!    detached task ([`run::detached`]): a client answered at `upstream_timeout` leaves it
 //!    running.
 //! 5. [`settle`]: complete the lease with the answer (or release it, or hand it back),
-//!    and answer.
+//!    and answer; an outcome nobody knows (a lease taken over after it lapsed mid-call
+//!    among them) is stored as one ([`unknown`]).
 //!
 //! Every keyed request ends in one [`Outcome`], left in the [`Trace`] for the edge to
 //! count and log; an answer the gateway makes itself is a [`Refused`], which the edge
@@ -28,6 +29,7 @@ pub mod live;
 pub mod refused;
 pub mod run;
 pub mod settle;
+pub mod unknown;
 pub mod watch;
 
 use std::net::SocketAddr;

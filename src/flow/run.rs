@@ -31,14 +31,13 @@ use super::identify::Identified;
 use super::live::{self, recording::Recording};
 use super::refused::{Refused, Reply};
 use super::settle::{self, Runner, Settled};
+use super::unknown;
 use super::watch::{Alone, Watch};
 use crate::app::App;
 use crate::budget::Slot;
-use crate::config::OnAmbiguous;
 use crate::grpc;
 use crate::idempotency::{Expiry, StoredResponse};
 use crate::metrics::Outcome;
-use crate::problem::Problem;
 use crate::proxy::forwarding::Peer;
 use crate::proxy::headers::{COMPLETER, FENCING_TOKEN};
 use crate::proxy::{self, Bounds, Buffered, UpstreamError};
@@ -143,6 +142,12 @@ pub async fn run(
     let _in_flight = route.metrics.in_flight();
     let (parts, body) = request.into_parts();
     let is_grpc = grpc::is_grpc(&parts.headers);
+    if runner == Runner::Client && lease.after_lapse() {
+        if let Some(stored) = unknown::lapse_problem(&route, is_grpc) {
+            // Boxed: rare, and inline it would grow every execution's future.
+            return Box::pin(store_problem(&app, &route, lease, stored)).await;
+        }
+    }
     let mut answering = Answering::new(client);
     let answer = call(
         &app,
@@ -267,7 +272,7 @@ async fn settle_answer(
     if live {
         lease.went_live();
     }
-    let mut stored = match answer {
+    let stored = match answer {
         // A released key's live stream goes with its lease (`lua/release.lua`).
         Ok(answer) if releases(route, &answer) => {
             return settle::released(lease, answer, runner).await;
@@ -281,11 +286,22 @@ async fn settle_answer(
             stored.omit(&route.policy.replay_omit);
             return settle::complete(app, route, lease, stored, first, expiry).await;
         }
-        Err(e) => match stored_problem(route, &e, is_grpc) {
+        Err(e) => match unknown::stored_problem(route, &e, is_grpc) {
             Some(stored) => stored,
             None => return settle::failed(lease, e, runner).await,
         },
     };
+    store_problem(app, route, lease, stored).await
+}
+
+/// Completes the lease with a problem stored for the key in place of an answer, and
+/// answers the client with it.
+async fn store_problem(
+    app: &Arc<App>,
+    route: &Route,
+    lease: Lease,
+    mut stored: StoredResponse,
+) -> (Outcome, Reply, Settled) {
     let expiry = stamp(route, &mut stored);
     let first = stored.to_response(false);
     settle::complete(app, route, lease, stored, first, expiry).await
@@ -389,31 +405,6 @@ fn releases(route: &Route, answer: &Buffered) -> bool {
     answer.status == http::StatusCode::OK
         && grpc::is_grpc(&answer.headers)
         && grpc_status().is_some_and(|code| policy.releases_grpc(code))
-}
-
-/// What is stored for a failed upstream call that may have acted, so that a retry
-/// does not run it again (as a gRPC status for a gRPC call); `None` when the call can
-/// be tried again.
-fn stored_problem(route: &Route, e: &UpstreamError, is_grpc: bool) -> Option<StoredResponse> {
-    let problem = match e {
-        UpstreamError::ResponseTooLarge(_) => {
-            // The upstream acted; a retry must not run it again. Store the problem instead.
-            tracing::warn!(error = %e,
-                "upstream response too large to store; storing a 502 problem for this key");
-            Problem::from(e)
-        }
-        e if e.is_ambiguous() && route.policy.settings.on_ambiguous == OnAmbiguous::Store => {
-            // The upstream may have acted: answer every retry with the same "unknown".
-            tracing::warn!(error = %e,
-                "upstream outcome unknown; storing it for this key (on_ambiguous = store)");
-            Problem::outcome_unknown(e)
-        }
-        _ => return None,
-    };
-    Some(match is_grpc {
-        true => grpc::to_stored(&problem),
-        false => problem.to_stored(),
-    })
 }
 
 #[cfg(test)]

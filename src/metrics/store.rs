@@ -12,6 +12,7 @@ pub const REDIS_DURATION: &str = "idemgate_redis_duration_seconds";
 pub const POSTGRES_DURATION: &str = "idemgate_postgres_duration_seconds";
 pub const FALLBACK: &str = "idemgate_fallback_total";
 pub const LEASE_LOST: &str = "idemgate_lease_lost_total";
+pub const LAPSED_TAKEOVERS: &str = "idemgate_lapsed_takeovers_total";
 pub const REDIS_WAIT_SHORT: &str = "idemgate_redis_wait_short_total";
 pub const REDIS_UP: &str = "idemgate_redis_up";
 pub const TIER_DISAGREEMENTS: &str = "idemgate_tier_disagreements_total";
@@ -40,6 +41,10 @@ pub(super) fn describe() {
     describe_counter!(
         LEASE_LOST,
         "Completions refused because the lease had been taken over."
+    );
+    describe_counter!(
+        LAPSED_TAKEOVERS,
+        "Client claims that took over a lease which lapsed with no completion, by what they did."
     );
     describe_counter!(
         REDIS_WAIT_SHORT,
@@ -79,6 +84,9 @@ pub(super) fn start() {
     }
     for reason in UNREADABLE_REASONS {
         counter!(UNREADABLE, "reason" => reason).absolute(0);
+    }
+    for then in ["stored_unknown", "ran_again"] {
+        counter!(LAPSED_TAKEOVERS, "then" => then).absolute(0);
     }
     gauge!(REDIS_UP).set(1.0);
 }
@@ -152,6 +160,12 @@ pub fn unreadable(reason: &'static str) {
 
 pub fn lease_lost() {
     counter!(LEASE_LOST).increment(1);
+}
+
+/// A client's claim took over a lapsed lease: `then` is `stored_unknown` (settled as an
+/// unknown outcome) or `ran_again` (`on_ambiguous = "release"`, or the completer's route).
+pub fn lapsed_takeover(then: &'static str) {
+    counter!(LAPSED_TAKEOVERS, "then" => then).increment(1);
 }
 
 /// `idemgate_postgres_up` (a handle, set on every statement's outcome).

@@ -52,6 +52,9 @@ pub struct Held {
     pub(crate) fingerprint: Fingerprint,
     /// Grows with every acquisition of this key; forwarded as `Idempotency-Fencing-Token`.
     pub(crate) fence: i64,
+    /// Taken over from a lease that lapsed with no completion (Postgres knows: claims
+    /// written through, or the fallback's): an execution may have run, and gone away.
+    pub(crate) after_lapse: bool,
     /// The replay cache's view when the claim started: the completed response is
     /// cached only if it has not changed since ([`Stores::replay_view`]).
     pub(crate) view: u64,
@@ -85,6 +88,11 @@ impl Held {
 
     pub fn fence(&self) -> i64 {
         self.fence
+    }
+
+    /// Whether this lease was taken over from one that lapsed with no completion.
+    pub fn after_lapse(&self) -> bool {
+        self.after_lapse
     }
 
     /// The replay cache's view when the claim started.
@@ -189,10 +197,11 @@ impl Lease {
     }
 
     /// The fencing token, once a second tier issued the one that counts (write-through
-    /// claims: Postgres').
-    pub(super) fn set_fence(&mut self, fence: i64) {
+    /// claims: Postgres'), and whether Postgres found this lease following a lapsed one.
+    pub(super) fn set_fence(&mut self, fence: i64, after_lapse: bool) {
         if let Some(held) = self.held.as_mut() {
             held.fence = fence;
+            held.after_lapse = after_lapse;
         }
     }
 

@@ -28,8 +28,10 @@ type ClaimAnswer =
     Result<Result<Vec<tokio_postgres::Row>, tokio_postgres::Error>, tokio::time::error::Elapsed>;
 
 /// Inserts leased rows, or takes over expired ones (or ones leased by the same token):
-/// one row per element of the arrays. Returns the token and new fence of each row
-/// taken; a key that is held returns nothing. A row keeps the claim's kept request
+/// one row per element of the arrays. Returns the token, new fence and `after_lapse` of
+/// each row taken (true where the lease taken over had lapsed without a completion: an
+/// unexpired row, leased by another token; a re-sent claim keeps what its first
+/// sending found); a key that is held returns nothing. A row keeps the claim's kept request
 /// (`request`, NULL without one) and lives at least `km` ms (at least the lease and
 /// then the record's `ttl`: its completion, a HOT update, keeps that expiry); `completer` is
 /// `'running'` for the completer's takeover (which keeps counting its attempts) and
@@ -54,16 +56,26 @@ pub(super) const CLAIM: &str = "INSERT INTO idemgate_records AS r
        completed_at = NULL, expires_at = EXCLUDED.expires_at, replay_until = NULL,
        request = EXCLUDED.request, completer = EXCLUDED.completer,
        completer_attempts = CASE WHEN EXCLUDED.completer IS NULL THEN NULL
-                                 ELSE r.completer_attempts END
+                                 ELSE r.completer_attempts END,
+       after_lapse = CASE WHEN r.lock_token = EXCLUDED.lock_token THEN r.after_lapse
+                          ELSE r.state = 'leased' AND r.expires_at > now() END
      WHERE r.expires_at <= now()
         OR (r.state = 'completed' AND r.replay_until > r.completed_at
             AND r.replay_until <= now())
         OR (r.state = 'leased' AND (r.lease_expires_at <= now()
             OR r.lock_token = EXCLUDED.lock_token))
-     RETURNING r.lock_token, r.fence";
+     RETURNING r.lock_token, r.fence, coalesce(r.after_lapse, false)";
 
 const RELEASE: &str = "DELETE FROM idemgate_records
      WHERE scope = $1 AND key_hash = $2 AND state = 'leased' AND lock_token = $3";
+
+/// What a claim statement took for one key: its new fencing token, and whether the
+/// lease it took over had lapsed without a completion.
+#[derive(Debug, Clone, Copy)]
+struct Taken {
+    fence: i64,
+    after_lapse: bool,
+}
 
 /// One claim: `token` asks for `id` under `scope` for `lease`.
 #[derive(Debug, Clone)]
@@ -168,7 +180,8 @@ impl PgStore {
     /// of each ask, in order. A statement Postgres refuses for what it carries is
     /// retried one claim at a time, so that one claim it will never take fails alone.
     pub async fn claim_round(&self, asks: &[&ClaimAsk]) -> Vec<RoundOutcome> {
-        let fences: Vec<Result<Option<i64>, StoreError>> = match self.claim_statement(asks).await {
+        let fences: Vec<Result<Option<Taken>, StoreError>> = match self.claim_statement(asks).await
+        {
             Ok(fences) => fences.into_iter().map(Ok).collect(),
             Err(e) if asks.len() > 1 && refused(&e) => {
                 let mut each = Vec::with_capacity(asks.len());
@@ -196,7 +209,9 @@ impl PgStore {
         let mut found = found.into_iter();
         (fences.into_iter())
             .map(|fence| match fence {
-                Ok(Some(fence)) => Ok(Some(PgClaim::Acquired { fence })),
+                Ok(Some(Taken { fence, after_lapse })) => {
+                    Ok(Some(PgClaim::Acquired { fence, after_lapse }))
+                }
                 Ok(None) => match found.next() {
                     Some(Ok(holder)) => Ok(holder.map(PgClaim::Held)),
                     Some(Err(e)) => Err(e),
@@ -207,9 +222,9 @@ impl PgStore {
             .collect()
     }
 
-    /// One claim statement for `asks` (distinct keys): the new fence of each, or `None`
-    /// where the key is held.
-    async fn claim_statement(&self, asks: &[&ClaimAsk]) -> Result<Vec<Option<i64>>, StoreError> {
+    /// One claim statement for `asks` (distinct keys): what each took, or `None` where
+    /// the key is held.
+    async fn claim_statement(&self, asks: &[&ClaimAsk]) -> Result<Vec<Option<Taken>>, StoreError> {
         let mut sorted: Vec<&ClaimAsk> = asks.to_vec();
         sorted.sort_unstable_by(|a, b| {
             (a.scope.as_bytes(), a.id.as_bytes()).cmp(&(b.scope.as_bytes(), b.id.as_bytes()))
@@ -235,11 +250,18 @@ impl PgStore {
         asks: &[&ClaimAsk],
         client: deadpool_postgres::Object,
         answer: ClaimAnswer,
-    ) -> Result<Vec<Option<i64>>, StoreError> {
+    ) -> Result<Vec<Option<Taken>>, StoreError> {
         match answer {
             Ok(Ok(rows)) => {
-                let fences: HashMap<&str, i64> =
-                    rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+                let fences: HashMap<&str, Taken> = (rows.iter())
+                    .map(|r| {
+                        let taken = Taken {
+                            fence: r.get(1),
+                            after_lapse: r.get(2),
+                        };
+                        (r.get(0), taken)
+                    })
+                    .collect();
                 Ok(asks
                     .iter()
                     .map(|a| fences.get(a.token.as_str()).copied())

@@ -45,6 +45,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "0006_records_autovacuum.additive.sql",
         include_str!("../../../migrations/0006_records_autovacuum.additive.sql"),
     ),
+    (
+        7,
+        "0007_after_lapse.additive.sql",
+        include_str!("../../../migrations/0007_after_lapse.additive.sql"),
+    ),
 ];
 
 /// The suffix of a migration that binaries before it may run beside.

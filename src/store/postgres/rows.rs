@@ -38,8 +38,10 @@ pub enum Found {
 /// The result of a claim in Postgres.
 #[derive(Debug)]
 pub enum PgClaim {
-    /// This token holds the lease; `fence` is its fencing token.
-    Acquired { fence: i64 },
+    /// This token holds the lease; `fence` is its fencing token. `after_lapse`: the
+    /// lease was taken over from one that lapsed with no completion (its holder went
+    /// away mid-call, so the key's outcome is unknown).
+    Acquired { fence: i64, after_lapse: bool },
     /// Another record holds the key.
     Held(Found),
 }

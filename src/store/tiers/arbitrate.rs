@@ -163,6 +163,7 @@ impl Stores {
             record: ask.record,
             fingerprint: ask.fingerprint,
             fence,
+            after_lapse: false,
             view: ask.view,
             claimed_at: std::time::Instant::now(),
             runs_out_ms: u64::try_from(route.policy.settings.lock_ttl.as_millis())
@@ -193,12 +194,12 @@ impl Stores {
             let ask = ClaimAsk::new(rec, &lease.fingerprint, &lease.token, lock_ttl)
                 .living(row_life(route));
             match pg.claims.claim_ask(ask.resending(resend)).await {
-                Ok(PgClaim::Acquired { fence }) => {
+                Ok(PgClaim::Acquired { fence, after_lapse }) => {
                     // Postgres' fence is the authority here: every forwarded
                     // write-through claim holds a Postgres row, and its fence grows
                     // per key (previous + 1, at least Postgres' clock in µs), across
                     // Redis' fallback too (also Postgres'). Redis keeps no fence key.
-                    lease.set_fence(fence);
+                    lease.set_fence(fence, after_lapse);
                     lease.set_home(Home::Redis {
                         also_in_postgres: true,
                     });
@@ -334,8 +335,9 @@ impl Stores {
                     .resending(self.resend_row(route, &ask));
                 let claimed = pg.claims.claim_ask(claim).await?;
                 match claimed {
-                    PgClaim::Acquired { fence } => {
-                        let lease = self.lease(route, ask, Home::Postgres, fence);
+                    PgClaim::Acquired { fence, after_lapse } => {
+                        let mut lease = self.lease(route, ask, Home::Postgres, fence);
+                        lease.set_fence(fence, after_lapse);
                         Ok(Claim::Acquired(lease))
                     }
                     PgClaim::Held(found) => {

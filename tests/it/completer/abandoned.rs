@@ -1,7 +1,8 @@
 //! The completer: a request abandoned partway (its replica SIGKILLed while
 //! the upstream works, its client gone for good) is sent again by the completer, once,
 //! with the same key and a higher fencing token, and a later retry replays what it
-//! stored; without the completer nothing happens until a retry. A client's retry and
+//! stored; without the completer nothing happens until a retry, which stores the unknown
+//! outcome rather than run the key again. A client's retry and
 //! the completer taking the same abandoned key over at once run the upstream once.
 //!
 //! The replica that dies is an `idemgate serve` process (fleet `Replica`); the one that
@@ -16,8 +17,8 @@ use idemgate_fleet::Replica;
 
 use super::{extra, stores, INTERVAL, LOCK_TTL, TOKEN};
 use crate::support::{
-    comparable, config, eventually, keyed_post, read, serve_process, MockUpstream, PgServer,
-    RedisServer, TestApp,
+    comparable, config, eventually, keyed_post, problem_code, read, serve_process, MockUpstream,
+    PgServer, RedisServer, TestApp,
 };
 
 /// How long the upstream takes with each request.
@@ -191,13 +192,18 @@ async fn without_the_completer_nothing_happens_until_a_retry() {
         0,
         "nothing is kept with the completer off"
     );
-    // The retry runs it again, as before the completer.
+    // The retry finds the lease lapsed with no completion: without the completer (whose
+    // upstream deduplicates on the key) that is an unknown outcome, stored and replayed
+    // (`on_ambiguous = "store"`), never run again.
     let again = retry(&survivor, &key).await;
     assert_eq!(
         (again.0, &again.1["idempotent-replayed"]),
-        (201, &"false".parse().unwrap())
+        (502, &"false".parse().unwrap()),
+        "{:?}",
+        again.2
     );
-    assert_eq!(sent_for(&up, &key).len(), 2);
+    assert_eq!(problem_code(&again.1, &again.2), "upstream_outcome_unknown");
+    assert_eq!(sent_for(&up, &key).len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,7 +1,9 @@
 //! Claims in Postgres share statements (`postgres.claims = "write_through"`
 //! and the Redis fallback). Each claim of a round is decided as a claim alone would be:
 //! one acquires per key, duplicates queued together see the winner's lease, expired
-//! leases are taken over with a higher fence, completed records and live leases hold.
+//! leases are taken over with a higher fence, completed records and live leases hold;
+//! only the takeover of a lease that lapsed inside its record's life says `after_lapse`
+//! (and says it again to the same claim sent twice).
 
 use std::time::Duration;
 
@@ -9,6 +11,7 @@ use futures_util::future::join_all;
 use futures_util::FutureExt;
 use idemgate::idempotency::Fingerprint;
 use idemgate::testing::store::postgres::claim_rounds::ClaimRounds;
+use idemgate::testing::store::postgres::leases::ClaimAsk;
 use idemgate::testing::store::postgres::{CompletedRecord, Found, PgClaim};
 
 use crate::support::records::{fingerprint, id, rec, scope, store};
@@ -59,16 +62,30 @@ async fn batched_claims_decide_each_claim_as_alone_and_acquire_each_key_once() {
             .claim(rec(&format!("expired-{i}")), &fp, "gone", short)
             .await
         {
-            Ok(PgClaim::Acquired { fence }) => old_fences.push(fence),
+            Ok(PgClaim::Acquired { fence, .. }) => old_fences.push(fence),
             other => panic!("{other:?}"),
         }
+        // A lease of 1 ms in a record that lives a minute: it lapses, the row stays.
+        let ask = ClaimAsk::new(rec(&format!("lapsed-{i}")), &fp, "died", short)
+            .living(Duration::from_secs(60));
+        let lapsing = s.claim_round(&[&ask]).await.pop().unwrap().unwrap();
+        assert!(
+            matches!(
+                lapsing,
+                Some(PgClaim::Acquired {
+                    after_lapse: false,
+                    ..
+                })
+            ),
+            "{lapsing:?}"
+        );
     }
     tokio::time::sleep(Duration::from_millis(20)).await;
 
     let claims = ClaimRounds::spawn(s.clone(), 256);
     let mut asks: Vec<(String, String, Fingerprint)> = Vec::new();
     for i in 0..N {
-        for kind in ["done", "held", "expired"] {
+        for kind in ["done", "held", "expired", "lapsed"] {
             asks.push((format!("{kind}-{i}"), format!("t-{kind}-{i}"), fp));
         }
         // Three claims of one new key, queued together, each with its own request.
@@ -98,12 +115,24 @@ async fn batched_claims_decide_each_claim_as_alone_and_acquire_each_key_once() {
             ("held", PgClaim::Held(Found::Leased { remaining, .. })) => {
                 assert!(remaining > Duration::from_secs(20), "{key}: {remaining:?}");
             }
-            ("expired", PgClaim::Acquired { fence }) => {
+            ("expired", PgClaim::Acquired { fence, after_lapse }) => {
                 let i: usize = key[8..].parse().unwrap();
                 assert!(fence > old_fences[i], "{key}: a takeover fences higher");
                 assert_eq!(holder(&pg, key).await, (Some(token.clone()), fence));
+                assert!(!after_lapse, "{key}: the whole record had expired");
             }
-            ("new", PgClaim::Acquired { fence }) => {
+            ("lapsed", PgClaim::Acquired { fence, after_lapse }) => {
+                assert!(after_lapse, "{key}: its lease lapsed with no completion");
+                assert_eq!(holder(&pg, key).await, (Some(token.clone()), fence));
+                // The same claim sent again (a dropped connection) hears the same.
+                let again = claims.claim(rec(key), fp, token, LEASE).await.unwrap();
+                assert!(
+                    matches!(again, PgClaim::Acquired { after_lapse: true, fence: f } if f == fence),
+                    "{key}: {again:?}"
+                );
+            }
+            ("new", PgClaim::Acquired { fence, after_lapse }) => {
+                assert!(!after_lapse, "{key}: a new key");
                 let before = winners.insert(key.clone(), (token.clone(), *fp, fence));
                 assert!(before.is_none(), "{key} acquired twice");
             }
