@@ -56,6 +56,8 @@ mod h2_floods;
 mod harness;
 #[path = "chaos/lifecycle.rs"]
 mod lifecycle;
+#[path = "chaos/lifecycle_rows.rs"]
+mod lifecycle_rows;
 #[path = "chaos/partition.rs"]
 mod partition;
 #[path = "chaos/partition_rows.rs"]
@@ -75,7 +77,6 @@ mod slow_upstream;
 
 use cluster::Durability::{FilledOnReplay, Postgres, RedisOnly, WriteThrough};
 use harness::run;
-use lifecycle::{Event, Kind};
 
 // ---- fast subset: runs in `cargo test` / `make test` ----
 
@@ -510,60 +511,6 @@ fn sentinel_failover_redis_only_wait_replicas() {
         "sentinel failover, primary SIGKILLed [redis-only, wait_replicas=1]",
         |n| failover::sentinel_failover(n, RedisOnly, true),
     );
-}
-
-// ---- the lifecycle matrix (`chaos/lifecycle.rs`): each kind of request in flight
-// against each event; the SIGTERM row of each kind but the completer's (which waits
-// out a lease first) is in the fast subset ----
-
-macro_rules! lifecycle {
-    ($($test:ident: $kind:ident x $event:ident $(, $ignore:literal)?;)*) => {$(
-        #[test]
-        $(#[ignore = $ignore])?
-        fn $test() {
-            let name = format!("lifecycle: {:?} x {:?}", Kind::$kind, Event::$event);
-            run(&name, |n| lifecycle::cell(n, Kind::$kind, Event::$event));
-        }
-    )*};
-}
-
-lifecycle! {
-    lifecycle_buffered_sigterm: Buffered x Sigterm;
-    lifecycle_live_sigterm: Live x Sigterm;
-    lifecycle_detached_sigterm: Detached x Sigterm;
-    lifecycle_waiter_sigterm: Waiter x Sigterm;
-    lifecycle_joiner_sigterm: Joiner x Sigterm;
-    lifecycle_completer_sigterm: Completer x Sigterm, "chaos: make chaos";
-    lifecycle_buffered_sigkill: Buffered x Sigkill, "chaos: make chaos";
-    lifecycle_live_sigkill: Live x Sigkill, "chaos: make chaos";
-    lifecycle_detached_sigkill: Detached x Sigkill, "chaos: make chaos";
-    lifecycle_waiter_sigkill: Waiter x Sigkill, "chaos: make chaos";
-    lifecycle_joiner_sigkill: Joiner x Sigkill, "chaos: make chaos";
-    lifecycle_completer_sigkill: Completer x Sigkill, "chaos: make chaos";
-    lifecycle_buffered_sigstop: Buffered x Sigstop, "chaos: make chaos";
-    lifecycle_live_sigstop: Live x Sigstop, "chaos: make chaos";
-    lifecycle_detached_sigstop: Detached x Sigstop, "chaos: make chaos";
-    lifecycle_waiter_sigstop: Waiter x Sigstop, "chaos: make chaos";
-    lifecycle_joiner_sigstop: Joiner x Sigstop, "chaos: make chaos";
-    lifecycle_completer_sigstop: Completer x Sigstop, "chaos: make chaos";
-    lifecycle_buffered_invalidate: Buffered x Invalidate, "chaos: make chaos";
-    lifecycle_live_invalidate: Live x Invalidate, "chaos: make chaos";
-    lifecycle_detached_invalidate: Detached x Invalidate, "chaos: make chaos";
-    lifecycle_waiter_invalidate: Waiter x Invalidate, "chaos: make chaos";
-    lifecycle_joiner_invalidate: Joiner x Invalidate, "chaos: make chaos";
-    lifecycle_completer_invalidate: Completer x Invalidate, "chaos: make chaos";
-    lifecycle_buffered_expiry: Buffered x Expiry, "chaos: make chaos";
-    lifecycle_live_expiry: Live x Expiry, "chaos: make chaos";
-    lifecycle_detached_expiry: Detached x Expiry, "chaos: make chaos";
-    lifecycle_waiter_expiry: Waiter x Expiry, "chaos: make chaos";
-    lifecycle_joiner_expiry: Joiner x Expiry, "chaos: make chaos";
-    lifecycle_completer_expiry: Completer x Expiry, "chaos: make chaos";
-    lifecycle_buffered_redis_restart: Buffered x RedisRestart, "chaos: make chaos";
-    lifecycle_live_redis_restart: Live x RedisRestart, "chaos: make chaos";
-    lifecycle_detached_redis_restart: Detached x RedisRestart, "chaos: make chaos";
-    lifecycle_waiter_redis_restart: Waiter x RedisRestart, "chaos: make chaos";
-    lifecycle_joiner_redis_restart: Joiner x RedisRestart, "chaos: make chaos";
-    lifecycle_completer_redis_restart: Completer x RedisRestart, "chaos: make chaos";
 }
 
 #[test]

@@ -1,8 +1,8 @@
 //! The lifecycle matrix: each kind of keyed request in flight on one replica (a
 //! buffered slow call, a live stream, a call detached after its client's 504, a waiter,
 //! a joiner, the completer's attempt at an abandoned request) meets each lifecycle
-//! event (SIGTERM, SIGKILL, SIGSTOP past the lease, a forced admin invalidation, a `ttl`
-//! shorter than the call, Redis restarted empty), on a fleet of real processes in the
+//! event (SIGTERM, SIGKILL, SIGSTOP past the lease, an admin invalidation, a forced one,
+//! a `ttl` shorter than the call, Redis restarted empty), on a fleet of real processes in the
 //! default durable configuration (Redis, Postgres with write-through claims, three
 //! replicas behind HAProxy, `on_ambiguous = "store"`).
 //!
@@ -14,9 +14,11 @@
 //! must be the key's stored one byte for byte, and every key must end stored.
 //!
 //! A key may run twice only where the documented window allows it, and the cell then
-//! says MEASURED: the replica running the call crashes (SIGKILL) or freezes past its
-//! lease (SIGSTOP), so a retry runs the key again once the lease is gone; or the key was
-//! freed on purpose (a forced invalidation). Every other cell must PASS.
+//! says MEASURED: the key was freed on purpose (a forced invalidation), or the completer's
+//! attempt froze past its lease (SIGSTOP) on a route with the completer, whose upstream
+//! deduplicates on the forwarded key, so a retry that takes the lapsed lease over runs it
+//! again. Every other cell must PASS: a lease that lapsed under a crashed or frozen holder
+//! is an unknown outcome, stored and replayed, never run again.
 
 use std::time::{Duration, Instant};
 
@@ -60,8 +62,10 @@ pub enum Event {
     Sigkill,
     /// Frozen for the lease and 1.5 s more, then thawed.
     Sigstop,
-    /// `DELETE /admin/keys/...?force=true` of every key.
+    /// `DELETE /admin/keys/...` of every key (refused while a lease holds it).
     Invalidate,
+    /// `DELETE /admin/keys/...?force=true` of every key.
+    ForcedInvalidate,
     /// No event: the route's `ttl` is the lease (3 s), shorter than the call.
     Expiry,
     RedisRestart,
@@ -190,9 +194,13 @@ pub async fn cell(name: String, kind: Kind, event: Event) -> Report {
     let acted = started + Duration::from_millis(WORK_MS + 1000);
     tokio::time::sleep_until(acted.into()).await;
     let ledger = stack.ledger().await;
-    let window = (kind.runs_the_call() && matches!(event, Event::Sigkill | Event::Sigstop))
-        .then_some("the window: a retry runs the key again once the lease of a crashed or frozen holder ran out")
-        .or((event == Event::Invalidate).then_some("the window: a forced invalidation frees a running key"));
+    let window = match (kind, event) {
+        (Kind::Completer, Event::Sigkill | Event::Sigstop) => Some(
+            "the completer's window: its upstream deduplicates on the key, so a retry runs a lapsed lease's key again",
+        ),
+        (_, Event::ForcedInvalidate) => Some("by intent: a forced invalidation frees a running key"),
+        _ => None,
+    };
     answers::judge(&mut report, window, &keys, &answers, &ledger.keys);
     report.notes.extend(notes);
     if report.verdict() == "FAIL" {
@@ -217,17 +225,21 @@ async fn apply(stack: &mut Stack, event: Event, keys: &[String], notes: &mut Vec
             tokio::time::sleep(LOCK_TTL + Duration::from_millis(1500)).await;
             stack.replicas[1].signal("CONT");
         }
-        Event::Invalidate => {
+        Event::Invalidate | Event::ForcedInvalidate => {
             let admin = stack.replicas[0].admin_url();
+            let (query, said) = match event {
+                Event::ForcedInvalidate => ("?force=true", "forced DELETE"),
+                _ => ("", "DELETE"),
+            };
             for key in keys {
                 let deleted = (stack.http)
-                    .delete(format!("{admin}/admin/keys/payments/{key}?force=true"))
+                    .delete(format!("{admin}/admin/keys/payments/{key}{query}"))
                     .bearer_auth(ADMIN_TOKEN)
                     .header("Idemgate-Scope-Authorization", TENANT)
                     .send()
                     .await;
                 let status = deleted.map(|r| r.status().as_u16()).unwrap_or(0);
-                notes.push(format!("forced DELETE: {status}"));
+                notes.push(format!("{said}: {status}"));
             }
         }
         Event::Expiry => {}
