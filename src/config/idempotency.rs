@@ -177,10 +177,12 @@ idempotency_settings! {
         /// buffered whole, then sent (docs/http.md, "Streaming").
         streaming: Streaming = Streaming::Live;
         /// An upstream call whose outcome nobody knows: a reset after the request may have
-        /// reached the upstream, or a call cancelled at the route's `upstream_deadline`.
-        /// `"store"` (the default since 0.5.0) keeps the key's promise that it never runs
-        /// twice; `"release"` lets a retry run it again, for an upstream that deduplicates
-        /// on the forwarded key itself (docs/guarantees.md, "Ambiguous outcomes").
+        /// reached the upstream, a call cancelled at the route's `upstream_deadline` or
+        /// by a stop, or a lease that lapsed under a replica that went away mid-call
+        /// (where Postgres holds leases). `"store"` (the default since 0.5.0) keeps the
+        /// key's promise that it never runs twice; `"release"` lets a retry run it again,
+        /// for an upstream that deduplicates on the forwarded key itself
+        /// (docs/guarantees.md, "Ambiguous outcomes", "A lapsed lease").
         on_ambiguous: OnAmbiguous = OnAmbiguous::Store;
         /// The response header that tells the client until when its key is honoured: an
         /// HTTP-date, the moment the record stops being replayed (its completion plus
