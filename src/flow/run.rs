@@ -24,15 +24,14 @@ use http::request::Parts;
 use http::HeaderValue;
 use tracing::Instrument;
 
-use axum::response::Response;
 use tokio::sync::oneshot;
 
 use super::identify::Identified;
-use super::live::{self, recording::Recording};
+use super::live;
 use super::refused::{Refused, Reply};
 use super::settle::{self, Runner, Settled};
 use super::unknown;
-use super::watch::{Alone, Watch};
+use super::watch::{Alone, Answering, Client, Watch};
 use crate::app::App;
 use crate::budget::Slot;
 use crate::grpc;
@@ -110,13 +109,6 @@ pub async fn detached(
     }
 }
 
-/// A client's side of its call: its timeout's [`Alone`], and where a live answer's
-/// first response goes at its head.
-pub struct Client<'a> {
-    pub alone: &'a mut Alone,
-    pub early: oneshot::Sender<Response>,
-}
-
 /// The client's answer from its joined task.
 fn joined(task: Result<(Outcome, Reply), tokio::task::JoinError>) -> (Outcome, Reply) {
     task.unwrap_or_else(|e| {
@@ -142,13 +134,23 @@ pub async fn run(
     let _in_flight = route.metrics.in_flight();
     let (parts, body) = request.into_parts();
     let is_grpc = grpc::is_grpc(&parts.headers);
+    let mut answering = Answering::new(client);
     if runner == Runner::Client && lease.after_lapse() {
         if let Some(stored) = unknown::lapse_problem(&route, is_grpc) {
             // Boxed: rare, and inline it would grow every execution's future.
-            return Box::pin(store_problem(&app, &route, lease, stored)).await;
+            let (outcome, reply, settled) =
+                Box::pin(store_problem(&app, &route, lease, stored)).await;
+            if let Some(alone) = answering.alone() {
+                alone.settled(false, settled);
+            }
+            // Nothing was forwarded: not an execution.
+            let outcome = match outcome {
+                Outcome::Executed => Outcome::UpstreamError,
+                other => other,
+            };
+            return (outcome, reply, settled);
         }
     }
-    let mut answering = Answering::new(client);
     let answer = call(
         &app,
         &route,
@@ -162,8 +164,8 @@ pub async fn run(
     .await;
     // A live answer's first client sees its end once the key is settled (or this task
     // ends, however: `Settling` and `Answering` then tell it, as not kept).
-    let settling = Settling(answering.recording.take());
-    let live = settling.0.is_some();
+    let settling = answering.settling();
+    let live = settling.is_live();
     let alone = answering.alone();
     let cancelled = matches!(
         answer,
@@ -175,87 +177,6 @@ pub async fn run(
         alone.settled(cancelled, ran.2);
     }
     ran
-}
-
-/// Who learns of the upstream's answer, and when: a client's watch is told once, at the
-/// head of a live answer, else when the call ends.
-struct Answering<'a> {
-    alone: Option<&'a mut Alone>,
-    early: Option<oneshot::Sender<Response>>,
-    /// Told at a live answer's head: whether the client had been answered first.
-    detached: Option<bool>,
-    /// A live answer's recording, told when the key is settled.
-    recording: Option<Arc<Recording>>,
-}
-
-/// Tells a live answer's recording how the key was settled ([`Settling::done`]), or,
-/// dropped before (the task dropped or panicked), that it was not kept.
-struct Settling(Option<Arc<Recording>>);
-
-impl Settling {
-    /// The first client sees a clean end only if its answer is the key's outcome: stored
-    /// (and not past `max_response_body`, where the key stores a 502 instead), or
-    /// released (a gRPC status that releases the key: nothing is stored, retries run).
-    fn done(mut self, settled: Settled) {
-        if let Some(recording) = self.0.take() {
-            let kept = match settled {
-                Settled::Stored => !recording.over(),
-                Settled::Released => true,
-                Settled::Failed | Settled::LeaseLost | Settled::NotStored => false,
-            };
-            recording.settled(kept);
-        }
-    }
-}
-
-impl Drop for Settling {
-    fn drop(&mut self) {
-        if let Some(recording) = self.0.take() {
-            recording.settled(false);
-        }
-    }
-}
-
-impl<'a> Answering<'a> {
-    fn new(client: Option<Client<'a>>) -> Self {
-        let (alone, early) = client.map(|c| (c.alone, c.early)).unzip();
-        Self {
-            alone,
-            early,
-            detached: None,
-            recording: None,
-        }
-    }
-
-    /// At a live answer's head: its recording, and where its client's response goes if
-    /// it still waits.
-    fn at_head(&mut self) -> (Arc<Recording>, Option<oneshot::Sender<Response>>) {
-        let detached = self.alone.as_ref().is_some_and(|alone| alone.answered());
-        self.detached = Some(detached);
-        let early = self.early.take().filter(|_| !detached);
-        let recording = Recording::new(early.is_some());
-        self.recording = Some(recording.clone());
-        (recording, early)
-    }
-
-    /// Once the call ended: its [`Alone`], if its client was answered first.
-    fn alone(&mut self) -> Option<&'a mut Alone> {
-        let detached = match self.detached {
-            Some(detached) => detached,
-            None => self.alone.as_ref().is_some_and(|alone| alone.answered()),
-        };
-        self.alone.take().filter(|_| detached)
-    }
-}
-
-impl Drop for Answering<'_> {
-    /// A call that ends without settling (its task panicked, or was dropped) still ends
-    /// its live answer's first client.
-    fn drop(&mut self) {
-        if let Some(recording) = self.recording.take() {
-            recording.settled(false);
-        }
-    }
 }
 
 /// Settles the lease with the upstream call's outcome.

@@ -78,7 +78,8 @@ pub async fn complete(
         }
         Err(e) => {
             tracing::error!(error = %e,
-                "could not store the response; a retry after the lease expires will run again");
+                "could not store the response; once the lease expires a retry runs the key \
+                again, or, where postgres holds leases, stores it as an unknown outcome");
             // The first answer keeps its expiry: a tier may hold the record after all (a
             // write-through that landed while Redis failed), and a replay of it must be
             // the same bytes.

@@ -1,11 +1,17 @@
 //! A client's call and its client's `upstream_timeout`: which came first, the
-//! upstream's answer or the timeout ([`Watch`], decided once), and how a call that
-//! outlived its client is counted and told once it ends, however it ends ([`Alone`]).
+//! upstream's answer or the timeout ([`Watch`], decided once), how a call that
+//! outlived its client is counted and told once it ends, however it ends ([`Alone`]),
+//! and who learns of the answer when ([`Answering`]: the client's watch, a live
+//! answer's first client, [`Settling`] its clean or broken end).
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use axum::response::Response;
+use tokio::sync::oneshot;
+
+use super::live::recording::Recording;
 use super::settle::Settled;
 use crate::metrics::{self, Detached};
 use crate::route::Route;
@@ -107,6 +113,104 @@ impl Drop for Alone {
             overrun_ms = overrun.as_millis() as u64,
             "an upstream call that outlived its client's upstream_timeout ended"
         );
+    }
+}
+
+/// A client's side of its call: its timeout's [`Alone`], and where a live answer's
+/// first response goes at its head.
+pub struct Client<'a> {
+    pub alone: &'a mut Alone,
+    pub early: oneshot::Sender<Response>,
+}
+
+/// Who learns of the upstream's answer, and when: a client's watch is told once, at the
+/// head of a live answer, else when the call ends.
+pub(super) struct Answering<'a> {
+    alone: Option<&'a mut Alone>,
+    early: Option<oneshot::Sender<Response>>,
+    /// Told at a live answer's head: whether the client had been answered first.
+    detached: Option<bool>,
+    /// A live answer's recording, told when the key is settled.
+    recording: Option<Arc<Recording>>,
+}
+
+/// Tells a live answer's recording how the key was settled ([`Settling::done`]), or,
+/// dropped before (the task dropped or panicked), that it was not kept.
+pub(super) struct Settling(Option<Arc<Recording>>);
+
+impl Settling {
+    /// Whether the answer went live (it has a recording to tell).
+    pub(super) fn is_live(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// The first client sees a clean end only if its answer is the key's outcome: stored
+    /// (and not past `max_response_body`, where the key stores a 502 instead), or
+    /// released (a gRPC status that releases the key: nothing is stored, retries run).
+    pub(super) fn done(mut self, settled: Settled) {
+        if let Some(recording) = self.0.take() {
+            let kept = match settled {
+                Settled::Stored => !recording.over(),
+                Settled::Released => true,
+                Settled::Failed | Settled::LeaseLost | Settled::NotStored => false,
+            };
+            recording.settled(kept);
+        }
+    }
+}
+
+impl Drop for Settling {
+    fn drop(&mut self) {
+        if let Some(recording) = self.0.take() {
+            recording.settled(false);
+        }
+    }
+}
+
+impl<'a> Answering<'a> {
+    pub(super) fn new(client: Option<Client<'a>>) -> Self {
+        let (alone, early) = client.map(|c| (c.alone, c.early)).unzip();
+        Self {
+            alone,
+            early,
+            detached: None,
+            recording: None,
+        }
+    }
+
+    /// At a live answer's head: its recording, and where its client's response goes if
+    /// it still waits.
+    pub(super) fn at_head(&mut self) -> (Arc<Recording>, Option<oneshot::Sender<Response>>) {
+        let detached = self.alone.as_ref().is_some_and(|alone| alone.answered());
+        self.detached = Some(detached);
+        let early = self.early.take().filter(|_| !detached);
+        let recording = Recording::new(early.is_some());
+        self.recording = Some(recording.clone());
+        (recording, early)
+    }
+
+    /// Once the call ended: what tells a live answer's first client how its key settled.
+    pub(super) fn settling(&mut self) -> Settling {
+        Settling(self.recording.take())
+    }
+
+    /// Once the call ended: its [`Alone`], if its client was answered first.
+    pub(super) fn alone(&mut self) -> Option<&'a mut Alone> {
+        let detached = match self.detached {
+            Some(detached) => detached,
+            None => self.alone.as_ref().is_some_and(|alone| alone.answered()),
+        };
+        self.alone.take().filter(|_| detached)
+    }
+}
+
+impl Drop for Answering<'_> {
+    /// A call that ends without settling (its task panicked, or was dropped) still ends
+    /// its live answer's first client.
+    fn drop(&mut self) {
+        if let Some(recording) = self.recording.take() {
+            recording.settled(false);
+        }
     }
 }
 

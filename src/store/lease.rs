@@ -52,8 +52,8 @@ pub struct Held {
     pub(crate) fingerprint: Fingerprint,
     /// Grows with every acquisition of this key; forwarded as `Idempotency-Fencing-Token`.
     pub(crate) fence: i64,
-    /// Taken over from a lease that lapsed with no completion (Postgres knows: claims
-    /// written through, or the fallback's): an execution may have run, and gone away.
+    /// Taken over from a lease that lapsed with no completion (Postgres knows, where it
+    /// holds leases): an execution may have run, and gone away.
     pub(crate) after_lapse: bool,
     /// The replay cache's view when the claim started: the completed response is
     /// cached only if it has not changed since ([`Stores::replay_view`]).

@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::batcher::shared;
+use super::claim_columns::ClaimColumns;
 use super::unknown::Tokens;
 use super::writer::refused;
 use super::{timed_out, PgClaim, PgStore, RecordRef};
@@ -66,8 +67,21 @@ pub(super) const CLAIM: &str = "INSERT INTO idemgate_records AS r
             OR r.lock_token = EXCLUDED.lock_token))
      RETURNING r.lock_token, r.fence, coalesce(r.after_lapse, false)";
 
-const RELEASE: &str = "DELETE FROM idemgate_records
-     WHERE scope = $1 AND key_hash = $2 AND state = 'leased' AND lock_token = $3";
+/// Releases a lease: deletes its row, or, where the lease was taken over after one that
+/// lapsed (`after_lapse`), ends it and keeps the row, so that the next claim learns of
+/// that lapse too (the key's outcome stays unknown, whoever releases). Returns the rows
+/// released (0 or 1).
+const RELEASE: &str = "WITH gone AS (
+       DELETE FROM idemgate_records
+       WHERE scope = $1 AND key_hash = $2 AND state = 'leased' AND lock_token = $3
+         AND after_lapse IS NOT TRUE
+       RETURNING 1),
+     ended AS (
+       UPDATE idemgate_records SET lease_expires_at = now()
+       WHERE scope = $1 AND key_hash = $2 AND state = 'leased' AND lock_token = $3
+         AND after_lapse AND lease_expires_at > now()
+       RETURNING 1)
+     SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM ended)";
 
 /// What a claim statement took for one key: its new fencing token, and whether the
 /// lease it took over had lapsed without a completion.
@@ -306,7 +320,7 @@ impl PgStore {
         .await
     }
 
-    /// Deletes `rec`'s lease if `token` holds it.
+    /// Releases `rec`'s lease if `token` holds it ([`RELEASE`]).
     pub async fn release(&self, rec: RecordRef<'_>, token: &str) -> Result<Release, StoreError> {
         self.timed("release", |client| async move {
             release_on(&client, &rec.scope, &rec.id, token).await
@@ -315,7 +329,7 @@ impl PgStore {
     }
 }
 
-/// Deletes the lease of `(scope, id)` if `token` holds it, on `client`.
+/// Releases the lease of `(scope, id)` if `token` holds it, on `client`.
 async fn release_on(
     client: &deadpool_postgres::ClientWrapper,
     scope: &Scope,
@@ -323,12 +337,13 @@ async fn release_on(
     token: &str,
 ) -> Result<Release, StoreError> {
     let stmt = client.prepare_cached(RELEASE).await?;
-    let n = client
-        .execute(
+    let n: i64 = client
+        .query_one(
             &stmt,
             &[&&scope.as_bytes()[..], &&id.as_bytes()[..], &token],
         )
-        .await?;
+        .await?
+        .get(0);
     Ok(if n == 1 {
         Release::Released
     } else {
@@ -343,61 +358,5 @@ fn unknown_tokens(asks: &[&ClaimAsk]) -> Tokens {
         ids: asks.iter().map(|a| a.id).collect(),
         tokens: asks.iter().map(|a| a.token.clone()).collect(),
         lease: asks.iter().map(|a| a.lease).max().unwrap_or_default(),
-    }
-}
-
-/// The parameters of [`CLAIM`]: one array per column, rows in the given order.
-pub(super) struct ClaimColumns<'a> {
-    scopes: Vec<&'a [u8]>,
-    ids: Vec<&'a [u8]>,
-    routes: Vec<&'a str>,
-    fingerprints: Vec<&'a [u8]>,
-    tokens: Vec<&'a str>,
-    leases: Vec<f64>,
-    requests: Vec<Option<&'a [u8]>>,
-    keeps: Vec<f64>,
-    completer: Vec<Option<&'static str>>,
-}
-
-impl<'a> ClaimColumns<'a> {
-    pub(super) fn of(sorted: &[&'a ClaimAsk]) -> Self {
-        let col = |f: fn(&ClaimAsk) -> &[u8]| sorted.iter().map(|a| f(a)).collect::<Vec<_>>();
-        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX) as f64;
-        Self {
-            scopes: col(|a| &a.scope.as_bytes()[..]),
-            ids: col(|a| &a.id.as_bytes()[..]),
-            fingerprints: col(|a| &a.fingerprint.as_bytes()[..]),
-            routes: sorted.iter().map(|a| a.route.as_str()).collect(),
-            tokens: sorted.iter().map(|a| a.token.as_str()).collect(),
-            leases: sorted.iter().map(|a| ms(a.lease)).collect(),
-            requests: (sorted.iter())
-                .map(|a| a.resend.as_ref().map(|k| &k.request[..]))
-                .collect(),
-            keeps: (sorted.iter())
-                .map(|a| {
-                    (a.resend.as_ref())
-                        .map_or(0.0, |k| ms(k.lives))
-                        .max(ms(a.lease + a.ttl))
-                })
-                .collect(),
-            completer: (sorted.iter())
-                .map(|a| (a.resend.as_ref()?.by_completer).then_some("running"))
-                .collect(),
-        }
-    }
-
-    /// `$1` to `$9`, in the statement's order.
-    pub(super) fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 9] {
-        [
-            &self.scopes,
-            &self.ids,
-            &self.routes,
-            &self.fingerprints,
-            &self.tokens,
-            &self.leases,
-            &self.requests,
-            &self.keeps,
-            &self.completer,
-        ]
     }
 }

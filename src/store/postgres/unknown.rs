@@ -18,12 +18,23 @@ use tokio_postgres::types::Type;
 use super::PgStore;
 use crate::idempotency::RecordId;
 
-/// The release of a lease by its token (`leases`), for many tokens at once; returns the
-/// keys released.
-const RELEASE_MANY: &str = "DELETE FROM idemgate_records r
-     USING UNNEST($1::bytea[], $2::bytea[], $3::text[]) AS u(s, k, t)
-     WHERE r.scope = u.s AND r.key_hash = u.k AND r.state = 'leased' AND r.lock_token = u.t
-     RETURNING r.key_hash";
+/// The release of a lease by its token (`leases`), for many tokens at once: deleted, or
+/// ended and kept where it followed a lapsed lease (`after_lapse`); returns the keys
+/// released.
+const RELEASE_MANY: &str = "WITH u AS (
+       SELECT * FROM UNNEST($1::bytea[], $2::bytea[], $3::text[]) AS u(s, k, t)),
+     gone AS (
+       DELETE FROM idemgate_records r USING u
+       WHERE r.scope = u.s AND r.key_hash = u.k AND r.state = 'leased'
+         AND r.lock_token = u.t AND r.after_lapse IS NOT TRUE
+       RETURNING r.key_hash),
+     ended AS (
+       UPDATE idemgate_records r SET lease_expires_at = now()
+       FROM u
+       WHERE r.scope = u.s AND r.key_hash = u.k AND r.state = 'leased'
+         AND r.lock_token = u.t AND r.after_lapse AND r.lease_expires_at > now()
+       RETURNING r.key_hash)
+     SELECT key_hash FROM gone UNION ALL SELECT key_hash FROM ended";
 
 impl PgStore {
     /// Releases the claims of `tokens`, whose outcome is unknown, in the background: on

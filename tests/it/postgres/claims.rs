@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use futures_util::FutureExt;
-use idemgate::idempotency::Fingerprint;
+use idemgate::idempotency::{Fingerprint, Release};
 use idemgate::testing::store::postgres::claim_rounds::ClaimRounds;
 use idemgate::testing::store::postgres::leases::ClaimAsk;
 use idemgate::testing::store::postgres::{CompletedRecord, Found, PgClaim};
@@ -186,4 +186,63 @@ async fn a_batched_claim_whose_caller_went_away_leaves_no_lease() {
         let again = claims.claim(rec(&format!("gone-{i}")), &fp, "t2", LEASE);
         assert!(matches!(again.await.unwrap(), PgClaim::Acquired { .. }));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releasing_a_lease_that_followed_a_lapse_ends_it_and_keeps_the_lapse() {
+    let pg = PgServer::start();
+    let s = store(&pg);
+    s.migrate().await.unwrap();
+    let fp = fingerprint("{}");
+    let short = Duration::from_millis(1);
+    let died = ClaimAsk::new(rec("lapsed"), &fp, "died", short).living(Duration::from_secs(60));
+    s.claim_round(&[&died]).await.pop().unwrap().unwrap();
+    let fresh = ClaimAsk::new(rec("fresh"), &fp, "t1", LEASE).living(Duration::from_secs(60));
+    s.claim_round(&[&fresh]).await.pop().unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let taken = s.claim(rec("lapsed"), &fp, "t1", LEASE).await.unwrap();
+    assert!(
+        matches!(
+            taken,
+            PgClaim::Acquired {
+                after_lapse: true,
+                ..
+            }
+        ),
+        "{taken:?}"
+    );
+
+    // Released (say its caller went away): ended, the row kept.
+    for key in ["lapsed", "fresh"] {
+        let released = s.release(rec(key), "t1").await.unwrap();
+        assert_eq!(released, Release::Released, "{key}");
+        assert_eq!(s.release(rec(key), "t1").await.unwrap(), Release::NotHeld);
+    }
+    assert_eq!(
+        pg.count("state = 'leased'").await,
+        1,
+        "only the lapsed key keeps a row"
+    );
+    let next = s.claim(rec("lapsed"), &fp, "t2", LEASE).await.unwrap();
+    assert!(
+        matches!(
+            next,
+            PgClaim::Acquired {
+                after_lapse: true,
+                ..
+            }
+        ),
+        "the next claim must learn of the lapse too: {next:?}"
+    );
+    let other = s.claim(rec("fresh"), &fp, "t2", LEASE).await.unwrap();
+    assert!(
+        matches!(
+            other,
+            PgClaim::Acquired {
+                after_lapse: false,
+                ..
+            }
+        ),
+        "{other:?}"
+    );
 }

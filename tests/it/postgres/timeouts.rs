@@ -1,11 +1,13 @@
 //! Postgres statements that stall. A claim that timed out
 //! must not leave its lease behind (the server enforces the timeout too, and a claim
 //! whose outcome is unknown is released), and a reaper pass that stalls must be bounded
-//! and must not leave the fleet-wide reaper lock held.
+//! and must not leave the fleet-wide reaper lock held. A released claim that followed a
+//! lapsed lease keeps that lapse known.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use idemgate::testing::store::postgres::leases::ClaimAsk;
 use idemgate::testing::store::postgres::{CompletedRecord, PgClaim};
 
 use crate::support::records::{completed as record, fingerprint, rec_of as rec, store_at as store};
@@ -128,6 +130,61 @@ async fn a_claim_whose_answer_is_lost_is_released() {
     assert!(
         freed,
         "the unknown claim is released (row leased by {holder:?})"
+    );
+}
+
+/// A claim that took over a lapsed lease (`after_lapse`) and whose answer was lost is
+/// released by ending its lease, not deleting its row: the next claim still learns that
+/// the key's outcome is unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_claim_of_a_lapsed_lease_keeps_the_lapse_known() {
+    let pg = PgServer::start();
+    let direct = store(pg.url(), Duration::from_millis(500));
+    direct.migrate().await.unwrap();
+    let proxy = HoldProxy::start(SocketAddr::from(([127, 0, 0, 1], pg.port))).await;
+    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", proxy.port);
+    let behind = store(url, Duration::from_millis(500));
+    let warm = record("warm-up", 60_000);
+    (behind
+        .claim(rec(&warm), &fingerprint(""), "warm", LEASE)
+        .await)
+        .unwrap();
+    // A lease of 1 ms in a record that lives a minute: its holder "died".
+    let r = record("lapsed", 60_000);
+    let died = ClaimAsk::new(rec(&r), &fingerprint(""), "died", Duration::from_millis(1))
+        .living(Duration::from_secs(60));
+    direct.claim_round(&[&died]).await.pop().unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    proxy.hold(true);
+    let lost = behind
+        .claim(rec(&r), &fingerprint(""), "unknown", LEASE)
+        .await;
+    assert!(lost.is_err(), "no answer within the timeout: {lost:?}");
+    let retried = eventually(Duration::from_secs(5), async || {
+        matches!(
+            direct
+                .claim(rec(&r), &fingerprint(""), "retry", LEASE)
+                .await,
+            Ok(PgClaim::Acquired { .. })
+        )
+    })
+    .await;
+    proxy.hold(false);
+    assert!(retried, "the unknown claim is released");
+    // The retry's claim above took it over; ask again with its token: what it found.
+    let again = direct
+        .claim(rec(&r), &fingerprint(""), "retry", LEASE)
+        .await;
+    assert!(
+        matches!(
+            again,
+            Ok(PgClaim::Acquired {
+                after_lapse: true,
+                ..
+            })
+        ),
+        "the lapse was forgotten by the release: {again:?}"
     );
 }
 
