@@ -4,4 +4,4 @@
 -- tell: its outcome is unknown (`idempotency.on_ambiguous`). Written and read only by the
 -- claim statement (`RETURNING`); the release before leaves it alone and never reads it.
 -- Adding a nullable column rewrites nothing: instant on any table.
-ALTER TABLE idemgate_records ADD COLUMN after_lapse boolean;
+ALTER TABLE idemgate_records ADD COLUMN IF NOT EXISTS after_lapse boolean;

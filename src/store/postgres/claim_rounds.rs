@@ -18,7 +18,8 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::batcher::{Batch, Batcher};
-use super::leases::{ClaimAsk, CLAIM_TRIES};
+use super::claim_asks::ClaimAsk;
+use super::leases::CLAIM_TRIES;
 use super::{PgClaim, PgStore, RecordRef};
 use crate::idempotency::{Fingerprint, Release};
 use crate::store::StoreError;

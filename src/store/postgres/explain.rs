@@ -12,9 +12,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
-use super::claim_columns::ClaimColumns;
+use super::claim_asks::{ClaimAsk, ClaimColumns};
 use super::completions::{Columns, WRITE_THROUGH};
-use super::leases::{ClaimAsk, CLAIM};
+use super::leases::CLAIM;
 use super::lookups::LOOKUP;
 use super::{CompletedRecord, PgStore};
 use crate::idempotency::{Expiry, Fingerprint, RecordId, Scope};

@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::batcher::shared;
-use super::claim_columns::ClaimColumns;
+use super::claim_asks::{ClaimAsk, ClaimColumns};
 use super::unknown::Tokens;
 use super::writer::refused;
 use super::{timed_out, PgClaim, PgStore, RecordRef};
@@ -89,73 +89,6 @@ const RELEASE: &str = "WITH gone AS (
 struct Taken {
     fence: i64,
     after_lapse: bool,
-}
-
-/// One claim: `token` asks for `id` under `scope` for `lease`.
-#[derive(Debug, Clone)]
-pub struct ClaimAsk {
-    pub scope: Scope,
-    pub id: RecordId,
-    pub route: String,
-    pub fingerprint: Fingerprint,
-    pub token: String,
-    pub lease: Duration,
-    /// How long the completed record lives: the row's expiry is written by the claim
-    /// (lease + `ttl`), so that the completion leaves it alone. Zero: the lease only.
-    pub ttl: Duration,
-    /// The request kept with the lease for the completer, if any.
-    pub resend: Option<ResendRow>,
-}
-
-/// A request kept with a durable lease ([`crate::idempotency::resendable`]).
-#[derive(Debug, Clone)]
-pub struct ResendRow {
-    /// As stored: sealed under `[encryption]`.
-    pub request: bytes::Bytes,
-    /// Least time the row lives with it (the record's `ttl`).
-    pub lives: Duration,
-    /// The completer takes the lease over (the row says so, and its attempts count on).
-    pub by_completer: bool,
-}
-
-impl ClaimAsk {
-    pub fn new(
-        rec: RecordRef<'_>,
-        fingerprint: &Fingerprint,
-        token: &str,
-        lease: Duration,
-    ) -> Self {
-        Self {
-            scope: rec.scope,
-            id: rec.id,
-            route: rec.route.to_string(),
-            fingerprint: *fingerprint,
-            token: token.to_string(),
-            lease,
-            ttl: Duration::ZERO,
-            resend: None,
-        }
-    }
-
-    /// The same ask for a record that lives `ttl` once completed.
-    pub fn living(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
-
-    /// The same ask, keeping `resend` with the lease.
-    pub fn resending(mut self, resend: Option<ResendRow>) -> Self {
-        self.resend = resend;
-        self
-    }
-
-    pub fn rec(&self) -> RecordRef<'_> {
-        RecordRef {
-            scope: self.scope,
-            id: self.id,
-            route: &self.route,
-        }
-    }
 }
 
 /// How one claim of a round ended: acquired or held (`Some`), or `None` when the key

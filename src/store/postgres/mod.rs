@@ -26,7 +26,7 @@
 pub mod abandoned;
 mod admin;
 mod batcher;
-mod claim_columns;
+pub mod claim_asks;
 pub mod claim_rounds;
 mod completions;
 mod connect;

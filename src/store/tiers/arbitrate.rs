@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use super::super::lease::{Held, Lease};
-use super::super::postgres::leases::{ClaimAsk, ResendRow};
+use super::super::postgres::claim_asks::{ClaimAsk, ResendRow};
 use super::super::postgres::{Found, PgClaim, RecordRef};
 use super::super::redis::slots::slot;
 use super::super::StoreError;

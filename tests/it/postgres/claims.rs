@@ -10,8 +10,8 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use futures_util::FutureExt;
 use idemgate::idempotency::{Fingerprint, Release};
+use idemgate::testing::store::postgres::claim_asks::ClaimAsk;
 use idemgate::testing::store::postgres::claim_rounds::ClaimRounds;
-use idemgate::testing::store::postgres::leases::ClaimAsk;
 use idemgate::testing::store::postgres::{CompletedRecord, Found, PgClaim};
 
 use crate::support::records::{fingerprint, id, rec, scope, store};

@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
+use idemgate::testing::store::postgres::claim_asks::ClaimAsk;
 use idemgate::testing::store::postgres::claim_rounds::ClaimRounds;
-use idemgate::testing::store::postgres::leases::ClaimAsk;
 use idemgate::testing::store::postgres::{CompletedRecord, Found, PgClaim};
 
 use crate::support::records::{fingerprint, id, rec, scope, store};

@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use idemgate::testing::store::postgres::leases::ClaimAsk;
+use idemgate::testing::store::postgres::claim_asks::ClaimAsk;
 use idemgate::testing::store::postgres::{CompletedRecord, PgClaim};
 
 use crate::support::records::{completed as record, fingerprint, rec_of as rec, store_at as store};

@@ -191,8 +191,8 @@ async fn the_replay_cache_keeps_a_record_no_longer_than_its_expiry() {
 
 #[tokio::test]
 async fn a_claimed_record_completed_past_its_expiry_is_not_kept_for_the_claims_ttl() {
+    use idemgate::testing::store::postgres::claim_asks::ClaimAsk;
     use idemgate::testing::store::postgres::claim_rounds::ClaimRounds;
-    use idemgate::testing::store::postgres::leases::ClaimAsk;
     use idemgate::testing::store::postgres::PgClaim;
 
     use crate::support::records::{completed, fingerprint, rec, store};
@@ -231,8 +231,8 @@ async fn a_claimed_record_completed_past_its_expiry_is_not_kept_for_the_claims_t
 /// stale `replay_until`, earlier than its completion, is not its expiry.
 #[tokio::test]
 async fn a_replay_until_older_than_the_rows_completion_is_not_its_expiry() {
+    use idemgate::testing::store::postgres::claim_asks::ClaimAsk;
     use idemgate::testing::store::postgres::claim_rounds::ClaimRounds;
-    use idemgate::testing::store::postgres::leases::ClaimAsk;
     use idemgate::testing::store::postgres::{Found, PgClaim};
 
     use crate::support::records::{completed, fingerprint, rec, store};
