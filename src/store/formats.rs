@@ -7,7 +7,7 @@
 //! | Redis record | 3 (2 with `redis.record_format = "hash"`) | the key's type; a string's first byte | `lua/record.lua`, [`super::redis`] |
 //! | response encoding | 1, 3 with trailers | first byte | [`crate::idempotency::replay`] |
 //! | sealed envelope | 2 | first byte | [`crate::idempotency::sealed`] |
-//! | Postgres schema | 5 | `idemgate_schema` rows | `migrations/`, [`super::postgres::migrate`] |
+//! | Postgres schema | 7 | `idemgate_schema` rows | `migrations/`, [`super::postgres::migrate`] |
 //!
 //! Redis record layouts: 1 (0.1.0 to 0.3.0) is a hash `{s, f, t, n, r}`; 2 (0.4.0)
 //! adds `w`, set by `claim.lua` when a duplicate was told "in flight", so completions
@@ -36,7 +36,11 @@
 //! additive) adds `replay_until`, the moment a completed record stops being replayed
 //! (`Idempotency-Expires`), which lookups and claims honour only while it is later than
 //! the row's `completed_at`: a row the previous release completed (it leaves the column
-//! as it was) keeps `expires_at`'s meaning.
+//! as it was) keeps `expires_at`'s meaning. Schema 6 (additive) tunes the table's
+//! autovacuum only. Schema 7 (additive) adds `after_lapse`, which only the claim
+//! statement writes and reads back (a lease taken over after one that lapsed with no
+//! completion); a row without it (the previous release's, NULL) reads as `false`, and
+//! the previous release never reads it.
 //!
 //! Response encoding 3 (0.5.0) adds the trailers: it is written only for a gRPC answer
 //! with trailers (other responses' trailers are not stored), so only for a gRPC call
@@ -87,7 +91,7 @@ pub fn all() -> [StoredFormat; 4] {
         StoredFormat {
             name: "postgres schema",
             writes: migrate::latest() as u32,
-            reads: &[3, 4, 5, 6],
+            reads: &[3, 4, 5, 6, 7],
         },
     ]
 }
