@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use idemgate_fleet::Replica;
 
 use crate::support::{
-    comparable, config, eventually, keyed_post, problem_code, read, serve_process, MockUpstream,
-    PgServer, RedisServer, TestApp,
+    comparable, config, eventually, keyed_post, metric, problem_code, read, serve_process,
+    MockUpstream, PgServer, RedisServer, TestApp,
 };
 
 const LOCK_TTL: Duration = Duration::from_secs(2);
@@ -69,11 +69,8 @@ fn runs(up: &MockUpstream, key: &str) -> usize {
 /// The `idemgate_lapsed_takeovers_total` series `then`, as `app` exports it (the
 /// recorder is the process's: a test reads at least what it caused).
 async fn lapsed(app: &TestApp, then: &str) -> f64 {
-    let text = app.metrics().await;
-    let series = format!("idemgate_lapsed_takeovers_total{{then=\"{then}\"}} ");
-    (text.lines())
-        .find_map(|l| l.strip_prefix(&series)?.parse().ok())
-        .unwrap_or(0.0)
+    let series = format!("idemgate_lapsed_takeovers_total{{then=\"{then}\"}}");
+    metric(&app.metrics().await, &series)
 }
 
 type Answer = (u16, reqwest::header::HeaderMap, bytes::Bytes);

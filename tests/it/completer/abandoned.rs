@@ -17,8 +17,8 @@ use idemgate_fleet::Replica;
 
 use super::{extra, stores, INTERVAL, LOCK_TTL, TOKEN};
 use crate::support::{
-    comparable, config, eventually, keyed_post, problem_code, read, serve_process, MockUpstream,
-    PgServer, RedisServer, TestApp,
+    comparable, config, eventually, keyed_post, metric, problem_code, read, serve_process,
+    MockUpstream, PgServer, RedisServer, TestApp,
 };
 
 /// How long the upstream takes with each request.
@@ -82,11 +82,8 @@ async fn retry(app: &TestApp, key: &str) -> (u16, reqwest::header::HeaderMap, by
 /// The completer outcome counter's value. The recorder is the process's, shared by
 /// the tests that run at once: a test reads at least what it caused.
 async fn outcomes(app: &TestApp, outcome: &str) -> f64 {
-    let text = app.metrics().await;
-    let series = format!("idemgate_completer_outcomes_total{{outcome=\"{outcome}\"}} ");
-    (text.lines())
-        .find_map(|l| l.strip_prefix(&series)?.parse().ok())
-        .unwrap_or(0.0)
+    let series = format!("idemgate_completer_outcomes_total{{outcome=\"{outcome}\"}}");
+    metric(&app.metrics().await, &series)
 }
 
 /// The admin API's view of `key`'s record in Postgres.

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use idemgate::testing::store::postgres::claim_asks::ClaimAsk;
 use idemgate::testing::store::postgres::{CompletedRecord, PgClaim};
+use idemgate::testing::store::PgStore;
 
 use crate::support::records::{completed as record, fingerprint, rec_of as rec, store_at as store};
 use crate::support::LEASE;
@@ -27,6 +28,20 @@ async fn lock_token(pg: &PgServer, r: &CompletedRecord) -> Option<String> {
         .await
         .unwrap();
     row.get(0)
+}
+
+/// A store reaching `pg` through a proxy that can hold its answers back, with one pooled
+/// connection through it and the claim statement prepared on it.
+async fn behind_a_proxy(pg: &PgServer) -> (HoldProxy, PgStore) {
+    let proxy = HoldProxy::start(SocketAddr::from(([127, 0, 0, 1], pg.port))).await;
+    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", proxy.port);
+    let behind = store(url, Duration::from_millis(500));
+    let warm = record("warm-up", 60_000);
+    (behind
+        .claim(rec(&warm), &fingerprint(""), "warm", LEASE)
+        .await)
+        .unwrap();
+    (proxy, behind)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -85,15 +100,7 @@ async fn a_claim_whose_answer_is_lost_is_released() {
         )
         .await
         .unwrap();
-    let proxy = HoldProxy::start(SocketAddr::from(([127, 0, 0, 1], pg.port))).await;
-    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", proxy.port);
-    let behind = store(url, Duration::from_millis(500));
-    // A pooled connection through the proxy, with the claim statement prepared.
-    let warm = record("warm-up", 60_000);
-    (behind
-        .claim(rec(&warm), &fingerprint(""), "warm", LEASE)
-        .await)
-        .unwrap();
+    let (proxy, behind) = behind_a_proxy(&pg).await;
     let r = record("lost-answer", 60_000);
 
     // The claim reaches Postgres and commits; its answer never comes back in time.
@@ -141,14 +148,7 @@ async fn a_lost_claim_of_a_lapsed_lease_keeps_the_lapse_known() {
     let pg = PgServer::start();
     let direct = store(pg.url(), Duration::from_millis(500));
     direct.migrate().await.unwrap();
-    let proxy = HoldProxy::start(SocketAddr::from(([127, 0, 0, 1], pg.port))).await;
-    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", proxy.port);
-    let behind = store(url, Duration::from_millis(500));
-    let warm = record("warm-up", 60_000);
-    (behind
-        .claim(rec(&warm), &fingerprint(""), "warm", LEASE)
-        .await)
-        .unwrap();
+    let (proxy, behind) = behind_a_proxy(&pg).await;
     // A lease of 1 ms in a record that lives a minute: its holder "died".
     let r = record("lapsed", 60_000);
     let died = ClaimAsk::new(rec(&r), &fingerprint(""), "died", Duration::from_millis(1))
