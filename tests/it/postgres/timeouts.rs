@@ -44,6 +44,15 @@ async fn behind_a_proxy(pg: &PgServer) -> (HoldProxy, PgStore) {
     (proxy, behind)
 }
 
+/// Whether a claim of `r` with the token "retry" acquires it within 5 s.
+async fn retry_acquires(direct: &PgStore, r: &CompletedRecord) -> bool {
+    eventually(Duration::from_secs(5), async || {
+        let claim = direct.claim(rec(r), &fingerprint(""), "retry", LEASE).await;
+        matches!(claim, Ok(PgClaim::Acquired { .. }))
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_stalled_past_the_timeout_does_not_commit_later() {
     let pg = PgServer::start();
@@ -123,15 +132,7 @@ async fn a_claim_whose_answer_is_lost_is_released() {
 
     // Its caller was told it failed, so nothing owns that lease: another replica must
     // get the key well before the lease (30 s) runs out.
-    let freed = eventually(Duration::from_secs(5), async || {
-        matches!(
-            direct
-                .claim(rec(&r), &fingerprint(""), "retry", LEASE)
-                .await,
-            Ok(PgClaim::Acquired { .. })
-        )
-    })
-    .await;
+    let freed = retry_acquires(&direct, &r).await;
     let holder = lock_token(&pg, &r).await;
     proxy.hold(false);
     assert!(
@@ -161,15 +162,7 @@ async fn a_lost_claim_of_a_lapsed_lease_keeps_the_lapse_known() {
         .claim(rec(&r), &fingerprint(""), "unknown", LEASE)
         .await;
     assert!(lost.is_err(), "no answer within the timeout: {lost:?}");
-    let retried = eventually(Duration::from_secs(5), async || {
-        matches!(
-            direct
-                .claim(rec(&r), &fingerprint(""), "retry", LEASE)
-                .await,
-            Ok(PgClaim::Acquired { .. })
-        )
-    })
-    .await;
+    let retried = retry_acquires(&direct, &r).await;
     proxy.hold(false);
     assert!(retried, "the unknown claim is released");
     // The retry's claim above took it over; ask again with its token: what it found.
