@@ -135,3 +135,30 @@ async fn versions(client: &Client) -> Result<(i32, i32), StoreError> {
         .await?;
     Ok((row.get(0), row.get(1)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `MIGRATIONS` is the `migrations/` folder, file for file: numbered from 1 without
+    /// a gap, each version the number its name starts with, and no file left out (a
+    /// file that is not listed would never be applied).
+    #[test]
+    fn the_list_is_the_migrations_folder() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|name| name.ends_with(".sql"))
+            .collect();
+        files.sort();
+        let listed: Vec<String> = MIGRATIONS.iter().map(|m| m.1.to_string()).collect();
+        assert_eq!(listed, files, "MIGRATIONS and migrations/ differ");
+        for (i, (version, name, sql)) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(*version, i as i32 + 1, "{name}: numbered without a gap");
+            assert_eq!(&name[..4], format!("{version:04}"), "{name}: its number");
+            let on_disk = std::fs::read_to_string(format!("{dir}/{name}")).unwrap();
+            assert_eq!(*sql, on_disk, "{name}: the embedded text is the file's");
+        }
+    }
+}
