@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::batcher::shared;
 use super::claim_asks::{ClaimAsk, ClaimColumns};
-use super::unknown::Tokens;
+use super::unknown::{Tokens, RELEASE_MANY};
 use super::writer::refused;
 use super::{timed_out, PgClaim, PgStore, RecordRef};
 use crate::idempotency::{Fingerprint, RecordId, Release, Scope};
@@ -66,22 +66,6 @@ pub(super) const CLAIM: &str = "INSERT INTO idemgate_records AS r
         OR (r.state = 'leased' AND (r.lease_expires_at <= now()
             OR r.lock_token = EXCLUDED.lock_token))
      RETURNING r.lock_token, r.fence, coalesce(r.after_lapse, false)";
-
-/// Releases a lease: deletes its row, or, where the lease was taken over after one that
-/// lapsed (`after_lapse`), ends it and keeps the row, so that the next claim learns of
-/// that lapse too (the key's outcome stays unknown, whoever releases). Returns the rows
-/// released (0 or 1).
-const RELEASE: &str = "WITH gone AS (
-       DELETE FROM idemgate_records
-       WHERE scope = $1 AND key_hash = $2 AND state = 'leased' AND lock_token = $3
-         AND after_lapse IS NOT TRUE
-       RETURNING 1),
-     ended AS (
-       UPDATE idemgate_records SET lease_expires_at = now()
-       WHERE scope = $1 AND key_hash = $2 AND state = 'leased' AND lock_token = $3
-         AND after_lapse AND lease_expires_at > now()
-       RETURNING 1)
-     SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM ended)";
 
 /// What a claim statement took for one key: its new fencing token, and whether the
 /// lease it took over had lapsed without a completion.
@@ -253,7 +237,7 @@ impl PgStore {
         .await
     }
 
-    /// Releases `rec`'s lease if `token` holds it ([`RELEASE`]).
+    /// Releases `rec`'s lease if `token` holds it ([`RELEASE_MANY`], for one).
     pub async fn release(&self, rec: RecordRef<'_>, token: &str) -> Result<Release, StoreError> {
         self.timed("release", |client| async move {
             release_on(&client, &rec.scope, &rec.id, token).await
@@ -269,15 +253,12 @@ async fn release_on(
     id: &RecordId,
     token: &str,
 ) -> Result<Release, StoreError> {
-    let stmt = client.prepare_cached(RELEASE).await?;
-    let n: i64 = client
-        .query_one(
-            &stmt,
-            &[&&scope.as_bytes()[..], &&id.as_bytes()[..], &token],
-        )
-        .await?
-        .get(0);
-    Ok(if n == 1 {
+    let stmt = client.prepare_cached(RELEASE_MANY).await?;
+    let (scopes, ids, tokens) = ([&scope.as_bytes()[..]], [&id.as_bytes()[..]], [token]);
+    let released = client
+        .query(&stmt, &[&&scopes[..], &&ids[..], &&tokens[..]])
+        .await?;
+    Ok(if released.len() == 1 {
         Release::Released
     } else {
         Release::NotHeld

@@ -18,10 +18,11 @@ use tokio_postgres::types::Type;
 use super::PgStore;
 use crate::idempotency::RecordId;
 
-/// The release of a lease by its token (`leases`), for many tokens at once: deleted, or
-/// ended and kept where it followed a lapsed lease (`after_lapse`); returns the keys
-/// released.
-const RELEASE_MANY: &str = "WITH u AS (
+/// The release of leases by their tokens, many at once (`leases` releases one with it):
+/// each deleted, or, where it was taken over after one that lapsed (`after_lapse`), ended
+/// and its row kept, so that the next claim learns of that lapse too (the key's outcome
+/// stays unknown, whoever releases); returns the keys released.
+pub(super) const RELEASE_MANY: &str = "WITH u AS (
        SELECT * FROM UNNEST($1::bytea[], $2::bytea[], $3::text[]) AS u(s, k, t)),
      gone AS (
        DELETE FROM idemgate_records r USING u
