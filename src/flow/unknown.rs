@@ -32,10 +32,7 @@ pub fn stored_problem(route: &Route, e: &UpstreamError, is_grpc: bool) -> Option
         }
         _ => return None,
     };
-    Some(match is_grpc {
-        true => grpc::to_stored(&problem),
-        false => problem.to_stored(),
-    })
+    Some(stored(&problem, is_grpc))
 }
 
 /// What is stored for a client's claim that took over a lease which lapsed with no
@@ -58,11 +55,15 @@ pub fn lapse_problem(route: &Route, is_grpc: bool) -> Option<StoredResponse> {
         "took over a lease that lapsed with no completion: its execution may \
         have acted; storing upstream_outcome_unknown for this key (on_ambiguous = store)"
     );
-    let problem = Problem::lapsed_unknown();
-    Some(match is_grpc {
-        true => grpc::to_stored(&problem),
+    Some(stored(&Problem::lapsed_unknown(), is_grpc))
+}
+
+/// `problem` as it is stored and replayed: problem+json, or a gRPC call's status.
+fn stored(problem: &Problem, is_grpc: bool) -> StoredResponse {
+    match is_grpc {
+        true => grpc::to_stored(problem),
         false => problem.to_stored(),
-    })
+    }
 }
 
 #[cfg(test)]

@@ -100,7 +100,8 @@ impl Stores {
                     also_in_postgres: false,
                 };
                 let resend = self.resend_row(route, &ask);
-                let lease = self.lease(route, ask, home, acquired.fence);
+                // Postgres may yet say it follows a lapsed lease (`after_redis_acquire`).
+                let lease = self.lease(route, ask, home, acquired.fence, false);
                 self.after_redis_acquire(route, lease, acquired.marker_age, resend)
                     .await
             }
@@ -151,7 +152,8 @@ impl Stores {
     }
 
     /// A held lease, unsettled from here on: it must be completed or released.
-    fn lease(&self, route: &Route, ask: Ask, home: Home, fence: i64) -> Lease {
+    /// `after_lapse`: the store that issued `fence` took it over from a lapsed lease.
+    fn lease(&self, route: &Route, ask: Ask, home: Home, fence: i64, after_lapse: bool) -> Lease {
         Lease::new(Held {
             stores: self.clone(),
             home,
@@ -163,7 +165,7 @@ impl Stores {
             record: ask.record,
             fingerprint: ask.fingerprint,
             fence,
-            after_lapse: false,
+            after_lapse,
             view: ask.view,
             claimed_at: std::time::Instant::now(),
             runs_out_ms: u64::try_from(route.policy.settings.lock_ttl.as_millis())
@@ -336,8 +338,7 @@ impl Stores {
                 let claimed = pg.claims.claim_ask(claim).await?;
                 match claimed {
                     PgClaim::Acquired { fence, after_lapse } => {
-                        let mut lease = self.lease(route, ask, Home::Postgres, fence);
-                        lease.set_fence(fence, after_lapse);
+                        let lease = self.lease(route, ask, Home::Postgres, fence, after_lapse);
                         Ok(Claim::Acquired(lease))
                     }
                     PgClaim::Held(found) => {
