@@ -59,7 +59,7 @@ fn is_409(e: &Exchange) -> bool {
     matches!(&e.got, Got::Resp(r) if r.status == 409)
 }
 
-/// Item 1. Clients time out during a slow claim, then retry (Redis-only mode,
+/// Clients time out during a slow claim, then retry (Redis-only mode,
 /// `lock_ttl` 10 s, `redis.command_timeout` 2 s). Background load through the front and
 /// the replicas loads the Lua scripts; at 2 s Redis holds writes for 1.5 s
 /// (`CLIENT PAUSE 1500 WRITE`), and 40 keys are sent during the pause by clients that
@@ -227,7 +227,7 @@ const PATIENT_PER_KEY: usize = 2;
 /// The hot keys' upstream call.
 const HOLDER_MS: u64 = 2500;
 
-/// Item 4. Impatient waiters on hot keys (`in_flight = "wait"`, `max_waiters = 4`,
+/// Impatient waiters on hot keys (`in_flight = "wait"`, `max_waiters = 4`,
 /// `wait_timeout` 5 s). First, 4 s of load where every key is sent by three concurrent
 /// clients (two of them wait) and 40% of attempts hang up after 150 ms. Then three hot
 /// keys whose upstream call takes 2.5 s: 12 duplicates each, one every 100 ms, hanging

@@ -11,7 +11,7 @@ use futures_util::future::join_all;
 use crate::support::{config, eventually, problem_code, read, stack, MockUpstream, RedisServer};
 use crate::support::{replays_within, tally, TestApp};
 
-/// Item 1: with the claim script paused in Redis, a client that times out must not
+/// With the claim script paused in Redis, a client that times out must not
 /// strand the claim that lands afterwards: a retry after the pause runs, with no 409.
 #[tokio::test]
 async fn a_caller_that_gives_up_during_a_slow_claim_leaves_no_lease() {
