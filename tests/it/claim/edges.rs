@@ -92,7 +92,7 @@ async fn waiting(redis: &RedisServer) -> u64 {
     total
 }
 
-/// Item 4: impatient duplicates that hang up while waiting give their places back, so
+/// Impatient duplicates that hang up while waiting give their places back, so
 /// a hot key never ends up refusing every waiter while nobody waits.
 #[tokio::test]
 async fn impatient_waiters_give_their_places_back() {
@@ -121,7 +121,7 @@ async fn impatient_waiters_give_their_places_back() {
     assert_eq!(waiting(&redis).await, 0, "nothing left waiting");
 }
 
-/// Item 13: a holder whose lease ran out while the takeover is still running answers
+/// A holder whose lease ran out while the takeover is still running answers
 /// with a problem naming the other execution, not with a 2xx nobody stored.
 #[tokio::test]
 async fn a_holder_that_lost_its_lease_to_a_running_takeover_answers_superseded() {
@@ -154,7 +154,7 @@ async fn a_holder_that_lost_its_lease_to_a_running_takeover_answers_superseded()
     assert_eq!(b3, b2, "retries get the takeover's response");
 }
 
-/// Item 14: invalidations published while the subscription was down are never heard;
+/// Invalidations published while the subscription was down are never heard;
 /// after it reconnects, the replay cache starts empty.
 #[tokio::test]
 async fn the_replay_cache_is_emptied_when_its_invalidation_feed_reconnects() {
