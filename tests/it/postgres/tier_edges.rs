@@ -15,7 +15,7 @@ async fn claims_in(app: &TestApp) -> String {
     body["claims_in"].as_str().unwrap_or_default().to_string()
 }
 
-/// Item 10: a full Redis (`OOM` under `noeviction`) answers 503 for the request, and
+/// A full Redis (`OOM` under `noeviction`) answers 503 for the request, and
 /// claims stay in Redis: no breaker trip, no move to Postgres, no execution.
 #[tokio::test]
 async fn a_redis_out_of_memory_answers_503_and_keeps_claims_in_redis() {
@@ -36,7 +36,7 @@ async fn a_redis_out_of_memory_answers_503_and_keeps_claims_in_redis() {
     assert_eq!(upstream.executions(), 1);
 }
 
-/// Item 10: after an outage, a Redis that answers PING but refuses writes (a demoted
+/// After an outage, a Redis that answers PING but refuses writes (a demoted
 /// primary: READONLY) does not get the claims back; the first one that takes writes does.
 #[tokio::test]
 async fn a_read_only_redis_keeps_the_breaker_open_until_it_takes_writes() {
@@ -69,7 +69,7 @@ async fn a_read_only_redis_keeps_the_breaker_open_until_it_takes_writes() {
     assert_eq!(upstream.executions(), 2);
 }
 
-/// Item 11: Redis lost its data and Postgres cannot be asked: a key that completed must
+/// Redis lost its data and Postgres cannot be asked: a key that completed must
 /// not run again. The claim fails closed (503, key released) until Postgres answers.
 #[tokio::test]
 async fn a_cold_redis_with_postgres_down_fails_closed() {
@@ -95,7 +95,7 @@ async fn a_cold_redis_with_postgres_down_fails_closed() {
     assert_eq!(upstream.executions(), 1, "never twice");
 }
 
-/// Item 5: `when_cold`, Redis warm. A completion Redis refuses but Postgres stores leaves
+/// `when_cold`, Redis warm. A completion Redis refuses but Postgres stores leaves
 /// Redis without the record while its lease there runs out. A retry on another replica
 /// after that must look the key up (and replay), not trust the marker and run it again.
 #[tokio::test]
@@ -136,7 +136,7 @@ async fn when_cold_a_completion_only_postgres_stored_makes_every_replica_look_up
     assert_eq!(upstream.executions(), 1);
 }
 
-/// Item 6: a lease held in Postgres (Redis away) is acknowledged only once its record
+/// A lease held in Postgres (Redis away) is acknowledged only once its record
 /// is durable: a Postgres blip during the call delays the answer, it does not leave
 /// the record in a queue while the client is told it is stored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -178,7 +178,7 @@ async fn a_postgres_held_lease_is_answered_only_once_durable() {
     assert_eq!(upstream.executions(), 2);
 }
 
-/// Item 14: with claims in Redis, a completion stored in Redis that Postgres refuses
+/// With claims in Redis, a completion stored in Redis that Postgres refuses
 /// because it holds another record for the key is logged and counted.
 #[tokio::test]
 async fn tiers_that_disagree_are_counted() {

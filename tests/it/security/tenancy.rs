@@ -251,7 +251,7 @@ async fn readyz_names_no_backend_detail() {
     }
 }
 
-/// Item 4: the shipped example scopes on a stable tenant header set by the auth layer,
+/// The shipped example scopes on a stable tenant header set by the auth layer,
 /// not on a credential that changes when it is refreshed; docs/security.md says why.
 #[test]
 fn the_example_config_scopes_on_a_stable_tenant_header() {
