@@ -27,7 +27,15 @@
 -- ENCODING, read only once the marker is old enough to vouch, instead of INFO server.
 -- Read here, in the same atomic step as the claim, so no probe interval separates a
 -- flush or a failover from the claims that must notice it.
--- Reply: {"A", fence, marker_age_ms} acquired (age 0 without KEYS[3]) |
+-- KEYS[4] (`claims = "vouched"` only, with KEYS[3]): the epoch marker of the record's
+-- slot, "<since ms>": Redis' clock when a claim first found the slot without one. It is
+-- an ordinary key, replicated and kept in the AOF like the records, so it survives what
+-- keeps them (a restart from an AOF written with `appendfsync always`, a failover to a
+-- replica that acknowledged them) and goes with what loses them (a flush, a restart
+-- without the AOF, a new server). The gateway writes "0" into every slot once, when a
+-- deployment first uses vouched claims (src/store/redis/epochs.rs).
+-- Reply: {"A", fence, marker_age_ms[, epoch_age_ms]} acquired (age 0 without KEYS[3];
+--        the epoch age only with KEYS[4]) |
 --        {"C", response, remaining_ms} | {"I", remaining_ms} | {"M"} mismatch.
 local rec = KEYS[1]
 local function clock_us()
@@ -64,6 +72,22 @@ local function marker_age(now_us)
   mark(now_ms)
   return 0
 end
+local function epoch_age(now_us)
+  local now_ms = math.floor((now_us or clock_us()) / 1000)
+  local since = tonumber(redis.call('GET', KEYS[4]))
+  if not since then
+    redis.call('SET', KEYS[4], string.format('%d', now_ms))
+    return 0
+  end
+  return now_ms - since
+end
+local function acquired(fence, now_us)
+  if KEYS[4] then
+    now_us = now_us or clock_us()
+    return {'A', fence, marker_age(now_us), epoch_age(now_us)}
+  end
+  return {'A', fence, marker_age(now_us)}
+end
 local v = rec_get(rec)
 if not v then
   -- Fencing token: grows per key across takeovers, and across a lost fence key too
@@ -82,7 +106,7 @@ if not v then
     end
   end
   rec_put(rec, ARGV[6] == 'hash', false, 'L', false, ARGV[1], ARGV[2], ns, nil, ARGV[3])
-  return {'A', ns, marker_age(now_us)}
+  return acquired(ns, now_us)
 end
 if v.f ~= ARGV[1] then
   return {'M'}
@@ -92,7 +116,7 @@ if v.s == 'C' then
 end
 if v.t == ARGV[2] then
   -- Our own claim, re-sent after a dropped connection: still ours.
-  return {'A', v.n, marker_age(nil)}
+  return acquired(v.n, nil)
 end
 -- Told "in flight": this caller may wait for the holder. Marked in the same atomic step,
 -- so a completion or release after this reply publishes (a waiter subscribes before it

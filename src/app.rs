@@ -114,7 +114,7 @@ fn start_metrics(first: bool) -> PrometheusHandle {
 /// itself: an eviction policy that may evict leases, a cluster that stops every
 /// shard while one is down.
 async fn connect_redis(config: &Config) -> anyhow::Result<RedisStore> {
-    let redis = RedisStore::connect(&config.redis).await?;
+    let redis = RedisStore::connect_vouching(&config.redis, config.vouch_quarantine()).await?;
     match redis.maxmemory_policy().await {
         Ok(policy) if policy != "noeviction" => tracing::warn!(
             policy,
@@ -210,6 +210,7 @@ fn start_waiters(
 /// Probes the stores once, then starts their background tasks: the Redis probe,
 /// and on the first worker the reaper.
 async fn start_background(stores: &Stores, config: &Config, first: bool) {
+    stores.write_epochs(config.redis.connect_timeout).await;
     stores.probe().await;
     let reap = (config.postgres.as_ref())
         .filter(|_| first)

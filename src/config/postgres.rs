@@ -136,6 +136,11 @@ pub enum LookupOnMiss {
 /// second time if it is retried before the first execution completes
 /// (docs/guarantees.md, "Guarantees, and the window of each mode"). Choose it only when
 /// serving through a Postgres outage matters more than that window.
+///
+/// `vouched` keeps a claim in Redis alone only when Redis itself keeps it durable (AOF
+/// `always`, a replica's `WAIT`), as read from each primary at connect time and by every
+/// probe, and commits it to Postgres otherwise: no Postgres row per first execution on a
+/// Redis run as the durable mode expects, the `write_through` guarantees where it is not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ClaimDurability {
@@ -144,6 +149,13 @@ pub enum ClaimDurability {
     RedisOnly,
     /// Claims are also committed to Postgres before the upstream call (the default).
     WriteThrough,
+    /// Claims live in Redis where Redis vouches for them: its primary fsyncs every write
+    /// before it answers (`appendonly yes`, `appendfsync always`) and, where it has
+    /// replicas, one acknowledged the claim (`WAIT 1`). Elsewhere, and for that request
+    /// only, the claim is committed to Postgres as with `write_through`. A slot whose
+    /// Redis lost its data waits out the leases it may have held (docs/guarantees.md,
+    /// "Claims Redis vouches for").
+    Vouched,
 }
 /// `postgres.redis_fill`: when Redis gets its copy of a completed record, with
 /// `claims = "write_through"` (Postgres decides who holds a key, so Redis' copy only

@@ -27,8 +27,9 @@ pub use requests::{
     detached, detached_ended, unmatched, Detached, Outcome, Protocol, RouteMetrics, STORED_BYTES,
 };
 pub use store::{
-    elapsed, fallback, lapsed_takeover, lease_lost, postgres_op, postgres_primary, postgres_up,
-    redis_up, redis_wait_short, tier_disagreement, unreadable, RedisOps,
+    claim_vouch, elapsed, fallback, lapsed_takeover, lease_lost, lease_written_back, postgres_op,
+    postgres_primary, postgres_up, redis_up, redis_wait_short, tier_disagreement, unreadable,
+    RedisOps,
 };
 pub use write_through::{queue_depth, reaped, write_dropped, write_failure, DropReason};
 

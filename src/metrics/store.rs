@@ -14,6 +14,8 @@ pub const FALLBACK: &str = "idemgate_fallback_total";
 pub const LEASE_LOST: &str = "idemgate_lease_lost_total";
 pub const LAPSED_TAKEOVERS: &str = "idemgate_lapsed_takeovers_total";
 pub const REDIS_WAIT_SHORT: &str = "idemgate_redis_wait_short_total";
+pub const CLAIM_VOUCH: &str = "idemgate_claim_vouch_total";
+pub const LEASES_WRITTEN_BACK: &str = "idemgate_leases_written_back_total";
 pub const REDIS_UP: &str = "idemgate_redis_up";
 pub const TIER_DISAGREEMENTS: &str = "idemgate_tier_disagreements_total";
 pub const UNREADABLE: &str = "idemgate_stored_records_unreadable_total";
@@ -49,6 +51,15 @@ pub(super) fn describe() {
     describe_counter!(
         REDIS_WAIT_SHORT,
         "Completions that fewer replicas than redis.wait_replicas acknowledged in time."
+    );
+    describe_counter!(
+        CLAIM_VOUCH,
+        "Claims acquired in Redis with claims = \"vouched\", by verdict: kept (Redis alone), \
+         no_fsync or wait_short (a Postgres row too), young (its slot lost its data lately)."
+    );
+    describe_counter!(
+        LEASES_WRITTEN_BACK,
+        "Leases a holder's heartbeat wrote back into a Redis that had lost them."
     );
     describe_counter!(
         TIER_DISAGREEMENTS,
@@ -156,6 +167,15 @@ pub const UNREADABLE_REASONS: [&str; 6] = [
 /// A stored record could not be read: `reason` from `StoreError::unreadable`.
 pub fn unreadable(reason: &'static str) {
     counter!(UNREADABLE, "reason" => reason).increment(1);
+}
+
+/// A vouched claim's verdict (see [`CLAIM_VOUCH`]).
+pub fn claim_vouch(verdict: &'static str) {
+    counter!(CLAIM_VOUCH, "verdict" => verdict).increment(1);
+}
+
+pub fn lease_written_back() {
+    counter!(LEASES_WRITTEN_BACK).increment(1);
 }
 
 pub fn lease_lost() {

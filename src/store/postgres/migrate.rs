@@ -50,6 +50,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "0007_after_lapse.additive.sql",
         include_str!("../../../migrations/0007_after_lapse.additive.sql"),
     ),
+    (
+        8,
+        "0008_redis_epochs.additive.sql",
+        include_str!("../../../migrations/0008_redis_epochs.additive.sql"),
+    ),
 ];
 
 /// The suffix of a migration that binaries before it may run beside.

@@ -30,6 +30,7 @@ pub mod claim_asks;
 pub mod claim_rounds;
 mod completions;
 mod connect;
+mod epochs;
 pub mod explain;
 mod host_config;
 pub mod leases;

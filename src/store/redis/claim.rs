@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use fred::prelude::{Client, ClientLike, Error as FredError, Value};
 
+use super::replicas::Replicated;
+use super::vouch::Keeping;
 use super::{channel, decode_record_reply, millis, Acquired, Record, RedisStore};
 use crate::idempotency::{Claim, Fingerprint, StoredRecord};
 use crate::metrics;
@@ -53,19 +55,59 @@ impl RedisStore {
         let marker = self.vouch_after().is_some();
         let started = Instant::now();
         let client = self.inner.lanes.for_key(key);
-        let reply = self.run_claim(client, key, marker, args).await;
+        let keeping = (self.inner.vouch.as_ref()).map(|v| v.of(super::slots::slot(key)));
+        let (reply, kept) = match keeping {
+            Some(Keeping::FsyncAndReplica) => self.claim_and_wait(key, marker, args()).await,
+            Some(Keeping::No) => (
+                self.run_claim(client, key, marker, args).await,
+                Err("no_fsync"),
+            ),
+            _ => (self.run_claim(client, key, marker, args).await, Ok(())),
+        };
         metrics::elapsed(&self.inner.ops.claim, started);
         let reply = match reply {
             Ok(v) => v,
             Err(e) => return Err(self.claim_failed(client, key, token, e)),
         };
         match decode_record_reply("claim", reply)? {
-            Record::Acquired(acquired) => Ok(Claim::Acquired(acquired)),
+            Record::Acquired(mut acquired) => {
+                if let Some(vouch) = &self.inner.vouch {
+                    acquired.vouched = vouch.verdict(acquired.epoch_age, kept);
+                }
+                Ok(Claim::Acquired(acquired))
+            }
             Record::Known(claim) => Ok(claim),
             Record::Absent => Err(StoreError::Protocol {
                 script: "claim",
                 detail: "absent is not a claim reply".into(),
             }),
+        }
+    }
+
+    /// A vouched claim on a primary with replicas: the script, then `WAIT 1`, pipelined
+    /// on the slot's `WAIT` connection (claims must not queue behind it on the main
+    /// ones). Kept only if a replica acknowledged it within `redis.wait_timeout`.
+    async fn claim_and_wait(
+        &self,
+        key: &str,
+        marker: bool,
+        args: Vec<Value>,
+    ) -> (Result<Value, FredError>, Result<(), &'static str>) {
+        let Some(wait) = &self.inner.replica_wait else {
+            return (
+                Err(FredError::new(
+                    fred::error::ErrorKind::Config,
+                    "no WAIT connections",
+                )),
+                Ok(()),
+            );
+        };
+        let keys = self.claim_keys(key, marker);
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        match wait.run(&self.inner.claim, &keys, args, 1).await {
+            Ok((reply, Replicated::Acknowledged)) => (Ok(reply), Ok(())),
+            Ok((reply, Replicated::Short { .. })) => (Ok(reply), Err("wait_short")),
+            Err(e) => (Err(e), Ok(())),
         }
     }
 

@@ -38,7 +38,12 @@ impl RedisStore {
             self.inner.record_format.into(),
         ];
         let started = Instant::now();
-        let reply: i64 = match &self.inner.replica_wait {
+        let reply: i64 = match self
+            .inner
+            .replica_wait
+            .as_ref()
+            .filter(|w| w.for_completions())
+        {
             None => {
                 (self.inner.complete)
                     .evalsha_with_reload(self.inner.lanes.for_key(key), key, args)
@@ -70,7 +75,7 @@ impl RedisStore {
 
     /// Whether completions wait for replicas (`redis.wait_replicas` > 0).
     pub fn waits_for_replicas(&self) -> bool {
-        self.inner.replica_wait.is_some()
+        (self.inner.replica_wait.as_ref()).is_some_and(|w| w.for_completions())
     }
 
     /// `redis.wait_replicas`: for every shard whose completions skip `WAIT` because its

@@ -1,30 +1,45 @@
-//! The Rust side of `lua/extend.lua`: the lease holder's heartbeat.
+//! The Rust side of `lua/extend.lua`: the lease holder's heartbeat (which writes back a
+//! vouched lease Redis lost).
 
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use fred::prelude::Value;
 
 use super::{millis, RedisStore};
+use crate::idempotency::Fingerprint;
 use crate::metrics;
 use crate::store::StoreError;
 
 impl RedisStore {
     /// Runs `lua/extend.lua`: the lease holder's heartbeat.
     ///
-    /// KEYS: `[record key]`. ARGV: `[lock token, lease ms]`.
-    /// Reply: `1` extended, `0` the lease is not ours any more.
+    /// KEYS: `[record key]`. ARGV: `[lock token, lease ms]`, and with vouched claims
+    /// `[fingerprint, fencing token, record layout]`: a lease Redis lost is written back.
+    /// Reply: `1` extended, `2` written back, `0` the lease is not ours any more.
     pub async fn extend(
         &self,
         key: &str,
         token: &str,
         lease: Duration,
+        fingerprint: &Fingerprint,
+        fence: i64,
     ) -> Result<bool, StoreError> {
         let started = Instant::now();
-        let args: Vec<Value> = vec![token.into(), millis(lease).into()];
+        let mut args: Vec<Value> = vec![token.into(), millis(lease).into()];
+        if self.inner.vouch.is_some() {
+            args.push(Bytes::copy_from_slice(fingerprint.as_bytes()).into());
+            args.push(fence.to_string().into());
+            args.push(self.inner.record_format.into());
+        }
         let reply: i64 = (self.inner.extend)
             .evalsha_with_reload(self.inner.lanes.for_key(key), key, args)
             .await?;
         metrics::elapsed(&self.inner.ops.extend, started);
-        Ok(reply == 1)
+        if reply == 2 {
+            metrics::lease_written_back();
+            tracing::warn!("redis had lost this lease (its slot lost its data): written back");
+        }
+        Ok(reply >= 1)
     }
 }

@@ -35,6 +35,7 @@ pub mod replicas;
 pub mod sentinel_watch;
 mod shards;
 pub mod slots;
+pub mod vouch;
 mod wait;
 pub mod waiters;
 
@@ -51,6 +52,7 @@ use fred::types::scripts::Script;
 use self::lanes::Lanes;
 use self::replicas::ReplicaWait;
 use self::slots::SlotMarkers;
+use self::vouch::{Vouch, Vouched};
 use super::StoreError;
 use crate::config::{RedisConfig, RedisMode};
 use crate::idempotency::{Claim, RecordId, StoredRecord};
@@ -85,6 +87,11 @@ pub struct Acquired {
     /// Age of the warmth marker, read in the same script: how long this Redis has
     /// provably held every write (0 when it was absent and set just now).
     pub marker_age: Duration,
+    /// Age of the slot's epoch marker, read in the same script (`claims = "vouched"`).
+    pub epoch_age: Option<Duration>,
+    /// Whether Redis keeps this claim durable (`claims = "vouched"`; else `NotAsked`),
+    /// judged by [`RedisStore::claim`] from the epoch age and the `WAIT`.
+    pub vouched: Vouched,
 }
 
 /// A record as Redis holds it, for the admin API.
@@ -107,8 +114,11 @@ pub struct RedisStore {
 struct Inner {
     /// The pool, split between the cluster's shards ([`Lanes`]).
     lanes: Lanes,
-    /// `redis.wait_replicas` > 0: completions run with `WAIT` on these connections.
+    /// `redis.wait_replicas` > 0: completions run with `WAIT` on these connections;
+    /// vouched claims too, where their primary has replicas.
     replica_wait: Option<ReplicaWait>,
+    /// `claims = "vouched"`: what each primary runs, and the epoch markers.
+    vouch: Option<Vouch>,
     prefix: String,
     markers: SlotMarkers,
     ops: metrics::RedisOps,
@@ -143,6 +153,16 @@ impl RedisStore {
     /// Builds the pool and starts connecting. Does not fail when Redis is down: the
     /// pool keeps reconnecting and calls fail with [`StoreError`] until it answers.
     pub async fn connect(config: &RedisConfig) -> Result<Self, FredError> {
+        Self::connect_vouching(config, None).await
+    }
+
+    /// [`Self::connect`]; with `quarantine`, claims are vouched (`claims = "vouched"`),
+    /// and a slot that lost its data is not trusted alone for that long
+    /// ([`vouch::Vouch::quarantine`]).
+    pub async fn connect_vouching(
+        config: &RedisConfig,
+        quarantine: Option<Duration>,
+    ) -> Result<Self, FredError> {
         let pool = self::connect::build_pool(config, config.pool_size)?;
         // Lanes listen for (re)connections before the first one.
         let lanes = Lanes::new(pool, config.mode == RedisMode::Cluster);
@@ -154,13 +174,14 @@ impl RedisStore {
                 "redis is not reachable yet; keyed requests answer 503 until it is");
         }
         lanes.refresh();
-        let replica_wait = ReplicaWait::connect(config).await?;
+        let replica_wait = ReplicaWait::connect(config, quarantine.is_some()).await?;
         Ok(Self {
             inner: Arc::new(Inner {
                 lanes,
                 replica_wait,
+                vouch: quarantine.map(|q| Vouch::new(&config.key_prefix, q)),
                 prefix: config.key_prefix.clone(),
-                markers: SlotMarkers::new(&config.key_prefix),
+                markers: SlotMarkers::new(&config.key_prefix, "warm"),
                 ops: metrics::RedisOps::new(),
                 publish: if config.mode == RedisMode::Cluster {
                     "SPUBLISH"
@@ -209,6 +230,11 @@ impl RedisStore {
         self.inner.vouch_after_ms.store(ms, Ordering::Relaxed);
     }
 
+    /// How long a slot that lost its data is not trusted alone (`claims = "vouched"`).
+    pub fn vouch_quarantine(&self) -> Option<Duration> {
+        self.inner.vouch.as_ref().map(|v| v.quarantine)
+    }
+
     /// The marker age from which warmth may vouch, if claims read the marker.
     fn vouch_after(&self) -> Option<i64> {
         let ms = self.inner.vouch_after_ms.load(Ordering::Relaxed);
@@ -217,10 +243,14 @@ impl RedisStore {
 
     /// KEYS of the claim script for a record key, with the slot's warmth marker when
     /// `marker` (where claims read it).
+    /// The epoch marker comes with the warmth marker, where claims are vouched.
     fn claim_keys(&self, key: &str, marker: bool) -> Vec<String> {
         let mut keys = vec![key.to_string(), fence_key(key)];
         if marker {
             keys.push(self.inner.markers.for_key(key).to_string());
+            if let Some(vouch) = &self.inner.vouch {
+                keys.push(vouch.epochs.for_key(key).to_string());
+            }
         }
         keys
     }
@@ -391,9 +421,14 @@ pub(crate) fn decode_record_reply(
     };
     let tag = items.first().and_then(|v| v.as_bytes_str());
     match tag.as_deref() {
-        Some("A") if items.len() == 3 => Ok(Record::Acquired(Acquired {
+        Some("A") if items.len() == 3 || items.len() == 4 => Ok(Record::Acquired(Acquired {
             fence: (items[1].as_i64()).ok_or_else(|| bad("fence is not a number"))?,
             marker_age: ms(&items[2], "marker age is not a number")?,
+            epoch_age: match items.get(3) {
+                Some(age) => Some(ms(age, "epoch age is not a number")?),
+                None => None,
+            },
+            vouched: Vouched::NotAsked,
         })),
         Some("C") if items.len() == 3 => {
             let remaining = ms(&items[2], "remaining ttl is not a number")?;

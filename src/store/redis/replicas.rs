@@ -69,9 +69,10 @@ pub struct ReplicaWait {
 }
 
 impl ReplicaWait {
-    /// `None` when `redis.wait_replicas` is 0 (no `WAIT`, no extra connections).
-    pub async fn connect(config: &RedisConfig) -> Result<Option<Self>, FredError> {
-        if config.wait_replicas == 0 {
+    /// `None` when `redis.wait_replicas` is 0 and claims are not vouched (no `WAIT`, no
+    /// extra connections).
+    pub async fn connect(config: &RedisConfig, claims: bool) -> Result<Option<Self>, FredError> {
+        if config.wait_replicas == 0 && !claims {
             return Ok(None);
         }
         let size = config.pool_size.max(MIN_WAIT_CONNECTIONS);
@@ -87,31 +88,42 @@ impl ReplicaWait {
         }))
     }
 
-    /// Runs `script` (the completion script: its reply is returned as is) on `key` with
-    /// `args`, then `WAIT replicas timeout`, pipelined on one connection. A `NOSCRIPT`
-    /// (a restarted or promoted primary) loads the script and sends both again.
+    /// Whether completions wait (`redis.wait_replicas` > 0; the connections may be
+    /// here for vouched claims alone).
+    pub fn for_completions(&self) -> bool {
+        self.replicas > 0
+    }
+
+    /// Runs `script` (its reply is returned as is) on `keys` (the first names the slot)
+    /// with `args`, then `WAIT replicas timeout`, pipelined on one connection. A
+    /// `NOSCRIPT` (a restarted or promoted primary) loads the script and sends both again.
     pub async fn run(
         &self,
         script: &Script,
-        key: &str,
+        keys: &[&str],
         args: Vec<Value>,
+        replicas: i64,
     ) -> Result<(Value, Replicated), FredError> {
+        let key = keys[0];
         // A connected client: one still reconnecting (to a primary the sentinels or the
         // cluster replaced) would fail the whole pipeline.
         let slot = fred::util::redis_keyslot(key.as_bytes());
         let client = self.lanes.for_slot(slot);
         let evalsha = CustomCommand::new_static("EVALSHA", ClusterHash::Custom(slot), false);
         let wait = CustomCommand::new_static("WAIT", ClusterHash::Custom(slot), true);
-        let mut eval_args: Vec<Value> = Vec::with_capacity(args.len() + 3);
+        let mut eval_args: Vec<Value> = Vec::with_capacity(args.len() + keys.len() + 2);
         eval_args.push(script.sha1().clone().into());
-        eval_args.push(1.into());
-        eval_args.push(Bytes::copy_from_slice(key.as_bytes()).into());
+        eval_args.push(i64::try_from(keys.len()).unwrap_or(i64::MAX).into());
+        (eval_args).extend(
+            keys.iter()
+                .map(|k| Bytes::copy_from_slice(k.as_bytes()).into()),
+        );
         eval_args.extend(args);
         for attempt in 0..2 {
             let pipeline = client.pipeline();
             let _: () = pipeline.custom(evalsha.clone(), eval_args.clone()).await?;
             let _: () = pipeline
-                .custom(wait.clone(), vec![self.replicas, self.timeout_ms])
+                .custom(wait.clone(), vec![replicas, self.timeout_ms])
                 .await?;
             let mut results = pipeline.try_all::<Value>().await.into_iter();
             match (results.next(), results.next()) {
@@ -123,12 +135,12 @@ impl ReplicaWait {
                 (Some(reply), Some(acked)) => {
                     let reply = reply?;
                     let acked = acked?.as_i64().unwrap_or(0);
-                    let replicated = if acked >= self.replicas {
+                    let replicated = if acked >= replicas {
                         Replicated::Acknowledged
                     } else {
                         Replicated::Short {
                             acked,
-                            wanted: self.replicas,
+                            wanted: replicas,
                         }
                     };
                     return Ok((reply, replicated));
@@ -138,7 +150,7 @@ impl ReplicaWait {
         }
         Err(FredError::new(
             fred::error::ErrorKind::Unknown,
-            "completion and WAIT: no reply",
+            "script and WAIT: no reply",
         ))
     }
 
@@ -160,7 +172,7 @@ impl ReplicaWait {
         args: Vec<Value>,
         shard: impl FnOnce() -> (String, Bits),
     ) -> Result<Value, FredError> {
-        let (reply, replicated) = match self.run(script, key, args).await {
+        let (reply, replicated) = match self.run(script, &[key], args, self.replicas).await {
             Ok(done) => done,
             Err(e) => {
                 self.stop_waiting(shard, "the completion and its WAIT failed");

@@ -1,4 +1,5 @@
-//! Redis Cluster hash slots of the gateway's keys, and the per-slot warmth markers.
+//! Redis Cluster hash slots of the gateway's keys, and the per-slot markers (warmth, and
+//! the epoch markers of vouched claims).
 //!
 //! Every key of one record carries the record's hash tag (`<prefix>:{<record hex>}`),
 //! so every script runs in one slot. The warmth marker is not per record: there is one
@@ -46,11 +47,13 @@ pub struct SlotMarkers {
 }
 
 impl SlotMarkers {
-    pub fn new(prefix: &str) -> Self {
+    /// The markers named `<prefix>:<kind>:{<tag>}`: `warm` (warmth) or `epoch` (what
+    /// vouched claims read: `lua/claim.lua`).
+    pub fn new(prefix: &str, kind: &str) -> Self {
         Self {
             keys: tags()
                 .iter()
-                .map(|tag| format!("{prefix}:warm:{{{tag}}}"))
+                .map(|tag| format!("{prefix}:{kind}:{{{tag}}}"))
                 .collect(),
         }
     }
@@ -72,7 +75,7 @@ mod tests {
 
     #[test]
     fn every_marker_lands_in_its_own_slot() {
-        let markers = SlotMarkers::new("idemgate");
+        let markers = SlotMarkers::new("idemgate", "warm");
         for (s, key) in markers.all().iter().enumerate() {
             assert_eq!(usize::from(slot(key)), s, "{key}");
         }

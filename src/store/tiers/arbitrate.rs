@@ -11,6 +11,7 @@ use super::super::lease::{Held, Lease};
 use super::super::postgres::claim_asks::{ClaimAsk, ResendRow};
 use super::super::postgres::{Found, PgClaim, RecordRef};
 use super::super::redis::slots::slot;
+use super::super::redis::vouch::Vouched;
 use super::super::StoreError;
 use super::settle::{binding, lease_ref};
 use super::Stores;
@@ -51,7 +52,7 @@ impl Stores {
     }
 
     /// The claim itself; runs to the end once started (see [`Stores::claim`]).
-    async fn claim_here(
+    pub(super) async fn claim_here(
         &self,
         route: &Route,
         scope: Scope,
@@ -99,10 +100,26 @@ impl Stores {
                 let home = Home::Redis {
                     also_in_postgres: false,
                 };
+                let through = match acquired.vouched {
+                    Vouched::NotAsked => write_through,
+                    Vouched::Kept => {
+                        metrics::claim_vouch("kept");
+                        false
+                    }
+                    Vouched::Unvouched(why) => {
+                        metrics::claim_vouch(why);
+                        true
+                    }
+                    Vouched::Young(age) => {
+                        metrics::claim_vouch("young");
+                        return Box::pin(self.wait_out_quarantine(route, ask, age)).await;
+                    }
+                };
                 let resend = self.resend_row(route, &ask);
                 // Postgres may yet say it follows a lapsed lease (`after_redis_acquire`).
                 let lease = self.lease(route, ask, home, acquired.fence, false);
-                self.after_redis_acquire(route, lease, acquired.marker_age, resend)
+                let pg_row = through.then_some(resend);
+                self.after_redis_acquire(route, lease, acquired.marker_age, pg_row)
                     .await
             }
             Ok(other) => {
@@ -175,13 +192,16 @@ impl Stores {
         })
     }
 
-    /// Redis said Acquired: make sure Postgres does not know better.
+    /// Redis said Acquired: make sure Postgres does not know better. `pg_row`: the
+    /// claim is written through (a Postgres row decides), with what it keeps for the
+    /// completer; `None`: Redis holds it alone and Postgres is only asked for a record
+    /// Redis may have forgotten.
     async fn after_redis_acquire(
         &self,
         route: &Route,
         mut lease: Lease,
         marker_age: Duration,
-        resend: Option<ResendRow>,
+        pg_row: Option<Option<ResendRow>>,
     ) -> Result<Claim<Lease>, StoreError> {
         let Some(pg) = &self.0.postgres else {
             return Ok(Claim::Acquired(lease));
@@ -191,7 +211,7 @@ impl Stores {
         // later, so it is shortened by the time since the question was asked (never
         // lengthened: a re-warmed record must not outlive its expiry).
         let asked = Instant::now();
-        let found = if pg.durability == ClaimDurability::WriteThrough {
+        let found = if let Some(resend) = pg_row {
             let lock_ttl = route.policy.settings.lock_ttl;
             let ask = ClaimAsk::new(rec, &lease.fingerprint, &lease.token, lock_ttl)
                 .living(row_life(route));
@@ -322,6 +342,11 @@ impl Stores {
         cause: StoreError,
     ) -> Result<Claim<Lease>, StoreError> {
         match (route.policy.settings.on_redis_unavailable, &self.0.postgres) {
+            (OnRedisUnavailable::Postgres, Some(pg))
+                if pg.durability == ClaimDurability::Vouched =>
+            {
+                Box::pin(self.answer_without_redis(pg, route, ask, cause)).await
+            }
             (OnRedisUnavailable::Postgres, Some(pg)) => {
                 metrics::fallback("redis_unavailable");
                 // Redis will lack this record: its slot is cold until its marker is reset.
@@ -363,15 +388,15 @@ impl Stores {
 }
 
 /// What a claim is about, before any store holds anything for it.
-struct Ask {
+pub(super) struct Ask {
     /// The replay cache's view when the claim started ([`Stores::replay_view`]).
     view: u64,
-    redis_key: String,
-    token: String,
-    scope: Scope,
-    record: RecordId,
-    fingerprint: Fingerprint,
-    resend: Resend,
+    pub(super) redis_key: String,
+    pub(super) token: String,
+    pub(super) scope: Scope,
+    pub(super) record: RecordId,
+    pub(super) fingerprint: Fingerprint,
+    pub(super) resend: Resend,
 }
 
 /// What a claim keeps with its durable lease so that the completer can send the request

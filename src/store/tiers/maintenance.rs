@@ -36,6 +36,11 @@ impl Stores {
             let stores = self.clone();
             (self.0.redis).on_topology_change(move |what| stores.forget_replays(what));
         }
+        if self.0.redis.vouch_quarantine().is_some() {
+            // Another server may answer now: nothing it runs is assumed until read.
+            let redis = self.0.redis.clone();
+            (self.0.redis).on_topology_change(move |_| redis.forget_vouching());
+        }
         if let (Some((every, batch)), Some(_)) = (reap, &self.0.postgres) {
             let stores = self.clone();
             tokio::spawn(async move {
@@ -110,6 +115,8 @@ impl Stores {
     /// majority of them names.
     pub async fn probe(&self) {
         let confirmed = self.follow_sentinels().await;
+        // Vouched claims: what each primary runs now (AOF, replicas).
+        self.0.redis.probe_vouching().await;
         if !self.0.breaker.any_open() {
             self.0.warmth.refresh(&self.0.redis).await;
             return;

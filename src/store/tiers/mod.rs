@@ -21,6 +21,7 @@ mod live;
 mod maintenance;
 mod records;
 mod settle;
+mod vouched;
 mod wait;
 mod warmth;
 

@@ -21,7 +21,13 @@ impl Stores {
             (Home::Postgres, Some(pg)) => pg.store.extend(rec, &lease.token, ttl).await,
             (Home::Redis { also_in_postgres }, pg) => {
                 let in_redis = (self.0.redis)
-                    .extend(&lease.redis_key, &lease.token, ttl)
+                    .extend(
+                        &lease.redis_key,
+                        &lease.token,
+                        ttl,
+                        &lease.fingerprint,
+                        lease.fence,
+                    )
                     .await;
                 match (also_in_postgres, pg) {
                     // Claims written through: Postgres decides who holds the key, so its

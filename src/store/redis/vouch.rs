@@ -1,0 +1,290 @@
+//! Whether Redis vouches for a claim (`postgres.claims = "vouched"`): what each shard's
+//! primary was last seen running, read by the probe from the server itself and forgotten
+//! whenever a connection is re-made or the cluster's map changes, and the verdict on one
+//! acquired claim ([`Vouched`]).
+//!
+//! A claim is kept by Redis when its primary fsyncs every write before it answers
+//! (`appendonly yes` with `appendfsync always`: the reply to the claim script comes after
+//! the fsync) and, where that primary has replicas, one of them acknowledged it (`WAIT 1`
+//! pipelined behind the script: Sentinel and Cluster promote the replica with the most
+//! data). Nothing is assumed: a shard not read yet, or whose settings cannot be read
+//! (`CONFIG` renamed away), does not vouch, and its claims take a Postgres row.
+
+use std::time::Duration;
+
+use fred::prelude::Value;
+use fred::types::{ClusterHash, CustomCommand};
+
+use super::cold_slots::{Bits, SlotSet};
+use super::slots::SlotMarkers;
+use super::RedisStore;
+use crate::store::StoreError;
+
+/// What Redis' answer to a claim says about its durability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vouched {
+    /// The mode does not ask (claims in Redis alone, or always written through).
+    NotAsked,
+    /// Redis keeps the claim: fsync'd before the reply, and acknowledged by a replica
+    /// where the primary has one.
+    Kept,
+    /// Redis cannot vouch for it (why, as the metric's label): the claim takes a
+    /// Postgres row for this request.
+    Unvouched(&'static str),
+    /// The slot's epoch marker is this young: Redis lost the slot's data (or never had
+    /// it) that recently, and a lease it held may still run; see `lua/claim.lua`.
+    Young(Duration),
+}
+
+/// What the probe last read from each shard's primary, by slot, and the epoch markers.
+#[derive(Debug)]
+pub struct Vouch {
+    /// Slots whose primary fsyncs every write before it answers.
+    fsyncs: SlotSet,
+    /// Slots whose primary has at least one connected replica: their claims are kept
+    /// only once `WAIT 1` counts one acknowledgement.
+    replicated: SlotSet,
+    /// The epoch marker of every slot (`lua/claim.lua`, KEYS[4]).
+    pub epochs: SlotMarkers,
+    /// How long after its epoch marker was set a slot's Redis claims are not trusted
+    /// alone: long enough for every holder of a lease the slot lost to have sent a
+    /// heartbeat, which writes the lease back (`lua/extend.lua`).
+    pub quarantine: Duration,
+}
+
+/// How a slot's claims are made durable, as far as the probe knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keeping {
+    /// Not known to fsync every write (or not read yet).
+    No,
+    /// The primary fsyncs; it has no replica to wait for.
+    Fsync,
+    /// The primary fsyncs, and a replica must acknowledge.
+    FsyncAndReplica,
+}
+
+impl Vouch {
+    pub fn new(prefix: &str, quarantine: Duration) -> Self {
+        Self {
+            fsyncs: SlotSet::default(),
+            replicated: SlotSet::default(),
+            epochs: SlotMarkers::new(prefix, "epoch"),
+            quarantine,
+        }
+    }
+
+    /// The verdict on a claim acquired in Redis: kept or not by how it was made durable,
+    /// unless its slot's epoch marker (`epoch_age`) is younger than the quarantine.
+    pub fn verdict(&self, epoch_age: Option<Duration>, kept: Result<(), &'static str>) -> Vouched {
+        match (epoch_age, kept) {
+            (Some(age), _) if age < self.quarantine => Vouched::Young(age),
+            (_, Ok(())) => Vouched::Kept,
+            (_, Err(why)) => Vouched::Unvouched(why),
+        }
+    }
+
+    /// How claims of `slot` are kept now. Two atomic loads.
+    pub fn of(&self, slot: u16) -> Keeping {
+        match (self.fsyncs.contains(slot), self.replicated.contains(slot)) {
+            (false, _) => Keeping::No,
+            (true, false) => Keeping::Fsync,
+            (true, true) => Keeping::FsyncAndReplica,
+        }
+    }
+
+    /// What one shard's primary runs; whether its slots' keeping changed.
+    pub fn observe(&self, slots: &Bits, fsyncs: bool, replicas: bool) -> bool {
+        let a = match fsyncs {
+            true => self.fsyncs.add(slots),
+            false => self.fsyncs.remove(slots),
+        };
+        let b = match replicas {
+            true => self.replicated.add(slots),
+            false => self.replicated.remove(slots),
+        };
+        a || b
+    }
+
+    /// Every slot back to "not known": a connection was re-made, or the cluster's map
+    /// changed, so the primary that answers may be another server.
+    pub fn forget(&self) {
+        let all = super::cold_slots::all_slots();
+        self.fsyncs.remove(&all);
+        self.replicated.remove(&all);
+    }
+}
+
+/// One primary's settings, as read by the probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// `appendonly yes` and `appendfsync always`.
+    pub fsyncs: bool,
+    /// `connected_slaves` of `INFO replication`.
+    pub replicas: u32,
+}
+
+impl RedisStore {
+    /// Reads the settings of the primary serving `slot` (`CONFIG GET appendonly
+    /// appendfsync`, `INFO replication`), on that slot's connection.
+    pub async fn primary_settings(&self, slot: u16) -> Result<Settings, StoreError> {
+        let client = self.inner.lanes.for_slot(slot);
+        let config = CustomCommand::new_static("CONFIG", ClusterHash::Custom(slot), false);
+        let info = CustomCommand::new_static("INFO", ClusterHash::Custom(slot), false);
+        let pairs: Vec<String> = fred::prelude::ClientLike::custom(
+            client,
+            config,
+            vec!["GET", "appendonly", "appendfsync"],
+        )
+        .await?;
+        let replication: String =
+            fred::prelude::ClientLike::custom(client, info, vec!["replication"]).await?;
+        Ok(parse_settings(&pairs, &replication))
+    }
+
+    /// The probe's reading of every shard: which claims Redis vouches for from now on.
+    /// A shard that cannot be read does not vouch (logged when that changes).
+    pub async fn probe_vouching(&self) {
+        let Some(vouch) = &self.inner.vouch else {
+            return;
+        };
+        for shard in self.shards() {
+            let read = self.primary_settings(shard.probe_slot).await;
+            let (fsyncs, replicas) = match &read {
+                Ok(s) => (s.fsyncs, s.replicas > 0),
+                Err(_) => (false, false),
+            };
+            if vouch.observe(&shard.slots, fsyncs, replicas) {
+                match read {
+                    Ok(s) => tracing::info!(shard = %shard.name, fsyncs = s.fsyncs,
+                        replicas = s.replicas, "redis settings read: claims of this shard \
+                        are {}", if s.fsyncs { "kept by redis" } else { "written through \
+                        to postgres (redis does not fsync every write: appendonly yes, \
+                        appendfsync always)" }),
+                    Err(e) => tracing::warn!(shard = %shard.name, error = %e, "cannot read \
+                        the redis settings: claims of this shard are written through to \
+                        postgres"),
+                }
+            }
+        }
+    }
+
+    /// Writes "0" into every slot's epoch marker that has none (`SET NX`): a slot of a
+    /// new deployment has lost nothing. Concurrent with others' claims, which set a
+    /// missing marker to their own clock first (those slots then wait once).
+    pub async fn write_epoch_markers(&self) -> Result<(), StoreError> {
+        let Some(vouch) = &self.inner.vouch else {
+            return Ok(());
+        };
+        for (chunk, keys) in vouch.epochs.all().chunks(512).enumerate() {
+            let sets = keys.iter().enumerate().map(|(i, key)| {
+                let slot = u16::try_from(chunk * 512 + i).unwrap_or(0);
+                let client = self.inner.lanes.for_slot(slot);
+                fred::prelude::KeysInterface::set::<(), _, _>(
+                    client,
+                    key.as_str(),
+                    "0",
+                    None,
+                    Some(fred::types::SetOptions::NX),
+                    false,
+                )
+            });
+            for set in futures_util::future::join_all(sets).await {
+                set?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The key prefix (`redis.key_prefix`).
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// Forgets every shard's settings (see [`Vouch::forget`]).
+    pub fn forget_vouching(&self) {
+        if let Some(vouch) = &self.inner.vouch {
+            vouch.forget();
+        }
+    }
+}
+
+/// `CONFIG GET appendonly appendfsync`'s pairs and `INFO replication`'s text.
+fn parse_settings(pairs: &[String], replication: &str) -> Settings {
+    let get = |name: &str| {
+        (pairs.chunks(2))
+            .find(|p| p.first().map(String::as_str) == Some(name))
+            .and_then(|p| p.get(1).map(String::as_str))
+    };
+    let replicas = (replication.lines())
+        .find_map(|l| l.trim().strip_prefix("connected_slaves:"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    Settings {
+        fsyncs: get("appendonly") == Some("yes") && get("appendfsync") == Some("always"),
+        replicas,
+    }
+}
+
+/// A `WAIT` reply: how many replicas acknowledged.
+pub fn acknowledged(reply: &Value) -> i64 {
+    reply.as_i64().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn only_aof_always_fsyncs() {
+        let info = "# Replication\r\nrole:master\r\nconnected_slaves:1\r\nslave0:ip=...\r\n";
+        let s = parse_settings(
+            &pairs(&["appendonly", "yes", "appendfsync", "always"]),
+            info,
+        );
+        assert_eq!(
+            s,
+            Settings {
+                fsyncs: true,
+                replicas: 1
+            }
+        );
+        let s = parse_settings(
+            &pairs(&["appendfsync", "everysec", "appendonly", "yes"]),
+            "",
+        );
+        assert!(!s.fsyncs);
+        assert_eq!(s.replicas, 0);
+        assert!(!parse_settings(&pairs(&["appendonly", "no", "appendfsync", "always"]), "").fsyncs);
+        assert!(!parse_settings(&[], "").fsyncs);
+    }
+
+    #[test]
+    fn a_forgotten_shard_vouches_for_nothing() {
+        let v = Vouch::new("p", Duration::from_secs(2));
+        assert_eq!(
+            v.verdict(Some(Duration::from_secs(1)), Ok(())),
+            Vouched::Young(Duration::from_secs(1))
+        );
+        assert_eq!(
+            v.verdict(Some(Duration::from_secs(2)), Ok(())),
+            Vouched::Kept
+        );
+        assert_eq!(
+            v.verdict(None, Err("no_fsync")),
+            Vouched::Unvouched("no_fsync")
+        );
+        assert_eq!(v.of(7), Keeping::No);
+        let all = super::super::cold_slots::all_slots();
+        assert!(v.observe(&all, true, true));
+        assert_eq!(v.of(7), Keeping::FsyncAndReplica);
+        assert!(!v.observe(&all, true, true));
+        assert!(v.observe(&all, true, false));
+        assert_eq!(v.of(16_383), Keeping::Fsync);
+        v.forget();
+        assert_eq!(v.of(7), Keeping::No);
+    }
+}
