@@ -33,7 +33,7 @@
 -- keeps them (a restart from an AOF written with `appendfsync always`, a failover to a
 -- replica that acknowledged them) and goes with what loses them (a flush, a restart
 -- without the AOF, a new server). The gateway writes "0" into every slot once, when a
--- deployment first uses vouched claims (src/store/redis/epochs.rs).
+-- deployment first uses vouched claims (src/store/redis/vouch.rs).
 -- Reply: {"A", fence, marker_age_ms[, epoch_age_ms]} acquired (age 0 without KEYS[3];
 --        the epoch age only with KEYS[4]) |
 --        {"C", response, remaining_ms} | {"I", remaining_ms} | {"M"} mismatch.

@@ -210,7 +210,14 @@ fn start_waiters(
 /// Probes the stores once, then starts their background tasks: the Redis probe,
 /// and on the first worker the reaper.
 async fn start_background(stores: &Stores, config: &Config, first: bool) {
-    stores.write_epochs(config.redis.connect_timeout).await;
+    stores
+        .write_epochs(
+            config
+                .redis
+                .connect_timeout
+                .max(std::time::Duration::from_secs(5)),
+        )
+        .await;
     stores.probe().await;
     let reap = (config.postgres.as_ref())
         .filter(|_| first)

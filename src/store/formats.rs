@@ -7,7 +7,7 @@
 //! | Redis record | 3 (2 with `redis.record_format = "hash"`) | the key's type; a string's first byte | `lua/record.lua`, [`super::redis`] |
 //! | response encoding | 1, 3 with trailers | first byte | [`crate::idempotency::replay`] |
 //! | sealed envelope | 2 | first byte | [`crate::idempotency::sealed`] |
-//! | Postgres schema | 7 | `idemgate_schema` rows | `migrations/`, [`super::postgres::migrate`] |
+//! | Postgres schema | 8 | `idemgate_schema` rows | `migrations/`, [`super::postgres::migrate`] |
 //!
 //! Redis record layouts: 1 (0.1.0 to 0.3.0) is a hash `{s, f, t, n, r}`; 2 (0.4.0)
 //! adds `w`, set by `claim.lua` when a duplicate was told "in flight", so completions
@@ -40,7 +40,8 @@
 //! autovacuum only. Schema 7 (additive) adds `after_lapse`, which only the claim
 //! statement writes and reads back (a lease taken over after one that lapsed with no
 //! completion); a row without it (the previous release's, NULL) reads as `false`, and
-//! the previous release never reads it.
+//! the previous release never reads it. Schema 8 (additive) adds the table
+//! `idemgate_redis_epochs`, read and written only with `postgres.claims = "vouched"`.
 //!
 //! Response encoding 3 (0.5.0) adds the trailers: it is written only for a gRPC answer
 //! with trailers (other responses' trailers are not stored), so only for a gRPC call
@@ -91,7 +92,7 @@ pub fn all() -> [StoredFormat; 4] {
         StoredFormat {
             name: "postgres schema",
             writes: migrate::latest() as u32,
-            reads: &[3, 4, 5, 6, 7],
+            reads: &[3, 4, 5, 6, 7, 8],
         },
     ]
 }

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use fred::prelude::Value;
+use fred::prelude::{KeysInterface as _, Value};
 use fred::types::{ClusterHash, CustomCommand};
 
 use super::cold_slots::{Bits, SlotSet};
@@ -175,22 +175,16 @@ impl RedisStore {
         let Some(vouch) = &self.inner.vouch else {
             return Ok(());
         };
-        for (chunk, keys) in vouch.epochs.all().chunks(512).enumerate() {
-            let sets = keys.iter().enumerate().map(|(i, key)| {
-                let slot = u16::try_from(chunk * 512 + i).unwrap_or(0);
-                let client = self.inner.lanes.for_slot(slot);
-                fred::prelude::KeysInterface::set::<(), _, _>(
-                    client,
-                    key.as_str(),
-                    "0",
-                    None,
-                    Some(fred::types::SetOptions::NX),
-                    false,
-                )
-            });
-            for set in futures_util::future::join_all(sets).await {
-                set?;
+        // One pipeline per shard, on its slots' connection: 16,384 `SET NX`s in a few
+        // writes instead of as many round trips.
+        for shard in self.shards() {
+            let pipeline = self.inner.lanes.for_slot(shard.probe_slot).pipeline();
+            for slot in super::cold_slots::slots_of(&shard.slots) {
+                let key = vouch.epochs.all()[usize::from(slot)].as_str();
+                let nx = Some(fred::types::SetOptions::NX);
+                let _: () = (pipeline.set(key, "0", None, nx, false)).await?;
             }
+            let _: Vec<Value> = pipeline.all().await?;
         }
         Ok(())
     }

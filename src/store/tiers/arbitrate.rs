@@ -76,13 +76,12 @@ impl Stores {
         }
         let policy = &route.policy;
         // Write-through claims take their fencing token from Postgres (see
-        // `after_redis_acquire`): no fence key in Redis (a zero ttl says so).
+        // `after_redis_acquire`): no fence key in Redis (a zero ttl).
         let write_through = (self.0.postgres.as_ref())
             .is_some_and(|pg| pg.durability == ClaimDurability::WriteThrough);
-        let fence_ttl = match write_through {
-            true => Duration::ZERO,
-            false => policy.settings.ttl + policy.settings.lock_ttl,
-        };
+        let fence_ttl = (!write_through)
+            .then(|| policy.settings.ttl + policy.settings.lock_ttl)
+            .unwrap_or_default();
         let claimed = (self.0.redis)
             .claim(
                 &ask.redis_key,
@@ -100,25 +99,13 @@ impl Stores {
                 let home = Home::Redis {
                     also_in_postgres: false,
                 };
-                let through = match acquired.vouched {
-                    Vouched::NotAsked => write_through,
-                    Vouched::Kept => {
-                        metrics::claim_vouch("kept");
-                        false
-                    }
-                    Vouched::Unvouched(why) => {
-                        metrics::claim_vouch(why);
-                        true
-                    }
-                    Vouched::Young(age) => {
-                        metrics::claim_vouch("young");
-                        return Box::pin(self.wait_out_quarantine(route, ask, age)).await;
-                    }
+                let through = match written_through(acquired.vouched, write_through) {
+                    Ok(through) => through,
+                    Err(age) => return Box::pin(self.wait_out_quarantine(route, ask, age)).await,
                 };
-                let resend = self.resend_row(route, &ask);
+                let pg_row = through.then(|| self.resend_row(route, &ask));
                 // Postgres may yet say it follows a lapsed lease (`after_redis_acquire`).
                 let lease = self.lease(route, ask, home, acquired.fence, false);
-                let pg_row = through.then_some(resend);
                 self.after_redis_acquire(route, lease, acquired.marker_age, pg_row)
                     .await
             }
@@ -383,6 +370,27 @@ impl Stores {
                 metrics::fallback("rejected");
                 Err(cause)
             }
+        }
+    }
+}
+
+/// Whether a claim Redis acquired is written through to Postgres, from Redis' verdict
+/// (counted) and, where the mode asks none, from the mode; `Err(age)`: its slot's epoch
+/// marker is that young, and the claim waits out the quarantine.
+fn written_through(vouched: Vouched, mode: bool) -> Result<bool, Duration> {
+    match vouched {
+        Vouched::NotAsked => Ok(mode),
+        Vouched::Kept => {
+            metrics::claim_vouch("kept");
+            Ok(false)
+        }
+        Vouched::Unvouched(why) => {
+            metrics::claim_vouch(why);
+            Ok(true)
+        }
+        Vouched::Young(age) => {
+            metrics::claim_vouch("young");
+            Err(age)
         }
     }
 }

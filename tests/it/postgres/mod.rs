@@ -13,6 +13,7 @@ mod silent;
 mod split_authority;
 mod tier_edges;
 mod timeouts;
+mod vouched;
 mod writer;
 
 /// Makes `redis` provably warm: the warmth marker of every slot says it has held

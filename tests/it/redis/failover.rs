@@ -189,12 +189,15 @@ async fn a_short_wait_answers_after_the_timeout_and_says_so() {
     assert!(took >= Duration::from_millis(550), "{took:?}");
 
     // What the store counts and logs: Short, with the replicas that did acknowledge.
-    let wait = ReplicaWait::connect(&config(&pair.primary, 1))
+    let wait = ReplicaWait::connect(&config(&pair.primary, 1), false)
         .await
         .unwrap()
         .expect("wait_replicas = 1 builds the WAIT connections");
     let script = Script::from_lua("redis.call('SET', KEYS[1], ARGV[1]) return 1");
-    let (reply, replicated) = wait.run(&script, "plain", vec!["v".into()]).await.unwrap();
+    let (reply, replicated) = wait
+        .run(&script, &["plain"], vec!["v".into()], 1)
+        .await
+        .unwrap();
     assert_eq!(reply.as_i64(), Some(1));
     assert_eq!(
         replicated,
@@ -204,7 +207,10 @@ async fn a_short_wait_answers_after_the_timeout_and_says_so() {
         }
     );
     pair.link.hold(false);
-    let (_, replicated) = wait.run(&script, "plain", vec!["w".into()]).await.unwrap();
+    let (_, replicated) = wait
+        .run(&script, &["plain"], vec!["w".into()], 1)
+        .await
+        .unwrap();
     assert_eq!(replicated, Replicated::Acknowledged);
 }
 
@@ -297,7 +303,7 @@ async fn cost_of_wait_replicas() {
 /// sequentially and with many completions sharing the pool's connections: never the
 /// `redis.wait_timeout`.
 async fn wait_returns_on_the_ack(cfg: RedisConfig) {
-    let wait = std::sync::Arc::new(ReplicaWait::connect(&cfg).await.unwrap().unwrap());
+    let wait = std::sync::Arc::new(ReplicaWait::connect(&cfg, false).await.unwrap().unwrap());
     let script = std::sync::Arc::new(Script::from_lua(
         "redis.call('SET', KEYS[1], ARGV[1]) return 1",
     ));
@@ -305,7 +311,7 @@ async fn wait_returns_on_the_ack(cfg: RedisConfig) {
     for i in 0..20 {
         let t = Instant::now();
         let (_, replicated) = wait
-            .run(&script, &format!("seq-{i}"), vec!["v".into()])
+            .run(&script, &[format!("seq-{i}").as_str()], vec!["v".into()], 1)
             .await
             .unwrap();
         assert_eq!(replicated, Replicated::Acknowledged, "WAIT #{i}");
@@ -321,7 +327,7 @@ async fn wait_returns_on_the_ack(cfg: RedisConfig) {
         tasks.push(tokio::spawn(async move {
             let t = Instant::now();
             let (_, replicated) = wait
-                .run(&script, &format!("par-{i}"), vec!["v".into()])
+                .run(&script, &[format!("par-{i}").as_str()], vec!["v".into()], 1)
                 .await
                 .unwrap();
             (replicated, t.elapsed())

@@ -143,7 +143,7 @@ pub async fn backdate_markers(url: &str, ranges: &[(u16, u16)], age: std::time::
     let since = (now_ms - age.as_millis() as u64).to_string();
     let script = "redis.call('SET', KEYS[1], ARGV[1]) redis.set_repl(redis.REPL_NONE) \
                   redis.call('APPEND', KEYS[1], '') redis.set_repl(redis.REPL_ALL)";
-    let markers = idemgate::testing::store::redis::slots::SlotMarkers::new("idemgate");
+    let markers = idemgate::testing::store::redis::slots::SlotMarkers::new("idemgate", "warm");
     let pipeline = client.pipeline();
     for &(first, last) in ranges {
         for slot in first..=last {

@@ -1,0 +1,168 @@
+//! `postgres.claims = "vouched"`: a claim Redis keeps durable (AOF `appendfsync always`)
+//! takes no Postgres row, one Redis cannot vouch for (no AOF) takes one, and a Redis
+//! that lost a key's slot while its holder still ran makes the retry wait until the
+//! holder's heartbeat wrote its lease back, so the key runs once.
+
+use std::time::{Duration, Instant};
+
+use crate::support::{
+    config, eventually, keyed_post, read, MockUpstream, PgServer, RedisServer, TestApp,
+};
+
+const LOCK_TTL: Duration = Duration::from_millis(1500);
+/// Two heartbeats of `LOCK_TTL` and the command timeout (`Config::vouch_quarantine`).
+const QUARANTINE: Duration = Duration::from_millis(1300);
+const AMOUNT: &str = r#"{"amount":100}"#;
+
+/// A Redis that fsyncs every write before it answers.
+fn fsyncing_redis() -> RedisServer {
+    RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"])
+}
+
+async fn gateway(redis: &RedisServer, pg: &PgServer, up: &MockUpstream) -> TestApp {
+    let extra = format!(
+        "[idempotency]\nlock_ttl = \"{}ms\"\n{}",
+        LOCK_TTL.as_millis(),
+        pg.section("claims = \"vouched\"")
+    );
+    TestApp::spawn(config(&redis.url(), &up.url(), &extra)).await
+}
+
+async fn leased_rows(pg: &PgServer) -> i64 {
+    pg.count("state = 'leased'").await
+}
+
+/// Posts `key` with `AMOUNT`; the status and body.
+async fn post(app: &TestApp, key: &str) -> (u16, bytes::Bytes) {
+    let client = reqwest::Client::new();
+    let (status, _, body) = read(
+        keyed_post(&client, app.url("/v1/pay"), key, AMOUNT)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    (status, body)
+}
+
+#[tokio::test]
+async fn a_claim_redis_keeps_takes_no_postgres_row_and_runs_once() {
+    let (redis, pg, up) = (
+        fsyncing_redis(),
+        PgServer::start(),
+        MockUpstream::start().await,
+    );
+    let app = gateway(&redis, &pg, &up).await;
+    // A new deployment wrote every slot's epoch marker: a first claim does not wait.
+    let started = Instant::now();
+    let (status, first) = post(&app, "vouched-fast").await;
+    assert_eq!(status, 201);
+    assert!(started.elapsed() < QUARANTINE, "{:?}", started.elapsed());
+    assert_eq!(
+        pg.count("true").await,
+        1,
+        "the completed record, written through"
+    );
+
+    // While the call runs, Postgres holds no claim row; eight duplicates run nothing.
+    up.set_delay(Duration::from_millis(800));
+    let calls = (0..8).map(|_| post(&app, "vouched-slow"));
+    let during = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        leased_rows(&pg).await
+    };
+    let (answers, leased) = tokio::join!(futures_util::future::join_all(calls), during);
+    assert_eq!(leased, 0, "a claim redis keeps needs no postgres row");
+    let stored: Vec<_> = answers.iter().filter(|(s, _)| *s == 201).collect();
+    assert!(!stored.is_empty(), "{answers:?}");
+    assert!(
+        stored.iter().all(|a| a.1 == stored[0].1),
+        "one answer per key"
+    );
+    assert!(
+        answers.iter().all(|(s, _)| matches!(s, 201 | 409)),
+        "{answers:?}"
+    );
+    assert_eq!(up.executions(), 2, "one execution per key");
+    // A retry replays byte for byte.
+    assert_eq!(post(&app, "vouched-fast").await, (201, first));
+    assert_eq!(up.executions(), 2);
+}
+
+#[tokio::test]
+async fn a_redis_that_does_not_fsync_every_write_gets_a_postgres_row() {
+    let (redis, pg, up) = (
+        RedisServer::start(),
+        PgServer::start(),
+        MockUpstream::start().await,
+    );
+    let app = gateway(&redis, &pg, &up).await;
+    up.set_delay(Duration::from_millis(800));
+    let call = post(&app, "unvouched");
+    let during = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        leased_rows(&pg).await
+    };
+    let ((status, _), leased) = tokio::join!(call, during);
+    assert_eq!(status, 201);
+    assert_eq!(
+        leased, 1,
+        "redis without appendfsync always: the claim is written through"
+    );
+
+    // Redis turns it on: the probe reads it, and the next claims keep to Redis.
+    redis.cli(&["CONFIG", "SET", "appendonly", "yes"]);
+    redis.cli(&["CONFIG", "SET", "appendfsync", "always"]);
+    let kept = eventually(Duration::from_secs(5), async || {
+        let key = format!("vouched-{}", uuid::Uuid::new_v4());
+        let call = post(&app, &key);
+        let during = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            leased_rows(&pg).await
+        };
+        let ((status, _), leased) = tokio::join!(call, during);
+        status == 201 && leased == 0
+    })
+    .await;
+    assert!(
+        kept,
+        "once redis fsyncs every write, claims take no postgres row"
+    );
+}
+
+#[tokio::test]
+async fn a_flushed_redis_waits_for_the_holder_to_write_its_lease_back() {
+    let (redis, pg, up) = (
+        fsyncing_redis(),
+        PgServer::start(),
+        MockUpstream::start().await,
+    );
+    let app = gateway(&redis, &pg, &up).await;
+    up.set_delay(Duration::from_millis(3000));
+    let first = post(&app, "flushed");
+    let retry = async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        // Redis loses everything, the epoch markers included; the holder still runs.
+        redis.cli(&["FLUSHALL"]);
+        let started = Instant::now();
+        let answer = post(&app, "flushed").await;
+        (answer, started.elapsed())
+    };
+    let ((status, body), ((retry_status, _), waited)) = tokio::join!(first, retry);
+    assert_eq!(status, 201);
+    assert_eq!(
+        retry_status, 409,
+        "the holder wrote its lease back: in flight"
+    );
+    assert!(
+        waited >= QUARANTINE / 2,
+        "the retry waited out the quarantine: {waited:?}"
+    );
+    assert_eq!(up.executions(), 1, "the key ran once");
+    assert_eq!(
+        post(&app, "flushed").await,
+        (201, body),
+        "the holder's answer replays"
+    );
+    assert_eq!(up.executions(), 1);
+}
