@@ -75,13 +75,7 @@ impl Stores {
             return Box::pin(self.fallback(route, ask, StoreError::RedisDown)).await;
         }
         let policy = &route.policy;
-        // Write-through claims take their fencing token from Postgres (see
-        // `after_redis_acquire`): no fence key in Redis (a zero ttl).
-        let write_through = (self.0.postgres.as_ref())
-            .is_some_and(|pg| pg.durability == ClaimDurability::WriteThrough);
-        let fence_ttl = (!write_through)
-            .then(|| policy.settings.ttl + policy.settings.lock_ttl)
-            .unwrap_or_default();
+        let (write_through, fence_ttl) = self.fencing(policy);
         let claimed = (self.0.redis)
             .claim(
                 &ask.redis_key,
@@ -130,6 +124,19 @@ impl Stores {
                 self.0.breaker.answered(slot(&ask.redis_key));
                 Err(e)
             }
+        }
+    }
+
+    /// Whether the mode writes every claim through, and the ttl of the Redis fence key:
+    /// write-through claims take their fencing token from Postgres (see
+    /// `after_redis_acquire`), so they keep no fence key in Redis (a zero ttl).
+    fn fencing(&self, policy: &crate::route::Policy) -> (bool, Duration) {
+        let write_through = (self.0.postgres.as_ref())
+            .is_some_and(|pg| pg.durability == ClaimDurability::WriteThrough);
+        if write_through {
+            (true, Duration::ZERO)
+        } else {
+            (false, policy.settings.ttl + policy.settings.lock_ttl)
         }
     }
 
