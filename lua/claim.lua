@@ -34,8 +34,12 @@
 -- replica that acknowledged them) and goes with what loses them (a flush, a restart
 -- without the AOF, a new server). The gateway writes "0" into every slot once, when a
 -- deployment first uses vouched claims (src/store/redis/vouch.rs).
--- Reply: {"A", fence, marker_age_ms[, epoch_age_ms]} acquired (age 0 without KEYS[3];
---        the epoch age only with KEYS[4]) |
+-- ARGV[7] (with KEYS[4]): the quarantine in ms.
+-- Reply: {"A", fence, marker_age_ms} acquired (age 0 without KEYS[3]) |
+--        {"Y", remaining_ms[, since]} the key is absent from a slot that lost its data
+--        lately: treat it as in flight for that long (nothing written); `since` when
+--        this claim found the marker missing and set it (the gateway then sets the
+--        markers of the shard's other slots to it) |
 --        {"C", response, remaining_ms} | {"I", remaining_ms} | {"M"} mismatch.
 local rec = KEYS[1]
 local function clock_us()
@@ -72,32 +76,42 @@ local function marker_age(now_us)
   mark(now_ms)
   return 0
 end
+-- The epoch marker's age, and its value when this call just set it (else nil).
 local function epoch_age(now_us)
   local now_ms = math.floor((now_us or clock_us()) / 1000)
   local since = tonumber(redis.call('GET', KEYS[4]))
   if not since then
-    redis.call('SET', KEYS[4], string.format('%d', now_ms))
-    return 0
+    local set = string.format('%d', now_ms)
+    redis.call('SET', KEYS[4], set)
+    return 0, set
   end
-  return now_ms - since
-end
-local function acquired(fence, now_us)
-  if KEYS[4] then
-    now_us = now_us or clock_us()
-    return {'A', fence, marker_age(now_us), epoch_age(now_us)}
-  end
-  return {'A', fence, marker_age(now_us)}
+  return now_ms - since, nil
 end
 local v = rec_get(rec)
 if not v then
+  -- A slot whose epoch marker is younger than the quarantine (ARGV[7]) lost its data
+  -- lately: a lease it held may still run, and its holder writes it back at its next
+  -- heartbeat (extend.lua). Until then the key is treated as in flight, and nothing is
+  -- written, so that write-back (or the holder's completion) finds the record free.
+  local t0 = nil
+  if KEYS[4] then
+    t0 = clock_us()
+    local age, set = epoch_age(t0)
+    if set then
+      return {'Y', tonumber(ARGV[7]), set}
+    end
+    if age < tonumber(ARGV[7]) then
+      return {'Y', tonumber(ARGV[7]) - age}
+    end
+  end
   -- Fencing token: grows per key across takeovers, and across a lost fence key too
   -- (it is at least Redis' clock in microseconds; takeovers are a lease apart).
   -- max(previous + 1, now): the clock is written with SET ... GET (Redis 6.2+), and
   -- only if it is not past the previous token (a clock behind it) written again.
-  local now_us = nil
+  local now_us = t0
   local ns = '0'
   if ARGV[4] ~= '0' then
-    now_us = clock_us()
+    now_us = now_us or clock_us()
     ns = string.format('%d', now_us)
     local prev = redis.call('SET', KEYS[2], ns, 'PX', ARGV[4], 'GET')
     if prev and tonumber(prev) >= now_us then
@@ -106,7 +120,7 @@ if not v then
     end
   end
   rec_put(rec, ARGV[6] == 'hash', false, 'L', false, ARGV[1], ARGV[2], ns, nil, ARGV[3])
-  return acquired(ns, now_us)
+  return {'A', ns, marker_age(now_us)}
 end
 if v.f ~= ARGV[1] then
   return {'M'}
@@ -116,7 +130,7 @@ if v.s == 'C' then
 end
 if v.t == ARGV[2] then
   -- Our own claim, re-sent after a dropped connection: still ours.
-  return acquired(v.n, nil)
+  return {'A', v.n, marker_age(nil)}
 end
 -- Told "in flight": this caller may wait for the holder. Marked in the same atomic step,
 -- so a completion or release after this reply publishes (a waiter subscribes before it

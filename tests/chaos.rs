@@ -74,6 +74,8 @@ mod rolling;
 mod scenarios;
 #[path = "chaos/slow_upstream.rs"]
 mod slow_upstream;
+#[path = "chaos/vouched_rows.rs"]
+mod vouched_rows;
 
 use cluster::Durability::{FilledOnReplay, Postgres, RedisOnly, WriteThrough};
 use harness::run;

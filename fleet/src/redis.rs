@@ -31,6 +31,17 @@ pub fn command_on(host: &Host, port: u16, dir: &Path) -> Command {
     cmd
 }
 
+/// The arguments of a Redis the durable claims rely on (`postgres.claims = "vouched"`):
+/// the AOF fsync'd before every reply, and nothing evicted.
+pub const DURABLE_REDIS: &[&str] = &[
+    "--appendonly",
+    "yes",
+    "--appendfsync",
+    "always",
+    "--maxmemory-policy",
+    "noeviction",
+];
+
 /// Whether a server on `port` answers `PING` with `+PONG` (not `-LOADING`).
 pub fn answers_ping(port: u16) -> bool {
     answers_ping_at(([127, 0, 0, 1], port).into())

@@ -60,11 +60,18 @@ impl RedisCluster {
     /// One node on each of `hosts` (namespaces of a [`crate::NetLab`]: each node
     /// announces its host's address, `cluster-announce-ip`), `replicas` per primary.
     pub fn start_on(hosts: &[Host], replicas: usize) -> Self {
+        Self::start_on_with(hosts, replicas, &[])
+    }
+
+    /// [`Self::start_on`], every node with `extra` arguments too (e.g.
+    /// [`crate::DURABLE_REDIS`]).
+    pub fn start_on_with(hosts: &[Host], replicas: usize, extra: &[&str]) -> Self {
         for _ in 0..3 {
             let nodes: Vec<RedisServer> = (hosts.iter())
                 .map(|h| {
                     let mut args = cluster_args();
                     args.extend(["--cluster-announce-ip".into(), h.ip.to_string()]);
+                    args.extend(extra.iter().map(|a| a.to_string()));
                     let args: Vec<&str> = args.iter().map(String::as_str).collect();
                     RedisServer::start_on(h, &args)
                 })

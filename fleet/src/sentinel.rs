@@ -213,18 +213,24 @@ impl SentinelSet {
     /// The data servers on `data` (the first starts as primary) and the sentinels on
     /// `sentinels` (namespaces of a [`crate::NetLab`], or loopback).
     pub fn start_on(data: [&Host; 2], sentinels: [&Host; 3]) -> Self {
-        let primary = RedisServer::start_on(data[0], &[]);
+        Self::start_on_with(data, sentinels, &[])
+    }
+
+    /// [`Self::start_on`], both data servers with `extra` arguments too (e.g.
+    /// [`crate::DURABLE_REDIS`]).
+    pub fn start_on_with(data: [&Host; 2], sentinels: [&Host; 3], extra: &[&str]) -> Self {
+        let primary = RedisServer::start_on(data[0], extra);
         let (ip, port) = (primary.host.ip.to_string(), primary.port.to_string());
-        let replica = RedisServer::start_on(
-            data[1],
-            &[
-                "--replicaof",
-                &ip,
-                &port,
-                "--replica-announce-ip",
-                &data[1].ip.to_string(),
-            ],
-        );
+        let announce = data[1].ip.to_string();
+        let mut args = vec![
+            "--replicaof",
+            &ip,
+            &port,
+            "--replica-announce-ip",
+            &announce,
+        ];
+        args.extend_from_slice(extra);
+        let replica = RedisServer::start_on(data[1], &args);
         let at = primary.host.addr(primary.port);
         let sentinels = sentinels.iter().map(|h| Sentinel::start(h, at)).collect();
         let set = Self {

@@ -43,12 +43,29 @@ pub enum Durability {
     WriteThrough,
     /// As `WriteThrough`, with `redis_fill = "on_replay"`: completions write Postgres only.
     FilledOnReplay,
+    /// `[postgres]` with `claims = "vouched"`, every Redis server run as the mode relies
+    /// on (`idemgate_fleet::DURABLE_REDIS`: AOF fsync'd before every reply, no eviction).
+    Vouched,
 }
 
 impl Durability {
     /// Postgres decides who holds a key: claims are committed there before forwarding.
     pub fn claims_written_through(self) -> bool {
         matches!(self, Durability::WriteThrough | Durability::FilledOnReplay)
+    }
+
+    /// Every claim is durable before it is forwarded (written through, or kept by a
+    /// Redis that vouches for it): the key runs once whatever fails.
+    pub fn claims_durable(self) -> bool {
+        self.claims_written_through() || self == Durability::Vouched
+    }
+
+    /// The extra arguments of every Redis server of the fleet.
+    pub fn redis_args(self) -> &'static [&'static str] {
+        match self {
+            Durability::Vouched => idemgate_fleet::DURABLE_REDIS,
+            _ => &[],
+        }
     }
 }
 
@@ -288,10 +305,10 @@ fn replica_toml(
         (d, Some(url)) => format!(
             "[postgres]\nurl = \"{url}\"\nstatement_timeout = \"1s\"\npool_size = 8\n\
              claims = \"{}\"\n{}{}\n",
-            if d.claims_written_through() {
-                "write_through"
-            } else {
-                "redis"
+            match d {
+                Durability::Vouched => "vouched",
+                d if d.claims_written_through() => "write_through",
+                _ => "redis",
             },
             if d == Durability::FilledOnReplay {
                 "redis_fill = \"on_replay\"\n"
@@ -434,16 +451,18 @@ impl Stack {
             .partitions
             .then(|| NetLab::new().unwrap_or_else(|e| panic!("no network lab: {e}")));
         let places = Places::new(&opts, lab.as_ref());
-        let redis_args: Vec<&str> = opts.redis_args.iter().map(String::as_str).collect();
+        let durable = opts.durability.redis_args();
+        let mut redis_args: Vec<&str> = durable.to_vec();
+        redis_args.extend(opts.redis_args.iter().map(String::as_str));
         let redis = match opts.topology {
             Topology::Single => RedisServer::start_on(&places.redis[0], &redis_args),
             _ => RedisServer::start_with(&redis_args),
         };
-        let redis_cluster =
-            (opts.topology == Topology::Cluster).then(|| RedisCluster::start_on(&places.redis, 1));
+        let redis_cluster = (opts.topology == Topology::Cluster)
+            .then(|| RedisCluster::start_on_with(&places.redis, 1, durable));
         let sentinels = (opts.topology == Topology::Sentinel).then(|| {
             let (d, s) = (&places.redis, &places.sentinels);
-            SentinelSet::start_on([&d[0], &d[1]], [&s[0], &s[1], &s[2]])
+            SentinelSet::start_on_with([&d[0], &d[1]], [&s[0], &s[1], &s[2]], durable)
         });
         let (pg, patroni, pg_lb, ha_url) = start_postgres(&opts, &places, dir.path());
         let upstream = Upstream::start_on(

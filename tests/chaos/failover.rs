@@ -16,7 +16,7 @@ use crate::harness::{finish, start};
 /// Exactly once only with `claims = "write_through"`; durable unless Redis-only.
 pub fn expect_for(d: Durability) -> Expect {
     Expect {
-        exactly_once: d.claims_written_through(),
+        exactly_once: d.claims_durable(),
         durable: d != Durability::RedisOnly,
     }
 }

@@ -36,7 +36,7 @@ const FAULT_AT_MS: u64 = 2500;
 fn expect(d: Durability, replication: Replication) -> Expect {
     let sync = replication == Replication::Sync;
     Expect {
-        exactly_once: d.claims_written_through() && sync,
+        exactly_once: d.claims_durable() && sync,
         durable: sync,
     }
 }

@@ -21,7 +21,7 @@ const EXACTLY_ONCE: Expect = Expect {
 /// Exactly once only with `claims = "write_through"`; durable unless Redis-only.
 fn expect_for(d: Durability) -> Expect {
     Expect {
-        exactly_once: d.claims_written_through(),
+        exactly_once: d.claims_durable(),
         durable: d != Durability::RedisOnly,
     }
 }

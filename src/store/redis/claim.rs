@@ -7,7 +7,7 @@ use bytes::Bytes;
 use fred::prelude::{Client, ClientLike, Error as FredError, Value};
 
 use super::replicas::Replicated;
-use super::vouch::Keeping;
+use super::vouch::{Keeping, Vouched};
 use super::{channel, decode_record_reply, millis, Acquired, Record, RedisStore};
 use crate::idempotency::{Claim, Fingerprint, StoredRecord};
 use crate::metrics;
@@ -50,6 +50,9 @@ impl RedisStore {
                 },
                 self.vouch_after().unwrap_or(0).into(),
                 self.inner.record_format.into(),
+                (self.inner.vouch.as_ref())
+                    .map_or(0, |v| millis(v.quarantine))
+                    .into(),
             ]
         };
         let marker = self.vouch_after().is_some();
@@ -71,10 +74,17 @@ impl RedisStore {
         };
         match decode_record_reply("claim", reply)? {
             Record::Acquired(mut acquired) => {
-                if let Some(vouch) = &self.inner.vouch {
-                    acquired.vouched = vouch.verdict(acquired.epoch_age, kept);
+                if self.inner.vouch.is_some() {
+                    acquired.vouched = kept.map_or_else(Vouched::Unvouched, |()| Vouched::Kept);
                 }
                 Ok(Claim::Acquired(acquired))
+            }
+            Record::Young(remaining, found_missing) => {
+                metrics::claim_vouch("young");
+                if let Some(since) = found_missing {
+                    self.lost_data(super::slots::slot(key), since);
+                }
+                Ok(Claim::InFlight { remaining })
             }
             Record::Known(claim) => Ok(claim),
             Record::Absent => Err(StoreError::Protocol {

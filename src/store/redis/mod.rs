@@ -87,10 +87,8 @@ pub struct Acquired {
     /// Age of the warmth marker, read in the same script: how long this Redis has
     /// provably held every write (0 when it was absent and set just now).
     pub marker_age: Duration,
-    /// Age of the slot's epoch marker, read in the same script (`claims = "vouched"`).
-    pub epoch_age: Option<Duration>,
     /// Whether Redis keeps this claim durable (`claims = "vouched"`; else `NotAsked`),
-    /// judged by [`RedisStore::claim`] from the epoch age and the `WAIT`.
+    /// judged by [`RedisStore::claim`] from the primary's settings and the `WAIT`.
     pub vouched: Vouched,
 }
 
@@ -400,6 +398,10 @@ pub enum Record {
     Known(Claim<Acquired, StoredRecord>),
     /// No record (peek only).
     Absent,
+    /// No record, in a slot that lost its data lately (vouched claims): in flight, as far
+    /// as anyone can tell, for this long (`lua/claim.lua`, "Y"); with the epoch marker's
+    /// new value when this claim found it missing.
+    Young(Duration, Option<i64>),
 }
 
 /// The one decoder of the replies of `claim.lua` and `peek.lua`.
@@ -421,15 +423,15 @@ pub(crate) fn decode_record_reply(
     };
     let tag = items.first().and_then(|v| v.as_bytes_str());
     match tag.as_deref() {
-        Some("A") if items.len() == 3 || items.len() == 4 => Ok(Record::Acquired(Acquired {
+        Some("A") if items.len() == 3 => Ok(Record::Acquired(Acquired {
             fence: (items[1].as_i64()).ok_or_else(|| bad("fence is not a number"))?,
             marker_age: ms(&items[2], "marker age is not a number")?,
-            epoch_age: match items.get(3) {
-                Some(age) => Some(ms(age, "epoch age is not a number")?),
-                None => None,
-            },
             vouched: Vouched::NotAsked,
         })),
+        Some("Y") if items.len() == 2 || items.len() == 3 => Ok(Record::Young(
+            ms(&items[1], "quarantine is not a number")?,
+            items.get(2).and_then(Value::as_i64),
+        )),
         Some("C") if items.len() == 3 => {
             let remaining = ms(&items[2], "remaining ttl is not a number")?;
             let raw = (items.swap_remove(1).into_bytes()).ok_or_else(|| bad("no response"))?;

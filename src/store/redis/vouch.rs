@@ -31,9 +31,6 @@ pub enum Vouched {
     /// Redis cannot vouch for it (why, as the metric's label): the claim takes a
     /// Postgres row for this request.
     Unvouched(&'static str),
-    /// The slot's epoch marker is this young: Redis lost the slot's data (or never had
-    /// it) that recently, and a lease it held may still run; see `lua/claim.lua`.
-    Young(Duration),
 }
 
 /// What the probe last read from each shard's primary, by slot, and the epoch markers.
@@ -46,8 +43,12 @@ pub struct Vouch {
     replicated: SlotSet,
     /// The epoch marker of every slot (`lua/claim.lua`, KEYS[4]).
     pub epochs: SlotMarkers,
-    /// How long after its epoch marker was set a slot's Redis claims are not trusted
-    /// alone: long enough for every holder of a lease the slot lost to have sent a
+    /// One marking of a shard's epoch markers at a time ([`RedisStore::lost_data`]).
+    marking: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// This deployment's markers are known to be written (by this replica or another).
+    written: std::sync::atomic::AtomicBool,
+    /// How long after its epoch marker was set a key absent from the slot counts as in
+    /// flight: long enough for every holder of a lease the slot lost to have sent a
     /// heartbeat, which writes the lease back (`lua/extend.lua`).
     pub quarantine: Duration,
 }
@@ -69,17 +70,9 @@ impl Vouch {
             fsyncs: SlotSet::default(),
             replicated: SlotSet::default(),
             epochs: SlotMarkers::new(prefix, "epoch"),
+            marking: Default::default(),
+            written: Default::default(),
             quarantine,
-        }
-    }
-
-    /// The verdict on a claim acquired in Redis: kept or not by how it was made durable,
-    /// unless its slot's epoch marker (`epoch_age`) is younger than the quarantine.
-    pub fn verdict(&self, epoch_age: Option<Duration>, kept: Result<(), &'static str>) -> Vouched {
-        match (epoch_age, kept) {
-            (Some(age), _) if age < self.quarantine => Vouched::Young(age),
-            (_, Ok(())) => Vouched::Kept,
-            (_, Err(why)) => Vouched::Unvouched(why),
         }
     }
 
@@ -170,23 +163,69 @@ impl RedisStore {
 
     /// Writes "0" into every slot's epoch marker that has none (`SET NX`): a slot of a
     /// new deployment has lost nothing. Concurrent with others' claims, which set a
-    /// missing marker to their own clock first (those slots then wait once).
+    /// missing marker to their own clock first (those slots then count once).
     pub async fn write_epoch_markers(&self) -> Result<(), StoreError> {
+        for shard in self.shards() {
+            self.mark_epochs(&shard.slots, "0").await?;
+        }
+        Ok(())
+    }
+
+    /// A claim found the epoch marker of `slot` missing and set it to `since` (ms of
+    /// Redis' clock): the server serving it lost its data (or is new), so every slot of
+    /// that shard lost it at the same time. Their markers are set to `since` too (`SET
+    /// NX`, in the background, one marking per replica at a time), so that each slot's
+    /// quarantine runs from this first sight instead of from its own first claim.
+    pub fn lost_data(&self, slot: u16, since: i64) {
+        let Some(vouch) = &self.inner.vouch else {
+            return;
+        };
+        let Ok(one) = vouch.marking.clone().try_lock_owned() else {
+            return;
+        };
+        let store = self.clone();
+        tokio::spawn(async move {
+            let _one = one;
+            let shard = store.shard_of(slot);
+            tracing::warn!(shard = %shard.name, "redis lost this shard's data (an epoch marker \
+                is missing): its absent keys count as in flight for the quarantine");
+            if let Err(e) = store.mark_epochs(&shard.slots, &since.to_string()).await {
+                tracing::warn!(error = %e, "could not mark the shard's epoch markers; each \
+                    slot starts its quarantine at its own first claim");
+            }
+        });
+    }
+
+    /// `SET NX` of the epoch markers of `slots` to `value`, 256 per pipeline on the
+    /// slots' connection (a few writes, a few fsyncs, instead of one per key).
+    async fn mark_epochs(&self, slots: &Bits, value: &str) -> Result<(), StoreError> {
         let Some(vouch) = &self.inner.vouch else {
             return Ok(());
         };
-        // One pipeline per shard, on its slots' connection: 16,384 `SET NX`s in a few
-        // writes instead of as many round trips.
-        for shard in self.shards() {
-            let pipeline = self.inner.lanes.for_slot(shard.probe_slot).pipeline();
-            for slot in super::cold_slots::slots_of(&shard.slots) {
+        let slots = super::cold_slots::slots_of(slots);
+        for chunk in slots.chunks(256) {
+            let pipeline = self.inner.lanes.for_slot(chunk[0]).pipeline();
+            for &slot in chunk {
                 let key = vouch.epochs.all()[usize::from(slot)].as_str();
                 let nx = Some(fred::types::SetOptions::NX);
-                let _: () = (pipeline.set(key, "0", None, nx, false)).await?;
+                let _: () = (pipeline.set(key, value, None, nx, false)).await?;
             }
             let _: Vec<Value> = pipeline.all().await?;
         }
         Ok(())
+    }
+
+    /// Whether this deployment's epoch markers are known to be written; `set` says
+    /// they are from now on.
+    pub fn epochs_written(&self, set: bool) -> bool {
+        let Some(vouch) = &self.inner.vouch else {
+            return true;
+        };
+        let flag = &vouch.written;
+        if set {
+            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        flag.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The key prefix (`redis.key_prefix`).
@@ -259,18 +298,6 @@ mod tests {
     #[test]
     fn a_forgotten_shard_vouches_for_nothing() {
         let v = Vouch::new("p", Duration::from_secs(2));
-        assert_eq!(
-            v.verdict(Some(Duration::from_secs(1)), Ok(())),
-            Vouched::Young(Duration::from_secs(1))
-        );
-        assert_eq!(
-            v.verdict(Some(Duration::from_secs(2)), Ok(())),
-            Vouched::Kept
-        );
-        assert_eq!(
-            v.verdict(None, Err("no_fsync")),
-            Vouched::Unvouched("no_fsync")
-        );
         assert_eq!(v.of(7), Keeping::No);
         let all = super::super::cold_slots::all_slots();
         assert!(v.observe(&all, true, true));

@@ -93,10 +93,7 @@ impl Stores {
                 let home = Home::Redis {
                     also_in_postgres: false,
                 };
-                let through = match written_through(acquired.vouched, write_through) {
-                    Ok(through) => through,
-                    Err(age) => return Box::pin(self.wait_out_quarantine(route, ask, age)).await,
-                };
+                let through = written_through(acquired.vouched, write_through);
                 let pg_row = through.then(|| self.resend_row(route, &ask));
                 // Postgres may yet say it follows a lapsed lease (`after_redis_acquire`).
                 let lease = self.lease(route, ask, home, acquired.fence, false);
@@ -381,23 +378,18 @@ impl Stores {
     }
 }
 
-/// Whether a claim Redis acquired is written through to Postgres, from Redis' verdict
-/// (counted) and, where the mode asks none, from the mode; `Err(age)`: its slot's epoch
-/// marker is that young, and the claim waits out the quarantine.
-fn written_through(vouched: Vouched, mode: bool) -> Result<bool, Duration> {
+/// Whether a claim Redis acquired is written through to Postgres: from Redis' verdict
+/// (counted), or from the mode where it asks none.
+fn written_through(vouched: Vouched, mode: bool) -> bool {
     match vouched {
-        Vouched::NotAsked => Ok(mode),
+        Vouched::NotAsked => mode,
         Vouched::Kept => {
             metrics::claim_vouch("kept");
-            Ok(false)
+            false
         }
         Vouched::Unvouched(why) => {
             metrics::claim_vouch(why);
-            Ok(true)
-        }
-        Vouched::Young(age) => {
-            metrics::claim_vouch("young");
-            Err(age)
+            true
         }
     }
 }

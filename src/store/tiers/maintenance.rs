@@ -115,8 +115,10 @@ impl Stores {
     /// majority of them names.
     pub async fn probe(&self) {
         let confirmed = self.follow_sentinels().await;
-        // Vouched claims: what each primary runs now (AOF, replicas).
+        // Vouched claims: what each primary runs now (AOF, replicas), and the epoch
+        // markers if start-up could not write them.
         self.0.redis.probe_vouching().await;
+        self.write_epochs(self.0.silent_after).await;
         if !self.0.breaker.any_open() {
             self.0.warmth.refresh(&self.0.redis).await;
             return;
