@@ -115,6 +115,9 @@ fn main() {
     // `--replay`: rounds replay the keys each variant's warm-up stored (all of them
     // replays but one key), instead of first executions.
     let mut replay = false;
+    // `--redis durable`: Redis as vouched claims rely on (AOF fsync'd before every reply)
+    // with a replica, whose CPU counts with Redis'.
+    let mut durable = false;
     let mut specs = Vec::new();
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -128,12 +131,30 @@ fn main() {
             // (give a wrapper as the binary): instructions per request, repeatable under load.
             "--callgrind" => callgrind = true,
             "--replay" => replay = true,
+            "--redis" => durable = args.next().unwrap() == "durable",
             _ => specs.push(a),
         }
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let dir = tempfile::tempdir().unwrap();
-    let redis = RedisServer::start();
+    let redis = match durable {
+        true => RedisServer::start_with(idemgate_fleet::DURABLE_REDIS),
+        false => RedisServer::start(),
+    };
+    let port = redis.port.to_string();
+    let replica = durable.then(|| {
+        let mut args = idemgate_fleet::DURABLE_REDIS.to_vec();
+        args.extend(["--replicaof", "127.0.0.1", &port]);
+        RedisServer::start_with(&args)
+    });
+    // Redis' CPU: the primary's, and the replica's where there is one.
+    let redis_info_cpu = || {
+        let mut info = redis.cli(&["INFO", "cpu"]);
+        if let Some(r) = &replica {
+            info.push_str(&r.cli(&["INFO", "cpu"]));
+        }
+        info
+    };
     let pg = pg_on.then(PgServer::start);
     let upstream = Upstream::start(
         &root.join("target/release/demo-upstream"),
@@ -222,7 +243,7 @@ fn main() {
             .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
             .sum()
     };
-    let redis_cpu_before = redis_cpu(&redis.cli(&["INFO", "cpu"]));
+    let redis_cpu_before = redis_cpu(&redis_info_cpu());
     let redis_pid = redis.info("process_id").expect("redis pid");
     // Extra gateway events per request (e.g. `syscalls:sys_enter_writev,...`), printed per round.
     let extra = std::env::var("CPU_AB_EVENTS").unwrap_or_default();
@@ -301,7 +322,7 @@ fn main() {
                 .spawn()
                 .unwrap();
             std::thread::sleep(Duration::from_millis(300));
-            let redis_round = redis_cpu(&redis.cli(&["INFO", "cpu"]));
+            let redis_round = redis_cpu(&redis_info_cpu());
             let statements_before = pg_statements(v.replica.admin);
             let pg_before = pg.as_ref().map_or(0.0, |p| pg_cpu(p.port));
             let cpu_before = machine_cpu();
@@ -312,7 +333,7 @@ fn main() {
                 &round_load(v, round),
             );
             let (requests, rps) = (w("requests"), w("rps"));
-            let redis_round = redis_cpu(&redis.cli(&["INFO", "cpu"])) - redis_round;
+            let redis_round = redis_cpu(&redis_info_cpu()) - redis_round;
             let statements = pg_statements(v.replica.admin);
             let pg_round = pg.as_ref().map_or(0.0, |p| pg_cpu(p.port)) - pg_before;
             let cpu_after = machine_cpu();
@@ -362,7 +383,7 @@ fn main() {
             v.rows.push(row);
         }
     }
-    let redis_cpu_s = redis_cpu(&redis.cli(&["INFO", "cpu"])) - redis_cpu_before;
+    let redis_cpu_s = redis_cpu(&redis_info_cpu()) - redis_cpu_before;
     let all: f64 = variants
         .iter()
         .flat_map(|v| v.rows.iter())

@@ -112,12 +112,29 @@ impl RedisStore {
                 Ok(()),
             );
         };
+        let slot = super::slots::slot(key);
+        if !wait.waits(slot) {
+            // Its replicas stopped acknowledging (`replicas`): no WAIT, a Postgres row.
+            let client = self.inner.lanes.for_slot(slot);
+            let reply = self.run_claim(client, key, marker, || args.clone()).await;
+            return (reply, Err("wait_short"));
+        }
         let keys = self.claim_keys(key, marker);
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let shard = || {
+            let shard = self.shard_of(slot);
+            (shard.name, shard.slots)
+        };
         match wait.run(&self.inner.claim, &keys, args, 1).await {
             Ok((reply, Replicated::Acknowledged)) => (Ok(reply), Ok(())),
-            Ok((reply, Replicated::Short { .. })) => (Ok(reply), Err("wait_short")),
-            Err(e) => (Err(e), Ok(())),
+            Ok((reply, Replicated::Short { .. })) => {
+                wait.stop_waiting(shard, "a claim's WAIT came back short");
+                (Ok(reply), Err("wait_short"))
+            }
+            Err(e) => {
+                wait.stop_waiting(shard, "a claim and its WAIT failed");
+                (Err(e), Ok(()))
+            }
         }
     }
 

@@ -83,7 +83,7 @@ impl RedisStore {
     /// (then its completions wait for them again). Shards are checked together; each
     /// check takes up to `redis.wait_timeout`. Nothing to do without `wait_replicas`.
     pub async fn recheck_replicas(&self) {
-        let Some(unacked) = self.inner.replica_wait.as_ref().map(|w| w.unacked()) else {
+        let Some(unacked) = (self.inner.replica_wait.as_ref()).map(|w| w.unacked()) else {
             return;
         };
         if unacked.iter().all(|w| *w == 0) {

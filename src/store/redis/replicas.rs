@@ -193,13 +193,13 @@ impl ReplicaWait {
     }
 
     /// Marks the slots of `shard`; logs once when they were not marked yet.
-    fn stop_waiting(&self, shard: impl FnOnce() -> (String, Bits), why: &'static str) {
+    pub(super) fn stop_waiting(&self, shard: impl FnOnce() -> (String, Bits), why: &'static str) {
         let (name, slots) = shard();
         if self.unacked.add(&slots) {
             tracing::warn!(
                 shard = %name,
                 why,
-                "completions of this shard no longer wait for its replicas (counted in \
+                "completions and vouched claims of this shard no longer wait for its replicas (counted in \
                  idemgate_redis_wait_short_total) until they acknowledge a write again"
             );
         }
@@ -221,7 +221,7 @@ impl ReplicaWait {
         let write: Result<(), _> =
             (pipeline.set(probe_key, 1, Some(Expiration::PX(60_000)), None, false)).await;
         let asked: Result<(), _> = pipeline
-            .custom(wait, vec![self.replicas, self.timeout_ms])
+            .custom(wait, vec![self.replicas.max(1), self.timeout_ms])
             .await;
         if write.is_err() || asked.is_err() {
             return false;
@@ -231,7 +231,7 @@ impl ReplicaWait {
             (Some(Ok(_)), Some(Ok(acked))) => acked.as_i64().unwrap_or(0),
             _ => return false,
         };
-        acked >= self.replicas && self.unacked.remove(slots)
+        acked >= self.replicas.max(1) && self.unacked.remove(slots)
     }
 
     /// Closes the connections.

@@ -22,7 +22,7 @@ impl Stores {
                 stores.probe().await;
             }
         });
-        if self.0.redis.waits_for_replicas() {
+        if self.0.redis.waits_for_replicas() || self.0.redis.vouch_quarantine().is_some() {
             // Apart from the probe: each check may take `redis.wait_timeout`.
             let stores = self.clone();
             tokio::spawn(async move {

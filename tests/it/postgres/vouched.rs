@@ -190,3 +190,57 @@ async fn a_redis_restarted_without_its_data_serves_again_after_the_quarantine() 
     );
     assert_eq!(up.executions(), 2);
 }
+
+#[tokio::test]
+async fn a_claim_no_replica_acknowledges_gets_a_postgres_row() {
+    let (redis, pg, up) = (
+        fsyncing_redis(),
+        PgServer::start(),
+        MockUpstream::start().await,
+    );
+    let port = redis.port.to_string();
+    let mut args = idemgate_fleet::DURABLE_REDIS.to_vec();
+    args.extend(["--replicaof", "127.0.0.1", &port]);
+    let replica = RedisServer::start_with(&args);
+    let synced = eventually(Duration::from_secs(10), async || {
+        redis.info("connected_slaves").as_deref() == Some("1")
+            && replica.info("master_link_status").as_deref() == Some("up")
+    })
+    .await;
+    assert!(synced, "the replica follows the primary");
+    let app = gateway(&redis, &pg, &up).await;
+    up.set_delay(Duration::from_millis(800));
+    let leased_during = async |key: &str| {
+        let call = post(&app, key);
+        let during = async {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            leased_rows(&pg).await
+        };
+        let ((status, _), leased) = tokio::join!(call, during);
+        assert_eq!(status, 201, "{key}");
+        leased
+    };
+    assert_eq!(
+        leased_during("acknowledged").await,
+        0,
+        "WAIT 1 counted the replica"
+    );
+    // The replica stops answering: the claim's WAIT comes back short, so Postgres holds it.
+    replica.pause();
+    assert_eq!(
+        leased_during("unacknowledged").await,
+        1,
+        "no replica: a postgres row"
+    );
+    assert_eq!(leased_during("still-unacknowledged").await, 1);
+    replica.resume();
+    let kept = eventually(Duration::from_secs(10), async || {
+        leased_during(&format!("back-{}", uuid::Uuid::new_v4())).await == 0
+    })
+    .await;
+    assert!(
+        kept,
+        "once the replica acknowledges again, claims are kept by redis"
+    );
+    assert_eq!(up.executions(), up.seen().len());
+}
