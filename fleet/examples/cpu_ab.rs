@@ -118,6 +118,9 @@ fn main() {
     // `--redis durable`: Redis as vouched claims rely on (AOF fsync'd before every reply)
     // with a replica, whose CPU counts with Redis'.
     let mut durable = false;
+    // `--warm`: every warmth marker two days old, as the bench's Redis (a Redis older than
+    // the longest ttl): `lookup_on_miss = "when_cold"` then skips the Postgres lookup.
+    let mut warm = false;
     let mut specs = Vec::new();
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -132,6 +135,7 @@ fn main() {
             "--callgrind" => callgrind = true,
             "--replay" => replay = true,
             "--redis" => durable = args.next().unwrap() == "durable",
+            "--warm" => warm = true,
             _ => specs.push(a),
         }
     }
@@ -147,6 +151,11 @@ fn main() {
         args.extend(["--replicaof", "127.0.0.1", &port]);
         RedisServer::start_with(&args)
     });
+    if warm {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        let since_ms = now.unwrap().as_millis() - 2 * 86_400_000;
+        idemgate_fleet::bench::warm::backdate_markers(redis.port, "idemgate", since_ms).unwrap();
+    }
     // Redis' CPU: the primary's, and the replica's where there is one.
     let redis_info_cpu = || {
         let mut info = redis.cli(&["INFO", "cpu"]);

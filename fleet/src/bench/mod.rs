@@ -35,7 +35,7 @@ mod patroni;
 pub mod peer;
 mod seeded;
 pub mod soak;
-mod warm;
+pub mod warm;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

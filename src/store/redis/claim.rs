@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use fred::prelude::{Client, ClientLike, Error as FredError, Value};
 
-use super::replicas::Replicated;
+use super::replicas::{ReplicaWait, Replicated};
 use super::vouch::{Keeping, Vouched};
 use super::{channel, decode_record_reply, millis, Acquired, Record, RedisStore};
 use crate::idempotency::{Claim, Fingerprint, StoredRecord};
@@ -57,15 +57,25 @@ impl RedisStore {
         };
         let marker = self.vouch_after().is_some();
         let started = Instant::now();
-        let client = self.inner.lanes.for_key(key);
-        let keeping = (self.inner.vouch.as_ref()).map(|v| v.of(super::slots::slot(key)));
-        let (reply, kept) = match keeping {
-            Some(Keeping::FsyncAndReplica) => self.claim_and_wait(key, marker, args()).await,
-            Some(Keeping::No) => (
+        let slot = super::slots::slot(key);
+        let keeping = (self.inner.vouch.as_ref()).map_or(Keeping::No, |v| v.of(slot));
+        // A claim that must be acknowledged goes with its `WAIT` on the slot's `WAIT`
+        // connection; a failed one is released on the connection it went on.
+        let wait = (self.inner.replica_wait.as_ref())
+            .filter(|w| keeping == Keeping::FsyncAndReplica && w.waits(slot));
+        let client = wait.map_or_else(|| self.inner.lanes.for_key(key), |w| w.client(slot));
+        let (reply, kept) = match (wait, keeping) {
+            (Some(wait), _) => self.claim_and_wait(wait, key, marker, args()).await,
+            // Its replicas stopped acknowledging (`replicas`): no WAIT, a Postgres row.
+            (None, Keeping::FsyncAndReplica) => (
+                self.run_claim(client, key, marker, args).await,
+                Err("wait_short"),
+            ),
+            (None, Keeping::Fsync) => (self.run_claim(client, key, marker, args).await, Ok(())),
+            (None, Keeping::No) => (
                 self.run_claim(client, key, marker, args).await,
                 Err("no_fsync"),
             ),
-            _ => (self.run_claim(client, key, marker, args).await, Ok(())),
         };
         metrics::elapsed(&self.inner.ops.claim, started);
         let reply = match reply {
@@ -99,26 +109,12 @@ impl RedisStore {
     /// ones). Kept only if a replica acknowledged it within `redis.wait_timeout`.
     async fn claim_and_wait(
         &self,
+        wait: &ReplicaWait,
         key: &str,
         marker: bool,
         args: Vec<Value>,
     ) -> (Result<Value, FredError>, Result<(), &'static str>) {
-        let Some(wait) = &self.inner.replica_wait else {
-            return (
-                Err(FredError::new(
-                    fred::error::ErrorKind::Config,
-                    "no WAIT connections",
-                )),
-                Ok(()),
-            );
-        };
         let slot = super::slots::slot(key);
-        if !wait.waits(slot) {
-            // Its replicas stopped acknowledging (`replicas`): no WAIT, a Postgres row.
-            let client = self.inner.lanes.for_slot(slot);
-            let reply = self.run_claim(client, key, marker, || args.clone()).await;
-            return (reply, Err("wait_short"));
-        }
         let keys = self.claim_keys(key, marker);
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
         let shard = || {

@@ -154,6 +154,11 @@ impl ReplicaWait {
         ))
     }
 
+    /// The `WAIT` connection of `slot`.
+    pub fn client(&self, slot: u16) -> &fred::prelude::Client {
+        self.lanes.for_slot(slot)
+    }
+
     /// Whether completions of `slot` wait for the replicas (no short `WAIT` there since
     /// the probe last saw them acknowledge). One atomic load.
     pub fn waits(&self, slot: u16) -> bool {
