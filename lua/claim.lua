@@ -2,7 +2,7 @@
 -- KEYS[1] record key, KEYS[2] fence key (same hash tag), KEYS[3] warmth marker of the
 -- record's hash slot (same slot, see src/store/redis/slots.rs).
 -- ARGV[1] fingerprint, ARGV[2] lock token, ARGV[3] lease in ms, ARGV[4] fence key ttl in ms,
--- or "0": no fence key (write-through claims: Postgres' fence is the fencing token, and
+-- or "clock": the fence is Redis' clock in µs, no fence key (vouched claims), or "0": no fence key (write-through claims: Postgres' fence is the fencing token, and
 -- the record carries "0"), ARGV[5] the age (ms) from which the marker vouches for this
 -- shard (the longest ttl), ARGV[6] "hash" to write a new record in the previous layout
 -- (`redis.record_format`; anything else or nothing: one string).
@@ -110,7 +110,13 @@ if not v then
   -- only if it is not past the previous token (a clock behind it) written again.
   local now_us = t0
   local ns = '0'
-  if ARGV[4] ~= '0' then
+  if ARGV[4] == 'clock' then
+    -- Vouched claims: Redis' clock alone, no fence key to write, replicate and fsync.
+    -- It grows across takeovers, which are a lease apart, unless the clock of the
+    -- server that answers steps back by more than a lease.
+    now_us = now_us or clock_us()
+    ns = string.format('%d', now_us)
+  elseif ARGV[4] ~= '0' then
     now_us = now_us or clock_us()
     ns = string.format('%d', now_us)
     local prev = redis.call('SET', KEYS[2], ns, 'PX', ARGV[4], 'GET')

@@ -459,6 +459,25 @@ fn main() {
                 .join(" / ")
         );
     }
+    // What each variant's claims came to (vouched claims' verdicts) and its Postgres
+    // statements by kind, over the whole run, warm-up included.
+    for v in &variants {
+        let out = Command::new("curl")
+            .args([
+                "-s",
+                &format!("http://127.0.0.1:{}/metrics", v.replica.admin),
+            ])
+            .output()
+            .expect("curl");
+        let metrics = String::from_utf8_lossy(&out.stdout);
+        let counts: Vec<&str> = (metrics.lines())
+            .filter(|l| {
+                l.starts_with("idemgate_claim_vouch_total{")
+                    || l.starts_with("idemgate_postgres_duration_seconds_count{")
+            })
+            .collect();
+        println!("{:>10}: {}", v.label, counts.join("  "));
+    }
 }
 
 /// Callgrind dumps in $CG_DIR (default /tmp/cg).

@@ -16,13 +16,16 @@ use crate::store::StoreError;
 impl RedisStore {
     /// Runs `lua/claim.lua`.
     ///
-    /// KEYS: `[record key, fence key, warmth marker of the record's slot]` (the marker
-    /// only where the mode uses it). ARGV: `[fingerprint (32 bytes), lock token, lease
-    /// ms, fence key ttl ms, vouch-after ms, record layout ("string" or "hash",
-    /// `redis.record_format`)]`. A `fence_ttl` of zero keeps no fence key: the reply's
-    /// fence is then 0 (write-through claims, whose fencing token is Postgres').
+    /// KEYS: `[record key, fence key, warmth marker of the record's slot, epoch marker
+    /// of the slot]` (the markers only where the mode uses them, the epoch marker with
+    /// vouched claims). ARGV: `[fingerprint (32 bytes), lock token, lease ms, fence key
+    /// ttl ms, vouch-after ms, record layout ("string" or "hash", `redis.record_format`),
+    /// quarantine ms]`. A `fence_ttl` of zero keeps no fence key: the reply's fence is
+    /// then 0 (write-through claims, whose fencing token is Postgres'); vouched claims
+    /// keep none either, their fence being Redis' clock.
     /// Reply: `{"A", fence, marker age ms}` acquired with its fencing token (age 0
-    /// without the marker),
+    /// without the marker), `{"Y", remaining ms[, marker]}` absent from a slot that lost
+    /// its data lately (in flight, as far as anyone knows),
     /// `{"C", encoded response, remaining ms}` completed with this fingerprint,
     /// `{"I", remaining ms}` leased by another token (the record is then marked as
     /// waited for: its completion or release publishes), `{"M"}` another fingerprint;
@@ -44,9 +47,10 @@ impl RedisStore {
                 Bytes::copy_from_slice(fingerprint.as_bytes()).into(),
                 token.into(),
                 millis(lease).into(),
-                match fence_ttl.is_zero() {
-                    true => 0.into(),
-                    false => millis(fence_ttl).into(),
+                match (self.inner.vouch.is_some(), fence_ttl.is_zero()) {
+                    (true, _) => "clock".into(),
+                    (false, true) => 0.into(),
+                    (false, false) => millis(fence_ttl).into(),
                 },
                 self.vouch_after().unwrap_or(0).into(),
                 self.inner.record_format.into(),
