@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use fred::prelude::{Client, ClientLike, Error as FredError, Value};
 
-use super::replicas::{ReplicaWait, Replicated};
 use super::vouch::{Keeping, Vouched};
 use super::{channel, decode_record_reply, millis, Acquired, Record, RedisStore};
 use crate::idempotency::{Claim, Fingerprint, StoredRecord};
@@ -62,25 +61,8 @@ impl RedisStore {
         let marker = self.vouch_after().is_some();
         let started = Instant::now();
         let slot = super::slots::slot(key);
-        let keeping = (self.inner.vouch.as_ref()).map_or(Keeping::No, |v| v.of(slot));
-        // A claim that must be acknowledged goes with its `WAIT` on the slot's `WAIT`
-        // connection; a failed one is released on the connection it went on.
-        let wait = (self.inner.replica_wait.as_ref())
-            .filter(|w| keeping == Keeping::FsyncAndReplica && w.waits(slot));
-        let client = wait.map_or_else(|| self.inner.lanes.for_key(key), |w| w.client(slot));
-        let (reply, kept) = match (wait, keeping) {
-            (Some(wait), _) => self.claim_and_wait(wait, key, marker, args()).await,
-            // Its replicas stopped acknowledging (`replicas`): no WAIT, a Postgres row.
-            (None, Keeping::FsyncAndReplica) => (
-                self.run_claim(client, key, marker, args).await,
-                Err("wait_short"),
-            ),
-            (None, Keeping::Fsync) => (self.run_claim(client, key, marker, args).await, Ok(())),
-            (None, Keeping::No) => (
-                self.run_claim(client, key, marker, args).await,
-                Err("no_fsync"),
-            ),
-        };
+        let client = self.inner.lanes.for_key(key);
+        let reply = self.run_claim(client, key, marker, args).await;
         metrics::elapsed(&self.inner.ops.claim, started);
         let reply = match reply {
             Ok(v) => v,
@@ -89,7 +71,10 @@ impl RedisStore {
         match decode_record_reply("claim", reply)? {
             Record::Acquired(mut acquired) => {
                 if self.inner.vouch.is_some() {
-                    acquired.vouched = kept.map_or_else(Vouched::Unvouched, |()| Vouched::Kept);
+                    acquired.vouched = match self.kept(slot).await {
+                        Ok(()) => Vouched::Kept,
+                        Err(why) => Vouched::Unvouched(why),
+                    };
                 }
                 Ok(Claim::Acquired(acquired))
             }
@@ -108,32 +93,30 @@ impl RedisStore {
         }
     }
 
-    /// A vouched claim on a primary with replicas: the script, then `WAIT 1`, pipelined
-    /// on the slot's `WAIT` connection (claims must not queue behind it on the main
-    /// ones). Kept only if a replica acknowledged it within `redis.wait_timeout`.
-    async fn claim_and_wait(
-        &self,
-        wait: &ReplicaWait,
-        key: &str,
-        marker: bool,
-        args: Vec<Value>,
-    ) -> (Result<Value, FredError>, Result<(), &'static str>) {
-        let slot = super::slots::slot(key);
-        let keys = self.claim_keys(key, marker);
-        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let shard = || {
-            let shard = self.shard_of(slot);
-            (shard.name, shard.slots)
-        };
-        match wait.run(&self.inner.claim, &keys, args, 1).await {
-            Ok((reply, Replicated::Acknowledged)) => (Ok(reply), Ok(())),
-            Ok((reply, Replicated::Short { .. })) => {
-                wait.stop_waiting(shard, "a claim's WAIT came back short");
-                (Ok(reply), Err("wait_short"))
-            }
-            Err(e) => {
-                wait.stop_waiting(shard, "a claim and its WAIT failed");
-                (Err(e), Ok(()))
+    /// Whether Redis keeps a vouched claim its primary just acquired in `slot`: the
+    /// primary fsyncs every write and, where it has replicas, one acknowledged the claim
+    /// within `redis.wait_timeout` (in a round: [`super::acks`]). Else why not. A round
+    /// no replica acknowledged marks its shard (as a completion's short `WAIT` does): its
+    /// claims take a Postgres row without waiting until the probe sees a replica
+    /// acknowledge again.
+    async fn kept(&self, slot: u16) -> Result<(), &'static str> {
+        let keeping = (self.inner.vouch.as_ref()).map_or(Keeping::No, |v| v.of(slot));
+        match keeping {
+            Keeping::No => Err("no_fsync"),
+            Keeping::Fsync => Ok(()),
+            Keeping::FsyncAndReplica => {
+                let Some(wait) = self.inner.replica_wait.as_ref().filter(|w| w.waits(slot)) else {
+                    return Err("wait_short");
+                };
+                if self.acknowledged_in_round(slot).await {
+                    return Ok(());
+                }
+                let shard = || {
+                    let shard = self.shard_of(slot);
+                    (shard.name, shard.slots)
+                };
+                wait.stop_waiting(shard, "no replica acknowledged a round of claims in time");
+                Err("wait_short")
             }
         }
     }

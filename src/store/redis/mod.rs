@@ -19,6 +19,7 @@
 //! slot ([`RedisStore::script_keys`] lists what each is given, for the test that
 //! proves it). In cluster mode completions publish on sharded pub/sub (`SPUBLISH`).
 
+mod acks;
 pub mod breaker;
 mod claim;
 pub mod cold_slots;

@@ -154,11 +154,6 @@ impl ReplicaWait {
         ))
     }
 
-    /// The `WAIT` connection of `slot`.
-    pub fn client(&self, slot: u16) -> &fred::prelude::Client {
-        self.lanes.for_slot(slot)
-    }
-
     /// Whether completions of `slot` wait for the replicas (no short `WAIT` there since
     /// the probe last saw them acknowledge). One atomic load.
     pub fn waits(&self, slot: u16) -> bool {
@@ -213,6 +208,25 @@ impl ReplicaWait {
     /// The slots whose completions skip `WAIT` now.
     pub fn unacked(&self) -> Bits {
         self.unacked.snapshot()
+    }
+
+    /// A round of vouched claims ([`super::acks`]): a throw-away write to `probe_key`
+    /// (of `slot`), then `WAIT 1`, pipelined on the slot's `WAIT` connection; whether a
+    /// replica acknowledged within `redis.wait_timeout` (false on any error).
+    pub async fn acked_after_probe(&self, slot: u16, probe_key: &str) -> bool {
+        let pipeline = self.lanes.for_slot(slot).pipeline();
+        let wait = CustomCommand::new_static("WAIT", ClusterHash::Custom(slot), true);
+        let write: Result<(), _> =
+            (pipeline.set(probe_key, 1, Some(Expiration::PX(60_000)), None, false)).await;
+        let asked: Result<(), _> = pipeline.custom(wait, vec![1, self.timeout_ms]).await;
+        if write.is_err() || asked.is_err() {
+            return false;
+        }
+        let mut results = pipeline.try_all::<Value>().await.into_iter();
+        match (results.next(), results.next()) {
+            (Some(Ok(_)), Some(Ok(acked))) => acked.as_i64().unwrap_or(0) >= 1,
+            _ => false,
+        }
     }
 
     /// The probe's check of a shard in [`Self::unacked`]: a throw-away write to

@@ -47,6 +47,8 @@ pub struct Vouch {
     marking: std::sync::Arc<tokio::sync::Mutex<()>>,
     /// This deployment's markers are known to be written (by this replica or another).
     written: std::sync::atomic::AtomicBool,
+    /// Rounds of claims acknowledged by a replica ([`super::acks`]).
+    pub(super) acks: super::acks::Acks,
     /// How long after its epoch marker was set a key absent from the slot counts as in
     /// flight: long enough for every holder of a lease the slot lost to have sent a
     /// heartbeat, which writes the lease back (`lua/extend.lua`).
@@ -72,6 +74,7 @@ impl Vouch {
             epochs: SlotMarkers::new(prefix, "epoch"),
             marking: Default::default(),
             written: Default::default(),
+            acks: Default::default(),
             quarantine,
         }
     }

@@ -244,3 +244,45 @@ async fn a_claim_no_replica_acknowledges_gets_a_postgres_row() {
     );
     assert_eq!(up.executions(), up.seen().len());
 }
+
+#[tokio::test]
+async fn concurrent_claims_share_their_replica_acknowledgements() {
+    let (redis, pg, up) = (
+        fsyncing_redis(),
+        PgServer::start(),
+        MockUpstream::start().await,
+    );
+    let port = redis.port.to_string();
+    let mut args = idemgate_fleet::DURABLE_REDIS.to_vec();
+    args.extend(["--replicaof", "127.0.0.1", &port]);
+    let _replica = RedisServer::start_with(&args);
+    let synced = eventually(Duration::from_secs(10), async || {
+        redis.info("connected_slaves").as_deref() == Some("1")
+    })
+    .await;
+    assert!(synced);
+    let app = gateway(&redis, &pg, &up).await;
+    let waits = || {
+        let stats = redis.cli(&["INFO", "commandstats"]);
+        (stats.lines())
+            .find_map(|l| l.strip_prefix("cmdstat_wait:calls="))
+            .and_then(|l| l.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let before = waits();
+    let keys: Vec<String> = (0..100).map(|i| format!("round-{i}")).collect();
+    let answers = futures_util::future::join_all(keys.iter().map(|k| post(&app, k))).await;
+    assert!(answers.iter().all(|(s, _)| *s == 201), "{answers:?}");
+    assert_eq!(leased_rows(&pg).await, 0);
+    assert_eq!(
+        pg.count("true").await,
+        100,
+        "each completion written through"
+    );
+    assert_eq!(up.executions(), 100);
+    let rounds = waits() - before;
+    assert!(
+        (1..100).contains(&rounds),
+        "100 concurrent claims acknowledged in {rounds} WAITs"
+    );
+}

@@ -1,0 +1,111 @@
+//! Vouched claims acknowledged by a replica in rounds: one `WAIT` for every claim
+//! answered before it, instead of one `WAIT` behind each claim.
+//!
+//! `WAIT` counts the replicas that acknowledged the last write of *its own* connection,
+//! at an offset of the one replication stream of the primary. So a probe write sent on
+//! the shard's `WAIT` connection after some claims were answered sits after all of them
+//! in that stream, and a `WAIT` behind it that counts a replica covers every one of them.
+//! A claim answered by its primary joins the shard's next round; the shard's driver (a
+//! task per shard, started on first use) takes the round when it has members, sends
+//! `SET <probe key>` and `WAIT 1 <redis.wait_timeout>` pipelined on the `WAIT`
+//! connection, and tells every member at once. While one round is on its way, the next
+//! one fills: a group commit, with one wake-up per claim and a `WAIT` per round.
+//!
+//! A member that goes away leaves nothing behind: a round is a shared cell, dropped
+//! with its last holder.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{watch, Notify};
+
+use super::RedisStore;
+
+/// The rounds of every shard, by the name of its primary.
+#[derive(Debug, Default)]
+pub struct Acks {
+    shards: Mutex<HashMap<String, Arc<ShardAcks>>>,
+}
+
+/// One shard's next round and its driver's wake-up.
+#[derive(Debug)]
+struct ShardAcks {
+    next: Mutex<Arc<Round>>,
+    wake: Notify,
+}
+
+/// One round: its members, and what its `WAIT` said (`None` until it answered).
+#[derive(Debug)]
+struct Round {
+    members: AtomicUsize,
+    acked: watch::Sender<Option<bool>>,
+}
+
+impl Round {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            members: AtomicUsize::new(0),
+            acked: watch::Sender::new(None),
+        })
+    }
+}
+
+impl RedisStore {
+    /// Whether a replica acknowledged the claim in `slot` this replica's primary just
+    /// answered: joins the shard's next round and waits for its `WAIT`. False when no
+    /// replica acknowledged within `redis.wait_timeout`, or the round failed.
+    pub(super) async fn acknowledged_in_round(&self, slot: u16) -> bool {
+        let Some(vouch) = &self.inner.vouch else {
+            return false;
+        };
+        let shard = self.shard_of(slot);
+        let acks = {
+            let mut shards = vouch.acks.shards.lock().unwrap_or_else(|e| e.into_inner());
+            match shards.get(&shard.name) {
+                Some(acks) => acks.clone(),
+                None => {
+                    let acks = Arc::new(ShardAcks {
+                        next: Mutex::new(Round::new()),
+                        wake: Notify::new(),
+                    });
+                    shards.insert(shard.name.clone(), acks.clone());
+                    tokio::spawn(self.clone().drive(acks.clone(), shard.probe_slot));
+                    acks
+                }
+            }
+        };
+        let mut answer = {
+            let round = acks.next.lock().unwrap_or_else(|e| e.into_inner());
+            round.members.fetch_add(1, Ordering::AcqRel);
+            round.acked.subscribe()
+        };
+        acks.wake.notify_one();
+        let acked = match answer.wait_for(Option::is_some).await {
+            Ok(acked) => acked.unwrap_or(false),
+            Err(_) => false,
+        };
+        acked
+    }
+
+    /// A shard's driver: takes each round that has members, sends its probe write and
+    /// `WAIT` on the `WAIT` connection of `slot`, and answers every member.
+    async fn drive(self, acks: Arc<ShardAcks>, slot: u16) {
+        let probe = self.probe_key(slot);
+        loop {
+            acks.wake.notified().await;
+            let round = {
+                let mut next = acks.next.lock().unwrap_or_else(|e| e.into_inner());
+                std::mem::replace(&mut *next, Round::new())
+            };
+            if round.members.load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            let acked = match &self.inner.replica_wait {
+                Some(wait) => wait.acked_after_probe(slot, &probe).await,
+                None => false,
+            };
+            round.acked.send_replace(Some(acked));
+        }
+    }
+}
