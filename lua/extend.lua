@@ -15,6 +15,10 @@ if v and v.s == 'L' and v.t == ARGV[1] then
 end
 if not v and ARGV[3] then
   rec_put(KEYS[1], ARGV[5] == 'hash', false, 'L', true, ARGV[3], ARGV[1], ARGV[4], nil, ARGV[2])
+  if ARGV[5] == 'hash' then
+    -- rec_put sets `w` in a hash only when it replaces a string.
+    redis.call('HSET', KEYS[1], 'w', '1')
+  end
   return 2
 end
 return 0

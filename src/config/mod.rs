@@ -109,9 +109,10 @@ pub struct Config {
 impl Config {
     /// The longest `ttl` of any route (and the default): how far back `when_cold` must trust Redis.
     /// With `postgres.claims = "vouched"`, how long a slot whose Redis lost its data is
-    /// not trusted alone: two heartbeats of the longest `lock_ttl` (a heartbeat comes
-    /// every third of it) and the command timeout of the one that writes the lease back,
-    /// so that a holder whose first beat failed has a second. `None` in other modes.
+    /// not trusted alone: the longest `lock_ttl` and the command timeout, so that every
+    /// holder's heartbeat (every third of it, timed from the end of the one before) has
+    /// come twice, the first one failing after its command timeout, and written its lease
+    /// back. `None` in other modes.
     pub fn vouch_quarantine(&self) -> Option<Duration> {
         let pg = self.postgres.as_ref()?;
         if pg.claims != ClaimDurability::Vouched {
@@ -122,7 +123,7 @@ impl Config {
             .chain([self.idempotency.lock_ttl])
             .max()
             .unwrap_or(self.idempotency.lock_ttl);
-        Some(longest * 2 / 3 + self.redis.command_timeout)
+        Some(longest + self.redis.command_timeout)
     }
 
     pub fn longest_ttl(&self) -> Duration {

@@ -82,4 +82,12 @@ mod tests {
         .unwrap();
         assert_eq!(c.redis.wait_replicas, 1);
     }
+
+    #[test]
+    fn vouched_claims_need_a_wait_timeout_below_the_command_timeout() {
+        let pg = "[postgres]\nurl = \"postgres://u@h/d\"\nclaims = \"vouched\"\n";
+        let err = load(&format!("[redis]\nwait_timeout = \"0s\"\n{pg}{ROUTE}")).unwrap_err();
+        assert!(err.contains("redis.wait_timeout"), "{err}");
+        assert!(load(&format!("{pg}{ROUTE}")).is_ok());
+    }
 }

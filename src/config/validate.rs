@@ -24,6 +24,11 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     if let Some(pg) = &config.postgres {
         pg.check()?;
     }
+    if config.vouch_quarantine().is_some() {
+        // Vouched claims wait for one replica in rounds, on `redis.wait_timeout`.
+        let redis = &config.redis;
+        super::replication::check(1, redis.wait_timeout, redis.command_timeout)?;
+    }
     let postgres = config.postgres.as_ref();
     config
         .idempotency

@@ -22,10 +22,13 @@ use tokio::sync::{watch, Notify};
 
 use super::RedisStore;
 
-/// The rounds of every shard, by the name of its primary.
+/// The rounds of every shard, by the slot its probe writes to (the shard's first slot
+/// as fred routes it now). Keyed by that slot, not by the primary's name, so that a
+/// slot moved to another primary is never probed for the shard it left; at most one
+/// driver per slot, so the map stays bounded.
 #[derive(Debug, Default)]
 pub struct Acks {
-    shards: Mutex<HashMap<String, Arc<ShardAcks>>>,
+    shards: Mutex<HashMap<u16, Arc<ShardAcks>>>,
 }
 
 /// One shard's next round and its driver's wake-up.
@@ -62,14 +65,14 @@ impl RedisStore {
         let shard = self.shard_of(slot);
         let acks = {
             let mut shards = vouch.acks.shards.lock().unwrap_or_else(|e| e.into_inner());
-            match shards.get(&shard.name) {
+            match shards.get(&shard.probe_slot) {
                 Some(acks) => acks.clone(),
                 None => {
                     let acks = Arc::new(ShardAcks {
                         next: Mutex::new(Round::new()),
                         wake: Notify::new(),
                     });
-                    shards.insert(shard.name.clone(), acks.clone());
+                    shards.insert(shard.probe_slot, acks.clone());
                     tokio::spawn(self.clone().drive(acks.clone(), shard.probe_slot));
                     acks
                 }

@@ -178,7 +178,10 @@ impl RedisStore {
             inner: Arc::new(Inner {
                 lanes,
                 replica_wait,
-                vouch: quarantine.map(|q| Vouch::new(&config.key_prefix, q)),
+                vouch: quarantine.map(|q| {
+                    let replicas_expected = config.mode != RedisMode::Standalone;
+                    Vouch::new(&config.key_prefix, q, replicas_expected)
+                }),
                 prefix: config.key_prefix.clone(),
                 markers: SlotMarkers::new(&config.key_prefix, "warm"),
                 ops: metrics::RedisOps::new(),

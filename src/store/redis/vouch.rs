@@ -5,10 +5,12 @@
 //!
 //! A claim is kept by Redis when its primary fsyncs every write before it answers
 //! (`appendonly yes` with `appendfsync always`: the reply to the claim script comes after
-//! the fsync) and, where that primary has replicas, one of them acknowledged it (`WAIT 1`
-//! pipelined behind the script: Sentinel and Cluster promote the replica with the most
-//! data). Nothing is assumed: a shard not read yet, or whose settings cannot be read
-//! (`CONFIG` renamed away), does not vouch, and its claims take a Postgres row.
+//! the fsync), evicts nothing (`maxmemory-policy noeviction`) and, where that primary has
+//! replicas, one of them acknowledged it (`WAIT 1`, once per round of claims:
+//! [`super::acks`]; Sentinel and Cluster promote the replica with the most data, and in
+//! those modes a replica is always waited for). Nothing is assumed: a shard not read
+//! yet, or whose settings cannot be read (`CONFIG` renamed away), does not vouch, and its
+//! claims take a Postgres row.
 
 use std::time::Duration;
 
@@ -49,6 +51,10 @@ pub struct Vouch {
     written: std::sync::atomic::AtomicBool,
     /// Rounds of claims acknowledged by a replica ([`super::acks`]).
     pub(super) acks: super::acks::Acks,
+    /// Bumped by every [`Vouch::forget`].
+    generation: std::sync::atomic::AtomicU64,
+    /// Sentinel or Cluster mode: every primary has replicas to wait for.
+    replicas_expected: bool,
     /// How long after its epoch marker was set a key absent from the slot counts as in
     /// flight: long enough for every holder of a lease the slot lost to have sent a
     /// heartbeat, which writes the lease back (`lua/extend.lua`).
@@ -67,14 +73,24 @@ pub enum Keeping {
 }
 
 impl Vouch {
-    pub fn new(prefix: &str, quarantine: Duration) -> Self {
+    /// `replicas_expected`: Sentinel and Cluster mode, where every primary is meant to
+    /// have a replica that a failover may promote: claims always wait for one.
+    pub fn new(prefix: &str, quarantine: Duration, replicas_expected: bool) -> Self {
         Self {
             fsyncs: SlotSet::default(),
-            replicated: SlotSet::default(),
             epochs: SlotMarkers::new(prefix, "epoch"),
             marking: Default::default(),
             written: Default::default(),
             acks: Default::default(),
+            generation: Default::default(),
+            replicas_expected,
+            replicated: {
+                let set = SlotSet::default();
+                if replicas_expected {
+                    set.add(&super::cold_slots::all_slots());
+                }
+                set
+            },
             quarantine,
         }
     }
@@ -89,31 +105,48 @@ impl Vouch {
     }
 
     /// What one shard's primary runs; whether its slots' keeping changed.
-    pub fn observe(&self, slots: &Bits, fsyncs: bool, replicas: bool) -> bool {
+    /// What one shard's primary runs; whether its slots' keeping changed. Nothing is
+    /// recorded when `generation` (read before the settings were) is no longer the
+    /// current one: the reading may be of a server forgotten meanwhile. Replicas, once
+    /// seen, stay expected until the next [`Vouch::forget`]: a replica that is resyncing
+    /// or cut off at one reading may still be promoted, and its shard's claims are then
+    /// written through (no replica acknowledges) rather than kept unacknowledged.
+    pub fn observe(&self, generation: u64, slots: &Bits, fsyncs: bool, replicas: bool) -> bool {
+        if self.generation.load(std::sync::atomic::Ordering::Acquire) != generation {
+            return false;
+        }
         let a = match fsyncs {
             true => self.fsyncs.add(slots),
             false => self.fsyncs.remove(slots),
         };
-        let b = match replicas {
-            true => self.replicated.add(slots),
-            false => self.replicated.remove(slots),
-        };
+        let b = replicas && self.replicated.add(slots);
         a || b
     }
 
+    /// The current generation of what is known (see [`Vouch::observe`]).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Every slot back to "not known": a connection was re-made, or the cluster's map
-    /// changed, so the primary that answers may be another server.
+    /// changed, so the primary that answers may be another server. Readings started
+    /// before are discarded. In Sentinel and Cluster mode replicas stay expected.
     pub fn forget(&self) {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let all = super::cold_slots::all_slots();
         self.fsyncs.remove(&all);
-        self.replicated.remove(&all);
+        if !self.replicas_expected {
+            self.replicated.remove(&all);
+        }
     }
 }
 
 /// One primary's settings, as read by the probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
-    /// `appendonly yes` and `appendfsync always`.
+    /// `appendonly yes`, `appendfsync always` and `maxmemory-policy noeviction`: every
+    /// write fsync'd before the reply, and nothing evicted.
     pub fsyncs: bool,
     /// `connected_slaves` of `INFO replication`.
     pub replicas: u32,
@@ -129,7 +162,7 @@ impl RedisStore {
         let pairs: Vec<String> = fred::prelude::ClientLike::custom(
             client,
             config,
-            vec!["GET", "appendonly", "appendfsync"],
+            vec!["GET", "appendonly", "appendfsync", "maxmemory-policy"],
         )
         .await?;
         let replication: String =
@@ -144,18 +177,19 @@ impl RedisStore {
             return;
         };
         for shard in self.shards() {
+            let generation = vouch.generation();
             let read = self.primary_settings(shard.probe_slot).await;
             let (fsyncs, replicas) = match &read {
                 Ok(s) => (s.fsyncs, s.replicas > 0),
                 Err(_) => (false, false),
             };
-            if vouch.observe(&shard.slots, fsyncs, replicas) {
+            if vouch.observe(generation, &shard.slots, fsyncs, replicas) {
                 match read {
                     Ok(s) => tracing::info!(shard = %shard.name, fsyncs = s.fsyncs,
                         replicas = s.replicas, "redis settings read: claims of this shard \
                         are {}", if s.fsyncs { "kept by redis" } else { "written through \
-                        to postgres (redis does not fsync every write: appendonly yes, \
-                        appendfsync always)" }),
+                        to postgres (redis does not fsync every write or may evict: \
+                        appendonly yes, appendfsync always, maxmemory-policy noeviction)" }),
                     Err(e) => tracing::warn!(shard = %shard.name, error = %e, "cannot read \
                         the redis settings: claims of this shard are written through to \
                         postgres"),
@@ -244,7 +278,8 @@ impl RedisStore {
     }
 }
 
-/// `CONFIG GET appendonly appendfsync`'s pairs and `INFO replication`'s text.
+/// `CONFIG GET appendonly appendfsync maxmemory-policy`'s pairs and `INFO
+/// replication`'s text.
 fn parse_settings(pairs: &[String], replication: &str) -> Settings {
     let get = |name: &str| {
         (pairs.chunks(2))
@@ -256,7 +291,9 @@ fn parse_settings(pairs: &[String], replication: &str) -> Settings {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
     Settings {
-        fsyncs: get("appendonly") == Some("yes") && get("appendfsync") == Some("always"),
+        fsyncs: get("appendonly") == Some("yes")
+            && get("appendfsync") == Some("always")
+            && get("maxmemory-policy") == Some("noeviction"),
         replicas,
     }
 }
@@ -278,8 +315,30 @@ mod tests {
     fn only_aof_always_fsyncs() {
         let info = "# Replication\r\nrole:master\r\nconnected_slaves:1\r\nslave0:ip=...\r\n";
         let s = parse_settings(
-            &pairs(&["appendonly", "yes", "appendfsync", "always"]),
+            &pairs(&[
+                "appendonly",
+                "yes",
+                "appendfsync",
+                "always",
+                "maxmemory-policy",
+                "noeviction",
+            ]),
             info,
+        );
+        assert!(
+            !parse_settings(
+                &pairs(&[
+                    "appendonly",
+                    "yes",
+                    "appendfsync",
+                    "always",
+                    "maxmemory-policy",
+                    "allkeys-lru"
+                ]),
+                info,
+            )
+            .fsyncs,
+            "a Redis that may evict a lease vouches for nothing"
         );
         assert_eq!(
             s,
@@ -300,15 +359,33 @@ mod tests {
 
     #[test]
     fn a_forgotten_shard_vouches_for_nothing() {
-        let v = Vouch::new("p", Duration::from_secs(2));
+        let v = Vouch::new("p", Duration::from_secs(2), false);
         assert_eq!(v.of(7), Keeping::No);
         let all = super::super::cold_slots::all_slots();
-        assert!(v.observe(&all, true, true));
-        assert_eq!(v.of(7), Keeping::FsyncAndReplica);
-        assert!(!v.observe(&all, true, true));
-        assert!(v.observe(&all, true, false));
+        let g = v.generation();
+        assert!(v.observe(g, &all, true, false));
         assert_eq!(v.of(16_383), Keeping::Fsync);
+        assert!(v.observe(g, &all, true, true));
+        assert_eq!(v.of(7), Keeping::FsyncAndReplica);
+        assert!(!v.observe(g, &all, true, true));
+        // A replica missing at one reading is still waited for.
+        assert!(!v.observe(g, &all, true, false));
+        assert_eq!(v.of(7), Keeping::FsyncAndReplica);
         v.forget();
         assert_eq!(v.of(7), Keeping::No);
+        // A reading started before the forgetting is not recorded.
+        assert!(!v.observe(g, &all, true, false));
+        assert_eq!(v.of(7), Keeping::No);
+    }
+
+    #[test]
+    fn sentinel_and_cluster_primaries_always_wait_for_a_replica() {
+        let v = Vouch::new("p", Duration::from_secs(2), true);
+        let all = super::super::cold_slots::all_slots();
+        assert!(v.observe(v.generation(), &all, true, false));
+        assert_eq!(v.of(7), Keeping::FsyncAndReplica);
+        v.forget();
+        assert!(v.observe(v.generation(), &all, true, false));
+        assert_eq!(v.of(7), Keeping::FsyncAndReplica);
     }
 }

@@ -10,8 +10,8 @@ use crate::support::{
 };
 
 const LOCK_TTL: Duration = Duration::from_millis(1500);
-/// Two heartbeats of `LOCK_TTL` and the command timeout (`Config::vouch_quarantine`).
-const QUARANTINE: Duration = Duration::from_millis(1300);
+/// `LOCK_TTL` and the command timeout (`Config::vouch_quarantine`).
+const QUARANTINE: Duration = Duration::from_millis(1800);
 const AMOUNT: &str = r#"{"amount":100}"#;
 
 /// A Redis that fsyncs every write before it answers.
