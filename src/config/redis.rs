@@ -113,6 +113,12 @@ impl Default for RedisConfig {
 }
 impl RedisConfig {
     /// The rules of `[redis]`, its topology's and `WAIT`'s included.
+    /// The rules vouched claims add (`postgres.claims = "vouched"`): they wait for one
+    /// replica, in rounds, on `redis.wait_timeout`.
+    pub(super) fn check_vouched(&self) -> Result<(), ConfigError> {
+        replication::check(1, self.wait_timeout, self.command_timeout)
+    }
+
     pub(super) fn check(&self) -> Result<(), ConfigError> {
         self.check_connection()?;
         if self.key_prefix.is_empty() || self.key_prefix.contains(['{', '}']) {

@@ -25,9 +25,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         pg.check()?;
     }
     if config.vouch_quarantine().is_some() {
-        // Vouched claims wait for one replica in rounds, on `redis.wait_timeout`.
-        let redis = &config.redis;
-        super::replication::check(1, redis.wait_timeout, redis.command_timeout)?;
+        config.redis.check_vouched()?;
     }
     let postgres = config.postgres.as_ref();
     config
