@@ -4,7 +4,8 @@
 //! `lua/claim.lua`, then `complete`, `release`, `extend`, `wait`, `peek`, `invalidate`, `live`,
 //! `live_read`).
 //! Beside them: the pool ([`connect`]), its split between shards ([`lanes`]), `WAIT`
-//! for replicas ([`replicas`]), the shard map and probes (`shards`), hash slots and
+//! for replicas ([`replicas`]), what a primary vouches for ([`vouch`]) and the rounds
+//! of replica acknowledgements of vouched claims (`acks`), the shard map and probes (`shards`), hash slots and
 //! warmth markers ([`slots`], [`cold_slots`]; what they vouch for is decided beside the
 //! tier logic, in `store::tiers::warmth`), the circuit breaker ([`breaker`]),
 //! the Sentinel watch ([`sentinel_watch`]) and the waiters' subscription ([`waiters`]).
