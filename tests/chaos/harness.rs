@@ -166,3 +166,21 @@ pub async fn finish(
     stack.keep_logs_of(&mut report, scenario);
     report
 }
+
+/// One `#[ignore]`d test (`make chaos`) per row: a row whose name says it cuts the
+/// network ("partition", "powered off") runs through the partition harness (skipped,
+/// saying why, without namespaces), the others through [`run`].
+macro_rules! rows {
+    ($($test:ident: $name:literal => $body:expr;)*) => {$(
+        #[test]
+        #[ignore = "chaos: make chaos"]
+        fn $test() {
+            if $name.contains("partition") || $name.contains("powered off") {
+                crate::partition::run($name, $body);
+            } else {
+                crate::harness::run($name, $body);
+            }
+        }
+    )*};
+}
+pub(crate) use rows;

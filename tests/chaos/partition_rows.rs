@@ -5,6 +5,7 @@
 //! them all. Each skips, saying why, where network namespaces or nftables are missing.
 
 use crate::cluster::Durability::{Postgres, RedisOnly, WriteThrough};
+use crate::harness::rows;
 use crate::partition::{self, run};
 
 // ---- fast subset ----
@@ -15,17 +16,6 @@ fn partition_gateway_cut_from_redis_claims_write_through() {
         "partition: one gateway cut off from redis [claims=write_through]",
         |n| partition::gateway_cut_from_redis(n, WriteThrough),
     );
-}
-
-/// One `#[ignore]`d test (`make chaos`) per row.
-macro_rules! rows {
-    ($($test:ident: $name:literal => $body:expr;)*) => {$(
-        #[test]
-        #[ignore = "chaos: make chaos"]
-        fn $test() {
-            run($name, $body);
-        }
-    )*};
 }
 
 rows! {

@@ -11,7 +11,7 @@ use crate::cluster::Durability::{Postgres, WriteThrough};
 use crate::cluster::PgVia::{Haproxy, MultiHostPrimaryFirst};
 use std::time::Duration;
 
-use crate::harness::{run, run_within};
+use crate::harness::{rows, run_within};
 use crate::pg_ha::PgFault::Switchover;
 use crate::pg_ha::{row, row_via, PgFault::HostLoss, PgFault::Partition, PgFault::PowerOff};
 
@@ -26,22 +26,6 @@ fn patroni_primary_lost_sync_write_through() {
         Duration::from_secs(60),
         |n| row(n, WriteThrough, Sync, HostLoss),
     );
-}
-
-/// One `#[ignore]`d test (`make chaos`) per row; `partition` rows go through the
-/// partition harness (skipped without namespaces).
-macro_rules! rows {
-    ($($test:ident: $name:literal => $body:expr;)*) => {$(
-        #[test]
-        #[ignore = "chaos: make chaos"]
-        fn $test() {
-            if $name.contains("partitioned") || $name.contains("powered off") {
-                crate::partition::run($name, $body);
-            } else {
-                run($name, $body);
-            }
-        }
-    )*};
 }
 
 rows! {

@@ -8,25 +8,9 @@
 use idemgate_fleet::Replication::Sync;
 
 use crate::cluster::Durability::Vouched;
-use crate::harness::run;
+use crate::harness::rows;
 use crate::pg_ha::PgFault::{HostLoss, Switchover};
 use crate::{failover, partition, pg_ha, scenarios};
-
-/// One `#[ignore]`d test (`make chaos`) per row; partition rows go through the
-/// partition harness (skipped without namespaces).
-macro_rules! rows {
-    ($($test:ident: $name:literal => $body:expr;)*) => {$(
-        #[test]
-        #[ignore = "chaos: make chaos"]
-        fn $test() {
-            if $name.contains("partition") {
-                partition::run($name, $body);
-            } else {
-                run($name, $body);
-            }
-        }
-    )*};
-}
 
 rows! {
     vouched_redis_restarted_data_lost:

@@ -105,7 +105,7 @@ impl RedisStore {
                 continue;
             }
             let acked = match &self.inner.replica_wait {
-                Some(wait) => wait.acked_after_probe(slot, &probe).await,
+                Some(wait) => wait.acked_after_probe(slot, &probe, 1).await,
                 None => false,
             };
             round.acked.send_replace(Some(acked));

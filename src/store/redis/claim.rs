@@ -81,7 +81,7 @@ impl RedisStore {
             Record::Young(remaining, found_missing) => {
                 metrics::claim_vouch("young");
                 if let Some(since) = found_missing {
-                    self.lost_data(super::slots::slot(key), since);
+                    self.lost_data(slot, since);
                 }
                 Ok(Claim::InFlight { remaining })
             }

@@ -94,36 +94,31 @@ impl ReplicaWait {
         self.replicas > 0
     }
 
-    /// Runs `script` (its reply is returned as is) on `keys` (the first names the slot)
-    /// with `args`, then `WAIT replicas timeout`, pipelined on one connection. A
-    /// `NOSCRIPT` (a restarted or promoted primary) loads the script and sends both again.
+    /// Runs `script` (the completion script: its reply is returned as is) on `key` with
+    /// `args`, then `WAIT replicas timeout`, pipelined on one connection. A `NOSCRIPT`
+    /// (a restarted or promoted primary) loads the script and sends both again.
     pub async fn run(
         &self,
         script: &Script,
-        keys: &[&str],
+        key: &str,
         args: Vec<Value>,
-        replicas: i64,
     ) -> Result<(Value, Replicated), FredError> {
-        let key = keys[0];
         // A connected client: one still reconnecting (to a primary the sentinels or the
         // cluster replaced) would fail the whole pipeline.
         let slot = fred::util::redis_keyslot(key.as_bytes());
         let client = self.lanes.for_slot(slot);
         let evalsha = CustomCommand::new_static("EVALSHA", ClusterHash::Custom(slot), false);
         let wait = CustomCommand::new_static("WAIT", ClusterHash::Custom(slot), true);
-        let mut eval_args: Vec<Value> = Vec::with_capacity(args.len() + keys.len() + 2);
+        let mut eval_args: Vec<Value> = Vec::with_capacity(args.len() + 3);
         eval_args.push(script.sha1().clone().into());
-        eval_args.push(i64::try_from(keys.len()).unwrap_or(i64::MAX).into());
-        (eval_args).extend(
-            keys.iter()
-                .map(|k| Bytes::copy_from_slice(k.as_bytes()).into()),
-        );
+        eval_args.push(1.into());
+        eval_args.push(Bytes::copy_from_slice(key.as_bytes()).into());
         eval_args.extend(args);
         for attempt in 0..2 {
             let pipeline = client.pipeline();
             let _: () = pipeline.custom(evalsha.clone(), eval_args.clone()).await?;
             let _: () = pipeline
-                .custom(wait.clone(), vec![replicas, self.timeout_ms])
+                .custom(wait.clone(), vec![self.replicas, self.timeout_ms])
                 .await?;
             let mut results = pipeline.try_all::<Value>().await.into_iter();
             match (results.next(), results.next()) {
@@ -135,12 +130,12 @@ impl ReplicaWait {
                 (Some(reply), Some(acked)) => {
                     let reply = reply?;
                     let acked = acked?.as_i64().unwrap_or(0);
-                    let replicated = if acked >= replicas {
+                    let replicated = if acked >= self.replicas {
                         Replicated::Acknowledged
                     } else {
                         Replicated::Short {
                             acked,
-                            wanted: replicas,
+                            wanted: self.replicas,
                         }
                     };
                     return Ok((reply, replicated));
@@ -150,7 +145,7 @@ impl ReplicaWait {
         }
         Err(FredError::new(
             fred::error::ErrorKind::Unknown,
-            "script and WAIT: no reply",
+            "completion and WAIT: no reply",
         ))
     }
 
@@ -172,7 +167,7 @@ impl ReplicaWait {
         args: Vec<Value>,
         shard: impl FnOnce() -> (String, Bits),
     ) -> Result<Value, FredError> {
-        let (reply, replicated) = match self.run(script, &[key], args, self.replicas).await {
+        let (reply, replicated) = match self.run(script, key, args).await {
             Ok(done) => done,
             Err(e) => {
                 self.stop_waiting(shard, "the completion and its WAIT failed");
@@ -210,21 +205,23 @@ impl ReplicaWait {
         self.unacked.snapshot()
     }
 
-    /// A round of vouched claims ([`super::acks`]): a throw-away write to `probe_key`
-    /// (of `slot`), then `WAIT 1`, pipelined on the slot's `WAIT` connection; whether a
-    /// replica acknowledged within `redis.wait_timeout` (false on any error).
-    pub async fn acked_after_probe(&self, slot: u16, probe_key: &str) -> bool {
+    /// A throw-away write to `probe_key` (of `slot`), then `WAIT replicas`, pipelined on
+    /// the slot's `WAIT` connection; whether that many replicas acknowledged within
+    /// `redis.wait_timeout` (false on any error). A round of vouched claims
+    /// ([`super::acks`]) asks for one, the probe's recheck ([`Self::acknowledged`]) for
+    /// `redis.wait_replicas` (at least one).
+    pub async fn acked_after_probe(&self, slot: u16, probe_key: &str, replicas: i64) -> bool {
         let pipeline = self.lanes.for_slot(slot).pipeline();
         let wait = CustomCommand::new_static("WAIT", ClusterHash::Custom(slot), true);
         let write: Result<(), _> =
             (pipeline.set(probe_key, 1, Some(Expiration::PX(60_000)), None, false)).await;
-        let asked: Result<(), _> = pipeline.custom(wait, vec![1, self.timeout_ms]).await;
+        let asked: Result<(), _> = pipeline.custom(wait, vec![replicas, self.timeout_ms]).await;
         if write.is_err() || asked.is_err() {
             return false;
         }
         let mut results = pipeline.try_all::<Value>().await.into_iter();
         match (results.next(), results.next()) {
-            (Some(Ok(_)), Some(Ok(acked))) => acked.as_i64().unwrap_or(0) >= 1,
+            (Some(Ok(_)), Some(Ok(acked))) => acked.as_i64().unwrap_or(0) >= replicas,
             _ => false,
         }
     }
@@ -235,22 +232,8 @@ impl ReplicaWait {
     /// `redis.wait_timeout`, completions of `slots` wait for them again (true, once).
     /// Behind a queue of earlier `WAIT`s the check times out and nothing changes.
     pub async fn acknowledged(&self, slot: u16, probe_key: &str, slots: &Bits) -> bool {
-        let pipeline = self.lanes.for_slot(slot).pipeline();
-        let wait = CustomCommand::new_static("WAIT", ClusterHash::Custom(slot), true);
-        let write: Result<(), _> =
-            (pipeline.set(probe_key, 1, Some(Expiration::PX(60_000)), None, false)).await;
-        let asked: Result<(), _> = pipeline
-            .custom(wait, vec![self.replicas.max(1), self.timeout_ms])
-            .await;
-        if write.is_err() || asked.is_err() {
-            return false;
-        }
-        let mut results = pipeline.try_all::<Value>().await.into_iter();
-        let acked = match (results.next(), results.next()) {
-            (Some(Ok(_)), Some(Ok(acked))) => acked.as_i64().unwrap_or(0),
-            _ => return false,
-        };
-        acked >= self.replicas.max(1) && self.unacked.remove(slots)
+        let replicas = self.replicas.max(1);
+        self.acked_after_probe(slot, probe_key, replicas).await && self.unacked.remove(slots)
     }
 
     /// Closes the connections.

@@ -104,7 +104,6 @@ impl Vouch {
         }
     }
 
-    /// What one shard's primary runs; whether its slots' keeping changed.
     /// What one shard's primary runs; whether its slots' keeping changed. Nothing is
     /// recorded when `generation` (read before the settings were) is no longer the
     /// current one: the reading may be of a server forgotten meanwhile. Replicas, once
@@ -252,17 +251,21 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Whether this deployment's epoch markers are known to be written; `set` says
-    /// they are from now on.
-    pub fn epochs_written(&self, set: bool) -> bool {
-        let Some(vouch) = &self.inner.vouch else {
-            return true;
-        };
-        let flag = &vouch.written;
-        if set {
-            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+    /// Whether this deployment's epoch markers are known to be written (true where
+    /// claims are not vouched: there are none to write).
+    pub fn epochs_written(&self) -> bool {
+        (self.inner.vouch.as_ref()).map_or(true, |v| {
+            v.written.load(std::sync::atomic::Ordering::Relaxed)
+        })
+    }
+
+    /// This deployment's epoch markers are written, from now on.
+    pub fn mark_epochs_written(&self) {
+        if let Some(vouch) = &self.inner.vouch {
+            vouch
+                .written
+                .store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        flag.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The key prefix (`redis.key_prefix`).
@@ -296,11 +299,6 @@ fn parse_settings(pairs: &[String], replication: &str) -> Settings {
             && get("maxmemory-policy") == Some("noeviction"),
         replicas,
     }
-}
-
-/// A `WAIT` reply: how many replicas acknowledged.
-pub fn acknowledged(reply: &Value) -> i64 {
-    reply.as_i64().unwrap_or(0)
 }
 
 #[cfg(test)]

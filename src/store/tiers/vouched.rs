@@ -20,7 +20,7 @@ impl Stores {
     /// done; meanwhile a slot first claimed counts its absent keys in flight for a
     /// quarantine, once.
     pub async fn write_epochs(&self, within: Duration) {
-        let (Some(pg), false) = (&self.0.postgres, self.0.redis.epochs_written(false)) else {
+        let (Some(pg), false) = (&self.0.postgres, self.0.redis.epochs_written()) else {
             return;
         };
         let prefix = self.0.redis.prefix();
@@ -34,7 +34,7 @@ impl Stores {
         };
         match tokio::time::timeout(within, write).await {
             Ok(Ok(())) => {
-                self.0.redis.epochs_written(true);
+                self.0.redis.mark_epochs_written();
             }
             Ok(Err(e)) => tracing::warn!(error = %e, "cannot write the redis epoch markers \
                 yet: slots first claimed meanwhile count their absent keys in flight for a \

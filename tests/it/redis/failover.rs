@@ -194,10 +194,7 @@ async fn a_short_wait_answers_after_the_timeout_and_says_so() {
         .unwrap()
         .expect("wait_replicas = 1 builds the WAIT connections");
     let script = Script::from_lua("redis.call('SET', KEYS[1], ARGV[1]) return 1");
-    let (reply, replicated) = wait
-        .run(&script, &["plain"], vec!["v".into()], 1)
-        .await
-        .unwrap();
+    let (reply, replicated) = wait.run(&script, "plain", vec!["v".into()]).await.unwrap();
     assert_eq!(reply.as_i64(), Some(1));
     assert_eq!(
         replicated,
@@ -207,10 +204,7 @@ async fn a_short_wait_answers_after_the_timeout_and_says_so() {
         }
     );
     pair.link.hold(false);
-    let (_, replicated) = wait
-        .run(&script, &["plain"], vec!["w".into()], 1)
-        .await
-        .unwrap();
+    let (_, replicated) = wait.run(&script, "plain", vec!["w".into()]).await.unwrap();
     assert_eq!(replicated, Replicated::Acknowledged);
 }
 
@@ -311,7 +305,7 @@ async fn wait_returns_on_the_ack(cfg: RedisConfig) {
     for i in 0..20 {
         let t = Instant::now();
         let (_, replicated) = wait
-            .run(&script, &[format!("seq-{i}").as_str()], vec!["v".into()], 1)
+            .run(&script, &format!("seq-{i}"), vec!["v".into()])
             .await
             .unwrap();
         assert_eq!(replicated, Replicated::Acknowledged, "WAIT #{i}");
@@ -327,7 +321,7 @@ async fn wait_returns_on_the_ack(cfg: RedisConfig) {
         tasks.push(tokio::spawn(async move {
             let t = Instant::now();
             let (_, replicated) = wait
-                .run(&script, &[format!("par-{i}").as_str()], vec!["v".into()], 1)
+                .run(&script, &format!("par-{i}"), vec!["v".into()])
                 .await
                 .unwrap();
             (replicated, t.elapsed())
