@@ -55,7 +55,8 @@ pub(super) fn describe() {
     describe_counter!(
         CLAIM_VOUCH,
         "Claims acquired in Redis with claims = \"vouched\", by verdict: kept (Redis alone), \
-         no_fsync or wait_short (a Postgres row too), young (its slot lost its data lately)."
+         no_fsync, wait_short or rerouted (a Postgres row too), young (its slot lost its data \
+         lately)."
     );
     describe_counter!(
         LEASES_WRITTEN_BACK,

@@ -13,6 +13,16 @@
 //!
 //! A member that goes away leaves nothing behind: a round is a shared cell, dropped
 //! with its last holder.
+//!
+//! That covers the claims only if the claim and the round's probe went to the same
+//! server. So the `WAIT` connections never re-send a command
+//! ([`super::connect::Resends::Never`]: no `WAIT` answered by a connection that wrote
+//! nothing); a round runs only while the claim connections and the `WAIT` connections
+//! route the shard to the same server ([`super::lanes::route`]); and a claim counts its
+//! round only if no connection of either pool was re-made and no slot map changed from
+//! before the claim was sent until the round answered (the generation of
+//! [`super::vouch::Vouch`], bumped by every such event). Otherwise the claim is
+//! `rerouted` and takes a Postgres row.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -42,7 +52,20 @@ struct ShardAcks {
 #[derive(Debug)]
 struct Round {
     members: AtomicUsize,
-    acked: watch::Sender<Option<bool>>,
+    acked: watch::Sender<Option<Ack>>,
+}
+
+/// What a round says about the claims answered before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ack {
+    /// A replica acknowledged them.
+    Acked,
+    /// No replica did within `redis.wait_timeout`, or the round failed.
+    Short,
+    /// The round may have counted another server's writes: the two pools routed the
+    /// shard to different servers, or a connection was re-made or a slot map changed
+    /// since the claim was sent.
+    Rerouted,
 }
 
 impl Round {
@@ -56,11 +79,11 @@ impl Round {
 
 impl RedisStore {
     /// Whether a replica acknowledged the claim in `slot` this replica's primary just
-    /// answered: joins the shard's next round and waits for its `WAIT`. False when no
-    /// replica acknowledged within `redis.wait_timeout`, or the round failed.
-    pub(super) async fn acknowledged_in_round(&self, slot: u16) -> bool {
+    /// answered, sent when the generation of what is known was `since`: joins the
+    /// shard's next round and waits for its `WAIT`.
+    pub(super) async fn acknowledged_in_round(&self, slot: u16, since: u64) -> Ack {
         let Some(vouch) = &self.inner.vouch else {
-            return false;
+            return Ack::Short;
         };
         let shard = self.shard_of(slot);
         let acks = {
@@ -85,10 +108,13 @@ impl RedisStore {
         };
         acks.wake.notify_one();
         let acked = match answer.wait_for(Option::is_some).await {
-            Ok(acked) => acked.unwrap_or(false),
-            Err(_) => false,
+            Ok(acked) => acked.unwrap_or(Ack::Short),
+            Err(_) => Ack::Short,
         };
-        acked
+        match acked {
+            Ack::Acked if vouch.generation() != since => Ack::Rerouted,
+            acked => acked,
+        }
     }
 
     /// A shard's driver: takes each round that has members, sends its probe write and
@@ -105,10 +131,21 @@ impl RedisStore {
                 continue;
             }
             let acked = match &self.inner.replica_wait {
-                Some(wait) => wait.acked_after_probe(slot, &probe, 1).await,
-                None => false,
+                Some(wait) if !self.routed_alike(wait, slot) => Ack::Rerouted,
+                Some(wait) => match wait.acked_after_probe(slot, &probe, 1).await {
+                    true => Ack::Acked,
+                    false => Ack::Short,
+                },
+                None => Ack::Short,
             };
             round.acked.send_replace(Some(acked));
         }
+    }
+
+    /// Whether the claim connections and the `WAIT` connections send commands of
+    /// `slot` to one and the same server now.
+    fn routed_alike(&self, wait: &super::replicas::ReplicaWait, slot: u16) -> bool {
+        let claims = self.inner.lanes.route(slot);
+        claims.is_some() && claims == wait.route(slot)
     }
 }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use fred::prelude::{Client, ClientLike, Error as FredError, Value};
 
+use super::acks::Ack;
 use super::vouch::{Keeping, Vouched};
 use super::{channel, decode_record_reply, millis, Acquired, Record, RedisStore};
 use crate::idempotency::{Claim, Fingerprint, StoredRecord};
@@ -59,6 +60,9 @@ impl RedisStore {
             ]
         };
         let marker = self.vouch_after().is_some();
+        // Before the claim is sent: a connection re-made or a slot map changed from here
+        // on voids its round ([`super::acks`]).
+        let since = self.inner.vouch.as_ref().map_or(0, |v| v.generation());
         let started = Instant::now();
         let slot = super::slots::slot(key);
         let client = self.inner.lanes.for_key(key);
@@ -71,7 +75,7 @@ impl RedisStore {
         match decode_record_reply("claim", reply)? {
             Record::Acquired(mut acquired) => {
                 if self.inner.vouch.is_some() {
-                    acquired.vouched = match self.kept(slot).await {
+                    acquired.vouched = match self.kept(slot, since).await {
                         Ok(()) => Vouched::Kept,
                         Err(why) => Vouched::Unvouched(why),
                     };
@@ -93,13 +97,13 @@ impl RedisStore {
         }
     }
 
-    /// Whether Redis keeps a vouched claim its primary just acquired in `slot`: the
-    /// primary fsyncs every write and, where it has replicas, one acknowledged the claim
-    /// within `redis.wait_timeout` (in a round: [`super::acks`]). Else why not. A round
-    /// no replica acknowledged marks its shard (as a completion's short `WAIT` does): its
-    /// claims take a Postgres row without waiting until the probe sees a replica
-    /// acknowledge again.
-    async fn kept(&self, slot: u16) -> Result<(), &'static str> {
+    /// Whether Redis keeps a vouched claim its primary just acquired in `slot`, sent at
+    /// generation `since`: the primary fsyncs every write and, where it has replicas,
+    /// one acknowledged the claim within `redis.wait_timeout` (in a round:
+    /// [`super::acks`]). Else why not. A round no replica acknowledged marks its shard
+    /// (as a completion's short `WAIT` does): its claims take a Postgres row without
+    /// waiting until the probe sees a replica acknowledge again.
+    async fn kept(&self, slot: u16, since: u64) -> Result<(), &'static str> {
         let keeping = (self.inner.vouch.as_ref()).map_or(Keeping::No, |v| v.of(slot));
         match keeping {
             Keeping::No => Err("no_fsync"),
@@ -108,8 +112,10 @@ impl RedisStore {
                 let Some(wait) = self.inner.replica_wait.as_ref().filter(|w| w.waits(slot)) else {
                     return Err("wait_short");
                 };
-                if self.acknowledged_in_round(slot).await {
-                    return Ok(());
+                match self.acknowledged_in_round(slot, since).await {
+                    Ack::Acked => return Ok(()),
+                    Ack::Rerouted => return Err("rerouted"),
+                    Ack::Short => {}
                 }
                 let shard = || {
                     let shard = self.shard_of(slot);

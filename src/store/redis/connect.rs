@@ -59,11 +59,25 @@ pub fn fred_config(config: &RedisConfig) -> Result<FredConfig, FredError> {
     Ok(fred)
 }
 
+/// Whether fred may send a command again: after a `MOVED`/`ASK`, or on a new
+/// connection when the one it was in flight on closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resends {
+    /// The main pool: a claim or a read re-sent elsewhere is the same command.
+    Allowed,
+    /// The `WAIT` connections ([`super::replicas`]): `WAIT` counts the acknowledgements
+    /// of the writes of *its* connection, so a `WAIT` re-sent on a new connection, or
+    /// sent to another node than the write before it, has nothing to wait for and
+    /// answers at once with every replica: a false acknowledgement. Each command is
+    /// written once, to the node fred's map names; anything else fails it.
+    Never,
+}
+
 /// A pool of `size` clients for `config`, not yet connected: the command timeout, the
 /// connection timeouts, the unresponsive-connection check and the reconnect policy of
 /// every pool the store keeps (the main one, and the `WAIT` connections of
 /// [`super::replicas`]).
-pub fn build_pool(config: &RedisConfig, size: usize) -> Result<Pool, FredError> {
+pub fn build_pool(config: &RedisConfig, size: usize, resends: Resends) -> Result<Pool, FredError> {
     Builder::from_config(fred_config(config)?)
         .with_performance_config(|p| p.default_command_timeout = config.command_timeout)
         .with_connection_config(|c| {
@@ -84,8 +98,12 @@ pub fn build_pool(config: &RedisConfig, size: usize) -> Result<Pool, FredError> 
             // attempts above the redirections, a command redirected until fred gives up
             // fails with "Too many redirections": it ran nowhere, and the claim path
             // sends it again once the slot has moved (`claim::slot_migrating`).
-            c.max_redirections = MAX_REDIRECTIONS;
-            c.max_command_attempts = MAX_REDIRECTIONS + RECONNECT_ATTEMPTS;
+            (c.max_redirections, c.max_command_attempts) = match resends {
+                Resends::Allowed => (MAX_REDIRECTIONS, MAX_REDIRECTIONS + RECONNECT_ATTEMPTS),
+                // fred still re-reads the slot map after a `MOVED` before failing the
+                // command: the next one goes to the new owner.
+                Resends::Never => (0, 1),
+            };
         })
         .set_policy(ReconnectPolicy::new_constant(0, 100))
         .build_pool(size)
@@ -131,7 +149,7 @@ mod tests {
     fn pools_turn_nagle_off_and_keep_the_size_asked() {
         let c = redis("[redis]\n");
         assert_eq!(c.pool_size, 4, "the default: four pipelined connections");
-        let pool = build_pool(&c, 3).unwrap();
+        let pool = build_pool(&c, 3, Resends::Allowed).unwrap();
         assert_eq!(pool.size(), 3);
         assert_eq!(pool.connection_config().tcp.nodelay, Some(true));
         let conn = pool.connection_config();

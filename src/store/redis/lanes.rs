@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use fred::interfaces::{ClusterInterface as _, EventInterface as _};
-use fred::prelude::{Client, ClientLike, Pool};
+use fred::prelude::{Client, ClientLike, Pool, Server};
 
 use super::slots::SLOTS;
 
@@ -111,6 +111,12 @@ impl Lanes {
         }
     }
 
+    /// The server the pool sends commands of `slot` to now, if its clients agree
+    /// ([`route`]).
+    pub fn route(&self, slot: u16) -> Option<Server> {
+        route(&self.pool, slot, self.cluster)
+    }
+
     /// The pool behind the lanes.
     pub fn pool(&self) -> &Pool {
         &self.pool
@@ -143,6 +149,32 @@ impl Lanes {
         }
         self.for_slot(super::slots::slot(key))
     }
+}
+
+/// The server every client of `pool` sends a command of `slot` to now: in a cluster,
+/// the primary each client's slot map names; otherwise the server each client is
+/// connected to. `None` when two clients disagree, or none knows (all reconnecting).
+/// Clients that are reconnecting have no say: their next connection is an event
+/// ([`on_events`]).
+pub(super) fn route(pool: &Pool, slot: u16, cluster: bool) -> Option<Server> {
+    let mut agreed: Option<Server> = None;
+    for client in pool.clients() {
+        let servers = match cluster {
+            true => (client.cached_cluster_state())
+                .and_then(|r| r.get_server(slot).cloned())
+                .into_iter()
+                .collect(),
+            false => client.active_connections(),
+        };
+        for server in servers {
+            match &agreed {
+                Some(a) if *a != server => return None,
+                Some(_) => {}
+                None => agreed = Some(server),
+            }
+        }
+    }
+    agreed
 }
 
 /// The primaries of the first client of `pool` that knows the cluster's slot map (one

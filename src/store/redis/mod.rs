@@ -163,7 +163,8 @@ impl RedisStore {
         config: &RedisConfig,
         quarantine: Option<Duration>,
     ) -> Result<Self, FredError> {
-        let pool = self::connect::build_pool(config, config.pool_size)?;
+        let pool =
+            self::connect::build_pool(config, config.pool_size, self::connect::Resends::Allowed)?;
         // Lanes listen for (re)connections before the first one.
         let lanes = Lanes::new(pool, config.mode == RedisMode::Cluster);
         let pool = lanes.pool();

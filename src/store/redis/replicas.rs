@@ -14,9 +14,12 @@
 //! replication. A write acknowledged by `n` replicas survives the loss of the primary
 //! when one of them is promoted (Redis Cluster and Sentinel prefer the most up-to-date
 //! replica); a short `WAIT` is counted (`idemgate_redis_wait_short_total`), logged, and
-//! the client is answered anyway. If the connection drops between the script and the
-//! `WAIT`, fred re-sends the `WAIT` on a new connection, where it has no writes to wait
-//! for and answers at once.
+//! the client is answered anyway. `WAIT` vouches only for the writes before it on its
+//! own connection, so these connections never re-send a command
+//! ([`super::connect::Resends::Never`]): a connection that drops between the script and
+//! the `WAIT`, or a `MOVED` that would send the script to another node than its `WAIT`,
+//! fails the pipeline, which counts as short (below), instead of a `WAIT` answered at
+//! once by a connection that wrote nothing.
 //!
 //! A shard whose replicas stopped acknowledging is not waited for. `WAIT` blocks its
 //! connection, and the commands pipelined behind it wait in Redis, which cannot cancel
@@ -76,7 +79,7 @@ impl ReplicaWait {
             return Ok(None);
         }
         let size = config.pool_size.max(MIN_WAIT_CONNECTIONS);
-        let pool = super::connect::build_pool(config, size)?;
+        let pool = super::connect::build_pool(config, size, super::connect::Resends::Never)?;
         let lanes = Lanes::new(pool, config.mode == crate::config::RedisMode::Cluster);
         lanes.pool().connect();
         // Not awaited: the main pool's start-up already says whether Redis answers.
@@ -239,6 +242,12 @@ impl ReplicaWait {
     /// Closes the connections.
     pub async fn quit(&self) {
         let _ = self.lanes.pool().quit().await;
+    }
+
+    /// The server these connections send commands of `slot` to now, if they agree
+    /// ([`super::lanes::route`]).
+    pub(super) fn route(&self, slot: u16) -> Option<fred::prelude::Server> {
+        self.lanes.route(slot)
     }
 
     /// The `WAIT` connections (for the sentinel watch's check of where they point).

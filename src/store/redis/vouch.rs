@@ -279,6 +279,19 @@ impl RedisStore {
             vouch.forget();
         }
     }
+
+    /// [`Self::forget_vouching`] whenever a connection of the claim pool or of the
+    /// `WAIT` connections is (re)made or sees the cluster's map change: another server
+    /// may answer either now, and rounds in flight no longer count
+    /// ([`super::acks`]). One task per client, until it closes.
+    pub fn forget_vouching_on_changes(&self) {
+        let redis = self.clone();
+        self.on_topology_change(move |_| redis.forget_vouching());
+        if let Some(wait) = &self.inner.replica_wait {
+            let redis = self.clone();
+            super::lanes::on_events(wait.pool(), move |_| redis.forget_vouching());
+        }
+    }
 }
 
 /// `CONFIG GET appendonly appendfsync maxmemory-policy`'s pairs and `INFO

@@ -38,8 +38,7 @@ impl Stores {
         }
         if self.0.redis.vouch_quarantine().is_some() {
             // Another server may answer now: nothing it runs is assumed until read.
-            let redis = self.0.redis.clone();
-            (self.0.redis).on_topology_change(move |_| redis.forget_vouching());
+            self.0.redis.forget_vouching_on_changes();
         }
         if let (Some((every, batch)), Some(_)) = (reap, &self.0.postgres) {
             let stores = self.clone();

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::support::holdproxy::HoldProxy;
 use crate::support::{
     config, eventually, keyed_post, read, MockUpstream, PgServer, RedisServer, TestApp,
 };
@@ -21,7 +22,12 @@ fn fsyncing_redis() -> RedisServer {
 
 /// A replica of `primary`, run as vouched claims rely on, once it follows the primary.
 async fn replica_of(primary: &RedisServer) -> RedisServer {
-    let port = primary.port.to_string();
+    replica_via(primary, primary.port).await
+}
+
+/// A replica of `primary` that connects to it at `port` (a proxy's).
+async fn replica_via(primary: &RedisServer, port: u16) -> RedisServer {
+    let port = port.to_string();
     let mut args = idemgate_fleet::DURABLE_REDIS.to_vec();
     args.extend(["--replicaof", "127.0.0.1", &port]);
     let replica = RedisServer::start_with(&args);
@@ -281,5 +287,59 @@ async fn concurrent_claims_share_their_replica_acknowledgements() {
     assert!(
         (1..100).contains(&rounds),
         "100 concurrent claims acknowledged in {rounds} WAITs"
+    );
+}
+
+/// A round vouches only for the server its claims were written to: a claim whose round
+/// was cut short by its connections being re-made to another server behind the same
+/// address (a failover), where the round's probe and `WAIT` could be answered at once,
+/// takes a Postgres row.
+#[tokio::test]
+async fn a_round_cut_short_by_a_switch_of_server_vouches_for_nothing() {
+    let (a, b, pg, up) = (
+        fsyncing_redis(),
+        fsyncing_redis(),
+        PgServer::start(),
+        MockUpstream::start().await,
+    );
+    // A's replica follows through a proxy that can hold the stream: A's rounds wait.
+    let link = HoldProxy::start(([127, 0, 0, 1], a.port).into()).await;
+    let _a_replica = replica_via(&a, link.port).await;
+    let _b_replica = replica_of(&b).await;
+    let front = HoldProxy::start(([127, 0, 0, 1], a.port).into()).await;
+    let mut cfg = config(
+        &format!("redis://127.0.0.1:{}", front.port),
+        &up.url(),
+        &pg.section("claims = \"vouched\""),
+    );
+    cfg.redis.command_timeout = Duration::from_secs(3);
+    cfg.redis.wait_timeout = Duration::from_secs(2);
+    let app = TestApp::spawn(cfg).await;
+    up.set_delay(Duration::from_millis(1000));
+    let leased_during = async |key: &str, switch: bool| {
+        let during = async {
+            if switch {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                // A's clients are cut; they come back through the front to B.
+                front.retarget(([127, 0, 0, 1], b.port).into());
+                a.cli(&["CLIENT", "KILL", "TYPE", "normal"]);
+            }
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            leased_rows(&pg).await
+        };
+        let ((status, _), leased) = tokio::join!(post(&app, key), during);
+        assert_eq!(status, 201, "{key}");
+        leased
+    };
+    let kept = eventually(Duration::from_secs(10), async || {
+        leased_during(&format!("first-{}", uuid::Uuid::new_v4()), false).await == 0
+    })
+    .await;
+    assert!(kept, "A and its replica vouch for claims");
+    link.hold(true);
+    assert_eq!(
+        leased_during("switched", true).await,
+        1,
+        "the claim was written to A; B's replica acknowledging B's probe says nothing of it"
     );
 }

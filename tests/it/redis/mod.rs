@@ -13,6 +13,7 @@ mod sentinel_partition;
 mod shard_warmth;
 mod topologies;
 mod unacked_replicas;
+mod wait_connection;
 
 use std::time::Duration;
 

@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 pub struct HoldProxy {
     pub port: u16,
     hold: watch::Sender<bool>,
+    target: watch::Sender<SocketAddr>,
     accept: JoinHandle<()>,
 }
 
@@ -21,15 +22,28 @@ impl HoldProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let (hold, watcher) = watch::channel(false);
+        let (target, to) = watch::channel(target);
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                let target = *to.borrow();
                 let Ok(server) = TcpStream::connect(target).await else {
                     continue;
                 };
                 tokio::spawn(connection(client, server, watcher.clone()));
             }
         });
-        Self { port, hold, accept }
+        Self {
+            port,
+            hold,
+            target,
+            accept,
+        }
+    }
+
+    /// New connections go to `target` from now on (those open stay where they are): a
+    /// failover behind one address.
+    pub fn retarget(&self, target: SocketAddr) {
+        self.target.send_replace(target);
     }
 
     /// A handle that holds or releases like [`Self::hold`], for a task of its own.
