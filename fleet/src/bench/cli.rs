@@ -4,11 +4,13 @@
 //! ```text
 //! bench ports                                  the fixed ports, as JSON
 //! bench start redis|redis-cluster|patroni|postgres|upstream|nginx|peer
+//!                                              (`redis`: the primary and its replica)
 //! bench start haproxy REPLICAS [--rolling]   (drained by its runtime API, keyed retries)
 //! bench start gateways REPLICAS [--log LEVEL] [--redis-only] [--redis-cluster] [--toml TEXT]
 //!       [--env KEY=VALUE]... [--replica-env I:KEY=VALUE]... [--replica-redis-only I]...
 //!       [--only I]                             (replica I only, the others left running)
 //! bench stop NAME...                           (`gateways` = every replica,
+//!                                              `redis` = the primary and its replica,
 //!                                              `redis-cluster` = every cluster node,
 //!                                              `patroni` = etcd and every node)
 //! bench patroni-replication sync|async         switch the running Patroni set
@@ -37,7 +39,7 @@ pub(super) fn running_json(bench: &Bench) -> String {
 fn ports_json() -> String {
     format!(
         "{{\"upstream\": {}, \"nginx\": {}, \"haproxy\": {}, \"haproxy_admin\": {}, \"peer\": {}, \"redis\": {}, \
-         \"postgres\": {}, \"gateway_base\": {}, \"admin_base\": {}, \"redis_cluster\": {:?}, \
+         \"redis_replica\": {}, \"postgres\": {}, \"gateway_base\": {}, \"admin_base\": {}, \"redis_cluster\": {:?}, \
          \"patroni_pg\": {:?}, \"patroni_rest\": {:?}, \"patroni_etcd\": {:?}, \"patroni_url\": \"{}\"}}",
         ports::UPSTREAM,
         ports::NGINX,
@@ -45,6 +47,7 @@ fn ports_json() -> String {
         ports::HAPROXY_ADMIN,
         ports::PEER,
         ports::REDIS,
+        ports::REDIS_REPLICA,
         ports::POSTGRES,
         ports::gateway(0),
         ports::admin(0),
@@ -216,6 +219,8 @@ mod tests {
         assert!(p.contains("\"patroni_pg\": [15491, 15492, 15493], "), "{p}");
         let v: serde_json::Value = serde_json::from_str(&p).unwrap();
         assert_eq!(v["patroni_etcd"][0], 12379);
+        assert_eq!(v["redis"], 16390);
+        assert_eq!(v["redis_replica"], 16394);
         assert!(v["patroni_url"]
             .as_str()
             .unwrap()

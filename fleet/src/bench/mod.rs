@@ -4,10 +4,12 @@
 //! replicas between rows while the stores keep running. The driver only measures; every
 //! process it measures is started here:
 //!
-//! - `redis`: no persistence, `noeviction`, every per-slot warmth marker two days
-//!   in the past, written by this server process (older than the longest ttl; [`warm`]), so
-//!   that `lookup_on_miss = "when_cold"` counts Redis as warm, and 4.3 M expiring filler
-//!   keys (a busy production Redis, whose hash tables do not grow during the rows);
+//! - `redis`: as vouched claims rely on it (the AOF fsync'd before every reply,
+//!   `noeviction`) with one replica, `redis-replica` ([`durable_redis`]); every per-slot
+//!   warmth marker two days in the past, written by this server process (older than the
+//!   longest ttl; [`warm`]), so that `lookup_on_miss = "when_cold"` counts Redis as warm,
+//!   and 4.3 M expiring filler keys (a busy production Redis, whose hash tables do not
+//!   grow during the rows);
 //! - `redis-cluster`: three empty primaries `redis-shard-1..3` ([`cluster`]), for the
 //!   rows that run on Redis Cluster (`redis.mode = "cluster"`);
 //! - `patroni`: etcd and three Patroni nodes with synchronous replication
@@ -29,6 +31,7 @@
 
 mod cli;
 mod cluster;
+mod durable_redis;
 mod gateway_config;
 mod h2c_load;
 mod patroni;
@@ -45,7 +48,6 @@ use crate::haproxy::binary as haproxy_bin;
 use crate::local::daemon::{launch, pid_alive, read_pid, wait_exit};
 use crate::local::pg::Cluster;
 use crate::net::{http_status, port_open};
-use crate::redis::{answers_ping, command as redis_command};
 pub use cli::main;
 pub use gateway_config::{GatewayOptions, Ports};
 
@@ -58,6 +60,8 @@ pub mod ports {
     /// HAProxy's runtime API (admin level), when started for a rolling restart.
     pub const HAPROXY_ADMIN: u16 = 18004;
     pub const REDIS: u16 = 16390;
+    /// The replica of [`REDIS`] (it acknowledges vouched claims: `WAIT 1`).
+    pub const REDIS_REPLICA: u16 = 16394;
     /// The three primaries of the bench's Redis Cluster (bus ports + 10000).
     pub const REDIS_CLUSTER: [u16; 3] = [16391, 16392, 16393];
     pub const POSTGRES: u16 = 15490;
@@ -93,7 +97,7 @@ pub struct Bench {
 /// What a part's program is called in `/proc/PID/cmdline` (guards against pid reuse).
 fn program(name: &str) -> &str {
     match name {
-        n if n == "redis" || cluster::is_shard(n) => "redis-server",
+        n if durable_redis::is_part(n) || cluster::is_shard(n) => "redis-server",
         "upstream" => "demo-upstream",
         "peer" => "idempotent-proxy-server",
         n if n.starts_with("gw-") => "idemgate",
@@ -183,24 +187,6 @@ impl Bench {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        Ok(())
-    }
-
-    /// Redis, with every per-slot warmth marker backdated two days (see [`warm`]).
-    pub fn start_redis(&self) -> Res {
-        let dir = self.state.join("redis");
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let mut cmd = redis_command(ports::REDIS, &dir);
-        cmd.args(["--maxmemory-policy", "noeviction", "--daemonize", "no"]);
-        self.start("redis", &[ports::REDIS], &mut cmd, || {
-            answers_ping(ports::REDIS)
-        })?;
-        let since_ms = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH))
-            .map_err(|e| e.to_string())?
-            .as_millis()
-            - 2 * 86_400_000;
-        warm::backdate_markers(ports::REDIS, "idemgate", since_ms)?;
-        warm::fill(ports::REDIS, warm::FILLER_KEYS)?;
         Ok(())
     }
 
@@ -390,8 +376,8 @@ impl Bench {
         })
     }
 
-    /// Stops the named parts (`gateways` names every replica, `redis-cluster` every
-    /// cluster node, any part of the Patroni set the whole set): SIGTERM (SIGINT, a fast
+    /// Stops the named parts (`gateways` names every replica, `redis` the bench's Redis
+    /// and its replica, `redis-cluster` every cluster node, any part of the Patroni set the whole set): SIGTERM (SIGINT, a fast
     /// shutdown, for postgres), then SIGKILL after 10 s.
     pub fn stop(&self, names: &[String]) {
         if names.iter().any(|n| patroni::is_part(n)) {
@@ -404,6 +390,7 @@ impl Bench {
             names.iter().any(|w| {
                 w == n
                     || (w == "gateways" && n.starts_with("gw-"))
+                    || (w == "redis" && durable_redis::is_part(n))
                     || (w == "redis-cluster" && cluster::is_shard(n))
             })
         };
@@ -428,7 +415,10 @@ impl Bench {
     pub fn down(&self) {
         let all: Vec<String> = self.running().into_iter().map(|(n, _)| n).collect();
         let (stores, front): (Vec<String>, Vec<String>) = all.into_iter().partition(|n| {
-            n == "redis" || n == "postgres" || cluster::is_shard(n) || patroni::is_part(n)
+            durable_redis::is_part(n)
+                || n == "postgres"
+                || cluster::is_shard(n)
+                || patroni::is_part(n)
         });
         self.stop(&front);
         self.stop(&stores);

@@ -238,6 +238,7 @@ mod tests {
             super::super::ports::UPSTREAM,
             super::super::ports::HAPROXY,
             super::super::ports::REDIS,
+            super::super::ports::REDIS_REPLICA,
             super::super::ports::POSTGRES,
             crate::local::REDIS_PORT,
             crate::local::PG_PORT,
