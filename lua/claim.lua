@@ -34,8 +34,11 @@
 -- replica that acknowledged them) and goes with what loses them (a flush, a restart
 -- without the AOF, a new server). The gateway writes "0" into every slot once, when a
 -- deployment first uses vouched claims (src/store/redis/vouch.rs).
--- ARGV[7] (with KEYS[4]): the quarantine in ms.
--- Reply: {"A", fence, marker_age_ms} acquired (age 0 without KEYS[3]) |
+-- ARGV[7] (with KEYS[4]): the quarantine in ms. ARGV[8] (vouched claims): how long
+-- the record outlives its lease (l, record.lua), so that a lease that ran out with no
+-- completion is seen as lapsed and taken over knowingly, as a Postgres row would be.
+-- Reply: {"A", fence, marker_age_ms[, 1]} acquired (age 0 without KEYS[3]; 1: it took
+-- over a lease that had lapsed) |
 --        {"Y", remaining_ms[, since]} the key is absent from a slot that lost its data
 --        lately: treat it as in flight for that long (nothing written); `since` when
 --        this claim found the marker missing and set it (the gateway then sets the
@@ -87,6 +90,38 @@ local function epoch_age(now_us)
   end
   return now_ms - since, nil
 end
+-- Takes the lease: a new record under this token (`lapsed`: it replaces a lease that
+-- ran out with no completion). Fencing token: grows per key across takeovers, and
+-- across a lost fence key too (it is at least Redis' clock in microseconds; takeovers
+-- are a lease apart). max(previous + 1, now): the clock is written with SET ... GET
+-- (Redis 6.2+), and only if it is not past the previous token (a clock behind it)
+-- written again.
+local function acquire(now_us, lapsed)
+  local ns = '0'
+  if ARGV[4] == 'clock' then
+    -- Vouched claims: Redis' clock alone, no fence key to write, replicate and fsync.
+    -- It grows across takeovers, which are a lease apart, unless the clock of the
+    -- server that answers steps back by more than a lease.
+    now_us = now_us or clock_us()
+    ns = string.format('%d', now_us)
+  elseif ARGV[4] ~= '0' then
+    now_us = now_us or clock_us()
+    ns = string.format('%d', now_us)
+    local prev = redis.call('SET', KEYS[2], ns, 'PX', ARGV[4], 'GET')
+    if prev and tonumber(prev) >= now_us then
+      ns = string.format('%d', tonumber(prev) + 1)
+      redis.call('SET', KEYS[2], ns, 'PX', ARGV[4])
+    end
+  end
+  -- Vouched claims (ARGV[8]): the record outlives its lease by l ms (record.lua).
+  local l = ARGV[8]
+  rec_put(rec, ARGV[6] == 'hash', false, 'L', false, ARGV[1], ARGV[2], ns, l,
+    tonumber(ARGV[3]) + (tonumber(l) or 0))
+  if lapsed then
+    return {'A', ns, marker_age(now_us), 1}
+  end
+  return {'A', ns, marker_age(now_us)}
+end
 local v = rec_get(rec)
 if not v then
   -- A slot whose epoch marker is younger than the quarantine (ARGV[7]) lost its data
@@ -104,29 +139,7 @@ if not v then
       return {'Y', tonumber(ARGV[7]) - age}
     end
   end
-  -- Fencing token: grows per key across takeovers, and across a lost fence key too
-  -- (it is at least Redis' clock in microseconds; takeovers are a lease apart).
-  -- max(previous + 1, now): the clock is written with SET ... GET (Redis 6.2+), and
-  -- only if it is not past the previous token (a clock behind it) written again.
-  local now_us = t0
-  local ns = '0'
-  if ARGV[4] == 'clock' then
-    -- Vouched claims: Redis' clock alone, no fence key to write, replicate and fsync.
-    -- It grows across takeovers, which are a lease apart, unless the clock of the
-    -- server that answers steps back by more than a lease.
-    now_us = now_us or clock_us()
-    ns = string.format('%d', now_us)
-  elseif ARGV[4] ~= '0' then
-    now_us = now_us or clock_us()
-    ns = string.format('%d', now_us)
-    local prev = redis.call('SET', KEYS[2], ns, 'PX', ARGV[4], 'GET')
-    if prev and tonumber(prev) >= now_us then
-      ns = string.format('%d', tonumber(prev) + 1)
-      redis.call('SET', KEYS[2], ns, 'PX', ARGV[4])
-    end
-  end
-  rec_put(rec, ARGV[6] == 'hash', false, 'L', false, ARGV[1], ARGV[2], ns, nil, ARGV[3])
-  return {'A', ns, marker_age(now_us)}
+  return acquire(t0, nil)
 end
 if v.f ~= ARGV[1] then
   return {'M'}
@@ -138,10 +151,19 @@ if v.t == ARGV[2] then
   -- Our own claim, re-sent after a dropped connection: still ours.
   return {'A', v.n, marker_age(nil)}
 end
+local left, lapsed = lease_left(rec, v)
+if lapsed then
+  -- Its holder went away mid-call: taken over, and the reply says so (the gateway then
+  -- settles the key as an unknown outcome rather than running it again, `on_ambiguous`).
+  if v.hash then
+    redis.call('DEL', rec)
+  end
+  return acquire(nil, 1)
+end
 -- Told "in flight": this caller may wait for the holder. Marked in the same atomic step,
 -- so a completion or release after this reply publishes (a waiter subscribes before it
 -- claims), and one before it was seen by this claim.
 if not v.w then
   rec_mark_waited(rec, v)
 end
-return {'I', redis.call('PTTL', rec)}
+return {'I', left}

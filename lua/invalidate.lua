@@ -3,7 +3,7 @@
 -- KEYS[1] record key, KEYS[2] (optional) its live stream, deleted with the record (its
 -- joiners find no record and are cut); ARGV[1] "1" to delete a leased record too (force), else "0".
 -- Either layout (record.lua, prepended).
--- Reply: {"D"} deleted (completed, or leased and forced) | {"L", remaining_ms} leased,
+-- Reply: {"D"} deleted (completed, lapsed, or leased and forced) | {"L", remaining_ms} leased,
 -- nothing deleted | {"A"} absent.
 local rec = KEYS[1]
 local v = rec_get(rec)
@@ -11,7 +11,11 @@ if not v then
   return {'A'}
 end
 if v.s ~= 'C' and ARGV[1] ~= '1' then
-  return {'L', redis.call('PTTL', rec)}
+  -- A lapsed lease needs no force: its holder went away mid-call.
+  local left, lapsed = lease_left(rec, v)
+  if not lapsed then
+    return {'L', left}
+  end
 end
 redis.call('DEL', rec)
 if KEYS[2] then

@@ -14,4 +14,5 @@ end
 if v.s == 'C' then
   return {'C', v.r, redis.call('PTTL', KEYS[1])}
 end
-return {'I', redis.call('PTTL', KEYS[1])}
+-- A lapsed lease reads as in flight for 0 ms: the next claim takes it over.
+return {'I', (lease_left(KEYS[1], v))}

@@ -9,7 +9,10 @@
 --           f fingerprint (32 raw bytes from the gateway), t lock token, n fencing token
 --           (decimal; "0" when the claim kept no fence key, empty for a record completed
 --           after it had expired)
---   then    r the encoded response, to the end (empty while leased).
+--   then    r the encoded response, to the end; while leased, empty, or (vouched claims)
+--           l: how long, in ms, the record outlives its lease (decimal), so that a lease
+--           that ran out with no completion is still seen, as lapsed, for that long.
+--           The key then expires l ms after its lease ends; a heartbeat keeps that.
 -- Layout 2 (the previous release): a hash {s, f, t, n, r, w}, same meanings. Read here
 -- too: GET answers WRONGTYPE (redis.pcall: an error table) only for such a record, and
 -- only then is it read with HMGET. It is written (`redis.record_format = "hash"`, an
@@ -21,6 +24,9 @@ local function rec_get(k)
     local h = redis.call('HMGET', k, 's', 'f', 't', 'n', 'w', 'r')
     if not h[1] then
       return nil
+    end
+    if h[1] ~= 'C' then
+      return {s = h[1], f = h[2], t = h[3], n = h[4], w = h[5], l = tonumber(h[6]), hash = true}
     end
     return {s = h[1], f = h[2], t = h[3], n = h[4], w = h[5], r = h[6], hash = true}
   end
@@ -35,8 +41,23 @@ local function rec_get(k)
     t = sub(v, a + 1, b - 1), n = sub(v, b + 1, c - 1)}
   if rec.s == 'C' then
     rec.r = sub(v, c)
+  elseif c <= #v then
+    rec.l = tonumber(sub(v, c))
   end
   return rec
+end
+-- A leased record's lease: the ms left, and whether it lapsed (ran out with no
+-- completion, remembered for l ms after: only records that carry l can say so).
+local function lease_left(k, rec)
+  local pttl = redis.call('PTTL', k)
+  if not rec.l then
+    return pttl, false
+  end
+  local left = pttl - rec.l
+  if left <= 0 then
+    return 0, true
+  end
+  return left, false
 end
 -- Writes a whole record with its expiry (ttl ms): one string, or a hash when `hash`
 -- (`was_string`: the key holds a string record to be replaced).

@@ -114,7 +114,11 @@ fn start_metrics(first: bool) -> PrometheusHandle {
 /// itself: an eviction policy that may evict leases, a cluster that stops every
 /// shard while one is down.
 async fn connect_redis(config: &Config) -> anyhow::Result<RedisStore> {
-    let redis = RedisStore::connect_vouching(&config.redis, config.vouch_quarantine()).await?;
+    let redis = RedisStore::connect_vouching(
+        &config.redis,
+        (config.vouch_quarantine()).map(|q| (q, config.longest_ttl())),
+    )
+    .await?;
     match redis.maxmemory_policy().await {
         Ok(policy) if policy != "noeviction" => tracing::warn!(
             policy,

@@ -248,10 +248,9 @@ fn completer_sigkill_no_retry() {
 #[test]
 #[ignore = "chaos: make chaos"]
 fn replica_killed_with_sigkill() {
-    run(
-        "replica SIGKILLed holding leases",
-        scenarios::replica_sigkill,
-    );
+    run("replica SIGKILLed holding leases", |n| {
+        scenarios::replica_sigkill(n, Postgres)
+    });
 }
 
 #[test]
@@ -297,10 +296,9 @@ fn upstream_resetting_after_acting_store() {
 #[test]
 #[ignore = "chaos: make chaos"]
 fn replica_paused_past_its_lease() {
-    run(
-        "replica SIGSTOPped past its lease, resumed",
-        scenarios::replica_sigstop,
-    );
+    run("replica SIGSTOPped past its lease, resumed", |n| {
+        scenarios::replica_sigstop(n, Postgres)
+    });
 }
 
 #[test]

@@ -24,7 +24,12 @@
 //! | 1 + len | fingerprint (32 raw bytes), after one byte holding its length |
 //! | 1 + len | lock token, likewise |
 //! | 1 + len | fencing token (decimal; `0` when the claim kept no fence key), likewise |
-//! | rest | the encoded response (empty while leased) |
+//! | rest | the encoded response; while leased, empty, or (vouched claims) how long the record outlives its lease, ms (decimal) |
+//!
+//! A leased record with that rest (the hash's `r` in layout 2) is remembered past its
+//! lease, so a lease that ran out with no completion is taken over knowingly. Readers
+//! without it (0.4.x, and 0.5.0 before vouched claims) ignore a leased record's rest and
+//! count it in flight until the key expires: later, never sooner.
 //!
 //! Layout 3 reads layout 2 (a `GET` answers `WRONGTYPE` only for a hash: then `HMGET`).
 //! The previous release reads hashes only, so layout 2 is still written while

@@ -197,11 +197,13 @@ impl Lease {
     }
 
     /// The fencing token, once a second tier issued the one that counts (write-through
-    /// claims: Postgres'), and whether Postgres found this lease following a lapsed one.
+    /// claims: Postgres'), and whether Postgres found this lease following a lapsed one
+    /// (added to what Redis said).
     pub(super) fn set_fence(&mut self, fence: i64, after_lapse: bool) {
         if let Some(held) = self.held.as_mut() {
             held.fence = fence;
-            held.after_lapse = after_lapse;
+            // Redis may have said so already (a vouched record outlives its lease).
+            held.after_lapse |= after_lapse;
         }
     }
 

@@ -193,8 +193,8 @@ async fn calls_in_flight(stack: &Stack, name: &str) -> (Running, f64) {
 /// them after the kill), so every key runs once, except a key whose upstream call acted
 /// just before the kill without its response being stored: that one may run again once
 /// its lease is gone ([`cut_at_the_kill`]; a takeover, by design).
-pub async fn replica_sigkill(name: String) -> Report {
-    let opts = Options::default();
+pub async fn replica_sigkill(name: String, d: Durability) -> Report {
+    let opts = options(d);
     let lease = humantime::parse_duration(&opts.lock_ttl).expect("lock_ttl");
     let mut stack = Stack::start(opts).await;
     let (mut run, in_flight) = calls_in_flight(&stack, &name).await;
@@ -489,13 +489,14 @@ pub async fn upstream_reset(name: String, on_ambiguous: &str) -> Report {
 /// A replica frozen with SIGSTOP past its lease while its upstream calls finish, then
 /// SIGCONT: another replica takes the keys over, and the frozen one's late completion
 /// must be refused (the stored response, in Redis and in Postgres, is the takeover's).
-pub async fn replica_sigstop(name: String) -> Report {
+pub async fn replica_sigstop(name: String, d: Durability) -> Report {
     // The heartbeat lets the upstream call (1.5 s) outlive the lease (1 s); frozen, the
     // replica stops extending it, and resumes 3.5 s later with the answer waiting.
     let (lock, latency, stop_at, frozen) = ("1s", 1500u64, 300u64, 3500u64);
     let opts = Options {
         lock_ttl: lock.into(),
         upstream_timeout: "10s".into(),
+        durability: d,
         ..Options::default()
     };
     if let Err(e) = config_accepted(&opts) {

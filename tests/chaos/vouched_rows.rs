@@ -1,7 +1,8 @@
 //! `claims = "vouched"` under the faults the durable mode must survive, every Redis
 //! server run as the mode relies on (AOF fsync'd before every reply, no eviction): a
 //! Redis restarted with and without its data, a Redis paused, a Cluster primary and a
-//! Sentinel primary lost, partitions of both claim paths (Redis kept, Postgres written
+//! Sentinel primary lost, a gateway replica killed or frozen past its leases (Redis
+//! remembers a lapsed lease, as Postgres' row does), partitions of both claim paths (Redis kept, Postgres written
 //! through where Redis cannot vouch), Postgres lost and switched over. Each row expects
 //! exactly once and nothing lost (`Durability::claims_durable`). `make chaos` runs them.
 
@@ -49,6 +50,12 @@ rows! {
     vouched_patroni_primary_lost:
         "patroni primary lost, synchronous [claims=vouched]" =>
         |n| pg_ha::row(n, Vouched, Sync, HostLoss);
+    vouched_replica_killed_holding_leases:
+        "replica SIGKILLed holding leases [claims=vouched]" =>
+        |n| scenarios::replica_sigkill(n, Vouched);
+    vouched_replica_frozen_past_its_lease:
+        "replica SIGSTOPped past its lease, resumed [claims=vouched]" =>
+        |n| scenarios::replica_sigstop(n, Vouched);
     vouched_patroni_switchover:
         "patroni switchover, synchronous [claims=vouched]" =>
         |n| pg_ha::row(n, Vouched, Sync, Switchover);

@@ -20,7 +20,9 @@ impl RedisStore {
     /// of the slot]` (the markers only where the mode uses them, the epoch marker with
     /// vouched claims). ARGV: `[fingerprint (32 bytes), lock token, lease ms, fence key
     /// ttl ms, vouch-after ms, record layout ("string" or "hash", `redis.record_format`),
-    /// quarantine ms]`. A `fence_ttl` of zero keeps no fence key: the reply's fence is
+    /// quarantine ms]`, and with vouched claims how long the record outlives its lease
+    /// (ms): a lease that ran out with no completion is then taken over knowingly
+    /// ([`Acquired::after_lapse`]). A `fence_ttl` of zero keeps no fence key: the reply's fence is
     /// then 0 (write-through claims, whose fencing token is Postgres'); vouched claims
     /// keep none either, their fence being Redis' clock.
     /// Reply: `{"A", fence, marker age ms}` acquired with its fencing token (age 0
@@ -43,7 +45,7 @@ impl RedisStore {
         fence_ttl: Duration,
     ) -> Result<Claim<Acquired, StoredRecord>, StoreError> {
         let args = || -> Vec<Value> {
-            vec![
+            let mut args: Vec<Value> = vec![
                 Bytes::copy_from_slice(fingerprint.as_bytes()).into(),
                 token.into(),
                 millis(lease).into(),
@@ -57,7 +59,11 @@ impl RedisStore {
                 (self.inner.vouch.as_ref())
                     .map_or(0, |v| millis(v.quarantine))
                     .into(),
-            ]
+            ];
+            if let Some(v) = &self.inner.vouch {
+                args.push(millis(v.remember).into());
+            }
+            args
         };
         let marker = self.vouch_after().is_some();
         // Before the claim is sent: a connection re-made or a slot map changed from here

@@ -15,7 +15,8 @@ impl RedisStore {
     /// Runs `lua/extend.lua`: the lease holder's heartbeat.
     ///
     /// KEYS: `[record key]`. ARGV: `[lock token, lease ms]`, and with vouched claims
-    /// `[fingerprint, fencing token, record layout]`: a lease Redis lost is written back.
+    /// `[fingerprint, fencing token, record layout, how long the record outlives its lease
+    /// ms]`: a lease Redis lost is written back.
     /// Reply: `1` extended, `2` written back, `0` the lease is not ours any more.
     pub async fn extend(
         &self,
@@ -31,6 +32,8 @@ impl RedisStore {
             args.push(Bytes::copy_from_slice(fingerprint.as_bytes()).into());
             args.push(fence.to_string().into());
             args.push(self.inner.record_format.into());
+            let remember = self.inner.vouch.as_ref().map_or(0, |v| millis(v.remember));
+            args.push(remember.into());
         }
         let reply: i64 = (self.inner.extend)
             .evalsha_with_reload(self.inner.lanes.for_key(key), key, args)

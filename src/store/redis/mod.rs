@@ -92,6 +92,9 @@ pub struct Acquired {
     /// Whether Redis keeps this claim durable (`claims = "vouched"`; else `NotAsked`),
     /// judged by [`RedisStore::claim`] from the primary's settings and the `WAIT`.
     pub vouched: Vouched,
+    /// It took over a lease that ran out with no completion (a record that outlives its
+    /// lease: vouched claims): its holder went away mid-call.
+    pub after_lapse: bool,
 }
 
 /// A record as Redis holds it, for the admin API.
@@ -156,12 +159,13 @@ impl RedisStore {
         Self::connect_vouching(config, None).await
     }
 
-    /// [`Self::connect`]; with `quarantine`, claims are vouched (`claims = "vouched"`),
-    /// and a slot that lost its data is not trusted alone for that long
-    /// ([`vouch::Vouch::quarantine`]).
+    /// [`Self::connect`]; with `vouching`, claims are vouched (`claims = "vouched"`): a
+    /// slot that lost its data is not trusted alone for the quarantine
+    /// ([`vouch::Vouch::quarantine`]), and a leased record outlives its lease by the
+    /// second duration ([`vouch::Vouch::remember`]).
     pub async fn connect_vouching(
         config: &RedisConfig,
-        quarantine: Option<Duration>,
+        vouching: Option<(Duration, Duration)>,
     ) -> Result<Self, FredError> {
         let pool =
             self::connect::build_pool(config, config.pool_size, self::connect::Resends::Allowed)?;
@@ -175,14 +179,14 @@ impl RedisStore {
                 "redis is not reachable yet; keyed requests answer 503 until it is");
         }
         lanes.refresh();
-        let replica_wait = ReplicaWait::connect(config, quarantine.is_some()).await?;
+        let replica_wait = ReplicaWait::connect(config, vouching.is_some()).await?;
         Ok(Self {
             inner: Arc::new(Inner {
                 lanes,
                 replica_wait,
-                vouch: quarantine.map(|q| {
+                vouch: vouching.map(|(quarantine, remember)| {
                     let replicas_expected = config.mode != RedisMode::Standalone;
-                    Vouch::new(&config.key_prefix, q, replicas_expected)
+                    Vouch::new(&config.key_prefix, quarantine, remember, replicas_expected)
                 }),
                 prefix: config.key_prefix.clone(),
                 markers: SlotMarkers::new(&config.key_prefix, "warm"),
@@ -429,10 +433,11 @@ pub(crate) fn decode_record_reply(
     };
     let tag = items.first().and_then(|v| v.as_bytes_str());
     match tag.as_deref() {
-        Some("A") if items.len() == 3 => Ok(Record::Acquired(Acquired {
+        Some("A") if items.len() == 3 || items.len() == 4 => Ok(Record::Acquired(Acquired {
             fence: (items[1].as_i64()).ok_or_else(|| bad("fence is not a number"))?,
             marker_age: ms(&items[2], "marker age is not a number")?,
             vouched: Vouched::NotAsked,
+            after_lapse: items.len() == 4,
         })),
         Some("Y") if items.len() == 2 || items.len() == 3 => Ok(Record::Young(
             ms(&items[1], "quarantine is not a number")?,

@@ -59,6 +59,9 @@ pub struct Vouch {
     /// flight: long enough for every holder of a lease the slot lost to have sent a
     /// heartbeat, which writes the lease back (`lua/extend.lua`).
     pub quarantine: Duration,
+    /// How long a leased record outlives its lease (the longest `ttl`), so that a lease
+    /// that ran out with no completion is taken over knowingly (`lua/claim.lua`).
+    pub remember: Duration,
 }
 
 /// How a slot's claims are made durable, as far as the probe knows.
@@ -75,7 +78,12 @@ pub enum Keeping {
 impl Vouch {
     /// `replicas_expected`: Sentinel and Cluster mode, where every primary is meant to
     /// have a replica that a failover may promote: claims always wait for one.
-    pub fn new(prefix: &str, quarantine: Duration, replicas_expected: bool) -> Self {
+    pub fn new(
+        prefix: &str,
+        quarantine: Duration,
+        remember: Duration,
+        replicas_expected: bool,
+    ) -> Self {
         Self {
             fsyncs: SlotSet::default(),
             epochs: SlotMarkers::new(prefix, "epoch"),
@@ -92,6 +100,7 @@ impl Vouch {
                 set
             },
             quarantine,
+            remember,
         }
     }
 
@@ -370,7 +379,7 @@ mod tests {
 
     #[test]
     fn a_forgotten_shard_vouches_for_nothing() {
-        let v = Vouch::new("p", Duration::from_secs(2), false);
+        let v = Vouch::new("p", Duration::from_secs(2), Duration::from_secs(9), false);
         assert_eq!(v.of(7), Keeping::No);
         let all = super::super::cold_slots::all_slots();
         let g = v.generation();
@@ -391,7 +400,7 @@ mod tests {
 
     #[test]
     fn sentinel_and_cluster_primaries_always_wait_for_a_replica() {
-        let v = Vouch::new("p", Duration::from_secs(2), true);
+        let v = Vouch::new("p", Duration::from_secs(2), Duration::from_secs(9), true);
         let all = super::super::cold_slots::all_slots();
         assert!(v.observe(v.generation(), &all, true, false));
         assert_eq!(v.of(7), Keeping::FsyncAndReplica);

@@ -95,8 +95,9 @@ impl Stores {
                 };
                 let through = written_through(acquired.vouched, write_through);
                 let pg_row = through.then(|| self.resend_row(route, &ask));
-                // Postgres may yet say it follows a lapsed lease (`after_redis_acquire`).
-                let lease = self.lease(route, ask, home, acquired.fence, false);
+                // Postgres may yet say it follows a lapsed lease (`after_redis_acquire`),
+                // if Redis did not (a vouched record outlives its lease).
+                let lease = self.lease(route, ask, home, acquired.fence, acquired.after_lapse);
                 self.after_redis_acquire(route, lease, acquired.marker_age, pg_row)
                     .await
             }

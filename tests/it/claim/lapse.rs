@@ -4,7 +4,9 @@
 //! retry that takes it over knows: with `on_ambiguous = "store"` (the default) it stores
 //! `upstream_outcome_unknown` and every retry replays it, so the key never runs twice;
 //! with `"release"` the retry runs it again. Concurrent retries store it once; the frozen
-//! holder, resumed, has its completion refused and answers the stored outcome.
+//! holder, resumed, has its completion refused and answers the stored outcome. The same
+//! holds with claims Redis vouches for (`claims = "vouched"`, no Postgres row): the
+//! record outlives its lease in Redis, and the claim that takes it over knows.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -29,18 +31,52 @@ fn routes(up: &MockUpstream) -> String {
     )
 }
 
-/// `[idempotency]` and `[postgres]` (write-through claims, the default) of every
-/// gateway here.
-fn stores_section(pg: &PgServer) -> String {
+/// `postgres.claims`: where the lease lives.
+#[derive(Clone, Copy)]
+enum Claims {
+    /// The default: a Postgres row per claim.
+    WriteThrough,
+    /// In a Redis that fsyncs every write, alone.
+    Vouched,
+}
+
+impl Claims {
+    fn redis(self) -> RedisServer {
+        match self {
+            Claims::WriteThrough => RedisServer::start(),
+            Claims::Vouched => RedisServer::start_with(idemgate_fleet::DURABLE_REDIS),
+        }
+    }
+
+    /// The leases in flight are where this mode keeps them: Postgres rows, or none.
+    async fn assert_where(self, pg: &PgServer) {
+        let rows = pg.count("state = 'leased'").await;
+        match self {
+            Claims::WriteThrough => assert!(rows > 0, "write-through leases are rows"),
+            Claims::Vouched => assert_eq!(rows, 0, "Redis keeps vouched leases alone"),
+        }
+    }
+}
+
+/// `[idempotency]` and `[postgres]` of every gateway here.
+fn stores_section(pg: &PgServer, claims: Claims) -> String {
+    let claims = match claims {
+        Claims::WriteThrough => "",
+        Claims::Vouched => "claims = \"vouched\"",
+    };
     format!(
         "[idempotency]\nanonymous = \"shared\"\nreplay_set_cookie = true\nlock_ttl = \"{}ms\"\n{}",
         LOCK_TTL.as_millis(),
-        pg.section("")
+        pg.section(claims)
     )
 }
 
 /// The replica that goes away: an `idemgate serve` process.
-async fn doomed(dir: &Path, redis: &RedisServer, pg: &PgServer, up: &MockUpstream) -> Replica {
+async fn doomed(
+    dir: &Path,
+    (redis, pg, up): (&RedisServer, &PgServer, &MockUpstream),
+    claims: Claims,
+) -> Replica {
     let toml = format!(
         "[replay_cache]\nmax_bytes = \"0B\"\n[redis]\nurl = \"{}\"\ncommand_timeout = \"300ms\"\n\
          [[routes]]\nname = \"payments\"\npath_prefix = \"/v1/\"\nupstream = \"{}\"\n\
@@ -48,14 +84,17 @@ async fn doomed(dir: &Path, redis: &RedisServer, pg: &PgServer, up: &MockUpstrea
         redis.url(),
         up.url(),
         routes(up),
-        stores_section(pg),
+        stores_section(pg, claims),
     );
     serve_process(dir, "doomed", &toml).await
 }
 
 /// The replica that stays, in-process, with the same settings.
-async fn survivor(redis: &RedisServer, pg: &PgServer, up: &MockUpstream) -> TestApp {
-    let extra = format!("{}{}", routes(up), stores_section(pg));
+async fn survivor(
+    (redis, pg, up): (&RedisServer, &PgServer, &MockUpstream),
+    claims: Claims,
+) -> TestApp {
+    let extra = format!("{}{}", routes(up), stores_section(pg, claims));
     TestApp::spawn(config(&redis.url(), &up.url(), &extra)).await
 }
 
@@ -82,14 +121,33 @@ async fn post(client: &reqwest::Client, base: &str, path: &str, key: &str) -> An
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_replicas_lapsed_lease_is_an_unknown_outcome_never_run_again() {
+    killed_holder(Claims::WriteThrough).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_replicas_lapsed_vouched_lease_is_an_unknown_outcome_never_run_again() {
+    killed_holder(Claims::Vouched).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_frozen_holder_resumed_after_the_takeover_answers_the_stored_outcome() {
+    frozen_holder(Claims::WriteThrough).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_frozen_vouched_holder_resumed_after_the_takeover_answers_the_stored_outcome() {
+    frozen_holder(Claims::Vouched).await;
+}
+
+async fn killed_holder(claims: Claims) {
     let (redis, pg, up) = (
-        RedisServer::start(),
+        claims.redis(),
         PgServer::start(),
         MockUpstream::start().await,
     );
     up.set_delay(Duration::from_secs(20));
     let dir = tempfile::tempdir().unwrap();
-    let mut dead = doomed(dir.path(), &redis, &pg, &up).await;
+    let mut dead = doomed(dir.path(), (&redis, &pg, &up), claims).await;
     let client = reqwest::Client::new();
     for (path, key) in [("/v1/payments", "kept"), ("/v2/refunds", "freed")] {
         let request = keyed_post(&client, format!("{}{path}", dead.url()), key, AMOUNT);
@@ -98,9 +156,10 @@ async fn a_killed_replicas_lapsed_lease_is_an_unknown_outcome_never_run_again() 
     }
     let reached = eventually(Duration::from_secs(10), async || up.executions() == 2).await;
     assert!(reached, "the upstream never got both: {}", dead.log_text());
+    claims.assert_where(&pg).await;
     dead.kill();
     let killed = Instant::now();
-    let app = survivor(&redis, &pg, &up).await;
+    let app = survivor((&redis, &pg, &up), claims).await;
     let base = format!("http://{}", app.addr);
     let (status, _, _) = post(&client, &base, "/v1/payments", "kept").await;
     assert_eq!(status, 409, "the dead replica's lease still holds the key");
@@ -156,17 +215,16 @@ async fn a_killed_replicas_lapsed_lease_is_an_unknown_outcome_never_run_again() 
     assert!(lapsed(&app, "ran_again").await >= 1.0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_frozen_holder_resumed_after_the_takeover_answers_the_stored_outcome() {
+async fn frozen_holder(claims: Claims) {
     let (redis, pg, up) = (
-        RedisServer::start(),
+        claims.redis(),
         PgServer::start(),
         MockUpstream::start().await,
     );
     // Answers while the holder is frozen; the holder reads it once resumed.
     up.set_delay(LOCK_TTL + Duration::from_secs(1));
     let dir = tempfile::tempdir().unwrap();
-    let frozen = doomed(dir.path(), &redis, &pg, &up).await;
+    let frozen = doomed(dir.path(), (&redis, &pg, &up), claims).await;
     let client = reqwest::Client::new();
     let first = tokio::spawn({
         let (client, base) = (client.clone(), frozen.url());
@@ -174,9 +232,10 @@ async fn a_frozen_holder_resumed_after_the_takeover_answers_the_stored_outcome()
     });
     let reached = eventually(Duration::from_secs(10), async || up.executions() == 1).await;
     assert!(reached, "the upstream never got it: {}", frozen.log_text());
+    claims.assert_where(&pg).await;
     frozen.signal("STOP");
     let stopped = Instant::now();
-    let app = survivor(&redis, &pg, &up).await;
+    let app = survivor((&redis, &pg, &up), claims).await;
     let base = format!("http://{}", app.addr);
     tokio::time::sleep_until((stopped + LOCK_TTL + Duration::from_millis(300)).into()).await;
     let retry = post(&client, &base, "/v1/payments", "frozen").await;
