@@ -28,7 +28,7 @@
 //!
 //! A leased record with that rest (the hash's `r` in layout 2) is remembered past its
 //! lease, so a lease that ran out with no completion is taken over knowingly. Readers
-//! without it (0.4.x, and 0.5.0 before vouched claims) ignore a leased record's rest and
+//! without it (earlier releases) ignore a leased record's rest and
 //! count it in flight until the key expires: later, never sooner.
 //!
 //! Layout 3 reads layout 2 (a `GET` answers `WRONGTYPE` only for a hash: then `HMGET`).
