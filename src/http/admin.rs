@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::AppState;
 use crate::config::OnRedisUnavailable;
-use crate::store::tiers::Health;
+use crate::store::tiers::{ClaimPath, Health};
 
 /// 200 while the process runs.
 pub async fn healthz() -> Response {
@@ -84,6 +84,7 @@ pub async fn readyz(State(AppState(app)): State<AppState>) -> Response {
         "status": if ready { "ready" } else { "unavailable" },
         "down": down,
         "claims_in": if stores.claims_in_redis() { "redis" } else { "postgres_or_policy" },
+        "claim_path": claim_path(stores.claim_path()),
         "dependencies": {"redis": redis, "postgres": postgres},
         "scope_ids": if app.scope_keys.current.is_some() { "keyed" } else { "unkeyed" },
         "warnings": warnings(&app),
@@ -94,6 +95,26 @@ pub async fn readyz(State(AppState(app)): State<AppState>) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, Json(body)).into_response()
+}
+
+/// Where claims are kept now: the mode, and with vouched claims each shard's path
+/// (`kept_by_redis`, or `written_through` and why, as `idemgate_claim_vouch_total`
+/// names it).
+fn claim_path(path: ClaimPath) -> Value {
+    match path {
+        ClaimPath::RedisOnly => json!({"mode": "redis_only"}),
+        ClaimPath::Redis => json!({"mode": "redis"}),
+        ClaimPath::WriteThrough => json!({"mode": "write_through"}),
+        ClaimPath::Vouched(shards) => {
+            let shards: Vec<Value> = (shards.into_iter())
+                .map(|(shard, why)| match why {
+                    None => json!({"shard": shard, "claims": "kept_by_redis"}),
+                    Some(why) => json!({"shard": shard, "claims": "written_through", "why": why}),
+                })
+                .collect();
+            json!({"mode": "vouched", "shards": shards})
+        }
+    }
 }
 
 /// A dependency's health as `/readyz` shows it to anyone who reaches the admin port:

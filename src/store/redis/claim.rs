@@ -7,6 +7,7 @@ use bytes::Bytes;
 use fred::prelude::{Client, ClientLike, Error as FredError, Value};
 
 use super::acks::Ack;
+use super::replicas::ReplicaWait;
 use super::vouch::{Keeping, Vouched};
 use super::{channel, decode_record_reply, millis, Acquired, Record, RedisStore};
 use crate::idempotency::{Claim, Fingerprint, StoredRecord};
@@ -110,14 +111,9 @@ impl RedisStore {
     /// (as a completion's short `WAIT` does): its claims take a Postgres row without
     /// waiting until the probe sees a replica acknowledge again.
     async fn kept(&self, slot: u16, since: u64) -> Result<(), &'static str> {
-        let keeping = (self.inner.vouch.as_ref()).map_or(Keeping::No, |v| v.of(slot));
-        match keeping {
-            Keeping::No => Err("no_fsync"),
-            Keeping::Fsync => Ok(()),
-            Keeping::FsyncAndReplica => {
-                let Some(wait) = self.inner.replica_wait.as_ref().filter(|w| w.waits(slot)) else {
-                    return Err("wait_short");
-                };
+        match self.keeping(slot)? {
+            None => Ok(()),
+            Some(wait) => {
                 match self.acknowledged_in_round(slot, since).await {
                     Ack::Acked => return Ok(()),
                     Ack::Rerouted => return Err("rerouted"),
@@ -131,6 +127,34 @@ impl RedisStore {
                 Err("wait_short")
             }
         }
+    }
+
+    /// How a vouched claim of `slot` is kept now, as far as is known before it is
+    /// sent: by the primary's fsync alone (`None`), by it and a replica's
+    /// acknowledgement (the `WAIT` connections), or not (why: written through).
+    fn keeping(&self, slot: u16) -> Result<Option<&ReplicaWait>, &'static str> {
+        let keeping = (self.inner.vouch.as_ref()).map_or(Keeping::No, |v| v.of(slot));
+        match keeping {
+            Keeping::No => Err("no_fsync"),
+            Keeping::Fsync => Ok(None),
+            Keeping::FsyncAndReplica => match self.inner.replica_wait.as_ref() {
+                Some(wait) if wait.waits(slot) => Ok(Some(wait)),
+                _ => Err("wait_short"),
+            },
+        }
+    }
+
+    /// With vouched claims, each shard as fred routes it and why its claims are written
+    /// through to Postgres now (`None`: Redis keeps them), for `/readyz`; `None` in the
+    /// other modes.
+    pub fn claim_paths(&self) -> Option<Vec<(String, Option<&'static str>)>> {
+        self.inner.vouch.as_ref()?;
+        let shards = self.shards().into_iter();
+        Some(
+            shards
+                .map(|s| (s.name, self.keeping(s.probe_slot).err()))
+                .collect(),
+        )
     }
 
     /// Sends the claim script on `client`, again while its slot migrates.

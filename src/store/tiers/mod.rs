@@ -28,6 +28,7 @@ mod warmth;
 pub use arbitrate::Resend;
 pub use live::{LiveWriter, Read};
 pub use records::Health;
+pub use vouched::ClaimPath;
 pub use wait::{Joined, Waited};
 
 use std::sync::Arc;

@@ -9,11 +9,38 @@ use super::super::postgres::RecordRef;
 use super::super::StoreError;
 use super::arbitrate::Ask;
 use super::{Durable, Stores};
+use crate::config::ClaimDurability;
 use crate::idempotency::{Binding, Claim};
 use crate::metrics;
 use crate::route::Route;
 
+/// Where claims are kept now, for `/readyz`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimPath {
+    /// No `[postgres]`: Redis alone.
+    RedisOnly,
+    /// `claims = "redis"`: Redis decides, Postgres takes the claims Redis cannot.
+    Redis,
+    /// `claims = "write_through"`: a Postgres row per claim.
+    WriteThrough,
+    /// `claims = "vouched"`: each shard (as routed now) and why its claims are written
+    /// through (`None`: Redis keeps them).
+    Vouched(Vec<(String, Option<&'static str>)>),
+}
+
 impl Stores {
+    /// Where claims are kept now ([`ClaimPath`]).
+    pub fn claim_path(&self) -> ClaimPath {
+        let Some(pg) = &self.0.postgres else {
+            return ClaimPath::RedisOnly;
+        };
+        match (pg.durability, self.0.redis.claim_paths()) {
+            (ClaimDurability::Vouched, Some(shards)) => ClaimPath::Vouched(shards),
+            (ClaimDurability::RedisOnly, _) => ClaimPath::Redis,
+            _ => ClaimPath::WriteThrough,
+        }
+    }
+
     /// Vouched claims: writes the epoch marker of every slot once per deployment (a
     /// key prefix Postgres has not seen), so that a new Redis is not taken for one that
     /// lost its data. Tried for at most `within` at start-up, then by every probe until

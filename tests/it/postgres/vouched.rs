@@ -49,6 +49,19 @@ async fn gateway(redis: &RedisServer, pg: &PgServer, up: &MockUpstream) -> TestA
     TestApp::spawn(config(&redis.url(), &up.url(), &extra)).await
 }
 
+/// What `/readyz` says of the one shard's claims: `kept_by_redis`, or
+/// `written_through` and why.
+async fn claim_path(app: &TestApp) -> String {
+    let body: serde_json::Value = app.readyz().await.json().await.unwrap();
+    let path = &body["claim_path"];
+    assert_eq!(path["mode"], "vouched", "{body}");
+    let shard = &path["shards"][0];
+    match shard["why"].as_str() {
+        Some(why) => format!("{} ({why})", shard["claims"].as_str().unwrap()),
+        None => shard["claims"].as_str().unwrap().to_string(),
+    }
+}
+
 async fn leased_rows(pg: &PgServer) -> i64 {
     pg.count("state = 'leased'").await
 }
@@ -130,6 +143,7 @@ async fn a_redis_that_does_not_fsync_every_write_gets_a_postgres_row() {
         leased, 1,
         "redis without appendfsync always: the claim is written through"
     );
+    assert_eq!(claim_path(&app).await, "written_through (no_fsync)");
 
     // Redis turns it on: the probe reads it, and the next claims keep to Redis.
     redis.cli(&["CONFIG", "SET", "appendonly", "yes"]);
@@ -145,6 +159,7 @@ async fn a_redis_that_does_not_fsync_every_write_gets_a_postgres_row() {
         status == 201 && leased == 0
     })
     .await;
+    assert_eq!(claim_path(&app).await, "kept_by_redis");
     assert!(
         kept,
         "once redis fsyncs every write, claims take no postgres row"
@@ -245,6 +260,7 @@ async fn a_claim_no_replica_acknowledges_gets_a_postgres_row() {
         "no replica: a postgres row"
     );
     assert_eq!(leased_during("still-unacknowledged").await, 1);
+    assert_eq!(claim_path(&app).await, "written_through (wait_short)");
     replica.resume();
     let kept = eventually(Duration::from_secs(10), async || {
         leased_during(&format!("back-{}", uuid::Uuid::new_v4())).await == 0
