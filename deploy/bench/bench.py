@@ -1356,7 +1356,7 @@ def render_durable(rows, results):
         return (f"  - {what}: {v:.1f} µs = {v / nginx:.2f}x nginx's own (target at most {limit:g}x = "
                 f"{limit * nginx:.1f} µs{extra}): {ok(v <= limit * nginx)}")
     lat = results.get("latency") or {}
-    pair = " (primary + replica)" if any("redis_replicas" in x for r in rows.values() for x in r["runs"]) else ""
+    pair = " (primary + replica)" if "replica" in results.get("settings", {}).get("redis", "") else ""
 
     def durable(rid, title):
         """The five targets of one durable row, under its title."""
@@ -1927,7 +1927,8 @@ def main():
                "busy_cores_before_start": quiet}
     complete = False
     try:
-        log("starting redis, postgres (fresh cluster, fsync on), demo-upstream, nginx (idemgate-fleet bench)")
+        log("starting redis (AOF fsync always) and its replica, postgres (fresh cluster, fsync on), demo-upstream, "
+            "nginx (idemgate-fleet bench)")
         for part in ("redis", "postgres", "upstream", "nginx"):
             fleet("start", part)
         if PG_RECORDS:
