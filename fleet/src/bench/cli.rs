@@ -9,6 +9,7 @@
 //! bench start gateways REPLICAS [--log LEVEL] [--redis-only] [--redis-cluster] [--toml TEXT]
 //!       [--env KEY=VALUE]... [--replica-env I:KEY=VALUE]... [--replica-redis-only I]...
 //!       [--only I]                             (replica I only, the others left running)
+//!       [--bin PATH]                           (run by PATH: the last release's binary)
 //! bench stop NAME...                           (`gateways` = every replica,
 //!                                              `redis` = the primary and its replica,
 //!                                              `redis-cluster` = every cluster node,
@@ -73,7 +74,7 @@ fn key_value(s: &str) -> Result<(String, String), String> {
 }
 
 /// Parses `REPLICAS [--log L] [--redis-only] [--redis-cluster] [--toml T] [--env K=V]...
-/// [--replica-env I:K=V]... [--replica-redis-only I]... [--only I]`.
+/// [--replica-env I:K=V]... [--replica-redis-only I]... [--only I] [--bin PATH]`.
 pub fn gateway_options(args: &[String]) -> Result<GatewayOptions, String> {
     let mut opts = GatewayOptions {
         replicas: replicas(args.first())?,
@@ -102,6 +103,7 @@ pub fn gateway_options(args: &[String]) -> Result<GatewayOptions, String> {
                 }
                 opts.only = Some(i);
             }
+            "--bin" => opts.bin = Some(value()?.into()),
             "--toml" => opts.extra_toml.push_str(&format!("{}\n", value()?)),
             "--env" => opts.env.push(key_value(value()?)?),
             "--replica-env" => {
@@ -207,6 +209,19 @@ mod tests {
         assert!(gateway_options(&args("2 --env NOEQUALS")).is_err());
         assert!(gateway_options(&args("two")).is_err());
         assert!(!gateway_options(&args("2")).unwrap().redis_cluster);
+    }
+
+    #[test]
+    fn gateway_options_name_another_binary() {
+        let o = gateway_options(&args("1 --bin /tmp/base/idemgate-release --log warn")).unwrap();
+        assert_eq!(
+            o.bin,
+            Some(std::path::PathBuf::from("/tmp/base/idemgate-release"))
+        );
+        assert_eq!(o.log, "warn");
+        assert_eq!(gateway_options(&args("1")).unwrap().bin, None);
+        assert!(gateway_options(&args("1 --bin")).is_err());
+        assert_ne!(o.file_name(true), GatewayOptions::default().file_name(true));
     }
 
     #[test]

@@ -4,8 +4,17 @@
 //! (unless the row runs Redis only), one route to the demo upstream, and whatever the
 //! row adds: a log filter, extra TOML (a new section such as encryption at rest), and
 //! environment overrides (`IDEMGATE__SECTION__KEY=...`, `TOKIO_WORKER_THREADS`,
-//! `LD_PRELOAD`) for every replica or for one. The soak's replicas are configured the
+//! `LD_PRELOAD`) for every replica or for one, and another binary to run them with
+//! (the last release's, for the rows against it). The soak's replicas are configured the
 //! same way, on the soak's ports ([`Ports`]).
+//!
+//! The generated file names only keys the last release reads too (`server.listen`,
+//! `admin_listen`, `shutdown_grace`, `log.filter`, `redis.url` or `mode` and `nodes`,
+//! `postgres.url`, a route's `name`, `path_prefix`, `upstream`, `upstream_timeout`): every
+//! section refuses unknown keys, so the base rows (`--bin`) start from the same file. A
+//! key newer than that belongs in a row's `--env` or `--toml`, which the base rows leave out.
+
+use std::path::PathBuf;
 
 use super::ports;
 
@@ -66,6 +75,9 @@ pub struct GatewayOptions {
     pub only: Option<u16>,
     /// Where Redis, Postgres, the upstream and the replicas listen.
     pub ports: Ports,
+    /// The binary the replicas run (the last release's, for the rows against it);
+    /// `None`: the bench's own ([`super::Bench::idemgate`]).
+    pub bin: Option<PathBuf>,
 }
 
 impl Default for GatewayOptions {
@@ -81,6 +93,7 @@ impl Default for GatewayOptions {
             replica_env: Vec::new(),
             only: None,
             ports: Ports::BENCH,
+            bin: None,
         }
     }
 }
@@ -167,7 +180,8 @@ upstream_timeout = \"20s\"
     pub fn file_name(&self, postgres: bool) -> String {
         let store = if postgres { "" } else { "-redis-only" };
         let topology = if self.redis_cluster { "-cluster" } else { "" };
-        format!("idemgate-{}{store}{topology}.toml", self.log)
+        let bin = if self.bin.is_some() { "-bin" } else { "" };
+        format!("idemgate-{}{store}{topology}{bin}.toml", self.log)
     }
 }
 
@@ -215,6 +229,56 @@ mod tests {
             opts.file_name(false),
             GatewayOptions::default().file_name(false)
         );
+    }
+
+    /// `section.key` of every key a generated file sets (no extra TOML).
+    fn keys(text: &str) -> Vec<String> {
+        let mut section = String::new();
+        let mut out = Vec::new();
+        for line in text.lines().map(str::trim) {
+            if let Some(name) = line.strip_prefix('[') {
+                section = name.trim_matches(|c| c == '[' || c == ']').to_string();
+            } else if let Some((key, _)) = line.split_once(" = ") {
+                out.push(format!("{section}.{key}"));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_generated_file_names_only_keys_the_last_release_reads() {
+        // What the base commit's (deploy/upgrade/base-commit) schema knows of them.
+        let known = [
+            "server.listen",
+            "server.admin_listen",
+            "server.shutdown_grace",
+            "log.filter",
+            "redis.url",
+            "redis.mode",
+            "redis.nodes",
+            "postgres.url",
+            "routes.name",
+            "routes.path_prefix",
+            "routes.upstream",
+            "routes.upstream_timeout",
+        ];
+        let cluster = GatewayOptions {
+            redis_cluster: true,
+            ..Default::default()
+        };
+        for text in [
+            GatewayOptions::default().render(true),
+            GatewayOptions::default().render(false),
+            cluster.render(true),
+        ] {
+            let found = keys(&text);
+            assert!(found.len() >= 9, "{found:?}");
+            let new: Vec<&String> = found
+                .iter()
+                .filter(|k| !known.contains(&k.as_str()))
+                .collect();
+            assert!(new.is_empty(), "keys the last release refuses: {new:?}");
+        }
     }
 
     #[test]

@@ -20,8 +20,9 @@
 //!   and `seed-postgres` fills its records table to production size ([`seeded`]);
 //! - `upstream` (`demo-upstream --latency 0ms`), `nginx` (the baseline, from
 //!   `deploy/bench/nginx.conf`), `peer` ([`peer`]);
-//! - gateway replicas `gw-1..gw-N` with a row's [`GatewayOptions`], and `haproxy` in
-//!   front of them (from `deploy/bench/haproxy.cfg`).
+//! - gateway replicas `gw-1..gw-N` with a row's [`GatewayOptions`] (run by another
+//!   binary when it names one: the last release's, `deploy/upgrade/build-base.sh`), and
+//!   `haproxy` in front of them (from `deploy/bench/haproxy.cfg`).
 //!
 //! `idemgate-fleet soak ...` ([`soak`]) starts the fleet of `make soak` from these parts
 //! on ports of its own.
@@ -293,17 +294,22 @@ impl Bench {
         })
     }
 
-    /// Replicas `gw-1..gw-N` with `opts`, each ready (`/readyz` 200).
+    /// Replicas `gw-1..gw-N` with `opts`, each ready (`/readyz` 200), run by `opts.bin`
+    /// when given (the last release's binary), else by [`Bench::idemgate`].
     pub fn start_gateways(&self, opts: &GatewayOptions) -> Res {
         if !(1..=ports::MAX_REPLICAS).contains(&opts.replicas) {
             return Err(format!("replicas: 1 to {}", ports::MAX_REPLICAS));
+        }
+        let bin = opts.bin.as_ref().unwrap_or(&self.idemgate);
+        if !bin.exists() {
+            return Err(format!("{} missing", bin.display()));
         }
         std::fs::create_dir_all(&self.state).map_err(|e| e.to_string())?;
         for i in (1..=opts.replicas).filter(|i| opts.only.map_or(true, |only| only == *i)) {
             let postgres = opts.postgres_for(i);
             let config = self.state.join(opts.file_name(postgres));
             std::fs::write(&config, opts.render(postgres)).map_err(|e| e.to_string())?;
-            let mut cmd = Command::new(&self.idemgate);
+            let mut cmd = Command::new(bin);
             cmd.arg("serve")
                 .arg("--config")
                 .arg(&config)
