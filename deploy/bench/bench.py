@@ -741,14 +741,19 @@ def base_env():
 
 
 def base_database():
-    """BASE_DB, made once before the first row: a copy of the bench's database (its seeded
-    records, if any) whose schema table forgets the additive migrations (`*.additive.sql`,
-    src/store/postgres/migrate.rs): the last release refuses a schema newer than it knows,
-    and those only add what it does not read."""
+    """BASE_DB, made once before the first row: a copy of the bench's database (this tree's
+    schema, `idemgate migrate` first where nothing was seeded, and its seeded records, if
+    any: the database an upgraded fleet rolls back onto) whose schema table forgets the
+    additive migrations (`*.additive.sql`, src/store/postgres/migrate.rs): the last release
+    refuses a schema newer than it knows, and those only add what it does not read. (A
+    migration since that is not additive stops its rows: SchemaTooNew in gw-1's log.)"""
+    if psql("SELECT to_regclass('idemgate_schema') IS NOT NULL") != "t":
+        url = f"postgres://postgres@127.0.0.1:{PORTS['postgres']}/postgres"
+        subprocess.run([str(IDEMGATE), "migrate"], env={**os.environ, "IDEMGATE__POSTGRES__URL": url, "NO_COLOR": "1"},
+                       check=True, stdout=subprocess.DEVNULL)
     psql(f"DROP DATABASE IF EXISTS {BASE_DB}", db="template1")
     psql(f"CREATE DATABASE {BASE_DB} TEMPLATE postgres STRATEGY FILE_COPY", db="template1")
-    if psql("SELECT to_regclass('idemgate_schema') IS NOT NULL", db=BASE_DB) == "t":
-        psql("DELETE FROM idemgate_schema WHERE name LIKE '%.additive.sql'", db=BASE_DB)
+    psql("DELETE FROM idemgate_schema WHERE name LIKE '%.additive.sql'", db=BASE_DB)
 
 
 SCENARIOS = [t for s in SCENARIOS for t in ([s, base_twin(s, BASE_ROWS[s["id"]])] if s["id"] in BASE_ROWS else [s])]
@@ -1787,7 +1792,8 @@ def render_base(rows, results):
     """This tree against the last release, row by row (each `-base` row ran right after its
     own): the gateway's CPU per request (µs, this tree / the release), throughput, Redis'
     and Postgres' CPU per request as ratios of this tree's to the release's; a pair where
-    this tree's gateway costs more than BASE_MAX_CPU times the release's is a regression."""
+    this tree's gateway costs more than BASE_MAX_CPU times the release's is a regression
+    (said disturbed where other processes used more than OTHER_MAX cores in either row)."""
     pairs = [(s["base_of"], s["id"]) for s in SCENARIOS if s.get("base_of") and s["id"] in rows
              and s["base_of"] in rows]
     if not pairs:
@@ -1802,6 +1808,8 @@ def render_base(rows, results):
         gw = (row_cpu(rows, now, ("gw",)), row_cpu(rows, then, ("gw",)))
         worse = gw[0] > BASE_MAX_CPU * gw[1]
         verdict = f"**yes** (+{(gw[0] / gw[1] - 1) * 100:.0f}%)" if worse else "no"
+        if any(max(x["cpu_cores"].get("other", 0) for x in rows[r]["runs"]) > OTHER_MAX for r in (now, then)):
+            verdict += " (**disturbed**: other processes above OTHER_MAX)"
         out.append(f"| {now} | {gw[0]:.1f} / {gw[1]:.1f} | {ratio_cell(*gw)} | "
                    f"{ratio_cell(row_rps(rows, now), row_rps(rows, then))} | "
                    f"{ratio_cell(row_cpu(rows, now, redis), row_cpu(rows, then, redis))} | "
