@@ -25,10 +25,13 @@ local function rec_get(k)
     if not h[1] then
       return nil
     end
-    if h[1] ~= 'C' then
-      return {s = h[1], f = h[2], t = h[3], n = h[4], w = h[5], l = tonumber(h[6]), hash = true}
+    local rec = {s = h[1], f = h[2], t = h[3], n = h[4], w = h[5], hash = true}
+    if rec.s == 'C' then
+      rec.r = h[6]
+    else
+      rec.l = tonumber(h[6])
     end
-    return {s = h[1], f = h[2], t = h[3], n = h[4], w = h[5], r = h[6], hash = true}
+    return rec
   end
   if not v then
     return nil

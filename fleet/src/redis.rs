@@ -42,6 +42,13 @@ pub const DURABLE_REDIS: &[&str] = &[
     "noeviction",
 ];
 
+/// One field of an `INFO` text (`name:value` lines).
+pub fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
 /// Whether a server on `port` answers `PING` with `+PONG` (not `-LOADING`).
 pub fn answers_ping(port: u16) -> bool {
     answers_ping_at(([127, 0, 0, 1], port).into())
@@ -338,10 +345,7 @@ impl RedisServer {
 
     /// One `INFO` field.
     pub fn info(&self, field: &str) -> Option<String> {
-        let info = self.cli(&["INFO"]);
-        info.lines()
-            .find_map(|l| l.strip_prefix(&format!("{field}:")))
-            .map(|v| v.trim().to_string())
+        info_field(&self.cli(&["INFO"]), field).map(str::to_string)
     }
 }
 

@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
 
 use super::{ports, warm, Bench, Res};
 use crate::net::port_open;
-use crate::redis::{answers_ping, cli_at, command as redis_command, DURABLE_REDIS};
+use crate::redis::{
+    answers_ping, cli_at, command as redis_command, info_field as field, DURABLE_REDIS,
+};
 
 /// The replica's part name.
 pub const REPLICA: &str = "redis-replica";
@@ -45,13 +47,6 @@ fn replica_command(dir: &std::path::Path) -> Command {
         .args(["--replicaof", "127.0.0.1", &ports::REDIS.to_string()])
         .args(["--daemonize", "no"]);
     cmd
-}
-
-/// One field of an `INFO` text.
-fn field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
-    info.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-        .map(str::trim)
 }
 
 /// Why the server whose `INFO` this is still works in the background (a fork for a

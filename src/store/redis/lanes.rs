@@ -151,30 +151,30 @@ impl Lanes {
     }
 }
 
-/// The server every client of `pool` sends a command of `slot` to now: in a cluster,
-/// the primary each client's slot map names; otherwise the server each client is
-/// connected to. `None` when two clients disagree, or none knows (all reconnecting).
-/// Clients that are reconnecting have no say: their next connection is an event
-/// ([`on_events`]).
+/// Where each client of `pool` sends a command of `slot` now: in a cluster, the primary
+/// its slot map names; otherwise the server it is connected to. A client that is
+/// reconnecting names none (its next connection is an event: [`on_events`]).
+pub(super) fn destinations(
+    pool: &Pool,
+    slot: u16,
+    cluster: bool,
+) -> impl Iterator<Item = Server> + '_ {
+    pool.clients().iter().flat_map(move |client| match cluster {
+        true => (client.cached_cluster_state())
+            .and_then(|r| r.get_server(slot).cloned())
+            .into_iter()
+            .collect(),
+        false => client.active_connections(),
+    })
+}
+
+/// The server every client of `pool` sends a command of `slot` to now
+/// ([`destinations`]); `None` when two clients disagree, or none knows (all
+/// reconnecting).
 pub(super) fn route(pool: &Pool, slot: u16, cluster: bool) -> Option<Server> {
-    let mut agreed: Option<Server> = None;
-    for client in pool.clients() {
-        let servers = match cluster {
-            true => (client.cached_cluster_state())
-                .and_then(|r| r.get_server(slot).cloned())
-                .into_iter()
-                .collect(),
-            false => client.active_connections(),
-        };
-        for server in servers {
-            match &agreed {
-                Some(a) if *a != server => return None,
-                Some(_) => {}
-                None => agreed = Some(server),
-            }
-        }
-    }
-    agreed
+    let mut servers = destinations(pool, slot, cluster);
+    let first = servers.next()?;
+    servers.all(|s| s == first).then_some(first)
 }
 
 /// The primaries of the first client of `pool` that knows the cluster's slot map (one

@@ -366,16 +366,9 @@ impl RedisStore {
 
 /// Whether every open connection of `pool` goes to `addr` (`None`: none is open).
 fn points_to(pool: &Pool, addr: &(String, u16)) -> Option<bool> {
-    let mut any = false;
-    for client in pool.clients() {
-        for server in client.active_connections() {
-            if server.port != addr.1 || *server.host != *addr.0 {
-                return Some(false);
-            }
-            any = true;
-        }
-    }
-    any.then_some(true)
+    let mut servers = lanes::destinations(pool, 0, false).peekable();
+    servers.peek()?;
+    Some(servers.all(|s| s.port == addr.1 && *s.host == *addr.0))
 }
 
 /// The record's fencing counter: same hash tag, so the same cluster slot.

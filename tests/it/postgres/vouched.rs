@@ -66,6 +66,17 @@ async fn leased_rows(pg: &PgServer) -> i64 {
     pg.count("state = 'leased'").await
 }
 
+/// Posts `key` (to a slow upstream) and counts Postgres' leased rows `after` into the
+/// call: the status, and the rows while the call ran.
+async fn leased_during(app: &TestApp, pg: &PgServer, key: &str, after: Duration) -> (u16, i64) {
+    let during = async {
+        tokio::time::sleep(after).await;
+        leased_rows(pg).await
+    };
+    let ((status, _), leased) = tokio::join!(post(app, key), during);
+    (status, leased)
+}
+
 /// Posts `key` with `AMOUNT`; the status and body.
 async fn post(app: &TestApp, key: &str) -> (u16, bytes::Bytes) {
     let client = reqwest::Client::new();
@@ -132,12 +143,7 @@ async fn a_redis_that_does_not_fsync_every_write_gets_a_postgres_row() {
     );
     let app = gateway(&redis, &pg, &up).await;
     up.set_delay(Duration::from_millis(800));
-    let call = post(&app, "unvouched");
-    let during = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        leased_rows(&pg).await
-    };
-    let ((status, _), leased) = tokio::join!(call, during);
+    let (status, leased) = leased_during(&app, &pg, "unvouched", Duration::from_millis(300)).await;
     assert_eq!(status, 201);
     assert_eq!(
         leased, 1,
@@ -150,13 +156,7 @@ async fn a_redis_that_does_not_fsync_every_write_gets_a_postgres_row() {
     redis.cli(&["CONFIG", "SET", "appendfsync", "always"]);
     let kept = eventually(Duration::from_secs(5), async || {
         let key = format!("vouched-{}", uuid::Uuid::new_v4());
-        let call = post(&app, &key);
-        let during = async {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            leased_rows(&pg).await
-        };
-        let ((status, _), leased) = tokio::join!(call, during);
-        status == 201 && leased == 0
+        leased_during(&app, &pg, &key, Duration::from_millis(300)).await == (201, 0)
     })
     .await;
     assert_eq!(claim_path(&app).await, "kept_by_redis");
@@ -238,12 +238,7 @@ async fn a_claim_no_replica_acknowledges_gets_a_postgres_row() {
     let app = gateway(&redis, &pg, &up).await;
     up.set_delay(Duration::from_millis(800));
     let leased_during = async |key: &str| {
-        let call = post(&app, key);
-        let during = async {
-            tokio::time::sleep(Duration::from_millis(400)).await;
-            leased_rows(&pg).await
-        };
-        let ((status, _), leased) = tokio::join!(call, during);
+        let (status, leased) = leased_during(&app, &pg, key, Duration::from_millis(400)).await;
         assert_eq!(status, 201, "{key}");
         leased
     };
@@ -332,30 +327,26 @@ async fn a_round_cut_short_by_a_switch_of_server_vouches_for_nothing() {
     cfg.redis.wait_timeout = Duration::from_secs(2);
     let app = TestApp::spawn(cfg).await;
     up.set_delay(Duration::from_millis(1000));
-    let leased_during = async |key: &str, switch: bool| {
-        let during = async {
-            if switch {
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                // A's clients are cut; they come back through the front to B.
-                front.retarget(([127, 0, 0, 1], b.port).into());
-                a.cli(&["CLIENT", "KILL", "TYPE", "normal"]);
-            }
-            tokio::time::sleep(Duration::from_millis(700)).await;
-            leased_rows(&pg).await
-        };
-        let ((status, _), leased) = tokio::join!(post(&app, key), during);
-        assert_eq!(status, 201, "{key}");
-        leased
-    };
+    let during_call = Duration::from_millis(1000);
     let kept = eventually(Duration::from_secs(10), async || {
-        leased_during(&format!("first-{}", uuid::Uuid::new_v4()), false).await == 0
+        let key = format!("first-{}", uuid::Uuid::new_v4());
+        let (status, leased) = leased_during(&app, &pg, &key, during_call).await;
+        assert_eq!(status, 201, "{key}");
+        leased == 0
     })
     .await;
     assert!(kept, "A and its replica vouch for claims");
     link.hold(true);
+    let switch = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // A's clients are cut; they come back through the front to B.
+        front.retarget(([127, 0, 0, 1], b.port).into());
+        a.cli(&["CLIENT", "KILL", "TYPE", "normal"]);
+    };
+    let (switched, ()) = tokio::join!(leased_during(&app, &pg, "switched", during_call), switch);
     assert_eq!(
-        leased_during("switched", true).await,
-        1,
+        switched,
+        (201, 1),
         "the claim was written to A; B's replica acknowledging B's probe says nothing of it"
     );
 }
