@@ -732,7 +732,7 @@ def base_twin(s, extra):
     [postgres]: they would turn it on); its database is BASE_DB (base_env)."""
     pinned = {k: v for k, v in BASE_PINNED.items() if s.get("postgres", True) or "__POSTGRES__" not in k}
     return dict(s, id=f"{s['id']}-base", label=f"{s['label']} (last release, {BASE_COMMIT})", base_of=s["id"],
-                profile=False, env={**(s.get("env") or {}), **pinned}, **extra)
+                env={**(s.get("env") or {}), **pinned}, **extra)
 
 
 def base_env():
