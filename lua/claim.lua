@@ -37,12 +37,15 @@
 -- ARGV[7] (with KEYS[4]): the quarantine in ms. ARGV[8] (vouched claims): how long
 -- the record outlives its lease (l, record.lua), so that a lease that ran out with no
 -- completion is seen as lapsed and taken over knowingly, as a Postgres row would be.
+-- ARGV[9] (optional, with KEYS[4]): a marker set at or before this moment (ms) marks a
+-- loss that lost no claim kept by Redis alone (Postgres showed the deployment had kept
+-- none yet, src/store/redis/claim.rs): no quarantine for it.
 -- Reply: {"A", fence, marker_age_ms[, 1]} acquired (age 0 without KEYS[3]; 1: it took
 -- over a lease that had lapsed) |
---        {"Y", remaining_ms[, since]} the key is absent from a slot that lost its data
---        lately: treat it as in flight for that long (nothing written); `since` when
---        this claim found the marker missing and set it (the gateway then sets the
---        markers of the shard's other slots to it) |
+--        {"Y", remaining_ms, since[, 1]} the key is absent from a slot that lost its
+--        data lately (its marker set at `since`): treat it as in flight for that long
+--        (nothing written); 1 when this claim found the marker missing and set it (the
+--        gateway then sets the markers of the shard's other slots to it) |
 --        {"C", response, remaining_ms} | {"I", remaining_ms} | {"M"} mismatch.
 local rec = KEYS[1]
 local function clock_us()
@@ -79,16 +82,15 @@ local function marker_age(now_us)
   mark(now_ms)
   return 0
 end
--- The epoch marker's age, and its value when this call just set it (else nil).
+-- The epoch marker's age, its value, and whether this call just set it.
 local function epoch_age(now_us)
   local now_ms = math.floor((now_us or clock_us()) / 1000)
   local since = tonumber(redis.call('GET', KEYS[4]))
   if not since then
-    local set = string.format('%d', now_ms)
-    redis.call('SET', KEYS[4], set)
-    return 0, set
+    redis.call('SET', KEYS[4], string.format('%d', now_ms))
+    return 0, now_ms, true
   end
-  return now_ms - since, nil
+  return now_ms - since, since, false
 end
 -- Takes the lease: a new record under this token (`lapsed`: it replaces a lease that
 -- ran out with no completion). Fencing token: grows per key across takeovers, and
@@ -131,12 +133,15 @@ if not v then
   local t0 = nil
   if KEYS[4] then
     t0 = clock_us()
-    local age, set = epoch_age(t0)
-    if set then
-      return {'Y', tonumber(ARGV[7]), set}
-    end
-    if age < tonumber(ARGV[7]) then
-      return {'Y', tonumber(ARGV[7]) - age}
+    local age, since, set = epoch_age(t0)
+    local harmless = tonumber(ARGV[9])
+    if not (harmless and since <= harmless) then
+      if set then
+        return {'Y', tonumber(ARGV[7]), since, 1}
+      end
+      if age < tonumber(ARGV[7]) then
+        return {'Y', tonumber(ARGV[7]) - age, since}
+      end
     end
   end
   return acquire(t0, nil)

@@ -214,6 +214,9 @@ fn start_waiters(
 /// Probes the stores once, then starts their background tasks: the Redis probe,
 /// and on the first worker the reaper.
 async fn start_background(stores: &Stores, config: &Config, first: bool) {
+    // What each primary runs first: the epoch markers are written only where one can
+    // keep a claim alone.
+    stores.probe_vouching().await;
     stores
         .write_epochs(
             config

@@ -9,10 +9,20 @@ use fred::prelude::{Client, ClientLike, Error as FredError, Value};
 use super::acks::Ack;
 use super::replicas::ReplicaWait;
 use super::vouch::{Keeping, Vouched};
-use super::{channel, decode_record_reply, millis, Acquired, Record, RedisStore};
+use super::{channel, decode_record_reply, millis, Acquired, Record, RedisStore, Young};
 use crate::idempotency::{Claim, Fingerprint, StoredRecord};
 use crate::metrics;
 use crate::store::StoreError;
+
+/// What a claim sends, kept for a second run ([`RedisStore::claim`]).
+#[derive(Clone, Copy)]
+struct Claiming<'a> {
+    key: &'a str,
+    fingerprint: &'a Fingerprint,
+    token: &'a str,
+    lease: Duration,
+    fence_ttl: Duration,
+}
 
 impl RedisStore {
     /// Runs `lua/claim.lua`.
@@ -45,6 +55,68 @@ impl RedisStore {
         lease: Duration,
         fence_ttl: Duration,
     ) -> Result<Claim<Acquired, StoredRecord>, StoreError> {
+        let sent = Claiming {
+            key,
+            fingerprint,
+            token,
+            lease,
+            fence_ttl,
+        };
+        let harmless = self.harmless_upto(super::slots::slot(key));
+        match self.claim_once(&sent, harmless).await? {
+            Ok(claim) => Ok(claim),
+            // Boxed: rare, and inline it would grow every claim's future.
+            Err(young) => Box::pin(self.after_loss(&sent, young)).await,
+        }
+    }
+
+    /// A claim of a key absent from a slot that lost its data lately. If the deployment
+    /// had kept no claim in Redis alone before (Postgres arbitrates every earlier one),
+    /// the loss lost nothing to wait for: the claim runs again, told so. Else, or if
+    /// the slot lost its data again meanwhile, the key is in flight for the quarantine.
+    async fn after_loss(
+        &self,
+        sent: &Claiming<'_>,
+        young: Young,
+    ) -> Result<Claim<Acquired, StoredRecord>, StoreError> {
+        if self.ask_kept_alone().await {
+            return Ok(self.quarantined(sent.key, young));
+        }
+        metrics::claim_vouch("young_unkept");
+        let slot = super::slots::slot(sent.key);
+        self.loss_lost_nothing(slot, young.marker, young.found_missing);
+        match self.claim_once(sent, self.harmless_upto(slot)).await? {
+            Ok(claim) => Ok(claim),
+            Err(again) => Ok(self.quarantined(sent.key, again)),
+        }
+    }
+
+    /// A key absent from a slot that lost its data: in flight for the quarantine, and
+    /// the shard's other markers set to the same moment if this claim found it missing.
+    fn quarantined(&self, key: &str, young: Young) -> Claim<Acquired, StoredRecord> {
+        metrics::claim_vouch("young");
+        if young.found_missing {
+            self.lost_data(super::slots::slot(key), young.marker);
+        }
+        Claim::InFlight {
+            remaining: young.remaining,
+        }
+    }
+
+    /// One run of the claim script; `Err` where the slot lost its data lately. With
+    /// `harmless`, a marker set at or before it (ms) is not a loss to wait out.
+    async fn claim_once(
+        &self,
+        sent: &Claiming<'_>,
+        harmless: Option<i64>,
+    ) -> Result<Result<Claim<Acquired, StoredRecord>, Young>, StoreError> {
+        let Claiming {
+            key,
+            fingerprint,
+            token,
+            lease,
+            fence_ttl,
+        } = *sent;
         let args = || -> Vec<Value> {
             let mut args: Vec<Value> = vec![
                 Bytes::copy_from_slice(fingerprint.as_bytes()).into(),
@@ -63,6 +135,9 @@ impl RedisStore {
             ];
             if let Some(v) = &self.inner.vouch {
                 args.push(millis(v.remember).into());
+                if let Some(harmless) = harmless {
+                    args.push(harmless.into());
+                }
             }
             args
         };
@@ -70,6 +145,9 @@ impl RedisStore {
         // Before the claim is sent: a connection re-made or a slot map changed from here
         // on voids its round ([`super::acks`]).
         let since = self.inner.vouch.as_ref().map_or(0, |v| v.generation());
+        // Kept alone only if sent once the markers were recorded: a loss the markers
+        // cannot show lost nothing but claims Postgres arbitrates.
+        let marked = self.epochs_written();
         let started = Instant::now();
         let slot = super::slots::slot(key);
         let client = self.inner.lanes.for_key(key);
@@ -82,21 +160,15 @@ impl RedisStore {
         match decode_record_reply("claim", reply)? {
             Record::Acquired(mut acquired) => {
                 if self.inner.vouch.is_some() {
-                    acquired.vouched = match self.kept(slot, since).await {
+                    acquired.vouched = match self.kept(slot, since, marked).await {
                         Ok(()) => Vouched::Kept,
                         Err(why) => Vouched::Unvouched(why),
                     };
                 }
-                Ok(Claim::Acquired(acquired))
+                Ok(Ok(Claim::Acquired(acquired)))
             }
-            Record::Young(remaining, found_missing) => {
-                metrics::claim_vouch("young");
-                if let Some(since) = found_missing {
-                    self.lost_data(slot, since);
-                }
-                Ok(Claim::InFlight { remaining })
-            }
-            Record::Known(claim) => Ok(claim),
+            Record::Young(young) => Ok(Err(young)),
+            Record::Known(claim) => Ok(Ok(claim)),
             Record::Absent => Err(StoreError::Protocol {
                 script: "claim",
                 detail: "absent is not a claim reply".into(),
@@ -110,7 +182,10 @@ impl RedisStore {
     /// [`super::acks`]). Else why not. A round no replica acknowledged marks its shard
     /// (as a completion's short `WAIT` does): its claims take a Postgres row without
     /// waiting until the probe sees a replica acknowledge again.
-    async fn kept(&self, slot: u16, since: u64) -> Result<(), &'static str> {
+    async fn kept(&self, slot: u16, since: u64, marked: bool) -> Result<(), &'static str> {
+        if !marked {
+            return Err("unmarked");
+        }
         match self.keeping(slot)? {
             None => Ok(()),
             Some(wait) => {

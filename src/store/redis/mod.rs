@@ -26,6 +26,7 @@ mod claim;
 pub mod cold_slots;
 mod complete;
 pub mod connect;
+pub mod epochs;
 mod extend;
 pub(crate) mod invalidate;
 pub mod lanes;
@@ -402,9 +403,19 @@ pub enum Record {
     /// No record (peek only).
     Absent,
     /// No record, in a slot that lost its data lately (vouched claims): in flight, as far
-    /// as anyone can tell, for this long (`lua/claim.lua`, "Y"); with the epoch marker's
-    /// new value when this claim found it missing.
-    Young(Duration, Option<i64>),
+    /// as anyone can tell, for this long (`lua/claim.lua`, "Y").
+    Young(Young),
+}
+
+/// A key absent from a slot whose epoch marker is younger than the quarantine.
+#[derive(Debug, Clone, Copy)]
+pub struct Young {
+    /// How long the key counts as in flight.
+    pub remaining: Duration,
+    /// The marker's value: when the slot was seen without one (ms of Redis' clock).
+    pub marker: i64,
+    /// This claim found the marker missing and set it.
+    pub found_missing: bool,
 }
 
 /// The one decoder of the replies of `claim.lua` and `peek.lua`.
@@ -432,10 +443,11 @@ pub(crate) fn decode_record_reply(
             vouched: Vouched::NotAsked,
             after_lapse: items.len() == 4,
         })),
-        Some("Y") if items.len() == 2 || items.len() == 3 => Ok(Record::Young(
-            ms(&items[1], "quarantine is not a number")?,
-            items.get(2).and_then(Value::as_i64),
-        )),
+        Some("Y") if items.len() == 3 || items.len() == 4 => Ok(Record::Young(Young {
+            remaining: ms(&items[1], "quarantine is not a number")?,
+            marker: (items[2].as_i64()).ok_or_else(|| bad("marker is not a number"))?,
+            found_missing: items.len() == 4,
+        })),
         Some("C") if items.len() == 3 => {
             let remaining = ms(&items[2], "remaining ttl is not a number")?;
             let raw = (items.swap_remove(1).into_bytes()).ok_or_else(|| bad("no response"))?;

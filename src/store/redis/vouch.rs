@@ -14,7 +14,6 @@
 
 use std::time::Duration;
 
-use fred::prelude::{KeysInterface as _, Value};
 use fred::types::{ClusterHash, CustomCommand};
 
 use super::cold_slots::{Bits, SlotSet};
@@ -46,9 +45,17 @@ pub struct Vouch {
     /// The epoch marker of every slot (`lua/claim.lua`, KEYS[4]).
     pub epochs: SlotMarkers,
     /// One marking of a shard's epoch markers at a time ([`RedisStore::lost_data`]).
-    marking: std::sync::Arc<tokio::sync::Mutex<()>>,
-    /// This deployment's markers are known to be written (by this replica or another).
-    written: std::sync::atomic::AtomicBool,
+    pub(super) marking: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// This deployment's markers are known to be written (by this replica or another):
+    /// only then may a claim be kept by Redis alone.
+    pub(super) written: std::sync::atomic::AtomicBool,
+    /// Asks Postgres whether the markers were written, i.e. whether any claim may have
+    /// been kept by Redis alone ([`RedisStore::ask_kept_alone`]).
+    pub(super) kept_alone: std::sync::OnceLock<super::epochs::KeptAloneCheck>,
+    /// By slot: an epoch marker set at or before this moment (ms of Redis' clock, 0:
+    /// none) marks a loss Postgres showed lost no claim kept alone (`lua/claim.lua`,
+    /// ARGV[9]).
+    pub(super) harmless: Box<[std::sync::atomic::AtomicI64]>,
     /// Rounds of claims acknowledged by a replica ([`super::acks`]).
     pub(super) acks: super::acks::Acks,
     /// Bumped by every [`Vouch::forget`].
@@ -89,6 +96,10 @@ impl Vouch {
             epochs: SlotMarkers::new(prefix, "epoch"),
             marking: Default::default(),
             written: Default::default(),
+            kept_alone: Default::default(),
+            harmless: (0..super::slots::SLOTS)
+                .map(|_| Default::default())
+                .collect(),
             acks: Default::default(),
             generation: Default::default(),
             replicas_expected,
@@ -206,75 +217,10 @@ impl RedisStore {
         }
     }
 
-    /// Writes "0" into every slot's epoch marker that has none (`SET NX`): a slot of a
-    /// new deployment has lost nothing. Concurrent with others' claims, which set a
-    /// missing marker to their own clock first (those slots then count once).
-    pub async fn write_epoch_markers(&self) -> Result<(), StoreError> {
-        for shard in self.shards() {
-            self.mark_epochs(&shard.slots, "0").await?;
-        }
-        Ok(())
-    }
-
-    /// A claim found the epoch marker of `slot` missing and set it to `since` (ms of
-    /// Redis' clock): the server serving it lost its data (or is new), so every slot of
-    /// that shard lost it at the same time. Their markers are set to `since` too (`SET
-    /// NX`, in the background, one marking per replica at a time), so that each slot's
-    /// quarantine runs from this first sight instead of from its own first claim.
-    pub fn lost_data(&self, slot: u16, since: i64) {
-        let Some(vouch) = &self.inner.vouch else {
-            return;
-        };
-        let Ok(one) = vouch.marking.clone().try_lock_owned() else {
-            return;
-        };
-        let store = self.clone();
-        tokio::spawn(async move {
-            let _one = one;
-            let shard = store.shard_of(slot);
-            tracing::warn!(shard = %shard.name, "redis lost this shard's data (an epoch marker \
-                is missing): its absent keys count as in flight for the quarantine");
-            if let Err(e) = store.mark_epochs(&shard.slots, &since.to_string()).await {
-                tracing::warn!(error = %e, "could not mark the shard's epoch markers; each \
-                    slot starts its quarantine at its own first claim");
-            }
-        });
-    }
-
-    /// `SET NX` of the epoch markers of `slots` to `value`, 256 per pipeline on the
-    /// slots' connection (a few writes, a few fsyncs, instead of one per key).
-    async fn mark_epochs(&self, slots: &Bits, value: &str) -> Result<(), StoreError> {
-        let Some(vouch) = &self.inner.vouch else {
-            return Ok(());
-        };
-        let slots = super::cold_slots::slots_of(slots);
-        for chunk in slots.chunks(256) {
-            let pipeline = self.inner.lanes.for_slot(chunk[0]).pipeline();
-            for &slot in chunk {
-                let key = vouch.epochs.all()[usize::from(slot)].as_str();
-                let nx = Some(fred::types::SetOptions::NX);
-                let _: () = (pipeline.set(key, value, None, nx, false)).await?;
-            }
-            let _: Vec<Value> = pipeline.all().await?;
-        }
-        Ok(())
-    }
-
-    /// Whether this deployment's epoch markers are known to be written (true where
-    /// claims are not vouched: there are none to write).
-    pub fn epochs_written(&self) -> bool {
-        (self.inner.vouch.as_ref()).map_or(true, |v| {
-            v.written.load(std::sync::atomic::Ordering::Relaxed)
-        })
-    }
-
-    /// This deployment's epoch markers are written, from now on.
-    pub fn mark_epochs_written(&self) {
-        if let Some(vouch) = &self.inner.vouch {
-            vouch
-                .written
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-        }
+    /// Whether some shard's primary was last seen to fsync every write (vouched
+    /// claims): its claims may be kept by Redis alone once the markers are written.
+    pub fn may_keep_claims(&self) -> bool {
+        (self.inner.vouch.as_ref()).is_some_and(|v| !v.fsyncs.is_empty())
     }
 
     /// The key prefix (`redis.key_prefix`).

@@ -38,6 +38,7 @@ use super::postgres::claim_rounds::ClaimRounds;
 use super::postgres::lookups::Lookups;
 use super::postgres::writer::Writer;
 use super::redis::breaker::Breaker;
+use super::redis::epochs::KeptAloneCheck;
 use super::redis::sentinel_watch::SentinelWatch;
 use super::redis::waiters::Waiters;
 use super::{PgStore, RedisStore};
@@ -124,6 +125,13 @@ impl Stores {
         let reads_marker =
             (config.postgres.as_ref()).is_some_and(|p| p.claims != ClaimDurability::WriteThrough);
         redis.set_vouch_after(reads_marker.then(|| config.longest_ttl()));
+        if let Some(pg) = &postgres {
+            let (store, prefix) = (pg.store.clone(), Arc::<str>::from(redis.prefix()));
+            redis.set_kept_alone_check(KeptAloneCheck(Arc::new(move || {
+                let (store, prefix) = (store.clone(), prefix.clone());
+                Box::pin(async move { store.epochs_written(&prefix).await })
+            })));
+        }
         let sentinels = SentinelWatch::connect(&config.redis).unwrap_or_else(|e| {
             tracing::warn!(error = %e, "cannot watch the sentinels; following fred's choice only");
             None

@@ -41,15 +41,26 @@ impl Stores {
         }
     }
 
+    /// Vouched claims: reads what each shard's primary runs (AOF, replicas).
+    pub async fn probe_vouching(&self) {
+        self.0.redis.probe_vouching().await;
+    }
+
     /// Vouched claims: writes the epoch marker of every slot once per deployment (a
     /// key prefix Postgres has not seen), so that a new Redis is not taken for one that
-    /// lost its data. Tried for at most `within` at start-up, then by every probe until
-    /// done; meanwhile a slot first claimed counts its absent keys in flight for a
-    /// quarantine, once.
+    /// lost its data, before any claim is kept by Redis alone (until then every claim
+    /// is written through, `verdict="unmarked"`). Only once a primary is seen to fsync
+    /// every write: a deployment whose Redis never could keep a claim has none to lose,
+    /// and a Redis of it restarted empty serves at once (its markers are not recorded,
+    /// so a claim that finds one missing asks Postgres and waits out no quarantine).
+    /// Tried for at most `within` at start-up, then by every probe until done.
     pub async fn write_epochs(&self, within: Duration) {
         let (Some(pg), false) = (&self.0.postgres, self.0.redis.epochs_written()) else {
             return;
         };
+        if !self.0.redis.may_keep_claims() {
+            return;
+        }
         let prefix = self.0.redis.prefix();
         let write = async {
             if !pg.store.epochs_written(prefix).await? {

@@ -228,6 +228,48 @@ async fn a_redis_restarted_without_its_data_serves_again_after_the_quarantine() 
 }
 
 #[tokio::test]
+async fn a_redis_that_never_kept_a_claim_alone_serves_at_once_after_losing_its_data() {
+    // No AOF: every claim is written through, and no epoch marker is ever recorded.
+    let (mut redis, pg, up) = (
+        RedisServer::start(),
+        PgServer::start(),
+        MockUpstream::start().await,
+    );
+    let app = gateway(&redis, &pg, &up).await;
+    let (status, stored) = post(&app, "before-the-loss").await;
+    assert_eq!(status, 201);
+    redis.restart_empty();
+    // Postgres arbitrated every earlier claim: a new key waits out no quarantine, and
+    // its concurrent duplicates still run it once.
+    let started = Instant::now();
+    up.set_delay(Duration::from_millis(500));
+    let calls = (0..6).map(|_| post(&app, "after-the-loss"));
+    let answers = futures_util::future::join_all(calls).await;
+    assert!(started.elapsed() < QUARANTINE, "{:?}", started.elapsed());
+    assert_eq!(
+        answers.iter().filter(|(s, _)| *s == 201).count(),
+        1,
+        "served at once, and once: {answers:?}"
+    );
+    assert!(answers.iter().all(|(s, _)| matches!(s, 201 | 409)));
+    assert_eq!(
+        post(&app, "before-the-loss").await,
+        (201, stored),
+        "a stored answer Redis lost replays from Postgres"
+    );
+    assert_eq!(up.executions(), 2, "one execution per key");
+    let epochs = pg.client().await;
+    let recorded = (epochs.query_one("SELECT count(*) FROM idemgate_redis_epochs", &[]))
+        .await
+        .unwrap()
+        .get::<_, i64>(0);
+    assert_eq!(
+        recorded, 0,
+        "no claim could be kept alone: no markers recorded"
+    );
+}
+
+#[tokio::test]
 async fn a_claim_no_replica_acknowledges_gets_a_postgres_row() {
     let (redis, pg, up) = (
         fsyncing_redis(),
