@@ -193,7 +193,8 @@ idempotency_settings! {
         expires_header: ExpiresHeader = ExpiresHeader::default();
         /// Keep each request with its durable lease, so that the completer can send it
         /// again if its replica dies mid-request and the client never retries
-        /// (docs/completer.md). Needs `[postgres]` with `claims = "write_through"`, and
+        /// (docs/completer.md). Needs `[postgres]` with `claims = "write_through"` (or
+        /// `"vouched"`, which writes such a route's claims through), and
         /// an upstream that treats the forwarded `Idempotency-Key` as its own
         /// deduplication key.
         completer: bool = false;
@@ -393,18 +394,20 @@ impl IdempotencyConfig {
     }
 
     /// `completer = true` needs a durable lease to keep the request with: `[postgres]` with
-    /// `claims = "write_through"`.
+    /// `claims = "write_through"` or `"vouched"` (which writes such a route's claims
+    /// through).
     pub(super) fn check_completer(
         &self,
         at: &str,
         postgres: Option<&PostgresConfig>,
     ) -> Result<(), ConfigError> {
-        let durable = postgres.is_some_and(|pg| pg.claims == ClaimDurability::WriteThrough);
+        // Vouched claims write a completer route's claims through (with its request).
+        let durable = postgres.is_some_and(|pg| pg.claims != ClaimDurability::RedisOnly);
         if self.completer && !durable {
             return Err(ConfigError::invalid(
                 format!("{at}.completer"),
-                "needs [postgres] with claims = \"write_through\": the completer sends a \
-                 request again only from a durable lease",
+                "needs [postgres] with claims = \"write_through\" or \"vouched\": the \
+                 completer sends a request again only from a durable lease",
             ));
         }
         Ok(())

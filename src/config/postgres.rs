@@ -274,6 +274,24 @@ mod tests {
     }
 
     #[test]
+    fn the_completer_needs_claims_postgres_keeps() {
+        let with = |claims: &str| {
+            let toml = format!(
+                "[idempotency]\ncompleter = true\n[postgres]\nurl = \"postgres://localhost/x\"\n\
+                 claims = \"{claims}\"\n{ROUTE}"
+            );
+            Config::from_toml(&toml).map_err(|e| e.to_string())
+        };
+        assert!(with("write_through").is_ok());
+        assert!(
+            with("vouched").is_ok(),
+            "its routes' claims are written through"
+        );
+        let e = with("redis").unwrap_err();
+        assert!(e.contains("idempotency.completer"), "{e}");
+    }
+
+    #[test]
     fn claims_in_redis_cannot_be_filled_on_replay() {
         let e = postgres("claims = \"redis\"\nredis_fill = \"on_replay\"").unwrap_err();
         assert!(e.contains("postgres.redis_fill"), "{e}");

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use idemgate::App;
 use idemgate_fleet::Replica;
 
-use super::{extra, stores, INTERVAL, LOCK_TTL, TOKEN};
+use super::{extra, extra_in, stores, stores_in, Claims, INTERVAL, LOCK_TTL, TOKEN};
 use crate::support::{
     comparable, config, eventually, keyed_post, metric, problem_code, read, serve_process,
     MockUpstream, PgServer, RedisServer, TestApp,
@@ -32,6 +32,18 @@ async fn doomed(
     up: &MockUpstream,
     completer: bool,
 ) -> Replica {
+    doomed_in(Claims::WriteThrough, dir, redis, pg, up, completer).await
+}
+
+/// [`doomed`] with claims kept as `claims` says.
+async fn doomed_in(
+    claims: Claims,
+    dir: &Path,
+    redis: &RedisServer,
+    pg: &PgServer,
+    up: &MockUpstream,
+    completer: bool,
+) -> Replica {
     let toml = format!(
         "[replay_cache]\nmax_bytes = \"0B\"\n\
          [redis]\nurl = \"{}\"\ncommand_timeout = \"300ms\"\n\
@@ -41,7 +53,7 @@ async fn doomed(
         redis.url(),
         up.url(),
         // Its own completer never gets the chance: it dies first.
-        extra(pg, completer, Duration::from_secs(3600)),
+        extra_in(claims, pg, completer, Duration::from_secs(3600)),
     );
     serve_process(dir, "doomed", &toml).await
 }
@@ -115,11 +127,21 @@ fn sent_for(up: &MockUpstream, key: &str) -> Vec<(i64, bool)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_abandoned_request_is_completed_once_and_replayed() {
-    let (redis, pg, up) = stores(LATENCY).await;
+    completed_once_and_replayed(Claims::WriteThrough).await;
+}
+
+/// Vouched claims write a completer route's claims through, with the request kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_abandoned_request_is_completed_once_and_replayed_with_vouched_claims() {
+    completed_once_and_replayed(Claims::Vouched).await;
+}
+
+async fn completed_once_and_replayed(claims: Claims) {
+    let (redis, pg, up) = stores_in(claims, LATENCY).await;
     let dir = tempfile::tempdir().unwrap();
-    let mut dead = doomed(dir.path(), &redis, &pg, &up, true).await;
-    let survivor =
-        TestApp::spawn(config(&redis.url(), &up.url(), &extra(&pg, true, INTERVAL))).await;
+    let mut dead = doomed_in(claims, dir.path(), &redis, &pg, &up, true).await;
+    let extra = extra_in(claims, &pg, true, INTERVAL);
+    let survivor = TestApp::spawn(config(&redis.url(), &up.url(), &extra)).await;
     let key = "abandoned-1".to_string();
     let killed = abandon(&mut dead, &up, std::slice::from_ref(&key)).await;
 
@@ -163,6 +185,11 @@ async fn an_abandoned_request_is_completed_once_and_replayed() {
     assert_eq!(shown["completer"]["state"], "completed", "{shown}");
     assert_eq!(shown["completer"]["request_kept"], false, "{shown}");
     assert!(outcomes(&survivor, "completed").await >= 1.0);
+    if claims == Claims::Vouched {
+        let series = "idemgate_claim_vouch_total{verdict=\"completer\"}";
+        let through = metric(&survivor.metrics().await, series);
+        assert!(through >= 1.0, "the takeover was written through");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
