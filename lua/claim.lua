@@ -32,8 +32,9 @@
 -- an ordinary key, replicated and kept in the AOF like the records, so it survives what
 -- keeps them (a restart from an AOF written with `appendfsync always`, a failover to a
 -- replica that acknowledged them) and goes with what loses them (a flush, a restart
--- without the AOF, a new server). The gateway writes "0" into every slot once, when a
--- deployment first uses vouched claims (src/store/redis/vouch.rs).
+-- without the AOF, a new server). The gateway writes "0" into every slot once per
+-- deployment, and records that in Postgres once a primary is seen to fsync every write,
+-- before any claim is kept by Redis alone (src/store/redis/epochs.rs).
 -- ARGV[7] (with KEYS[4]): the quarantine in ms. ARGV[8] (vouched claims): how long
 -- the record outlives its lease (l, record.lua), so that a lease that ran out with no
 -- completion is seen as lapsed and taken over knowingly, as a Postgres row would be.
@@ -135,7 +136,8 @@ if not v then
     t0 = clock_us()
     local age, since, set = epoch_age(t0)
     local harmless = tonumber(ARGV[9])
-    if not (harmless and since <= harmless) then
+    -- A marker this claim just set is a loss of its own, never a known one.
+    if set or not (harmless and since <= harmless) then
       if set then
         return {'Y', tonumber(ARGV[7]), since, 1}
       end

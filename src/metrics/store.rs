@@ -55,8 +55,9 @@ pub(super) fn describe() {
     describe_counter!(
         CLAIM_VOUCH,
         "Claims acquired in Redis with claims = \"vouched\", by verdict: kept (Redis alone), \
-         no_fsync, wait_short or rerouted (a Postgres row too), young (its slot lost its data \
-         lately)."
+         no_fsync, unmarked, completer, wait_short or rerouted (a Postgres row too), young \
+         (its slot lost its data lately), young_unkept (a loss before any claim was kept \
+         alone: no quarantine)."
     );
     describe_counter!(
         LEASES_WRITTEN_BACK,

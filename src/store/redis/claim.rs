@@ -18,6 +18,7 @@ use crate::store::StoreError;
 #[derive(Clone, Copy)]
 struct Claiming<'a> {
     key: &'a str,
+    slot: u16,
     fingerprint: &'a Fingerprint,
     token: &'a str,
     lease: Duration,
@@ -33,12 +34,14 @@ impl RedisStore {
     /// ttl ms, vouch-after ms, record layout ("string" or "hash", `redis.record_format`),
     /// quarantine ms]`, and with vouched claims how long the record outlives its lease
     /// (ms): a lease that ran out with no completion is then taken over knowingly
-    /// ([`Acquired::after_lapse`]). A `fence_ttl` of zero keeps no fence key: the reply's fence is
+    /// ([`Acquired::after_lapse`]), then the moment up to which an epoch marker marks a
+    /// loss known to have lost no claim kept alone ([`RedisStore::harmless_upto`]). A `fence_ttl` of zero keeps no fence key: the reply's fence is
     /// then 0 (write-through claims, whose fencing token is Postgres'); vouched claims
     /// keep none either, their fence being Redis' clock.
     /// Reply: `{"A", fence, marker age ms}` acquired with its fencing token (age 0
-    /// without the marker), `{"Y", remaining ms[, marker]}` absent from a slot that lost
-    /// its data lately (in flight, as far as anyone knows),
+    /// without the marker), `{"Y", remaining ms, marker[, 1]}` absent from a slot that
+    /// lost its data lately (in flight, as far as anyone knows; 1: this claim found the
+    /// marker missing and set it),
     /// `{"C", encoded response, remaining ms}` completed with this fingerprint,
     /// `{"I", remaining ms}` leased by another token (the record is then marked as
     /// waited for: its completion or release publishes), `{"M"}` another fingerprint;
@@ -57,13 +60,13 @@ impl RedisStore {
     ) -> Result<Claim<Acquired, StoredRecord>, StoreError> {
         let sent = Claiming {
             key,
+            slot: super::slots::slot(key),
             fingerprint,
             token,
             lease,
             fence_ttl,
         };
-        let harmless = self.harmless_upto(super::slots::slot(key));
-        match self.claim_once(&sent, harmless).await? {
+        match self.claim_once(&sent).await? {
             Ok(claim) => Ok(claim),
             // Boxed: rare, and inline it would grow every claim's future.
             Err(young) => Box::pin(self.after_loss(&sent, young)).await,
@@ -79,39 +82,37 @@ impl RedisStore {
         sent: &Claiming<'_>,
         young: Young,
     ) -> Result<Claim<Acquired, StoredRecord>, StoreError> {
-        if self.ask_kept_alone().await {
-            return Ok(self.quarantined(sent.key, young));
+        if self.ask_kept_alone(sent.slot, young.marker).await {
+            return Ok(self.quarantined(sent.slot, young));
         }
         metrics::claim_vouch("young_unkept");
-        let slot = super::slots::slot(sent.key);
-        self.loss_lost_nothing(slot, young.marker, young.found_missing);
-        match self.claim_once(sent, self.harmless_upto(slot)).await? {
+        match self.claim_once(sent).await? {
             Ok(claim) => Ok(claim),
-            Err(again) => Ok(self.quarantined(sent.key, again)),
+            Err(again) => Ok(self.quarantined(sent.slot, again)),
         }
     }
 
     /// A key absent from a slot that lost its data: in flight for the quarantine, and
     /// the shard's other markers set to the same moment if this claim found it missing.
-    fn quarantined(&self, key: &str, young: Young) -> Claim<Acquired, StoredRecord> {
+    fn quarantined(&self, slot: u16, young: Young) -> Claim<Acquired, StoredRecord> {
         metrics::claim_vouch("young");
         if young.found_missing {
-            self.lost_data(super::slots::slot(key), young.marker);
+            self.lost_data(slot, young.marker);
         }
         Claim::InFlight {
             remaining: young.remaining,
         }
     }
 
-    /// One run of the claim script; `Err` where the slot lost its data lately. With
-    /// `harmless`, a marker set at or before it (ms) is not a loss to wait out.
+    /// One run of the claim script; `Err` where the slot lost its data lately. A
+    /// marker at or before [`RedisStore::harmless_upto`] is not a loss to wait out.
     async fn claim_once(
         &self,
         sent: &Claiming<'_>,
-        harmless: Option<i64>,
     ) -> Result<Result<Claim<Acquired, StoredRecord>, Young>, StoreError> {
         let Claiming {
             key,
+            slot,
             fingerprint,
             token,
             lease,
@@ -135,7 +136,7 @@ impl RedisStore {
             ];
             if let Some(v) = &self.inner.vouch {
                 args.push(millis(v.remember).into());
-                if let Some(harmless) = harmless {
+                if let Some(harmless) = self.harmless_upto(slot) {
                     args.push(harmless.into());
                 }
             }
@@ -149,7 +150,6 @@ impl RedisStore {
         // cannot show lost nothing but claims Postgres arbitrates.
         let marked = self.epochs_written();
         let started = Instant::now();
-        let slot = super::slots::slot(key);
         let client = self.inner.lanes.for_key(key);
         let reply = self.run_claim(client, key, marker, args).await;
         metrics::elapsed(&self.inner.ops.claim, started);
@@ -183,10 +183,11 @@ impl RedisStore {
     /// (as a completion's short `WAIT` does): its claims take a Postgres row without
     /// waiting until the probe sees a replica acknowledge again.
     async fn kept(&self, slot: u16, since: u64, marked: bool) -> Result<(), &'static str> {
+        let keeping = self.keeping(slot)?;
         if !marked {
             return Err("unmarked");
         }
-        match self.keeping(slot)? {
+        match keeping {
             None => Ok(()),
             Some(wait) => {
                 match self.acknowledged_in_round(slot, since).await {

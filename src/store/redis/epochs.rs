@@ -3,6 +3,8 @@
 //! claim Redis kept alone (only once the deployment recorded its markers in Postgres)
 //! or nothing Postgres does not arbitrate.
 
+use std::sync::atomic::Ordering;
+
 use fred::prelude::{KeysInterface as _, Value};
 
 use super::cold_slots::Bits;
@@ -34,7 +36,15 @@ impl RedisStore {
         for shard in self.shards() {
             self.mark_epochs(&shard.slots, "0").await?;
         }
+        if let Some(vouch) = &self.inner.vouch {
+            vouch.swept.store(true, Ordering::Relaxed);
+        }
         Ok(())
+    }
+
+    /// Whether this replica wrote the epoch markers once ([`Self::write_epoch_markers`]).
+    pub fn epochs_swept(&self) -> bool {
+        (self.inner.vouch.as_ref()).map_or(true, |v| v.swept.load(Ordering::Relaxed))
     }
 
     /// A claim found the epoch marker of `slot` missing and set it to `since` (ms of
@@ -43,6 +53,17 @@ impl RedisStore {
     /// NX`, in the background, one marking per replica at a time), so that each slot's
     /// quarantine runs from this first sight instead of from its own first claim.
     pub fn lost_data(&self, slot: u16, since: i64) {
+        self.mark_shard(
+            slot,
+            since,
+            "redis lost this shard's data (an epoch marker is \
+            missing): its absent keys count as in flight for the quarantine",
+        );
+    }
+
+    /// Sets the missing epoch markers of `slot`'s shard to `since` in the background
+    /// (one marking per replica at a time), after logging `why`.
+    fn mark_shard(&self, slot: u16, since: i64, why: &'static str) {
         let Some(vouch) = &self.inner.vouch else {
             return;
         };
@@ -53,11 +74,10 @@ impl RedisStore {
         tokio::spawn(async move {
             let _one = one;
             let shard = store.shard_of(slot);
-            tracing::warn!(shard = %shard.name, "redis lost this shard's data (an epoch marker \
-                is missing): its absent keys count as in flight for the quarantine");
+            tracing::warn!(shard = %shard.name, "{why}");
             if let Err(e) = store.mark_epochs(&shard.slots, &since.to_string()).await {
                 tracing::warn!(error = %e, "could not mark the shard's epoch markers; each \
-                    slot starts its quarantine at its own first claim");
+                    slot's first claim finds its own missing");
             }
         });
     }
@@ -84,17 +104,13 @@ impl RedisStore {
     /// Whether this deployment's epoch markers are known to be written (true where
     /// claims are not vouched: there are none to write).
     pub fn epochs_written(&self) -> bool {
-        (self.inner.vouch.as_ref()).map_or(true, |v| {
-            v.written.load(std::sync::atomic::Ordering::Relaxed)
-        })
+        (self.inner.vouch.as_ref()).map_or(true, |v| v.written.load(Ordering::Relaxed))
     }
 
     /// This deployment's epoch markers are written, from now on.
     pub fn mark_epochs_written(&self) {
         if let Some(vouch) = &self.inner.vouch {
-            vouch
-                .written
-                .store(true, std::sync::atomic::Ordering::Relaxed);
+            vouch.written.store(true, Ordering::Relaxed);
         }
     }
 
@@ -106,16 +122,27 @@ impl RedisStore {
         }
     }
 
-    /// Whether a claim may have been kept by Redis alone, as far as this replica knows
-    /// or Postgres says now (`true` where it cannot tell): a slot that lost its data
-    /// then lost nothing Postgres does not arbitrate if not. What Postgres says is final
-    /// once true; false holds for the losses before the question (a claim is kept alone
-    /// only once the markers are recorded: [`RedisStore::epochs_written`]).
-    pub(super) async fn ask_kept_alone(&self) -> bool {
+    /// Whether the loss that left `slot`'s epoch marker at `marker` may have lost a
+    /// claim kept by Redis alone, as far as this replica knows or Postgres says now
+    /// (`true` where it cannot tell). If not, it lost nothing Postgres does not
+    /// arbitrate: its shard's markers up to `marker` mark no loss to wait out
+    /// ([`RedisStore::harmless_upto`]). What Postgres says is final once true; false
+    /// holds for the losses before the question (a claim is kept alone only once the
+    /// markers are recorded: [`RedisStore::epochs_written`]). One question at a time.
+    pub(super) async fn ask_kept_alone(&self, slot: u16, marker: i64) -> bool {
+        let Some(vouch) = &self.inner.vouch else {
+            return true;
+        };
+        let _one = vouch.asking.lock().await;
         if self.epochs_written() {
             return true;
         }
-        let Some(check) = (self.inner.vouch.as_ref()).and_then(|v| v.kept_alone.get()) else {
+        // Answered meanwhile for this loss (the value came from a question asked after
+        // its marker was set).
+        if self.harmless_upto(slot).is_some_and(|upto| upto >= marker) {
+            return false;
+        }
+        let Some(check) = vouch.kept_alone.get() else {
             return true;
         };
         match (check.0)().await {
@@ -123,7 +150,10 @@ impl RedisStore {
                 self.mark_epochs_written();
                 true
             }
-            Ok(false) => false,
+            Ok(false) => {
+                self.loss_lost_nothing(slot, marker);
+                false
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot ask postgres whether redis kept claims \
                     alone: a slot that lost its data waits out its quarantine");
@@ -132,32 +162,42 @@ impl RedisStore {
         }
     }
 
-    /// The moment up to which a loss of `slot`'s data is known to have lost no claim
-    /// kept by Redis alone ([`RedisStore::loss_lost_nothing`]).
+    /// The moment (ms of Redis' clock) up to which an epoch marker of `slot` marks a
+    /// loss known to have lost no claim kept by Redis alone; only until the markers are
+    /// recorded, and for one quarantine after the question (later, such a marker is too
+    /// old to hold a claim anyway).
     pub(super) fn harmless_upto(&self, slot: u16) -> Option<i64> {
         let vouch = self.inner.vouch.as_ref()?;
-        let at = vouch.harmless[usize::from(slot) % super::slots::SLOTS]
-            .load(std::sync::atomic::Ordering::Relaxed);
-        (at > 0).then_some(at)
+        let at = vouch.harmless[usize::from(slot)].load(Ordering::Relaxed);
+        if at == 0 || self.epochs_written() {
+            return None;
+        }
+        let now = vouch.born.elapsed().as_millis() as u64;
+        (now < vouch.harmless_until.load(Ordering::Relaxed)).then_some(at)
     }
 
     /// Postgres showed that the loss that left `slot` with the epoch marker `marker`
     /// lost no claim kept by Redis alone: its shard's markers up to `marker` mark no
-    /// loss to wait out, and those still missing are set to it (`found_missing`).
-    pub(super) fn loss_lost_nothing(&self, slot: u16, marker: i64, found_missing: bool) {
+    /// loss to wait out, and those still missing are set to it.
+    fn loss_lost_nothing(&self, slot: u16, marker: i64) {
         let Some(vouch) = &self.inner.vouch else {
             return;
         };
         let shard = self.shard_of(slot);
-        for s in super::cold_slots::slots_of(&shard.slots) {
-            vouch.harmless[usize::from(s)].fetch_max(marker, std::sync::atomic::Ordering::Relaxed);
+        for s in super::cold_slots::slots_of(&shard.slots)
+            .into_iter()
+            .chain([slot])
+        {
+            vouch.harmless[usize::from(s)].fetch_max(marker, Ordering::Relaxed);
         }
-        vouch.harmless[usize::from(slot)].fetch_max(marker, std::sync::atomic::Ordering::Relaxed);
-        tracing::warn!(shard = %shard.name, "redis lost this shard's data (an epoch marker is \
-            missing), before any claim was kept by redis alone: postgres arbitrates every \
-            earlier claim, so no quarantine");
-        if found_missing {
-            self.lost_data(slot, marker);
-        }
+        let until = vouch.born.elapsed() + vouch.quarantine;
+        (vouch.harmless_until).fetch_max(until.as_millis() as u64, Ordering::Relaxed);
+        self.mark_shard(
+            slot,
+            marker,
+            "redis lost this shard's data (an epoch marker is \
+            missing) before any claim was kept by redis alone: postgres arbitrates every \
+            earlier claim, so its absent keys wait out no quarantine",
+        );
     }
 }

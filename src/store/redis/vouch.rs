@@ -56,6 +56,13 @@ pub struct Vouch {
     /// none) marks a loss Postgres showed lost no claim kept alone (`lua/claim.lua`,
     /// ARGV[9]).
     pub(super) harmless: Box<[std::sync::atomic::AtomicI64]>,
+    /// Until when (ms after `born`) `harmless` holds.
+    pub(super) harmless_until: std::sync::atomic::AtomicU64,
+    /// One question to Postgres about a loss at a time.
+    pub(super) asking: tokio::sync::Mutex<()>,
+    pub(super) born: std::time::Instant,
+    /// This replica wrote every missing epoch marker once.
+    pub(super) swept: std::sync::atomic::AtomicBool,
     /// Rounds of claims acknowledged by a replica ([`super::acks`]).
     pub(super) acks: super::acks::Acks,
     /// Bumped by every [`Vouch::forget`].
@@ -100,6 +107,10 @@ impl Vouch {
             harmless: (0..super::slots::SLOTS)
                 .map(|_| Default::default())
                 .collect(),
+            harmless_until: Default::default(),
+            asking: Default::default(),
+            born: std::time::Instant::now(),
+            swept: Default::default(),
             acks: Default::default(),
             generation: Default::default(),
             replicas_expected,

@@ -48,38 +48,47 @@ impl Stores {
 
     /// Vouched claims: writes the epoch marker of every slot once per deployment (a
     /// key prefix Postgres has not seen), so that a new Redis is not taken for one that
-    /// lost its data, before any claim is kept by Redis alone (until then every claim
-    /// is written through, `verdict="unmarked"`). Only once a primary is seen to fsync
-    /// every write: a deployment whose Redis never could keep a claim has none to lose,
-    /// and a Redis of it restarted empty serves at once (its markers are not recorded,
-    /// so a claim that finds one missing asks Postgres and waits out no quarantine).
-    /// Tried for at most `within` at start-up, then by every probe until done.
+    /// lost its data, and records them in Postgres before any claim is kept by Redis
+    /// alone (until then every claim is written through, `verdict="unmarked"`). The
+    /// record waits until a primary is seen to fsync every write: a deployment whose
+    /// Redis never could keep a claim has none to lose, and a Redis of it restarted
+    /// empty serves at once (a claim that finds a marker missing asks Postgres, finds
+    /// nothing recorded, and waits out no quarantine). Tried for at most `within` at
+    /// start-up, then by every probe until recorded.
     pub async fn write_epochs(&self, within: Duration) {
         let (Some(pg), false) = (&self.0.postgres, self.0.redis.epochs_written()) else {
             return;
         };
-        if !self.0.redis.may_keep_claims() {
+        let keeps = self.0.redis.may_keep_claims();
+        if !keeps && self.0.redis.epochs_swept() {
             return;
         }
         let prefix = self.0.redis.prefix();
         let write = async {
-            if !pg.store.epochs_written(prefix).await? {
-                self.0.redis.write_epoch_markers().await?;
-                pg.store.mark_epochs_written(prefix).await?;
-                tracing::info!("redis epoch markers written: a new deployment of vouched claims");
+            if pg.store.epochs_written(prefix).await? {
+                return Ok(true);
             }
-            Ok::<(), StoreError>(())
+            if !self.0.redis.epochs_swept() {
+                self.0.redis.write_epoch_markers().await?;
+            }
+            if !keeps {
+                return Ok(false);
+            }
+            pg.store.mark_epochs_written(prefix).await?;
+            tracing::info!("redis epoch markers recorded: a new deployment of vouched claims");
+            Ok::<bool, StoreError>(true)
         };
         match tokio::time::timeout(within, write).await {
-            Ok(Ok(())) => {
-                self.0.redis.mark_epochs_written();
+            Ok(Ok(recorded)) => {
+                if recorded {
+                    self.0.redis.mark_epochs_written();
+                }
             }
             Ok(Err(e)) => tracing::warn!(error = %e, "cannot write the redis epoch markers \
-                yet: slots first claimed meanwhile count their absent keys in flight for a \
-                quarantine, once"),
+                yet: claims are written through until they are recorded"),
             Err(_) => tracing::warn!(
-                "the redis epoch markers took too long to write: slots \
-                first claimed meanwhile wait out their quarantine once"
+                "the redis epoch markers took too long to write: claims are written through \
+                until they are recorded"
             ),
         }
     }
