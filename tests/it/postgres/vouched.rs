@@ -90,6 +90,19 @@ async fn post(app: &TestApp, key: &str) -> (u16, bytes::Bytes) {
     (status, body)
 }
 
+/// A gateway on `redis` that stored "before-the-loss", then `redis` restarted empty:
+/// the stores, the gateway and the stored answer.
+async fn stored_then_emptied(
+    mut redis: RedisServer,
+) -> (RedisServer, PgServer, MockUpstream, TestApp, bytes::Bytes) {
+    let (pg, up) = (PgServer::start(), MockUpstream::start().await);
+    let app = gateway(&redis, &pg, &up).await;
+    let (status, stored) = post(&app, "before-the-loss").await;
+    assert_eq!(status, 201);
+    redis.restart_empty();
+    (redis, pg, up, app, stored)
+}
+
 #[tokio::test]
 async fn a_claim_redis_keeps_takes_no_postgres_row_and_runs_once() {
     let (redis, pg, up) = (
@@ -202,15 +215,7 @@ async fn a_flushed_redis_keeps_the_key_in_flight_until_the_holder_writes_its_lea
 
 #[tokio::test]
 async fn a_redis_restarted_without_its_data_serves_again_after_the_quarantine() {
-    let (mut redis, pg, up) = (
-        fsyncing_redis(),
-        PgServer::start(),
-        MockUpstream::start().await,
-    );
-    let app = gateway(&redis, &pg, &up).await;
-    let (status, stored) = post(&app, "before-the-loss").await;
-    assert_eq!(status, 201);
-    redis.restart_empty();
+    let (_redis, _pg, up, app, stored) = stored_then_emptied(fsyncing_redis()).await;
     // Every key is absent from slots that lost their data: in flight, for now.
     let during = post(&app, "a-new-key").await.0;
     assert_eq!(
@@ -230,15 +235,7 @@ async fn a_redis_restarted_without_its_data_serves_again_after_the_quarantine() 
 #[tokio::test]
 async fn a_redis_that_never_kept_a_claim_alone_serves_at_once_after_losing_its_data() {
     // No AOF: every claim is written through, and no epoch marker is ever recorded.
-    let (mut redis, pg, up) = (
-        RedisServer::start(),
-        PgServer::start(),
-        MockUpstream::start().await,
-    );
-    let app = gateway(&redis, &pg, &up).await;
-    let (status, stored) = post(&app, "before-the-loss").await;
-    assert_eq!(status, 201);
-    redis.restart_empty();
+    let (_redis, pg, up, app, stored) = stored_then_emptied(RedisServer::start()).await;
     // Postgres arbitrated every earlier claim: a new key waits out no quarantine, and
     // its concurrent duplicates still run it once.
     let started = Instant::now();
