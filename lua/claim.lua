@@ -135,15 +135,13 @@ if not v then
   if KEYS[4] then
     t0 = clock_us()
     local age, since, set = epoch_age(t0)
-    local harmless = tonumber(ARGV[9])
     -- A marker this claim just set is a loss of its own, never a known one.
-    if set or not (harmless and since <= harmless) then
-      if set then
-        return {'Y', tonumber(ARGV[7]), since, 1}
-      end
-      if age < tonumber(ARGV[7]) then
-        return {'Y', tonumber(ARGV[7]) - age, since}
-      end
+    if set then
+      return {'Y', tonumber(ARGV[7]), since, 1}
+    end
+    local harmless = tonumber(ARGV[9])
+    if age < tonumber(ARGV[7]) and not (harmless and since <= harmless) then
+      return {'Y', tonumber(ARGV[7]) - age, since}
     end
   end
   return acquire(t0, nil)

@@ -305,7 +305,7 @@ pub async fn markers_vouching_across(
                 break key;
             }
         };
-        if let Ok(Claim::Acquired(a)) = store.claim(&key, &fp, "probe", lease, lease).await {
+        if let Ok(Claim::Acquired(a)) = store.claim(&key, &fp, "probe", lease, lease, true).await {
             claims += 1;
             if a.marker_age >= since_fault {
                 old += 1;

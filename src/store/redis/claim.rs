@@ -23,6 +23,16 @@ struct Claiming<'a> {
     token: &'a str,
     lease: Duration,
     fence_ttl: Duration,
+    keep_alone: bool,
+}
+
+/// What allows a vouched claim to be kept by Redis alone, known before it is sent.
+#[derive(Clone, Copy)]
+struct Keep {
+    /// Sent once the deployment's epoch markers were recorded.
+    marked: bool,
+    /// Not a claim whose request the completer keeps in Postgres.
+    keep_alone: bool,
 }
 
 impl RedisStore {
@@ -35,9 +45,11 @@ impl RedisStore {
     /// quarantine ms]`, and with vouched claims how long the record outlives its lease
     /// (ms): a lease that ran out with no completion is then taken over knowingly
     /// ([`Acquired::after_lapse`]), then the moment up to which an epoch marker marks a
-    /// loss known to have lost no claim kept alone ([`RedisStore::harmless_upto`]). A `fence_ttl` of zero keeps no fence key: the reply's fence is
-    /// then 0 (write-through claims, whose fencing token is Postgres'); vouched claims
-    /// keep none either, their fence being Redis' clock.
+    /// loss known to have lost no claim kept alone ([`RedisStore::harmless_upto`]). A
+    /// `fence_ttl` of zero keeps no fence key: the reply's fence is then 0 (write-through
+    /// claims, whose fencing token is Postgres'); vouched claims keep none either, their
+    /// fence being Redis' clock. `keep_alone`: a vouched claim may be kept by Redis
+    /// alone (not one whose request the completer keeps in its Postgres row).
     /// Reply: `{"A", fence, marker age ms}` acquired with its fencing token (age 0
     /// without the marker), `{"Y", remaining ms, marker[, 1]}` absent from a slot that
     /// lost its data lately (in flight, as far as anyone knows; 1: this claim found the
@@ -57,6 +69,7 @@ impl RedisStore {
         token: &str,
         lease: Duration,
         fence_ttl: Duration,
+        keep_alone: bool,
     ) -> Result<Claim<Acquired, StoredRecord>, StoreError> {
         let sent = Claiming {
             key,
@@ -65,6 +78,7 @@ impl RedisStore {
             token,
             lease,
             fence_ttl,
+            keep_alone,
         };
         match self.claim_once(&sent).await? {
             Ok(claim) => Ok(claim),
@@ -117,6 +131,7 @@ impl RedisStore {
             token,
             lease,
             fence_ttl,
+            keep_alone,
         } = *sent;
         let args = || -> Vec<Value> {
             let mut args: Vec<Value> = vec![
@@ -160,7 +175,8 @@ impl RedisStore {
         match decode_record_reply("claim", reply)? {
             Record::Acquired(mut acquired) => {
                 if self.inner.vouch.is_some() {
-                    acquired.vouched = match self.kept(slot, since, marked).await {
+                    let may = Keep { marked, keep_alone };
+                    acquired.vouched = match self.kept(slot, since, may).await {
                         Ok(()) => Vouched::Kept,
                         Err(why) => Vouched::Unvouched(why),
                     };
@@ -182,10 +198,14 @@ impl RedisStore {
     /// [`super::acks`]). Else why not. A round no replica acknowledged marks its shard
     /// (as a completion's short `WAIT` does): its claims take a Postgres row without
     /// waiting until the probe sees a replica acknowledge again.
-    async fn kept(&self, slot: u16, since: u64, marked: bool) -> Result<(), &'static str> {
+    async fn kept(&self, slot: u16, since: u64, may: Keep) -> Result<(), &'static str> {
         let keeping = self.keeping(slot)?;
-        if !marked {
+        if !may.marked {
             return Err("unmarked");
+        }
+        // Written through anyway: no round to wait for.
+        if !may.keep_alone {
+            return Err("completer");
         }
         match keeping {
             None => Ok(()),

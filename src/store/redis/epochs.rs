@@ -184,10 +184,7 @@ impl RedisStore {
             return;
         };
         let shard = self.shard_of(slot);
-        for s in super::cold_slots::slots_of(&shard.slots)
-            .into_iter()
-            .chain([slot])
-        {
+        for s in super::cold_slots::slots_of(&shard.slots) {
             vouch.harmless[usize::from(s)].fetch_max(marker, Ordering::Relaxed);
         }
         let until = vouch.born.elapsed() + vouch.quarantine;

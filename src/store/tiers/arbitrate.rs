@@ -83,6 +83,9 @@ impl Stores {
                 &ask.token,
                 policy.settings.lock_ttl,
                 fence_ttl,
+                // A request kept for the completer lives in its Postgres row: such a
+                // claim is written through, whatever Redis could vouch for.
+                matches!(ask.resend, Resend::Off),
             )
             .await;
         if claimed.is_ok() {
@@ -93,15 +96,7 @@ impl Stores {
                 let home = Home::Redis {
                     also_in_postgres: false,
                 };
-                // A request kept for the completer lives in its Postgres row: such a
-                // claim is written through, whatever Redis could vouch for.
-                let vouched = match acquired.vouched {
-                    Vouched::Kept if !matches!(ask.resend, Resend::Off) => {
-                        Vouched::Unvouched("completer")
-                    }
-                    v => v,
-                };
-                let through = written_through(vouched, write_through);
+                let through = written_through(acquired.vouched, write_through);
                 let pg_row = through.then(|| self.resend_row(route, &ask));
                 // Postgres may yet say it follows a lapsed lease (`after_redis_acquire`),
                 // if Redis did not (a vouched record outlives its lease).

@@ -77,7 +77,10 @@ async fn redis_invalidate_keeps_a_live_lease_unless_forced() {
         Invalidated::Absent
     );
 
-    let claim = store.claim(&k, &fp, "holder", LEASE, LEASE).await.unwrap();
+    let claim = store
+        .claim(&k, &fp, "holder", LEASE, LEASE, true)
+        .await
+        .unwrap();
     assert!(matches!(claim, Claim::Acquired(_)), "{claim:?}");
     let refused = store.invalidate(&k, false).await.unwrap();
     assert!(
@@ -90,7 +93,10 @@ async fn redis_invalidate_keeps_a_live_lease_unless_forced() {
         .unwrap()
         .expect("the lease is still there");
     assert!(!held.completed);
-    let duplicate = store.claim(&k, &fp, "dup", LEASE, LEASE).await.unwrap();
+    let duplicate = store
+        .claim(&k, &fp, "dup", LEASE, LEASE, true)
+        .await
+        .unwrap();
     assert!(matches!(duplicate, Claim::InFlight { .. }), "{duplicate:?}");
 
     assert_eq!(
@@ -100,7 +106,10 @@ async fn redis_invalidate_keeps_a_live_lease_unless_forced() {
     assert!(store.inspect(&k).await.unwrap().is_none());
 
     // Completed records go without force.
-    let claim = store.claim(&k, &fp, "next", LEASE, LEASE).await.unwrap();
+    let claim = store
+        .claim(&k, &fp, "next", LEASE, LEASE, true)
+        .await
+        .unwrap();
     assert!(matches!(claim, Claim::Acquired(_)), "{claim:?}");
     let response = Bytes::from_static(b"\x01\x00\xc9\x00\x00{}");
     store
@@ -281,7 +290,9 @@ async fn an_admin_delete_keeps_a_claim_that_lands_during_the_call() {
         .await,
         "the admin call never reached Postgres"
     );
-    let claim = store.claim(&k, &fp, "other-replica", LEASE, LEASE).await;
+    let claim = store
+        .claim(&k, &fp, "other-replica", LEASE, LEASE, true)
+        .await;
     assert!(matches!(claim.unwrap(), Claim::Acquired(_)));
     tx.rollback().await.unwrap();
 

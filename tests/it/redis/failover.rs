@@ -101,7 +101,7 @@ pub(crate) async fn acquire(
     fp: &Fingerprint,
     token: &str,
 ) -> Acquired {
-    match store.claim(k, fp, token, LEASE, LEASE).await.unwrap() {
+    match store.claim(k, fp, token, LEASE, LEASE, true).await.unwrap() {
         Claim::Acquired(a) => a,
         other => panic!("not acquired: {other:?}"),
     }

@@ -346,7 +346,11 @@ async fn the_marker_vouches_only_in_the_process_that_wrote_it() {
     );
     let age = |store: RedisStore, key: String| async move {
         let lease = Duration::from_secs(30);
-        match store.claim(&key, &fp, "t", lease, lease).await.unwrap() {
+        match store
+            .claim(&key, &fp, "t", lease, lease, true)
+            .await
+            .unwrap()
+        {
             idemgate::idempotency::Claim::Acquired(a) => a.marker_age,
             other => panic!("not acquired: {other:?}"),
         }
