@@ -1,4 +1,5 @@
-//! Behaviour 1 (key), 2 (body limit) and the method filter.
+//! Requests at the edge: how the key is read (its forms, the alias header, required or
+//! not), invalid keys, bodies over the limit, methods that take no key, unmatched paths.
 
 use crate::support::{problem_code, read, stack};
 

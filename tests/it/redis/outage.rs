@@ -1,4 +1,4 @@
-//! Behaviour 9: Redis unreachable or slow means 503 and nothing forwarded; recovery.
+//! Redis unreachable or slow: 503 and nothing forwarded; then recovery.
 
 use std::time::{Duration, Instant};
 

@@ -1,4 +1,5 @@
-//! Behaviour 5: what is stored, and what releases the key so a retry runs again.
+//! Upstream failures: which answers are stored, and which release the key so that a
+//! retry runs again.
 
 use crate::support::{config, problem_code, read, stack, RedisServer, TestApp};
 
