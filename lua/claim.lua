@@ -4,16 +4,18 @@
 -- ARGV[1] fingerprint, ARGV[2] lock token, ARGV[3] lease in ms, ARGV[4] fence key ttl in ms,
 -- or "clock": the fence is Redis' clock in µs, no fence key (vouched claims), or "0": no fence key (write-through claims: Postgres' fence is the fencing token, and
 -- the record carries "0"), ARGV[5] the age (ms) from which the marker vouches for this
--- shard (the longest ttl), ARGV[6] "hash" to write a new record in the previous layout
+-- shard (the longest ttl), or "" where the mode does not use the marker's verdict,
+-- ARGV[6] "hash" to write a new record in the previous layout
 -- (`redis.record_format`; anything else or nothing: one string).
--- KEYS[3] is given only where the gateway's mode uses the verdict (`[postgres]` with
--- claims in Redis: not Redis alone, not write-through claims); without it the marker is
--- not read.
+-- The marker is read only where the gateway's mode uses the verdict (`[postgres]` with
+-- claims in Redis: not Redis alone, not write-through claims); KEYS[3] is given
+-- where it is read, and wherever KEYS[4] is.
 -- Record: see record.lua (prepended): s = "L" (leased) | "C" (completed), f = fingerprint,
 -- t = token, n = fencing token, r = response, w = once a duplicate was told "in flight"
 -- (it may be waiting: complete.lua and release.lua publish the wake-up only then).
 -- Commands of a first claim: GET, TIME, SET fence ... GET, SET record (GET and SET
--- only without the fence key and the marker).
+-- only without the fence key and the markers; with the epoch marker one GET more, and
+-- TIME only once its slot lost data).
 -- Marker: "<since ms>", Redis' clock when this slot was first seen without a valid
 -- marker (new, restarted, flushed, reset by a replica that knows Redis lacks a record).
 -- It vouches only in the server process that wrote it: a copy (replicated to a replica
@@ -27,20 +29,21 @@
 -- ENCODING, read only once the marker is old enough to vouch, instead of INFO server.
 -- Read here, in the same atomic step as the claim, so no probe interval separates a
 -- flush or a failover from the claims that must notice it.
--- KEYS[4] (`claims = "vouched"` only, with KEYS[3]): the epoch marker of the record's
--- slot, "<since ms>": Redis' clock when a claim first found the slot without one. It is
+-- KEYS[4] (every mode with `[postgres]`): the epoch marker of the record's slot,
+-- "<since ms>": Redis' clock when a claim first found the slot without one. It is
 -- an ordinary key, replicated and kept in the AOF like the records, so it survives what
 -- keeps them (a restart from an AOF written with `appendfsync always`, a failover to a
 -- replica that acknowledged them) and goes with what loses them (a flush, a restart
 -- without the AOF, a new server). The gateway writes "0" into every slot once per
 -- deployment, and records that in Postgres once a primary is seen to fsync every write,
--- before any claim is kept by Redis alone (src/store/redis/epochs.rs).
--- ARGV[7] (with KEYS[4]): the quarantine in ms. ARGV[8] (vouched claims): how long
--- the record outlives its lease (l, record.lua), so that a lease that ran out with no
--- completion is seen as lapsed and taken over knowingly, as a Postgres row would be.
--- ARGV[9] (optional, with KEYS[4]): a marker set at or before this moment (ms) marks a
--- loss that lost no claim kept by Redis alone (Postgres showed the deployment had kept
--- none yet, src/store/redis/claim.rs): no quarantine for it.
+-- before any claim is kept by Redis alone (src/store/redis/epochs.rs). Every mode reads
+-- it, so that a fleet mixing vouched and other claims honours a loss alike.
+-- ARGV[7] (with KEYS[4]): the quarantine in ms. ARGV[8] (with KEYS[4]): a marker set
+-- at or before this moment (ms; 0: none) marks a loss that lost no claim kept by Redis
+-- alone (Postgres showed the deployment had kept none yet, src/store/redis/claim.rs):
+-- no quarantine for it. ARGV[9] (vouched claims): how long the record outlives its
+-- lease (l, record.lua), so that a lease that ran out with no completion is seen as
+-- lapsed and taken over knowingly, as a Postgres row would be.
 -- Reply: {"A", fence, marker_age_ms[, 1]} acquired (age 0 without KEYS[3]; 1: it took
 -- over a lease that had lapsed) |
 --        {"Y", remaining_ms, since[, 1]} the key is absent from a slot that lost its
@@ -60,7 +63,7 @@ local function mark(since_ms)
   redis.set_repl(redis.REPL_ALL)
 end
 local function marker_age(now_us)
-  if not KEYS[3] then
+  if not KEYS[3] or ARGV[5] == '' then
     return 0
   end
   local now_ms = math.floor((now_us or clock_us()) / 1000)
@@ -82,16 +85,6 @@ local function marker_age(now_us)
   end
   mark(now_ms)
   return 0
-end
--- The epoch marker's age, its value, and whether this call just set it.
-local function epoch_age(now_us)
-  local now_ms = math.floor((now_us or clock_us()) / 1000)
-  local since = tonumber(redis.call('GET', KEYS[4]))
-  if not since then
-    redis.call('SET', KEYS[4], string.format('%d', now_ms))
-    return 0, now_ms, true
-  end
-  return now_ms - since, since, false
 end
 -- Takes the lease: a new record under this token (`lapsed`: it replaces a lease that
 -- ran out with no completion). Fencing token: grows per key across takeovers, and
@@ -116,8 +109,8 @@ local function acquire(now_us, lapsed)
       redis.call('SET', KEYS[2], ns, 'PX', ARGV[4])
     end
   end
-  -- Vouched claims (ARGV[8]): the record outlives its lease by l ms (record.lua).
-  local l = ARGV[8]
+  -- Vouched claims (ARGV[9]): the record outlives its lease by l ms (record.lua).
+  local l = ARGV[9]
   rec_put(rec, ARGV[6] == 'hash', false, 'L', false, ARGV[1], ARGV[2], ns, l,
     tonumber(ARGV[3]) + (tonumber(l) or 0))
   if lapsed then
@@ -132,15 +125,18 @@ if not v then
   -- heartbeat (extend.lua). Until then the key is treated as in flight, and nothing is
   -- written, so that write-back (or the holder's completion) finds the record free.
   local t0 = nil
-  if KEYS[4] then
+  local since = KEYS[4] and tonumber(redis.call('GET', KEYS[4]))
+  -- "0": a slot that lost nothing since the deployment wrote it (no clock to read).
+  if KEYS[4] and since ~= 0 then
     t0 = clock_us()
-    local age, since, set = epoch_age(t0)
-    -- A marker this claim just set is a loss of its own, never a known one.
-    if set then
-      return {'Y', tonumber(ARGV[7]), since, 1}
+    local now_ms = math.floor(t0 / 1000)
+    -- A marker this claim sets is a loss of its own, never a known one.
+    if not since then
+      redis.call('SET', KEYS[4], string.format('%d', now_ms))
+      return {'Y', tonumber(ARGV[7]), now_ms, 1}
     end
-    local harmless = tonumber(ARGV[9])
-    if age < tonumber(ARGV[7]) and not (harmless and since <= harmless) then
+    local age = now_ms - since
+    if age < tonumber(ARGV[7]) and since > tonumber(ARGV[8]) then
       return {'Y', tonumber(ARGV[7]) - age, since}
     end
   end

@@ -114,9 +114,10 @@ fn start_metrics(first: bool) -> PrometheusHandle {
 /// itself: an eviction policy that may evict leases, a cluster that stops every
 /// shard while one is down.
 async fn connect_redis(config: &Config) -> anyhow::Result<RedisStore> {
-    let redis = RedisStore::connect_vouching(
+    let redis = RedisStore::connect_with(
         &config.redis,
-        (config.vouch_quarantine()).map(|q| (q, config.longest_ttl())),
+        config.epoch_quarantine(),
+        (config.vouched_claims()).then(|| config.longest_ttl()),
     )
     .await?;
     match redis.maxmemory_policy().await {

@@ -108,16 +108,19 @@ pub struct Config {
 
 impl Config {
     /// The longest `ttl` of any route (and the default): how far back `when_cold` must trust Redis.
-    /// With `postgres.claims = "vouched"`, how long a slot whose Redis lost its data is
-    /// not trusted alone: the longest `lock_ttl` and the command timeout, so that every
+    /// Whether claims are vouched (`postgres.claims = "vouched"`).
+    pub fn vouched_claims(&self) -> bool {
+        (self.postgres.as_ref()).is_some_and(|p| p.claims == ClaimDurability::Vouched)
+    }
+
+    /// With `[postgres]`, how long a slot whose Redis lost its data is not trusted alone
+    /// (once a claim may have been kept by Redis alone: a replica with `claims =
+    /// "vouched"` ran): the longest `lock_ttl` and the command timeout, so that every
     /// holder's heartbeat (every third of it, timed from the end of the one before) has
     /// come twice, the first one failing after its command timeout, and written its lease
-    /// back. `None` in other modes.
-    pub fn vouch_quarantine(&self) -> Option<Duration> {
-        let pg = self.postgres.as_ref()?;
-        if pg.claims != ClaimDurability::Vouched {
-            return None;
-        }
+    /// back. `None` with Redis alone.
+    pub fn epoch_quarantine(&self) -> Option<Duration> {
+        self.postgres.as_ref()?;
         let longest = (self.routes.iter())
             .map(|r| r.idempotency.apply(&self.idempotency).lock_ttl)
             .chain([self.idempotency.lock_ttl])

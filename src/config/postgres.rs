@@ -154,7 +154,9 @@ pub enum ClaimDurability {
     /// replicas, one acknowledged the claim (`WAIT 1`). Elsewhere, and for that request
     /// only, the claim is committed to Postgres as with `write_through`. A slot whose
     /// Redis lost its data waits out the leases it may have held (docs/guarantees.md,
-    /// "Claims Redis vouches for").
+    /// "Claims Redis vouches for"). Replicas of the other modes honour that too, so a
+    /// fleet may switch replica by replica once every replica runs a release that reads
+    /// the epoch markers.
     Vouched,
 }
 /// `postgres.redis_fill`: when Redis gets its copy of a completed record, with

@@ -24,7 +24,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     if let Some(pg) = &config.postgres {
         pg.check()?;
     }
-    if config.vouch_quarantine().is_some() {
+    if config.vouched_claims() {
         config.redis.check_vouched()?;
     }
     let postgres = config.postgres.as_ref();

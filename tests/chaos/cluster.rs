@@ -46,6 +46,9 @@ pub enum Durability {
     /// `[postgres]` with `claims = "vouched"`, every Redis server run as the mode relies
     /// on (`idemgate_fleet::DURABLE_REDIS`: AOF fsync'd before every reply, no eviction).
     Vouched,
+    /// A fleet half-way through a switch to vouched claims: replica 0 (started first)
+    /// keeps `claims = "write_through"`, the others run `Vouched`.
+    Mixed,
 }
 
 impl Durability {
@@ -57,13 +60,13 @@ impl Durability {
     /// Every claim is durable before it is forwarded (written through, or kept by a
     /// Redis that vouches for it): the key runs once whatever fails.
     pub fn claims_durable(self) -> bool {
-        self.claims_written_through() || self == Durability::Vouched
+        self.claims_written_through() || matches!(self, Durability::Vouched | Durability::Mixed)
     }
 
     /// The extra arguments of every Redis server of the fleet.
     pub fn redis_args(self) -> &'static [&'static str] {
         match self {
-            Durability::Vouched => idemgate_fleet::DURABLE_REDIS,
+            Durability::Vouched | Durability::Mixed => idemgate_fleet::DURABLE_REDIS,
             _ => &[],
         }
     }
@@ -279,12 +282,12 @@ impl Probe for Replica {
     }
 }
 
-/// The gateway configuration of one replica.
+/// The gateway configuration of replica `index` (its proxy and admin ports).
 fn replica_toml(
     opts: &Options,
+    index: usize,
     host: &Host,
-    port: u16,
-    admin: u16,
+    (port, admin): (u16, u16),
     redis: &RedisAt,
     pg: Option<&str>,
     upstream: &str,
@@ -306,7 +309,8 @@ fn replica_toml(
             "[postgres]\nurl = \"{url}\"\nstatement_timeout = \"1s\"\npool_size = 8\n\
              claims = \"{}\"\n{}{}\n",
             match d {
-                Durability::Vouched => "vouched",
+                Durability::Mixed if index == 0 => "write_through",
+                Durability::Vouched | Durability::Mixed => "vouched",
                 d if d.claims_written_through() => "write_through",
                 _ => "redis",
             },
@@ -348,9 +352,9 @@ pub fn config_accepted(opts: &Options) -> Result<(), String> {
     let path = dir.path().join("check.toml");
     let toml = replica_toml(
         opts,
+        0,
         &Host::loopback(),
-        8080,
-        9090,
+        (8080, 9090),
         &RedisAt::Url("redis://127.0.0.1:6379".into()),
         Some("postgres://postgres@127.0.0.1:5432/postgres"),
         "http://127.0.0.1:3000",
@@ -495,9 +499,9 @@ impl Stack {
             let host = &places.gateways[index];
             let toml = replica_toml(
                 &opts,
+                index,
                 host,
-                port,
-                admin,
+                (port, admin),
                 &redis_url,
                 pg_url.as_deref(),
                 &upstream.url(),

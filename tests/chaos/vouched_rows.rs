@@ -3,12 +3,14 @@
 //! Redis restarted with and without its data, a Redis paused, a Cluster primary and a
 //! Sentinel primary lost, a gateway replica killed or frozen past its leases (Redis
 //! remembers a lapsed lease, as Postgres' row does), partitions of both claim paths (Redis kept, Postgres written
-//! through where Redis cannot vouch), Postgres lost and switched over. Each row expects
-//! exactly once and nothing lost (`Durability::claims_durable`). `make chaos` runs them.
+//! through where Redis cannot vouch), Postgres lost and switched over; and a fleet
+//! half-way through a switch to the mode (`Durability::Mixed`: one replica still writes
+//! claims through) under the faults where the modes differ. Each row expects exactly
+//! once and nothing lost (`Durability::claims_durable`). `make chaos` runs them.
 
 use idemgate_fleet::Replication::Sync;
 
-use crate::cluster::Durability::Vouched;
+use crate::cluster::Durability::{Mixed, Vouched};
 use crate::harness::rows;
 use crate::pg_ha::PgFault::{HostLoss, Switchover};
 use crate::{failover, partition, pg_ha, scenarios};
@@ -59,4 +61,13 @@ rows! {
     vouched_patroni_switchover:
         "patroni switchover, synchronous [claims=vouched]" =>
         |n| pg_ha::row(n, Vouched, Sync, Switchover);
+    vouched_mixed_redis_restarted_data_lost:
+        "redis restarted, data lost [claims=vouched, one replica write_through]" =>
+        |n| scenarios::redis_restart(n, Mixed);
+    vouched_mixed_partition_write_through_gateway_cut_from_redis:
+        "partition: the write_through gateway cut off from redis [claims=vouched, one replica write_through]" =>
+        |n| partition::gateway_cut_from_redis(n, Mixed);
+    vouched_mixed_replica_killed_holding_leases:
+        "replica SIGKILLed holding leases [claims=vouched, one replica write_through]" =>
+        |n| scenarios::replica_sigkill(n, Mixed);
 }

@@ -36,16 +36,23 @@ cli "$primary" set "b:warm" $(( $(date +%s%3N) - 172800000 )) >/dev/null
 cli "$primary" append "b:warm" "" >/dev/null
 record="L0 ${fp} ${token}1795949103826486 86400000"
 
+# The arguments as src/store/redis/claim.rs sends them (EMPTY: an empty argument).
+# Write-through claims read the epoch marker too (a fleet may mix modes); without it
+# (Redis alone) the script reads neither marker.
 declare -A variants=(
-  [script-vouched]="evalsha $sha 4 b:__rand_int__ b:f b:warm b:epoch $fp $token 30000 clock 86400000 string 40000 86400000"
-  [script-write-through]="evalsha $sha 2 b:__rand_int__ b:f $fp $token 30000 0 0 string 0"
+  [script-vouched]="evalsha $sha 4 b:__rand_int__ b:f b:warm b:epoch $fp $token 30000 clock 86400000 string 40000 0 86400000"
+  [script-write-through]="evalsha $sha 4 b:__rand_int__ b:f b:warm b:epoch $fp $token 30000 0 EMPTY string 40000 0"
+  [script-no-markers]="evalsha $sha 2 b:__rand_int__ b:f $fp $token 30000 0 EMPTY string"
   [native-set-nx-px-get]="set b:__rand_int__ RECORD NX PX 86430000 GET"
 )
 declare -A results
 for round in $(seq 1 "$ROUNDS"); do
-  for v in script-vouched script-write-through native-set-nx-px-get; do
+  for v in script-vouched script-write-through script-no-markers native-set-nx-px-get; do
     read -r -a args <<<"${variants[$v]}"
-    for i in "${!args[@]}"; do [[ ${args[$i]} == RECORD ]] && args[$i]=$record; done
+    for i in "${!args[@]}"; do
+      [[ ${args[$i]} == RECORD ]] && args[$i]=$record
+      [[ ${args[$i]} == EMPTY ]] && args[$i]=
+    done
     cli "$primary" config resetstat >/dev/null
     p0=$(cpu "$primary"); r0=$(cpu "$replica")
     redis-benchmark -p "$primary" --dbnum "$DB" -c "$CLIENTS" -n "$CALLS" -r 1000000000 -q "${args[@]}" >/dev/null 2>&1
@@ -64,7 +71,7 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 echo "medians over $ROUNDS rounds ($CALLS calls, $CLIENTS connections): primary CPU, replica CPU, inside the command (µs per call)"
-for v in script-vouched script-write-through native-set-nx-px-get; do
+for v in script-vouched script-write-through script-no-markers native-set-nx-px-get; do
   python3 - "$v" "${results[$v]}" <<'EOF'
 import statistics, sys
 rows = [list(map(float, r.split())) for r in sys.argv[2].split(";") if r]

@@ -39,17 +39,19 @@ impl RedisStore {
     /// Runs `lua/claim.lua`.
     ///
     /// KEYS: `[record key, fence key, warmth marker of the record's slot, epoch marker
-    /// of the slot]` (the markers only where the mode uses them, the epoch marker with
-    /// vouched claims). ARGV: `[fingerprint (32 bytes), lock token, lease ms, fence key
-    /// ttl ms, vouch-after ms, record layout ("string" or "hash", `redis.record_format`),
-    /// quarantine ms]`, and with vouched claims how long the record outlives its lease
-    /// (ms): a lease that ran out with no completion is then taken over knowingly
-    /// ([`Acquired::after_lapse`]), then the moment up to which an epoch marker marks a
-    /// loss known to have lost no claim kept alone ([`RedisStore::harmless_upto`]). A
-    /// `fence_ttl` of zero keeps no fence key: the reply's fence is then 0 (write-through
-    /// claims, whose fencing token is Postgres'); vouched claims keep none either, their
-    /// fence being Redis' clock. `keep_alone`: a vouched claim may be kept by Redis
-    /// alone (not one whose request the completer keeps in its Postgres row).
+    /// of the slot]` (the warmth marker where the mode reads it or the epoch marker is
+    /// given, the epoch marker with `[postgres]`). ARGV: `[fingerprint (32 bytes), lock
+    /// token, lease ms, fence key ttl ms, vouch-after ms ("" where the warmth marker is
+    /// not read), record layout ("string" or "hash", `redis.record_format`)]`, then with
+    /// the epoch marker the quarantine (ms) and the moment up to which an epoch marker
+    /// marks a loss known to have lost no claim kept alone
+    /// ([`RedisStore::harmless_upto`], 0: none), and with vouched claims how long the
+    /// record outlives its lease (ms): a lease that ran out with no completion is then
+    /// taken over knowingly ([`Acquired::after_lapse`]). A `fence_ttl` of zero keeps no
+    /// fence key: the reply's fence is then 0 (write-through claims, whose fencing token
+    /// is Postgres'); vouched claims keep none either, their fence being Redis' clock.
+    /// `keep_alone`: a vouched claim may be kept by Redis alone (not one whose request
+    /// the completer keeps in its Postgres row).
     /// Reply: `{"A", fence, marker age ms}` acquired with its fencing token (age 0
     /// without the marker), `{"Y", remaining ms, marker[, 1]}` absent from a slot that
     /// lost its data lately (in flight, as far as anyone knows; 1: this claim found the
@@ -91,13 +93,21 @@ impl RedisStore {
     /// had kept no claim in Redis alone before (Postgres arbitrates every earlier one),
     /// the loss lost nothing to wait for: the claim runs again, told so. Else, or if
     /// the slot lost its data again meanwhile, the key is in flight for the quarantine.
+    /// Where Postgres cannot be asked, nobody can tell: the claim fails (503).
     async fn after_loss(
         &self,
         sent: &Claiming<'_>,
         young: Young,
     ) -> Result<Claim<Acquired, StoredRecord>, StoreError> {
-        if self.ask_kept_alone(sent.slot, young.marker).await {
-            return Ok(self.quarantined(sent.slot, young));
+        match self.ask_kept_alone(sent.slot, young.marker).await {
+            Ok(true) => return Ok(self.quarantined(sent.slot, young)),
+            Ok(false) => {}
+            Err(e) => {
+                if young.found_missing {
+                    self.lost_data(sent.slot, young.marker);
+                }
+                return Err(e);
+            }
         }
         metrics::claim_vouch("young_unkept");
         match self.claim_once(sent).await? {
@@ -143,17 +153,15 @@ impl RedisStore {
                     (false, true) => 0.into(),
                     (false, false) => millis(fence_ttl).into(),
                 },
-                self.vouch_after().unwrap_or(0).into(),
+                self.vouch_after().map_or_else(|| "".into(), Value::from),
                 self.inner.record_format.into(),
-                (self.inner.vouch.as_ref())
-                    .map_or(0, |v| millis(v.quarantine))
-                    .into(),
             ];
+            if let Some(epochs) = &self.inner.epochs {
+                args.push(millis(epochs.quarantine).into());
+                args.push(self.harmless_upto(slot).unwrap_or(0).into());
+            }
             if let Some(v) = &self.inner.vouch {
                 args.push(millis(v.remember).into());
-                if let Some(harmless) = self.harmless_upto(slot) {
-                    args.push(harmless.into());
-                }
             }
             args
         };

@@ -1,21 +1,74 @@
-//! The epoch markers of vouched claims: what tells a Redis that lost its data (a flush,
-//! a restart without its AOF) from a new one, and whether such a loss can have lost a
-//! claim Redis kept alone (only once the deployment recorded its markers in Postgres)
-//! or nothing Postgres does not arbitrate.
+//! The epoch markers, read by every claim where `[postgres]` is configured: what tells a
+//! Redis that lost its data (a flush, a restart without its AOF) from a new one, and
+//! whether such a loss can have lost a claim Redis kept alone (only once the deployment
+//! recorded its markers in Postgres: a replica with `claims = "vouched"` ran) or nothing
+//! Postgres does not arbitrate. Every mode honours a loss the same way, so that a fleet
+//! whose replicas run different claim modes (a rolling switch) runs no key twice.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use fred::prelude::{KeysInterface as _, Value};
 
 use super::cold_slots::Bits;
+use super::slots::SlotMarkers;
 use super::RedisStore;
 use crate::store::StoreError;
+
+/// The epoch markers and what this replica knows of them.
+#[derive(Debug)]
+pub struct Epochs {
+    /// The epoch marker of every slot (`lua/claim.lua`, KEYS[3]).
+    pub markers: SlotMarkers,
+    /// How long after its epoch marker was set a key absent from the slot counts as in
+    /// flight: long enough for every holder of a lease the slot lost to have sent a
+    /// heartbeat, which writes the lease back (`lua/extend.lua`).
+    pub quarantine: Duration,
+    /// One marking of a shard's epoch markers at a time ([`RedisStore::lost_data`]).
+    marking: Arc<tokio::sync::Mutex<()>>,
+    /// This deployment's markers are known to be recorded (by this replica or another):
+    /// a claim may have been kept by Redis alone.
+    written: AtomicBool,
+    /// Asks Postgres whether the markers were recorded ([`RedisStore::ask_kept_alone`]).
+    kept_alone: OnceLock<KeptAloneCheck>,
+    /// By slot: an epoch marker set at or before this moment (ms of Redis' clock, 0:
+    /// none) marks a loss Postgres showed lost no claim kept alone (`lua/claim.lua`,
+    /// ARGV[8]).
+    harmless: Box<[AtomicI64]>,
+    /// Until when (ms after `born`) `harmless` holds.
+    harmless_until: AtomicU64,
+    /// One question to Postgres about a loss at a time.
+    asking: tokio::sync::Mutex<()>,
+    born: Instant,
+    /// This replica wrote every missing epoch marker once.
+    swept: AtomicBool,
+}
+
+impl Epochs {
+    pub fn new(prefix: &str, quarantine: Duration) -> Self {
+        Self {
+            markers: SlotMarkers::new(prefix, "epoch"),
+            quarantine,
+            marking: Default::default(),
+            written: Default::default(),
+            kept_alone: Default::default(),
+            harmless: (0..super::slots::SLOTS)
+                .map(|_| Default::default())
+                .collect(),
+            harmless_until: Default::default(),
+            asking: Default::default(),
+            born: Instant::now(),
+            swept: Default::default(),
+        }
+    }
+}
 
 /// Whether any claim of this deployment may have been kept by Redis alone: its epoch
 /// markers recorded as written in Postgres (`idemgate_redis_epochs`), read afresh.
 #[derive(Clone)]
 pub struct KeptAloneCheck(
-    pub  std::sync::Arc<
+    pub  Arc<
         dyn Fn() -> futures_util::future::BoxFuture<'static, Result<bool, StoreError>>
             + Send
             + Sync,
@@ -36,15 +89,15 @@ impl RedisStore {
         for shard in self.shards() {
             self.mark_epochs(&shard.slots, "0").await?;
         }
-        if let Some(vouch) = &self.inner.vouch {
-            vouch.swept.store(true, Ordering::Relaxed);
+        if let Some(epochs) = &self.inner.epochs {
+            epochs.swept.store(true, Ordering::Relaxed);
         }
         Ok(())
     }
 
     /// Whether this replica wrote the epoch markers once ([`Self::write_epoch_markers`]).
     pub fn epochs_swept(&self) -> bool {
-        (self.inner.vouch.as_ref()).map_or(true, |v| v.swept.load(Ordering::Relaxed))
+        (self.inner.epochs.as_ref()).map_or(true, |e| e.swept.load(Ordering::Relaxed))
     }
 
     /// A claim found the epoch marker of `slot` missing and set it to `since` (ms of
@@ -57,17 +110,18 @@ impl RedisStore {
             slot,
             since,
             "redis lost this shard's data (an epoch marker is \
-            missing): its absent keys count as in flight for the quarantine",
+            missing): where a claim may have been kept by redis alone, its absent keys \
+            count as in flight for the quarantine",
         );
     }
 
     /// Sets the missing epoch markers of `slot`'s shard to `since` in the background
     /// (one marking per replica at a time), after logging `why`.
     fn mark_shard(&self, slot: u16, since: i64, why: &'static str) {
-        let Some(vouch) = &self.inner.vouch else {
+        let Some(epochs) = &self.inner.epochs else {
             return;
         };
-        let Ok(one) = vouch.marking.clone().try_lock_owned() else {
+        let Ok(one) = epochs.marking.clone().try_lock_owned() else {
             return;
         };
         let store = self.clone();
@@ -85,14 +139,14 @@ impl RedisStore {
     /// `SET NX` of the epoch markers of `slots` to `value`, 256 per pipeline on the
     /// slots' connection (a few writes, a few fsyncs, instead of one per key).
     async fn mark_epochs(&self, slots: &Bits, value: &str) -> Result<(), StoreError> {
-        let Some(vouch) = &self.inner.vouch else {
+        let Some(epochs) = &self.inner.epochs else {
             return Ok(());
         };
         let slots = super::cold_slots::slots_of(slots);
         for chunk in slots.chunks(256) {
             let pipeline = self.inner.lanes.for_slot(chunk[0]).pipeline();
             for &slot in chunk {
-                let key = vouch.epochs.all()[usize::from(slot)].as_str();
+                let key = epochs.markers.all()[usize::from(slot)].as_str();
                 let nx = Some(fred::types::SetOptions::NX);
                 let _: () = (pipeline.set(key, value, None, nx, false)).await?;
             }
@@ -101,65 +155,74 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Whether this deployment's epoch markers are known to be written (true where
-    /// claims are not vouched: there are none to write).
+    /// Whether this deployment's epoch markers are known to be recorded (true without
+    /// `[postgres]`: there are none).
     pub fn epochs_written(&self) -> bool {
-        (self.inner.vouch.as_ref()).map_or(true, |v| v.written.load(Ordering::Relaxed))
+        (self.inner.epochs.as_ref()).map_or(true, |e| e.written.load(Ordering::Relaxed))
     }
 
-    /// This deployment's epoch markers are written, from now on.
+    /// This deployment's epoch markers are recorded, from now on.
     pub fn mark_epochs_written(&self) {
-        if let Some(vouch) = &self.inner.vouch {
-            vouch.written.store(true, Ordering::Relaxed);
+        if let Some(epochs) = &self.inner.epochs {
+            epochs.written.store(true, Ordering::Relaxed);
         }
     }
 
-    /// Vouched claims: how to ask Postgres whether the deployment may have kept a
-    /// claim in Redis alone (set once, by the stores).
+    /// How to ask Postgres whether the deployment may have kept a claim in Redis alone
+    /// (set once, by the stores).
     pub fn set_kept_alone_check(&self, check: KeptAloneCheck) {
-        if let Some(vouch) = &self.inner.vouch {
-            let _ = vouch.kept_alone.set(check);
+        if let Some(epochs) = &self.inner.epochs {
+            let _ = epochs.kept_alone.set(check);
         }
+    }
+
+    /// Whether a claim of this deployment may be held by Redis alone now: its markers
+    /// are recorded (a replica with vouched claims ran), as this replica knows or
+    /// Postgres says now (`true` where it cannot tell). Then Postgres alone cannot
+    /// decide a key it does not know while Redis is unreachable.
+    pub async fn may_hold_alone(&self) -> bool {
+        self.epochs_written() || self.ask_recorded().await.unwrap_or(true)
+    }
+
+    /// Asks Postgres whether the markers are recorded (remembered once they are);
+    /// `true` without `[postgres]`.
+    async fn ask_recorded(&self) -> Result<bool, StoreError> {
+        let Some(check) = (self.inner.epochs.as_ref()).and_then(|e| e.kept_alone.get()) else {
+            return Ok(true);
+        };
+        let recorded = (check.0)().await?;
+        if recorded {
+            self.mark_epochs_written();
+        }
+        Ok(recorded)
     }
 
     /// Whether the loss that left `slot`'s epoch marker at `marker` may have lost a
     /// claim kept by Redis alone, as far as this replica knows or Postgres says now
-    /// (`true` where it cannot tell). If not, it lost nothing Postgres does not
-    /// arbitrate: its shard's markers up to `marker` mark no loss to wait out
-    /// ([`RedisStore::harmless_upto`]). What Postgres says is final once true; false
-    /// holds for the losses before the question (a claim is kept alone only once the
-    /// markers are recorded: [`RedisStore::epochs_written`]). One question at a time.
-    pub(super) async fn ask_kept_alone(&self, slot: u16, marker: i64) -> bool {
-        let Some(vouch) = &self.inner.vouch else {
-            return true;
+    /// (an error where Postgres cannot be asked: nobody can tell). If not, it lost
+    /// nothing Postgres does not arbitrate: its shard's markers up to `marker` mark no
+    /// loss to wait out ([`RedisStore::harmless_upto`]). What Postgres says is final
+    /// once true; false holds for the losses before the question (a claim is kept alone
+    /// only once the markers are recorded: [`RedisStore::epochs_written`]). One
+    /// question at a time.
+    pub(super) async fn ask_kept_alone(&self, slot: u16, marker: i64) -> Result<bool, StoreError> {
+        let Some(epochs) = &self.inner.epochs else {
+            return Ok(true);
         };
-        let _one = vouch.asking.lock().await;
+        let _one = epochs.asking.lock().await;
         if self.epochs_written() {
-            return true;
+            return Ok(true);
         }
         // Answered meanwhile for this loss (the value came from a question asked after
         // its marker was set).
         if self.harmless_upto(slot).is_some_and(|upto| upto >= marker) {
-            return false;
+            return Ok(false);
         }
-        let Some(check) = vouch.kept_alone.get() else {
-            return true;
-        };
-        match (check.0)().await {
-            Ok(true) => {
-                self.mark_epochs_written();
-                true
-            }
-            Ok(false) => {
-                self.loss_lost_nothing(slot, marker);
-                false
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot ask postgres whether redis kept claims \
-                    alone: a slot that lost its data waits out its quarantine");
-                true
-            }
+        let kept = self.ask_recorded().await?;
+        if !kept {
+            self.loss_lost_nothing(slot, marker);
         }
+        Ok(kept)
     }
 
     /// The moment (ms of Redis' clock) up to which an epoch marker of `slot` marks a
@@ -167,28 +230,28 @@ impl RedisStore {
     /// recorded, and for one quarantine after the question (later, such a marker is too
     /// old to hold a claim anyway).
     pub(super) fn harmless_upto(&self, slot: u16) -> Option<i64> {
-        let vouch = self.inner.vouch.as_ref()?;
-        let at = vouch.harmless[usize::from(slot)].load(Ordering::Relaxed);
+        let epochs = self.inner.epochs.as_ref()?;
+        let at = epochs.harmless[usize::from(slot)].load(Ordering::Relaxed);
         if at == 0 || self.epochs_written() {
             return None;
         }
-        let now = vouch.born.elapsed().as_millis() as u64;
-        (now < vouch.harmless_until.load(Ordering::Relaxed)).then_some(at)
+        let now = epochs.born.elapsed().as_millis() as u64;
+        (now < epochs.harmless_until.load(Ordering::Relaxed)).then_some(at)
     }
 
     /// Postgres showed that the loss that left `slot` with the epoch marker `marker`
     /// lost no claim kept by Redis alone: its shard's markers up to `marker` mark no
     /// loss to wait out, and those still missing are set to it.
     fn loss_lost_nothing(&self, slot: u16, marker: i64) {
-        let Some(vouch) = &self.inner.vouch else {
+        let Some(epochs) = &self.inner.epochs else {
             return;
         };
         let shard = self.shard_of(slot);
         for s in super::cold_slots::slots_of(&shard.slots) {
-            vouch.harmless[usize::from(s)].fetch_max(marker, Ordering::Relaxed);
+            epochs.harmless[usize::from(s)].fetch_max(marker, Ordering::Relaxed);
         }
-        let until = vouch.born.elapsed() + vouch.quarantine;
-        (vouch.harmless_until).fetch_max(until.as_millis() as u64, Ordering::Relaxed);
+        let until = epochs.born.elapsed() + epochs.quarantine;
+        (epochs.harmless_until).fetch_max(until.as_millis() as u64, Ordering::Relaxed);
         self.mark_shard(
             slot,
             marker,

@@ -52,6 +52,7 @@ use std::time::Duration;
 use fred::prelude::{ClientLike, Error as FredError, Pool, Value};
 use fred::types::scripts::Script;
 
+use self::epochs::Epochs;
 use self::lanes::Lanes;
 use self::replicas::ReplicaWait;
 use self::slots::SlotMarkers;
@@ -121,8 +122,10 @@ struct Inner {
     /// `redis.wait_replicas` > 0: completions run with `WAIT` on these connections;
     /// vouched claims too, where their primary has replicas.
     replica_wait: Option<ReplicaWait>,
-    /// `claims = "vouched"`: what each primary runs, and the epoch markers.
+    /// `claims = "vouched"`: what each primary runs.
     vouch: Option<Vouch>,
+    /// With `[postgres]`: the epoch markers, read by every claim.
+    epochs: Option<Epochs>,
     prefix: String,
     markers: SlotMarkers,
     ops: metrics::RedisOps,
@@ -157,16 +160,18 @@ impl RedisStore {
     /// Builds the pool and starts connecting. Does not fail when Redis is down: the
     /// pool keeps reconnecting and calls fail with [`StoreError`] until it answers.
     pub async fn connect(config: &RedisConfig) -> Result<Self, FredError> {
-        Self::connect_vouching(config, None).await
+        Self::connect_with(config, None, None).await
     }
 
-    /// [`Self::connect`]; with `vouching`, claims are vouched (`claims = "vouched"`): a
-    /// slot that lost its data is not trusted alone for the quarantine
-    /// ([`vouch::Vouch::quarantine`]), and a leased record outlives its lease by the
-    /// second duration ([`vouch::Vouch::remember`]).
-    pub async fn connect_vouching(
+    /// [`Self::connect`]; with a `quarantine` (every mode with `[postgres]`), claims
+    /// read the epoch markers, and a slot that lost its data is not trusted alone for
+    /// that long ([`epochs::Epochs::quarantine`]); with `vouching` as well, claims are
+    /// vouched (`claims = "vouched"`) and a leased record outlives its lease by that
+    /// long ([`vouch::Vouch::remember`]).
+    pub async fn connect_with(
         config: &RedisConfig,
-        vouching: Option<(Duration, Duration)>,
+        quarantine: Option<Duration>,
+        vouching: Option<Duration>,
     ) -> Result<Self, FredError> {
         let pool =
             self::connect::build_pool(config, config.pool_size, self::connect::Resends::Allowed)?;
@@ -185,10 +190,9 @@ impl RedisStore {
             inner: Arc::new(Inner {
                 lanes,
                 replica_wait,
-                vouch: vouching.map(|(quarantine, remember)| {
-                    let replicas_expected = config.mode != RedisMode::Standalone;
-                    Vouch::new(&config.key_prefix, quarantine, remember, replicas_expected)
-                }),
+                vouch: vouching
+                    .map(|remember| Vouch::new(remember, config.mode != RedisMode::Standalone)),
+                epochs: quarantine.map(|q| Epochs::new(&config.key_prefix, q)),
                 prefix: config.key_prefix.clone(),
                 markers: SlotMarkers::new(&config.key_prefix, "warm"),
                 ops: metrics::RedisOps::new(),
@@ -239,9 +243,9 @@ impl RedisStore {
         self.inner.vouch_after_ms.store(ms, Ordering::Relaxed);
     }
 
-    /// How long a slot that lost its data is not trusted alone (`claims = "vouched"`).
-    pub fn vouch_quarantine(&self) -> Option<Duration> {
-        self.inner.vouch.as_ref().map(|v| v.quarantine)
+    /// Whether claims are vouched (`claims = "vouched"`).
+    pub fn vouches(&self) -> bool {
+        self.inner.vouch.is_some()
     }
 
     /// The marker age from which warmth may vouch, if claims read the marker.
@@ -250,16 +254,16 @@ impl RedisStore {
         (ms != u64::MAX).then(|| i64::try_from(ms).unwrap_or(i64::MAX))
     }
 
-    /// KEYS of the claim script for a record key, with the slot's warmth marker when
-    /// `marker` (where claims read it).
-    /// The epoch marker comes with the warmth marker, where claims are vouched.
+    /// KEYS of the claim script for a record key: with the slot's warmth marker when
+    /// `marker` (where claims read it), and its epoch marker where `[postgres]` is
+    /// configured (then with the warmth marker too, its place taken, read or not).
     fn claim_keys(&self, key: &str, marker: bool) -> Vec<String> {
         let mut keys = vec![key.to_string(), fence_key(key)];
-        if marker {
+        if marker || self.inner.epochs.is_some() {
             keys.push(self.inner.markers.for_key(key).to_string());
-            if let Some(vouch) = &self.inner.vouch {
-                keys.push(vouch.epochs.for_key(key).to_string());
-            }
+        }
+        if let Some(epochs) = &self.inner.epochs {
+            keys.push(epochs.markers.for_key(key).to_string());
         }
         keys
     }

@@ -17,7 +17,6 @@ use std::time::Duration;
 use fred::types::{ClusterHash, CustomCommand};
 
 use super::cold_slots::{Bits, SlotSet};
-use super::slots::SlotMarkers;
 use super::RedisStore;
 use crate::store::StoreError;
 
@@ -34,7 +33,8 @@ pub enum Vouched {
     Unvouched(&'static str),
 }
 
-/// What the probe last read from each shard's primary, by slot, and the epoch markers.
+/// What the probe last read from each shard's primary, by slot (the epoch markers, which
+/// every mode with `[postgres]` reads, are [`super::epochs::Epochs`]).
 #[derive(Debug)]
 pub struct Vouch {
     /// Slots whose primary fsyncs every write before it answers.
@@ -42,37 +42,12 @@ pub struct Vouch {
     /// Slots whose primary has at least one connected replica: their claims are kept
     /// only once `WAIT 1` counts one acknowledgement.
     replicated: SlotSet,
-    /// The epoch marker of every slot (`lua/claim.lua`, KEYS[4]).
-    pub epochs: SlotMarkers,
-    /// One marking of a shard's epoch markers at a time ([`RedisStore::lost_data`]).
-    pub(super) marking: std::sync::Arc<tokio::sync::Mutex<()>>,
-    /// This deployment's markers are known to be written (by this replica or another):
-    /// only then may a claim be kept by Redis alone.
-    pub(super) written: std::sync::atomic::AtomicBool,
-    /// Asks Postgres whether the markers were written, i.e. whether any claim may have
-    /// been kept by Redis alone ([`RedisStore::ask_kept_alone`]).
-    pub(super) kept_alone: std::sync::OnceLock<super::epochs::KeptAloneCheck>,
-    /// By slot: an epoch marker set at or before this moment (ms of Redis' clock, 0:
-    /// none) marks a loss Postgres showed lost no claim kept alone (`lua/claim.lua`,
-    /// ARGV[9]).
-    pub(super) harmless: Box<[std::sync::atomic::AtomicI64]>,
-    /// Until when (ms after `born`) `harmless` holds.
-    pub(super) harmless_until: std::sync::atomic::AtomicU64,
-    /// One question to Postgres about a loss at a time.
-    pub(super) asking: tokio::sync::Mutex<()>,
-    pub(super) born: std::time::Instant,
-    /// This replica wrote every missing epoch marker once.
-    pub(super) swept: std::sync::atomic::AtomicBool,
     /// Rounds of claims acknowledged by a replica ([`super::acks`]).
     pub(super) acks: super::acks::Acks,
     /// Bumped by every [`Vouch::forget`].
     generation: std::sync::atomic::AtomicU64,
     /// Sentinel or Cluster mode: every primary has replicas to wait for.
     replicas_expected: bool,
-    /// How long after its epoch marker was set a key absent from the slot counts as in
-    /// flight: long enough for every holder of a lease the slot lost to have sent a
-    /// heartbeat, which writes the lease back (`lua/extend.lua`).
-    pub quarantine: Duration,
     /// How long a leased record outlives its lease (the longest `ttl`), so that a lease
     /// that ran out with no completion is taken over knowingly (`lua/claim.lua`).
     pub remember: Duration,
@@ -92,25 +67,9 @@ pub enum Keeping {
 impl Vouch {
     /// `replicas_expected`: Sentinel and Cluster mode, where every primary is meant to
     /// have a replica that a failover may promote: claims always wait for one.
-    pub fn new(
-        prefix: &str,
-        quarantine: Duration,
-        remember: Duration,
-        replicas_expected: bool,
-    ) -> Self {
+    pub fn new(remember: Duration, replicas_expected: bool) -> Self {
         Self {
             fsyncs: SlotSet::default(),
-            epochs: SlotMarkers::new(prefix, "epoch"),
-            marking: Default::default(),
-            written: Default::default(),
-            kept_alone: Default::default(),
-            harmless: (0..super::slots::SLOTS)
-                .map(|_| Default::default())
-                .collect(),
-            harmless_until: Default::default(),
-            asking: Default::default(),
-            born: std::time::Instant::now(),
-            swept: Default::default(),
             acks: Default::default(),
             generation: Default::default(),
             replicas_expected,
@@ -121,7 +80,6 @@ impl Vouch {
                 }
                 set
             },
-            quarantine,
             remember,
         }
     }
@@ -336,7 +294,7 @@ mod tests {
 
     #[test]
     fn a_forgotten_shard_vouches_for_nothing() {
-        let v = Vouch::new("p", Duration::from_secs(2), Duration::from_secs(9), false);
+        let v = Vouch::new(Duration::from_secs(9), false);
         assert_eq!(v.of(7), Keeping::No);
         let all = super::super::cold_slots::all_slots();
         let g = v.generation();
@@ -357,7 +315,7 @@ mod tests {
 
     #[test]
     fn sentinel_and_cluster_primaries_always_wait_for_a_replica() {
-        let v = Vouch::new("p", Duration::from_secs(2), Duration::from_secs(9), true);
+        let v = Vouch::new(Duration::from_secs(9), true);
         let all = super::super::cold_slots::all_slots();
         assert!(v.observe(v.generation(), &all, true, false));
         assert_eq!(v.of(7), Keeping::FsyncAndReplica);

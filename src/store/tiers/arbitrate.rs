@@ -336,10 +336,17 @@ impl Stores {
         ask: Ask,
         cause: StoreError,
     ) -> Result<Claim<Lease>, StoreError> {
-        match (route.policy.settings.on_redis_unavailable, &self.0.postgres) {
-            (OnRedisUnavailable::Postgres, Some(pg))
-                if pg.durability == ClaimDurability::Vouched =>
-            {
+        let policy = route.policy.settings.on_redis_unavailable;
+        // Redis may hold leases Postgres never saw: with vouched claims, and in the other
+        // modes once a vouched replica ran (a fleet switching modes).
+        let alone = match (policy, &self.0.postgres) {
+            (OnRedisUnavailable::Postgres, Some(pg)) => {
+                pg.durability == ClaimDurability::Vouched || self.0.redis.may_hold_alone().await
+            }
+            _ => false,
+        };
+        match (policy, &self.0.postgres) {
+            (OnRedisUnavailable::Postgres, Some(pg)) if alone => {
                 Box::pin(self.answer_without_redis(pg, route, ask, cause)).await
             }
             (OnRedisUnavailable::Postgres, Some(pg)) => {

@@ -22,7 +22,7 @@ impl Stores {
                 stores.probe().await;
             }
         });
-        if self.0.redis.waits_for_replicas() || self.0.redis.vouch_quarantine().is_some() {
+        if self.0.redis.waits_for_replicas() || self.0.redis.vouches() {
             // Apart from the probe: each check may take `redis.wait_timeout`.
             let stores = self.clone();
             tokio::spawn(async move {
@@ -36,7 +36,7 @@ impl Stores {
             let stores = self.clone();
             (self.0.redis).on_topology_change(move |what| stores.forget_replays(what));
         }
-        if self.0.redis.vouch_quarantine().is_some() {
+        if self.0.redis.vouches() {
             // Another server may answer now: nothing it runs is assumed until read.
             self.0.redis.forget_vouching_on_changes();
         }

@@ -1,6 +1,7 @@
 //! Vouched claims (`postgres.claims = "vouched"`) beyond the claim itself: the epoch
-//! markers written once per deployment, and a Redis that cannot be reached, which
-//! leaves Postgres to answer only what it holds (it does not know the leases Redis kept).
+//! markers written once per deployment (by every mode with `[postgres]`, recorded by
+//! vouched replicas), and a Redis that cannot be reached, which leaves Postgres to
+//! answer only what it holds (it does not know the leases Redis kept).
 
 use std::time::Duration;
 
@@ -46,10 +47,11 @@ impl Stores {
         self.0.redis.probe_vouching().await;
     }
 
-    /// Vouched claims: writes the epoch marker of every slot once per deployment (a
-    /// key prefix Postgres has not seen), so that a new Redis is not taken for one that
-    /// lost its data, and records them in Postgres before any claim is kept by Redis
-    /// alone (until then every claim is written through, `verdict="unmarked"`). The
+    /// Writes the epoch marker of every slot once per deployment (a key prefix Postgres
+    /// has not seen), so that a new Redis is not taken for one that lost its data, and,
+    /// with vouched claims, records them in Postgres before any claim is kept by Redis
+    /// alone (until then every claim is written through, `verdict="unmarked"`); a
+    /// replica of another mode learns here whether they are recorded. The
     /// record waits until a primary is seen to fsync every write: a deployment whose
     /// Redis never could keep a claim has none to lose, and a Redis of it restarted
     /// empty serves at once (a claim that finds a marker missing asks Postgres, finds
@@ -85,10 +87,11 @@ impl Stores {
                 }
             }
             Ok(Err(e)) => tracing::warn!(error = %e, "cannot write the redis epoch markers \
-                yet: claims are written through until they are recorded"),
+                yet: retried by the probe (vouched claims are written through until they \
+                are recorded)"),
             Err(_) => tracing::warn!(
-                "the redis epoch markers took too long to write: claims are written through \
-                until they are recorded"
+                "the redis epoch markers took too long to write: retried by the probe \
+                (vouched claims are written through until they are recorded)"
             ),
         }
     }

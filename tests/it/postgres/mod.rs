@@ -1,13 +1,14 @@
 //! The Postgres tier: write-through and cold-Redis fallback, claims in Postgres, the
 //! writer, HOT updates, migrations and the reaper, stalled and silent servers, libpq
-//! high availability, where Redis and Postgres meet (split authority, tier edges), and
-//! Redis filled on replay.
+//! high availability, where Redis and Postgres meet (split authority, tier edges),
+//! Redis filled on replay, and fleets whose replicas run different claim modes.
 
 mod claims;
 mod durability;
 mod failover;
 mod fill;
 mod hot;
+mod mixed_modes;
 mod ops;
 mod silent;
 mod split_authority;

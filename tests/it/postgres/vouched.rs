@@ -10,13 +10,13 @@ use crate::support::{
     config, eventually, keyed_post, read, MockUpstream, PgServer, RedisServer, TestApp,
 };
 
-const LOCK_TTL: Duration = Duration::from_millis(1500);
+pub(super) const LOCK_TTL: Duration = Duration::from_millis(1500);
 /// `LOCK_TTL` and the command timeout (`Config::vouch_quarantine`).
-const QUARANTINE: Duration = Duration::from_millis(1800);
+pub(super) const QUARANTINE: Duration = Duration::from_millis(1800);
 const AMOUNT: &str = r#"{"amount":100}"#;
 
 /// A Redis that fsyncs every write before it answers.
-fn fsyncing_redis() -> RedisServer {
+pub(super) fn fsyncing_redis() -> RedisServer {
     RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"])
 }
 
@@ -78,7 +78,7 @@ async fn leased_during(app: &TestApp, pg: &PgServer, key: &str, after: Duration)
 }
 
 /// Posts `key` with `AMOUNT`; the status and body.
-async fn post(app: &TestApp, key: &str) -> (u16, bytes::Bytes) {
+pub(super) async fn post(app: &TestApp, key: &str) -> (u16, bytes::Bytes) {
     let client = reqwest::Client::new();
     let (status, _, body) = read(
         keyed_post(&client, app.url("/v1/pay"), key, AMOUNT)

@@ -1,0 +1,130 @@
+//! A fleet whose replicas run different claim modes, as during a rolling switch to
+//! `claims = "vouched"` (or back): a write-through replica that meets a key a vouched
+//! replica kept in Redis alone, or the other way round, runs it no second time when
+//! Redis loses its data or cannot be reached. Every replica here starts before the
+//! vouched one records the deployment's epoch markers, so each learns of them from
+//! Postgres at the moment it matters.
+
+use std::time::Duration;
+
+use super::vouched::{fsyncing_redis, post, LOCK_TTL, QUARANTINE};
+use crate::support::{config, eventually, MockUpstream, PgServer, RedisServer, TestApp};
+
+/// A replica with `claims = "<mode>"` on the shared stores.
+async fn replica(redis: &RedisServer, pg: &PgServer, up: &MockUpstream, mode: &str) -> TestApp {
+    let extra = format!(
+        "[idempotency]\nlock_ttl = \"{}ms\"\n{}",
+        LOCK_TTL.as_millis(),
+        pg.section(&format!("claims = \"{mode}\""))
+    );
+    TestApp::spawn(config(&redis.url(), &up.url(), &extra)).await
+}
+
+/// A write-through replica, then a vouched one once it recorded the epoch markers (it
+/// may keep claims in Redis alone from then on).
+async fn mixed_fleet() -> (RedisServer, PgServer, MockUpstream, TestApp, TestApp) {
+    let (redis, pg, up) = (
+        fsyncing_redis(),
+        PgServer::start(),
+        MockUpstream::start().await,
+    );
+    let through = replica(&redis, &pg, &up, "write_through").await;
+    let vouched = replica(&redis, &pg, &up, "vouched").await;
+    let client = pg.client().await;
+    let recorded = eventually(Duration::from_secs(10), async || {
+        let row = client.query_one("SELECT count(*) FROM idemgate_redis_epochs", &[]);
+        row.await.unwrap().get::<_, i64>(0) == 1
+    })
+    .await;
+    assert!(recorded, "the vouched replica recorded the epoch markers");
+    (redis, pg, up, through, vouched)
+}
+
+/// `holder` runs `key` (slow); Redis is flushed during the call; `other` retries at
+/// once and after the quarantine. The holder's status and answer, and the retries'.
+async fn flushed_during_call(
+    redis: &RedisServer,
+    holder: &TestApp,
+    other: &TestApp,
+    key: &str,
+) -> ((u16, bytes::Bytes), u16, u16) {
+    let first = post(holder, key);
+    let retries = async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        redis.cli(&["FLUSHALL"]);
+        let early = post(other, key).await.0;
+        tokio::time::sleep(QUARANTINE).await;
+        let late = post(other, key).await.0;
+        (early, late)
+    };
+    let (held, (early, late)) = tokio::join!(first, retries);
+    (held, early, late)
+}
+
+#[tokio::test]
+async fn a_write_through_replica_waits_for_a_key_a_vouched_replica_kept_alone_when_redis_loses_it()
+{
+    let (redis, pg, up, through, vouched) = mixed_fleet().await;
+    up.set_delay(Duration::from_millis(3000));
+    let ((status, body), early, late) =
+        flushed_during_call(&redis, &vouched, &through, "kept-alone").await;
+    assert_eq!(status, 201, "the holder's completion is not refused");
+    assert_eq!(
+        pg.count("state = 'leased'").await,
+        0,
+        "no claim row was ever taken for the key"
+    );
+    assert_eq!(early, 409, "in flight during the quarantine");
+    assert_eq!(late, 409, "in flight: the holder wrote its lease back");
+    assert_eq!(up.executions(), 1, "the key ran once");
+    assert_eq!(post(&through, "kept-alone").await, (201, body), "replayed");
+    assert_eq!(up.executions(), 1);
+}
+
+#[tokio::test]
+async fn a_vouched_replica_waits_for_a_key_a_write_through_replica_holds_when_redis_loses_it() {
+    let (redis, _pg, up, through, vouched) = mixed_fleet().await;
+    up.set_delay(Duration::from_millis(3000));
+    // The holder's lease is in its Postgres row: a vouched claim in a slot that lost its
+    // data (cold: its warmth marker went too) looks the key up there, after the
+    // quarantine as during it.
+    let ((status, body), early, late) =
+        flushed_during_call(&redis, &through, &vouched, "written-through").await;
+    assert_eq!(status, 201);
+    assert_eq!(early, 409, "in flight during the quarantine");
+    assert_eq!(late, 409, "in flight: postgres holds the lease");
+    assert_eq!(up.executions(), 1, "the key ran once");
+    assert_eq!(post(&vouched, "written-through").await, (201, body));
+    assert_eq!(up.executions(), 1);
+}
+
+#[tokio::test]
+async fn a_write_through_replica_without_redis_runs_no_key_postgres_does_not_know() {
+    let (mut redis, _pg, up, through, vouched) = mixed_fleet().await;
+    let (status, stored) = post(&through, "stored").await;
+    assert_eq!(status, 201);
+    up.set_delay(Duration::from_millis(3000));
+    let held = post(&vouched, "held-alone");
+    let outage = async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        // The key is held by Redis alone; Redis goes away while the call runs.
+        redis.stop();
+        let retry = post(&through, "held-alone").await.0;
+        let new = post(&through, "new-while-down").await.0;
+        let replay = post(&through, "stored").await;
+        (retry, new, replay)
+    };
+    let (_, (retry, new, replay)) = tokio::join!(held, outage);
+    assert_eq!(retry, 503, "postgres does not know the lease redis kept");
+    assert_eq!(new, 503, "nor can it tell a new key from one redis kept");
+    assert_eq!(
+        replay,
+        (201, stored),
+        "a stored answer replays from postgres"
+    );
+    assert_eq!(
+        up.executions(),
+        2,
+        "the held key ran once, the new one not at all"
+    );
+}
