@@ -46,7 +46,8 @@
 //! statement writes and reads back (a lease taken over after one that lapsed with no
 //! completion); a row without it (the previous release's, NULL) reads as `false`, and
 //! the previous release never reads it. Schema 8 (additive) adds the table
-//! `idemgate_redis_epochs`, read and written only with `postgres.claims = "vouched"`.
+//! `idemgate_redis_epochs`, written only with `postgres.claims = "vouched"` and read in
+//! every mode with `[postgres]` (a fleet may mix modes).
 //!
 //! Response encoding 3 (0.5.0) adds the trailers: it is written only for a gRPC answer
 //! with trailers (other responses' trailers are not stored), so only for a gRPC call

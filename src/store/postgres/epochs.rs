@@ -1,5 +1,6 @@
-//! The Redis key prefixes whose epoch markers were written (`idemgate_redis_epochs`,
-//! `postgres.claims = "vouched"`): what tells a new Redis from one that lost its data.
+//! The Redis key prefixes whose epoch markers were recorded (`idemgate_redis_epochs`,
+//! by a replica with `postgres.claims = "vouched"`, read in every mode): what tells a
+//! new Redis from one that lost its data, and whether Redis may hold a claim alone.
 
 use super::PgStore;
 use crate::store::StoreError;

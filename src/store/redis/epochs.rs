@@ -19,7 +19,7 @@ use crate::store::StoreError;
 /// The epoch markers and what this replica knows of them.
 #[derive(Debug)]
 pub struct Epochs {
-    /// The epoch marker of every slot (`lua/claim.lua`, KEYS[3]).
+    /// The epoch marker of every slot (`lua/claim.lua`, KEYS[4]).
     pub markers: SlotMarkers,
     /// How long after its epoch marker was set a key absent from the slot counts as in
     /// flight: long enough for every holder of a lease the slot lost to have sent a
@@ -43,7 +43,21 @@ pub struct Epochs {
     born: Instant,
     /// This replica wrote every missing epoch marker once.
     swept: AtomicBool,
+    /// A sweep runs in the background (modes other than vouched claims).
+    sweeping: Arc<AtomicBool>,
+    /// Postgres' last answer that the markers are not recorded (`Ok`), or that it could
+    /// not be asked, and when (ms after `born`): reused for [`ANSWER_KEPT`].
+    answered: std::sync::Mutex<Option<(u64, Answer)>>,
 }
+
+/// Postgres' answer to "are the markers recorded?" other than yes: `Ok` not recorded,
+/// `Err` it could not be asked.
+type Answer = Result<(), Arc<StoreError>>;
+
+/// How long Postgres' answer that the markers are not recorded serves a Redis-unreachable
+/// claim, and its failure to answer any question: one question per second and process
+/// while Redis cannot be reached, and claims queued behind a failing one fail at once.
+const ANSWER_KEPT: Duration = Duration::from_secs(1);
 
 impl Epochs {
     pub fn new(prefix: &str, quarantine: Duration) -> Self {
@@ -60,7 +74,27 @@ impl Epochs {
             asking: Default::default(),
             born: Instant::now(),
             swept: Default::default(),
+            sweeping: Default::default(),
+            answered: Default::default(),
         }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.born.elapsed().as_millis() as u64
+    }
+
+    /// Postgres' answer of the last [`ANSWER_KEPT`], if any: `Some(Ok(()))` not
+    /// recorded (only where `negative` may be reused), `Some(Err)` it could not be asked.
+    fn recent(&self, negative: bool) -> Option<Answer> {
+        let answered = self.answered.lock().unwrap_or_else(|p| p.into_inner());
+        let (at, answer) = answered.as_ref()?;
+        let fresh = self.now_ms() < at + ANSWER_KEPT.as_millis() as u64;
+        (fresh && (negative || answer.is_err())).then(|| answer.clone())
+    }
+
+    fn remember(&self, answer: Answer) {
+        let at = self.now_ms();
+        *self.answered.lock().unwrap_or_else(|p| p.into_inner()) = Some((at, answer));
     }
 }
 
@@ -74,6 +108,15 @@ pub struct KeptAloneCheck(
             + Sync,
     >,
 );
+
+/// A background sweep of the epoch markers in progress ([`RedisStore::sweep_slot`]).
+pub struct Sweeping(Arc<AtomicBool>);
+
+impl Drop for Sweeping {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
 
 impl std::fmt::Debug for KeptAloneCheck {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -93,6 +136,14 @@ impl RedisStore {
             epochs.swept.store(true, Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// Claims the one background sweep of this replica's epoch markers (other modes than
+    /// vouched claims, which write them before serving); `None` while one runs. The
+    /// returned flag is cleared when dropped.
+    pub fn sweep_slot(&self) -> Option<Sweeping> {
+        let flag = &self.inner.epochs.as_ref()?.sweeping;
+        (!flag.swap(true, Ordering::AcqRel)).then(|| Sweeping(flag.clone()))
     }
 
     /// Whether this replica wrote the epoch markers once ([`Self::write_epoch_markers`]).
@@ -178,23 +229,48 @@ impl RedisStore {
 
     /// Whether a claim of this deployment may be held by Redis alone now: its markers
     /// are recorded (a replica with vouched claims ran), as this replica knows or
-    /// Postgres says now (`true` where it cannot tell). Then Postgres alone cannot
-    /// decide a key it does not know while Redis is unreachable.
+    /// Postgres says (`true` where it cannot tell). Then Postgres alone cannot decide a
+    /// key it does not know while Redis is unreachable. Postgres' "not recorded" serves
+    /// for [`ANSWER_KEPT`]; one question at a time.
     pub async fn may_hold_alone(&self) -> bool {
-        self.epochs_written() || self.ask_recorded().await.unwrap_or(true)
+        if self.epochs_written() {
+            return true;
+        }
+        let Some(epochs) = &self.inner.epochs else {
+            return true;
+        };
+        let _one = epochs.asking.lock().await;
+        self.epochs_written() || self.ask_recorded(true).await.unwrap_or(true)
     }
 
     /// Asks Postgres whether the markers are recorded (remembered once they are);
-    /// `true` without `[postgres]`.
-    async fn ask_recorded(&self) -> Result<bool, StoreError> {
-        let Some(check) = (self.inner.epochs.as_ref()).and_then(|e| e.kept_alone.get()) else {
+    /// `true` without `[postgres]`. A failure to ask, and with `negative` a "not
+    /// recorded", of the last [`ANSWER_KEPT`] is answered again without asking.
+    async fn ask_recorded(&self, negative: bool) -> Result<bool, StoreError> {
+        let Some(epochs) = &self.inner.epochs else {
             return Ok(true);
         };
-        let recorded = (check.0)().await?;
-        if recorded {
-            self.mark_epochs_written();
+        let Some(check) = epochs.kept_alone.get() else {
+            return Ok(true);
+        };
+        if let Some(answer) = epochs.recent(negative) {
+            return answer.map(|()| false).map_err(StoreError::PgShared);
         }
-        Ok(recorded)
+        match (check.0)().await {
+            Ok(true) => {
+                self.mark_epochs_written();
+                Ok(true)
+            }
+            Ok(false) => {
+                epochs.remember(Ok(()));
+                Ok(false)
+            }
+            Err(e) => {
+                let e = Arc::new(e);
+                epochs.remember(Err(e.clone()));
+                Err(StoreError::PgShared(e))
+            }
+        }
     }
 
     /// Whether the loss that left `slot`'s epoch marker at `marker` may have lost a
@@ -218,7 +294,8 @@ impl RedisStore {
         if self.harmless_upto(slot).is_some_and(|upto| upto >= marker) {
             return Ok(false);
         }
-        let kept = self.ask_recorded().await?;
+        // Asked afresh: "not recorded" holds only for the losses before the question.
+        let kept = self.ask_recorded(false).await?;
         if !kept {
             self.loss_lost_nothing(slot, marker);
         }

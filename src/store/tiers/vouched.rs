@@ -56,15 +56,34 @@ impl Stores {
     /// Redis never could keep a claim has none to lose, and a Redis of it restarted
     /// empty serves at once (a claim that finds a marker missing asks Postgres, finds
     /// nothing recorded, and waits out no quarantine). Tried for at most `within` at
-    /// start-up, then by every probe until recorded.
+    /// start-up, then by every probe until recorded (swept, in the other modes, where
+    /// it runs in the background: neither start-up nor the probe waits for it).
     pub async fn write_epochs(&self, within: Duration) {
-        let (Some(pg), false) = (&self.0.postgres, self.0.redis.epochs_written()) else {
+        let (Some(_), false) = (&self.0.postgres, self.0.redis.epochs_written()) else {
             return;
         };
         let keeps = self.0.redis.may_keep_claims();
         if !keeps && self.0.redis.epochs_swept() {
             return;
         }
+        if self.0.redis.vouches() {
+            return self.record_epochs(keeps, within).await;
+        }
+        let Some(sweeping) = self.0.redis.sweep_slot() else {
+            return;
+        };
+        let stores = self.clone();
+        tokio::spawn(async move {
+            let _one = sweeping;
+            stores.record_epochs(false, within).await;
+        });
+    }
+
+    /// [`Self::write_epochs`]' work: sweep unless recorded, then record where `keeps`.
+    async fn record_epochs(&self, keeps: bool, within: Duration) {
+        let Some(pg) = &self.0.postgres else {
+            return;
+        };
         let prefix = self.0.redis.prefix();
         let write = async {
             if pg.store.epochs_written(prefix).await? {

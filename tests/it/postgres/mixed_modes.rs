@@ -40,25 +40,42 @@ async fn mixed_fleet() -> (RedisServer, PgServer, MockUpstream, TestApp, TestApp
     (redis, pg, up, through, vouched)
 }
 
+/// What [`flushed_during_call`] saw.
+struct Flushed {
+    /// The holder's status and answer.
+    held: (u16, bytes::Bytes),
+    /// Postgres' leased rows during the call, before the flush.
+    leased: i64,
+    /// The other replica's retry at once after the flush, and after the quarantine.
+    early: u16,
+    late: u16,
+}
+
 /// `holder` runs `key` (slow); Redis is flushed during the call; `other` retries at
-/// once and after the quarantine. The holder's status and answer, and the retries'.
+/// once and after the quarantine.
 async fn flushed_during_call(
-    redis: &RedisServer,
+    (redis, pg): (&RedisServer, &PgServer),
     holder: &TestApp,
     other: &TestApp,
     key: &str,
-) -> ((u16, bytes::Bytes), u16, u16) {
+) -> Flushed {
     let first = post(holder, key);
     let retries = async {
         tokio::time::sleep(Duration::from_millis(400)).await;
+        let leased = pg.count("state = 'leased'").await;
         redis.cli(&["FLUSHALL"]);
         let early = post(other, key).await.0;
         tokio::time::sleep(QUARANTINE).await;
         let late = post(other, key).await.0;
-        (early, late)
+        (leased, early, late)
     };
-    let (held, (early, late)) = tokio::join!(first, retries);
-    (held, early, late)
+    let (held, (leased, early, late)) = tokio::join!(first, retries);
+    Flushed {
+        held,
+        leased,
+        early,
+        late,
+    }
 }
 
 #[tokio::test]
@@ -66,35 +83,30 @@ async fn a_write_through_replica_waits_for_a_key_a_vouched_replica_kept_alone_wh
 {
     let (redis, pg, up, through, vouched) = mixed_fleet().await;
     up.set_delay(Duration::from_millis(3000));
-    let ((status, body), early, late) =
-        flushed_during_call(&redis, &vouched, &through, "kept-alone").await;
-    assert_eq!(status, 201, "the holder's completion is not refused");
-    assert_eq!(
-        pg.count("state = 'leased'").await,
-        0,
-        "no claim row was ever taken for the key"
-    );
-    assert_eq!(early, 409, "in flight during the quarantine");
-    assert_eq!(late, 409, "in flight: the holder wrote its lease back");
+    let seen = flushed_during_call((&redis, &pg), &vouched, &through, "kept-alone").await;
+    assert_eq!(seen.held.0, 201, "the holder's completion is not refused");
+    assert_eq!(seen.leased, 0, "redis alone held the key: no claim row");
+    assert_eq!(seen.early, 409, "in flight during the quarantine");
+    assert_eq!(seen.late, 409, "in flight: the holder wrote its lease back");
     assert_eq!(up.executions(), 1, "the key ran once");
-    assert_eq!(post(&through, "kept-alone").await, (201, body), "replayed");
+    assert_eq!(post(&through, "kept-alone").await, (201, seen.held.1));
     assert_eq!(up.executions(), 1);
 }
 
 #[tokio::test]
 async fn a_vouched_replica_waits_for_a_key_a_write_through_replica_holds_when_redis_loses_it() {
-    let (redis, _pg, up, through, vouched) = mixed_fleet().await;
+    let (redis, pg, up, through, vouched) = mixed_fleet().await;
     up.set_delay(Duration::from_millis(3000));
     // The holder's lease is in its Postgres row: a vouched claim in a slot that lost its
     // data (cold: its warmth marker went too) looks the key up there, after the
     // quarantine as during it.
-    let ((status, body), early, late) =
-        flushed_during_call(&redis, &through, &vouched, "written-through").await;
-    assert_eq!(status, 201);
-    assert_eq!(early, 409, "in flight during the quarantine");
-    assert_eq!(late, 409, "in flight: postgres holds the lease");
+    let seen = flushed_during_call((&redis, &pg), &through, &vouched, "written-through").await;
+    assert_eq!(seen.held.0, 201);
+    assert_eq!(seen.leased, 1, "the holder's claim row");
+    assert_eq!(seen.early, 409, "in flight during the quarantine");
+    assert_eq!(seen.late, 409, "in flight: postgres holds the lease");
     assert_eq!(up.executions(), 1, "the key ran once");
-    assert_eq!(post(&vouched, "written-through").await, (201, body));
+    assert_eq!(post(&vouched, "written-through").await, (201, seen.held.1));
     assert_eq!(up.executions(), 1);
 }
 

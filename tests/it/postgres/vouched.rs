@@ -11,7 +11,7 @@ use crate::support::{
 };
 
 pub(super) const LOCK_TTL: Duration = Duration::from_millis(1500);
-/// `LOCK_TTL` and the command timeout (`Config::vouch_quarantine`).
+/// `LOCK_TTL` and the command timeout (`Config::epoch_quarantine`).
 pub(super) const QUARANTINE: Duration = Duration::from_millis(1800);
 const AMOUNT: &str = r#"{"amount":100}"#;
 

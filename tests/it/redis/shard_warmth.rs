@@ -24,7 +24,13 @@ async fn every_script_is_given_keys_of_one_slot() {
         url: redis.url(),
         ..RedisConfig::default()
     };
-    let store = RedisStore::connect(&config).await.unwrap();
+    // Every marker: the epoch marker (any mode with `[postgres]`) and the warmth marker.
+    let quarantine = Some(Duration::from_secs(2));
+    let store = RedisStore::connect_with(&config, quarantine, None)
+        .await
+        .unwrap();
+    let claim_keys = store.script_keys("idemgate:{00}").remove(0);
+    assert_eq!(claim_keys.1.len(), 4, "{claim_keys:?}");
     let mut rng = rand::rng();
     for _ in 0..5000 {
         let bytes: [u8; 32] = rng.random();
