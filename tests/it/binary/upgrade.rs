@@ -31,20 +31,20 @@ use crate::support::{
     comparable, keyed_post, send, tally, wait_ready, Answer, MockUpstream, PgServer, RedisServer,
 };
 
-const CURRENT: &str = env!("CARGO_BIN_EXE_idemgate");
+pub(super) const CURRENT: &str = env!("CARGO_BIN_EXE_idemgate");
 /// How long the upstream takes: duplicates sent together overlap the first execution.
 const UPSTREAM_DELAY: Duration = Duration::from_millis(400);
 const WAIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The `[redis]` line of a current replica beside a previous one (the upgrade step).
-const HASH: &str = "record_format = \"hash\"\n";
+pub(super) const HASH: &str = "record_format = \"hash\"\n";
 /// `[postgres]` lines: claims in Redis, every new key looked up in Postgres.
 const REDIS_CLAIMS: &str = "claims = \"redis\"\nlookup_on_miss = \"always\"";
 /// `[postgres]` lines: write-through claims (the default), Redis filled at completion.
-const WRITE_THROUGH: &str = "claims = \"write_through\"";
+pub(super) const WRITE_THROUGH: &str = "claims = \"write_through\"";
 /// `[postgres]` lines: write-through claims, Redis filled on replay.
 const FILL_ON_REPLAY: &str = "claims = \"write_through\"\nredis_fill = \"on_replay\"";
 
-fn previous_binary() -> PathBuf {
+pub(super) fn previous_binary() -> PathBuf {
     let bin = std::env::var_os("IDEMGATE_PREVIOUS_BIN").expect(
         "IDEMGATE_PREVIOUS_BIN is not set: run `make upgrade-check`, which builds the \
          previous release (deploy/upgrade/build-base.sh) and runs this test",
@@ -53,12 +53,12 @@ fn previous_binary() -> PathBuf {
 }
 
 /// A replica: its binary, extra `[redis]` lines and its `[postgres]` lines.
-type Spec<'a> = (&'a Path, &'a str, &'a str);
+pub(super) type Spec<'a> = (&'a Path, &'a str, &'a str);
 
 /// Two replicas (each test says which binary and settings each runs) and HAProxy in
 /// front of both.
-struct Fleet {
-    replicas: Vec<Replica>,
+pub(super) struct Fleet {
+    pub(super) replicas: Vec<Replica>,
     haproxy: HaProxy,
     http: reqwest::Client,
     _dir: tempfile::TempDir,
@@ -67,7 +67,7 @@ struct Fleet {
 impl Fleet {
     /// One replica per `(binary, extra [redis] lines, [postgres] lines)`, started in
     /// that order.
-    async fn start(
+    pub(super) async fn start(
         redis: &RedisServer,
         pg: &PgServer,
         upstream: &MockUpstream,
@@ -260,7 +260,7 @@ async fn previous_and_current_release_share_one_fleet() {
 /// Twelve bursts of six concurrent duplicates through HAProxy, the upstream slow enough
 /// that they overlap: one execution per key, every duplicate waits (on either replica)
 /// and is woken well before `wait_timeout` with the same answer.
-async fn bursts_run_once(fleet: &Fleet, upstream: &MockUpstream, prefix: &str) {
+pub(super) async fn bursts_run_once(fleet: &Fleet, upstream: &MockUpstream, prefix: &str) {
     upstream.set_delay(UPSTREAM_DELAY);
     let executed = upstream.executions();
     let started = Instant::now();
@@ -301,7 +301,7 @@ async fn bursts_run_once(fleet: &Fleet, upstream: &MockUpstream, prefix: &str) {
 /// `per_side` keys first executed on each replica replay byte-identical from the other
 /// one, and another tenant's same key is its own record, on either; each key with the
 /// replica that executed it and its answer.
-async fn replays_across(
+pub(super) async fn replays_across(
     fleet: &Fleet,
     prefix: &str,
     per_side: usize,
