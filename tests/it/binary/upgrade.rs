@@ -31,16 +31,16 @@ use crate::support::{
     comparable, keyed_post, send, tally, wait_ready, Answer, MockUpstream, PgServer, RedisServer,
 };
 
-pub(super) const CURRENT: &str = env!("CARGO_BIN_EXE_idemgate");
+const CURRENT: &str = env!("CARGO_BIN_EXE_idemgate");
 /// How long the upstream takes: duplicates sent together overlap the first execution.
 const UPSTREAM_DELAY: Duration = Duration::from_millis(400);
 const WAIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The `[redis]` line of a current replica beside a previous one (the upgrade step).
-pub(super) const HASH: &str = "record_format = \"hash\"\n";
+const HASH: &str = "record_format = \"hash\"\n";
 /// `[postgres]` lines: claims in Redis, every new key looked up in Postgres.
 const REDIS_CLAIMS: &str = "claims = \"redis\"\nlookup_on_miss = \"always\"";
 /// `[postgres]` lines: write-through claims (the default), Redis filled at completion.
-pub(super) const WRITE_THROUGH: &str = "claims = \"write_through\"";
+const WRITE_THROUGH: &str = "claims = \"write_through\"";
 /// `[postgres]` lines: write-through claims, Redis filled on replay.
 const FILL_ON_REPLAY: &str = "claims = \"write_through\"\nredis_fill = \"on_replay\"";
 
@@ -345,24 +345,8 @@ async fn the_redis_fill_switch_rolls_through_a_mixed_fleet() {
     let redis = RedisServer::start();
     let pg = PgServer::start();
     let upstream = MockUpstream::start().await;
-    let (previous, current) = (previous_binary(), Path::new(CURRENT));
-    let steps: [(&str, [Spec; 2]); 3] = [
-        (
-            "versions",
-            [
-                (previous.as_path(), "", WRITE_THROUGH),
-                (current, HASH, WRITE_THROUGH),
-            ],
-        ),
-        (
-            "settings",
-            [(current, "", WRITE_THROUGH), (current, "", FILL_ON_REPLAY)],
-        ),
-        (
-            "switched",
-            [(current, "", FILL_ON_REPLAY), (current, "", FILL_ON_REPLAY)],
-        ),
-    ];
+    let previous = previous_binary();
+    let steps = switch_steps(&previous, FILL_ON_REPLAY);
     let leases = async || {
         let states = redis.record_states().await;
         states
@@ -385,6 +369,30 @@ async fn the_redis_fill_switch_rolls_through_a_mixed_fleet() {
         let grew = leases().await > leased;
         assert_eq!(grew, *step != "versions", "{step}: leases left standing");
     }
+}
+
+/// The steps of an upgrade that goes on to the `[postgres]` lines `to`, replica by
+/// replica: the previous release beside this one (write-through claims), then this one
+/// on write-through and on `to`, then on `to` alone.
+pub(super) fn switch_steps<'a>(
+    previous: &'a Path,
+    to: &'a str,
+) -> [(&'static str, [Spec<'a>; 2]); 3] {
+    let current = Path::new(CURRENT);
+    [
+        (
+            "versions",
+            [
+                (previous, "", WRITE_THROUGH),
+                (current, HASH, WRITE_THROUGH),
+            ],
+        ),
+        (
+            "settings",
+            [(current, "", WRITE_THROUGH), (current, "", to)],
+        ),
+        ("switched", [(current, "", to), (current, "", to)]),
+    ]
 }
 
 /// Every record in Redis is a hash: the layout the previous release reads.

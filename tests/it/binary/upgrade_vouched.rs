@@ -6,11 +6,7 @@
 //! are woken on either replica, and once a replica runs vouched claims it keeps them in
 //! Redis alone. Part of `make upgrade-check` (`#[ignore]`d in a plain `cargo test`).
 
-use std::path::Path;
-
-use super::upgrade::{
-    bursts_run_once, previous_binary, replays_across, Fleet, Spec, CURRENT, HASH, WRITE_THROUGH,
-};
+use super::upgrade::{bursts_run_once, previous_binary, replays_across, switch_steps, Fleet};
 use crate::support::{MockUpstream, PgServer, RedisServer};
 
 /// `[postgres]` lines: vouched claims.
@@ -33,21 +29,8 @@ async fn the_switch_to_vouched_claims_rolls_through_a_mixed_fleet() {
     let redis = RedisServer::start_with(idemgate_fleet::DURABLE_REDIS);
     let pg = PgServer::start();
     let upstream = MockUpstream::start().await;
-    let (previous, current) = (previous_binary(), Path::new(CURRENT));
-    let steps: [(&str, [Spec; 2]); 3] = [
-        (
-            "versions",
-            [
-                (previous.as_path(), "", WRITE_THROUGH),
-                (current, HASH, WRITE_THROUGH),
-            ],
-        ),
-        (
-            "settings",
-            [(current, "", WRITE_THROUGH), (current, "", VOUCHED)],
-        ),
-        ("switched", [(current, "", VOUCHED), (current, "", VOUCHED)]),
-    ];
+    let previous = previous_binary();
+    let steps = switch_steps(&previous, VOUCHED);
     for (step, bins) in &steps {
         let fleet = Fleet::start(&redis, &pg, &upstream, bins).await;
         let before = upstream.executions();
