@@ -120,6 +120,7 @@ impl RedisStore {
     /// the shard's other markers set to the same moment if this claim found it missing.
     fn quarantined(&self, slot: u16, young: Young) -> Claim<Acquired, StoredRecord> {
         metrics::claim_vouch("young");
+        self.quarantining(young.remaining);
         if young.found_missing {
             self.lost_data(slot, young.marker);
         }

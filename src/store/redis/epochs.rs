@@ -43,6 +43,9 @@ pub struct Epochs {
     born: Instant,
     /// This replica wrote every missing epoch marker once.
     swept: AtomicBool,
+    /// Until when (ms after `born`) a claim of this replica was last told a key is in
+    /// flight for a slot's quarantine ([`RedisStore::in_quarantine`]).
+    quarantined_until: AtomicU64,
     /// A sweep runs in the background (modes other than vouched claims).
     sweeping: Arc<AtomicBool>,
     /// Postgres' last answer that the markers are not recorded (`Ok`), or that it could
@@ -74,6 +77,7 @@ impl Epochs {
             asking: Default::default(),
             born: Instant::now(),
             swept: Default::default(),
+            quarantined_until: Default::default(),
             sweeping: Default::default(),
             answered: Default::default(),
         }
@@ -144,6 +148,21 @@ impl RedisStore {
     pub fn sweep_slot(&self) -> Option<Sweeping> {
         let flag = &self.inner.epochs.as_ref()?.sweeping;
         (!flag.swap(true, Ordering::AcqRel)).then(|| Sweeping(flag.clone()))
+    }
+
+    /// A claim was told a key is in flight for `remaining` of a slot's quarantine.
+    pub(super) fn quarantining(&self, remaining: std::time::Duration) {
+        if let Some(epochs) = &self.inner.epochs {
+            let until = epochs.now_ms() + remaining.as_millis() as u64;
+            epochs.quarantined_until.fetch_max(until, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether some slot's quarantine (as this replica's claims were told) is still on:
+    /// an "in flight" may then be a key Redis lost whose answer Postgres holds.
+    pub fn in_quarantine(&self) -> bool {
+        (self.inner.epochs.as_ref())
+            .is_some_and(|e| e.now_ms() < e.quarantined_until.load(Ordering::Relaxed))
     }
 
     /// Whether this replica wrote the epoch markers once ([`Self::write_epoch_markers`]).

@@ -88,7 +88,9 @@ impl Stores {
 
     /// What Redis said of a key it did not give this request (never `Acquired`): a
     /// stored record opened at `at`, and an "in flight" confirmed
-    /// ([`Stores::confirm_in_flight`]).
+    /// ([`Stores::confirm_in_flight`]) where Redis may hold a lease its holder completed
+    /// in Postgres alone (`redis_fill = "on_replay"`) or have lost a stored record (a
+    /// slot's quarantine).
     pub(super) async fn known<A>(
         &self,
         route: &Route,
@@ -99,7 +101,11 @@ impl Stores {
         let claim = claim.map_acquired(|_| unreachable!("acquired claims are the caller's"));
         match claim.try_map_response(|stored| self.open(stored, at))? {
             // Boxed: rare, and inline it would grow every claim's future.
-            c @ Claim::InFlight { .. } if self.confirms_in_flight() => {
+            // A slot's quarantine: the key may be one Redis lost whose answer
+            // Postgres holds, which replays rather than wait the quarantine out.
+            c @ Claim::InFlight { .. }
+                if self.confirms_in_flight() || self.0.redis.in_quarantine() =>
+            {
                 Box::pin(self.confirm_in_flight(route, at, fingerprint, c)).await
             }
             other => Ok(other),
@@ -107,9 +113,11 @@ impl Stores {
     }
 
     /// With `redis_fill = "on_replay"` (on any replica), a completion leaves its Redis
-    /// lease standing until it runs out: Redis' "in flight" is confirmed in Postgres,
-    /// which replays the record if the holder completed (Redis is re-warmed by the first
-    /// claim after the lease ran out); otherwise `in_flight` stands.
+    /// lease standing until it runs out; during a slot's quarantine Redis answers "in
+    /// flight" for every key it lost, stored ones too. Redis' "in flight" is then
+    /// confirmed in Postgres, which replays the record if the holder completed (Redis is
+    /// re-warmed by the first claim after the lease ran out); otherwise `in_flight`
+    /// stands.
     async fn confirm_in_flight(
         &self,
         route: &Route,

@@ -222,6 +222,11 @@ async fn a_redis_restarted_without_its_data_serves_again_after_the_quarantine() 
         during, 409,
         "a key absent from a slot that just lost its data"
     );
+    assert_eq!(
+        post(&app, "before-the-loss").await,
+        (201, stored.clone()),
+        "a stored answer replays from Postgres during the quarantine too"
+    );
     tokio::time::sleep(QUARANTINE + Duration::from_millis(200)).await;
     assert_eq!(post(&app, "a-new-key").await.0, 201, "after the quarantine");
     assert_eq!(
