@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use super::{documents, prose, walk, ROOT};
 
 /// Whether `line` cites a tracker the repository does not hold ("issue 12", "issues
-/// 22-24", "issue #22", "PR #22").
+/// 22-24", "issue #22", "PR #22"), or a numbered list of one ("item 3", "behaviour 2":
+/// a task's list, which no reader of the repository has).
 fn cites_a_tracker(line: &str) -> bool {
     let lower = line.to_lowercase();
     [
@@ -18,6 +19,12 @@ fn cites_a_tracker(line: &str) -> bool {
         "issue-",
         "pr #",
         "pull request #",
+        "item ",
+        "items ",
+        "behaviour ",
+        "behaviours ",
+        "behavior ",
+        "behaviors ",
     ]
     .iter()
     .any(|word| {
@@ -114,8 +121,9 @@ fn no_file_cites_a_tracker_number() {
     assert!(found.is_empty(), "tracker numbers:\n{}", found.join("\n"));
 }
 
-/// The citation check finds "issue 12", "Issues 22-24", "PR #22" and "issue-15" (in
-/// prose, and in a source file's comments and strings), and leaves execution numbers
+/// The citation check finds "issue 12", "Issues 22-24", "PR #22", "issue-15", "Behaviour
+/// 2" and "item 3" (in prose, and in a source file's comments and strings), and leaves
+/// execution numbers
 /// ("exec #454"), anchors, code spans and words that end in "issue" alone.
 #[test]
 fn the_tracker_check_finds_issue_numbers() {
@@ -131,9 +139,15 @@ fn the_tracker_check_finds_issue_numbers() {
         ]
     );
     let source = "    /// Fixed for issue 7.\n    let n = 1; // #3 of the list\n\
-                  # Issue 15: a results header\n";
+                  # Issue 15: a results header\n//! Behaviour 2 of the list\n\
+                  // (item 3)\n";
     assert_eq!(
         source_citations(source),
-        ["/// Fixed for issue 7.", "# Issue 15: a results header"]
+        [
+            "/// Fixed for issue 7.",
+            "# Issue 15: a results header",
+            "//! Behaviour 2 of the list",
+            "// (item 3)"
+        ]
     );
 }

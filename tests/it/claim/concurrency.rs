@@ -1,4 +1,4 @@
-//! Behaviours 4 and 7: one execution under concurrent duplicates; 409 while in flight.
+//! One execution under concurrent duplicates, and 409 while the key is in flight.
 //! The same with claims written through to Postgres, in shared statements.
 
 use std::time::Duration;

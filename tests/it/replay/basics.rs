@@ -1,4 +1,4 @@
-//! Behaviours 3 (scope and fingerprint), 6 (replay) and 8 (mismatch).
+//! The basics of a key: its scope and fingerprint, the replay, and a mismatch.
 
 use crate::support::{comparable, keyed_post, problem_code, read, stack};
 

@@ -1,4 +1,4 @@
-//! `spawn_app`: a gateway in-process on port 0, against a real Redis and the mock upstream.
+//! `TestApp::spawn`: a gateway in-process on port 0, against a real Redis and the mock upstream.
 
 use std::net::SocketAddr;
 
