@@ -345,32 +345,34 @@ fn replica_toml(
     )
 }
 
-/// Whether this build of `idemgate` accepts a configuration (`check-config`): used to
-/// find out if a behaviour (lease heartbeat, `on_ambiguous`) is present.
+/// Whether this build of `idemgate` accepts the configuration of every replica
+/// (`check-config`; replicas 0 and 1 stand for all: only a `Mixed` fleet's first one
+/// differs): used to find out if a behaviour (lease heartbeat, `on_ambiguous`) is present.
 pub fn config_accepted(opts: &Options) -> Result<(), String> {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("check.toml");
-    let toml = replica_toml(
-        opts,
-        0,
-        &Host::loopback(),
-        (8080, 9090),
-        &RedisAt::Url("redis://127.0.0.1:6379".into()),
-        Some("postgres://postgres@127.0.0.1:5432/postgres"),
-        "http://127.0.0.1:3000",
-    );
-    std::fs::write(&path, toml).unwrap();
-    let out = Command::new(IDEMGATE)
-        .arg("check-config")
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .unwrap();
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    for index in 0..opts.replicas.clamp(1, 2) {
+        let path = dir.path().join(format!("check{index}.toml"));
+        let toml = replica_toml(
+            opts,
+            index,
+            &Host::loopback(),
+            (8080, 9090),
+            &RedisAt::Url("redis://127.0.0.1:6379".into()),
+            Some("postgres://postgres@127.0.0.1:5432/postgres"),
+            "http://127.0.0.1:3000",
+        );
+        std::fs::write(&path, toml).unwrap();
+        let out = Command::new(IDEMGATE)
+            .arg("check-config")
+            .arg("--config")
+            .arg(&path)
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+        }
     }
+    Ok(())
 }
 
 /// Where a replica finds Redis, as its `[redis]` section says.
