@@ -8,7 +8,7 @@
 
 /// Redis, Postgres and both together.
 pub mod store {
-    pub use crate::store::{postgres, redis, PgStore, RedisStore, StoreError};
+    pub use crate::store::{postgres, redis, PgStore, RedisStore, StoreError, Stores};
 }
 
 /// The route table and canonical paths.

@@ -10,6 +10,8 @@ pub struct TestApp {
     pub addr: SocketAddr,
     pub admin: SocketAddr,
     pub client: Client,
+    /// The app's stores, for what it knows of itself ([`TestApp::breaker_open`]).
+    stores: idemgate::testing::store::Stores,
     stop: Option<oneshot::Sender<()>>,
 }
 
@@ -39,6 +41,7 @@ pub fn config(redis: &str, upstream: &str, extra: &str) -> Config {
 impl TestApp {
     pub async fn spawn(config: Config) -> Self {
         let app = App::build(config).await.unwrap();
+        let stores = app.stores.clone();
         let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let server = Server::with_listeners(app, proxy, admin);
@@ -51,6 +54,7 @@ impl TestApp {
             addr,
             admin,
             client: Client::new(),
+            stores,
             stop: Some(stop),
         }
     }
@@ -66,12 +70,11 @@ impl TestApp {
         response.text().await.unwrap()
     }
 
-    /// Whether some shard's Redis breaker is open: `/readyz` says claims are not all in
-    /// Redis. (Not `idemgate_redis_up`: the metrics recorder is one per test process,
-    /// so another test's Redis outage would show there.)
+    /// Whether some shard's Redis breaker is open, as this app's stores say (not
+    /// `idemgate_redis_up`: the metrics recorder is one per test process, so another
+    /// test's Redis outage would show there; nor `/readyz`, which asks Redis itself).
     pub async fn breaker_open(&self) -> bool {
-        let body: serde_json::Value = self.readyz().await.json().await.unwrap();
-        body["claims_in"] != "redis"
+        !self.stores.claims_in_redis()
     }
 
     /// `idemgate_limited_total{limit="<limit>"}` on the admin listener.
