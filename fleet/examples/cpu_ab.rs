@@ -408,7 +408,9 @@ fn main() {
         }
     }
     if let Some(prefix) = &record {
-        // `perf record` of every variant during one more run each (cpu-clock samples).
+        // `perf record` of every variant during one more run each: cpu-clock samples, or
+        // the event `CPU_AB_RECORD_EVENT` names (`sched:sched_waking`: who wakes whom).
+        let event = std::env::var("CPU_AB_RECORD_EVENT").unwrap_or_else(|_| "cpu-clock".into());
         for v in &variants {
             let pid = v.replica.pid().unwrap();
             let mut perf = Command::new("perf")
@@ -416,10 +418,11 @@ fn main() {
                     "record",
                     "--call-graph",
                     "dwarf",
-                    "-F",
-                    "499",
+                    // A tracepoint fires per event: one stack in 50, not 499 per second.
+                    if event == "cpu-clock" { "-F" } else { "-c" },
+                    if event == "cpu-clock" { "499" } else { "50" },
                     "-e",
-                    "cpu-clock",
+                    &event,
                     "-o",
                 ])
                 .arg(format!("{prefix}-{}.data", v.label))
