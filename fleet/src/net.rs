@@ -5,6 +5,7 @@ use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Where a part runs: on this machine's loopback ([`Host::loopback`], what every part
@@ -49,8 +50,39 @@ impl Host {
     }
 }
 
-/// A port nothing listens on right now.
+/// A port nothing listens on right now, never handed out twice by this process.
+///
+/// Taken below the kernel's ephemeral range where that leaves room (10000-19999, with
+/// port + 10000, a Redis Cluster node's bus, free too): a port picked from the ephemeral
+/// range can be taken as the source port of any outgoing connection before its server
+/// binds it, which with many tests in parallel made a gateway fail to start now and then.
 pub fn free_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    if ephemeral_low() < 30_000 {
+        return kernel_port();
+    }
+    let start = std::process::id().wrapping_mul(7919);
+    let bindable = |port: u16| TcpListener::bind(("127.0.0.1", port)).is_ok();
+    for _ in 0..10_000 {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = 10_000 + (start.wrapping_add(n) % 10_000) as u16;
+        if bindable(port) && bindable(port + 10_000) {
+            return port;
+        }
+    }
+    kernel_port()
+}
+
+/// The low end of the kernel's ephemeral port range (Linux' default when unreadable).
+fn ephemeral_low() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}
+
+/// A port the kernel picks from its ephemeral range.
+fn kernel_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

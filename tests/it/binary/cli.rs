@@ -118,14 +118,7 @@ struct Served {
 }
 
 async fn serve(redis: &RedisServer, upstream: &MockUpstream, extra: &str, stderr: Stdio) -> Served {
-    let port = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
-    let (listen, admin) = (port(), port());
+    let (listen, admin) = (idemgate_fleet::free_port(), idemgate_fleet::free_port());
     let file = config_file(&format!(
         "[server]\nlisten = \"127.0.0.1:{listen}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
          shutdown_grace = \"10s\"\n[redis]\nurl = \"{}\"\n{extra}\n[[routes]]\nname = \"p\"\n\

@@ -32,12 +32,7 @@ struct Tpc {
 
 impl Tpc {
     async fn start(redis: &RedisServer, upstream: &MockUpstream, extra: &str) -> Self {
-        let port = || {
-            (std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-                .local_addr()
-                .unwrap()
-                .port()
-        };
+        let port = idemgate_fleet::free_port;
         let (listen, admin) = (port(), port());
         let mut file = tempfile::NamedTempFile::new().unwrap();
         write!(

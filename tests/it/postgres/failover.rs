@@ -25,11 +25,8 @@ fn key_value_url(ports: &[u16], extra: &str) -> String {
     )
 }
 
-/// A port nothing listens on.
-fn closed_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
+// A port nothing listens on.
+use idemgate_fleet::free_port as closed_port;
 
 /// The value of the sample `series` (name and labels, exactly) in `metrics`.
 fn sample(metrics: &str, series: &str) -> Option<f64> {

@@ -11,11 +11,7 @@ use crate::support::certs::Pair;
 use crate::support::process::BIN;
 use crate::support::{eventually, Pki, RedisServer};
 
-/// A free port on loopback.
-fn port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
+use idemgate_fleet::free_port as port;
 
 /// A configuration file whose `[server.tls]` names `cert` and `key`, with `server`
 /// settings.

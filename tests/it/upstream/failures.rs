@@ -44,9 +44,7 @@ async fn release_statuses_are_configurable_per_route() {
 #[tokio::test]
 async fn connection_refused_is_502_and_releases() {
     let redis = RedisServer::start();
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead = format!("http://{}", closed.local_addr().unwrap());
-    drop(closed);
+    let dead = format!("http://127.0.0.1:{}", idemgate_fleet::free_port());
     let app = TestApp::spawn(config(&redis.url(), &dead, "")).await;
     for _ in 0..2 {
         let (status, headers, body) = read(app.post("refused", "{}").send().await.unwrap()).await;
