@@ -1,8 +1,8 @@
 //! A Redis Cluster primary that stops answering without closing its
 //! connections (SIGSTOP: packets vanish, no RST, as behind a network partition). The
 //! breaker belongs to that primary's shard: keys of the other shards keep going to
-//! Redis; and claims on the shard are back within about 2 s once it answers again,
-//! resumed or failed over.
+//! Redis; and claims on the shard are back within 2 s once it answers again when
+//! resumed, within 3 s of its replica's promotion when failed over.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -196,24 +196,54 @@ mod realtime {
     use super::{gateway, keys_by_primary, pause_until_open, until_claims_back};
     use crate::support::{read, MockUpstream, TestApp};
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn claims_are_back_within_two_seconds_of_a_paused_primary_resuming() {
+    /// A cluster, the gateway on it, and the shard to pause: its primary, that primary's
+    /// replica, and 400 keys it serves (the first one completed).
+    struct Setup {
+        cluster: RedisCluster,
+        _upstream: MockUpstream,
+        app: TestApp,
+        keys: Vec<String>,
+        paused: usize,
+        replica: usize,
+    }
+
+    async fn setup(prefix: &str) -> Setup {
         let cluster = tokio::task::spawn_blocking(RedisCluster::start)
             .await
             .unwrap();
         let upstream = MockUpstream::start().await;
         let app = TestApp::spawn(gateway(&cluster, &upstream)).await;
-        let keys = tokio::task::block_in_place(|| keys_by_primary(&cluster, "r", 400));
+        let mut keys = tokio::task::block_in_place(|| keys_by_primary(&cluster, prefix, 400));
         let paused = *keys.keys().min().unwrap();
         let replica = tokio::task::block_in_place(|| cluster.replica_of(paused)).unwrap();
-        let (status, _, _) = read(app.post(&keys[&paused][0], "{}").send().await.unwrap()).await;
+        let keys = keys.remove(&paused).unwrap();
+        let (status, _, _) = read(app.post(&keys[0], "{}").send().await.unwrap()).await;
         assert_eq!(status, 201);
+        Setup {
+            cluster,
+            _upstream: upstream,
+            app,
+            keys,
+            paused,
+            replica,
+        }
+    }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn claims_are_back_within_two_seconds_of_a_paused_primary_resuming() {
+        let Setup {
+            cluster,
+            app,
+            keys,
+            paused,
+            replica,
+            ..
+        } = setup("r").await;
         let started = Instant::now();
-        pause_until_open(&cluster, &app, paused, &keys[&paused][200..]).await;
+        pause_until_open(&cluster, &app, paused, &keys[200..]).await;
         tokio::task::block_in_place(|| cluster.resume(paused));
         let resumed_after = started.elapsed();
-        let back = until_claims_back(&app, &keys[&paused][1..200]).await;
+        let back = until_claims_back(&app, &keys[1..200]).await;
         let failed_over = tokio::task::block_in_place(|| cluster.nodes()[replica].cli(&["ROLE"]))
             .starts_with("master");
         eprintln!("paused {resumed_after:?} (failed over: {failed_over}); claims back {back:?} after the resume");
@@ -224,27 +254,24 @@ mod realtime {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn claims_are_back_within_two_seconds_of_a_failover() {
-        let cluster = tokio::task::spawn_blocking(RedisCluster::start)
-            .await
-            .unwrap();
-        let upstream = MockUpstream::start().await;
-        let app = TestApp::spawn(gateway(&cluster, &upstream)).await;
-        let keys = tokio::task::block_in_place(|| keys_by_primary(&cluster, "f", 400));
-        let paused = *keys.keys().min().unwrap();
-        let replica = tokio::task::block_in_place(|| cluster.replica_of(paused)).unwrap();
-        let (status, _, _) = read(app.post(&keys[&paused][0], "{}").send().await.unwrap()).await;
-        assert_eq!(status, 201);
-
-        pause_until_open(&cluster, &app, paused, &keys[&paused][200..]).await;
+    async fn claims_are_back_within_three_seconds_of_a_failover() {
+        let Setup {
+            cluster,
+            app,
+            keys,
+            paused,
+            replica,
+            ..
+        } = setup("f").await;
+        pause_until_open(&cluster, &app, paused, &keys[200..]).await;
         // The cluster promotes the replica (cluster-node-timeout 1 s); the old primary stays
         // paused: the promoted replica is what is reachable again.
         tokio::task::block_in_place(|| cluster.wait_primary(replica, Duration::from_secs(20)));
-        let back = until_claims_back(&app, &keys[&paused][1..200]).await;
+        let back = until_claims_back(&app, &keys[1..200]).await;
         tokio::task::block_in_place(|| cluster.resume(paused));
         eprintln!("claims back {back:?} after the promotion");
         assert!(
-            back < Duration::from_millis(2000),
+            back < Duration::from_millis(3000),
             "claims back {back:?} after the promotion"
         );
     }
