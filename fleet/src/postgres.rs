@@ -285,11 +285,17 @@ impl PgServer {
 
     /// Stops the server (fast shutdown); the data directory stays.
     pub fn stop(&mut self) {
+        self.stop_with("-INT", Duration::from_secs(10));
+    }
+
+    /// Sends `signal` to the postmaster, waits up to `within` for it to exit, then
+    /// SIGKILLs it.
+    fn stop_with(&mut self, signal: &str, within: Duration) {
         if let Some(mut child) = self.child.take() {
             let _ = Command::new("kill")
-                .args(["-INT", &child.id().to_string()])
+                .args([signal, &child.id().to_string()])
                 .status();
-            let deadline = Instant::now() + Duration::from_secs(10);
+            let deadline = Instant::now() + within;
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = child.try_wait() {
                     return;
@@ -309,10 +315,11 @@ impl PgServer {
 }
 
 impl Drop for PgServer {
+    /// Immediate shutdown (SIGQUIT), SIGKILL only if that takes over 5 s. Unlike
+    /// SIGKILL, it removes the server's SysV shared memory segment. The kernel keeps
+    /// 4096 (`kernel.shmmni`), and a machine that had SIGKILLed that many servers
+    /// started no more: `initdb` failed.
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.stop_with("-QUIT", Duration::from_secs(5));
     }
 }

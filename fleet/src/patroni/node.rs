@@ -216,9 +216,30 @@ impl Node {
 }
 
 impl Drop for Node {
+    /// Patroni frozen (so it restarts nothing), the postmaster's immediate shutdown
+    /// ([`quit_postgres`]), then [`Node::kill`] for whatever is left.
     fn drop(&mut self) {
         if !self.detached {
+            if let Some(child) = &self.child {
+                signal(child.id(), "STOP");
+            }
+            quit_postgres(&self.spec.data());
             self.kill();
+        }
+    }
+}
+
+/// Immediate shutdown of the postmaster of `data` (SIGQUIT), waited for up to 5 s.
+/// Unlike SIGKILL, it removes the server's SysV shared memory segment, of which the
+/// kernel keeps 4096 (`kernel.shmmni`).
+pub fn quit_postgres(data: &Path) {
+    if let Some(pm) = postmaster(data) {
+        signal(pm, "QUIT");
+        for _ in 0..250 {
+            if !alive(pm) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
         }
     }
 }
