@@ -38,7 +38,7 @@ cargo_test() {
   local ok=0
   cargo test --all-targets --no-fail-fast -- --test-threads "${TEST_THREADS:-6}" \
     --skip ::realtime:: 2>&1 | tee "$log" || ok=1
-  cargo test --test it --no-fail-fast -- --test-threads 1 ::realtime:: 2>&1 |
+  cargo test --all-targets --no-fail-fast -- --test-threads 1 ::realtime:: 2>&1 |
     tee -a "$log" || ok=1
   return $ok
 }

@@ -411,6 +411,11 @@ fn main() {
         // `perf record` of every variant during one more run each: cpu-clock samples, or
         // the event `CPU_AB_RECORD_EVENT` names (`sched:sched_waking`: who wakes whom).
         let event = std::env::var("CPU_AB_RECORD_EVENT").unwrap_or_else(|_| "cpu-clock".into());
+        // A tracepoint fires per event: one stack in 50, not 499 per second.
+        let (every, period) = match event.as_str() {
+            "cpu-clock" => ("-F", "499"),
+            _ => ("-c", "50"),
+        };
         for v in &variants {
             let pid = v.replica.pid().unwrap();
             let mut perf = Command::new("perf")
@@ -418,9 +423,8 @@ fn main() {
                     "record",
                     "--call-graph",
                     "dwarf",
-                    // A tracepoint fires per event: one stack in 50, not 499 per second.
-                    if event == "cpu-clock" { "-F" } else { "-c" },
-                    if event == "cpu-clock" { "499" } else { "50" },
+                    every,
+                    period,
                     "-e",
                     &event,
                     "-o",

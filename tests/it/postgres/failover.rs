@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use idemgate::config::PostgresConfig;
 use idemgate::testing::store::PgStore;
+use idemgate_fleet::free_port;
 
 use super::{sql, READ_ONLY, WRITABLE};
 use crate::support::process::{config_file, until_ready, BIN};
@@ -25,9 +26,6 @@ fn key_value_url(ports: &[u16], extra: &str) -> String {
     )
 }
 
-// A port nothing listens on.
-use idemgate_fleet::free_port as closed_port;
-
 /// The value of the sample `series` (name and labels, exactly) in `metrics`.
 fn sample(metrics: &str, series: &str) -> Option<f64> {
     metrics
@@ -44,7 +42,7 @@ async fn a_key_value_url_whose_first_host_is_closed_serves_and_replays() {
     let redis = RedisServer::start();
     let pg = PgServer::start();
     let upstream = MockUpstream::start().await;
-    let url = key_value_url(&[closed_port(), pg.port], "password='not checked'");
+    let url = key_value_url(&[free_port(), pg.port], "password='not checked'");
     let section = format!("[postgres]\nurl = \"{url}\"\nstatement_timeout = \"1s\"\n");
     let app = TestApp::spawn(config(&redis.url(), &upstream.url(), &section)).await;
 
@@ -273,7 +271,7 @@ impl Drop for Served {
 }
 
 async fn serve(redis: &RedisServer, pg: &PgServer, upstream: &MockUpstream) -> Served {
-    let (listen, admin) = (closed_port(), closed_port());
+    let (listen, admin) = (free_port(), free_port());
     let file = config_file(&format!(
         "[server]\nlisten = \"127.0.0.1:{listen}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
          [redis]\nurl = \"{}\"\n{}\n[[routes]]\nname = \"p\"\npath_prefix = \"/v1/\"\n\

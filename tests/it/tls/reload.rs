@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use idemgate_fleet::free_port as port;
+
 use crate::support::certs::Pair;
 use crate::support::process::BIN;
 use crate::support::{eventually, Pki, RedisServer};
-
-use idemgate_fleet::free_port as port;
 
 /// A configuration file whose `[server.tls]` names `cert` and `key`, with `server`
 /// settings.
