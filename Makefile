@@ -43,8 +43,9 @@ soak:
 	bash deploy/soak/run.sh
 
 # Install missing Debian packages, then every test that proves behaviour: the alert
-# rules (promtool), the deployment checks, and `cargo test --all-targets` (unit,
-# integration, parsers, architecture, docs, the fast chaos scenarios); ends with
+# rules (promtool), the deployment checks, and every test target through cargo-nextest
+# or cargo test (unit, integration, parsers, architecture, docs, the fast chaos
+# scenarios); ends with
 # `test: N passed, M failed` and each stage's time (tests/run.sh). How long it takes: docs/development.md.
 test: deps
 	bash tests/run.sh
