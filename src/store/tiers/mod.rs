@@ -5,7 +5,8 @@
 //! `warmth` deciding when Redis vouches for a key), `wait` (duplicates waiting
 //! for an in-flight holder), `find` (records found without claiming them),
 //! `settle` (extend, complete, release), `live` (a running answer's stream), `attempts`
-//! (the completer's attempts), `records` (the replay cache, admin, health, drain) and
+//! (the completer's attempts), `replays` (the replay cache), `admin` (inspect and
+//! invalidate), `readiness` (health, the write-through queue, the drain at shutdown) and
 //! `maintenance` (the probe and the reaper).
 //!
 //! * A claim goes to Redis unless its breaker is open. An acquired Redis claim is
@@ -14,12 +15,14 @@
 //! * While Redis fails, `on_redis_unavailable` decides: claim in Postgres with the same
 //!   semantics, answer 503, or forward without idempotency.
 
+mod admin;
 mod arbitrate;
 mod attempts;
 mod find;
 mod live;
 mod maintenance;
-mod records;
+mod readiness;
+mod replays;
 mod settle;
 mod vouched;
 mod wait;
@@ -27,7 +30,7 @@ mod warmth;
 
 pub use arbitrate::Resend;
 pub use live::{LiveWriter, Read};
-pub use records::Health;
+pub use readiness::Health;
 pub use vouched::ClaimPath;
 pub use wait::{Joined, Waited};
 
