@@ -33,7 +33,7 @@
 //! [`commands`]; every other module is `pub(crate)`. This list is a summary, one line
 //! per module; `ARCHITECTURE.md` has the map file by file, the start-up sequence, where
 //! to make everyday changes, the allowed dependencies (checked by
-//! `tests/architecture.rs`), the path of a keyed request, and the rules for errors and
+//! `tests/architecture/`), the path of a keyed request, and the rules for errors and
 //! logs.
 #![forbid(unsafe_code)]
 

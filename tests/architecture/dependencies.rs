@@ -1,30 +1,23 @@
-//! The architecture rules of `ARCHITECTURE.md`, checked on the source with no server:
-//! every module of `src/` uses only the modules its line of "Dependencies" allows, no
-//! two files import each other, and no function is longer than 80 lines (the last two
-//! in the developer tasks of `xtask/src/` too).
+//! Dependencies: every module of `src/` uses only the modules its line of
+//! ARCHITECTURE.md's "Dependencies" allows, and no two files import each other (in the
+//! developer tasks of `xtask/src/` too).
 //!
 //! The checker reads the source as text: comments and string literals are blanked, then
 //! every `crate::…` and `super::…` path (brace groups expanded) is a use of the module
 //! it names. A use of a folder's own `mod.rs` from inside the folder (its error type,
-//! say) is always allowed, and so is a `mod.rs` re-exporting its own files.
+//! say) is always allowed, and so is a `mod.rs` re-exporting its own files. Reading
+//! the source is [`super::source`]'s.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+use super::source::{code_only, references, ModPath};
+use super::ROOT;
 
-/// The longest a function in [`SOURCES`] may be, in lines from `fn` to its closing brace.
-const LONGEST_FUNCTION: usize = 80;
-
-/// The source folders of the crates checked for files importing each other and for long
-/// functions: the gateway and the developer tasks (`cargo xtask`). The Dependencies
-/// rules are the gateway's only.
+/// The source folders of the crates checked for files importing each other: the
+/// gateway and the developer tasks (`cargo xtask`). The Dependencies rules are the
+/// gateway's only.
 const SOURCES: &[&str] = &["src", "xtask/src"];
-
-/// Functions allowed past [`LONGEST_FUNCTION`], with the reason (file, function).
-const LONG_FUNCTIONS: &[(&str, &str)] = &[];
-
-type ModPath = Vec<String>;
 
 /// One line of ARCHITECTURE.md's "Dependencies": `subject` may use `allowed`.
 #[derive(Debug)]
@@ -100,140 +93,6 @@ fn modules(src: &Path) -> BTreeMap<ModPath, String> {
     found
 }
 
-/// `text` with comments, string and char literals replaced by spaces (lines kept).
-fn code_only(text: &str) -> String {
-    let chars: Vec<char> = text.chars().collect();
-    let mut out = String::with_capacity(text.len());
-    let mut i = 0;
-    let blank = |out: &mut String, from: &[char]| {
-        out.extend(from.iter().map(|&c| if c == '\n' { '\n' } else { ' ' }))
-    };
-    while i < chars.len() {
-        let rest = &chars[i..];
-        let end = if rest.starts_with(&['/', '/']) {
-            rest.iter().position(|&c| c == '\n').unwrap_or(rest.len())
-        } else if rest.starts_with(&['/', '*']) {
-            (2..rest.len())
-                .find(|&k| rest[k - 1] == '*' && rest[k] == '/')
-                .map_or(rest.len(), |k| k + 1)
-        } else if rest[0] == '"' || (rest[0] == 'r' && matches!(rest.get(1), Some('"' | '#'))) {
-            string_end(rest)
-        } else if rest[0] == '\'' && rest.get(1) == Some(&'\\') {
-            (2..rest.len())
-                .find(|&k| rest[k] == '\'')
-                .map_or(1, |k| k + 1)
-        } else if rest[0] == '\'' && rest.get(2) == Some(&'\'') {
-            3
-        } else {
-            out.push(rest[0]);
-            i += 1;
-            continue;
-        };
-        blank(&mut out, &rest[..end]);
-        i += end;
-    }
-    out
-}
-
-/// The length of the (raw) string literal at the start of `rest`.
-fn string_end(rest: &[char]) -> usize {
-    if rest[0] == '"' {
-        let mut k = 1;
-        while k < rest.len() && rest[k] != '"' {
-            k += if rest[k] == '\\' { 2 } else { 1 };
-        }
-        return (k + 1).min(rest.len());
-    }
-    let hashes = rest[1..].iter().take_while(|&&c| c == '#').count();
-    if rest.get(1 + hashes) != Some(&'"') {
-        return 1; // an identifier starting with r
-    }
-    let close: Vec<char> = std::iter::once('"')
-        .chain(std::iter::repeat('#').take(hashes))
-        .collect();
-    (2 + hashes..rest.len())
-        .find(|&k| rest[k..].starts_with(&close))
-        .map_or(rest.len(), |k| k + close.len())
-}
-
-/// The module paths `code` of `module` names through `crate::` or `super::`.
-fn references(module: &[String], code: &str) -> Vec<ModPath> {
-    let mut found = Vec::new();
-    let bytes = code.as_bytes();
-    let mut i = 0;
-    while i < code.len() {
-        let word_start = i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_');
-        let base: Option<(ModPath, usize)> = if !word_start {
-            None
-        } else if code[i..].starts_with("crate::") {
-            Some((Vec::new(), i + 7))
-        } else if code[i..].starts_with("super::") {
-            let mut base = module.to_vec();
-            let mut at = i;
-            while code[at..].starts_with("super::") {
-                base.pop();
-                at += 7;
-            }
-            Some((base, at))
-        } else {
-            None
-        };
-        match base {
-            Some((base, at)) => {
-                let (paths, end) = expand(&code[at..]);
-                found.extend(paths.into_iter().map(|p| [base.clone(), p].concat()));
-                i = at + end.max(1);
-            }
-            None => i += 1,
-        }
-    }
-    found
-}
-
-/// The paths of a `use` tree at the start of `text` (`a::b::C`, `a::{b, c::D}`) and how
-/// many bytes it spans.
-fn expand(text: &str) -> (Vec<ModPath>, usize) {
-    let mut prefix = ModPath::new();
-    let mut i = 0;
-    let bytes = text.as_bytes();
-    loop {
-        while i < text.len() && bytes[i].is_ascii_whitespace() {
-            i += 1;
-        }
-        if i < text.len() && bytes[i] == b'{' {
-            let mut paths = Vec::new();
-            i += 1;
-            loop {
-                let (inner, used) = expand(&text[i..]);
-                paths.extend(inner.into_iter().map(|p| [prefix.clone(), p].concat()));
-                i += used;
-                while i < text.len() && (bytes[i].is_ascii_whitespace() || bytes[i] == b',') {
-                    i += 1;
-                }
-                if i >= text.len() || bytes[i] == b'}' {
-                    return (paths, i + 1);
-                }
-            }
-        }
-        let start = i;
-        while i < text.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
-            i += 1;
-        }
-        if start == i {
-            return (vec![prefix], i);
-        }
-        let segment = &text[start..i];
-        if !matches!(segment, "self") {
-            prefix.push(segment.to_owned());
-        }
-        if text[i..].starts_with("::") {
-            i += 2;
-        } else {
-            return (vec![prefix], i);
-        }
-    }
-}
-
 /// The module file `reference` lands in: its longest prefix that is a module.
 fn resolve<'a>(modules: &'a BTreeMap<ModPath, String>, reference: &[String]) -> &'a ModPath {
     (0..=reference.len())
@@ -297,54 +156,6 @@ fn mutual_imports(modules: &BTreeMap<ModPath, String>) -> Vec<String> {
         .filter(|(a, b)| a < b && !related(a, b) && edges.contains(&(b.clone(), a.clone())))
         .map(|(a, b)| format!("{} <-> {}", a.join("::"), b.join("::")))
         .collect()
-}
-
-/// Functions longer than `limit` lines in `text`, as `(name, lines)`.
-fn long_functions(text: &str, limit: usize) -> Vec<(String, usize)> {
-    let lines: Vec<&str> = text.lines().collect();
-    let mut long = Vec::new();
-    for (start, line) in lines.iter().enumerate() {
-        let Some((indent, name)) = function_start(line) else {
-            continue;
-        };
-        let Some(open) = (start..lines.len()).find(|&k| {
-            let l = lines[k].trim_end();
-            l.ends_with('{') || l.ends_with(';')
-        }) else {
-            continue;
-        };
-        if !lines[open].trim_end().ends_with('{') {
-            continue; // a declaration without a body
-        }
-        let close = format!("{indent}}}");
-        let end = (open..lines.len()).find(|&k| lines[k] == close);
-        let length = end.map_or(lines.len() - start, |end| end - start + 1);
-        if length > limit {
-            long.push((name, length));
-        }
-    }
-    long
-}
-
-/// `(indentation, name)` when `line` starts a function.
-fn function_start(line: &str) -> Option<(&str, String)> {
-    let code = line.trim_start();
-    let indent = &line[..line.len() - code.len()];
-    let mut words = code.split_whitespace().peekable();
-    while let Some(&word) = words.peek() {
-        let qualifier = word.starts_with("pub") || matches!(word, "async" | "const" | "unsafe");
-        if !qualifier {
-            break;
-        }
-        words.next();
-    }
-    if words.next()? != "fn" {
-        return None;
-    }
-    let name: String = (words.next()?.chars())
-        .take_while(|c| c.is_alphanumeric() || *c == '_')
-        .collect();
-    Some((indent, name))
 }
 
 fn architecture() -> String {
@@ -425,39 +236,6 @@ fn no_two_files_import_each_other() {
     );
 }
 
-#[test]
-fn no_function_in_src_is_longer_than_80_lines() {
-    let mut long = Vec::new();
-    let mut dirs: Vec<_> = SOURCES
-        .iter()
-        .map(|src| Path::new(ROOT).join(src))
-        .collect();
-    while let Some(dir) = dirs.pop() {
-        for file in std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()) {
-            if file.is_dir() {
-                dirs.push(file);
-                continue;
-            }
-            let rel = file
-                .strip_prefix(ROOT)
-                .unwrap()
-                .to_string_lossy()
-                .into_owned();
-            let text = std::fs::read_to_string(&file).unwrap();
-            for (name, lines) in long_functions(&text, LONGEST_FUNCTION) {
-                if !LONG_FUNCTIONS.contains(&(rel.as_str(), name.as_str())) {
-                    long.push(format!("{rel}: {name} has {lines} lines"));
-                }
-            }
-        }
-    }
-    assert!(
-        long.is_empty(),
-        "functions over 80 lines:\n{}",
-        long.join("\n")
-    );
-}
-
 // The checker itself, on made-up sources: each rule fails when broken.
 
 fn made_up(files: &[(&str, &str)]) -> BTreeMap<ModPath, String> {
@@ -533,11 +311,4 @@ fn files_importing_each_other_are_reported() {
         mutual_imports(&modules),
         ["store::heartbeat <-> store::lease"]
     );
-}
-
-#[test]
-fn a_long_function_is_reported() {
-    let body = "    let x = 1;\n".repeat(81);
-    let text = format!("pub(crate) async fn long() {{\n{body}}}\nfn short() {{\n}}\n");
-    assert_eq!(long_functions(&text, 80), [("long".to_string(), 83)]);
 }
