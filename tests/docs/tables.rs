@@ -1,6 +1,7 @@
 //! Tables kept whole by the code they describe: every alert has a runbook entry, every
 //! metric a row in docs/metrics.md, every problem code a row in docs/http.md's errors
-//! (its gRPC table is checked against `code_for` itself, in src/grpc.rs).
+//! (its gRPC table is checked against `code_for` itself, in src/grpc.rs), and every file
+//! of `migrations/` is in the list the binary applies.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -204,5 +205,74 @@ fn every_problem_code_is_documented() {
     assert!(
         missing.is_empty(),
         "problem codes without a row in docs/http.md (## Errors): {missing:?}"
+    );
+}
+
+/// `migrations/` against the list the binary applies (`MIGRATIONS`, store/postgres/
+/// migrate.rs): every file listed once, in order, by its number, with its text.
+fn migration_problems(files: &[(String, String)], list: &[(i32, &str, &str)]) -> Vec<String> {
+    let mut wrong = Vec::new();
+    let listed: Vec<&str> = list.iter().map(|m| m.1).collect();
+    let found: Vec<&str> = files.iter().map(|f| f.0.as_str()).collect();
+    if listed != found {
+        wrong.push(format!(
+            "migrations/ holds {found:?}, MIGRATIONS lists {listed:?}"
+        ));
+    }
+    for (i, &(version, name, text)) in list.iter().enumerate() {
+        let number = name.split('_').next().and_then(|n| n.parse::<i32>().ok());
+        if number != Some(version) || version != i as i32 + 1 {
+            wrong.push(format!(
+                "{name}: listed as version {version}, at place {}",
+                i + 1
+            ));
+        }
+        if files.iter().any(|(f, t)| f == name && t != text) {
+            wrong.push(format!(
+                "{name}: the text compiled in differs from the file"
+            ));
+        }
+    }
+    wrong
+}
+
+#[test]
+fn every_migration_file_is_applied_in_order() {
+    let mut files: Vec<(String, String)> = std::fs::read_dir(Path::new(ROOT).join("migrations"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sql"))
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read_to_string(&p).unwrap())
+        })
+        .collect();
+    files.sort();
+    let list = idemgate::testing::store::postgres::migrate::MIGRATIONS;
+    let wrong = migration_problems(&files, list);
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_migrations_check_finds_a_file_left_out_and_a_wrong_number() {
+    let files = [
+        ("0001_a.sql".to_string(), "A".to_string()),
+        ("0002_b.sql".into(), "B".into()),
+    ];
+    assert!(
+        migration_problems(&files, &[(1, "0001_a.sql", "A"), (2, "0002_b.sql", "B")]).is_empty()
+    );
+    assert_eq!(
+        migration_problems(&files, &[(1, "0001_a.sql", "A")]).len(),
+        1
+    );
+    assert_eq!(
+        migration_problems(&files[..1], &[(2, "0001_a.sql", "A")]).len(),
+        1
+    );
+    assert_eq!(
+        migration_problems(&files[..1], &[(1, "0001_a.sql", "X")]).len(),
+        1
     );
 }

@@ -1,7 +1,7 @@
 //! A real `redis-server` per test (from the fleet launcher, `fleet/src/redis.rs`: free
 //! loopback port, temp dir, killed on drop) plus what the tests read from it through a
 //! client: keys, record keys, TTLs. Shared by the `it` tests and the chaos suite
-//! (`tests/chaos.rs`), which also uses the launcher's faults (SIGKILL, a restart with or
+//! (`tests/chaos/`), which also uses the launcher's faults (SIGKILL, a restart with or
 //! without its data, commands through `redis-cli`) through `Deref`.
 
 use std::ops::{Deref, DerefMut};

@@ -11,70 +11,44 @@
 //! the duplicates; the same scenario with `postgres.claims = "write_through"` must
 //! show none.
 
-#[path = "it/support/attack_upstream.rs"]
+#[path = "../it/support/attack_upstream.rs"]
 #[allow(dead_code)]
 mod attack_upstream;
-#[path = "it/support/h2wire.rs"]
+#[path = "../it/support/h2wire.rs"]
 #[allow(dead_code)]
 mod h2wire;
-#[path = "it/support/postgres.rs"]
+#[path = "../it/support/postgres.rs"]
 #[allow(dead_code)]
 mod postgres;
-#[path = "it/support/redis.rs"]
+#[path = "../it/support/redis.rs"]
 #[allow(dead_code)]
 mod redis;
 
-#[path = "chaos/abuse.rs"]
 mod abuse;
-#[path = "chaos/abusers.rs"]
 mod abusers;
-#[path = "chaos/answers.rs"]
 mod answers;
-#[path = "chaos/checker.rs"]
 mod checker;
-#[path = "chaos/claim_faults.rs"]
 mod claim_faults;
-#[path = "chaos/cluster.rs"]
 mod cluster;
-#[path = "chaos/completer.rs"]
 mod completer;
-#[path = "chaos/driver.rs"]
 mod driver;
-#[path = "chaos/failover.rs"]
 mod failover;
-#[path = "chaos/faultproxy.rs"]
 mod faultproxy;
-#[path = "chaos/h2_attackers.rs"]
 mod h2_attackers;
-#[path = "chaos/h2_attacks.rs"]
 mod h2_attacks;
-#[path = "chaos/h2_flooders.rs"]
 mod h2_flooders;
-#[path = "chaos/h2_floods.rs"]
 mod h2_floods;
-#[path = "chaos/harness.rs"]
 mod harness;
-#[path = "chaos/lifecycle.rs"]
 mod lifecycle;
-#[path = "chaos/lifecycle_rows.rs"]
 mod lifecycle_rows;
-#[path = "chaos/partition.rs"]
 mod partition;
-#[path = "chaos/partition_rows.rs"]
 mod partition_rows;
-#[path = "chaos/pg_ha.rs"]
 mod pg_ha;
-#[path = "chaos/pg_ha_rows.rs"]
 mod pg_ha_rows;
-#[path = "chaos/report.rs"]
 mod report;
-#[path = "chaos/rolling.rs"]
 mod rolling;
-#[path = "chaos/scenarios.rs"]
 mod scenarios;
-#[path = "chaos/slow_upstream.rs"]
 mod slow_upstream;
-#[path = "chaos/vouched_rows.rs"]
 mod vouched_rows;
 
 use cluster::Durability::{FilledOnReplay, Postgres, RedisOnly, WriteThrough};

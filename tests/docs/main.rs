@@ -7,7 +7,7 @@
 //! the README shows how to start on its first screen; no setting's doc comment (the
 //! generated reference) carries a measured ratio; and every complete configuration
 //! shown in the documents (a TOML block with a `[[routes]]` table) is one the schema
-//! accepts.
+//! accepts; defaults written by hand are the schema's ([`defaults`]).
 
 use std::path::{Path, PathBuf};
 
@@ -89,13 +89,10 @@ fn prose(text: &str) -> Vec<String> {
     out
 }
 
-#[path = "docs/links.rs"]
+mod defaults;
 mod links;
-#[path = "docs/paths.rs"]
 mod paths;
-#[path = "docs/tables.rs"]
 mod tables;
-#[path = "docs/tracker.rs"]
 mod tracker;
 
 /// Every file under `dir` (recursively) whose extension is one of `extensions`, but for
