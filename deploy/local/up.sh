@@ -15,7 +15,7 @@
 #                     database idemgate, data in .state/patroni/; the replicas and
 #                     `idemgate migrate` get the multi-host URL (target_session_attrs=
 #                     read-write) through IDEMGATE__POSTGRES__URL
-#   demo-upstream   127.0.0.1:3000   fake payments API (src/bin/demo-upstream.rs)
+#   demo-upstream   127.0.0.1:3000   fake payments API (src/bin/demo-upstream/main.rs)
 #   idemgate x N    127.0.0.1:8081.. proxy, 127.0.0.1:9091.. admin (/readyz, /metrics)
 #   haproxy         127.0.0.1:8080   round robin over the replicas, health check
 #                                    GET /readyz on each admin port; stats on :8404;

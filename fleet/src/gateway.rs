@@ -1,5 +1,5 @@
 //! The processes of the gateway tier: the demo upstream ([`Upstream`], the fake
-//! payments API of `src/bin/demo-upstream.rs`) and gateway replicas ([`Replica`], one
+//! payments API of `src/bin/demo-upstream/main.rs`) and gateway replicas ([`Replica`], one
 //! `idemgate serve --config FILE` each). Binaries are passed in by path. Both are
 //! killed when dropped; a replica can be signalled, killed and started again with the
 //! same ports and configuration, as the chaos suite does.

@@ -1,5 +1,5 @@
 //! The attackers of the HTTP/2 flood scenario ([`crate::h2_floods`]), raw-frame clients
-//! (`it/support/h2wire.rs`) that obey no limit, and what is read of the gateway process
+//! (`tests/support/src/h2wire.rs`) that obey no limit, and what is read of the gateway process
 //! (CPU time from `/proc/<pid>/stat`).
 //!
 //! Each attacker floods one connection at a time, as fast as its socket takes frames,

@@ -11,18 +11,8 @@
 //! the duplicates; the same scenario with `postgres.claims = "write_through"` must
 //! show none.
 
-#[path = "../it/support/attack_upstream.rs"]
-#[allow(dead_code)]
-mod attack_upstream;
-#[path = "../it/support/h2wire.rs"]
-#[allow(dead_code)]
-mod h2wire;
-#[path = "../it/support/postgres.rs"]
-#[allow(dead_code)]
-mod postgres;
-#[path = "../it/support/redis.rs"]
-#[allow(dead_code)]
-mod redis;
+// Shared with the integration tests (tests/support).
+use idemgate_testkit::{attack_upstream, h2wire, postgres, redis};
 
 mod abuse;
 mod abusers;

@@ -1,5 +1,5 @@
 //! The HTTP/2 attacks a hostile client can make with raw h2c connections (the raw client
-//! of `support/h2wire.rs`), each against an `idemgate serve` process (a process of its
+//! of `tests/support/src/h2wire.rs`), each against an `idemgate serve` process (a process of its
 //! own, so that its gauges and counters are its own) on a real Redis, with the limits
 //! set small enough to reach (`max_in_flight = 128`, `buffer_budget = "32MiB"`,
 //! `write_timeout = "3s"`, `http2_max_concurrent_streams = 100`), while an ordinary

@@ -1,5 +1,5 @@
 //! The `server.http2_*` settings seen on the wire: the raw HTTP/2 client of
-//! `support/h2wire.rs` writes frames by hand (as an abusive client would: no flow control,
+//! `tests/support/src/h2wire.rs` writes frames by hand (as an abusive client would: no flow control,
 //! no limits obeyed) and reads what the gateway announces and how it closes a connection
 //! it refuses to serve.
 

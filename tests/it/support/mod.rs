@@ -2,21 +2,18 @@
 //! holds back answers, and an in-process gateway.
 
 pub mod app;
-pub mod attack_upstream;
 pub mod certs;
 pub mod grpc;
-// Shared with the chaos suite, which uses what the frame tests do not.
-#[allow(dead_code)]
-pub mod h2wire;
 pub mod holdproxy;
-pub mod postgres;
 pub mod process;
 pub mod raw;
 pub mod recorder;
 pub mod records;
-pub mod redis;
 pub mod sse_upstream;
 pub mod upstream;
+
+// Shared with the chaos suite (tests/support).
+pub use idemgate_testkit::{attack_upstream, h2wire, postgres, redis};
 
 pub use app::{config, TestApp};
 pub use certs::Pki;

@@ -1,5 +1,6 @@
-//! `POST /v1/completions`: a fake LLM completion API, the streaming side of the demo
-//! upstream (for live keyed streaming through the gateway, its tests and its bench).
+//! `POST /v1/completions`: a fake LLM API (named as the LLM APIs name it), the streaming
+//! side of the demo upstream (for live keyed streaming through the gateway, its tests and
+//! its bench). Not to be confused with a completion of a key (the stored answer).
 //!
 //! The JSON body `{"prompt": "...", "stream": true, "max_tokens": 20, "token_ms": 100}`
 //! (every field optional; unknown fields ignored, as a real completion API takes many):
@@ -73,7 +74,7 @@ const WORDS: [&str; 16] = [
 /// The request body, as a completion API takes it.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub(super) struct CompletionRequest {
+pub(super) struct GenerateRequest {
     prompt: String,
     stream: bool,
     max_tokens: Option<u32>,
@@ -87,7 +88,7 @@ struct Shape {
     gap: Duration,
 }
 
-impl CompletionRequest {
+impl GenerateRequest {
     fn shape(&self) -> Result<Shape, String> {
         let tokens = self.max_tokens.unwrap_or(20);
         let token_ms = self.token_ms.unwrap_or(100);
@@ -132,14 +133,14 @@ fn event(id: &str, i: u32, n: u32) -> Bytes {
 const DONE: &[u8] = b"data: [DONE]\n\n";
 
 /// `POST /v1/completions`.
-pub(super) async fn completions(
+pub(super) async fn generate(
     State(st): State<Shared>,
     Query(q): Query<Overrides>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let key = super::key_of(&headers);
-    let req: CompletionRequest = match serde_json::from_slice(&body) {
+    let req: GenerateRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => return rejected(format!("the body is not a completion request: {e}")),
     };
@@ -239,8 +240,8 @@ impl hyper::body::Body for Events {
 mod tests {
     use super::*;
 
-    fn request(max_tokens: Option<u32>, token_ms: Option<u64>) -> CompletionRequest {
-        CompletionRequest {
+    fn request(max_tokens: Option<u32>, token_ms: Option<u64>) -> GenerateRequest {
+        GenerateRequest {
             max_tokens,
             token_ms,
             ..Default::default()

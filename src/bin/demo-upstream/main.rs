@@ -33,18 +33,15 @@
 //! marked `Idempotency-Completer` (`completer`).
 //!
 //! `POST /v1/completions` is a fake LLM completion API whose `"stream": true` answers
-//! are Server-Sent Events, one token at a time (completions.rs); it is counted in the
+//! are Server-Sent Events, one token at a time (llm.rs); it is counted in the
 //! same ledger.
 //!
 //! Control endpoints: `GET /_demo/health`, `GET /_demo/executions`,
 //! `POST /_demo/reset`.
 #![forbid(unsafe_code)]
 
-// Beside this file, not in src/bin/ (where Cargo would take it for a binary of its own).
-#[path = "demo-upstream/completions.rs"]
-mod completions;
-#[path = "demo-upstream/effects.rs"]
 mod effects;
+mod llm;
 
 use effects::Dedupe;
 
@@ -341,7 +338,7 @@ async fn main() -> anyhow::Result<()> {
         .route("/_demo/health", get(health))
         .route("/_demo/executions", get(executions))
         .route("/_demo/reset", post(reset))
-        .route("/v1/completions", post(completions::completions))
+        .route("/v1/completions", post(llm::generate))
         .route("/v1/{*rest}", any(v1))
         .fallback(not_found)
         .layer(middleware::from_fn(access_log))
