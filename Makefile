@@ -103,10 +103,12 @@ check-deploy:
 	bash deploy/check.sh
 
 # Regenerate docs/configuration.md from the schema (the doc comments of src/config/)
-# with the developer tool in xtask/ (the `cargo xtask` alias of .cargo/config.toml);
-# `cargo test` fails while the committed file differs from what this writes.
+# and docs/modules.md from each source file's opening `//!` sentence, with the developer
+# tool in xtask/ (the `cargo xtask` alias of .cargo/config.toml); `cargo test` fails
+# while a committed file differs from what this writes.
 docs:
 	cargo xtask config-reference --out docs/configuration.md
+	cargo xtask module-map --out docs/modules.md
 
 # Formatting and lints, as CI runs them (the fuzz crate too: its own workspace), and
 # the dependency tree's licenses, bans and sources (deny.toml; installs cargo-deny).

@@ -1,25 +1,30 @@
-//! The `cargo xtask` command: `config-reference [--out FILE]`.
+//! The `cargo xtask` command: `config-reference [--out FILE]`, `module-map [--out FILE]`.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: cargo xtask config-reference [--out FILE]
+const USAGE: &str = "usage: cargo xtask config-reference|module-map [--out FILE]
 
   config-reference   write the configuration reference (docs/configuration.md),
-                     generated from the doc comments of src/config/; to standard
-                     output, or to FILE with --out (`make docs` writes the committed one)";
+                     generated from the doc comments of src/config/
+  module-map         write the map of the code file by file (docs/modules.md), from
+                     the first sentence of each file's `//!` comment
+
+  Each writes to standard output, or to FILE with --out (`make docs` writes the
+  committed ones)";
 
 /// What the command line asks for.
 enum Task {
     Help,
     ConfigReference { out: Option<PathBuf> },
+    ModuleMap { out: Option<PathBuf> },
 }
 
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Task, String> {
     let task = match args.next().as_deref() {
         None | Some("-h" | "--help" | "help") => return Ok(Task::Help),
-        Some("config-reference") => {
+        Some(name @ ("config-reference" | "module-map")) => {
             let mut out = None;
             while let Some(arg) = args.next() {
                 match arg.as_str() {
@@ -31,7 +36,11 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Task, String> {
                     other => return Err(format!("unexpected argument `{other}`")),
                 }
             }
-            Task::ConfigReference { out }
+            if name == "module-map" {
+                Task::ModuleMap { out }
+            } else {
+                Task::ConfigReference { out }
+            }
         }
         Some(other) => return Err(format!("unknown task `{other}`")),
     };
@@ -51,16 +60,26 @@ fn main() -> ExitCode {
             println!("{USAGE}");
             ExitCode::SUCCESS
         }
-        Task::ConfigReference { out } => config_reference(out),
+        Task::ConfigReference { out } => {
+            let text = xtask::reference::render()
+                .map_err(|e| format!("the configuration reference cannot be generated: {e}"));
+            write(text, out)
+        }
+        Task::ModuleMap { out } => {
+            let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+            let text = xtask::module_map::render(&root)
+                .map_err(|e| format!("the module map cannot be generated: {e}"));
+            write(text, out)
+        }
     }
 }
 
-/// The reference to `out`, or to standard output.
-fn config_reference(out: Option<PathBuf>) -> ExitCode {
-    let text = match xtask::reference::render() {
+/// `text` to `out`, or to standard output.
+fn write(text: Result<String, String>, out: Option<PathBuf>) -> ExitCode {
+    let text = match text {
         Ok(text) => text,
         Err(e) => {
-            eprintln!("xtask: the configuration reference cannot be generated: {e}");
+            eprintln!("xtask: {e}");
             return ExitCode::FAILURE;
         }
     };

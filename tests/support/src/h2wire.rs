@@ -1,8 +1,9 @@
 //! A raw HTTP/2 client that writes frames by hand, as an abusive client would (no flow
 //! control, no limits obeyed), and reads what the gateway sends back frame by frame:
-//! the frame-level tests (`http2/frames.rs`, `h2_abuse/`) and the chaos suite's HTTP/2
-//! floods and attacks. [`Held`] is a connection that holds what it asked for: it answers
-//! PINGs and acknowledges SETTINGS, so it looks alive, but never opens a window.
+//! the frame-level tests (`tests/it/http2/frames.rs`, `tests/it/h2_abuse/`) and the
+//! chaos suite's HTTP/2 floods and attacks. [`Held`] is a connection that holds what it
+//! asked for: it answers PINGs and acknowledges SETTINGS, so it looks alive, but never
+//! opens a window.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
