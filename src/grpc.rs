@@ -76,7 +76,8 @@ pub fn answer(problem: &Problem) -> Response {
 
 /// A problem as the answer to a request: [`answer`] to a gRPC call (`grpc`: its
 /// `Content-Type` is gRPC, [`is_grpc`]), problem+json to any other. Whatever refuses a
-/// request (the flow, the listener's `max_in_flight` and `buffer_budget`) answers so.
+/// request (the flow, the listener's `max_concurrent_requests` and `buffer_budget`)
+/// answers so.
 pub fn render(problem: Problem, grpc: bool) -> Response {
     match grpc {
         true => answer(&problem),

@@ -202,7 +202,7 @@ impl Problem {
         )
     }
 
-    /// Too many requests in flight on this replica (`server.max_in_flight`).
+    /// Too many requests in flight on this replica (`server.max_concurrent_requests`).
     pub fn overloaded_in_flight(limit: usize) -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -217,7 +217,7 @@ impl Problem {
     }
 
     /// The request's connection holds its share of this replica's requests in flight
-    /// (`server.connection_share` of `server.max_in_flight`).
+    /// (`server.connection_share` of `server.max_concurrent_requests`).
     pub fn overloaded_connection(limit: u64) -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,

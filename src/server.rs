@@ -12,7 +12,7 @@
 //!
 //! Limits (on the proxy listener; the admin listener only has the write timeout):
 //! - `server.max_connections`: [`proxy_limits`].
-//! - `server.max_in_flight`: [`layers::in_flight`]; `server.buffer_budget`:
+//! - `server.max_concurrent_requests`: [`layers::in_flight`]; `server.buffer_budget`:
 //!   [`layers::budget`].
 //! - `server.write_timeout`: [`layers::write_timeout`]; on HTTP/2, per answer too
 //!   ([`conn_limits`]).

@@ -9,9 +9,9 @@
 //! buffer). A keyed request body is read through [`Metered`], which charges it as it
 //! arrives.
 //!
-//! Beside it, a request's slot of `server.max_in_flight` ([`Slot`]), which the in-flight
-//! layer hands the request flow the same way (in the request's extensions) so that an
-//! upstream call that outlives its client keeps it.
+//! Beside it, a request's slot of `server.max_concurrent_requests` ([`Slot`]), which the
+//! in-flight layer hands the request flow the same way (in the request's extensions) so
+//! that an upstream call that outlives its client keeps it.
 
 mod charge;
 mod metered;

@@ -1,10 +1,10 @@
-//! A request's slot of `server.max_in_flight` as the request carries it ([`Slot`]):
-//! the proxy listener's in-flight layer puts it in the request's extensions, and the
-//! flow keeps a copy for an upstream call that outlives its client.
+//! A request's slot of `server.max_concurrent_requests` as the request carries it
+//! ([`Slot`]): the proxy listener's in-flight layer puts it in the request's extensions,
+//! and the flow keeps a copy for an upstream call that outlives its client.
 
 use std::sync::Arc;
 
-/// A request's slot of `server.max_in_flight`: held while any copy lives.
+/// A request's slot of `server.max_concurrent_requests`: held while any copy lives.
 #[derive(Clone)]
 pub struct Slot(#[allow(dead_code)] Arc<dyn Send + Sync>);
 

@@ -16,7 +16,8 @@ use super::error::ConfigError;
 
 /// A setting renamed within a table of the schema.
 struct Rename {
-    /// The table, as a key path: `idempotency` also covers every `[routes.idempotency]`.
+    /// The table, as a key path: `idempotency` also covers every `[routes.idempotency]`;
+    /// another (`server`, `redis`) is the top-level table alone.
     table: &'static str,
     old: &'static str,
     new: &'static str,
@@ -27,13 +28,44 @@ struct Rename {
 }
 
 /// Every rename since the first release (`git log -p -- src/config/`).
-const RENAMES: &[Rename] = &[Rename {
-    table: "idempotency",
-    old: "scope_header",
-    new: "scope_headers",
-    since: "0.2.0",
-    convert: into_list,
-}];
+const RENAMES: &[Rename] = &[
+    Rename {
+        table: "idempotency",
+        old: "scope_header",
+        new: "scope_headers",
+        since: "0.2.0",
+        convert: into_list,
+    },
+    // Not to be read as `idempotency.in_flight` (the answer to a duplicate whose first
+    // execution still runs). The `idemgate_limited_total` label stays `max_in_flight`.
+    Rename {
+        table: "server",
+        old: "max_in_flight",
+        new: "max_concurrent_requests",
+        since: "0.5.0",
+        convert: same,
+    },
+    // Redis `WAIT`, not to be read as `idempotency.wait_timeout` (a duplicate waiting).
+    Rename {
+        table: "redis",
+        old: "wait_replicas",
+        new: "replica_acks",
+        since: "0.5.0",
+        convert: same,
+    },
+    Rename {
+        table: "redis",
+        old: "wait_timeout",
+        new: "replica_ack_timeout",
+        since: "0.5.0",
+        convert: same,
+    },
+];
+
+/// The same value: only the name changed.
+fn same(value: Value) -> Value {
+    value
+}
 
 /// One header became a list of them: `"X-Tenant-Id"` reads as `["X-Tenant-Id"]`.
 fn into_list(value: Value) -> Value {
@@ -162,7 +194,12 @@ mod tests {
         let names: Vec<_> = super::RENAMES.iter().map(|r| (r.old, r.new)).collect();
         assert_eq!(
             names,
-            [("scope_header", "scope_headers")],
+            [
+                ("scope_header", "scope_headers"),
+                ("max_in_flight", "max_concurrent_requests"),
+                ("wait_replicas", "replica_acks"),
+                ("wait_timeout", "replica_ack_timeout"),
+            ],
             "a new alias needs its case in this test"
         );
         let old = Config::from_toml("[idempotency]\nscope_header = \"X-Tenant-Id\"\n").unwrap();
@@ -180,6 +217,49 @@ mod tests {
         assert_eq!(eff.scope_headers, ["x-org"]);
         assert_eq!(c.deprecated[0].old, "routes[0].idempotency.scope_header");
         assert_eq!(c.deprecated[0].new, "routes[0].idempotency.scope_headers");
+
+        // Same form, new name: each old line reads as its new line does, with a warning.
+        let read = |c: &Config| {
+            let r = &c.redis;
+            (
+                c.server.max_concurrent_requests,
+                r.replica_acks,
+                r.replica_ack_timeout,
+            )
+        };
+        for (table, old, new) in [
+            ("server", "max_in_flight = 7", "max_concurrent_requests = 7"),
+            ("redis", "wait_replicas = 2", "replica_acks = 2"),
+            (
+                "redis",
+                "wait_timeout = \"40ms\"",
+                "replica_ack_timeout = \"40ms\"",
+            ),
+        ] {
+            let before = Config::from_toml(&format!("[{table}]\n{old}\n")).unwrap();
+            let after = Config::from_toml(&format!("[{table}]\n{new}\n")).unwrap();
+            assert_eq!(read(&before), read(&after), "{old}");
+            assert_ne!(read(&after), read(&Config::default()), "{new}");
+            assert!(after.deprecated.is_empty(), "{new}");
+            let [deprecation] = &before.deprecated[..] else {
+                panic!("{old}: {:?}", before.deprecated);
+            };
+            let key = |line: &str| format!("{table}.{}", line.split(' ').next().unwrap());
+            assert_eq!(
+                (&*deprecation.old, &*deprecation.new),
+                (&*key(old), &*key(new))
+            );
+            assert_eq!(deprecation.since, "0.5.0");
+            let warning = deprecation.to_string();
+            assert!(warning.contains(&format!("`{}`", key(new))), "{warning}");
+        }
+        // The `[idempotency]` setting of the same name is not a Redis one.
+        let wait = Config::from_toml("[idempotency]\nwait_timeout = \"3s\"\n").unwrap();
+        assert!(wait.deprecated.is_empty());
+        assert_eq!(
+            wait.redis.replica_ack_timeout,
+            Config::default().redis.replica_ack_timeout
+        );
     }
 
     #[test]
@@ -203,5 +283,11 @@ mod tests {
                 "{err}"
             );
         }
+        let text = "[redis]\nwait_timeout = \"50ms\"\nreplica_ack_timeout = \"60ms\"\n";
+        let err = Config::from_toml(text).unwrap_err().to_string();
+        assert!(
+            err.contains("`redis.wait_timeout`") && err.contains("`redis.replica_ack_timeout`"),
+            "{err}"
+        );
     }
 }

@@ -38,8 +38,8 @@ impl fmt::Debug for RedisConfig {
             connect_timeout,
             pool_size,
             probe_interval,
-            wait_replicas,
-            wait_timeout,
+            replica_acks,
+            replica_ack_timeout,
             password_file,
             tls,
             record_format,
@@ -54,8 +54,8 @@ impl fmt::Debug for RedisConfig {
             .field("connect_timeout", connect_timeout)
             .field("pool_size", pool_size)
             .field("probe_interval", probe_interval)
-            .field("wait_replicas", wait_replicas)
-            .field("wait_timeout", wait_timeout)
+            .field("replica_acks", replica_acks)
+            .field("replica_ack_timeout", replica_ack_timeout)
             .field("password_file", password_file)
             .field("tls", tls)
             .field("record_format", record_format)

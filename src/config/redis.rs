@@ -38,26 +38,26 @@ pub struct RedisConfig {
     /// Redis fewer syscalls and CPU per request but makes that task the gateway's
     /// bottleneck; four (the default) carry more first executions than one (the
     /// `redis.pool_size = 1` row of BENCHMARKS.md, "Results"; how it was chosen:
-    /// docs/history/benchmarks.md). The `WAIT` connections of `wait_replicas` are a pool of their own.
-    /// In cluster mode the clients are split between the shards (each client
-    /// connects to every primary but sends only its own shards' keys), so that a
-    /// primary that stops answering stalls its own shard only: give at least as many
-    /// as the cluster has primaries, or shards share clients and one unreachable
-    /// primary delays the keys of the shards it shares with (a start-up warning says so).
+    /// docs/history/benchmarks.md). The `WAIT` connections of `replica_acks` are a pool
+    /// of their own. In cluster mode the clients are split between the shards (each
+    /// client connects to every primary but sends only its own shards' keys), so that a
+    /// primary that stops answering stalls its own shard only: give at least as many as
+    /// the cluster has primaries, or shards share clients and one unreachable primary
+    /// delays the keys of the shards it shares with (a start-up warning says so).
     pub pool_size: usize,
     /// How often a probe checks Redis while it is down (to close the breaker), and
     /// its warmth marker while it is up.
     #[serde(with = "humantime_serde")]
     pub probe_interval: Duration,
     /// Replicas that must acknowledge a completion (`WAIT`) before the answer; 0: none.
-    /// Best effort: a completion they do not acknowledge within `wait_timeout` is
+    /// Best effort: a completion they do not acknowledge within `replica_ack_timeout` is
     /// answered all the same (counted in `idemgate_redis_wait_short_total`), and from
     /// then on that shard's completions do not wait for them (counted too) until a check
     /// every `probe_interval` sees them acknowledge a write again (docs/guarantees.md).
-    pub wait_replicas: u32,
-    /// The longest a completion waits for them (`redis.wait_replicas` > 0).
+    pub replica_acks: u32,
+    /// The longest a completion waits for them (`redis.replica_acks` > 0).
     #[serde(with = "humantime_serde")]
-    pub wait_timeout: Duration,
+    pub replica_ack_timeout: Duration,
     /// A file holding the password (instead of one in `url`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub password_file: Option<std::path::PathBuf>,
@@ -103,8 +103,8 @@ impl Default for RedisConfig {
             connect_timeout: Duration::from_secs(2),
             pool_size: 4,
             probe_interval: Duration::from_secs(1),
-            wait_replicas: 0,
-            wait_timeout: replication::DEFAULT_WAIT_TIMEOUT,
+            replica_acks: 0,
+            replica_ack_timeout: replication::DEFAULT_REPLICA_ACK_TIMEOUT,
             password_file: None,
             tls: RedisTls::default(),
             record_format: RecordFormat::String,
@@ -114,9 +114,9 @@ impl Default for RedisConfig {
 impl RedisConfig {
     /// The rules of `[redis]`, its topology's and `WAIT`'s included.
     /// The rules vouched claims add (`postgres.claims = "vouched"`): they wait for one
-    /// replica, in rounds, on `redis.wait_timeout`.
+    /// replica, in rounds, on `redis.replica_ack_timeout`.
     pub(super) fn check_vouched(&self) -> Result<(), ConfigError> {
-        replication::check(1, self.wait_timeout, self.command_timeout)
+        replication::check(1, self.replica_ack_timeout, self.command_timeout)
     }
 
     pub(super) fn check(&self) -> Result<(), ConfigError> {
@@ -128,7 +128,11 @@ impl RedisConfig {
             ));
         }
         topology::check(self.mode, &self.nodes, &self.sentinel)?;
-        replication::check(self.wait_replicas, self.wait_timeout, self.command_timeout)?;
+        replication::check(
+            self.replica_acks,
+            self.replica_ack_timeout,
+            self.command_timeout,
+        )?;
         positive_duration("redis.command_timeout", self.command_timeout)?;
         positive_duration("redis.connect_timeout", self.connect_timeout)?;
         positive_duration("redis.probe_interval", self.probe_interval)?;

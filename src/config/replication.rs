@@ -1,41 +1,41 @@
-//! `redis.wait_replicas` and `redis.wait_timeout`: how many replicas must acknowledge a
-//! completion (Redis `WAIT`) before the client is answered. `0` (the default) sends no
-//! `WAIT`: today's one round trip per completion. With `n > 0`, the completion script and
-//! `WAIT n timeout` are pipelined on one dedicated connection (one round trip, plus the
-//! time the replicas take to acknowledge). A `WAIT` that returns fewer than `n` replicas
-//! is counted and logged, and the client is still answered: the upstream has acted and
-//! the response is stored on the primary (and, with `[postgres]`, already in Postgres);
-//! withholding it would not make it safer. See docs/guarantees.md, "Failover: what each mode
-//! guarantees".
+//! `redis.replica_acks` and `redis.replica_ack_timeout`: how many replicas must
+//! acknowledge a completion (Redis `WAIT`) before the client is answered. `0` (the
+//! default) sends no `WAIT`: today's one round trip per completion. With `n > 0`, the
+//! completion script and `WAIT n timeout` are pipelined on one dedicated connection (one
+//! round trip, plus the time the replicas take to acknowledge). A `WAIT` that returns
+//! fewer than `n` replicas is counted and logged, and the client is still answered: the
+//! upstream has acted and the response is stored on the primary (and, with `[postgres]`,
+//! already in Postgres); withholding it would not make it safer. See docs/guarantees.md,
+//! "Failover: what each mode guarantees".
 
 use std::time::Duration;
 
 use super::error::ConfigError;
 
-/// Default `redis.wait_timeout`.
-pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_millis(100);
+/// Default `redis.replica_ack_timeout`.
+pub const DEFAULT_REPLICA_ACK_TIMEOUT: Duration = Duration::from_millis(100);
 
-/// The rules of `redis.wait_replicas` and `redis.wait_timeout`.
+/// The rules of `redis.replica_acks` and `redis.replica_ack_timeout`.
 pub fn check(
-    wait_replicas: u32,
-    wait_timeout: Duration,
+    replica_acks: u32,
+    replica_ack_timeout: Duration,
     command_timeout: Duration,
 ) -> Result<(), ConfigError> {
-    if wait_replicas > 16 {
+    if replica_acks > 16 {
         return Err(ConfigError::invalid(
-            "redis.wait_replicas",
+            "redis.replica_acks",
             "must be between 0 (no WAIT) and 16",
         ));
     }
-    if wait_replicas > 0 {
+    if replica_acks > 0 {
         // WAIT 0 ms would block forever; a WAIT past the command timeout would turn
         // every completion on a shard without its replica into a timeout.
-        if wait_timeout.is_zero() || wait_timeout >= command_timeout {
+        if replica_ack_timeout.is_zero() || replica_ack_timeout >= command_timeout {
             return Err(ConfigError::invalid(
-                "redis.wait_timeout",
+                "redis.replica_ack_timeout",
                 format!(
                     "must be above 0 and below redis.command_timeout ({}) when \
-                     redis.wait_replicas is set: WAIT blocks its connection until then",
+                     redis.replica_acks is set: WAIT blocks its connection until then",
                     humantime::format_duration(command_timeout)
                 ),
             ));
@@ -60,34 +60,41 @@ mod tests {
     #[test]
     fn default_sends_no_wait() {
         let c = load(ROUTE).unwrap();
-        assert_eq!(c.redis.wait_replicas, 0);
-        assert_eq!(c.redis.wait_timeout, super::DEFAULT_WAIT_TIMEOUT);
+        assert_eq!(c.redis.replica_acks, 0);
+        assert_eq!(
+            c.redis.replica_ack_timeout,
+            super::DEFAULT_REPLICA_ACK_TIMEOUT
+        );
     }
 
     #[test]
-    fn wait_timeout_must_stay_below_the_command_timeout() {
+    fn replica_ack_timeout_must_stay_below_the_command_timeout() {
         let err = load(&format!(
-            "[redis]\nwait_replicas = 1\nwait_timeout = \"2s\"\ncommand_timeout = \"1s\"\n{ROUTE}"
+            "[redis]\nreplica_acks = 1\nreplica_ack_timeout = \"2s\"\n\
+             command_timeout = \"1s\"\n{ROUTE}"
         ))
         .unwrap_err();
-        assert!(err.contains("redis.wait_timeout"), "{err}");
+        assert!(err.contains("redis.replica_ack_timeout"), "{err}");
         let err = load(&format!(
-            "[redis]\nwait_replicas = 1\nwait_timeout = \"0s\"\n{ROUTE}"
+            "[redis]\nreplica_acks = 1\nreplica_ack_timeout = \"0s\"\n{ROUTE}"
         ))
         .unwrap_err();
-        assert!(err.contains("redis.wait_timeout"), "{err}");
+        assert!(err.contains("redis.replica_ack_timeout"), "{err}");
         let c = load(&format!(
-            "[redis]\nwait_replicas = 1\nwait_timeout = \"50ms\"\n{ROUTE}"
+            "[redis]\nreplica_acks = 1\nreplica_ack_timeout = \"50ms\"\n{ROUTE}"
         ))
         .unwrap();
-        assert_eq!(c.redis.wait_replicas, 1);
+        assert_eq!(c.redis.replica_acks, 1);
     }
 
     #[test]
-    fn vouched_claims_need_a_wait_timeout_below_the_command_timeout() {
+    fn vouched_claims_need_a_replica_ack_timeout_below_the_command_timeout() {
         let pg = "[postgres]\nurl = \"postgres://u@h/d\"\nclaims = \"vouched\"\n";
-        let err = load(&format!("[redis]\nwait_timeout = \"0s\"\n{pg}{ROUTE}")).unwrap_err();
-        assert!(err.contains("redis.wait_timeout"), "{err}");
+        let err = load(&format!(
+            "[redis]\nreplica_ack_timeout = \"0s\"\n{pg}{ROUTE}"
+        ))
+        .unwrap_err();
+        assert!(err.contains("redis.replica_ack_timeout"), "{err}");
         assert!(load(&format!("{pg}{ROUTE}")).is_ok());
     }
 }

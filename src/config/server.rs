@@ -64,7 +64,7 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Most requests (HTTP/2 streams included) being handled at once on the proxy
     /// listener; beyond it, 503 `overloaded` with `Retry-After`.
-    pub max_in_flight: usize,
+    pub max_concurrent_requests: usize,
     /// Longest a response write may wait for the client to read (no progress at all);
     /// then the connection is closed and the response it held freed.
     #[serde(with = "humantime_serde")]
@@ -72,13 +72,13 @@ pub struct ServerConfig {
     /// Memory for buffered bodies (keyed request bodies, stored and replayed responses)
     /// across all requests; a keyed request that does not fit gets 503 `overloaded`.
     pub buffer_budget: ByteSize,
-    /// The most one connection may hold of `max_in_flight` and of `buffer_budget`
-    /// (rounded up; at least one request, and at least `max_request_body` +
-    /// `max_response_body` of the budget), so that one client, whatever it opens on its
-    /// connection (HTTP/2 streams, detached upstream calls, unread answers), leaves the
-    /// rest to the others; beyond it, that connection's requests get 503 `overloaded`.
-    /// A load balancer that multiplexes many clients onto few HTTP/2 connections to the
-    /// gateway may need `100%`.
+    /// The most one connection may hold of `max_concurrent_requests` and of
+    /// `buffer_budget` (rounded up; at least one request, and at least
+    /// `max_request_body` + `max_response_body` of the budget), so that one client,
+    /// whatever it opens on its connection (HTTP/2 streams, detached upstream calls,
+    /// unread answers), leaves the rest to the others; beyond it, that connection's
+    /// requests get 503 `overloaded`. A load balancer that multiplexes many clients onto
+    /// few HTTP/2 connections to the gateway may need `100%`.
     pub connection_share: Share,
     /// How long a connection may stay open with no request on it (an HTTP/1.1
     /// keep-alive connection between requests, an HTTP/2 connection with no open
@@ -98,8 +98,8 @@ pub struct ServerConfig {
     /// with `[server.tls]`, ALPN `h2` on `listen`):
     /// most streams a client may have open at once on one connection (the
     /// `SETTINGS_MAX_CONCURRENT_STREAMS` the gateway announces). Each stream is a request
-    /// and meets `max_in_flight`, `buffer_budget` and the body limits as an HTTP/1.1
-    /// request does; the header list of each is bounded by `max_header_size`.
+    /// and meets `max_concurrent_requests`, `buffer_budget` and the body limits as an
+    /// HTTP/1.1 request does; the header list of each is bounded by `max_header_size`.
     pub http2_max_concurrent_streams: u32,
     /// HTTP/2: the flow-control window of each stream, how much request body a client may
     /// send on a stream before the gateway reads it. Between 64KiB and 2GiB - 1 byte.
@@ -119,7 +119,8 @@ pub struct ServerConfig {
     /// HTTP/2: most streams a client may reset (or abandon) per minute on one connection
     /// after the gateway accepted them (a token bucket of this size, refilled over a
     /// minute); beyond it the connection gets `GOAWAY` and is closed once its streams
-    /// end. An upstream call already started goes on, holding its `max_in_flight` slot.
+    /// end. An upstream call already started goes on, holding its
+    /// `max_concurrent_requests` slot.
     pub http2_max_reset_streams: u32,
     /// HTTP/2: how often an HTTP/2 connection is pinged to find a peer that is gone;
     /// `0s` turns pings off.
@@ -146,7 +147,7 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(30),
             trusted_proxies: TrustedProxies::default(),
             max_connections: 4096,
-            max_in_flight: 1024,
+            max_concurrent_requests: 1024,
             write_timeout: Duration::from_secs(30),
             buffer_budget: ByteSize::mib(256),
             connection_share: Share::percent(25).expect("a share"),
@@ -278,7 +279,8 @@ impl ServerConfig {
         Ok(())
     }
 
-    /// `server.max_connections`, `max_in_flight`, `write_timeout` and `buffer_budget`.
+    /// `server.max_connections`, `max_concurrent_requests`, `write_timeout` and
+    /// `buffer_budget`.
     fn check_limits(&self) -> Result<(), ConfigError> {
         if !(1..=1_000_000).contains(&self.max_connections) {
             return Err(ConfigError::invalid(
@@ -286,9 +288,9 @@ impl ServerConfig {
                 "must be between 1 and 1000000",
             ));
         }
-        if !(1..=1_000_000).contains(&self.max_in_flight) {
+        if !(1..=1_000_000).contains(&self.max_concurrent_requests) {
             return Err(ConfigError::invalid(
-                "server.max_in_flight",
+                "server.max_concurrent_requests",
                 "must be between 1 and 1000000",
             ));
         }

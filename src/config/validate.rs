@@ -211,8 +211,8 @@ mod tests {
     #[test]
     fn server_limits_name_their_key() {
         let ok = Config::from_toml(
-            "[server]\nmax_connections = 10\nmax_in_flight = 5\nwrite_timeout = \"250ms\"\n\
-             buffer_budget = \"9MiB\"\n",
+            "[server]\nmax_connections = 10\nmax_concurrent_requests = 5\n\
+             write_timeout = \"250ms\"\nbuffer_budget = \"9MiB\"\n",
         )
         .unwrap();
         assert_eq!(ok.server.max_connections, 10);
@@ -222,7 +222,10 @@ mod tests {
         );
         let cases = [
             ("[server]\nmax_connections = 0\n", "server.max_connections"),
-            ("[server]\nmax_in_flight = 0\n", "server.max_in_flight"),
+            (
+                "[server]\nmax_concurrent_requests = 0\n",
+                "server.max_concurrent_requests",
+            ),
             ("[server]\nwrite_timeout = \"0s\"\n", "server.write_timeout"),
             (
                 "[server]\nwrite_timeout = \"soon\"\n",

@@ -12,7 +12,7 @@
 //! its answer is then stored and replayed to the retries that come after it, and
 //! meanwhile they find the key in flight. A [`Watch`] decides, once, which came first:
 //! the upstream's answer or the client's timeout ([`super::watch`]). The call keeps
-//! the request's `server.max_in_flight` slot until it ends.
+//! the request's `server.max_concurrent_requests` slot until it ends.
 
 use std::net::{IpAddr, SocketAddr};
 use std::pin::pin;
@@ -61,8 +61,8 @@ pub async fn detached(
     let (owned, route_owned) = (app.clone(), route.clone());
     let mut alone = Alone::new(watch.clone(), route.clone());
     let mut request = http::Request::from_parts(request.parts, request.body);
-    // The request's `max_in_flight` slot goes with the call, which may outlive the
-    // client (a reset, a disconnect, `upstream_timeout`).
+    // The request's `max_concurrent_requests` slot goes with the call, which may outlive
+    // the client (a reset, a disconnect, `upstream_timeout`).
     let slot = request.extensions_mut().remove::<Slot>();
     // A live answer comes back here at its head, the task going on to record it.
     let (early, live) = oneshot::channel();

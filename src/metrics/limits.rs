@@ -12,14 +12,15 @@ pub const BUFFERED_BYTES: &str = "idemgate_buffered_bytes";
 pub enum Limit {
     /// A connection arrived while every slot was taken, and waited for one.
     MaxConnections,
-    /// A request was answered 503 `overloaded`: too many requests in flight.
-    MaxInFlight,
+    /// A request was answered 503 `overloaded`: too many requests in flight
+    /// (`server.max_concurrent_requests`).
+    MaxConcurrentRequests,
     /// A request was answered 503 `overloaded`: its body did not fit the byte budget.
     BufferBudget,
     /// A connection was closed because its client did not read its response.
     WriteTimeout,
     /// A request was answered 503 `overloaded`: its connection held its share of
-    /// `server.max_in_flight` (`server.connection_share`).
+    /// `server.max_concurrent_requests` (`server.connection_share`).
     ConnectionInFlight,
     /// A request was answered 503 `overloaded`: its connection held its share of
     /// `server.buffer_budget` (`server.connection_share`).
@@ -37,7 +38,7 @@ pub enum Limit {
 impl Limit {
     pub const ALL: [Limit; 9] = [
         Limit::MaxConnections,
-        Limit::MaxInFlight,
+        Limit::MaxConcurrentRequests,
         Limit::BufferBudget,
         Limit::WriteTimeout,
         Limit::ConnectionInFlight,
@@ -50,7 +51,10 @@ impl Limit {
     pub fn as_str(self) -> &'static str {
         match self {
             Limit::MaxConnections => "max_connections",
-            Limit::MaxInFlight => "max_in_flight",
+            // `server.max_concurrent_requests` was `server.max_in_flight` until 0.5.0; the
+            // label keeps the old name until the next major release (a minor release
+            // renames no metric name or label value: docs/operations.md, Version policy).
+            Limit::MaxConcurrentRequests => "max_in_flight",
             Limit::BufferBudget => "buffer_budget",
             Limit::WriteTimeout => "write_timeout",
             Limit::ConnectionInFlight => "connection_in_flight",
@@ -73,8 +77,9 @@ pub(super) fn describe() {
     describe_counter!(
         LIMITED,
         "Times a server limit was reached, by limit: max_connections (a connection waited \
-         for a slot), max_in_flight and buffer_budget (a request got 503 overloaded), \
-         connection_in_flight and connection_budget (the same, at its connection's share), \
+         for a slot), max_in_flight (server.max_concurrent_requests) and buffer_budget (a \
+         request got 503 overloaded), connection_in_flight and connection_budget (the \
+         same, at its connection's share), \
          write_timeout (a connection was closed because its client did not read), \
          stream_write_timeout (an HTTP/2 answer's client took none of it: its bytes were \
          freed, its connection told to go away), idle_timeout (an idle connection was \

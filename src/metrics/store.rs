@@ -50,7 +50,7 @@ pub(super) fn describe() {
     );
     describe_counter!(
         REDIS_WAIT_SHORT,
-        "Completions that fewer replicas than redis.wait_replicas acknowledged in time."
+        "Completions that fewer replicas than redis.replica_acks acknowledged in time."
     );
     describe_counter!(
         CLAIM_VOUCH,

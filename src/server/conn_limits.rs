@@ -1,10 +1,10 @@
 //! One connection's limits and state ([`ConnLimits`]): its share of
-//! `server.max_in_flight` and of `server.buffer_budget` (`server.connection_share`),
-//! the requests open on it (`server.idle_timeout`), its client's resets of accepted
-//! streams (`server.http2_max_reset_streams`) and its HTTP/2 answers being sent (the
-//! send watchdog, `server.write_timeout`); an admin connection uses the idle and
-//! leaving rules only. The connection's driver ([`super::driver`]) asks it
-//! ([`ConnLimits::check`]) when to send `GOAWAY` and when to close.
+//! `server.max_concurrent_requests` and of `server.buffer_budget`
+//! (`server.connection_share`), the requests open on it (`server.idle_timeout`), its
+//! client's resets of accepted streams (`server.http2_max_reset_streams`) and its HTTP/2
+//! answers being sent (the send watchdog, `server.write_timeout`); an admin connection
+//! uses the idle and leaving rules only. The connection's driver ([`super::driver`]) asks
+//! it ([`ConnLimits::check`]) when to send `GOAWAY` and when to close.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,7 +22,7 @@ use crate::metrics::Limit;
 /// The limits and state of one connection, shared by its requests and its driver.
 pub struct ConnLimits {
     epoch: Instant,
-    max_in_flight: usize,
+    max_concurrent_requests: usize,
     in_flight: AtomicUsize,
     refused: Counter,
     budget: Arc<ByteBudget>,
@@ -73,7 +73,7 @@ impl ConnLimits {
         );
         Self {
             epoch: Instant::now(),
-            max_in_flight: share.of(server.max_in_flight as u64) as usize,
+            max_concurrent_requests: share.of(server.max_concurrent_requests as u64) as usize,
             in_flight: AtomicUsize::new(0),
             refused: Limit::ConnectionInFlight.counter(),
             budget: Arc::new(budget),
@@ -98,10 +98,10 @@ impl ConnLimits {
     /// Counts one more request in flight, or refuses it (counted) at the share: the
     /// share's size then.
     pub(super) fn enter(&self) -> Result<(), u64> {
-        if self.in_flight.fetch_add(1, Ordering::AcqRel) >= self.max_in_flight {
+        if self.in_flight.fetch_add(1, Ordering::AcqRel) >= self.max_concurrent_requests {
             self.leave();
             self.refused.increment(1);
-            return Err(self.max_in_flight as u64);
+            return Err(self.max_concurrent_requests as u64);
         }
         Ok(())
     }

@@ -5,7 +5,7 @@
 //! of at most `server.max_header_size`) and HTTP/2 ones (`server.http2_*`, a header list
 //! of at most `server.max_header_size`), the peer's address for the handlers, and the
 //! request layers around the listener's router, outermost first: lingering close
-//! (HTTP/1 only), then on the proxy listener `server.max_in_flight` and
+//! (HTTP/1 only), then on the proxy listener `server.max_concurrent_requests` and
 //! `server.buffer_budget` ([`super::layers`]). An HTTP/2 stream meets the request layers
 //! as an HTTP/1.1 request does.
 //!

@@ -1,6 +1,6 @@
 //! The proxy listener's limits, one set for the process (the `thread_per_core`
 //! workers share it): connection slots (`server.max_connections`, taken by the accept
-//! loop), the state of the request layers (`server.max_in_flight`,
+//! loop), the state of the request layers (`server.max_concurrent_requests`,
 //! `server.buffer_budget`), and the gauges sampled from them.
 //!
 //! At `server.max_connections` the loop stops accepting, so new connections wait in
@@ -38,7 +38,7 @@ impl ProxyLimits {
             max_connections: server.max_connections,
             slots: Arc::new(Semaphore::new(server.max_connections)),
             waited: Limit::MaxConnections.counter(),
-            in_flight: Arc::new(InFlightLimit::new(server.max_in_flight)),
+            in_flight: Arc::new(InFlightLimit::new(server.max_concurrent_requests)),
             budget: Arc::new(ByteBudget::new(server.buffer_budget.as_u64())),
         }
     }

@@ -7,13 +7,13 @@
 //! shared batchers.
 //!
 //! Shared by the workers: the metrics recorder, the replay cache (a concurrent map, no
-//! wake-ups), the proxy listener's limits (`max_connections`, `max_in_flight` and
-//! `buffer_budget` stay limits of the process), the listener's TLS certificate (reloaded
-//! by worker 0) and the Postgres write-through and
-//! lookup batchers ([`Batchers`]: one statement for the records of every worker, as
-//! in `multi_thread`; their tasks run on worker 0). Worker 0 also runs the admin
-//! listener, whose `/readyz` reports worker 0's view of the stores, the reaper and the
-//! metrics upkeep, and migrates Postgres before the others start.
+//! wake-ups), the proxy listener's limits (`max_connections`, `max_concurrent_requests`
+//! and `buffer_budget` stay limits of the process), the listener's TLS certificate
+//! (reloaded by worker 0) and the Postgres write-through and lookup batchers
+//! ([`Batchers`]: one statement for the records of every worker, as in `multi_thread`;
+//! their tasks run on worker 0). Worker 0 also runs the admin listener, whose `/readyz`
+//! reports worker 0's view of the stores, the reaper and the metrics upkeep, and migrates
+//! Postgres before the others start.
 //!
 //! Shutdown: [`Workers::stop`] tells every worker at once; each stops accepting and
 //! drains its own connections and upstream calls within `server.shutdown_grace`, as the

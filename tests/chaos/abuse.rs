@@ -48,10 +48,10 @@ pub const RSS_BOUND_MIB: u64 = 320;
 /// The limits the replicas run with, or (`unlimited`) values no attack here reaches.
 fn server_limits(unlimited: bool) -> &'static str {
     if unlimited {
-        "max_connections = 1000000\nmax_in_flight = 1000000\nbuffer_budget = \"64GiB\"\n\
-         write_timeout = \"1h\"\nheader_read_timeout = \"2s\"\n"
+        "max_connections = 1000000\nmax_concurrent_requests = 1000000\n\
+         buffer_budget = \"64GiB\"\nwrite_timeout = \"1h\"\nheader_read_timeout = \"2s\"\n"
     } else {
-        "max_connections = 256\nmax_in_flight = 32\nbuffer_budget = \"64MiB\"\n\
+        "max_connections = 256\nmax_concurrent_requests = 32\nbuffer_budget = \"64MiB\"\n\
          write_timeout = \"2s\"\nheader_read_timeout = \"2s\"\n"
     }
 }

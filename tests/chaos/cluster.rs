@@ -99,7 +99,7 @@ pub enum PgVia {
 pub struct Options {
     pub replicas: usize,
     pub topology: Topology,
-    /// Extra lines in `[redis]` (`wait_replicas = 1`, ...).
+    /// Extra lines in `[redis]` (`replica_acks = 1`, ...).
     pub redis: String,
     pub durability: Durability,
     /// Extra `redis-server` arguments.

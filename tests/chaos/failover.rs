@@ -3,7 +3,7 @@
 //! failover, each on a fleet of three replicas in `redis.mode = "cluster"` or
 //! `"sentinel"` (the fleet launcher's `RedisCluster` and `SentinelSet`). Nodes keep no
 //! data across a restart, so what a promoted replica had not received is gone: the
-//! window that `redis.wait_replicas` narrows, measured here with and without it.
+//! window that `redis.replica_acks` narrows, measured here with and without it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,12 +21,12 @@ pub fn expect_for(d: Durability) -> Expect {
     }
 }
 
-pub fn options(topology: Topology, d: Durability, wait_replicas: bool) -> Options {
+pub fn options(topology: Topology, d: Durability, replica_acks: bool) -> Options {
     Options {
         topology,
         durability: d,
-        redis: if wait_replicas {
-            "wait_replicas = 1\nwait_timeout = \"100ms\"\n".into()
+        redis: if replica_acks {
+            "replica_acks = 1\nreplica_ack_timeout = \"100ms\"\n".into()
         } else {
             String::new()
         },
@@ -118,8 +118,8 @@ fn client_errors(run: &crate::harness::Running) -> Vec<String> {
 
 /// A cluster primary SIGKILLed at 3 s under load; its replica is promoted by the
 /// cluster (node timeout 1 s); the old primary comes back 3 s later, empty, as a replica.
-pub async fn cluster_primary_killed(name: String, d: Durability, wait_replicas: bool) -> Report {
-    let mut stack = Stack::start(options(Topology::Cluster, d, wait_replicas)).await;
+pub async fn cluster_primary_killed(name: String, d: Durability, replica_acks: bool) -> Report {
+    let mut stack = Stack::start(options(Topology::Cluster, d, replica_acks)).await;
     tokio::task::block_in_place(|| sync_at_once(&stack));
     let mut run = start(in_flight_heavy(&name, &stack));
     run.at(3000).await;
@@ -226,8 +226,8 @@ pub async fn cluster_resharded(name: String) -> Report {
 
 /// The Sentinel primary SIGKILLed at 3 s under load; the sentinels promote the replica
 /// (down-after 1 s); the old primary comes back 3 s later, empty, and is made a replica.
-pub async fn sentinel_failover(name: String, d: Durability, wait_replicas: bool) -> Report {
-    let mut stack = Stack::start(options(Topology::Sentinel, d, wait_replicas)).await;
+pub async fn sentinel_failover(name: String, d: Durability, replica_acks: bool) -> Report {
+    let mut stack = Stack::start(options(Topology::Sentinel, d, replica_acks)).await;
     tokio::task::block_in_place(|| sync_at_once(&stack));
     let mut run = start(in_flight_heavy(&name, &stack));
     run.at(3000).await;

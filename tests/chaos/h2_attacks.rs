@@ -2,7 +2,7 @@
 //! (stalled readers, declared bodies, stream slots, resets after the claim, idle
 //! connections; attackers: [`crate::h2_attackers`]), held for [`ATTACK`] against one
 //! replica of the real fleet running the limits it was reported with
-//! (`max_in_flight = 128`, `buffer_budget = "32MiB"`, `write_timeout = "3s"`,
+//! (`max_concurrent_requests = 128`, `buffer_budget = "32MiB"`, `write_timeout = "3s"`,
 //! `http2_max_concurrent_streams = 100`; `idle_timeout = "3s"` for the idle row), while
 //! two ordinary clients send keyed HTTP/1.1 POSTs (each tried once) to the same replica
 //! (Redis command timeout 1 s, so that 1 MiB replays are served, not timed out).
@@ -24,8 +24,8 @@
 //! before it); bytes stay charged 5 s after the attack; a key runs twice; or the attack's own bound is broken:
 //! a stalled connection open past 2 x `write_timeout` + 3 s, or more than 2 x 8 MiB
 //! charged for them; an idle one open past `idle_timeout` + 3 s; more than 2 x 32
-//! stream-slot calls, or more than `max_in_flight` reset calls, at the upstream at once;
-//! 1 MiB or more charged for declared bodies. `CHAOS_H2_ATTACKS_UNLIMITED=1` runs the
+//! stream-slot calls, or more than `max_concurrent_requests` reset calls, at the
+//! upstream at once; 1 MiB or more charged for declared bodies. `CHAOS_H2_ATTACKS_UNLIMITED=1` runs the
 //! same attacks with `connection_share = "100%"` and the timeouts and reset limit out of
 //! reach, to show that the verdict can fail.
 
@@ -57,7 +57,7 @@ const MIB: u64 = 1 << 20;
 /// reach. `max_request_body` + `max_response_body` (4 MiB) stay under a quarter of the
 /// budget, so that a connection's share is that quarter (8 MiB), not the share's floor.
 fn server_limits(unlimited: bool) -> String {
-    let common = "max_in_flight = 128\nbuffer_budget = \"32MiB\"\n\
+    let common = "max_concurrent_requests = 128\nbuffer_budget = \"32MiB\"\n\
                   http2_max_concurrent_streams = 100\nmax_request_body = \"2MiB\"\n\
                   max_response_body = \"2MiB\"\n\
                   body_read_timeout = \"30s\"\nhttp2_keep_alive_interval = \"1s\"\n";
@@ -367,7 +367,7 @@ fn attack_bounds(report: &mut Report, kind: Attack, t: &AttackTally, m: &Measure
         }
         Attack::ResetAfterClaim if m.upstream_peak > 128 => {
             report.fail(format!(
-                "{} reset calls at the upstream at once, more than max_in_flight (128)",
+                "{} reset calls at the upstream at once, more than max_concurrent_requests (128)",
                 m.upstream_peak
             ));
         }

@@ -401,9 +401,9 @@ fn cluster_primary_killed_claims_redis() {
 
 #[test]
 #[ignore = "chaos: make chaos"]
-fn cluster_primary_killed_claims_redis_wait_replicas() {
+fn cluster_primary_killed_claims_redis_replica_acks() {
     run(
-        "cluster primary SIGKILLed [claims=redis, wait_replicas=1]",
+        "cluster primary SIGKILLed [claims=redis, replica_acks=1]",
         |n| failover::cluster_primary_killed(n, Postgres, true),
     );
 }
@@ -418,9 +418,9 @@ fn cluster_primary_killed_claims_write_through() {
 
 #[test]
 #[ignore = "chaos: make chaos"]
-fn cluster_primary_killed_claims_write_through_wait_replicas() {
+fn cluster_primary_killed_claims_write_through_replica_acks() {
     run(
-        "cluster primary SIGKILLed [claims=write_through, wait_replicas=1]",
+        "cluster primary SIGKILLed [claims=write_through, replica_acks=1]",
         |n| failover::cluster_primary_killed(n, WriteThrough, true),
     );
 }
@@ -435,9 +435,9 @@ fn cluster_primary_killed_redis_only() {
 
 #[test]
 #[ignore = "chaos: make chaos"]
-fn cluster_primary_killed_redis_only_wait_replicas() {
+fn cluster_primary_killed_redis_only_replica_acks() {
     run(
-        "cluster primary SIGKILLed [redis-only, wait_replicas=1]",
+        "cluster primary SIGKILLed [redis-only, replica_acks=1]",
         |n| failover::cluster_primary_killed(n, RedisOnly, true),
     );
 }
@@ -470,9 +470,9 @@ fn sentinel_failover_claims_write_through() {
 
 #[test]
 #[ignore = "chaos: make chaos"]
-fn sentinel_failover_redis_only_wait_replicas() {
+fn sentinel_failover_redis_only_replica_acks() {
     run(
-        "sentinel failover, primary SIGKILLed [redis-only, wait_replicas=1]",
+        "sentinel failover, primary SIGKILLed [redis-only, replica_acks=1]",
         |n| failover::sentinel_failover(n, RedisOnly, true),
     );
 }

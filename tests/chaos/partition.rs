@@ -30,13 +30,14 @@ const HEAL_AT: u64 = 8_000;
 /// A cut healed before the cluster's node timeout (1 s): no promotion.
 const SHORT_HEAL_AT: u64 = CUT_AT + 600;
 
-/// The failover scenarios' options (`wait_replicas = 1` with a 100 ms `wait_timeout`),
-/// every part in a namespace of its own, HAProxy without health checks.
-fn options(topology: Topology, d: Durability, wait_replicas: bool) -> Options {
+/// The failover scenarios' options (`replica_acks = 1` with a 100 ms
+/// `replica_ack_timeout`), every part in a namespace of its own, HAProxy without health
+/// checks.
+fn options(topology: Topology, d: Durability, replica_acks: bool) -> Options {
     Options {
         partitions: true,
         health_checks: false,
-        ..crate::failover::options(topology, d, wait_replicas)
+        ..crate::failover::options(topology, d, replica_acks)
     }
 }
 

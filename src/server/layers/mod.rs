@@ -4,7 +4,7 @@
 //! - [`write_timeout`]: `server.write_timeout`, on the connection's socket (both
 //!   listeners).
 //! - [`linger`]: lingering close of request bodies answered early (both listeners).
-//! - [`in_flight`]: `server.max_in_flight` (proxy listener).
+//! - [`in_flight`]: `server.max_concurrent_requests` (proxy listener).
 //! - [`open`]: each request open on its connection until answered, for
 //!   `server.idle_timeout` (admin listener; the proxy listener's [`in_flight`] does it).
 //! - [`budget`]: `server.buffer_budget`, for request bodies and buffered responses

@@ -7,7 +7,7 @@
 //! in that stream, and a `WAIT` behind it that counts a replica covers every one of them.
 //! A claim answered by its primary joins the shard's next round; the shard's driver (a
 //! task per shard, started on first use) takes the round when it has members, sends
-//! `SET <probe key>` and `WAIT 1 <redis.wait_timeout>` pipelined on the `WAIT`
+//! `SET <probe key>` and `WAIT 1 <redis.replica_ack_timeout>` pipelined on the `WAIT`
 //! connection, and tells every member at once. While one round is on its way, the next
 //! one fills: a group commit, with one wake-up per claim and a `WAIT` per round.
 //!
@@ -60,7 +60,7 @@ struct Round {
 pub(super) enum Ack {
     /// A replica acknowledged them.
     Acked,
-    /// No replica did within `redis.wait_timeout`, or the round failed.
+    /// No replica did within `redis.replica_ack_timeout`, or the round failed.
     Short,
     /// The round may have counted another server's writes: the two pools routed the
     /// shard to different servers, or a connection was re-made or a slot map changed

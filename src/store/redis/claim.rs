@@ -203,7 +203,7 @@ impl RedisStore {
 
     /// Whether Redis keeps a vouched claim its primary just acquired in `slot`, sent at
     /// generation `since`: the primary fsyncs every write and, where it has replicas,
-    /// one acknowledged the claim within `redis.wait_timeout` (in a round:
+    /// one acknowledged the claim within `redis.replica_ack_timeout` (in a round:
     /// [`super::acks`]). Else why not. A round no replica acknowledged marks its shard
     /// (as a completion's short `WAIT` does): its claims take a Postgres row without
     /// waiting until the probe sees a replica acknowledge again.

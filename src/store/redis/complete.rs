@@ -1,5 +1,5 @@
 //! The Rust side of `lua/complete.lua`: storing a response under the lease, with
-//! `WAIT` for replicas where `redis.wait_replicas` asks for it ([`super::replicas`]).
+//! `WAIT` for replicas where `redis.replica_acks` asks for it ([`super::replicas`]).
 
 use std::time::{Duration, Instant};
 
@@ -73,15 +73,16 @@ impl RedisStore {
         })
     }
 
-    /// Whether completions wait for replicas (`redis.wait_replicas` > 0).
+    /// Whether completions wait for replicas (`redis.replica_acks` > 0).
     pub fn waits_for_replicas(&self) -> bool {
         (self.inner.replica_wait.as_ref()).is_some_and(|w| w.for_completions())
     }
 
-    /// `redis.wait_replicas`: for every shard whose completions skip `WAIT` because its
+    /// `redis.replica_acks`: for every shard whose completions skip `WAIT` because its
     /// replicas stopped acknowledging, checks whether they acknowledge a write again
     /// (then its completions wait for them again). Shards are checked together; each
-    /// check takes up to `redis.wait_timeout`. Nothing to do without `wait_replicas`.
+    /// check takes up to `redis.replica_ack_timeout`. Nothing to do without
+    /// `replica_acks`.
     pub async fn recheck_replicas(&self) {
         let Some(unacked) = (self.inner.replica_wait.as_ref()).map(|w| w.unacked()) else {
             return;

@@ -119,7 +119,7 @@ pub struct RedisStore {
 struct Inner {
     /// The pool, split between the cluster's shards ([`Lanes`]).
     lanes: Lanes,
-    /// `redis.wait_replicas` > 0: completions run with `WAIT` on these connections;
+    /// `redis.replica_acks` > 0: completions run with `WAIT` on these connections;
     /// vouched claims too, where their primary has replicas.
     replica_wait: Option<ReplicaWait>,
     /// `claims = "vouched"`: what each primary runs.
@@ -302,7 +302,7 @@ impl RedisStore {
     /// Whether every connection of the pool goes to `addr` (sentinel mode: the
     /// primary the sentinels name; fred connects to the address they gave).
     /// A connection being re-made counts as neither. The `WAIT` connections
-    /// (`redis.wait_replicas`) must point there too, when they are connected at all.
+    /// (`redis.replica_acks`) must point there too, when they are connected at all.
     pub fn connected_to(&self, addr: &(String, u16)) -> bool {
         let wait_ok = (self.inner.replica_wait.as_ref())
             .map_or(true, |w| points_to(w.pool(), addr) != Some(false));

@@ -1,14 +1,14 @@
-//! `redis.wait_replicas`: a completion that the record's primary's replicas acknowledge
+//! `redis.replica_acks`: a completion that the record's primary's replicas acknowledge
 //! before the client is answered. The completion script and `WAIT n timeout` are
 //! pipelined on one connection (WAIT counts the replicas that acknowledged the writes
 //! of *its* connection), routed to the record's slot in a cluster, so the extra cost is
 //! the replicas' acknowledgement, not a second round trip.
 //!
 //! These connections are a pool of their own: `WAIT` blocks the connection it runs on,
-//! and with a replica down every `WAIT` lasts `redis.wait_timeout`; claims and replays
-//! must not queue behind it. It has `redis.pool_size` connections, at least
-//! [`MIN_WAIT_CONNECTIONS`]: completions waiting for replicas must not queue behind
-//! each other on one connection either (with `pool_size = 1`).
+//! and with a replica down every `WAIT` lasts `redis.replica_ack_timeout`; claims and
+//! replays must not queue behind it. It has `redis.pool_size` connections, at least
+//! [`MIN_WAIT_CONNECTIONS`]: completions waiting for replicas must not queue behind each
+//! other on one connection either (with `pool_size = 1`).
 //!
 //! Limits (docs/guarantees.md, "Failover: what each mode guarantees"): `WAIT` is not synchronous
 //! replication. A write acknowledged by `n` replicas survives the loss of the primary
@@ -24,17 +24,17 @@
 //! A shard whose replicas stopped acknowledging is not waited for. `WAIT` blocks its
 //! connection, and the commands pipelined behind it wait in Redis, which cannot cancel
 //! them: with no replica acknowledging, each connection completes one record per
-//! `wait_timeout`, a queue builds that outlives every caller's command timeout, and it
-//! drains only long after the replicas are back (8-10 s of completions failing
-//! on a replica after a Sentinel partition healed, until the sentinels demoted the old
+//! `replica_ack_timeout`, a queue builds that outlives every caller's command timeout,
+//! and it drains only long after the replicas are back (8-10 s of completions failing on
+//! a replica after a Sentinel partition healed, until the sentinels demoted the old
 //! primary and it resynced). So a short `WAIT` marks its shard's slots
 //! ([`ReplicaWait::unacked`]): their completions run the script alone on the main
 //! connections, counted like a short `WAIT` (the client is answered either way; the
 //! replicas would not have acknowledged), until the probe sees a write of that shard
-//! acknowledged within `wait_timeout` again ([`ReplicaWait::acknowledged`]). A failed
-//! completion-and-`WAIT` marks them too: behind such a queue (or on connections that
-//! fred re-made and flushed its queued pipelines into) the short replies arrive after
-//! every caller has given up, so a short `WAIT` is never seen.
+//! acknowledged within `replica_ack_timeout` again ([`ReplicaWait::acknowledged`]). A
+//! failed completion-and-`WAIT` marks them too: behind such a queue (or on connections
+//! that fred re-made and flushed its queued pipelines into) the short replies arrive
+//! after every caller has given up, so a short `WAIT` is never seen.
 
 use bytes::Bytes;
 use fred::error::Error as FredError;
@@ -53,10 +53,10 @@ pub const MIN_WAIT_CONNECTIONS: usize = 4;
 /// How many replicas acknowledged a completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Replicated {
-    /// At least `redis.wait_replicas`.
+    /// At least `redis.replica_acks`.
     Acknowledged,
-    /// Fewer, within `redis.wait_timeout`: the write is on the primary, maybe not on
-    /// the replica a failover would promote.
+    /// Fewer, within `redis.replica_ack_timeout`: the write is on the primary, maybe not
+    /// on the replica a failover would promote.
     Short { acked: i64, wanted: i64 },
 }
 
@@ -72,10 +72,10 @@ pub struct ReplicaWait {
 }
 
 impl ReplicaWait {
-    /// `None` when `redis.wait_replicas` is 0 and claims are not vouched (no `WAIT`, no
+    /// `None` when `redis.replica_acks` is 0 and claims are not vouched (no `WAIT`, no
     /// extra connections).
     pub async fn connect(config: &RedisConfig, claims: bool) -> Result<Option<Self>, FredError> {
-        if config.wait_replicas == 0 && !claims {
+        if config.replica_acks == 0 && !claims {
             return Ok(None);
         }
         let size = config.pool_size.max(MIN_WAIT_CONNECTIONS);
@@ -85,13 +85,13 @@ impl ReplicaWait {
         // Not awaited: the main pool's start-up already says whether Redis answers.
         Ok(Some(Self {
             lanes,
-            replicas: i64::from(config.wait_replicas),
-            timeout_ms: i64::try_from(config.wait_timeout.as_millis()).unwrap_or(i64::MAX),
+            replicas: i64::from(config.replica_acks),
+            timeout_ms: i64::try_from(config.replica_ack_timeout.as_millis()).unwrap_or(i64::MAX),
             unacked: SlotSet::default(),
         }))
     }
 
-    /// Whether completions wait (`redis.wait_replicas` > 0; the connections may be
+    /// Whether completions wait (`redis.replica_acks` > 0; the connections may be
     /// here for vouched claims alone).
     pub fn for_completions(&self) -> bool {
         self.replicas > 0
@@ -182,8 +182,8 @@ impl ReplicaWait {
             tracing::warn!(
                 acked,
                 wanted,
-                "fewer replicas than redis.wait_replicas acknowledged a completion within \
-                 redis.wait_timeout; answering anyway (stored on the primary only)"
+                "fewer replicas than redis.replica_acks acknowledged a completion within \
+                 redis.replica_ack_timeout; answering anyway (stored on the primary only)"
             );
             self.stop_waiting(shard, "a WAIT came back short");
         }
@@ -210,9 +210,9 @@ impl ReplicaWait {
 
     /// A throw-away write to `probe_key` (of `slot`), then `WAIT replicas`, pipelined on
     /// the slot's `WAIT` connection; whether that many replicas acknowledged within
-    /// `redis.wait_timeout` (false on any error). A round of vouched claims
+    /// `redis.replica_ack_timeout` (false on any error). A round of vouched claims
     /// ([`super::acks`]) asks for one, the probe's recheck ([`Self::acknowledged`]) for
-    /// `redis.wait_replicas` (at least one).
+    /// `redis.replica_acks` (at least one).
     pub async fn acked_after_probe(&self, slot: u16, probe_key: &str, replicas: i64) -> bool {
         let pipeline = self.lanes.for_slot(slot).pipeline();
         let wait = CustomCommand::new_static("WAIT", ClusterHash::Custom(slot), true);
@@ -232,8 +232,8 @@ impl ReplicaWait {
     /// The probe's check of a shard in [`Self::unacked`]: a throw-away write to
     /// `probe_key` (of `slot`: something for the replicas to acknowledge), then `WAIT`,
     /// pipelined on the slot's `WAIT` connection. If enough replicas acknowledge within
-    /// `redis.wait_timeout`, completions of `slots` wait for them again (true, once).
-    /// Behind a queue of earlier `WAIT`s the check times out and nothing changes.
+    /// `redis.replica_ack_timeout`, completions of `slots` wait for them again (true,
+    /// once). Behind a queue of earlier `WAIT`s the check times out and nothing changes.
     pub async fn acknowledged(&self, slot: u16, probe_key: &str, slots: &Bits) -> bool {
         let replicas = self.replicas.max(1);
         self.acked_after_probe(slot, probe_key, replicas).await && self.unacked.remove(slots)

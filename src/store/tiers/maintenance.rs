@@ -11,7 +11,7 @@ use super::Stores;
 use crate::metrics;
 
 impl Stores {
-    /// Spawns the Redis probe (breakers and warmth), with `redis.wait_replicas` the
+    /// Spawns the Redis probe (breakers and warmth), with `redis.replica_acks` the
     /// check of replicas that stopped acknowledging, the replay cache's reset on
     /// topology changes and, with Postgres, the reaper.
     pub fn spawn_background(&self, probe_interval: Duration, reap: Option<(Duration, usize)>) {
@@ -23,7 +23,7 @@ impl Stores {
             }
         });
         if self.0.redis.waits_for_replicas() || self.0.redis.vouches() {
-            // Apart from the probe: each check may take `redis.wait_timeout`.
+            // Apart from the probe: each check may take `redis.replica_ack_timeout`.
             let stores = self.clone();
             tokio::spawn(async move {
                 loop {

@@ -1,8 +1,8 @@
 //! gRPC at the edges of the gateway, with the real grpcio server of `tests/grpc/`: the
 //! names only the gateway sets are dropped from an upstream's trailers as from its
 //! headers; a call's `grpc-encoding` is part of its fingerprint (the same bytes under
-//! another compression are another message); and the listener's `max_in_flight`
-//! refuses a gRPC call with the gRPC status `UNAVAILABLE`, not a 503. Raw calls go
+//! another compression are another message); and the listener's
+//! `max_concurrent_requests` refuses a gRPC call with the gRPC status `UNAVAILABLE`, not a 503. Raw calls go
 //! through hyper's HTTP/2 client, which sends exactly the bytes given.
 
 use std::net::SocketAddr;
@@ -138,8 +138,9 @@ async fn a_retry_under_another_grpc_encoding_is_another_message() {
 }
 
 #[tokio::test]
-async fn calls_beyond_max_in_flight_get_unavailable_overloaded() {
-    let (_redis, server, _app, target) = grpc_stack_server("max_in_flight = 1\n", "", "5s").await;
+async fn calls_beyond_max_concurrent_requests_get_unavailable_overloaded() {
+    let (_redis, server, _app, target) =
+        grpc_stack_server("max_concurrent_requests = 1\n", "", "5s").await;
     let direct = format!("127.0.0.1:{}", server.port);
     let mut burst = create("busy-1", "sleep:800:5 EUR");
     burst["parallel"] = json!(4);

@@ -1,7 +1,7 @@
 //! The HTTP/2 attacks a hostile client can make with raw h2c connections (the raw client
 //! of `tests/support/src/h2wire.rs`), each against an `idemgate serve` process (a process of its
 //! own, so that its gauges and counters are its own) on a real Redis, with the limits
-//! set small enough to reach (`max_in_flight = 128`, `buffer_budget = "32MiB"`,
+//! set small enough to reach (`max_concurrent_requests = 128`, `buffer_budget = "32MiB"`,
 //! `write_timeout = "3s"`, `http2_max_concurrent_streams = 100`), while an ordinary
 //! client sends keyed HTTP/1.1 POSTs of another tenant. Each test holds its attack and
 //! shows that the ordinary client is served meanwhile, and how the gateway ends it:
@@ -26,9 +26,9 @@ use crate::support::attack_upstream::AttackUpstream;
 use crate::support::{keyed_post, serve_process, MockUpstream, RedisServer};
 
 /// The issue's limits, reachable in a test.
-const LIMITS: &str = "max_in_flight = 128\nbuffer_budget = \"32MiB\"\nwrite_timeout = \"3s\"\n\
-                      http2_max_concurrent_streams = 100\n";
-/// One connection's share of `max_in_flight` (25% of 128).
+const LIMITS: &str = "max_concurrent_requests = 128\nbuffer_budget = \"32MiB\"\n\
+                      write_timeout = \"3s\"\nhttp2_max_concurrent_streams = 100\n";
+/// One connection's share of `max_concurrent_requests` (25% of 128).
 const SHARE: usize = 32;
 /// One connection's share of `buffer_budget`: 25% of 32 MiB, when that is at least
 /// `max_request_body` + `max_response_body` (the share's floor; the stalled readers'

@@ -1,7 +1,7 @@
 //! Resets after the claim: keyed POSTs to a slow upstream, each reset (RST_STREAM
 //! CANCEL) 5 ms after it was sent, or once its call is at the upstream. The gateway goes on with each call it started (the key is
-//! claimed), and such a detached call keeps its slot of `max_in_flight` and of its
-//! connection's share until the upstream answers; the resets count toward
+//! claimed), and such a detached call keeps its slot of `max_concurrent_requests` and of
+//! its connection's share until the upstream answers; the resets count toward
 //! `server.http2_max_reset_streams` (200 per connection per minute), past which the
 //! connection gets GOAWAY and is closed once its healthy streams are answered.
 
@@ -167,8 +167,8 @@ async fn streams_reset_past_http2_max_reset_streams_get_goaway_then_close() {
 async fn detached_calls_keep_their_slot_until_the_upstream_answers() {
     let target = Target::start("resets-many", "").await;
     // Five connections, 40 streams each: under the reset limit, and five shares (160)
-    // are more than `max_in_flight` (128), which must bound the upstream calls. Each
-    // stream is reset once its call is at the upstream, which takes 6 s.
+    // are more than `max_concurrent_requests` (128), which must bound the upstream calls.
+    // Each stream is reset once its call is at the upstream, which takes 6 s.
     let mut conns = Vec::new();
     for _ in 0..5 {
         conns.push(Held::open(target.addr, &[]).await);
@@ -202,12 +202,12 @@ async fn detached_calls_keep_their_slot_until_the_upstream_answers() {
     assert_eq!(problem_code(&headers, &body), "overloaded");
     assert!(
         peak <= 128,
-        "the upstream had {peak} calls at once, more than max_in_flight (128)"
+        "the upstream had {peak} calls at once, more than max_concurrent_requests (128)"
     );
     assert!(
         now > 3 * SHARE,
         "only {now} detached calls at the upstream from five connections: the attack did not \
-         fill max_in_flight (answers per connection {refused:?})"
+         fill max_concurrent_requests (answers per connection {refused:?})"
     );
 
     // Once the upstream has answered, the slots are free again.

@@ -1,8 +1,9 @@
 //! Streams that hold a request slot: keyed POSTs declaring a 1 MiB body and sending no
 //! byte of it (held until `body_read_timeout`), and bodiless keyed POSTs to a slow
-//! upstream, more of them than `max_in_flight`. A connection holds at most its share of
-//! `max_in_flight` (32 of 128), the streams beyond it get 503 `overloaded`, and a
-//! declared body that never comes holds no budget, so the ordinary client is served.
+//! upstream, more of them than `max_concurrent_requests`. A connection holds at most its
+//! share of `max_concurrent_requests` (32 of 128), the streams beyond it get 503
+//! `overloaded`, and a declared body that never comes holds no budget, so the ordinary
+//! client is served.
 
 use std::time::{Duration, Instant};
 
@@ -58,7 +59,7 @@ async fn declared_bodies_never_sent_hold_no_budget_and_at_most_a_share_of_slots(
 }
 
 #[tokio::test]
-async fn bodiless_streams_beyond_max_in_flight_hold_at_most_a_share_per_connection() {
+async fn bodiless_streams_beyond_max_concurrent_requests_hold_at_most_a_share_per_connection() {
     let target = Target::start("slots", "").await;
     let refused0 = target.limited("connection_in_flight").await;
     let ordinary = target.ordinary("slots-normal");

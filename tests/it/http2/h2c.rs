@@ -200,10 +200,11 @@ async fn a_body_over_max_request_body_is_refused_per_stream_as_over_http1() {
 }
 
 #[tokio::test]
-async fn streams_beyond_max_in_flight_get_503_overloaded() {
-    // One connection may take all of max_in_flight here: the process limit is tested.
+async fn streams_beyond_max_concurrent_requests_get_503_overloaded() {
+    // One connection may take all of max_concurrent_requests here: the process limit is
+    // tested.
     let (_redis, upstream, app) =
-        stack("[server]\nmax_in_flight = 2\nconnection_share = \"100%\"\n").await;
+        stack("[server]\nmax_concurrent_requests = 2\nconnection_share = \"100%\"\n").await;
     upstream.set_delay(Duration::from_millis(800));
     let h2 = H2::connect(&app).await;
     let slow = |key: &'static str| {
@@ -224,6 +225,7 @@ async fn streams_beyond_max_in_flight_get_503_overloaded() {
         2,
         "the refused stream was not forwarded"
     );
+    // The metric's label keeps the setting's old name (docs/metrics.md).
     assert!(app.limited("max_in_flight").await >= 1.0);
 }
 

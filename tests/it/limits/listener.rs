@@ -1,9 +1,9 @@
 //! Bounded resources on the proxy listener. `server.max_connections`
-//! (connections beyond it wait, unserved, until one closes), `server.max_in_flight`
-//! (503 `overloaded` with `Retry-After`, no slot leaked by a client that hangs up) and
-//! `server.buffer_budget` (a keyed request whose body does not fit is refused before
-//! anything is claimed, and a hang-up gives its share back). The write timeout is in
-//! `write_timeout.rs`.
+//! (connections beyond it wait, unserved, until one closes),
+//! `server.max_concurrent_requests` (503 `overloaded` with `Retry-After`, no slot leaked
+//! by a client that hangs up) and `server.buffer_budget` (a keyed request whose body does
+//! not fit is refused before anything is claimed, and a hang-up gives its share back).
+//! The write timeout is in `write_timeout.rs`.
 
 use std::time::Duration;
 
@@ -51,9 +51,9 @@ async fn connections_beyond_max_connections_wait_until_one_closes() {
 }
 
 #[tokio::test]
-async fn requests_beyond_max_in_flight_get_503_overloaded_and_hang_ups_free_their_slot_when_their_call_ends(
+async fn requests_beyond_max_concurrent_requests_get_503_overloaded_and_hang_ups_free_their_slot_when_their_call_ends(
 ) {
-    let (redis, upstream, app) = stack("[server]\nmax_in_flight = 2\n").await;
+    let (redis, upstream, app) = stack("[server]\nmax_concurrent_requests = 2\n").await;
     upstream.set_delay(Duration::from_millis(800));
     let slow = |key: &'static str| {
         let request = app.post(key, "{\"n\":1}");
@@ -74,6 +74,7 @@ async fn requests_beyond_max_in_flight_get_503_overloaded_and_hang_ups_free_thei
         "the refused request was not forwarded"
     );
     assert_eq!(redis.records().await.len(), 2, "nor claimed");
+    // The metric's label keeps the setting's old name (docs/metrics.md).
     assert!(app.limited("max_in_flight").await >= 1.0);
 
     // Two clients hang up while their calls run: the calls go on, holding their slots

@@ -368,7 +368,7 @@ async fn a_round_cut_short_by_a_switch_of_server_vouches_for_nothing() {
         &pg.section("claims = \"vouched\""),
     );
     cfg.redis.command_timeout = Duration::from_secs(3);
-    cfg.redis.wait_timeout = Duration::from_secs(2);
+    cfg.redis.replica_ack_timeout = Duration::from_secs(2);
     let app = TestApp::spawn(cfg).await;
     up.set_delay(Duration::from_millis(1000));
     let during_call = Duration::from_millis(1000);

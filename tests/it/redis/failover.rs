@@ -1,8 +1,8 @@
 //! At the store level, on a real primary and replica: a completion
-//! acknowledged with `redis.wait_replicas = 1` survives the primary's loss right after
+//! acknowledged with `redis.replica_acks = 1` survives the primary's loss right after
 //! the answer (and the same completion without it is lost: the window), a short `WAIT`
-//! answers after `redis.wait_timeout`, and fencing tokens never go backwards when a
-//! replica that missed the last writes is promoted.
+//! answers after `redis.replica_ack_timeout`, and fencing tokens never go backwards when
+//! a replica that missed the last writes is promoted.
 //!
 //! Replication lag is made real with a [`HoldProxy`] between the replica and the
 //! primary: while held, the primary's replication stream waits in the proxy. The
@@ -50,8 +50,8 @@ impl Pair {
         }
     }
 
-    async fn store(&self, wait_replicas: u32) -> RedisStore {
-        RedisStore::connect(&config(&self.primary, wait_replicas))
+    async fn store(&self, replica_acks: u32) -> RedisStore {
+        RedisStore::connect(&config(&self.primary, replica_acks))
             .await
             .unwrap()
     }
@@ -64,11 +64,11 @@ impl Pair {
     }
 }
 
-pub(crate) fn config(redis: &RedisServer, wait_replicas: u32) -> RedisConfig {
+pub(crate) fn config(redis: &RedisServer, replica_acks: u32) -> RedisConfig {
     RedisConfig {
         url: redis.url(),
-        wait_replicas,
-        wait_timeout: Duration::from_millis(600),
+        replica_acks,
+        replica_ack_timeout: Duration::from_millis(600),
         command_timeout: Duration::from_secs(2),
         ..RedisConfig::default()
     }
@@ -111,10 +111,10 @@ pub(crate) async fn acquire(
 /// 250 ms (released by a timer), kills the primary the moment the completion answers
 /// and promotes the replica. Returns the completion's duration and whether the
 /// promoted replica has the completed record.
-async fn complete_then_fail_over(wait_replicas: u32) -> (Duration, bool) {
+async fn complete_then_fail_over(replica_acks: u32) -> (Duration, bool) {
     let mut pair = Pair::start().await;
-    let store = pair.store(wait_replicas).await;
-    let (id, fp) = record(&format!("survives-{wait_replicas}"));
+    let store = pair.store(replica_acks).await;
+    let (id, fp) = record(&format!("survives-{replica_acks}"));
     let k = store.record_key(id);
     acquire(&store, &k, &fp, "holder").await;
     // The lease reached the replica; from now on the stream waits in the proxy.
@@ -143,11 +143,11 @@ async fn complete_then_fail_over(wait_replicas: u32) -> (Duration, bool) {
 }
 
 #[tokio::test]
-async fn a_completion_acknowledged_with_wait_replicas_survives_a_primary_kill() {
+async fn a_completion_acknowledged_with_replica_acks_survives_a_primary_kill() {
     let (took, survived) = complete_then_fail_over(1).await;
     assert!(
         survived,
-        "acknowledged with wait_replicas = 1, yet lost in the failover"
+        "acknowledged with replica_acks = 1, yet lost in the failover"
     );
     // It waited for the replica (the 250 ms hold), not for the timeout (600 ms).
     assert!(
@@ -157,8 +157,8 @@ async fn a_completion_acknowledged_with_wait_replicas_survives_a_primary_kill() 
 }
 
 #[tokio::test]
-async fn without_wait_replicas_the_same_completion_is_lost() {
-    // The window that wait_replicas closes: answered at once, never replicated.
+async fn without_replica_acks_the_same_completion_is_lost() {
+    // The window that replica_acks closes: answered at once, never replicated.
     let (took, survived) = complete_then_fail_over(0).await;
     assert!(took < Duration::from_millis(200), "{took:?}");
     assert!(
@@ -192,7 +192,7 @@ async fn a_short_wait_answers_after_the_timeout_and_says_so() {
     let wait = ReplicaWait::connect(&config(&pair.primary, 1), false)
         .await
         .unwrap()
-        .expect("wait_replicas = 1 builds the WAIT connections");
+        .expect("replica_acks = 1 builds the WAIT connections");
     let script = Script::from_lua("redis.call('SET', KEYS[1], ARGV[1]) return 1");
     let (reply, replicated) = wait.run(&script, "plain", vec!["v".into()]).await.unwrap();
     assert_eq!(reply.as_i64(), Some(1));
@@ -241,20 +241,20 @@ async fn fencing_tokens_never_go_backwards_across_a_failover() {
     );
 }
 
-/// The cost of `wait_replicas = 1` on loopback (not an assertion: printed with
+/// The cost of `replica_acks = 1` on loopback (not an assertion: printed with
 /// `--nocapture`): completions without `WAIT`, with `WAIT` pipelined after the script
 /// (what the store does), and with `WAIT` as a second round trip.
 #[tokio::test]
 #[ignore = "measurement: cargo test --release --test it failover::cost -- --ignored --nocapture"]
-async fn cost_of_wait_replicas() {
+async fn cost_of_replica_acks() {
     let pair = Pair::start().await;
     const N: usize = 2000;
     let mut rows = Vec::new();
-    for wait_replicas in [0, 1] {
-        let store = pair.store(wait_replicas).await;
+    for replica_acks in [0, 1] {
+        let store = pair.store(replica_acks).await;
         let mut took = Vec::with_capacity(N);
         for i in 0..N {
-            let (id, fp) = record(&format!("cost-{wait_replicas}-{i}"));
+            let (id, fp) = record(&format!("cost-{replica_acks}-{i}"));
             let k = store.record_key(id);
             acquire(&store, &k, &fp, "h").await;
             let t = Instant::now();
@@ -264,7 +264,7 @@ async fn cost_of_wait_replicas() {
                 .unwrap();
             took.push(t.elapsed());
         }
-        rows.push((format!("wait_replicas = {wait_replicas} (pipelined)"), took));
+        rows.push((format!("replica_acks = {replica_acks} (pipelined)"), took));
     }
     // Two round trips: the script, then WAIT, on one connection.
     let client = pair.primary.client().await;
@@ -295,7 +295,7 @@ async fn cost_of_wait_replicas() {
 /// With a healthy replica linked directly (no proxy), `WAIT 1` after the completion
 /// script comes back as soon as the replica acknowledges (milliseconds on loopback),
 /// sequentially and with many completions sharing the pool's connections: never the
-/// `redis.wait_timeout`.
+/// `redis.replica_ack_timeout`.
 async fn wait_returns_on_the_ack(cfg: RedisConfig) {
     let wait = std::sync::Arc::new(ReplicaWait::connect(&cfg, false).await.unwrap().unwrap());
     let script = std::sync::Arc::new(Script::from_lua(
@@ -354,7 +354,7 @@ async fn wait_returns_on_the_replicas_ack_not_the_timeout() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let mut cfg = config(&primary, 1);
-    cfg.wait_timeout = Duration::from_secs(2);
+    cfg.replica_ack_timeout = Duration::from_secs(2);
     wait_returns_on_the_ack(cfg).await;
 }
 
@@ -366,8 +366,8 @@ async fn wait_returns_on_the_replicas_ack_in_a_cluster() {
     let cfg = RedisConfig {
         mode: idemgate::config::RedisMode::Cluster,
         nodes: cluster.seed_urls(),
-        wait_replicas: 1,
-        wait_timeout: Duration::from_secs(2),
+        replica_acks: 1,
+        replica_ack_timeout: Duration::from_secs(2),
         command_timeout: Duration::from_secs(3),
         ..RedisConfig::default()
     };

@@ -1,6 +1,6 @@
 //! Redis deployments and their bad moments: a Cluster and Sentinel (topologies,
 //! waiters over sharded pub/sub, resharding, per-shard warmth), primary failover and
-//! `wait_replicas`, partitions, an unreachable Redis, and the record layouts of the
+//! `replica_acks`, partitions, an unreachable Redis, and the record layouts of the
 //! previous release.
 
 mod cluster_waiters;

@@ -1,9 +1,9 @@
-//! `redis.wait_replicas` when the replicas stop acknowledging (the Sentinel
-//! partition rows): `WAIT` blocks its connection for `redis.wait_timeout`, and the
+//! `redis.replica_acks` when the replicas stop acknowledging (the Sentinel partition
+//! rows): `WAIT` blocks its connection for `redis.replica_ack_timeout`, and the
 //! completions pipelined behind it wait in Redis; with no replica acknowledging, the
-//! `WAIT` connections complete one record per `wait_timeout` each and every completion
-//! beyond that times out. After one short `WAIT` a shard's completions go without it,
-//! until a check sees the replicas acknowledge a write again.
+//! `WAIT` connections complete one record per `replica_ack_timeout` each and every
+//! completion beyond that times out. After one short `WAIT` a shard's completions go
+//! without it, until a check sees the replicas acknowledge a write again.
 //!
 //! On a real primary and replica, the replication stream held in a [`HoldProxy`]
 //! (`super::failover::Pair`): the primary keeps the replica as connected, so every
@@ -33,7 +33,7 @@ async fn claim_and_complete(store: &RedisStore, name: &str) -> Duration {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completions_stop_waiting_for_replicas_that_do_not_acknowledge_then_wait_again() {
     let pair = Pair::start().await;
-    // wait_timeout 600 ms, command timeout 2 s, four WAIT connections.
+    // replica_ack_timeout 600 ms, command timeout 2 s, four WAIT connections.
     let store = Arc::new(
         RedisStore::connect(&config(&pair.primary, 1))
             .await
@@ -72,7 +72,7 @@ async fn completions_stop_waiting_for_replicas_that_do_not_acknowledge_then_wait
     assert!(still < Duration::from_millis(400), "{still:?}");
 
     // Once it acknowledges again, completions wait for it again: held once more, a
-    // completion lasts the whole wait_timeout.
+    // completion lasts the whole replica_ack_timeout.
     pair.link.hold(false);
     let deadline = Instant::now() + Duration::from_secs(10);
     for attempt in 0.. {

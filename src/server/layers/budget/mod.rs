@@ -16,7 +16,7 @@
 //! stored response stays, a retry gets it). Once the budget is spent, every new keyed
 //! request is refused before its body is read, so what is buffered stays within the
 //! budget plus what the requests already admitted bring back (at most
-//! `server.max_in_flight` responses, [`super::in_flight`]).
+//! `server.max_concurrent_requests` responses, [`super::in_flight`]).
 
 mod layer;
 mod response;

@@ -1,4 +1,4 @@
-//! `server.max_in_flight`: requests in flight on the proxy listener, and each
+//! `server.max_concurrent_requests`: requests in flight on the proxy listener, and each
 //! connection's share of them (`server.connection_share`). A request over either is
 //! answered 503 `overloaded` at once, before the gateway sees it (its body is dropped
 //! unread: lingering close drains it); an admitted one holds its slot until its
@@ -28,19 +28,19 @@ use crate::problem::Problem;
 use crate::proxy::headers::{is_grpc, X_REQUEST_ID};
 use crate::server::conn_limits::{ConnLimits, Open};
 
-/// Requests in flight on one proxy listener, up to `server.max_in_flight`.
+/// Requests in flight on one proxy listener, up to `server.max_concurrent_requests`.
 pub struct InFlightLimit {
-    max_in_flight: usize,
+    max_concurrent_requests: usize,
     in_flight: AtomicUsize,
     refused: Counter,
 }
 
 impl InFlightLimit {
-    pub fn new(max_in_flight: usize) -> Self {
+    pub fn new(max_concurrent_requests: usize) -> Self {
         Self {
-            max_in_flight,
+            max_concurrent_requests,
             in_flight: AtomicUsize::new(0),
-            refused: Limit::MaxInFlight.counter(),
+            refused: Limit::MaxConcurrentRequests.counter(),
         }
     }
 
@@ -52,10 +52,10 @@ impl InFlightLimit {
             limit: self.clone(),
             conn: None,
         };
-        if before >= self.max_in_flight {
+        if before >= self.max_concurrent_requests {
             drop(slot);
             self.refused.increment(1);
-            return Err(Problem::overloaded_in_flight(self.max_in_flight));
+            return Err(Problem::overloaded_in_flight(self.max_concurrent_requests));
         }
         if let Some(conn) = conn {
             conn.enter().map_err(Problem::overloaded_connection)?;
@@ -65,8 +65,8 @@ impl InFlightLimit {
     }
 }
 
-/// One request counted against `server.max_in_flight` (and its connection's share)
-/// while it lives.
+/// One request counted against `server.max_concurrent_requests` (and its connection's
+/// share) while it lives.
 pub struct InFlight {
     limit: Arc<InFlightLimit>,
     conn: Option<Arc<ConnLimits>>,
