@@ -1,7 +1,8 @@
 //! Tables kept whole by the code they describe: every alert has a runbook entry, every
 //! metric a row in docs/metrics.md, every problem code a row in docs/http.md's errors
-//! (its gRPC table is checked against `code_for` itself, in src/grpc.rs), and every file
-//! of `migrations/` is in the list the binary applies.
+//! (its gRPC table is checked against `code_for` itself, in src/grpc.rs), every file of
+//! `migrations/` is in the list the binary applies, and every error type of `src/` is
+//! named in ARCHITECTURE.md's Errors.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -275,4 +276,62 @@ fn the_migrations_check_finds_a_file_left_out_and_a_wrong_number() {
         migration_problems(&files[..1], &[(1, "0001_a.sql", "X")]).len(),
         1
     );
+}
+
+/// The error types declared in `source` (`#[derive(.., Error)]` before `enum` or
+/// `struct`).
+fn error_types(source: &str) -> Vec<String> {
+    let lines: Vec<&str> = source.lines().collect();
+    let mut found = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let derives_error = line.trim_start().starts_with("#[derive(")
+            && line
+                .split(['(', ',', ')'])
+                .any(|d| matches!(d.trim(), "Error" | "thiserror::Error"));
+        if !derives_error {
+            continue;
+        }
+        let item = lines[i + 1..]
+            .iter()
+            .find(|l| !l.trim_start().starts_with("#["));
+        let words: Vec<&str> = item.map_or(vec![], |l| l.split_whitespace().collect());
+        if let Some(at) = words.iter().position(|w| *w == "enum" || *w == "struct") {
+            if let Some(name) = words.get(at + 1) {
+                found.push(name.trim_end_matches(['{', ';', '(']).to_string());
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn every_error_type_is_named_in_architecture_md() {
+    let root = Path::new(ROOT);
+    let architecture = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let errors = architecture.split("## Errors").nth(1).unwrap();
+    let errors = errors.split("\n## ").next().unwrap();
+    let mut missing = Vec::new();
+    for file in walk(&root.join("src"), &["rs"]) {
+        let source = std::fs::read_to_string(&file).unwrap();
+        for name in error_types(&source) {
+            let named = [format!("`{name}`"), format!("::{name}`")];
+            if !named.iter().any(|n| errors.contains(n.as_str())) {
+                missing.push(format!(
+                    "{name} ({})",
+                    file.strip_prefix(root).unwrap().display()
+                ));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "error types ARCHITECTURE.md's Errors does not name: {missing:?}"
+    );
+}
+
+#[test]
+fn the_error_check_finds_a_derived_error() {
+    let source = "#[derive(Debug, thiserror::Error)]\n#[non_exhaustive]\npub enum AError {\n}\n\
+                  #[derive(Debug, Error)]\npub struct BError;\n#[derive(Debug)]\nstruct C;\n";
+    assert_eq!(error_types(source), ["AError", "BError"]);
 }
