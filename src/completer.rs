@@ -8,7 +8,7 @@
 //! `postgres.completer_grace` ago ([`crate::store::postgres::abandoned`]); each is then
 //! taken over by the same claim a client's retry makes ([`Stores::claim`]: a new lock
 //! token and a higher fencing token, in Redis and Postgres), so a retry racing it gets
-//! 409 or the stored result, never a second execution. The kept request is sent again
+//! 409 or the stored result, never a second execution. The resendable request is sent again
 //! with its `Idempotency-Key`, the new `Idempotency-Fencing-Token` and
 //! `Idempotency-Completer: 1`, and settled as a first execution would be
 //! ([`flow::run()`]): stored, so that a later retry replays it. An attempt that the
@@ -28,7 +28,7 @@ use crate::flow::{self, Runner, Settled};
 use crate::idempotency::{Binding, Claim};
 use crate::metrics;
 use crate::store::postgres::abandoned::{Abandoned, Found, PassLimits};
-use crate::store::tiers::Resend;
+use crate::store::tiers::Resendable;
 use crate::store::StoreError;
 
 /// Whether any route keeps requests for the completer (and so whether it runs).
@@ -44,7 +44,7 @@ pub fn spawn(app: Arc<App>) -> Option<tokio::task::JoinHandle<()>> {
     }
     if app.config.encryption.is_none() {
         tracing::warn!(
-            "completer = true without [encryption]: kept requests (their headers, \
+            "completer = true without [encryption]: resendable requests (their headers, \
             credentials and idempotency keys among them) are stored in the clear in postgres \
             while in flight (docs/completer.md)"
         );
@@ -128,7 +128,7 @@ pub async fn attempt_all(app: &Arc<App>, found: Found) -> PassReport {
     }
     // Detached tasks, tracked as requests are (shutdown waits for them): a pass that is
     // stopped leaves them running to the end, since a lease dropped mid-attempt would
-    // be released, and its kept request with it.
+    // be released, and its resendable request with it.
     let attempts: Vec<_> = (found.reserved.into_iter())
         .map(|abandoned| {
             let span = tracing::info_span!("completer", route = %abandoned.route,
@@ -158,7 +158,7 @@ async fn attempt(app: Arc<App>, abandoned: Abandoned) -> &'static str {
         tracing::warn!("completer: the abandoned request's route is gone; tried again later");
         return "error";
     };
-    let resend = Resend::TakenOver(abandoned.request.clone());
+    let resend = Resendable::TakenOver(abandoned.request.clone());
     let (scope, record) = (abandoned.scope, abandoned.id);
     let claimed = (app.stores).claim(&route, scope, record, &abandoned.fingerprint, resend);
     let lease = match claimed.await {
@@ -177,7 +177,7 @@ async fn attempt(app: Arc<App>, abandoned: Abandoned) -> &'static str {
     let request = (app.stores.open_resendable(abandoned.request, at)).and_then(|request| {
         request
             .into_parts()
-            .map_err(|_| StoreError::Corrupt("kept request"))
+            .map_err(|_| StoreError::Corrupt("resendable request"))
     });
     let (parts, body, peer) = match request {
         Ok(request) => request,

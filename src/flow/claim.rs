@@ -24,7 +24,7 @@ use crate::config::InFlightPolicy;
 use crate::idempotency::{Claim, Fingerprint, RecordId, ResendableRequest, StoredResponse};
 use crate::metrics::Outcome;
 use crate::route::Route;
-use crate::store::tiers::{Resend, Waited};
+use crate::store::tiers::{Resendable, Waited};
 use crate::store::{Failure, Lease, StoreError};
 use axum::response::Response;
 
@@ -36,6 +36,16 @@ pub enum Claimed {
     Bypassed,
     /// Answered without running: a replay, a refusal.
     Answered(Outcome, Reply),
+}
+
+/// What the claim keeps for the completer: the request, encoded, on a route with it.
+fn resendable(completer: bool, request: &Identified, peer: IpAddr) -> Resendable {
+    match completer {
+        true => {
+            Resendable::Fresh(ResendableRequest::new(&request.parts, &request.body, peer).encode())
+        }
+        false => Resendable::Off,
+    }
 }
 
 /// Claims the key of `request` (sent by `peer`) on `route`.
@@ -53,10 +63,7 @@ pub async fn claim(
     // The branches a first execution does not take are boxed (waiting, the previous
     // id): inline, the largest of them sets the size of this future, and of
     // every future that holds it, which is moved (copied) several times per request.
-    let resend = match settings.completer {
-        true => Resend::Fresh(ResendableRequest::new(&request.parts, &request.body, peer).encode()),
-        false => Resend::Off,
-    };
+    let resend = resendable(settings.completer, request, peer);
     // What the tiers answer is cached only if this replica's view of them holds
     // until then (see `Stores::replay_view`).
     let view = app.stores.replay_view();

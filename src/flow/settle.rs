@@ -18,7 +18,7 @@ use crate::store::Lease;
 /// Who runs a held lease's request: a client's request, or the completer sending an
 /// abandoned one again. They differ only in what an upstream call that got no answer,
 /// or a release status, leaves: a client's lease is released (its retry runs again);
-/// the completer's is handed back with its kept request, for its next attempt (the
+/// the completer's is handed back with its resendable request, for its next attempt (the
 /// key is just as free for a client's retry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Runner {

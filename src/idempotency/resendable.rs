@@ -89,7 +89,7 @@ impl ResendableRequest {
 
     pub fn decode(mut raw: Bytes) -> Result<Self, &'static str> {
         if take(&mut raw, 2)?[..] != [MAGIC, RESENDABLE_VERSION] {
-            return Err("not a kept request");
+            return Err("not a resendable request");
         }
         let len = usize::from(take(&mut raw, 1)?[0]);
         let method = Method::from_bytes(&take(&mut raw, len)?).map_err(|_| "bad method")?;
@@ -139,7 +139,7 @@ impl ResendableRequest {
 
 fn take(raw: &mut Bytes, n: usize) -> Result<Bytes, &'static str> {
     if raw.len() < n {
-        return Err("kept request truncated");
+        return Err("resendable request truncated");
     }
     Ok(raw.split_to(n))
 }

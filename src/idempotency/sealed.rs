@@ -23,7 +23,7 @@ pub const SEALED_VERSION: u8 = 2;
 const NONCE_LEN: usize = 24;
 const TAG_LEN: usize = 16;
 const LABEL: &[u8] = b"idemgate sealed record v2";
-/// The label of a kept request ([`super::resendable`]): sealed in the same envelope, but
+/// The label of a resendable request ([`super::resendable`]): sealed in the same envelope, but
 /// never opened as a response, nor a response as a request.
 const REQUEST_LABEL: &[u8] = b"idemgate kept request v1";
 /// The label of a live stream's entry (`store::redis::live`).
@@ -119,13 +119,13 @@ impl Sealing {
         self.seal_labelled(LABEL, encoded, at)
     }
 
-    /// A kept request ([`super::resendable`]) as stored: sealed under the active key with its
+    /// A resendable request ([`super::resendable`]) as stored: sealed under the active key with its
     /// own label, or as it is when encryption is off.
     pub fn seal_request(&self, encoded: &Bytes, at: Binding) -> Bytes {
         (self.seal_labelled(REQUEST_LABEL, encoded, at)).unwrap_or_else(|| encoded.clone())
     }
 
-    /// The kept request's encoding from what a store holds at `at`.
+    /// The resendable request's encoding from what a store holds at `at`.
     pub fn open_request(&self, raw: Bytes, at: Binding) -> Result<Bytes, Unreadable> {
         self.open_raw(REQUEST_LABEL, raw, at)
     }

@@ -10,7 +10,7 @@ pub const COMPLETER_OUTCOMES: &str = "idemgate_completer_outcomes_total";
 /// Every outcome of a completer attempt (`idemgate_completer_outcomes_total`):
 /// `completed` (a response stored), `refused` (a release status) and `retry` (no
 /// answer from the upstream), both tried again after the backoff, `given_up` (out of attempts, or a
-/// kept request that cannot be read), `lease_lost`, `not_stored`, and the attempts that
+/// resendable request that cannot be read), `lease_lost`, `not_stored`, and the attempts that
 /// found the key no longer abandoned: `already_completed`, `in_flight` (a client's
 /// retry holds it), `mismatch`, `error` (the claim failed).
 pub const COMPLETER_OUTCOME_NAMES: [&str; 10] = [

@@ -1,5 +1,5 @@
 //! The completer's statements: find the requests abandoned with a durable lease (a
-//! kept request, the lease expired more than the grace period ago), reserve a batch of
+//! resendable request, the lease expired more than the grace period ago), reserve a batch of
 //! them for one attempt each, give up on those out of attempts, and hand a lease back
 //! after an attempt that got no answer from the upstream.
 //!
@@ -34,7 +34,7 @@ pub struct Abandoned {
     pub id: RecordId,
     pub route: String,
     pub fingerprint: Fingerprint,
-    /// The kept request, as stored (maybe sealed).
+    /// The resendable request, as stored (maybe sealed).
     pub request: Bytes,
     /// Attempts so far, this one included.
     pub attempt: i32,
@@ -53,7 +53,7 @@ impl Abandoned {
 /// What one pass found.
 #[derive(Debug, Default)]
 pub struct Found {
-    /// Out of attempts: marked given up (kept request deleted), to be counted and logged.
+    /// Out of attempts: marked given up (resendable request deleted), to be counted and logged.
     pub given_up: Vec<(RecordId, String)>,
     /// Reserved for an attempt now.
     pub reserved: Vec<Abandoned>,
@@ -130,7 +130,7 @@ impl PgStore {
         }
     }
 
-    /// Ends `token`'s lease on `rec` now, keeping the row and its kept request: an
+    /// Ends `token`'s lease on `rec` now, keeping the row and its resendable request: an
     /// attempt that got no answer from the upstream, tried again when its backoff ends.
     pub async fn hand_back(&self, rec: RecordRef<'_>, token: &str) -> Result<bool, StoreError> {
         self.timed("hand_back", |client| async move {
@@ -146,7 +146,7 @@ impl PgStore {
         .await
     }
 
-    /// Gives `rec` up now (its kept request cannot be read): marked, the request
+    /// Gives `rec` up now (its resendable request cannot be read): marked, the request
     /// deleted, the lease (`token`'s) ended.
     pub async fn give_up(&self, rec: RecordRef<'_>, token: &str) -> Result<bool, StoreError> {
         self.timed("give_up", |client| async move {

@@ -1,5 +1,5 @@
 //! What a claim asks for ([`ClaimAsk`], with the request it keeps for the completer:
-//! [`ResendRow`]), and the claim statement's parameters built from a round of asks
+//! [`ResendableRow`]), and the claim statement's parameters built from a round of asks
 //! ([`ClaimColumns`]: one array per column, in key order, so that one `INSERT ... SELECT
 //! FROM UNNEST` claims every key of the round; the statement is `leases::CLAIM`).
 
@@ -21,12 +21,12 @@ pub struct ClaimAsk {
     /// (lease + `ttl`), so that the completion leaves it alone. Zero: the lease only.
     pub ttl: Duration,
     /// The request kept with the lease for the completer, if any.
-    pub resend: Option<ResendRow>,
+    pub resend: Option<ResendableRow>,
 }
 
 /// A request kept with a durable lease ([`crate::idempotency::resendable`]).
 #[derive(Debug, Clone)]
-pub struct ResendRow {
+pub struct ResendableRow {
     /// As stored: sealed under `[encryption]`.
     pub request: bytes::Bytes,
     /// Least time the row lives with it (the record's `ttl`).
@@ -61,7 +61,7 @@ impl ClaimAsk {
     }
 
     /// The same ask, keeping `resend` with the lease.
-    pub fn resending(mut self, resend: Option<ResendRow>) -> Self {
+    pub fn resending(mut self, resend: Option<ResendableRow>) -> Self {
         self.resend = resend;
         self
     }

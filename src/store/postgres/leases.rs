@@ -32,7 +32,7 @@ type ClaimAnswer =
 /// one row per element of the arrays. Returns the token, new fence and `after_lapse` of
 /// each row taken (true where the lease taken over had lapsed without a completion: an
 /// unexpired row, leased by another token; a re-sent claim keeps what its first
-/// sending found); a key that is held returns nothing. A row keeps the claim's kept request
+/// sending found); a key that is held returns nothing. A row keeps the claim's resendable request
 /// (`request`, NULL without one) and lives at least `km` ms (at least the lease and
 /// then the record's `ttl`: its completion, a HOT update, keeps that expiry); `completer` is
 /// `'running'` for the completer's takeover (which keeps counting its attempts) and

@@ -56,7 +56,7 @@ pub struct PgRecord {
     pub lease_remaining_ms: Option<i64>,
     /// What the completer did with it (the `completer` column), if anything.
     pub completer: Option<CompleterMark>,
-    /// Attempts the completer reserved for its kept request.
+    /// Attempts the completer reserved for its resendable request.
     pub completer_attempts: Option<i32>,
     /// Whether a request is kept with its lease for the completer.
     pub request_kept: bool,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use super::super::lease::{Held, Lease};
-use super::super::postgres::claim_asks::{ClaimAsk, ResendRow};
+use super::super::postgres::claim_asks::{ClaimAsk, ResendableRow};
 use super::super::postgres::{Found, PgClaim, RecordRef};
 use super::super::redis::slots::slot;
 use super::super::redis::vouch::Vouched;
@@ -37,7 +37,7 @@ impl Stores {
         scope: Scope,
         record: RecordId,
         fingerprint: &Fingerprint,
-        resend: Resend,
+        resend: Resendable,
     ) -> Result<Claim<Lease>, StoreError> {
         let (stores, route, fingerprint) = (self.clone(), route.clone(), *fingerprint);
         let claim = async move {
@@ -58,7 +58,7 @@ impl Stores {
         scope: Scope,
         record: RecordId,
         fingerprint: Fingerprint,
-        resend: Resend,
+        resend: Resendable,
     ) -> Result<Claim<Lease>, StoreError> {
         let ask = Ask {
             view: self.replay_view(),
@@ -85,7 +85,7 @@ impl Stores {
                 fence_ttl,
                 // A request kept for the completer lives in its Postgres row: such a
                 // claim is written through, whatever Redis could vouch for.
-                matches!(ask.resend, Resend::Off),
+                matches!(ask.resend, Resendable::Off),
             )
             .await;
         if claimed.is_ok() {
@@ -144,19 +144,19 @@ impl Stores {
     /// What the durable lease of `ask` keeps for the completer: its request sealed at
     /// its record (a first execution on a route with the completer on), or the kept
     /// request as stored (the completer's takeover).
-    fn resend_row(&self, route: &Route, ask: &Ask) -> Option<ResendRow> {
+    fn resend_row(&self, route: &Route, ask: &Ask) -> Option<ResendableRow> {
         let (request, by_completer) = match &ask.resend {
-            Resend::Off => return None,
-            Resend::Fresh(encoded) => {
+            Resendable::Off => return None,
+            Resendable::Fresh(encoded) => {
                 let at = Binding {
                     scope: ask.scope,
                     record: ask.record,
                 };
                 (self.0.sealing.seal_request(encoded, at), false)
             }
-            Resend::TakenOver(stored) => (stored.clone(), true),
+            Resendable::TakenOver(stored) => (stored.clone(), true),
         };
-        Some(ResendRow {
+        Some(ResendableRow {
             request,
             lives: route.policy.settings.ttl + route.policy.settings.lock_ttl,
             by_completer,
@@ -196,7 +196,7 @@ impl Stores {
         route: &Route,
         mut lease: Lease,
         marker_age: Duration,
-        pg_row: Option<Option<ResendRow>>,
+        pg_row: Option<Option<ResendableRow>>,
     ) -> Result<Claim<Lease>, StoreError> {
         let Some(pg) = &self.0.postgres else {
             return Ok(Claim::Acquired(lease));
@@ -414,13 +414,13 @@ pub(super) struct Ask {
     pub(super) scope: Scope,
     pub(super) record: RecordId,
     pub(super) fingerprint: Fingerprint,
-    pub(super) resend: Resend,
+    pub(super) resend: Resendable,
 }
 
 /// What a claim keeps with its durable lease so that the completer can send the request
 /// again (write-through claims only: nothing is kept where a claim lives in Redis alone).
 #[derive(Debug, Clone, Default)]
-pub enum Resend {
+pub enum Resendable {
     /// Nothing: a route without the completer.
     #[default]
     Off,

@@ -1,5 +1,5 @@
 //! The completer's side of the tiers: the abandoned requests of one pass (Postgres
-//! decides: the kept requests live there), and the end of an attempt that did not
+//! decides: the resendable requests live there), and the end of an attempt that did not
 //! settle as a first execution would: handed back for a later attempt, or given up.
 
 use super::super::lease::Held;
@@ -19,18 +19,18 @@ impl Stores {
         }
     }
 
-    /// Opens a kept request as stored at `at` (the one place one is opened).
+    /// Opens a resendable request as stored at `at` (the one place one is opened).
     pub fn open_resendable(
         &self,
         stored: bytes::Bytes,
         at: Binding,
     ) -> Result<ResendableRequest, StoreError> {
         let plain = self.0.sealing.open_request(stored, at)?;
-        ResendableRequest::decode(plain).map_err(|_| StoreError::Corrupt("kept request"))
+        ResendableRequest::decode(plain).map_err(|_| StoreError::Corrupt("resendable request"))
     }
 
     /// Ends the completer's lease without a response: in Redis it is released; in
-    /// Postgres it ends now, the row and its kept request stay for the next attempt
+    /// Postgres it ends now, the row and its resendable request stay for the next attempt
     /// (`give_up` false) or are marked given up (true).
     pub(crate) async fn hand_back(&self, lease: &Held, give_up: bool) -> Result<(), StoreError> {
         if let Home::Redis { .. } = lease.home {

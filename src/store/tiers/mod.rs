@@ -28,7 +28,7 @@ mod vouched;
 mod wait;
 mod warmth;
 
-pub use arbitrate::Resend;
+pub use arbitrate::Resendable;
 pub use live::{LiveWriter, Read};
 pub use readiness::Health;
 pub use vouched::ClaimPath;

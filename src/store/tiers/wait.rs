@@ -12,7 +12,7 @@ use super::super::lease::Lease;
 use super::super::redis::waiters::RECHECK;
 use super::super::{RedisStore, StoreError};
 use super::live::LiveReader;
-use super::{Resend, Stores};
+use super::{Resendable, Stores};
 use crate::idempotency::{Binding, Claim, Fingerprint, RecordId, Scope};
 use crate::route::Route;
 
@@ -66,7 +66,7 @@ impl Stores {
         record: RecordId,
         fingerprint: &Fingerprint,
         remaining: Duration,
-        resend: Resend,
+        resend: Resendable,
     ) -> Result<Waited, StoreError> {
         let in_flight = Waited::Claim(Claim::InFlight { remaining });
         let Some(waiters) = &self.0.waiters else {

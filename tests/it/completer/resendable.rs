@@ -75,7 +75,7 @@ async fn xids(pg: &PgServer) -> i64 {
     row.get(0)
 }
 
-/// The kept request travels in the write-through claim's own statement: first
+/// The resendable request travels in the write-through claim's own statement: first
 /// executions with the completer on write in as many Postgres transactions as with it
 /// off (a claim and a completion each). Prints both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
