@@ -50,16 +50,16 @@ const LONG_FILES: &[(&str, usize)] = &[
 const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("fleet/examples/cpu_ab.rs", "main", 381),
     (
-        "tests/chaos/abuse.rs",
+        "tests/chaos/abuse/mod.rs",
         "slow_readers_and_a_connection_burst",
         169,
     ),
     ("tests/chaos/checker.rs", "examine_keys", 152),
     ("tests/chaos/claim_faults.rs", "impatient_waiters", 170),
     ("tests/chaos/claim_faults.rs", "slow_claim_timeouts", 140),
-    ("tests/chaos/h2_attackers.rs", "attacker", 112),
-    ("tests/chaos/h2_attacks.rs", "attack", 119),
-    ("tests/chaos/h2_attacks.rs", "verdict", 119),
+    ("tests/chaos/h2_attacks/attackers.rs", "attacker", 112),
+    ("tests/chaos/h2_attacks/mod.rs", "attack", 119),
+    ("tests/chaos/h2_attacks/mod.rs", "verdict", 119),
     ("tests/chaos/scenarios/sigstop.rs", "replica_sigstop", 214),
     (
         "tests/it/h2_abuse/stalled.rs",

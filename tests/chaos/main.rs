@@ -15,7 +15,6 @@
 use idemgate_testkit::{attack_upstream, h2wire, postgres, redis};
 
 mod abuse;
-mod abusers;
 mod answers;
 mod checker;
 mod claim_faults;
@@ -24,22 +23,17 @@ mod completer;
 mod driver;
 mod failover;
 mod faultproxy;
-mod h2_attackers;
 mod h2_attacks;
-mod h2_flooders;
 mod h2_floods;
 mod harness;
 mod lifecycle;
-mod lifecycle_rows;
 mod partition;
-mod partition_rows;
 mod pg_ha;
-mod pg_ha_rows;
 mod report;
 mod rolling;
 mod scenarios;
 mod slow_upstream;
-mod vouched_rows;
+mod vouched;
 
 use cluster::Durability::{FilledOnReplay, Postgres, RedisOnly, WriteThrough};
 use harness::run;
@@ -349,7 +343,7 @@ fn http2_floods_four_attackers() {
 fn http2_attack_stalled_readers() {
     run(
         "abuse: HTTP/2 stalled readers, 2 connections x 40 replays of 1 MiB, windows never opened",
-        |n| h2_attacks::attack(n, h2_attackers::Attack::StalledReaders),
+        |n| h2_attacks::attack(n, h2_attacks::attackers::Attack::StalledReaders),
     );
 }
 
@@ -358,7 +352,7 @@ fn http2_attack_stalled_readers() {
 fn http2_attack_declared_bodies() {
     run(
         "abuse: HTTP/2 declared bodies, 100 keyed POSTs declaring 1 MiB, no byte sent",
-        |n| h2_attacks::attack(n, h2_attackers::Attack::DeclaredBodies),
+        |n| h2_attacks::attack(n, h2_attacks::attackers::Attack::DeclaredBodies),
     );
 }
 
@@ -367,7 +361,7 @@ fn http2_attack_declared_bodies() {
 fn http2_attack_stream_slots() {
     run(
         "abuse: HTTP/2 stream slots, 2 connections x 100 bodiless keyed POSTs",
-        |n| h2_attacks::attack(n, h2_attackers::Attack::StreamSlots),
+        |n| h2_attacks::attack(n, h2_attacks::attackers::Attack::StreamSlots),
     );
 }
 
@@ -376,7 +370,7 @@ fn http2_attack_stream_slots() {
 fn http2_attack_resets_after_the_claim() {
     run(
         "abuse: HTTP/2 resets after the claim, keyed POSTs to a 3 s upstream reset after 5 ms",
-        |n| h2_attacks::attack(n, h2_attackers::Attack::ResetAfterClaim),
+        |n| h2_attacks::attack(n, h2_attacks::attackers::Attack::ResetAfterClaim),
     );
 }
 
@@ -385,7 +379,7 @@ fn http2_attack_resets_after_the_claim() {
 fn http2_attack_idle_connections() {
     run(
         "abuse: HTTP/2 idle connections, 200 that only answer or send PINGs",
-        |n| h2_attacks::attack(n, h2_attackers::Attack::IdleConnections),
+        |n| h2_attacks::attack(n, h2_attacks::attackers::Attack::IdleConnections),
     );
 }
 

@@ -20,6 +20,8 @@
 //! again. Every other cell must PASS: a lease that lapsed under a crashed or frozen holder
 //! is an unknown outcome, stored and replayed, never run again.
 
+mod rows;
+
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;

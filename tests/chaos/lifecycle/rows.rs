@@ -1,4 +1,4 @@
-//! The lifecycle matrix's rows (`lifecycle.rs`): each kind of keyed request in flight
+//! The lifecycle matrix's rows ([`super`]): each kind of keyed request in flight
 //! against each event, one test per cell. The SIGTERM cell of each kind but the
 //! completer's (which waits out a lease first) is in the fast subset (`cargo test`,
 //! so `make test`); `make chaos` runs them all.

@@ -25,11 +25,13 @@
 //! `CHAOS_ABUSE_UNLIMITED=1` runs the same attack with the limits set out of reach,
 //! to show that the verdict can fail.
 
+pub mod parties;
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::abusers::{
+use crate::abuse::parties::{
     big_upstream, buffered_after_attack, failures, limited_summary, normal_client, post_big, rss,
     sample_rss, slow_reader, stalled_head, Tally, BIG,
 };

@@ -1,4 +1,4 @@
-//! The Postgres high-availability rows (`pg_ha.rs`): {primary lost, switchover,
+//! The Postgres high-availability rows ([`super`]): {primary lost, switchover,
 //! primary partitioned} x {`claims = "write_through"`, `claims = "redis"`} x
 //! {synchronous, asynchronous replication}, and the primary powered off (its packets
 //! dropped, never healed; first in the URL). One runs in `cargo test` (so `make test`

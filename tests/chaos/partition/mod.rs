@@ -12,6 +12,8 @@
 //! is asked directly, replay caches included, before the final passes): a failure where
 //! the mode promises exactly once, its window (measured) where a key may run twice.
 
+mod rows;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -12,6 +12,8 @@
 //! Write-through with synchronous replication must be exactly once and durable; the
 //! other rows are measured (asynchronous replication may lose the last commits).
 
+mod rows;
+
 use std::time::{Duration, Instant};
 
 use idemgate_fleet::{Replication, PATRONI_TTL};

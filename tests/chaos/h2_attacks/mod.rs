@@ -1,6 +1,6 @@
 //! The HTTP/2 attack rows: each attack a hostile client made with raw h2c connections
 //! (stalled readers, declared bodies, stream slots, resets after the claim, idle
-//! connections; attackers: [`crate::h2_attackers`]), held for [`ATTACK`] against one
+//! connections; attackers: [`crate::h2_attacks::attackers`]), held for [`ATTACK`] against one
 //! replica of the real fleet running the limits it was reported with
 //! (`max_concurrent_requests = 128`, `buffer_budget = "32MiB"`, `write_timeout = "3s"`,
 //! `http2_max_concurrent_streams = 100`; `idle_timeout = "3s"` for the idle row), while
@@ -29,17 +29,21 @@
 //! same attacks with `connection_share = "100%"` and the timeouts and reset limit out of
 //! reach, to show that the verdict can fail.
 
+pub mod attackers;
+
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::abusers::{buffered_after_attack, limited_summary, rss, sample_rss};
+use crate::abuse::parties::{buffered_after_attack, limited_summary, rss, sample_rss};
 use crate::attack_upstream::AttackUpstream;
 use crate::checker::Report;
 use crate::cluster::{Durability, Options, Probe, Stack};
-use crate::h2_attackers::{attacker, ordinary, Attack, AttackTally, Outcome, REPORT, REPORT_KEY};
-use crate::h2_flooders::{cpu_seconds, idle_cores};
+use crate::h2_attacks::attackers::{
+    attacker, ordinary, Attack, AttackTally, Outcome, REPORT, REPORT_KEY,
+};
+use crate::h2_floods::flooders::{cpu_seconds, idle_cores};
 use crate::h2_floods::IDLE_CORES;
 
 pub const ATTACK: Duration = Duration::from_secs(10);

@@ -1,4 +1,4 @@
-//! The partition scenarios (`partition.rs`) in every mode they apply to: Redis only,
+//! The partition scenarios ([`super`]) in every mode they apply to: Redis only,
 //! `claims = "redis"`, `claims = "write_through"`, with and without
 //! `redis.replica_acks` where Redis has replicas. One of them runs in `cargo test`
 //! (so `make test` exercises the namespace harness on every change); `make chaos` runs

@@ -4,7 +4,7 @@
 //! limits, while ordinary clients send keyed HTTP/1.1 POSTs to the same replica.
 //!
 //! Phases: 2 s idle, 2 s of ordinary traffic only (the baseline), the rapid-reset flood,
-//! 1 s apart, the stream-count flood (attackers: [`crate::h2_flooders`]), 2 s of ordinary
+//! 1 s apart, the stream-count flood (attackers: [`crate::h2_floods::flooders`]), 2 s of ordinary
 //! traffic only (after), the ordinary clients' last seconds (their margin for a flood
 //! that overruns its phase), then 2 s idle. The replica's RSS (`/proc/<pid>/status`) is
 //! sampled every 100 ms and its CPU time (`/proc/<pid>/stat`) read at each phase's edges.
@@ -23,14 +23,16 @@
 //! body never sent) reaches the upstream. `CHAOS_H2_UNLIMITED=1` runs the same floods with the reset
 //! limits set out of reach, to show that the verdict can fail.
 
+pub mod flooders;
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::abusers::{failures, normal_client, rss, sample_rss, Outcome};
+use crate::abuse::parties::{failures, normal_client, rss, sample_rss, Outcome};
 use crate::checker::Report;
 use crate::cluster::{Durability, Options, Stack};
-use crate::h2_flooders::{cores_over, cpu_seconds, flood, idle_cores, Flood, FloodTally};
+use crate::h2_floods::flooders::{cores_over, cpu_seconds, flood, idle_cores, Flood, FloodTally};
 
 /// How hard: seconds per flood, attackers at once, connections per attacker at most.
 #[derive(Clone, Copy, Debug)]
