@@ -37,7 +37,6 @@ const LONG_FILES: &[(&str, usize)] = &[
     ("src/store/tiers/arbitrate.rs", 443),
     ("tests/chaos/checker.rs", 557),
     ("tests/chaos/claim_faults.rs", 407),
-    ("tests/chaos/cluster.rs", 715),
     ("tests/chaos/driver.rs", 456),
     ("tests/chaos/main.rs", 497),
     ("tests/it/binary/cli.rs", 657),
