@@ -22,25 +22,25 @@ loadtest:
 	bash loadtest/run.sh
 
 # Benchmark against the direct upstream and nginx on this machine (about 8 minutes
-# after the build; installs wrk, nginx, k6... if missing): writes deploy/bench/results/
-# and regenerates the table in BENCHMARKS.md; see deploy/bench/run.sh.
+# after the build; installs wrk, nginx, k6... if missing): writes loadtest/bench/results/
+# and regenerates the table in BENCHMARKS.md; see loadtest/bench/run.sh.
 bench:
-	bash deploy/bench/run.sh
+	bash loadtest/bench/run.sh
 
 # Keyed streaming answers (Server-Sent Events from the demo upstream's /v1/completions)
 # through two replicas and directly, side by side (a few minutes after the build):
 # time to first event for first executions, joiners and replays; CPU and peak RSS per
 # replica for 1,000 streams at once, with slow joiners too. Writes
-# deploy/bench/results/streaming.md; see deploy/bench/streaming.sh.
+# loadtest/bench/results/streaming.md; see loadtest/bench/streaming.sh.
 bench-streaming:
-	bash deploy/bench/streaming.sh
+	bash loadtest/bench/streaming.sh
 
 # Soak: SOAK_MINUTES (default 30) of mixed first executions and replays at SOAK_RATE
 # (default 300 req/s) through HAProxy to two durable replicas with the reaper running;
 # RSS, latency, the Postgres table, autovacuum and Redis sampled over time into
-# deploy/soak/results/ (summary.md, soak.png); ports of its own; see deploy/soak/run.sh.
+# loadtest/soak/results/ (summary.md, soak.png); ports of its own; see loadtest/soak/run.sh.
 soak:
-	bash deploy/soak/run.sh
+	bash loadtest/soak/run.sh
 
 # Install missing Debian packages, then every test that proves behaviour: the alert
 # rules (promtool), the deployment checks, and every test target through cargo-nextest
@@ -60,13 +60,13 @@ fuzz-smoke: deps
 	FUZZ_SECONDS=$(or $(FUZZ_SMOKE_SECONDS),5) bash fuzz/run.sh
 
 # Rolling upgrade check: the previous release's binary (a debug build of the commit in
-# deploy/upgrade/base-commit, kept under target/upgrade-base/ and reused) and this one
+# tests/upgrade/base-commit, kept under target/upgrade-base/ and reused) and this one
 # in one fleet on one Redis and Postgres behind HAProxy: replays across versions, one
 # execution per key, waiters woken across versions (tests/it/binary/upgrade.rs), then the
 # switch to vouched claims replica by replica (upgrade_vouched.rs). UPGRADE_BASE=
 # <commit> checks against another commit. Part of `make ci`.
 upgrade-check: deps
-	bash deploy/upgrade/check.sh
+	bash tests/upgrade/check.sh
 
 # Fuzz every parser that reads client or store bytes (fuzz/, cargo-fuzz and libFuzzer;
 # installs cargo-fuzz if missing): each target FUZZ_SECONDS (default 60), or only
@@ -117,7 +117,7 @@ lint:
 	cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --lib --features fuzzing -- -D warnings
-	bash deploy/deny.sh
+	bash .ci/deny.sh
 
 deps:
-	bash deploy/install-deps.sh
+	bash .ci/install-deps.sh

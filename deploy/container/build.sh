@@ -17,8 +17,8 @@ cd "$(dirname "$0")/../.."
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 image=${IMAGE:-localhost/idemgate:$version}
 base=${RUNTIME_BASE:-localhost/idemgate-distroless:bookworm}
-bash deploy/install-deps.sh image
-command -v redis-server >/dev/null || bash deploy/install-deps.sh
+bash .ci/install-deps.sh image
+command -v redis-server >/dev/null || bash .ci/install-deps.sh
 
 cargo build --release --locked --bin idemgate
 podman image exists "$base" || bash deploy/container/runtime-base.sh "$base"

@@ -241,7 +241,7 @@ fn main() {
             vec!["unique".into()]
         };
     }
-    let lua = root.join("deploy/bench/wrk.lua");
+    let lua = root.join("loadtest/bench/wrk.lua");
     assert!(lua.exists());
     // Redis' own cost per request over the measured rounds (all variants together):
     // `INFO commandstats` (µs per script call) and `INFO cpu` (the whole server).
@@ -503,7 +503,7 @@ fn round_load(v: &Variant, round: usize) -> Vec<String> {
     }
 }
 
-/// `wrk` with `deploy/bench/wrk.lua` and its `script` arguments (`unique PREFIX` or
+/// `wrk` with `loadtest/bench/wrk.lua` and its `script` arguments (`unique PREFIX` or
 /// `replay PREFIX N`) against 127.0.0.1:`port`; (requests, req/s).
 fn wrk(port: u16, load: (usize, usize), secs: u64, script: &[String]) -> (f64, f64) {
     let w = wrk_json(port, load, secs, script);

@@ -16,7 +16,7 @@
 //! Binaries are passed in (the tests know them from `CARGO_BIN_EXE_*`); the system
 //! servers (`redis-server`, `initdb`/`postgres`, `haproxy`, `patroni`, `etcd`) are looked up on the
 //! machine, as `make test` and `make up` install them. [`bench`] is the fleet of
-//! `make bench` (fixed ports, one part at a time, driven by `deploy/bench/bench.py`);
+//! `make bench` (fixed ports, one part at a time, driven by `loadtest/bench/bench.py`);
 //! [`probe`] reads a running fleet's CPU, memory and statement counts for the A/B
 //! examples.
 

@@ -81,7 +81,7 @@ pub fn machine_cpu() -> (f64, f64, f64) {
     (all[3] + all[4], all.iter().take(8).sum(), cpus as f64)
 }
 
-/// `wrk` with `deploy/bench/wrk.lua` and its `script` arguments (`unique PREFIX` or
+/// `wrk` with `loadtest/bench/wrk.lua` and its `script` arguments (`unique PREFIX` or
 /// `replay PREFIX N`) against 127.0.0.1:`port`, with `(connections, threads)`, for
 /// `secs`; its JSON line as a field reader (`requests`, `rps`, `lat_p50_us`, ...).
 /// Panics on any non-2xx answer.
@@ -91,7 +91,7 @@ pub fn wrk_json(
     secs: u64,
     script: &[String],
 ) -> impl Fn(&str) -> f64 {
-    let lua = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/bench/wrk.lua");
+    let lua = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../loadtest/bench/wrk.lua");
     let out = std::process::Command::new("wrk")
         .args(["-t", &threads.to_string(), "-c", &conns.to_string()])
         .args(["-d", &format!("{secs}s"), "--timeout", "5s", "-s"])

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use super::{documents, walk, ROOT};
 
 /// The top-level directories a repository path starts at.
-const TOP: [&str; 11] = [
+const TOP: [&str; 12] = [
     "src/",
     "lua/",
     "migrations/",
@@ -31,6 +31,7 @@ const TOP: [&str; 11] = [
     "docs/",
     "xtask/",
     "examples/",
+    ".ci/",
 ];
 
 /// The extensions that make a token a file's path.

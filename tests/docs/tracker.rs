@@ -94,8 +94,8 @@ fn no_file_cites_a_tracker_number() {
     for expected in [
         "README.md",
         "docs/http.md",
-        "deploy/bench/results/claims-write-through-vs-redis.md",
-        "deploy/soak/results/summary.md",
+        "loadtest/bench/results/claims-write-through-vs-redis.md",
+        "loadtest/soak/results/summary.md",
         "lua/claim.lua",
         "src/lib.rs",
         "tests/docs/main.rs",

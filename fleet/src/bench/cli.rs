@@ -1,5 +1,5 @@
-//! `idemgate-fleet bench ...`, run from the repository root by `deploy/bench/run.sh`
-//! and `deploy/bench/bench.py`:
+//! `idemgate-fleet bench ...`, run from the repository root by `loadtest/bench/run.sh`
+//! and `loadtest/bench/bench.py`:
 //!
 //! ```text
 //! bench ports                                  the fixed ports, as JSON

@@ -247,7 +247,7 @@ mod tests {
 
     #[test]
     fn the_generated_file_names_only_keys_the_last_release_reads() {
-        // What the base commit's (deploy/upgrade/base-commit) schema knows of them.
+        // What the base commit's (tests/upgrade/base-commit) schema knows of them.
         let known = [
             "server.listen",
             "server.admin_listen",

@@ -1,5 +1,5 @@
 //! `idemgate-fleet bench h2c-load ...`: the closed-loop load client of the bench's h2c
-//! rows (`deploy/bench/bench.py`). h2load (nghttp2) sends the same headers on every
+//! rows (`loadtest/bench/bench.py`). h2load (nghttp2) sends the same headers on every
 //! request, so it cannot give each first execution a key of its own; this client sends
 //! the bench's request (`POST`, the 31-byte JSON body, `Authorization: Bearer
 //! bench-tenant`, an `Idempotency-Key` chosen per request exactly as `wrk.lua` chooses

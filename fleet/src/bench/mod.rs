@@ -1,6 +1,6 @@
 //! The fleet of `make bench` on fixed loopback ports ([`ports`]), with its state in
 //! `.state/bench/` (pid files in `run/`, logs in `raw/`, generated configurations), one
-//! part at a time, so that the driver (`deploy/bench/bench.py`) starts and stops
+//! part at a time, so that the driver (`loadtest/bench/bench.py`) starts and stops
 //! replicas between rows while the stores keep running. The driver only measures; every
 //! process it measures is started here:
 //!
@@ -19,10 +19,10 @@
 //!   cluster: under /var/tmp when the `postgres` account cannot reach the checkout),
 //!   and `seed-postgres` fills its records table to production size ([`seeded`]);
 //! - `upstream` (`demo-upstream --latency 0ms`), `nginx` (the baseline, from
-//!   `deploy/bench/nginx.conf`), `peer` ([`peer`]);
+//!   `loadtest/bench/nginx.conf`), `peer` ([`peer`]);
 //! - gateway replicas `gw-1..gw-N` with a row's [`GatewayOptions`] (run by another
-//!   binary when it names one: the last release's, `deploy/upgrade/build-base.sh`), and
-//!   `haproxy` in front of them (from `deploy/bench/haproxy.cfg`).
+//!   binary when it names one: the last release's, `tests/upgrade/build-base.sh`), and
+//!   `haproxy` in front of them (from `loadtest/bench/haproxy.cfg`).
 //!
 //! `idemgate-fleet soak ...` ([`soak`]) starts the fleet of `make soak` from these parts
 //! on ports of its own.
@@ -113,7 +113,7 @@ fn is_ours(pid: u32, name: &str) -> bool {
 }
 
 impl Bench {
-    /// The bench of the checkout at `root` (binaries as `deploy/bench/run.sh` builds and
+    /// The bench of the checkout at `root` (binaries as `loadtest/bench/run.sh` builds and
     /// installs them; `IDEMGATE_BIN`, `UPSTREAM_BIN`, `PEER_BIN` override).
     pub fn new(root: &Path) -> Self {
         let bin = |var: &str, default: &str| {
@@ -232,14 +232,14 @@ impl Bench {
         })
     }
 
-    /// Fills a template of `deploy/bench/` and writes it to `dir/name`.
+    /// Fills a template of `loadtest/bench/` and writes it to `dir/name`.
     fn render(
         &self,
         template: &str,
         dir: &Path,
         pairs: &[(&str, String)],
     ) -> Result<PathBuf, String> {
-        let src = self.root.join("deploy/bench").join(template);
+        let src = self.root.join("loadtest/bench").join(template);
         let mut text =
             std::fs::read_to_string(&src).map_err(|e| format!("{}: {e}", src.display()))?;
         for (k, v) in pairs {
@@ -277,7 +277,7 @@ impl Bench {
     pub fn start_peer(&self) -> Res {
         if !self.peer.exists() {
             return Err(format!(
-                "{} missing (deploy/bench/run.sh installs it with cargo install)",
+                "{} missing (loadtest/bench/run.sh installs it with cargo install)",
                 self.peer.display()
             ));
         }

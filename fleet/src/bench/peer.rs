@@ -1,5 +1,5 @@
 //! The peer `make bench` compares against: ldclabs/idempotent-proxy
-//! (`idempotent-proxy-server` 1.2.2 from crates.io, installed by `deploy/bench/run.sh`
+//! (`idempotent-proxy-server` 1.2.2 from crates.io, installed by `loadtest/bench/run.sh`
 //! into `.state/bench/peer/bin`). It reads its settings from a `.env` file in its
 //! working directory (and panics without one), so [`env_file`] writes one:
 //! `SERVER_ADDR`, `REDIS_URL` as `host:port` (the bench's Redis, shared with the

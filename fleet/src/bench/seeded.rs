@@ -30,7 +30,7 @@ const TEMPLATE_DAYS: u64 = 3;
 const EXPIRY_DAYS: u64 = 4;
 /// Changes with what the seeded rows hold or how they are laid out (a new template then).
 const SEED_VERSION: u32 = 3;
-/// The tenant (`Authorization`) of the bench's requests (deploy/bench/wrk.lua).
+/// The tenant (`Authorization`) of the bench's requests (loadtest/bench/wrk.lua).
 const BENCH_TENANT: &str = "Bearer bench-tenant";
 /// `shared_buffers` of the seeded cluster.
 pub const SHARED_BUFFERS: &str = "1GB";

@@ -1,5 +1,5 @@
 //! `idemgate-fleet soak start|down|ps|ports`: the fleet of `make soak`
-//! (`deploy/soak/run.sh`, `deploy/soak/soak.py`), built from the bench's parts on ports
+//! (`loadtest/soak/run.sh`, `loadtest/soak/soak.py`), built from the bench's parts on ports
 //! of its own ([`ports`]), with its state in `.state/soak/`, so a soak can run beside
 //! `make bench`, `make chaos` and `make up`. `start` starts everything at once:
 //!
@@ -14,7 +14,7 @@
 //!   claims write-through), `[idempotency] ttl` from `SOAK_TTL` (default `3m`) and the
 //!   reaper every `SOAK_REAP_INTERVAL` (default `30s`), so records expire and are
 //!   deleted during the soak, and `postgres.redis_fill` from `SOAK_REDIS_FILL` when set;
-//! - `haproxy` in front of them (`deploy/bench/haproxy.cfg`).
+//! - `haproxy` in front of them (`loadtest/bench/haproxy.cfg`).
 //!
 //! `down` stops every part (replicas first, stores last), as [`Bench::down`] does.
 

@@ -1,7 +1,7 @@
 //! A rolling upgrade: the previous release's binary and this one in one fleet, on one
 //! Redis and one Postgres, behind HAProxy (`make upgrade-check`; `#[ignore]`d in a plain
 //! `cargo test`, which has no previous binary). The previous binary is built by
-//! `deploy/upgrade/build-base.sh` from the commit pinned in `deploy/upgrade/base-commit`
+//! `tests/upgrade/build-base.sh` from the commit pinned in `tests/upgrade/base-commit`
 //! and passed as `IDEMGATE_PREVIOUS_BIN`.
 //!
 //! What must hold while two versions share the stores: a key first executed by either
@@ -47,7 +47,7 @@ const FILL_ON_REPLAY: &str = "claims = \"write_through\"\nredis_fill = \"on_repl
 pub(super) fn previous_binary() -> PathBuf {
     let bin = std::env::var_os("IDEMGATE_PREVIOUS_BIN").expect(
         "IDEMGATE_PREVIOUS_BIN is not set: run `make upgrade-check`, which builds the \
-         previous release (deploy/upgrade/build-base.sh) and runs this test",
+         previous release (tests/upgrade/build-base.sh) and runs this test",
     );
     PathBuf::from(bin)
 }

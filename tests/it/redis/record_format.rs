@@ -9,10 +9,10 @@ use fred::prelude::{Client, ClientLike, KeysInterface, LuaInterface, Value};
 use crate::support::RedisServer;
 
 /// The previous release's `lua/<name>.lua`, from the commit `make upgrade-check` builds
-/// (`deploy/upgrade/base-commit`; fetched if a shallow clone lacks it).
+/// (`tests/upgrade/base-commit`; fetched if a shallow clone lacks it).
 fn old(name: &str) -> String {
     let root = env!("CARGO_MANIFEST_DIR");
-    let base = std::fs::read_to_string(format!("{root}/deploy/upgrade/base-commit")).unwrap();
+    let base = std::fs::read_to_string(format!("{root}/tests/upgrade/base-commit")).unwrap();
     let base = base.trim();
     let git = |args: &[&str]| {
         let out = std::process::Command::new("git")
