@@ -10,7 +10,8 @@
 //! `FLEET_BIN_DIR` (where `idemgate` and `demo-upstream` are; default
 //! `target/release`). Installing packages and building stay with the caller.
 //! `idemgate-fleet bench ...` is the fleet of `make bench` (see `bench/cli.rs`),
-//! `idemgate-fleet soak ...` the fleet of `make soak` (see `bench/soak.rs`).
+//! `idemgate-fleet soak ...` the fleet of `make soak` (see `bench/soak.rs`), and
+//! `idemgate-fleet redis ...` one Redis for a measurement script (see `serve_redis.rs`).
 
 #![forbid(unsafe_code)]
 
@@ -64,6 +65,10 @@ fn main() -> ExitCode {
     if cmd == "bench" {
         let args: Vec<String> = std::env::args().skip(2).collect();
         return idemgate_fleet::bench::main(&args);
+    }
+    if cmd == "redis" {
+        let args: Vec<String> = std::env::args().skip(2).collect();
+        return idemgate_fleet::serve_redis::main(&args);
     }
     if cmd == "soak" {
         let args: Vec<String> = std::env::args().skip(2).collect();

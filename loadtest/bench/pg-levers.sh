@@ -77,8 +77,9 @@ stat_sql="SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, n_tup_upd, n_tup_hot_upd,
 
 start_chain() {
   local bin=$1
-  redis-server --port "$REDIS_PORT" --save "" --appendonly no --daemonize yes \
-    --pidfile "$STATE/redis.pid" --logfile "$STATE/redis.log"
+  # The launcher's redis-server command line (fleet/src/serve_redis.rs), daemonized.
+  "$ROOT/target/release/idemgate-fleet" redis --port "$REDIS_PORT" --dir "$STATE" -- \
+    --daemonize yes --pidfile "$STATE/redis.pid" --logfile "$STATE/redis.log"
   "$ROOT/target/release/demo-upstream" --listen "127.0.0.1:$UP_PORT" >"$STATE/upstream.log" 2>&1 &
   echo $! >"$STATE/upstream.pid"
   cat >"$STATE/gateway.toml" <<EOF
