@@ -39,7 +39,6 @@ const LONG_FILES: &[(&str, usize)] = &[
     ("tests/chaos/claim_faults.rs", 407),
     ("tests/chaos/driver.rs", 456),
     ("tests/chaos/main.rs", 497),
-    ("tests/it/binary/cli.rs", 657),
     ("tests/it/binary/upgrade.rs", 475),
     ("tests/it/redis/partitions.rs", 406),
     ("tests/it/redis/shard_warmth.rs", 406),

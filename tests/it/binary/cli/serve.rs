@@ -1,0 +1,171 @@
+//! `serve` as a process: SIGTERM drains what is in flight then exits 0, one JSON log line
+//! per request that never holds the raw key, and a stuck stderr never stalls requests.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::support::{MockUpstream, RedisServer};
+
+use super::*;
+
+#[tokio::test]
+async fn sigterm_drains_in_flight_requests_then_exits_0() {
+    // A keyed request: its upstream call runs in a detached task (`app.tasks`).
+    sigterm_with_a_slow_request_in_flight(true, false).await;
+}
+
+#[tokio::test]
+async fn sigterm_drains_an_in_flight_pass_through_request() {
+    // Unkeyed, so proxied without idempotency: only the connection drain
+    // (`GracefulShutdown`) keeps the process alive until its answer is written.
+    sigterm_with_a_slow_request_in_flight(false, false).await;
+}
+
+#[tokio::test]
+async fn sigterm_drains_an_in_flight_http2_stream() {
+    // Unkeyed over h2c: the connection's graceful shutdown (GOAWAY) lets the stream
+    // already open finish.
+    sigterm_with_a_slow_request_in_flight(false, true).await;
+}
+
+async fn sigterm_with_a_slow_request_in_flight(keyed: bool, h2: bool) {
+    let redis = RedisServer::start();
+    let upstream = MockUpstream::start().await;
+    upstream.set_delay(Duration::from_millis(1200));
+    let Served {
+        mut child,
+        listen,
+        _file,
+        ..
+    } = serve(&redis, &upstream, "", Stdio::null()).await;
+    let client = match h2 {
+        true => reqwest::Client::builder().http2_prior_knowledge().build(),
+        false => reqwest::Client::builder().build(),
+    };
+    let mut request = (client.unwrap())
+        .post(format!("http://127.0.0.1:{listen}/v1/payments"))
+        .body("{}");
+    if keyed {
+        request = request.header("Idempotency-Key", "drain");
+    }
+    let in_flight = tokio::spawn(request.send());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    sigterm(&child);
+
+    let answer = in_flight
+        .await
+        .unwrap()
+        .expect("in-flight request completes");
+    assert_eq!(answer.status(), 201);
+    let version = [reqwest::Version::HTTP_11, reqwest::Version::HTTP_2][usize::from(h2)];
+    assert_eq!(answer.version(), version);
+    assert_eq!(
+        answer.text().await.unwrap(),
+        "{\"execution\":1,\"status\":201}"
+    );
+    let exit = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(exit.code(), Some(0));
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", listen)).is_err(),
+        "no longer accepting"
+    );
+}
+
+#[tokio::test]
+async fn json_logs_have_one_line_per_request_and_never_the_raw_key() {
+    let redis = RedisServer::start();
+    let upstream = MockUpstream::start().await;
+    let served = serve(
+        &redis,
+        &upstream,
+        "[log]\nformat = \"json\"\n",
+        Stdio::piped(),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    for _ in 0..2 {
+        client
+            .post(format!("http://127.0.0.1:{}/v1/payments", served.listen))
+            .header("Idempotency-Key", "secret-key-zzz")
+            .header("Authorization", "Bearer top-secret-token")
+            .body("{\"card\":\"4242-very-private\"}")
+            .send()
+            .await
+            .unwrap();
+    }
+    sigterm(&served.child);
+    let out = tokio::task::spawn_blocking(move || served.child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let logs = String::from_utf8(out.stderr).unwrap();
+    for secret in ["secret-key-zzz", "top-secret-token", "4242-very-private"] {
+        assert!(
+            !logs.contains(secret),
+            "{secret} leaked into the logs:\n{logs}"
+        );
+    }
+    let lines: Vec<serde_json::Value> = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|v: &serde_json::Value| v["message"] == "request")
+        .collect();
+    assert_eq!(lines.len(), 2, "one line per request:\n{logs}");
+    assert_eq!(lines[0]["outcome"], "executed");
+    assert_eq!(lines[1]["outcome"], "replayed");
+    for line in &lines {
+        assert_eq!(line["level"], "INFO");
+        assert_eq!(line["route"], "p");
+        assert_eq!(line["status"], 201);
+        assert!(line["duration_ms"].is_number());
+        assert_eq!(line["key_hash"].as_str().unwrap().len(), 12);
+        assert_eq!(line["scope_hash"].as_str().unwrap().len(), 64);
+        assert_eq!(line["request_id"].as_str().unwrap().len(), 32);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_stderr_drops_log_lines_but_never_stalls_requests() {
+    // stderr is a pipe nobody reads: it fills after a few hundred lines. Requests must
+    // keep being served; the lines that do not fit are dropped and counted.
+    let redis = RedisServer::start();
+    let upstream = MockUpstream::start().await;
+    let served = serve(
+        &redis,
+        &upstream,
+        "[log]\nqueue_lines = 16\n",
+        Stdio::piped(),
+    )
+    .await;
+    let (listen, admin) = (served.listen, served.admin);
+    let _killed_on_drop = KillOnDrop(served.child);
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    for i in 0..1500 {
+        let answer = client
+            .post(format!("http://127.0.0.1:{listen}/v1/payments"))
+            .header("Idempotency-Key", format!("stuck-stderr-{i}"))
+            .body("{}")
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("request {i} with stderr full: {e}"));
+        assert_eq!(answer.status(), 201, "request {i}");
+    }
+    let metrics = client
+        .get(format!("http://127.0.0.1:{admin}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let dropped: u64 = (metrics.lines())
+        .find_map(|l| l.strip_prefix("idemgate_log_lines_dropped_total "))
+        .expect("dropped lines counter on /metrics")
+        .parse()
+        .unwrap();
+    assert!(dropped > 0, "a full pipe drops lines: {dropped}");
+}
