@@ -1,7 +1,7 @@
 //! Chaos suite: a fleet of real processes on loopback (redis-server, PostgreSQL, the
 //! demo upstream, three `idemgate serve` replicas, HAProxy in front), a driver sending
 //! keyed requests with retries and concurrent duplicates while a fault is injected
-//! mid-run, and a checker asserting the invariants afterwards (see `chaos/checker.rs`).
+//! mid-run, and a checker asserting the invariants afterwards (see `checker/mod.rs`).
 //! Each scenario prints one table row (scenario, requests, executions, duplicates,
 //! lost, verdict) and appends it to `target/tmp/chaos-report.md`.
 //!
