@@ -1,7 +1,7 @@
 //! Redis as the claim and response store: [`RedisStore`], its connections, and what
 //! every script shares (the record keys, the loaded scripts, the one decoder of record
 //! replies). One file per Lua script holds its Rust side, named after it (`claim` for
-//! `lua/claim.lua`, then `complete`, `release`, `extend`, `wait`, `peek`, `invalidate`, `live`,
+//! `lua/claim.lua`, then `complete`, `release`, `extend`, `join_waiters`, `peek`, `invalidate`, `live`,
 //! `live_read`).
 //! Beside them: the pool ([`connect`]), its split between shards ([`lanes`]), `WAIT`
 //! for replicas ([`replicas`]), what a primary vouches for ([`vouch`]) and the rounds
@@ -29,20 +29,23 @@ pub mod connect;
 pub mod epochs;
 mod extend;
 pub(crate) mod invalidate;
+mod join_waiters;
 pub mod lanes;
 pub mod live;
 pub mod live_read;
 mod peek;
+mod record_reply;
 mod release;
 pub mod replicas;
 pub mod sentinel_watch;
 mod shards;
 pub mod slots;
 pub mod vouch;
-mod wait;
 pub mod waiters;
 
 pub use self::invalidate::Invalidated;
+pub(crate) use self::record_reply::decode_record_reply;
+pub use self::record_reply::{Record, Young};
 pub use self::shards::Shard;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,7 +62,7 @@ use self::slots::SlotMarkers;
 use self::vouch::{Vouch, Vouched};
 use super::StoreError;
 use crate::config::{RedisConfig, RedisMode};
-use crate::idempotency::{Claim, RecordId, StoredRecord};
+use crate::idempotency::RecordId;
 use crate::metrics;
 
 /// A script that reads or writes a record: `lua/record.lua` (the record's layouts and
@@ -79,7 +82,7 @@ const COMPLETE_LUA: &str = record_script!("complete");
 const RELEASE_LUA: &str = record_script!("release");
 const PEEK_LUA: &str = record_script!("peek");
 const EXTEND_LUA: &str = record_script!("extend");
-const WAIT_LUA: &str = include_str!("../../../lua/wait.lua");
+const JOIN_WAITERS_LUA: &str = include_str!("../../../lua/join_waiters.lua");
 const LIVE_LUA: &str = record_script!("live");
 const LIVE_READ_LUA: &str = record_script!("live_read");
 
@@ -143,7 +146,7 @@ struct Inner {
     release: Script,
     peek: Script,
     extend: Script,
-    wait: Script,
+    join_waiters: Script,
     live: Script,
     live_read: Script,
 }
@@ -208,7 +211,7 @@ impl RedisStore {
                 release: Script::from_lua(RELEASE_LUA),
                 peek: Script::from_lua(PEEK_LUA),
                 extend: Script::from_lua(EXTEND_LUA),
-                wait: Script::from_lua(WAIT_LUA),
+                join_waiters: Script::from_lua(JOIN_WAITERS_LUA),
                 live: Script::from_lua(LIVE_LUA),
                 live_read: Script::from_lua(LIVE_READ_LUA),
             }),
@@ -394,78 +397,4 @@ fn channel(record_key: &str) -> String {
 
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1)
-}
-
-/// A record reply of the claim or peek script, decoded.
-#[derive(Debug)]
-pub enum Record {
-    /// The claim script took the lease.
-    Acquired(Acquired),
-    /// Completed (the record as stored: maybe sealed), leased by another token, or
-    /// another fingerprint.
-    Known(Claim<Acquired, StoredRecord>),
-    /// No record (peek only).
-    Absent,
-    /// No record, in a slot that lost its data lately (vouched claims): in flight, as far
-    /// as anyone can tell, for this long (`lua/claim.lua`, "Y").
-    Young(Young),
-}
-
-/// A key absent from a slot whose epoch marker is younger than the quarantine.
-#[derive(Debug, Clone, Copy)]
-pub struct Young {
-    /// How long the key counts as in flight.
-    pub remaining: Duration,
-    /// The marker's value: when the slot was seen without one (ms of Redis' clock).
-    pub marker: i64,
-    /// This claim found the marker missing and set it.
-    pub found_missing: bool,
-}
-
-/// The one decoder of the replies of `claim.lua` and `peek.lua`.
-pub(crate) fn decode_record_reply(
-    script: &'static str,
-    reply: Value,
-) -> Result<Record, StoreError> {
-    let bad = |detail: &str| StoreError::Protocol {
-        script,
-        detail: detail.to_string(),
-    };
-    let ms = |v: &Value, what: &str| {
-        (v.as_i64())
-            .map(|ms| Duration::from_millis(ms.max(0) as u64))
-            .ok_or_else(|| bad(what))
-    };
-    let Value::Array(mut items) = reply else {
-        return Err(bad("not an array"));
-    };
-    let tag = items.first().and_then(|v| v.as_bytes_str());
-    match tag.as_deref() {
-        Some("A") if items.len() == 3 || items.len() == 4 => Ok(Record::Acquired(Acquired {
-            fence: (items[1].as_i64()).ok_or_else(|| bad("fence is not a number"))?,
-            marker_age: ms(&items[2], "marker age is not a number")?,
-            vouched: Vouched::NotAsked,
-            after_lapse: items.len() == 4,
-        })),
-        Some("Y") if items.len() == 3 || items.len() == 4 => Ok(Record::Young(Young {
-            remaining: ms(&items[1], "quarantine is not a number")?,
-            marker: (items[2].as_i64()).ok_or_else(|| bad("marker is not a number"))?,
-            found_missing: items.len() == 4,
-        })),
-        Some("C") if items.len() == 3 => {
-            let remaining = ms(&items[2], "remaining ttl is not a number")?;
-            let raw = (items.swap_remove(1).into_bytes()).ok_or_else(|| bad("no response"))?;
-            let response = StoredRecord::decode(raw).map_err(StoreError::Corrupt)?;
-            Ok(Record::Known(Claim::Completed {
-                response,
-                remaining,
-            }))
-        }
-        Some("I") if items.len() == 2 => Ok(Record::Known(Claim::InFlight {
-            remaining: ms(&items[1], "remaining lease is not a number")?,
-        })),
-        Some("M") => Ok(Record::Known(Claim::Mismatch)),
-        Some("N") => Ok(Record::Absent),
-        _ => Err(bad("unknown reply tag")),
-    }
 }

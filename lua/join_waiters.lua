@@ -1,4 +1,4 @@
--- idemgate wait: join the fleet-wide waiters of a key, unless there are too many.
+-- idemgate join_waiters: join the fleet-wide waiters of a key, unless there are too many.
 -- KEYS[1] waiters set (a sorted set: member = waiter id, score = when it lapses, ms).
 -- ARGV[1] max waiters, ARGV[2] waiter id, ARGV[3] how long a member may stay, ms.
 -- Members that lapsed (their replica died before leaving) are dropped first, so a

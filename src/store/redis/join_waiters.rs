@@ -1,4 +1,4 @@
-//! The Rust side of `lua/wait.lua`: the fleet-wide set of duplicates waiting on a
+//! The Rust side of `lua/join_waiters.lua`: the fleet-wide set of duplicates waiting on a
 //! record (joined with a cap, left with `ZREM`), and the channels they wait on.
 
 use std::time::Duration;
@@ -9,7 +9,7 @@ use super::{millis, waiters_key, RedisStore};
 use crate::store::StoreError;
 
 impl RedisStore {
-    /// Runs `lua/wait.lua`: joins the fleet-wide waiters of a record as `id`.
+    /// Runs `lua/join_waiters.lua`: joins the fleet-wide waiters of a record as `id`.
     ///
     /// KEYS: `[waiters set key]`. ARGV: `[max waiters, waiter id, member lifetime ms]`.
     /// Reply: `1` joined (leave with [`RedisStore::leave_waiters`]), `0` cap reached.
@@ -21,7 +21,7 @@ impl RedisStore {
         lifetime: Duration,
     ) -> Result<bool, StoreError> {
         let args: Vec<Value> = vec![i64::from(max).into(), id.into(), millis(lifetime).into()];
-        let reply: i64 = (self.inner.wait)
+        let reply: i64 = (self.inner.join_waiters)
             .evalsha_with_reload(self.inner.lanes.for_key(key), waiters_key(key), args)
             .await?;
         Ok(reply == 1)
