@@ -33,7 +33,6 @@ const LONG_FILES: &[(&str, usize)] = &[
     ("src/config/idempotency.rs", 415),
     ("src/idempotency/sealed.rs", 406),
     ("src/proxy/mod.rs", 404),
-    ("src/store/tiers/arbitrate.rs", 443),
     ("tests/chaos/claim_faults.rs", 407),
     ("tests/chaos/driver.rs", 456),
     ("tests/chaos/main.rs", 497),

@@ -9,13 +9,13 @@ use tracing::Instrument;
 
 use super::super::lease::{Held, Lease};
 use super::super::postgres::claim_asks::{ClaimAsk, ResendableRow};
-use super::super::postgres::{Found, PgClaim, RecordRef};
+use super::super::postgres::{Found, PgClaim};
 use super::super::redis::slots::slot;
 use super::super::redis::vouch::Vouched;
 use super::super::StoreError;
 use super::settle::{binding, lease_ref};
 use super::Stores;
-use crate::config::{ClaimDurability, OnRedisUnavailable};
+use crate::config::ClaimDurability;
 use crate::idempotency::{Binding, Claim, Fingerprint, Home, RecordId, Scope};
 use crate::metrics;
 use crate::route::Route;
@@ -144,7 +144,7 @@ impl Stores {
     /// What the durable lease of `ask` keeps for the completer: its request sealed at
     /// its record (a first execution on a route with the completer on), or the kept
     /// request as stored (the completer's takeover).
-    fn resend_row(&self, route: &Route, ask: &Ask) -> Option<ResendableRow> {
+    pub(super) fn resend_row(&self, route: &Route, ask: &Ask) -> Option<ResendableRow> {
         let (request, by_completer) = match &ask.resend {
             Resendable::Off => return None,
             Resendable::Fresh(encoded) => {
@@ -165,7 +165,14 @@ impl Stores {
 
     /// A held lease, unsettled from here on: it must be completed or released.
     /// `after_lapse`: the store that issued `fence` took it over from a lapsed lease.
-    fn lease(&self, route: &Route, ask: Ask, home: Home, fence: i64, after_lapse: bool) -> Lease {
+    pub(super) fn lease(
+        &self,
+        route: &Route,
+        ask: Ask,
+        home: Home,
+        fence: i64,
+        after_lapse: bool,
+    ) -> Lease {
         Lease::new(Held {
             stores: self.clone(),
             home,
@@ -328,65 +335,6 @@ impl Stores {
             }
         }
     }
-
-    /// Redis is unavailable: apply the route's policy.
-    async fn fallback(
-        &self,
-        route: &Route,
-        ask: Ask,
-        cause: StoreError,
-    ) -> Result<Claim<Lease>, StoreError> {
-        let policy = route.policy.settings.on_redis_unavailable;
-        // Redis may hold leases Postgres never saw: with vouched claims, and in the other
-        // modes once a vouched replica ran (a fleet switching modes).
-        let alone = match (policy, &self.0.postgres) {
-            (OnRedisUnavailable::Postgres, Some(pg)) => {
-                pg.durability == ClaimDurability::Vouched || self.0.redis.may_hold_alone().await
-            }
-            _ => false,
-        };
-        match (policy, &self.0.postgres) {
-            (OnRedisUnavailable::Postgres, Some(pg)) if alone => {
-                Box::pin(self.answer_without_redis(pg, route, ask, cause)).await
-            }
-            (OnRedisUnavailable::Postgres, Some(pg)) => {
-                metrics::fallback("redis_unavailable");
-                // Redis will lack this record: its slot is cold until its marker is reset.
-                self.0.warmth.set_cold(slot(&ask.redis_key));
-                let rec = RecordRef {
-                    scope: ask.scope,
-                    id: ask.record,
-                    route: &route.name,
-                };
-                let lock_ttl = route.policy.settings.lock_ttl;
-                let claim = ClaimAsk::new(rec, &ask.fingerprint, &ask.token, lock_ttl)
-                    .living(row_life(route))
-                    .resending(self.resend_row(route, &ask));
-                let claimed = pg.claims.claim_ask(claim).await?;
-                match claimed {
-                    PgClaim::Acquired { fence, after_lapse } => {
-                        let lease = self.lease(route, ask, Home::Postgres, fence, after_lapse);
-                        Ok(Claim::Acquired(lease))
-                    }
-                    PgClaim::Held(found) => {
-                        let at = Binding {
-                            scope: ask.scope,
-                            record: ask.record,
-                        };
-                        self.found_to_claim(found, &ask.fingerprint, at)
-                    }
-                }
-            }
-            (OnRedisUnavailable::PassThrough, _) => {
-                metrics::fallback("pass_through");
-                Ok(Claim::Bypassed)
-            }
-            _ => {
-                metrics::fallback("rejected");
-                Err(cause)
-            }
-        }
-    }
 }
 
 /// Whether a claim Redis acquired is written through to Postgres: from Redis' verdict
@@ -436,7 +384,7 @@ pub enum Resendable {
 /// up to a whole second), so that the completion never moves the row's indexed expiry
 /// and stays a HOT update. The record is replayed only to its own expiry
 /// (`replay_until`); this only decides when the reaper may delete the row.
-fn row_life(route: &Route) -> Duration {
+pub(super) fn row_life(route: &Route) -> Duration {
     let settings = &route.policy.settings;
     let late = route.upstream_deadline.saturating_sub(settings.lock_ttl);
     settings.ttl + late + Duration::from_secs(2)

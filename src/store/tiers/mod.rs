@@ -1,10 +1,10 @@
 //! Redis and Postgres together: the claim path across tiers, write-through of
 //! completions, the Redis circuit breaker and its fallback policies, and the
 //! background probe and reaper tasks. One file per phase of a key's life:
-//! `arbitrate` (the claim: Redis or Postgres, the cold-Redis lookup, fallbacks, with
-//! `warmth` deciding when Redis vouches for a key), `wait` (duplicates waiting
-//! for an in-flight holder), `find` (records found without claiming them),
-//! `settle` (extend, complete, release), `live` (a running answer's stream), `attempts`
+//! `arbitrate` (the claim: Redis or Postgres, the cold-Redis lookup, with `warmth`
+//! deciding when Redis vouches for a key), `fallback` (the claim while Redis is
+//! unavailable), `wait` (duplicates waiting for an in-flight holder), `find` (records
+//! found without claiming them), `settle` (extend, complete, release), `live` (a running answer's stream), `attempts`
 //! (the completer's attempts), `replays` (the replay cache), `admin` (inspect and
 //! invalidate), `readiness` (health, the write-through queue, the drain at shutdown) and
 //! `maintenance` (the probe and the reaper).
@@ -18,6 +18,7 @@
 mod admin;
 mod arbitrate;
 mod attempts;
+mod fallback;
 mod find;
 mod live;
 mod maintenance;

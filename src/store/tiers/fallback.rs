@@ -1,0 +1,75 @@
+//! Claims while Redis is unavailable: the route's `on_redis_unavailable` policy, which
+//! claims in Postgres with the same semantics, forwards without idempotency, or refuses.
+
+use super::super::lease::Lease;
+use super::super::postgres::claim_asks::ClaimAsk;
+use super::super::postgres::{PgClaim, RecordRef};
+use super::super::redis::slots::slot;
+use super::super::StoreError;
+use super::arbitrate::{row_life, Ask};
+use super::Stores;
+use crate::config::{ClaimDurability, OnRedisUnavailable};
+use crate::idempotency::{Binding, Claim, Home};
+use crate::metrics;
+use crate::route::Route;
+
+impl Stores {
+    /// Redis is unavailable: apply the route's policy.
+    pub(super) async fn fallback(
+        &self,
+        route: &Route,
+        ask: Ask,
+        cause: StoreError,
+    ) -> Result<Claim<Lease>, StoreError> {
+        let policy = route.policy.settings.on_redis_unavailable;
+        // Redis may hold leases Postgres never saw: with vouched claims, and in the other
+        // modes once a vouched replica ran (a fleet switching modes).
+        let alone = match (policy, &self.0.postgres) {
+            (OnRedisUnavailable::Postgres, Some(pg)) => {
+                pg.durability == ClaimDurability::Vouched || self.0.redis.may_hold_alone().await
+            }
+            _ => false,
+        };
+        match (policy, &self.0.postgres) {
+            (OnRedisUnavailable::Postgres, Some(pg)) if alone => {
+                Box::pin(self.answer_without_redis(pg, route, ask, cause)).await
+            }
+            (OnRedisUnavailable::Postgres, Some(pg)) => {
+                metrics::fallback("redis_unavailable");
+                // Redis will lack this record: its slot is cold until its marker is reset.
+                self.0.warmth.set_cold(slot(&ask.redis_key));
+                let rec = RecordRef {
+                    scope: ask.scope,
+                    id: ask.record,
+                    route: &route.name,
+                };
+                let lock_ttl = route.policy.settings.lock_ttl;
+                let claim = ClaimAsk::new(rec, &ask.fingerprint, &ask.token, lock_ttl)
+                    .living(row_life(route))
+                    .resending(self.resend_row(route, &ask));
+                let claimed = pg.claims.claim_ask(claim).await?;
+                match claimed {
+                    PgClaim::Acquired { fence, after_lapse } => {
+                        let lease = self.lease(route, ask, Home::Postgres, fence, after_lapse);
+                        Ok(Claim::Acquired(lease))
+                    }
+                    PgClaim::Held(found) => {
+                        let at = Binding {
+                            scope: ask.scope,
+                            record: ask.record,
+                        };
+                        self.found_to_claim(found, &ask.fingerprint, at)
+                    }
+                }
+            }
+            (OnRedisUnavailable::PassThrough, _) => {
+                metrics::fallback("pass_through");
+                Ok(Claim::Bypassed)
+            }
+            _ => {
+                metrics::fallback("rejected");
+                Err(cause)
+            }
+        }
+    }
+}
