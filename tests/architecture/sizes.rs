@@ -31,8 +31,6 @@ const LONG_FILES: &[(&str, usize)] = &[
     ("fleet/src/patroni/mod.rs", 409),
     ("fleet/src/redis_cluster.rs", 461),
     ("src/config/idempotency.rs", 415),
-    ("src/idempotency/sealed.rs", 406),
-    ("src/proxy/mod.rs", 404),
     ("tests/chaos/claim_faults.rs", 407),
     ("tests/chaos/driver.rs", 456),
     ("tests/chaos/main.rs", 497),
