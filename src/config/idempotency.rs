@@ -1,6 +1,6 @@
 //! `[idempotency]` and `[routes.idempotency]`: every idempotency setting declared once
-//! (`idempotency_settings!`), the policies they choose between, and the rules a route's
-//! effective settings must meet.
+//! (`idempotency_settings!`) and the rules a route's effective settings must meet; the
+//! policies they choose between are in [`policies`](super::policies).
 
 use std::time::Duration;
 
@@ -16,17 +16,9 @@ use super::postgres::{ClaimDurability, PostgresConfig};
 use super::status_set::StatusSet;
 use super::typed;
 
-/// `idempotency.on_redis_unavailable`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnRedisUnavailable {
-    /// Claim in Postgres instead (needs `[postgres]`).
-    Postgres,
-    /// Answer 503 `store_unavailable`.
-    Reject,
-    /// Forward without idempotency, marked `Idempotency-Status: bypassed`.
-    PassThrough,
-}
+pub use super::policies::{
+    AnonymousScope, InFlightPolicy, OnAmbiguous, OnRedisUnavailable, Streaming,
+};
 
 /// Declares each idempotency setting once (its type, serde form, default and doc) and
 /// generates from that one list [`IdempotencyConfig`] with its `Default`, the
@@ -208,46 +200,6 @@ idempotency_settings! {
         /// one `ttl` after the upgrade. Global only.
         lookup_unkeyed_ids: bool = false;
     }
-}
-
-/// `idempotency.anonymous`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AnonymousScope {
-    /// 400 `idempotency_scope_missing`.
-    Reject,
-    /// One scope for every caller without the scope headers, on this route.
-    Shared,
-}
-
-/// `idempotency.in_flight`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum InFlightPolicy {
-    /// 409 `idempotency_key_in_flight` with `Retry-After`.
-    Reject,
-    /// Wait up to `wait_timeout` for the holder, then replay (or 409).
-    Wait,
-}
-
-/// `idempotency.streaming`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Streaming {
-    /// Answers that stream are forwarded as they come, recorded on the way, and joinable.
-    Live,
-    /// Every keyed answer is buffered whole before it is sent.
-    Buffer,
-}
-
-/// `idempotency.on_ambiguous`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnAmbiguous {
-    /// Release the key: a retry runs again (the upstream deduplicates on the forwarded key).
-    Release,
-    /// Store a 502/504 `upstream_outcome_unknown` problem and replay it.
-    Store,
 }
 
 /// Response headers `expires_header` cannot be: framing, hop-by-hop, per-exchange and

@@ -32,6 +32,7 @@ mod key_from;
 mod keys;
 mod load;
 mod pointer;
+mod policies;
 mod postgres;
 mod redacted;
 mod redis;

@@ -30,7 +30,6 @@ const LONG_FILES: &[(&str, usize)] = &[
     ("fleet/src/local/mod.rs", 426),
     ("fleet/src/patroni/mod.rs", 409),
     ("fleet/src/redis_cluster.rs", 461),
-    ("src/config/idempotency.rs", 415),
     ("tests/chaos/claim_faults.rs", 407),
     ("tests/chaos/driver.rs", 456),
     ("tests/chaos/main.rs", 497),

@@ -29,6 +29,7 @@ const FILES: &[&str] = &[
     include_str!("../../src/config/redis.rs"),
     include_str!("../../src/config/postgres.rs"),
     include_str!("../../src/config/idempotency.rs"),
+    include_str!("../../src/config/policies.rs"),
     include_str!("../../src/config/fingerprint.rs"),
     include_str!("../../src/config/routes.rs"),
     include_str!("../../src/config/topology.rs"),
