@@ -42,16 +42,6 @@ const LONG_FILES: &[(&str, usize)] = &[
 /// Functions over their limit when the rule came (file, function, lines then).
 const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     (
-        "tests/it/h2_abuse/stalled.rs",
-        "stalled_readers_hold_at_most_their_share_and_are_cut_off_by_the_send_watchdog",
-        110,
-    ),
-    (
-        "tests/it/http2/haproxy.rs",
-        "haproxy_speaking_h2_to_two_replicas_executes_once_and_replays",
-        115,
-    ),
-    (
         "tests/it/observability/admin.rs",
         "admin_api_shows_invalidates_and_refuses_while_leased",
         130,
@@ -60,17 +50,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
         "tests/it/observability/admin.rs",
         "every_outcome_moves_its_counter_and_promtool_accepts_the_output",
         115,
-    ),
-    (
-        "tests/it/postgres/claims.rs",
-        "batched_claims_decide_each_claim_as_alone_and_acquire_each_key_once",
-        129,
-    ),
-    ("tests/it/redis/topologies.rs", "core_behaviours", 112),
-    (
-        "tests/it/security/secrets.rs",
-        "secrets_appear_in_no_log_line_check_config_output_readyz_body_or_error_answer",
-        186,
     ),
 ];
 
