@@ -34,8 +34,6 @@ const LONG_FILES: &[(&str, usize)] = &[
     ("src/proxy/mod.rs", 404),
     ("src/store/redis/mod.rs", 471),
     ("src/store/tiers/arbitrate.rs", 443),
-    ("tests/it/binary/upgrade.rs", 475),
-    ("tests/it/redis/partitions.rs", 406),
     ("tests/it/redis/shard_warmth.rs", 406),
 ];
 
