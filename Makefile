@@ -62,7 +62,7 @@ fuzz-smoke: deps
 # Rolling upgrade check: the previous release's binary (a debug build of the commit in
 # tests/upgrade/base-commit, kept under target/upgrade-base/ and reused) and this one
 # in one fleet on one Redis and Postgres behind HAProxy: replays across versions, one
-# execution per key, waiters woken across versions (tests/it/binary/upgrade.rs), then the
+# execution per key, waiters woken across versions (tests/it/binary/upgrade/), then the
 # switch to vouched claims replica by replica (upgrade_vouched.rs). UPGRADE_BASE=
 # <commit> checks against another commit. Part of `make ci`.
 upgrade-check: deps

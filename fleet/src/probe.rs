@@ -1,4 +1,4 @@
-//! Readings of a running fleet for the A/B examples (`fleet/examples/cpu_ab.rs`): a
+//! Readings of a running fleet for the A/B examples (`fleet/examples/cpu_ab/`): a
 //! process's memory, Postgres' CPU and statement counts, the machine's idle time. Linux
 //! only: they read `/proc` (and `curl` for `/metrics`) and panic without them. Also the
 //! `wrk` run the examples measure with ([`wrk_json`]).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make upgrade-check`: the mixed-version test (tests/it/binary/upgrade.rs). Builds the previous
+# `make upgrade-check`: the mixed-version test (tests/it/binary/upgrade/). Builds the previous
 # release's binary once (tests/upgrade/build-base.sh: the commit in
 # tests/upgrade/base-commit, or UPGRADE_BASE=<commit>), then runs the previous and the
 # current binary in one fleet on one Redis and one Postgres behind HAProxy.

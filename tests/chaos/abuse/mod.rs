@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use crate::abuse::parties::{
     big_upstream, buffered_after_attack, failures, limited_summary, normal_client, post_big, rss,
-    sample_rss, slow_reader, stalled_head, Tally, BIG,
+    sample_rss, slow_reader, stalled_head, Outcome, Tally, BIG,
 };
 use crate::checker::Report;
 use crate::cluster::{Durability, Options, Stack};
@@ -58,19 +58,11 @@ fn server_limits(unlimited: bool) -> &'static str {
     }
 }
 
+/// Many slow readers of a large stored response plus a burst of stalled connections
+/// against replica 0: its memory stays bounded and it keeps serving (the module's doc).
 pub async fn slow_readers_and_a_connection_burst(name: String) -> Report {
     let unlimited = std::env::var_os("CHAOS_ABUSE_UNLIMITED").is_some();
-    let big = big_upstream().await;
-    let opts = Options {
-        durability: Durability::RedisOnly,
-        server: server_limits(unlimited).into(),
-        extra: format!(
-            "[[routes]]\nname = \"bulk\"\npath_prefix = \"/bulk/\"\nupstream = \"http://{big}\"\n\
-             upstream_timeout = \"5s\"\n[replay_cache]\nmax_bytes = \"0B\"\n"
-        ),
-        ..Options::default()
-    };
-    let stack = Stack::start(opts).await;
+    let stack = start_stack(unlimited).await;
     let target: SocketAddr = ([127, 0, 0, 1], stack.replicas[0].port).into();
     let pid = stack.replicas[0].pid().expect("replica 0 runs");
     let mut report = Report {
@@ -82,6 +74,77 @@ pub async fn slow_readers_and_a_connection_burst(name: String) -> Report {
     assert_eq!(stored, Some(BIG), "the big response was not stored");
     let baseline = rss(pid).map_or(0, |(now, _)| now);
 
+    let attacked = attack(&stack, target, pid, &name).await;
+
+    // The attack is over: buffers must come back and a new connection be served.
+    let buffered = buffered_after_attack(&stack, Duration::from_millis(100)).await;
+    let after = stack
+        .http
+        .get(format!("http://{target}/v1/ping"))
+        .send()
+        .await
+        .map(|r| r.status().as_u16());
+
+    let normal = Normal::of(&attacked.times);
+    let haproxy_log = std::fs::read_to_string(stack.dir.path().join("haproxy.log"));
+    let down = haproxy_log.unwrap_or_default().matches(" is DOWN").count();
+    let ledger = stack.ledger().await;
+    println!("abuse: checks done at {:?}", attacked.started.elapsed());
+    report.requests = attacked.times.len();
+    report.executions = ledger.total;
+    report.duplicates = ledger.duplicates();
+    let limited = limited_summary(
+        &stack,
+        &[
+            "max_connections",
+            "max_in_flight",
+            "buffer_budget",
+            "write_timeout",
+        ],
+    )
+    .await;
+    let seen = Seen {
+        unlimited,
+        baseline,
+        down,
+        limited,
+    };
+    note_what_was_seen(&mut report, &attacked, &normal, &seen);
+    verdict(&mut report, &attacked, &normal, buffered, after);
+    stack.keep_logs_of(&mut report, &name);
+    report
+}
+
+/// The fleet under attack: one replica set with [`server_limits`], a second route to an
+/// upstream of large responses, and the replay cache off.
+async fn start_stack(unlimited: bool) -> Stack {
+    let big = big_upstream().await;
+    let opts = Options {
+        durability: Durability::RedisOnly,
+        server: server_limits(unlimited).into(),
+        extra: format!(
+            "[[routes]]\nname = \"bulk\"\npath_prefix = \"/bulk/\"\nupstream = \"http://{big}\"\n\
+             upstream_timeout = \"5s\"\n[replay_cache]\nmax_bytes = \"0B\"\n"
+        ),
+        ..Options::default()
+    };
+    Stack::start(opts).await
+}
+
+/// What the attack left: when it started, the attackers' tallies, each normal request's
+/// outcome, and replica 0's peak RSS (sampled) and VmHWM, in KiB.
+struct Attacked {
+    started: Instant,
+    slow: Arc<Tally>,
+    burst: Arc<Tally>,
+    times: Vec<Outcome>,
+    peak_rss: u64,
+    hwm: u64,
+}
+
+/// The attack on `target` (replica 0, pid `pid`) for [`ATTACK`]: slow readers, normal
+/// clients, and at 3 s the burst; returns once every party is done.
+async fn attack(stack: &Stack, target: SocketAddr, pid: u32, name: &str) -> Attacked {
     let started = Instant::now();
     let until = started + ATTACK;
     let peak = Arc::new(Mutex::new(0u64));
@@ -125,48 +188,66 @@ pub async fn slow_readers_and_a_connection_burst(name: String) -> Report {
     println!("abuse: clients done at {:?}", started.elapsed());
     let peak_rss = *peak.lock().unwrap();
     let hwm = rss(pid).map_or(0, |(_, hwm)| hwm);
-
-    // The attack is over: buffers must come back and a new connection be served.
-    let buffered = buffered_after_attack(&stack, Duration::from_millis(100)).await;
-    let after = stack
-        .http
-        .get(format!("http://{target}/v1/ping"))
-        .send()
-        .await
-        .map(|r| r.status().as_u16());
-
     let times = std::mem::take(&mut *normal.lock().unwrap());
-    let ok: Vec<u64> = times
-        .iter()
-        .filter_map(|t| t.as_ref().ok().copied())
-        .collect();
-    let mut sorted = ok.clone();
-    sorted.sort_unstable();
-    let pct =
-        |p: f64| sorted.get(((sorted.len() as f64 * p) as usize).min(sorted.len().max(1) - 1));
-    let (p50, p99) = (
-        pct(0.5).copied().unwrap_or(0),
-        pct(0.99).copied().unwrap_or(0),
-    );
-    let success = ok.len() as f64 / times.len().max(1) as f64;
+    Attacked {
+        started,
+        slow,
+        burst,
+        times,
+        peak_rss,
+        hwm,
+    }
+}
 
-    let haproxy_log = std::fs::read_to_string(stack.dir.path().join("haproxy.log"));
-    let down = haproxy_log.unwrap_or_default().matches(" is DOWN").count();
-    let ledger = stack.ledger().await;
-    println!("abuse: checks done at {:?}", started.elapsed());
-    report.requests = times.len();
-    report.executions = ledger.total;
-    report.duplicates = ledger.duplicates();
-    let limited = limited_summary(
-        &stack,
-        &[
-            "max_connections",
-            "max_in_flight",
-            "buffer_budget",
-            "write_timeout",
-        ],
-    )
-    .await;
+/// The normal clients' service: the times of their successful requests (ms), the
+/// median and 99th percentile of those, and the share that succeeded.
+struct Normal {
+    ok: Vec<u64>,
+    p50: u64,
+    p99: u64,
+    success: f64,
+}
+
+impl Normal {
+    /// The service the normal requests' outcomes `times` show.
+    fn of(times: &[Outcome]) -> Normal {
+        let ok: Vec<u64> = times
+            .iter()
+            .filter_map(|t| t.as_ref().ok().copied())
+            .collect();
+        let mut sorted = ok.clone();
+        sorted.sort_unstable();
+        let pct =
+            |p: f64| sorted.get(((sorted.len() as f64 * p) as usize).min(sorted.len().max(1) - 1));
+        let (p50, p99) = (
+            pct(0.5).copied().unwrap_or(0),
+            pct(0.99).copied().unwrap_or(0),
+        );
+        let success = ok.len() as f64 / times.len().max(1) as f64;
+        Normal {
+            ok,
+            p50,
+            p99,
+            success,
+        }
+    }
+}
+
+/// What the row notes besides the attack's figures: whether the limits were off,
+/// replica 0's RSS before it (KiB), how often HAProxy marked a replica down, and which
+/// limits refused what.
+struct Seen {
+    unlimited: bool,
+    baseline: u64,
+    down: usize,
+    limited: String,
+}
+
+/// The row's note: the normal clients' service, replica 0's memory, the attackers'
+/// tallies, HAProxy's and the limits' doing.
+fn note_what_was_seen(report: &mut Report, a: &Attacked, n: &Normal, seen: &Seen) {
+    let (times, ok, slow, burst) = (&a.times, &n.ok, &a.slow, &a.burst);
+    let (p50, p99, down, limited) = (n.p50, n.p99, seen.down, &seen.limited);
     let mib = |kb: u64| kb / 1024;
     report.notes.push(format!(
         "{}normal clients {}/{} ok ({:.1}%), p50 {p50} ms, p99 {p99} ms{}; \
@@ -174,17 +255,17 @@ pub async fn slow_readers_and_a_connection_burst(name: String) -> Report {
          slow readers: {} replays, {} served, {} refused 503, {} cut, {} failed; \
          burst: {} of {BURST} connections closed by the replica, {} failed; \
          HAProxy marked a replica down {down} times; limited:{limited}",
-        if unlimited { "LIMITS OFF: " } else { "" },
+        if seen.unlimited { "LIMITS OFF: " } else { "" },
         ok.len(),
         times.len(),
-        success * 100.0,
-        match failures(&times) {
+        n.success * 100.0,
+        match failures(times) {
             f if f.is_empty() => f,
             f => format!(" (failed: {f})"),
         },
-        mib(baseline),
-        mib(peak_rss),
-        mib(hwm),
+        mib(seen.baseline),
+        mib(a.peak_rss),
+        mib(a.hwm),
         Tally::get(&slow.attempts),
         Tally::get(&slow.served),
         Tally::get(&slow.refused),
@@ -193,10 +274,24 @@ pub async fn slow_readers_and_a_connection_burst(name: String) -> Report {
         Tally::get(&burst.cut),
         Tally::get(&burst.failed),
     ));
-    if mib(hwm) > RSS_BOUND_MIB {
+}
+
+/// Fails `report` when replica 0 went over its memory bound, the normal clients' service
+/// collapsed, a key ran twice, buffers stayed charged (`buffered` bytes) or a new
+/// connection was not served (`after`); notes failed normal requests as measured.
+fn verdict(
+    report: &mut Report,
+    a: &Attacked,
+    n: &Normal,
+    buffered: f64,
+    after: Result<u16, reqwest::Error>,
+) {
+    let (times, ok, success, p99) = (&a.times, &n.ok, n.success, n.p99);
+    let mib = |kb: u64| kb / 1024;
+    if mib(a.hwm) > RSS_BOUND_MIB {
         report.fail(format!(
             "replica 0 peaked at {} MiB of RSS, over its bound of {RSS_BOUND_MIB} MiB",
-            mib(hwm)
+            mib(a.hwm)
         ));
     }
     if success < 0.90 {
@@ -209,7 +304,7 @@ pub async fn slow_readers_and_a_connection_burst(name: String) -> Report {
             "{} of {} normal requests failed after 5 attempts: {}",
             times.len() - ok.len(),
             times.len(),
-            failures(&times)
+            failures(times)
         ));
     }
     if p99 > 5000 {
@@ -224,6 +319,4 @@ pub async fn slow_readers_and_a_connection_burst(name: String) -> Report {
     if !matches!(after, Ok(200..=299)) {
         report.fail(format!("replica 0 after the attack: {after:?}"));
     }
-    stack.keep_logs_of(&mut report, &name);
-    report
 }

@@ -28,16 +28,7 @@ pub(super) type Classes<'a> = HashMap<&'a str, (KeyClass, usize)>;
 
 /// Replays, acknowledgements and bodies, key by key.
 pub(super) fn examine_keys(groups: &Groups, classes: &Classes, ledger: &Ledger) -> Findings {
-    let mut acked = 0usize;
-    let mut replay_mismatch = Vec::new();
-    let mut dup_mismatch = Vec::new();
-    let mut cross_key = Vec::new();
-    let mut lost = Vec::new();
-    let mut replaced = Vec::new();
-    let mut executions_by_tenant: HashMap<u64, HashSet<usize>> = HashMap::new();
-    let mut never_stored = Vec::new();
-    let mut divergent = Vec::new();
-
+    let mut f = Findings::default();
     for ((tenant, key), ex) in groups {
         let mut ex = ex.clone();
         ex.sort_by_key(|e| e.done_ms);
@@ -48,24 +39,43 @@ pub(super) fn examine_keys(groups: &Groups, classes: &Classes, ledger: &Ledger) 
                 _ => None,
             })
             .collect();
-        for (_, r) in &resps {
+        f.check_bodies(*tenant, key, &resps);
+        f.check_divergent(*tenant, key, &resps);
+        f.check_replays(*tenant, key, &resps, classes, ledger);
+        f.check_acknowledged(*tenant, key, &ex, classes);
+    }
+    f
+}
+
+impl Findings {
+    /// Each 2xx body of `key` must be the upstream's for this very key; counts which
+    /// tenants each execution reached.
+    fn check_bodies(&mut self, tenant: usize, key: &str, resps: &[(&Exchange, &Resp)]) {
+        for (_, r) in resps {
             if (200..300).contains(&r.status) {
                 match r.execution() {
                     Some((n, k)) => {
-                        if &k != key {
-                            cross_key.push(format!(
+                        if k != key {
+                            self.cross_key.push(format!(
                                 "tenant-{tenant} key {key} got a body for key {k} (exec#{n})"
                             ));
                         }
-                        executions_by_tenant.entry(n).or_default().insert(*tenant);
+                        self.executions_by_tenant
+                            .entry(n)
+                            .or_default()
+                            .insert(tenant);
                     }
-                    None => cross_key.push(format!(
+                    None => self.cross_key.push(format!(
                         "tenant-{tenant} key {key}: 2xx body is not the upstream's: {:?}",
                         String::from_utf8_lossy(&r.body)
                     )),
                 }
             }
         }
+    }
+
+    /// Notes a key that received two or more different 2xx responses.
+    fn check_divergent(&mut self, tenant: usize, key: &str, resps: &[(&Exchange, &Resp)]) {
         let mut distinct: Vec<&Resp> = Vec::new();
         for (_, r) in resps.iter().filter(|(_, r)| (200..300).contains(&r.status)) {
             if !distinct.iter().any(|d| d.same_as(r)) {
@@ -73,12 +83,24 @@ pub(super) fn examine_keys(groups: &Groups, classes: &Classes, ledger: &Ledger) 
             }
         }
         if distinct.len() > 1 {
-            divergent.push(format!(
+            self.divergent.push(format!(
                 "tenant-{tenant} key {key}: {} different 2xx answers ({})",
                 distinct.len(),
                 list(distinct.iter().map(|r| short(r)), 3)
             ));
         }
+    }
+
+    /// Each replay of `key` must be its original response (or a duplicate execution's,
+    /// counted apart), and a key that must not be stored is never replayed.
+    fn check_replays(
+        &mut self,
+        tenant: usize,
+        key: &str,
+        resps: &[(&Exchange, &Resp)],
+        classes: &Classes,
+        ledger: &Ledger,
+    ) {
         let firsts: Vec<&Resp> = resps
             .iter()
             .filter(|(_, r)| !r.is_replay() && storable(r))
@@ -90,10 +112,8 @@ pub(super) fn examine_keys(groups: &Groups, classes: &Classes, ledger: &Ledger) 
             .filter(|(_, r)| r.is_replay())
             .copied()
             .collect();
-        if classes.get(key.as_str()).map(|c| c.0) == Some(KeyClass::NeverExecutes)
-            && !replays.is_empty()
-        {
-            never_stored.push(format!(
+        if classes.get(key).map(|c| c.0) == Some(KeyClass::NeverExecutes) && !replays.is_empty() {
+            self.never_stored.push(format!(
                 "tenant-{tenant} key {key}: {} replays of a response that must not be stored",
                 replays.len()
             ));
@@ -115,18 +135,30 @@ pub(super) fn examine_keys(groups: &Groups, classes: &Classes, ledger: &Ledger) 
             // often than planned: the duplicate's response replaced the stored one
             // (the duplicate's own client may have timed out, so it is not among the
             // firsts). What the mode's duplicates explain, not a corrupt replay.
-            let duplicate_of_this_key = r.execution().is_some_and(|(_, k)| &k == key)
-                && ledger.keys.get(key.as_str()).copied().unwrap_or(0)
-                    > expected_executions(classes.get(key.as_str()).copied());
+            let duplicate_of_this_key = r.execution().is_some_and(|(_, k)| k == key)
+                && ledger.keys.get(key).copied().unwrap_or(0)
+                    > expected_executions(classes.get(key).copied());
             if firsts.iter().any(|f| r.same_as(f)) || duplicate_of_this_key {
-                dup_mismatch.push(what);
+                self.dup_mismatch.push(what);
             } else {
-                replay_mismatch.push(what);
+                self.replay_mismatch.push(what);
             }
         }
+    }
+
+    /// A key acknowledged during the run (a 2xx first execution or, for a late key, a
+    /// 2xx replay) must have its original acknowledged response replayed by the final
+    /// passes; otherwise it was replaced or lost.
+    fn check_acknowledged(
+        &mut self,
+        tenant: usize,
+        key: &str,
+        ex: &[&Exchange],
+        classes: &Classes,
+    ) {
         // Acknowledged: a 2xx first execution (or, for a late key, a 2xx replay)
         // reached this tenant during the run.
-        let class = classes.get(key.as_str()).map(|c| c.0);
+        let class = classes.get(key).map(|c| c.0);
         let acks: Vec<&Resp> = ex
             .iter()
             .filter(|e| e.phase == Phase::Load)
@@ -136,9 +168,9 @@ pub(super) fn examine_keys(groups: &Groups, classes: &Classes, ledger: &Ledger) 
             })
             .collect();
         if acks.is_empty() {
-            continue;
+            return;
         }
-        acked += 1;
+        self.acked += 1;
         // The original acknowledged response must be what the final passes replay. A
         // replay of a later acknowledged execution means the original was replaced by
         // a duplicate (counted as lost, attributed to the duplicate); a replay of
@@ -160,23 +192,12 @@ pub(super) fn examine_keys(groups: &Groups, classes: &Classes, ledger: &Ledger) 
             match &last.got {
                 Got::Resp(r) if r.is_replay() && r.same_as(original_ack) => continue,
                 Got::Resp(r) if r.is_replay() && acks.iter().any(|a| r.same_as(a)) => {
-                    replaced.push(what)
+                    self.replaced.push(what)
                 }
-                _ => lost.push(what),
+                _ => self.lost.push(what),
             }
             break;
         }
-    }
-    Findings {
-        acked,
-        replay_mismatch,
-        dup_mismatch,
-        cross_key,
-        lost,
-        replaced,
-        never_stored,
-        divergent,
-        executions_by_tenant,
     }
 }
 

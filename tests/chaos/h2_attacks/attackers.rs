@@ -157,92 +157,110 @@ pub async fn attacker(
             tally.streams.fetch_add(n, Relaxed);
         };
         match kind {
-            Attack::StalledReaders => {
-                let mut frames = Vec::new();
-                for id in (1..80).step_by(2) {
-                    frames.extend(post(id, REPORT, REPORT_KEY, &[("content-length", "2")]));
-                    frames.extend(data(id, b"{}", true));
-                }
-                if conn.send(&frames).await.is_ok() {
-                    wrote(40);
-                }
-                hold(&conn, until).await;
-            }
-            Attack::DeclaredBodies => {
-                let mut frames = Vec::new();
-                for id in (1..200).step_by(2) {
-                    let key = format!("{tag}-{id}");
-                    frames.extend(post(
-                        id,
-                        "/attack/upload",
-                        &key,
-                        &[("content-length", "1048576")],
-                    ));
-                }
-                if conn.send(&frames).await.is_ok() {
-                    wrote(100);
-                }
-                hold(&conn, until).await;
-            }
-            Attack::StreamSlots => {
-                let mut id = 1;
-                while !over(&conn, until) {
-                    let mut frames = Vec::new();
-                    for _ in 0..100 {
-                        let key = format!("{tag}-{id}");
-                        let mut headers = post(id, "/attack/slow?ms=4000", &key, &[]);
-                        headers[4] |= 0x1; // END_STREAM: no body
-                        frames.extend(headers);
-                        id += 2;
-                    }
-                    if conn.send(&frames).await.is_err() {
-                        break;
-                    }
-                    wrote(100);
-                    // Again once all 100 are answered.
-                    let sent = (id / 2) as usize;
-                    while !over(&conn, until)
-                        && Seen::n(&conn.seen.ok) + Seen::n(&conn.seen.other) < sent
-                    {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                }
-            }
-            Attack::ResetAfterClaim => {
-                let mut id = 1;
-                while !over(&conn, until) {
-                    let key = format!("{tag}-{id}");
-                    let mut frames = post(
-                        id,
-                        "/attack/charge?ms=3000",
-                        &key,
-                        &[("content-length", "2")],
-                    );
-                    frames.extend(data(id, b"{}", true));
-                    if conn.send(&frames).await.is_err() {
-                        break;
-                    }
-                    wrote(1);
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    let _ = conn.send(&reset(id, CANCEL)).await;
-                    id += 2;
-                }
-                // Its GOAWAY: then the gateway closes it.
-                hold(&conn, until).await;
-            }
-            Attack::IdleConnections => {
-                let pings = slot % 5 == 0;
-                while !over(&conn, until) {
-                    if pings {
-                        let _ = conn.send(&frame(PING, 0, 0, &[1; 8])).await;
-                    }
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-                hold(&conn, until).await;
-            }
+            Attack::StalledReaders => stall_readers(&conn, until, &wrote).await,
+            Attack::DeclaredBodies => declare_bodies(&conn, &tag, until, &wrote).await,
+            Attack::StreamSlots => fill_stream_slots(&conn, &tag, until, &wrote).await,
+            Attack::ResetAfterClaim => reset_after_claim(&conn, &tag, until, &wrote).await,
+            Attack::IdleConnections => stay_idle(&conn, slot, until).await,
         }
         tally.count(&conn, since);
     }
+}
+
+/// [`Attack::StalledReaders`] on `conn`: 40 replays of [`REPORT`] asked for (counted
+/// with `wrote`), then held until the gateway closes it or `until`.
+async fn stall_readers(conn: &Held, until: Instant, wrote: &impl Fn(usize)) {
+    let mut frames = Vec::new();
+    for id in (1..80).step_by(2) {
+        frames.extend(post(id, REPORT, REPORT_KEY, &[("content-length", "2")]));
+        frames.extend(data(id, b"{}", true));
+    }
+    if conn.send(&frames).await.is_ok() {
+        wrote(40);
+    }
+    hold(conn, until).await;
+}
+
+/// [`Attack::DeclaredBodies`] on `conn`: 100 keyed POSTs (keys from `tag`) declaring a
+/// 1 MiB body and sending none of it, then held.
+async fn declare_bodies(conn: &Held, tag: &str, until: Instant, wrote: &impl Fn(usize)) {
+    let mut frames = Vec::new();
+    for id in (1..200).step_by(2) {
+        let key = format!("{tag}-{id}");
+        frames.extend(post(
+            id,
+            "/attack/upload",
+            &key,
+            &[("content-length", "1048576")],
+        ));
+    }
+    if conn.send(&frames).await.is_ok() {
+        wrote(100);
+    }
+    hold(conn, until).await;
+}
+
+/// [`Attack::StreamSlots`] on `conn`: 100 slow calls at a time, again once all are
+/// answered, until the connection or the phase is over.
+async fn fill_stream_slots(conn: &Held, tag: &str, until: Instant, wrote: &impl Fn(usize)) {
+    let mut id = 1;
+    while !over(conn, until) {
+        let mut frames = Vec::new();
+        for _ in 0..100 {
+            let key = format!("{tag}-{id}");
+            let mut headers = post(id, "/attack/slow?ms=4000", &key, &[]);
+            headers[4] |= 0x1; // END_STREAM: no body
+            frames.extend(headers);
+            id += 2;
+        }
+        if conn.send(&frames).await.is_err() {
+            break;
+        }
+        wrote(100);
+        // Again once all 100 are answered.
+        let sent = (id / 2) as usize;
+        while !over(conn, until) && Seen::n(&conn.seen.ok) + Seen::n(&conn.seen.other) < sent {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// [`Attack::ResetAfterClaim`] on `conn`: a keyed call reset 5 ms after it was sent,
+/// one after another until the connection or the phase is over, then held.
+async fn reset_after_claim(conn: &Held, tag: &str, until: Instant, wrote: &impl Fn(usize)) {
+    let mut id = 1;
+    while !over(conn, until) {
+        let key = format!("{tag}-{id}");
+        let mut frames = post(
+            id,
+            "/attack/charge?ms=3000",
+            &key,
+            &[("content-length", "2")],
+        );
+        frames.extend(data(id, b"{}", true));
+        if conn.send(&frames).await.is_err() {
+            break;
+        }
+        wrote(1);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let _ = conn.send(&reset(id, CANCEL)).await;
+        id += 2;
+    }
+    // Its GOAWAY: then the gateway closes it.
+    hold(conn, until).await;
+}
+
+/// [`Attack::IdleConnections`] on `conn`: nothing sent (a PING every 500 ms on every
+/// fifth `slot`) until the connection or the phase is over, then held.
+async fn stay_idle(conn: &Held, slot: usize, until: Instant) {
+    let pings = slot % 5 == 0;
+    while !over(conn, until) {
+        if pings {
+            let _ = conn.send(&frame(PING, 0, 0, &[1; 8])).await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    hold(conn, until).await;
 }
 
 /// What became of one ordinary request: when it ended, its status (0: no answer) and

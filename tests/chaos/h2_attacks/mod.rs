@@ -30,9 +30,9 @@
 //! reach, to show that the verdict can fail.
 
 pub mod attackers;
+mod verdict;
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -44,7 +44,7 @@ use crate::h2_attacks::attackers::{
     attacker, ordinary, Attack, AttackTally, Outcome, REPORT, REPORT_KEY,
 };
 use crate::h2_floods::flooders::{cpu_seconds, idle_cores};
-use crate::h2_floods::IDLE_CORES;
+use verdict::{verdict, Measured};
 
 pub const ATTACK: Duration = Duration::from_secs(10);
 /// Bound on the replica's RSS peak over its baseline: the buffer budget (32 MiB) plus
@@ -55,7 +55,6 @@ pub const RSS_GROWTH_MIB: u64 = 32 + 24;
 pub const RSS_GROWTH_STALLED_MIB: u64 = RSS_GROWTH_MIB + 2 * 32;
 pub const NORMAL_P99_MS: u64 = 2_000;
 const NORMAL_WORKERS: usize = 2;
-const MIB: u64 = 1 << 20;
 
 /// The replica's `[server]` limits, or (`unlimited`) the same with the new limits out of
 /// reach. `max_request_body` + `max_response_body` (4 MiB) stay under a quarter of the
@@ -74,88 +73,23 @@ fn server_limits(unlimited: bool) -> String {
     format!("{common}{new}")
 }
 
+/// One attack row: the replica under attack `kind` for [`ATTACK`] while the ordinary
+/// clients send, measured and judged (the module's doc).
 pub async fn attack(name: String, kind: Attack) -> Report {
     let unlimited = std::env::var_os("CHAOS_H2_ATTACKS_UNLIMITED").is_some();
     let upstream = AttackUpstream::start().await;
-    let opts = Options {
-        replicas: 1,
-        durability: Durability::RedisOnly,
-        lock_ttl: "10s".into(),
-        // The stalled readers' replays are 1 MiB claims: at the default 300 ms most of
-        // 64 at once time out in Redis (503 `store_unavailable`) before the budget is
-        // reached, and the attack would not be the one reported.
-        command_timeout: "1s".into(),
-        server: server_limits(unlimited),
-        extra: format!(
-            "[[routes]]\nname = \"attack\"\npath_prefix = \"/attack/\"\nupstream = \"{}\"\n\
-             upstream_timeout = \"5s\"\n[replay_cache]\nmax_bytes = \"0B\"\n",
-            upstream.url()
-        ),
-        ..Options::default()
-    };
-    let stack = Stack::start(opts).await;
+    let stack = start_stack(unlimited, &upstream).await;
     let target: SocketAddr = ([127, 0, 0, 1], stack.replicas[0].port).into();
     let pid = stack.replicas[0].pid().expect("the replica runs");
     // Past the start-up's last work before the idle reading.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_before = idle_cores(pid).await;
     if kind == Attack::StalledReaders {
-        let stored = (stack.http.post(format!("http://{target}{REPORT}")))
-            .header("Idempotency-Key", REPORT_KEY)
-            .header("Authorization", "Bearer attacker")
-            .header("Content-Type", "application/json")
-            .body("{}")
-            .send()
-            .await
-            .map(|r| r.status().as_u16());
-        assert!(
-            matches!(stored, Ok(200)),
-            "the replayed report was not stored: {stored:?}"
-        );
+        store_the_report(&stack, target).await;
     }
-
-    let start = Instant::now();
-    let attack_at = start + Duration::from_secs(2);
-    let attack_end = attack_at + ATTACK;
-    let until = attack_end + Duration::from_secs(2);
-    let normal = Arc::new(Mutex::new(Vec::new()));
-    let workers: Vec<_> = (0..NORMAL_WORKERS)
-        .map(|w| {
-            let (base, key) = (format!("http://{target}"), format!("h2attack-normal-{w}"));
-            tokio::spawn(ordinary(base, key, until, normal.clone()))
-        })
-        .collect();
-    let peak = Arc::new(Mutex::new(0u64));
-    let sampler = tokio::spawn(sample_rss(pid, until, peak.clone()));
-    let cpu0 = cpu_seconds(pid);
-    tokio::time::sleep_until(attack_at.into()).await;
-    let (cpu1, baseline_rss) = (cpu_seconds(pid), rss(pid).map_or(0, |(now, _)| now));
 
     let tally = Arc::new(AttackTally::default());
-    let attackers = futures_util::future::join_all(
-        (0..kind.connections())
-            .map(|slot| tokio::spawn(attacker(kind, target, slot, attack_end, tally.clone()))),
-    );
-    let mut buffered_peak = 0u64;
-    let gauge = async {
-        while Instant::now() < attack_end {
-            let bytes = stack.replicas[0]
-                .metric(&stack.http, "idemgate_buffered_bytes")
-                .await;
-            buffered_peak = buffered_peak.max(bytes.unwrap_or(0.0) as u64);
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    };
-    let _ = tokio::join!(attackers, gauge);
-    let cpu2 = cpu_seconds(pid);
-    let attack_s = attack_at.elapsed().as_secs_f64();
-    tokio::time::sleep_until(until.into()).await;
-    let cpu3 = cpu_seconds(pid);
-    for w in workers {
-        let _ = w.await;
-    }
-    let _ = sampler.await;
-    let after_rss = rss(pid).map_or(0, |(now, _)| now);
+    let held = hold_the_attack(&stack, kind, target, pid, &tally).await;
 
     let buffered = buffered_after_attack(&stack, Duration::from_millis(200)).await;
     let limited = limited_summary(
@@ -173,19 +107,14 @@ pub async fn attack(name: String, kind: Attack) -> Report {
     .await;
     let idle_after = idle_cores(pid).await;
 
-    let outcomes = std::mem::take(&mut *normal.lock().unwrap());
     let measured = Measured {
         unlimited,
-        outcomes,
-        window: (attack_at, attack_end + Duration::from_secs(1)),
-        cores: (
-            (cpu1 - cpu0) / 2.0,
-            (cpu2 - cpu1) / attack_s,
-            (cpu3 - cpu2) / 2.0,
-        ),
+        outcomes: held.outcomes,
+        window: held.window,
+        cores: held.cores,
         idle: (idle_before, idle_after),
-        rss_kib: (baseline_rss, *peak.lock().unwrap(), after_rss),
-        buffered: (buffered_peak, buffered),
+        rss_kib: held.rss_kib,
+        buffered: (held.buffered_peak, buffered),
         upstream_peak: upstream.peak(),
         limited,
     };
@@ -194,193 +123,121 @@ pub async fn attack(name: String, kind: Attack) -> Report {
     report
 }
 
-/// What was read of the replica, the upstream and the ordinary clients.
-struct Measured {
-    unlimited: bool,
-    outcomes: Vec<Outcome>,
-    /// The attack, and a second after it: the ordinary requests that count.
-    window: (Instant, Instant),
-    /// CPU cores before, during and after the attack, with the ordinary clients sending.
-    cores: (f64, f64, f64),
-    /// CPU cores with nothing sent, before the ordinary clients start and once they and
-    /// the attack are done.
-    idle: (f64, f64),
-    /// RSS before, at its peak and after, in KiB.
-    rss_kib: (u64, u64, u64),
-    /// `idemgate_buffered_bytes` at its peak during the attack, and 5 s after at most.
-    buffered: (u64, f64),
-    upstream_peak: usize,
-    limited: String,
+/// One replica with the attack's limits ([`server_limits`]), Redis only, and the
+/// attacker's route to `upstream` with the replay cache off.
+async fn start_stack(unlimited: bool, upstream: &AttackUpstream) -> Stack {
+    let opts = Options {
+        replicas: 1,
+        durability: Durability::RedisOnly,
+        lock_ttl: "10s".into(),
+        // The stalled readers' replays are 1 MiB claims: at the default 300 ms most of
+        // 64 at once time out in Redis (503 `store_unavailable`) before the budget is
+        // reached, and the attack would not be the one reported.
+        command_timeout: "1s".into(),
+        server: server_limits(unlimited),
+        extra: format!(
+            "[[routes]]\nname = \"attack\"\npath_prefix = \"/attack/\"\nupstream = \"{}\"\n\
+             upstream_timeout = \"5s\"\n[replay_cache]\nmax_bytes = \"0B\"\n",
+            upstream.url()
+        ),
+        ..Options::default()
+    };
+    Stack::start(opts).await
 }
 
-async fn verdict(stack: &Stack, name: &str, kind: Attack, t: &AttackTally, m: Measured) -> Report {
-    let during: Vec<&Outcome> = (m.outcomes.iter())
-        .filter(|(at, ..)| (m.window.0..m.window.1).contains(at))
-        .collect();
-    let ok: Vec<u64> = (during.iter())
-        .filter(|(_, s, ..)| (200..300).contains(s))
-        .map(|(.., ms)| *ms)
-        .collect();
-    let mut failed = std::collections::BTreeMap::<String, usize>::new();
-    for (_, status, code, _) in during.iter().filter(|(_, s, ..)| !(200..300).contains(s)) {
-        *failed.entry(format!("{status} {code}")).or_default() += 1;
-    }
-    let mut sorted = ok.clone();
-    sorted.sort_unstable();
-    let pct =
-        |p: f64| sorted.get(((sorted.len() as f64 * p) as usize).min(sorted.len().max(1) - 1));
-    let (p50, p99) = (
-        pct(0.5).copied().unwrap_or(0),
-        pct(0.99).copied().unwrap_or(0),
+/// Stores the report the stalled readers ask replays of, under [`REPORT_KEY`].
+async fn store_the_report(stack: &Stack, target: SocketAddr) {
+    let stored = (stack.http.post(format!("http://{target}{REPORT}")))
+        .header("Idempotency-Key", REPORT_KEY)
+        .header("Authorization", "Bearer attacker")
+        .header("Content-Type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .map(|r| r.status().as_u16());
+    assert!(
+        matches!(stored, Ok(200)),
+        "the replayed report was not stored: {stored:?}"
     );
-    let rate = 100.0 * ok.len() as f64 / during.len().max(1) as f64;
-
-    let mut report = Report {
-        scenario: name.to_string(),
-        requests: m.outcomes.len(),
-        ..Default::default()
-    };
-    let ledger = stack.ledger().await;
-    report.executions = ledger.total;
-    report.duplicates = ledger.duplicates();
-    let n = AttackTally::n;
-    let (before, peak, after) = m.rss_kib;
-    let mib = |kb: u64| kb / 1024;
-    report.notes.push(format!(
-        "{}ordinary clients while attacked {}/{} ok ({rate:.1}%){}, p50 {p50} ms, p99 {p99} ms; \
-         replica RSS {} MiB before, peak {} MiB, {} MiB after; CPU {:.2} cores before, {:.2} \
-         during, {:.2} after, idle {:.3} before, {:.3} after; attack: {} connections ({} failed to connect), {} streams, \
-         answers {} 2xx / {} 503 / {} other, GOAWAY on {}, closed by the replica {} (longest \
-         {} ms), open at the end {} (oldest {} ms); upstream calls at once, peak {}; buffered \
-         peak {:.1} MiB, {} bytes after; limited:{}",
-        if m.unlimited { "LIMITS OFF: " } else { "" },
-        ok.len(),
-        during.len(),
-        if failed.is_empty() {
-            String::new()
-        } else {
-            format!(" (failed: {failed:?})")
-        },
-        mib(before),
-        mib(peak),
-        mib(after),
-        m.cores.0,
-        m.cores.1,
-        m.cores.2,
-        m.idle.0,
-        m.idle.1,
-        n(&t.connections),
-        n(&t.connect_failed),
-        n(&t.streams),
-        n(&t.ok),
-        n(&t.refused),
-        n(&t.other),
-        n(&t.goaway),
-        n(&t.closed),
-        t.longest_ms.load(Relaxed),
-        n(&t.open_at_end),
-        t.oldest_open_ms.load(Relaxed),
-        m.upstream_peak,
-        m.buffered.0 as f64 / MIB as f64,
-        m.buffered.1,
-        m.limited,
-    ));
-
-    if during.is_empty() || !failed.is_empty() {
-        report.fail(format!(
-            "{} of {} ordinary requests during the attack were not answered 2xx: {failed:?}",
-            during.len() - ok.len(),
-            during.len()
-        ));
-    }
-    if p99 > NORMAL_P99_MS {
-        report.fail(format!(
-            "ordinary requests' p99 was {p99} ms (bound {NORMAL_P99_MS})"
-        ));
-    }
-    let growth = mib(peak.saturating_sub(before));
-    let bound = match kind {
-        Attack::StalledReaders => RSS_GROWTH_STALLED_MIB,
-        _ => RSS_GROWTH_MIB,
-    };
-    if growth > bound {
-        report.fail(format!(
-            "RSS grew {growth} MiB over its baseline (bound {bound})"
-        ));
-    }
-    if m.idle.1 > m.idle.0 + IDLE_CORES {
-        report.fail(format!(
-            "the replica used {:.3} cores idle after the attack, {:.3} before",
-            m.idle.1, m.idle.0
-        ));
-    }
-    if m.buffered.1 != 0.0 {
-        report.fail(format!(
-            "{} bytes still charged 5 s after the attack",
-            m.buffered.1
-        ));
-    }
-    if report.duplicates > 0 {
-        report.fail(format!("{} duplicate executions", report.duplicates));
-    }
-    if n(&t.streams) == 0 && kind != Attack::IdleConnections {
-        report.fail("no attacking stream was written");
-    }
-    attack_bounds(&mut report, kind, t, &m);
-    report
-        .details
-        .extend(t.stories.lock().unwrap().iter().cloned());
-    report
 }
 
-/// The bound each attack must meet.
-fn attack_bounds(report: &mut Report, kind: Attack, t: &AttackTally, m: &Measured) {
-    let longest = Duration::from_millis(t.longest_ms.load(Relaxed));
-    let oldest = Duration::from_millis(t.oldest_open_ms.load(Relaxed));
-    let lived = longest.max(oldest);
-    match kind {
-        Attack::StalledReaders => {
-            // Two connections at once (a new one only once the replica closed one),
-            // each at most its share: 8 MiB.
-            if m.buffered.0 > 2 * 8 * MIB + MIB {
-                report.fail(format!(
-                    "{:.1} MiB charged at once for two stalled connections, more than their \
-                     shares (2 x 8 MiB)",
-                    m.buffered.0 as f64 / MIB as f64
-                ));
-            }
-            let bound = Duration::from_secs(2 * 3 + 3);
-            if lived > bound || AttackTally::n(&t.closed) == 0 {
-                report.fail(format!(
-                    "a stalled connection lived {lived:?} (bound {bound:?}), {} closed",
-                    AttackTally::n(&t.closed)
-                ));
-            }
-        }
-        Attack::IdleConnections => {
-            let bound = Duration::from_secs(3 + 3);
-            if lived > bound || AttackTally::n(&t.closed) == 0 {
-                report.fail(format!(
-                    "an idle connection lived {lived:?} (bound {bound:?}), {} closed",
-                    AttackTally::n(&t.closed)
-                ));
-            }
-        }
-        Attack::StreamSlots if m.upstream_peak > 2 * 32 => {
-            report.fail(format!("{} stream-slot calls at the upstream at once, more than two connections' shares (64)", m.upstream_peak));
-        }
-        Attack::ResetAfterClaim if m.upstream_peak > 128 => {
-            report.fail(format!(
-                "{} reset calls at the upstream at once, more than max_concurrent_requests (128)",
-                m.upstream_peak
-            ));
-        }
-        Attack::DeclaredBodies if m.buffered.0 >= MIB => {
-            report.fail(format!(
-                "{} bytes charged for declared bodies never sent",
-                m.buffered.0
-            ));
-        }
-        _ => {}
+/// What the phases with traffic left: the ordinary clients' outcomes, the window that
+/// counts, CPU cores before, during and after the attack, RSS before, at its peak and
+/// after (KiB), and the peak of `idemgate_buffered_bytes` during the attack.
+struct Held {
+    outcomes: Vec<Outcome>,
+    window: (Instant, Instant),
+    cores: (f64, f64, f64),
+    rss_kib: (u64, u64, u64),
+    buffered_peak: u64,
+}
+
+/// The phases with traffic: 2 s of ordinary clients alone, the attack (`kind` on
+/// `target`, tallied in `tally`) for [`ATTACK`], 2 s after; returns once the ordinary
+/// clients are done.
+async fn hold_the_attack(
+    stack: &Stack,
+    kind: Attack,
+    target: SocketAddr,
+    pid: u32,
+    tally: &Arc<AttackTally>,
+) -> Held {
+    let start = Instant::now();
+    let attack_at = start + Duration::from_secs(2);
+    let attack_end = attack_at + ATTACK;
+    let until = attack_end + Duration::from_secs(2);
+    let normal = Arc::new(Mutex::new(Vec::new()));
+    let workers: Vec<_> = (0..NORMAL_WORKERS)
+        .map(|w| {
+            let (base, key) = (format!("http://{target}"), format!("h2attack-normal-{w}"));
+            tokio::spawn(ordinary(base, key, until, normal.clone()))
+        })
+        .collect();
+    let peak = Arc::new(Mutex::new(0u64));
+    let sampler = tokio::spawn(sample_rss(pid, until, peak.clone()));
+    let cpu0 = cpu_seconds(pid);
+    tokio::time::sleep_until(attack_at.into()).await;
+    let (cpu1, baseline_rss) = (cpu_seconds(pid), rss(pid).map_or(0, |(now, _)| now));
+
+    let attackers = futures_util::future::join_all(
+        (0..kind.connections())
+            .map(|slot| tokio::spawn(attacker(kind, target, slot, attack_end, tally.clone()))),
+    );
+    let (_, buffered_peak) = tokio::join!(attackers, peak_buffered(stack, attack_end));
+    let cpu2 = cpu_seconds(pid);
+    let attack_s = attack_at.elapsed().as_secs_f64();
+    tokio::time::sleep_until(until.into()).await;
+    let cpu3 = cpu_seconds(pid);
+    for w in workers {
+        let _ = w.await;
     }
+    let _ = sampler.await;
+    let after_rss = rss(pid).map_or(0, |(now, _)| now);
+    let outcomes = std::mem::take(&mut *normal.lock().unwrap());
+    let peak_rss = *peak.lock().unwrap();
+    Held {
+        outcomes,
+        window: (attack_at, attack_end + Duration::from_secs(1)),
+        cores: (
+            (cpu1 - cpu0) / 2.0,
+            (cpu2 - cpu1) / attack_s,
+            (cpu3 - cpu2) / 2.0,
+        ),
+        rss_kib: (baseline_rss, peak_rss, after_rss),
+        buffered_peak,
+    }
+}
+
+/// The replica's `idemgate_buffered_bytes` read every 250 ms until `attack_end`: its
+/// peak.
+async fn peak_buffered(stack: &Stack, attack_end: Instant) -> u64 {
+    let mut buffered_peak = 0u64;
+    while Instant::now() < attack_end {
+        let bytes = stack.replicas[0]
+            .metric(&stack.http, "idemgate_buffered_bytes")
+            .await;
+        buffered_peak = buffered_peak.max(bytes.unwrap_or(0.0) as u64);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    buffered_peak
 }

@@ -7,7 +7,23 @@ use super::EXACTLY_ONCE;
 use crate::checker::Report;
 use crate::cluster::{config_accepted, Durability, Options, Probe, Stack};
 use crate::driver::{self, KeyClass, Phase, Plan, Req, Workload};
-use crate::harness::{finish, start};
+use crate::harness::{finish, start, Running};
+
+/// How long the fault's steps take: when the replica is frozen after the stale keys were
+/// sent, the lease, and how long it stays frozen (ms).
+struct Freeze {
+    stop_at: u64,
+    lock_ms: u64,
+    frozen: u64,
+}
+
+/// What the freeze left: when the replica was stopped, how long it stayed frozen, and
+/// what its own clients got.
+struct Frozen {
+    stopped: Instant,
+    frozen_for: Duration,
+    holder_got: Vec<driver::Got>,
+}
 
 /// A replica frozen with SIGSTOP past its lease while its upstream calls finish, then
 /// SIGCONT: another replica takes the keys over, and the frozen one's late completion
@@ -42,7 +58,33 @@ pub async fn replica_sigstop(name: String, d: Durability) -> Report {
     let mut run = start(w);
     run.at(1000).await;
 
-    let stale: Vec<Arc<Req>> = (0..6)
+    let stale = stale_keys(&name, latency);
+    let lost_before = lease_lost(&stack).await;
+    let timing = Freeze {
+        stop_at,
+        lock_ms,
+        frozen,
+    };
+    let fault = freeze_and_take_over(&stack, &run, &stale, timing).await;
+    if d.claims_durable() {
+        retry_each_once(&stack, &run, &stale).await;
+    }
+    let mut plans = run.plans().await;
+    plans.extend(stale.iter().map(|r| Plan {
+        key: r.key.clone(),
+        class: KeyClass::Takeover,
+        reqs: vec![r.clone()],
+    }));
+    let mut report = finish(&name, &mut stack, &run, &plans, EXACTLY_ONCE).await;
+    let refused_ok = check_takeovers_stored(&mut report, &run, &stale, d, fault.stopped);
+    let refusals = lease_lost(&stack).await - lost_before;
+    note_the_frozen_replica(&mut report, &fault, refused_ok, stale.len(), refusals);
+    report
+}
+
+/// The keys the frozen replica holds: each one's upstream call takes `latency` ms.
+fn stale_keys(name: &str, latency: u64) -> Vec<Arc<Req>> {
+    (0..6)
         .map(|i| {
             Arc::new(Req {
                 tenant: i % 3,
@@ -55,12 +97,32 @@ pub async fn replica_sigstop(name: String, d: Durability) -> Report {
                 body: format!("{{\"amount\":{i},\"currency\":\"eur\"}}"),
             })
         })
-        .collect();
-    let victim = stack.replicas[0].url();
-    let lost_before = stack.replicas[0]
+        .collect()
+}
+
+/// The first replica's `idemgate_lease_lost_total` (0 when it has none).
+async fn lease_lost(stack: &Stack) -> f64 {
+    stack.replicas[0]
         .metric(&stack.http, "idemgate_lease_lost_total")
         .await
-        .unwrap_or(0.0);
+        .unwrap_or(0.0)
+}
+
+/// The fault: `stale` sent to the first replica, which is frozen while it holds them;
+/// retries through the front once the lease has expired; thawed, and its own clients'
+/// answers awaited.
+async fn freeze_and_take_over(
+    stack: &Stack,
+    run: &Running,
+    stale: &[Arc<Req>],
+    timing: Freeze,
+) -> Frozen {
+    let Freeze {
+        stop_at,
+        lock_ms,
+        frozen,
+    } = timing;
+    let victim = stack.replicas[0].url();
     // The frozen replica's own clients wait for their answers.
     let holders: Vec<_> = stale
         .iter()
@@ -86,7 +148,7 @@ pub async fn replica_sigstop(name: String, d: Durability) -> Report {
         run.rec.clone(),
         run.http.clone(),
         stack.front(),
-        stale.clone(),
+        stale.to_vec(),
         Phase::Load,
         Duration::from_secs(10),
         8,
@@ -100,41 +162,51 @@ pub async fn replica_sigstop(name: String, d: Durability) -> Report {
     for h in holders {
         holder_got.push(h.await.unwrap());
     }
-    if d.claims_durable() {
-        // A key answered 502 is not acknowledged, so the harness's final passes skip
-        // it: one retry each instead, which must replay the stored outcome.
-        for req in &stale {
-            (run.rec)
-                .send(
-                    &run.http,
-                    &stack.front(),
-                    req,
-                    Duration::from_secs(10),
-                    Phase::Final,
-                )
-                .await;
-        }
+    Frozen {
+        stopped,
+        frozen_for,
+        holder_got,
     }
-    let mut plans = run.plans().await;
-    plans.extend(stale.iter().map(|r| Plan {
-        key: r.key.clone(),
-        class: KeyClass::Takeover,
-        reqs: vec![r.clone()],
-    }));
-    let mut report = finish(&name, &mut stack, &run, &plans, EXACTLY_ONCE).await;
+}
 
-    // The stored response of each stale key is the takeover's: the first answer a retry
-    // through the front got, replayed by the final passes (Redis, then Postgres). Where
-    // a lapsed lease is remembered (durable claims: a Postgres row, or a vouched record
-    // that outlives its lease), the takeover runs nothing and stores the unknown outcome
-    // (502, `on_ambiguous = "store"`); elsewhere it runs the key (2xx).
+/// A key answered 502 is not acknowledged, so the harness's final passes skip it: one
+/// retry each instead, which must replay the stored outcome.
+async fn retry_each_once(stack: &Stack, run: &Running, stale: &[Arc<Req>]) {
+    for req in stale {
+        (run.rec)
+            .send(
+                &run.http,
+                &stack.front(),
+                req,
+                Duration::from_secs(10),
+                Phase::Final,
+            )
+            .await;
+    }
+}
+
+/// Fails `report` for each stale key whose stored response is not the takeover's;
+/// returns how many were.
+///
+/// The stored response of each stale key is the takeover's: the first answer a retry
+/// through the front got, replayed by the final passes (Redis, then Postgres). Where
+/// a lapsed lease is remembered (durable claims: a Postgres row, or a vouched record
+/// that outlives its lease), the takeover runs nothing and stores the unknown outcome
+/// (502, `on_ambiguous = "store"`); elsewhere it runs the key (2xx).
+fn check_takeovers_stored(
+    report: &mut Report,
+    run: &Running,
+    stale: &[Arc<Req>],
+    d: Durability,
+    stopped: Instant,
+) -> usize {
     let answered = |status: u16| match d.claims_durable() {
         true => status == 502,
         false => (200..300).contains(&status),
     };
     let all = run.rec.all();
     let mut refused_ok = 0;
-    for req in &stale {
+    for req in stale {
         let mine: Vec<_> = all.iter().filter(|e| Arc::ptr_eq(&e.req, req)).collect();
         let takeover = mine.iter().find_map(|e| match &e.got {
             driver::Got::Resp(r)
@@ -181,11 +253,19 @@ pub async fn replica_sigstop(name: String, d: Durability) -> Report {
             refused_ok += 1;
         }
     }
-    let lost_after = stack.replicas[0]
-        .metric(&stack.http, "idemgate_lease_lost_total")
-        .await
-        .unwrap_or(0.0);
-    let refusals = lost_after - lost_before;
+    refused_ok
+}
+
+/// Notes what the frozen replica's clients got and how many late completions it
+/// refused (`refusals`); fails `report` when it refused none.
+fn note_the_frozen_replica(
+    report: &mut Report,
+    fault: &Frozen,
+    refused_ok: usize,
+    stale: usize,
+    refusals: f64,
+) {
+    let holder_got = &fault.holder_got;
     let holder_summary: Vec<String> = holder_got
         .iter()
         .map(|g| match g {
@@ -207,8 +287,8 @@ pub async fn replica_sigstop(name: String, d: Durability) -> Report {
         .count();
     report.notes.push(format!(
         "frozen {} ms; stored = takeover's for {refused_ok}/{}; stale completions refused {refusals}",
-        frozen_for.as_millis(),
-        stale.len()
+        fault.frozen_for.as_millis(),
+        stale
     ));
     report.details.push(format!(
         "frozen replica's own clients got: {}",
@@ -224,5 +304,4 @@ pub async fn replica_sigstop(name: String, d: Durability) -> Report {
             "frozen replica answered {stale_acks} of its own clients 2xx with its unstored execution"
         ));
     }
-    report
 }

@@ -24,7 +24,44 @@ async fn stalled_readers_hold_at_most_their_share_and_are_cut_off_by_the_send_wa
          max_response_body = \"2MiB\"\n",
     )
     .await;
-    // The stored 1 MiB response.
+    store_the_report(&target).await;
+    let (cut0, charged0) = (
+        target.limited("stream_write_timeout").await,
+        target.limited("connection_budget").await,
+    );
+
+    let ordinary = target.ordinary("stalled-normal");
+    let attack = Instant::now();
+    let held = stall_two_connections(&target).await;
+    charged_at_most_their_shares(&target, attack).await;
+    each_is_cut_off_by_the_watchdog(&held, attack).await;
+    let first_goaway = (held.iter().filter_map(|c| c.goaway().map(|(at, _)| at)))
+        .min()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let answers = ordinary.stop().await;
+    answers.assert_served(attack, first_goaway, 5, "stalled readers");
+
+    assert!(
+        target.limited("stream_write_timeout").await - cut0 >= 1.0,
+        "no stream_write_timeout counted"
+    );
+    assert!(
+        target.limited("connection_budget").await - charged0 >= 1.0,
+        "80 replays of 1 MiB on two connections, and none over a connection's budget share \
+         (answers: {:?}, {:?})",
+        held[0].seen.statuses(),
+        held[1].seen.statuses()
+    );
+    let left = target.buffered_drained(Duration::from_secs(3)).await;
+    assert_eq!(
+        left, 0,
+        "bytes still charged after the stalled connections ended"
+    );
+}
+
+/// Stores the 1 MiB response the stalled readers ask replays of.
+async fn store_the_report(target: &Target) {
     let url = format!("http://{}{PATH}", target.addr);
     let stored = keyed_post(&target.http, url, "stored-report", "{}")
         .header("Authorization", "Bearer attacker")
@@ -33,13 +70,11 @@ async fn stalled_readers_hold_at_most_their_share_and_are_cut_off_by_the_send_wa
         .unwrap();
     assert_eq!(stored.status(), 200);
     assert_eq!(stored.bytes().await.unwrap().len(), MIB as usize);
-    let (cut0, charged0) = (
-        target.limited("stream_write_timeout").await,
-        target.limited("connection_budget").await,
-    );
+}
 
-    let ordinary = target.ordinary("stalled-normal");
-    let attack = Instant::now();
+/// Two connections with a stream window of 0, each asking for
+/// [`REPLAYS_PER_CONNECTION`] replays of the stored response.
+async fn stall_two_connections(target: &Target) -> Vec<Held> {
     let mut held = Vec::new();
     for _ in 0..2 {
         let conn = Held::open(target.addr, &[(INITIAL_WINDOW_SIZE, 0)]).await;
@@ -53,9 +88,12 @@ async fn stalled_readers_hold_at_most_their_share_and_are_cut_off_by_the_send_wa
         conn.send(&frames).await.unwrap();
         held.push(conn);
     }
+    held
+}
 
-    // While the attack is held (before the first stream's write timeout), what the
-    // gateway has charged is at most the two connections' shares.
+/// While the attack (started at `attack`) is held, before the first stream's write
+/// timeout, what the gateway has charged is at most the two connections' shares.
+async fn charged_at_most_their_shares(target: &Target, attack: Instant) {
     let peak =
         (target.buffered_peak(attack + Duration::from_millis(800), attack + WRITE_TIMEOUT)).await;
     assert!(
@@ -66,8 +104,11 @@ async fn stalled_readers_hold_at_most_their_share_and_are_cut_off_by_the_send_wa
         peak <= 2 * BUDGET_SHARE + MIB,
         "two stalled connections held {peak} bytes of the budget, more than their shares (2 x {BUDGET_SHARE})"
     );
+}
 
-    // The send watchdog: a GOAWAY, then the end, for each stalled connection.
+/// The send watchdog: a GOAWAY, then the end, for each stalled connection of `held`;
+/// each was pinged and got no response byte.
+async fn each_is_cut_off_by_the_watchdog(held: &[Held], attack: Instant) {
     for (c, conn) in held.iter().enumerate() {
         let goaway = conn
             .goaway_by(attack + 2 * WRITE_TIMEOUT + Duration::from_secs(3))
@@ -101,29 +142,6 @@ async fn stalled_readers_hold_at_most_their_share_and_are_cut_off_by_the_send_wa
             "a window of 0 let response bytes through"
         );
     }
-    let first_goaway = (held.iter().filter_map(|c| c.goaway().map(|(at, _)| at)))
-        .min()
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let answers = ordinary.stop().await;
-    answers.assert_served(attack, first_goaway, 5, "stalled readers");
-
-    assert!(
-        target.limited("stream_write_timeout").await - cut0 >= 1.0,
-        "no stream_write_timeout counted"
-    );
-    assert!(
-        target.limited("connection_budget").await - charged0 >= 1.0,
-        "80 replays of 1 MiB on two connections, and none over a connection's budget share \
-         (answers: {:?}, {:?})",
-        held[0].seen.statuses(),
-        held[1].seen.statuses()
-    );
-    let left = target.buffered_drained(Duration::from_secs(3)).await;
-    assert_eq!(
-        left, 0,
-        "bytes still charged after the stalled connections ended"
-    );
 }
 
 #[tokio::test]

@@ -134,6 +134,13 @@ async fn post(http: &reqwest::Client, front: &str, key: &str, id: &str) -> Answe
     .await
 }
 
+/// Every replica's log, each under a header line.
+fn logs(replicas: &[Replica]) -> String {
+    (replicas.iter())
+        .map(|r| format!("--- replica {} ---\n{}", r.index, r.log_text()))
+        .collect::<String>()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn haproxy_speaking_h2_to_two_replicas_executes_once_and_replays() {
     let redis = RedisServer::start();
@@ -141,27 +148,57 @@ async fn haproxy_speaking_h2_to_two_replicas_executes_once_and_replays() {
     let dir = tempfile::tempdir().unwrap();
     let replicas = replicas(dir.path(), &redis, &upstream).await;
     let lb = haproxy(&dir.path().join("h2"), &replicas, BackendProto::H2).await;
-    let front = lb.url();
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
-    let logs = || {
-        (replicas.iter())
-            .map(|r| format!("--- replica {} ---\n{}", r.index, r.log_text()))
-            .collect::<String>()
+    let front = Front {
+        url: lb.url(),
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap(),
+        upstream: &upstream,
+        replicas: &replicas,
+        before: upstream.executions(),
     };
-    let before = upstream.executions();
 
-    // N keys, once each; then every retry replays the stored answer byte for byte.
+    let firsts = keys_run_once_and_replay(&front).await;
+    a_burst_runs_once(&front).await;
+    every_request_reached_a_replica_over_h2(&replicas).await;
+
+    // The control: the same HAProxy configuration without `proto h2` reaches the same
+    // replicas over HTTP/1.1, and their request lines say so.
+    let plain = haproxy(&dir.path().join("http1"), &replicas, BackendProto::Http1).await;
+    let a = post(&front.http, &plain.url(), "k-0", "h1-retry").await;
+    assert_eq!((a.0, &a.2), (firsts[0].0, &firsts[0].2));
+    let mut got = Vec::new();
+    let logged = eventually(Duration::from_secs(5), async || {
+        got = protocols(&replicas, "h1-").0;
+        !got.is_empty()
+    })
+    .await;
+    assert!(logged && got == ["http1"], "{got:?}\n{}", logs(&replicas));
+}
+
+/// HAProxy's front as the test sends through it, and what it checks against: the
+/// upstream and its executions before the test, the replicas and their logs.
+struct Front<'a> {
+    url: String,
+    http: reqwest::Client,
+    upstream: &'a MockUpstream,
+    replicas: &'a [Replica],
+    before: usize,
+}
+
+/// [`KEYS`] keys, once each, execute once; then every retry replays the stored answer
+/// byte for byte. The first answers.
+async fn keys_run_once_and_replay(f: &Front<'_>) -> Vec<Answer> {
+    let (http, front, upstream, before) = (&f.http, &f.url, f.upstream, f.before);
     let mut firsts = Vec::new();
     for k in 0..KEYS {
-        let a = post(&http, &front, &format!("k-{k}"), &format!("h2-first-{k}")).await;
+        let a = post(http, front, &format!("k-{k}"), &format!("h2-first-{k}")).await;
         assert_eq!(
             (a.0, a.1.get("idempotent-replayed")),
             (201, Some(&"false".parse().unwrap())),
             "k-{k}: {a:?}\n{}",
-            logs()
+            logs(f.replicas)
         );
         firsts.push(a);
     }
@@ -171,7 +208,7 @@ async fn haproxy_speaking_h2_to_two_replicas_executes_once_and_replays() {
         "one execution per key"
     );
     for (k, first) in firsts.iter().enumerate() {
-        let again = post(&http, &front, &format!("k-{k}"), &format!("h2-retry-{k}")).await;
+        let again = post(http, front, &format!("k-{k}"), &format!("h2-retry-{k}")).await;
         assert_eq!(again.1["idempotent-replayed"], "true", "k-{k}");
         assert_eq!(
             (again.0, comparable(&again.1), &again.2),
@@ -184,12 +221,16 @@ async fn haproxy_speaking_h2_to_two_replicas_executes_once_and_replays() {
         KEYS,
         "retries do not execute"
     );
+    firsts
+}
 
-    // Concurrent duplicates of one key while the first runs: one execution, the others
-    // wait (on either replica) and replay it.
+/// Concurrent duplicates of one key while the first runs: one execution, the others
+/// wait (on either replica) and replay it.
+async fn a_burst_runs_once(f: &Front<'_>) {
+    let (upstream, before) = (f.upstream, f.before);
     upstream.set_delay(Duration::from_millis(500));
     let started = Instant::now();
-    let (client, url) = (&http, &front);
+    let (client, url) = (&f.http, &f.url);
     let burst = (0..DUPLICATES)
         .map(|i| async move { post(client, url, "burst", &format!("h2-burst-{i}")).await });
     let answers = join_all(burst).await;
@@ -199,7 +240,7 @@ async fn haproxy_speaking_h2_to_two_replicas_executes_once_and_replays() {
         (t.first, t.replayed, t.in_flight),
         (1, DUPLICATES - 1, 0),
         "{t:?}\n{}",
-        logs()
+        logs(f.replicas)
     );
     assert!(
         answers.iter().all(|a| a.2 == answers[0].2),
@@ -214,13 +255,15 @@ async fn haproxy_speaking_h2_to_two_replicas_executes_once_and_replays() {
         KEYS + 1,
         "the burst ran once"
     );
+}
 
-    // Every one of those requests reached a replica over HTTP/2, and both replicas
-    // served some (round robin).
+/// Every one of those requests reached a replica over HTTP/2, and both replicas
+/// served some (round robin).
+async fn every_request_reached_a_replica_over_h2(replicas: &[Replica]) {
     let want = 2 * KEYS + DUPLICATES;
     let mut got = (Vec::new(), Vec::new());
     let logged = eventually(Duration::from_secs(5), async || {
-        got = protocols(&replicas, "h2-");
+        got = protocols(replicas, "h2-");
         got.0.len() == want
     })
     .await;
@@ -228,7 +271,7 @@ async fn haproxy_speaking_h2_to_two_replicas_executes_once_and_replays() {
         logged,
         "{} request lines of {want}\n{}",
         got.0.len(),
-        logs()
+        logs(replicas)
     );
     assert!(
         got.0.iter().all(|p| p == "http2"),
@@ -236,17 +279,4 @@ async fn haproxy_speaking_h2_to_two_replicas_executes_once_and_replays() {
         got.0
     );
     assert!(got.1.iter().all(|n| *n > 0), "per replica: {:?}", got.1);
-
-    // The control: the same HAProxy configuration without `proto h2` reaches the same
-    // replicas over HTTP/1.1, and their request lines say so.
-    let plain = haproxy(&dir.path().join("http1"), &replicas, BackendProto::Http1).await;
-    let a = post(&http, &plain.url(), "k-0", "h1-retry").await;
-    assert_eq!((a.0, &a.2), (firsts[0].0, &firsts[0].2));
-    let mut got = Vec::new();
-    let logged = eventually(Duration::from_secs(5), async || {
-        got = protocols(&replicas, "h1-").0;
-        !got.is_empty()
-    })
-    .await;
-    assert!(logged && got == ["http1"], "{got:?}\n{}", logs());
 }

@@ -13,6 +13,7 @@ use idemgate::idempotency::{Fingerprint, Release};
 use idemgate::testing::store::postgres::claim_asks::ClaimAsk;
 use idemgate::testing::store::postgres::claim_rounds::ClaimRounds;
 use idemgate::testing::store::postgres::{CompletedRecord, Found, PgClaim};
+use idemgate::testing::store::PgStore;
 
 use crate::support::records::{fingerprint, id, rec, scope, store};
 use crate::support::LEASE;
@@ -30,74 +31,23 @@ async fn holder(pg: &PgServer, key: &str) -> (Option<String>, i64) {
     (row.get(0), row.get(1))
 }
 
+/// Keys per kind in [`batched_claims_decide_each_claim_as_alone_and_acquire_each_key_once`].
+const N: usize = 12;
+
+/// A claim of the round: key, lock token, fingerprint.
+type Ask = (String, String, Fingerprint);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batched_claims_decide_each_claim_as_alone_and_acquire_each_key_once() {
     let pg = PgServer::start();
     let s = store(&pg);
     s.migrate().await.unwrap();
-    const N: usize = 12;
     let fp = fingerprint("{}");
-    // What the keys hold before the claims: completed records, live leases, leases
-    // that have run out, and nothing (each claimed three times at once).
-    let done: Vec<CompletedRecord> = (0..N)
-        .map(|i| CompletedRecord {
-            scope: scope(),
-            id: id(&format!("done-{i}")),
-            route: "payments".into(),
-            fingerprint: fp,
-            token: "old".into(),
-            status: 201,
-            headers: bytes::Bytes::from_static(b"\x00\x00"),
-            body: bytes::Bytes::from_static(b"{}"),
-            expiry: idemgate::idempotency::Expiry::within(std::time::Duration::from_millis(60_000)),
-        })
-        .collect();
-    s.complete_batch(&done).await.unwrap();
-    let mut old_fences = Vec::new();
-    for i in 0..N {
-        let live = s.claim(rec(&format!("held-{i}")), &fp, "holder", LEASE);
-        assert!(matches!(live.await.unwrap(), PgClaim::Acquired { .. }));
-        let short = Duration::from_millis(1);
-        match s
-            .claim(rec(&format!("expired-{i}")), &fp, "gone", short)
-            .await
-        {
-            Ok(PgClaim::Acquired { fence, .. }) => old_fences.push(fence),
-            other => panic!("{other:?}"),
-        }
-        // A lease of 1 ms in a record that lives a minute: it lapses, the row stays.
-        let ask = ClaimAsk::new(rec(&format!("lapsed-{i}")), &fp, "died", short)
-            .living(Duration::from_secs(60));
-        let lapsing = s.claim_round(&[&ask]).await.pop().unwrap().unwrap();
-        assert!(
-            matches!(
-                lapsing,
-                Some(PgClaim::Acquired {
-                    after_lapse: false,
-                    ..
-                })
-            ),
-            "{lapsing:?}"
-        );
-    }
+    let old_fences = fill_the_keys(&s, fp).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
 
     let claims = ClaimRounds::spawn(s.clone(), 256);
-    let mut asks: Vec<(String, String, Fingerprint)> = Vec::new();
-    for i in 0..N {
-        for kind in ["done", "held", "expired", "lapsed"] {
-            asks.push((format!("{kind}-{i}"), format!("t-{kind}-{i}"), fp));
-        }
-        // Three claims of one new key, queued together, each with its own request.
-        for n in 0..3 {
-            let body = format!("{{\"n\":{n}}}");
-            asks.push((
-                format!("new-{i}"),
-                format!("t-new-{i}-{n}"),
-                fingerprint(&body),
-            ));
-        }
-    }
+    let asks = the_asks(fp);
     let answers = join_all(asks.iter().map(|(key, token, fp)| {
         let claims = claims.clone();
         async move { claims.claim(rec(key), fp, token, LEASE).await }
@@ -159,6 +109,75 @@ async fn batched_claims_decide_each_claim_as_alone_and_acquire_each_key_once() {
         "{} claims at once share statements (a key at most once per statement), ran {statements}",
         asks.len()
     );
+}
+
+/// What the keys hold before the claims: completed records (`done-i`), live leases
+/// (`held-i`), leases that have run out (`expired-i`, whose fences it returns) and
+/// leases that lapsed inside their record's life (`lapsed-i`).
+async fn fill_the_keys(s: &PgStore, fp: Fingerprint) -> Vec<i64> {
+    let done: Vec<CompletedRecord> = (0..N)
+        .map(|i| CompletedRecord {
+            scope: scope(),
+            id: id(&format!("done-{i}")),
+            route: "payments".into(),
+            fingerprint: fp,
+            token: "old".into(),
+            status: 201,
+            headers: bytes::Bytes::from_static(b"\x00\x00"),
+            body: bytes::Bytes::from_static(b"{}"),
+            expiry: idemgate::idempotency::Expiry::within(std::time::Duration::from_millis(60_000)),
+        })
+        .collect();
+    s.complete_batch(&done).await.unwrap();
+    let mut old_fences = Vec::new();
+    for i in 0..N {
+        let live = s.claim(rec(&format!("held-{i}")), &fp, "holder", LEASE);
+        assert!(matches!(live.await.unwrap(), PgClaim::Acquired { .. }));
+        let short = Duration::from_millis(1);
+        match s
+            .claim(rec(&format!("expired-{i}")), &fp, "gone", short)
+            .await
+        {
+            Ok(PgClaim::Acquired { fence, .. }) => old_fences.push(fence),
+            other => panic!("{other:?}"),
+        }
+        // A lease of 1 ms in a record that lives a minute: it lapses, the row stays.
+        let ask = ClaimAsk::new(rec(&format!("lapsed-{i}")), &fp, "died", short)
+            .living(Duration::from_secs(60));
+        let lapsing = s.claim_round(&[&ask]).await.pop().unwrap().unwrap();
+        assert!(
+            matches!(
+                lapsing,
+                Some(PgClaim::Acquired {
+                    after_lapse: false,
+                    ..
+                })
+            ),
+            "{lapsing:?}"
+        );
+    }
+    old_fences
+}
+
+/// The claims of the round: one of each prepared key, and three of each new key
+/// (`new-i`), each with its own request.
+fn the_asks(fp: Fingerprint) -> Vec<Ask> {
+    let mut asks: Vec<Ask> = Vec::new();
+    for i in 0..N {
+        for kind in ["done", "held", "expired", "lapsed"] {
+            asks.push((format!("{kind}-{i}"), format!("t-{kind}-{i}"), fp));
+        }
+        // Three claims of one new key, queued together, each with its own request.
+        for n in 0..3 {
+            let body = format!("{{\"n\":{n}}}");
+            asks.push((
+                format!("new-{i}"),
+                format!("t-new-{i}-{n}"),
+                fingerprint(&body),
+            ));
+        }
+    }
+    asks
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -38,9 +38,18 @@ async fn three(make: impl Fn() -> Config) -> Vec<TestApp> {
     apps
 }
 
+/// Every core behaviour, in turn, on the three instances `apps` in front of `upstream`.
 async fn core_behaviours(apps: &[TestApp], upstream: &MockUpstream) {
-    // First execution, then byte-identical replays from Redis on the other instances
-    // (their replay caches have not seen the keys), over keys on every shard.
+    first_executions_replays_and_mismatches(apps, upstream).await;
+    a_burst_of_duplicates_runs_once(apps, upstream).await;
+    invalidation_reaches_every_replay_cache(apps, upstream).await;
+    tenants_are_isolated(apps, upstream).await;
+}
+
+/// First execution, then byte-identical replays from Redis on the other instances
+/// (their replay caches have not seen the keys), over keys on every shard; the same key
+/// with another body is a mismatch.
+async fn first_executions_replays_and_mismatches(apps: &[TestApp], upstream: &MockUpstream) {
     for i in 0..12 {
         let key = format!("first-{i}");
         let body = format!("{{\"amount\":{i}}}");
@@ -66,7 +75,11 @@ async fn core_behaviours(apps: &[TestApp], upstream: &MockUpstream) {
         );
     }
     assert_eq!(upstream.executions(), 12);
+}
 
+/// 50 concurrent duplicates across three instances: one execution; the others wait
+/// and are woken by the completion, and get the same answer.
+async fn a_burst_of_duplicates_runs_once(apps: &[TestApp], upstream: &MockUpstream) {
     // 50 concurrent duplicates across three instances: one execution; the others wait
     // and are woken by the completion (a missed wake-up would wait out the 30 s lease
     // and end as a 409 after wait_timeout).
@@ -105,7 +118,11 @@ async fn core_behaviours(apps: &[TestApp], upstream: &MockUpstream) {
             (comparable(&first.1), &first.2)
         );
     }
+}
 
+/// Admin invalidation reaches every instance's replay cache: the key runs again, and
+/// every instance replays the new execution.
+async fn invalidation_reaches_every_replay_cache(apps: &[TestApp], upstream: &MockUpstream) {
     // Admin invalidation reaches every instance's replay cache (all three hold "burst").
     let url = format!("http://{}/admin/keys/payments/burst", apps[1].admin);
     let deleted = (apps[1].client.delete(url).bearer_auth(TOKEN).send().await).unwrap();
@@ -129,8 +146,10 @@ async fn core_behaviours(apps: &[TestApp], upstream: &MockUpstream) {
         assert_eq!(b, fresh, "the new execution, not a stale cached copy");
     }
     assert_eq!(upstream.executions(), 14);
+}
 
-    // Tenant isolation: the same key and body under two tenants are two records.
+/// Tenant isolation: the same key and body under two tenants are two records.
+async fn tenants_are_isolated(apps: &[TestApp], upstream: &MockUpstream) {
     let as_tenant = |app: &TestApp, who: &str| {
         app.post("shared-key", "{}")
             .header("Authorization", format!("Bearer {who}"))

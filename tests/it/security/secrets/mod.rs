@@ -12,15 +12,14 @@
 //! (all up; Redis down; Redis and Postgres down) and the error answers (admin 401,
 //! 503 with both stores down) are scanned for each configured secret.
 
-use std::io::Write;
+mod serve;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use idemgate_fleet::{free_port, PgTls, RedisTls};
 
-use crate::support::process::BIN;
 use crate::support::{MockUpstream, PgServer, Pki, RedisServer};
+use serve::{check_config, down, readyz_until, Files, Serve};
 
 const REDIS_PW: &str = "redis-Pw-4f9d1c";
 const WRONG_PW: &str = "wrong-Redis-Pw-77e0";
@@ -38,124 +37,6 @@ fn assert_clean(what: &str, text: &str) {
     }
 }
 
-/// An `idemgate serve` child, killed on drop (a failing assertion never leaves it running).
-struct Serve {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Serve {
-    /// Starts `serve` with `config`, appending its stderr (the JSON log) to `log`.
-    fn start(config: &Path, log: &Path) -> Self {
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .unwrap();
-        let child = Command::new(BIN)
-            .args(["serve", "--config"])
-            .arg(config)
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(out))
-            .spawn()
-            .unwrap();
-        Serve {
-            child,
-            log: log.to_path_buf(),
-        }
-    }
-
-    /// SIGTERM and wait for a clean exit (the shutdown path logs too).
-    fn stop(mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.child.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < deadline, "serve did not stop on SIGTERM");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Panics (with the log) if the process has exited.
-    fn assert_running(&mut self) {
-        if let Some(status) = self.child.try_wait().unwrap() {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            panic!("serve exited ({status}):\n{log}");
-        }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Asks `/readyz` until its answer satisfies `want`; returns (status, body).
-async fn readyz_until(
-    serve: &mut Serve,
-    admin: u16,
-    what: &str,
-    want: impl Fn(u16, &serde_json::Value) -> bool,
-) -> (u16, String) {
-    let client = reqwest::Client::new();
-    let url = format!("http://127.0.0.1:{admin}/readyz");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut last = String::from("(no answer)");
-    loop {
-        serve.assert_running();
-        if let Ok(r) = client.get(&url).send().await {
-            let status = r.status().as_u16();
-            let body = r.text().await.unwrap();
-            assert_clean("a /readyz body", &body);
-            let json: serde_json::Value = serde_json::from_str(&body).unwrap();
-            if want(status, &json) {
-                return (status, body);
-            }
-            last = format!("{status} {body}");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "/readyz never showed {what}; last: {last}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn down(json: &serde_json::Value) -> Vec<&str> {
-    (json["down"].as_array().unwrap().iter())
-        .map(|d| d.as_str().unwrap())
-        .collect()
-}
-
-struct Files(tempfile::TempDir);
-
-impl Files {
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.0.path().join(name);
-        let mut f = std::fs::File::create(&path).unwrap();
-        f.write_all(text.as_bytes()).unwrap();
-        path
-    }
-}
-
-/// Runs `check-config`; (success, stdout + stderr), scanned.
-fn check_config(config: &Path) -> (bool, String) {
-    let out = Command::new(BIN)
-        .args(["check-config", "--config"])
-        .arg(config)
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
-    let mut shown = String::from_utf8_lossy(&out.stdout).into_owned();
-    shown.push_str(&String::from_utf8_lossy(&out.stderr));
-    assert_clean("check-config", &shown);
-    (out.status.success(), shown)
-}
-
 #[tokio::test]
 async fn secrets_appear_in_no_log_line_check_config_output_readyz_body_or_error_answer() {
     let pki = Pki::generate();
@@ -169,10 +50,7 @@ async fn secrets_appear_in_no_log_line_check_config_output_readyz_body_or_error_
         },
         &[],
     );
-    let acl = format!(">{REDIS_PW}");
-    assert!(redis
-        .cli(&["ACL", "SETUSER", "gw", "on", &acl, "~*", "&*", "+@all"])
-        .contains("OK"));
+    add_the_gateway_user(&redis);
     let mut pg = PgServer::start_tls(PgTls {
         cert_file: pki.server.cert.clone(),
         key_file: pki.server.key.clone(),
@@ -180,13 +58,73 @@ async fn secrets_appear_in_no_log_line_check_config_output_readyz_body_or_error_
     });
     let upstream = MockUpstream::start().await;
     let files = Files(tempfile::tempdir().unwrap());
+    let (listen, admin) = (free_port(), free_port());
+    let stores = Stores {
+        pki: &pki,
+        redis: &redis,
+        pg: &pg,
+        upstream: &upstream,
+    };
+    let [run_a, run_b, run_c] = write_configs(&files, &stores, listen, admin);
+    check_configs(&files, [&run_a, &run_b, &run_c]);
+
+    let gw = Gateway {
+        listen,
+        admin,
+        log: files.0.path().join("serve.log"),
+        client: reqwest::Client::new(),
+    };
+    run_a_while_the_stores_go_down(&gw, &run_a, &mut redis, &mut pg).await;
+    redis.start_again();
+    add_the_gateway_user(&redis);
+    pg.restart();
+    run_b_with_the_other_sources(&gw, &run_b).await;
+
+    // Run C: a wrong Redis password; the authentication failures are logged.
+    let mut serve = Serve::start(&run_c, &gw.log);
+    readyz_until(&mut serve, admin, "redis down", |_, j| {
+        down(j).contains(&"redis")
+    })
+    .await;
+    serve.stop();
+
+    let lines = std::fs::read_to_string(&gw.log).unwrap();
+    assert!(lines.lines().count() > 10, "the gateway logged: {lines}");
+    assert!(
+        lines.contains("\"level\":\"DEBUG\""),
+        "debug lines are scanned too"
+    );
+    for line in lines.lines() {
+        assert_clean("a log line", line);
+    }
+}
+
+/// Redis' ACL user `gw`, with [`REDIS_PW`].
+fn add_the_gateway_user(redis: &RedisServer) {
+    let acl = format!(">{REDIS_PW}");
+    assert!(redis
+        .cli(&["ACL", "SETUSER", "gw", "on", &acl, "~*", "&*", "+@all"])
+        .contains("OK"));
+}
+
+/// What the configurations point at.
+struct Stores<'a> {
+    pki: &'a Pki,
+    redis: &'a RedisServer,
+    pg: &'a PgServer,
+    upstream: &'a MockUpstream,
+}
+
+/// The secret files and the configurations of runs A, B and C (the module's doc), for a
+/// gateway on `listen` and `admin`.
+fn write_configs(files: &Files, s: &Stores, listen: u16, admin: u16) -> [PathBuf; 3] {
+    let (pki, redis, pg, upstream) = (s.pki, s.redis, s.pg, s.upstream);
     let pg_pw = files.write("pg-password", &format!("{PG_PW}\n"));
     let redis_pw = files.write("redis-password", &format!("{REDIS_PW}\n"));
     let token = files.write("admin-token", &format!("{TOKEN_FILE}\n"));
     let key = files.write("k1", &format!("{ENC_KEY}\n"));
     let pg_port = pg.url().rsplit(':').next().unwrap().to_string();
     let pg_port = pg_port.split('/').next().unwrap().to_string();
-    let (listen, admin) = (free_port(), free_port());
     // (redis userinfo, redis password_file line, postgres url userinfo, postgres
     // password_file line, admin lines)
     let toml = |r_user: &str, r_file: &str, p_user: &str, p_file: &str, adm: &str| {
@@ -239,7 +177,13 @@ async fn secrets_appear_in_no_log_line_check_config_output_readyz_body_or_error_
             &format!("token_file = \"{}\"", token.display()),
         ),
     );
-    let all = [&run_a, &run_b, &run_c].map(|p| std::fs::read_to_string(p).unwrap());
+    [run_a, run_b, run_c]
+}
+
+/// The configurations hold the secrets the scan looks for, and `check-config` shows
+/// none of them, for them and for an invalid one whose error is about a URL.
+fn check_configs(files: &Files, [run_a, run_b, run_c]: [&PathBuf; 3]) {
+    let all = [run_a, run_b, run_c].map(|p| std::fs::read_to_string(p).unwrap());
     for secret in [REDIS_PW, WRONG_PW, PG_PW, TOKEN_INLINE] {
         assert!(
             all.iter().any(|c| c.contains(secret)),
@@ -247,31 +191,51 @@ async fn secrets_appear_in_no_log_line_check_config_output_readyz_body_or_error_
         );
     }
 
-    for config in [&run_a, &run_b, &run_c] {
+    for config in [run_a, run_b, run_c] {
         let (ok, shown) = check_config(config);
         assert!(ok, "{shown}");
         assert!(shown.contains("[encryption]"), "{shown}");
     }
-    assert!(check_config(&run_a).1.contains("gw:***@"));
+    assert!(check_config(run_a).1.contains("gw:***@"));
     // An invalid configuration whose error is about a URL with a password in it.
-    let bad = std::fs::read_to_string(&run_b)
+    let bad = std::fs::read_to_string(run_b)
         .unwrap()
         .replace("postgres://postgres:", "mysql://postgres:");
     let (ok, shown) = check_config(&files.write("bad.toml", &bad));
     assert!(!ok, "a mysql:// url is refused: {shown}");
+}
 
-    let log = files.0.path().join("serve.log");
-    let client = reqwest::Client::new();
-    let post = |key: &str| {
-        client
-            .post(format!("http://127.0.0.1:{listen}/v1/pay"))
+/// The gateway of every run: its listeners, its log (all runs append to it), a client.
+struct Gateway {
+    listen: u16,
+    admin: u16,
+    log: PathBuf,
+    client: reqwest::Client,
+}
+
+impl Gateway {
+    /// A keyed POST to the route.
+    fn post(&self, key: &str) -> reqwest::RequestBuilder {
+        self.client
+            .post(format!("http://127.0.0.1:{}/v1/pay", self.listen))
             .header("Idempotency-Key", key)
             .body("{}")
-    };
+    }
+}
+
+/// Run A: all up, then Redis down (Postgres serves), then both down (503); the admin
+/// API's 401 and answers, the replay from Postgres and the 5xx are scanned.
+async fn run_a_while_the_stores_go_down(
+    gw: &Gateway,
+    run_a: &Path,
+    redis: &mut RedisServer,
+    pg: &mut PgServer,
+) {
+    let (client, admin) = (&gw.client, gw.admin);
+    let post = |key: &str| gw.post(key);
     let keys = format!("http://127.0.0.1:{admin}/admin/keys/p/leak-1");
 
-    // Run A: all up, then Redis down (Postgres serves), then both down (503).
-    let mut serve = Serve::start(&run_a, &log);
+    let mut serve = Serve::start(run_a, &gw.log);
     readyz_until(&mut serve, admin, "all up", |s, j| {
         s == 200 && down(j).is_empty()
     })
@@ -305,41 +269,22 @@ async fn secrets_appear_in_no_log_line_check_config_output_readyz_body_or_error_
     assert!(refused.status().is_server_error(), "{}", refused.status());
     assert_clean("a 5xx answer", &refused.text().await.unwrap());
     serve.stop();
-    redis.start_again();
-    assert!(redis
-        .cli(&["ACL", "SETUSER", "gw", "on", &acl, "~*", "&*", "+@all"])
-        .contains("OK"));
-    pg.restart();
+}
 
-    // Run B: the other half of the sources.
-    let mut serve = Serve::start(&run_b, &log);
+/// Run B: the other half of the sources; the inline admin token works, its answer is
+/// scanned.
+async fn run_b_with_the_other_sources(gw: &Gateway, run_b: &Path) {
+    let (client, admin) = (&gw.client, gw.admin);
+    let mut serve = Serve::start(run_b, &gw.log);
     readyz_until(&mut serve, admin, "all up", |s, j| {
         s == 200 && down(j).is_empty()
     })
     .await;
-    assert_eq!(post("leak-3").send().await.unwrap().status(), 201);
+    assert_eq!(gw.post("leak-3").send().await.unwrap().status(), 201);
     let keys3 = format!("http://127.0.0.1:{admin}/admin/keys/p/leak-3");
     let shown = client.get(&keys3).bearer_auth(TOKEN_INLINE).send().await;
     let shown = shown.unwrap();
     assert_eq!(shown.status(), 200, "the inline admin.token works");
     assert_clean("admin answer", &shown.text().await.unwrap());
     serve.stop();
-
-    // Run C: a wrong Redis password; the authentication failures are logged.
-    let mut serve = Serve::start(&run_c, &log);
-    readyz_until(&mut serve, admin, "redis down", |_, j| {
-        down(j).contains(&"redis")
-    })
-    .await;
-    serve.stop();
-
-    let lines = std::fs::read_to_string(&log).unwrap();
-    assert!(lines.lines().count() > 10, "the gateway logged: {lines}");
-    assert!(
-        lines.contains("\"level\":\"DEBUG\""),
-        "debug lines are scanned too"
-    );
-    for line in lines.lines() {
-        assert_clean("a log line", line);
-    }
 }
