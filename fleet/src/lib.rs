@@ -34,6 +34,7 @@ pub mod probe;
 mod redis;
 mod redis_cluster;
 mod sentinel;
+pub mod serve_postgres;
 pub mod serve_redis;
 
 pub use gateway::{Replica, Upstream};

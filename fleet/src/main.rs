@@ -11,7 +11,8 @@
 //! `target/release`). Installing packages and building stay with the caller.
 //! `idemgate-fleet bench ...` is the fleet of `make bench` (see `bench/cli.rs`),
 //! `idemgate-fleet soak ...` the fleet of `make soak` (see `bench/soak.rs`), and
-//! `idemgate-fleet redis ...` one Redis for a measurement script (see `serve_redis.rs`).
+//! `idemgate-fleet redis ...` and `postgres ...` a Redis or a Postgres for a measurement
+//! script (see `serve_redis.rs`, `serve_postgres.rs`).
 
 #![forbid(unsafe_code)]
 
@@ -65,6 +66,10 @@ fn main() -> ExitCode {
     if cmd == "bench" {
         let args: Vec<String> = std::env::args().skip(2).collect();
         return idemgate_fleet::bench::main(&args);
+    }
+    if cmd == "postgres" {
+        let args: Vec<String> = std::env::args().skip(2).collect();
+        return idemgate_fleet::serve_postgres::main(&args);
     }
     if cmd == "redis" {
         let args: Vec<String> = std::env::args().skip(2).collect();

@@ -78,7 +78,7 @@ stat_sql="SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, n_tup_upd, n_tup_hot_upd,
 start_chain() {
   local bin=$1
   # The launcher's redis-server command line (fleet/src/serve_redis.rs), daemonized.
-  "$ROOT/target/release/idemgate-fleet" redis --port "$REDIS_PORT" --dir "$STATE" -- \
+  "$FLEET" redis --port "$REDIS_PORT" --dir "$STATE" -- \
     --daemonize yes --pidfile "$STATE/redis.pid" --logfile "$STATE/redis.log"
   "$ROOT/target/release/demo-upstream" --listen "127.0.0.1:$UP_PORT" >"$STATE/upstream.log" 2>&1 &
   echo $! >"$STATE/upstream.pid"
@@ -135,7 +135,7 @@ run() {
   if [ -n "${PERF:-}" ]; then
     # Every Postgres process (backends, WAL writer, checkpointer...) for 5 s mid-run.
     local pids
-    pids=$({ head -1 "$STATE/data/postmaster.pid"; pgrep -P "$(head -1 "$STATE/data/postmaster.pid")"; } | paste -sd,)
+    pids=$({ pg_pid; pgrep -P "$(pg_pid)"; } | paste -sd,)
     (sleep 2; perf record -q -g -F 999 -o "$STATE/perf-$tag.data" -p "$pids" -- sleep 5 >/dev/null 2>&1) &
   fi
   out=$(wrk -t2 -c"$CONNS" -d"${DURATION}s" -s "$ROOT/loadtest/bench/wrk.lua" \
