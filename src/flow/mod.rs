@@ -1,25 +1,14 @@
 //! The request flow of the idempotency layer, as named phases in the order a keyed
-//! request meets them (headers already sanitised and the path canonical, at the edge:
-//! [`crate::http::gateway`]):
-//!
-//! 1. [`admit`]: the route, whether it covers the method, the idempotency key (a
-//!    request without one, or on a method the route does not cover, is forwarded
-//!    unkeyed: [`admit::pass_through`]).
-//! 2. [`identify`]: the tenant scope (checked before the body is read), the bounded
-//!    body ([`body`]), the record id and the fingerprint.
-//! 3. [`claim`]: the replay cache, [`Stores::claim`](crate::store::Stores::claim),
-//!    waiting while the key is in flight, the record under the previous scope secret.
-//! 4. [`run`](mod@run): the upstream call under the held lease (fencing token, heartbeat), on a
-//!    detached task ([`run::detached`]): a client answered at `upstream_timeout` leaves it
-//!    running.
-//! 5. [`settle`]: complete the lease with the answer (or release it, or hand it back),
-//!    and answer; an outcome nobody knows (a lease taken over after it lapsed mid-call
-//!    among them) is stored as one ([`unknown`]).
+//! request meets them: [`admit`] → [`identify`] (with [`body`]) → [`claim`] →
+//! [`run`](mod@run) (on a task of its own, [`run::detached`], with [`watch`]) →
+//! [`settle`] (with [`unknown`]); [`live`] is an answer that streams. What each phase
+//! does and calls, from the connection to the log line, is told once, in
+//! ARCHITECTURE.md's "The path of a keyed request".
 //!
 //! Every keyed request ends in one [`Outcome`], left in the [`Trace`] for the edge to
 //! count and log; an answer the gateway makes itself is a [`Refused`], which the edge
-//! renders as problem+json. The completer runs phases 4 and 5 for an abandoned request
-//! ([`run()`] with [`Runner::Completer`]).
+//! renders as problem+json. The completer runs `run` and `settle` for an abandoned
+//! request ([`run()`] with [`Runner::Completer`]).
 
 pub mod admit;
 pub mod body;
