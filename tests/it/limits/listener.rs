@@ -11,7 +11,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::support::raw::read_response;
-use crate::support::{eventually, problem_code, read, stack, TestApp};
+use crate::support::{completed_records, eventually, problem_code, read, stack, TestApp};
 
 /// The head of a keyed POST to `/v1/payments` declaring `len` bytes of body.
 fn keyed_head(app: &TestApp, key: &str, len: usize) -> String {
@@ -93,12 +93,7 @@ async fn requests_beyond_max_concurrent_requests_get_503_overloaded_and_hang_ups
     // Until their calls end, which is when they have stored their answers: all four
     // records completed.
     let stored = eventually(Duration::from_secs(5), async || {
-        let states = redis.record_states().await;
-        states
-            .iter()
-            .filter(|(_, s)| s.as_deref() == Some("C"))
-            .count()
-            == 4
+        completed_records(&redis).await == 4
     });
     assert!(stored.await, "the detached calls never ended");
     assert_eq!(upstream.executions(), 4, "both detached calls ran");

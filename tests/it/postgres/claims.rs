@@ -16,7 +16,7 @@ use idemgate::testing::store::postgres::{CompletedRecord, Found, PgClaim};
 
 use crate::support::records::{fingerprint, id, rec, scope, store};
 use crate::support::LEASE;
-use crate::support::{eventually, PgServer};
+use crate::support::{eventually, until_rows, PgServer};
 
 /// The lock token and fence Postgres holds for `key`.
 async fn holder(pg: &PgServer, key: &str) -> (Option<String>, i64) {
@@ -80,7 +80,7 @@ async fn batched_claims_decide_each_claim_as_alone_and_acquire_each_key_once() {
             "{lapsing:?}"
         );
     }
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    until_rows(&pg, "lease_expires_at <= now()", 2 * N as i64).await;
 
     let claims = ClaimRounds::spawn(s.clone(), 256);
     let mut asks: Vec<(String, String, Fingerprint)> = Vec::new();
@@ -199,7 +199,7 @@ async fn releasing_a_lease_that_followed_a_lapse_ends_it_and_keeps_the_lapse() {
     s.claim_round(&[&died]).await.pop().unwrap().unwrap();
     let fresh = ClaimAsk::new(rec("fresh"), &fp, "t1", LEASE).living(Duration::from_secs(60));
     s.claim_round(&[&fresh]).await.pop().unwrap().unwrap();
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    until_rows(&pg, "lease_expires_at <= now()", 1).await;
     let taken = s.claim(rec("lapsed"), &fp, "t1", LEASE).await.unwrap();
     assert!(
         matches!(

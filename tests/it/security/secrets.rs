@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use idemgate_fleet::{free_port, PgTls, RedisTls};
 
 use crate::support::process::BIN;
-use crate::support::{MockUpstream, PgServer, Pki, RedisServer};
+use crate::support::{eventually, MockUpstream, PgServer, Pki, RedisServer};
 
 const REDIS_PW: &str = "redis-Pw-4f9d1c";
 const WRONG_PW: &str = "wrong-Redis-Pw-77e0";
@@ -103,26 +103,25 @@ async fn readyz_until(
 ) -> (u16, String) {
     let client = reqwest::Client::new();
     let url = format!("http://127.0.0.1:{admin}/readyz");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut last = String::from("(no answer)");
-    loop {
+    let (mut last, mut shown) = (String::from("(no answer)"), None);
+    let showed = eventually(Duration::from_secs(10), async || {
         serve.assert_running();
-        if let Ok(r) = client.get(&url).send().await {
-            let status = r.status().as_u16();
-            let body = r.text().await.unwrap();
-            assert_clean("a /readyz body", &body);
-            let json: serde_json::Value = serde_json::from_str(&body).unwrap();
-            if want(status, &json) {
-                return (status, body);
-            }
-            last = format!("{status} {body}");
+        let Ok(r) = client.get(&url).send().await else {
+            return false;
+        };
+        let status = r.status().as_u16();
+        let body = r.text().await.unwrap();
+        assert_clean("a /readyz body", &body);
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if want(status, &json) {
+            shown = Some((status, body));
+            return true;
         }
-        assert!(
-            Instant::now() < deadline,
-            "/readyz never showed {what}; last: {last}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        last = format!("{status} {body}");
+        false
+    });
+    assert!(showed.await, "/readyz never showed {what}; last: {last}");
+    shown.unwrap()
 }
 
 fn down(json: &serde_json::Value) -> Vec<&str> {

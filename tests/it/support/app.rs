@@ -95,6 +95,12 @@ impl TestApp {
         self.stores.replay_view()
     }
 
+    /// Whether this app's replay cache holds the record of `key` (the tests' anonymous
+    /// scope on the route "payments").
+    pub fn caches(&self, key: &str) -> bool {
+        self.stores.cached(super::records::id(key)).is_some()
+    }
+
     /// `idemgate_limited_total{limit="<limit>"}` on the admin listener.
     pub async fn limited(&self, limit: &str) -> f64 {
         let series = format!("idemgate_limited_total{{limit=\"{limit}\"}}");

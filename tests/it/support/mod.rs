@@ -123,16 +123,28 @@ pub async fn until_rows(pg: &PgServer, filter: &str, n: i64) {
     assert!(landed, "postgres never held {n} records where {filter}");
 }
 
-/// Waits (up to 5 s) until `n` clients of `redis` hold a pattern subscription: one per
-/// gateway whose waiters or replay cache listen there (standalone and Sentinel).
+/// How many records `redis` holds completed (state "C": a response stored).
+pub async fn completed_records(redis: &RedisServer) -> usize {
+    let states = redis.record_states().await;
+    states
+        .iter()
+        .filter(|(_, s)| s.as_deref() == Some("C"))
+        .count()
+}
+
+/// How many clients of `redis` hold a pattern subscription: one per gateway whose
+/// waiters or replay cache listen there (standalone and Sentinel), once subscribed; a
+/// gateway dropped in the test process keeps its own.
+pub fn pattern_subscribers(redis: &RedisServer) -> usize {
+    let clients = redis.cli(&["CLIENT", "LIST", "TYPE", "pubsub"]);
+    clients.lines().filter(|l| l.contains(" psub=1 ")).count()
+}
+
+/// Waits (up to 5 s) until `n` clients of `redis` hold a pattern subscription.
 pub async fn until_subscribed(redis: &RedisServer, n: usize) {
-    let subscribers = || {
-        let clients = redis.cli(&["CLIENT", "LIST", "TYPE", "pubsub"]);
-        clients.lines().filter(|l| l.contains(" psub=1 ")).count()
-    };
     let within = std::time::Duration::from_secs(5);
-    let all = eventually(within, async || subscribers() >= n).await;
-    assert!(all, "{} of {n} gateways subscribed", subscribers());
+    let all = eventually(within, async || pattern_subscribers(redis) >= n).await;
+    assert!(all, "{} of {n} subscribed", pattern_subscribers(redis));
 }
 
 /// Posts `body` under `key` to `app` until it is answered as a replay
