@@ -62,6 +62,12 @@ impl Stores {
         !self.0.breaker.any_open()
     }
 
+    /// Whether the probe has read Redis's eviction policy as `noeviction`: until it has,
+    /// no claim is warm (`lookup_on_miss`).
+    pub fn redis_keeps_everything(&self) -> bool {
+        self.0.warmth.keeps_everything()
+    }
+
     /// At shutdown: drains the write-through queue within `left` (what is left of
     /// `server.shutdown_grace`), then closes the Redis connections.
     pub async fn close(&self, left: Duration) {

@@ -91,10 +91,16 @@ impl Warmth {
     /// for a claim that read the slot's marker at `marker_age` (whatever the mode). When
     /// it does not, a lookup whose answer is unknown must fail the claim closed.
     pub fn vouches(&self, marker_age: Duration, slot: u16) -> bool {
-        self.keeps_everything.load(Ordering::Acquire)
+        self.keeps_everything()
             && !self.pending.contains(slot)
             && !self.resetting.contains(slot)
             && marker_age > self.longest_ttl
+    }
+
+    /// Whether the last probe read `maxmemory-policy` as `noeviction` (no claim is warm
+    /// before it has).
+    pub fn keeps_everything(&self) -> bool {
+        self.keeps_everything.load(Ordering::Acquire)
     }
 
     /// Redis may lack a record of `slot` that Postgres has: count the slot cold here

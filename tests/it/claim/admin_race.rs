@@ -13,7 +13,8 @@ use idemgate::testing::store::{PgStore, RedisStore};
 
 use crate::support::LEASE;
 use crate::support::{
-    config, eventually, problem_code, read, MockUpstream, PgServer, RedisServer, TestApp,
+    config, eventually, problem_code, read, until_rows, MockUpstream, PgServer, RedisServer,
+    TestApp,
 };
 
 /// The record, scope and fingerprint of `app.post(key, "{}")` on the test route.
@@ -159,7 +160,7 @@ async fn postgres_invalidate_keeps_a_live_lease_unless_forced() {
         .claim(rec, &fp, "short", Duration::from_millis(1))
         .await;
     assert!(matches!(claim.unwrap(), PgClaim::Acquired { .. }));
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    until_rows(&pg, "lease_expires_at <= now()", 1).await;
     assert_eq!(
         store.invalidate(rec, false).await.unwrap(),
         Invalidated::Deleted
@@ -214,7 +215,7 @@ async fn postgres_invalidate_rechecks_a_takeover_that_commits_meanwhile() {
             .unwrap(),
         [true]
     );
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    until_rows(&pg, "expires_at <= now()", 1).await;
 
     let mut taker = pg.client().await;
     let tx = taker.transaction().await.unwrap();

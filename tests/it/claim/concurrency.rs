@@ -32,7 +32,7 @@ async fn duplicate_in_flight_gets_409_with_retry_after() {
     let (_redis, upstream, app) = stack("").await;
     upstream.set_delay(Duration::from_millis(800));
     let first = tokio::spawn(app.post("slow", "{}").send());
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    upstream.until_executions(1).await;
     let (status, headers, body) = read(app.post("slow", "{}").send().await.unwrap()).await;
     assert_eq!(status, 409);
     assert_eq!(problem_code(&headers, &body), "idempotency_key_in_flight");

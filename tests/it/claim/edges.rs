@@ -2,7 +2,7 @@
 //! that lost its lease answers with the key's outcome; a replay cache whose invalidation
 //! feed reconnected starts empty. Real Redis, real hang-ups.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytesize::ByteSize;
 use fred::prelude::{ClientLike, SortedSetsInterface};
@@ -25,15 +25,16 @@ async fn a_caller_that_gives_up_during_a_slow_claim_leaves_no_lease() {
     // Scripts loaded (as in any running fleet), so the claim is one EVALSHA in flight.
     assert_eq!(app.post("warm", "{}").send().await.unwrap().status(), 201);
     redis.cli(&["CLIENT", "PAUSE", "1500", "WRITE"]);
-    let paused = Instant::now();
     let gave_up = app
         .post("cancel-2", "{}")
         .timeout(Duration::from_millis(300))
         .send()
         .await;
     assert!(gave_up.is_err(), "the client timed out during the claim");
-    tokio::time::sleep(Duration::from_millis(1500).saturating_sub(paused.elapsed())).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        released(&redis, "cancel-2").await,
+        "the claim did not land after the pause, or was not released"
+    );
 
     let (status, headers, _) = read(app.post("cancel-2", "{}").send().await.unwrap()).await;
     assert_eq!(
@@ -46,6 +47,17 @@ async fn a_caller_that_gives_up_during_a_slow_claim_leaves_no_lease() {
         2,
         "only the retry reached the upstream"
     );
+}
+
+/// Waits (up to 10 s) until a claim of `key` was made, and released: its fencing
+/// counter is there, its record is not.
+async fn released(redis: &RedisServer, key: &str) -> bool {
+    let record = crate::redis::record_key(key);
+    eventually(Duration::from_secs(10), async || {
+        let keys = redis.keys().await;
+        keys.contains(&format!("{record}:n")) && !keys.contains(&record)
+    })
+    .await
 }
 
 /// Concurrency: many callers that give up mid-claim at once, then their retries all
@@ -67,7 +79,10 @@ async fn many_callers_giving_up_mid_claim_then_retrying_execute_once() {
             .send()
     });
     assert!(join_all(quitters).await.iter().all(Result::is_err));
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(
+        released(&redis, "hot").await,
+        "no claim landed and was released"
+    );
     let retries = join_all(
         (0..20).map(|_| async { read(app.post("hot", r#"{"n":1}"#).send().await.unwrap()).await }),
     )
@@ -101,7 +116,7 @@ async fn impatient_waiters_give_their_places_back() {
             .await;
     upstream.set_delay(Duration::from_millis(2500));
     let holder = tokio::spawn(app.post("hot", "{}").send());
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    upstream.until_executions(1).await;
     for _ in 0..8 {
         let quit = (app.post("hot", "{}"))
             .timeout(Duration::from_millis(150))
@@ -128,7 +143,7 @@ async fn a_holder_that_lost_its_lease_to_a_running_takeover_answers_superseded()
     let (redis, upstream, app) = stack("").await;
     upstream.set_delay(Duration::from_millis(1000));
     let late = tokio::spawn(app.post("lost", "{}").send());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    upstream.until_executions(1).await;
     let client = redis.client().await;
     for key in redis.records().await {
         let _: i64 = fred::prelude::KeysInterface::del(&client, key)
@@ -184,7 +199,7 @@ async fn the_replay_cache_is_emptied_when_its_invalidation_feed_reconnects() {
         "the replica subscribes: {}",
         redis.cli(&["CLIENT", "LIST"])
     );
-    let before = pubsub(&redis);
+    let (before, view) = (pubsub(&redis), app.replay_view());
     redis.cli(&["CLIENT", "KILL", "TYPE", "pubsub"]);
     let back = eventually(Duration::from_secs(5), async || {
         let now = pubsub(&redis);
@@ -192,7 +207,11 @@ async fn the_replay_cache_is_emptied_when_its_invalidation_feed_reconnects() {
     })
     .await;
     assert!(back, "the subscription reconnects");
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let emptied = eventually(Duration::from_secs(5), async || app.replay_view() > view);
+    assert!(
+        emptied.await,
+        "the replay cache was not emptied on the reconnection"
+    );
 
     let (status, headers, _) = read(app.post("k", "{}").send().await.unwrap()).await;
     assert_eq!(status, 201);

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
-use crate::support::{config, problem_code, read, stack, MockUpstream, RedisServer, TestApp};
+use crate::support::{config, problem_code, read, stack, until_subscribed};
+use crate::support::{MockUpstream, RedisServer, TestApp};
 
 fn fence(upstream: &MockUpstream, i: usize) -> u64 {
     let seen = upstream.seen();
@@ -23,6 +24,7 @@ async fn heartbeat_keeps_a_slow_upstream_call_exclusive_past_lock_ttl() {
     upstream.set_delay(Duration::from_millis(2500));
     let first = tokio::spawn(app.post("slow", "{}").send());
     for wait in [600, 700, 700] {
+        // Real time: the call outlives lock_ttl, which only the heartbeat makes up for.
         tokio::time::sleep(Duration::from_millis(wait)).await;
         let (status, headers, body) = read(app.post("slow", "{}").send().await.unwrap()).await;
         assert_eq!(status, 409, "still leased after {wait} ms more");
@@ -76,10 +78,10 @@ async fn waiting_duplicates_get_the_replay_woken_by_pubsub_across_replicas() {
     let extra = "[idempotency]\nin_flight = \"wait\"\nwait_timeout = \"10s\"\n";
     let one = TestApp::spawn(config(&redis.url(), &upstream.url(), extra)).await;
     let two = TestApp::spawn(config(&redis.url(), &upstream.url(), extra)).await;
-    tokio::time::sleep(Duration::from_millis(200)).await; // subscriptions settle
+    until_subscribed(&redis, 2).await;
     upstream.set_delay(Duration::from_millis(700));
     let holder = tokio::spawn(one.post("w", "{\"a\":1}").send());
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    upstream.until_executions(1).await;
     let started = Instant::now();
     let waiters = join_all((0..5).map(|i| {
         let app = if i % 2 == 0 { &one } else { &two };
@@ -101,11 +103,11 @@ async fn waiting_duplicates_get_the_replay_woken_by_pubsub_across_replicas() {
 #[tokio::test]
 async fn waiting_is_bounded_by_wait_timeout_and_max_waiters() {
     let extra = "[idempotency]\nin_flight = \"wait\"\nwait_timeout = \"400ms\"\nmax_waiters = 1\n";
-    let (_redis, upstream, app) = stack(extra).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (redis, upstream, app) = stack(extra).await;
+    until_subscribed(&redis, 1).await;
     upstream.set_delay(Duration::from_millis(1500));
     let holder = tokio::spawn(app.post("cap", "{}").send());
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    upstream.until_executions(1).await;
     let started = Instant::now();
     let (a, b) = tokio::join!(
         async {
@@ -147,12 +149,12 @@ async fn waiting_is_bounded_by_wait_timeout_and_max_waiters() {
 
 #[tokio::test]
 async fn a_waiter_takes_over_when_the_holder_releases() {
-    let (_redis, upstream, app) = stack("[idempotency]\nin_flight = \"wait\"\n").await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (redis, upstream, app) = stack("[idempotency]\nin_flight = \"wait\"\n").await;
+    until_subscribed(&redis, 1).await;
     upstream.set_delay(Duration::from_millis(500));
     upstream.push_statuses(&[503]);
     let holder = tokio::spawn(app.post("handoff", "{}").send());
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    upstream.until_executions(1).await;
     let (status, headers, _) = read(app.post("handoff", "{}").send().await.unwrap()).await;
     assert_eq!(holder.await.unwrap().unwrap().status(), 503);
     assert_eq!(
@@ -169,6 +171,8 @@ async fn a_completion_that_meets_a_redis_blip_is_retried() {
     let (redis, upstream, app) = stack("").await;
     upstream.set_delay(Duration::from_millis(500));
     let first = tokio::spawn(app.post("blip", "{}").send());
+    // Real time: the pause (450 ms) must cover the completion, due at 500 ms, and end
+    // before the silence could count as an outage (twice the command timeout).
     tokio::time::sleep(Duration::from_millis(450)).await;
     let admin = redis.client().await;
     let _: fred::prelude::Value = fred::prelude::ClientLike::custom(

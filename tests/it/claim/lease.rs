@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use fred::prelude::{KeysInterface, LuaInterface, Value};
 
-use crate::support::{read, stack, RedisServer};
+use crate::support::{completed_records, eventually, read, stack, RedisServer};
 
 /// Ends a lease behind its holder's back, as its expiry would (the heartbeat keeps a
 /// live holder's lease from expiring on its own).
@@ -21,7 +21,7 @@ async fn expired_lease_lets_a_retry_run_and_the_late_completion_does_not_overwri
     upstream.set_delay(Duration::from_millis(1000));
 
     let late = tokio::spawn(app.post("takeover", "{}").send());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    upstream.until_executions(1).await;
     expire_lease(&redis).await;
     // The retry is quick: it completes while the first holder is still at work.
     upstream.set_delay(Duration::ZERO);
@@ -64,7 +64,7 @@ async fn a_late_completion_is_stored_when_nobody_took_the_key_over() {
     let (redis, upstream, app) = stack("").await;
     upstream.set_delay(Duration::from_millis(600));
     let first = tokio::spawn(app.post("late", "{}").send());
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    upstream.until_executions(1).await;
     expire_lease(&redis).await;
     let (status, _, first) = read(first.await.unwrap().unwrap()).await;
     assert_eq!(status, 201);
@@ -174,7 +174,7 @@ async fn scripts_are_safe_to_resend_with_the_same_token() {
 
 #[tokio::test]
 async fn client_disconnecting_before_the_upstream_answers_still_stores() {
-    let (_redis, upstream, app) = stack("").await;
+    let (redis, upstream, app) = stack("").await;
     upstream.set_delay(Duration::from_millis(600));
     let gone = app
         .post("hangup", "{}")
@@ -182,7 +182,10 @@ async fn client_disconnecting_before_the_upstream_answers_still_stores() {
         .send()
         .await;
     assert!(gone.is_err(), "the client gave up");
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    let stored = eventually(Duration::from_secs(5), async || {
+        completed_records(&redis).await == 1
+    });
+    assert!(stored.await, "the detached call never stored its answer");
     assert_eq!(upstream.executions(), 1);
     let (status, headers, body) = read(app.post("hangup", "{}").send().await.unwrap()).await;
     assert_eq!(status, 201);

@@ -30,18 +30,21 @@ async fn redis_only_completion_is_retried_while_the_lease_lasts() {
     // its lease ran out, then ran again.
     let (redis, upstream, app) = stack("[idempotency]\nlock_ttl = \"10s\"\n").await;
     upstream.set_delay(Duration::from_millis(500));
-    let started = Instant::now();
-    let first = tokio::spawn(app.post("failover", "{\"amount\":1}").send());
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    let request = app.post("failover", "{\"amount\":1}").send();
+    let first = tokio::spawn(async { (request.await, Instant::now()) });
+    upstream.until_executions(1).await;
     refuse_writes(&redis, true).await;
+    // Real time: an outage of 2.5 s, well past the completion (due at 500 ms).
     tokio::time::sleep(Duration::from_millis(2500)).await;
+    let allowed = Instant::now();
     refuse_writes(&redis, false).await;
-    let (status, _, body) = read(first.await.unwrap().unwrap()).await;
+    let (response, answered) = first.await.unwrap();
+    let (status, _, body) = read(response.unwrap()).await;
     assert_eq!(status, 201);
     assert!(
-        started.elapsed() >= Duration::from_millis(2700),
-        "answered after {:?}, while writes were still refused",
-        started.elapsed()
+        answered >= allowed,
+        "answered {:?} before writes were allowed again",
+        allowed - answered
     );
     let (_, headers, again) =
         read(app.post("failover", "{\"amount\":1}").send().await.unwrap()).await;
@@ -61,7 +64,7 @@ async fn redis_only_completion_gives_up_when_the_lease_runs_out() {
     upstream.set_delay(Duration::from_millis(300));
     let started = Instant::now();
     let first = tokio::spawn(app.post("outage", "{}").send());
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    upstream.until_executions(1).await;
     refuse_writes(&redis, true).await;
     let (status, _, _) = read(first.await.unwrap().unwrap()).await;
     let took = started.elapsed();
@@ -90,8 +93,9 @@ async fn a_written_through_lease_is_kept_in_postgres_while_redis_is_down() {
     .await;
     upstream.set_delay(Duration::from_millis(4000));
     let first = tokio::spawn(app.post("wt", "{}").send());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    upstream.until_executions(1).await;
     redis.stop();
+    // Real time: past lock_ttl, when the lease would have run out without the heartbeat.
     tokio::time::sleep(Duration::from_millis(1700)).await;
     let deadline = Instant::now() + Duration::from_millis(1500);
     while Instant::now() < deadline {
@@ -100,7 +104,7 @@ async fn a_written_through_lease_is_kept_in_postgres_while_redis_is_down() {
             status, 201,
             "a retry ran the key while its first execution was still running"
         );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await; // retries paced over 1.5 s
     }
     assert_eq!(first.await.unwrap().unwrap().status(), 201);
     assert_eq!(upstream.executions(), 1);

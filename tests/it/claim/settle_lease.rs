@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::support::redis::backdate_markers;
-use crate::support::{read, MockUpstream, PgServer, RedisServer, TestApp};
+use crate::support::{eventually, read, MockUpstream, PgServer, RedisServer, TestApp};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_during_a_slow_settle_does_not_run() {
@@ -24,7 +24,7 @@ async fn a_duplicate_during_a_slow_settle_does_not_run() {
     let app = TestApp::spawn(c).await;
     // Redis provably warm: an acquired claim is not checked against Postgres.
     backdate_markers(&redis.url(), &[(0, 16383)], Duration::from_secs(48 * 3600)).await;
-    tokio::time::sleep(Duration::from_millis(400)).await; // the probe reads the policy
+    app.until_policy_read().await;
 
     // Postgres takes no writes for 2 s (reads go on).
     let locker = pg.client().await;
@@ -36,10 +36,12 @@ async fn a_duplicate_during_a_slow_settle_does_not_run() {
     upstream.set_delay(Duration::from_millis(300));
     let first = tokio::spawn(app.post("slow-settle", "{}").send());
     // The upstream answered at 0.3 s; the lease, last extended before that, would
-    // lapse by about 1.2 s without a heartbeat while the holder stores.
+    // lapse by about 1.2 s without a heartbeat while the holder stores (real time).
     tokio::time::sleep(Duration::from_millis(1800)).await;
     let duplicate = tokio::spawn(app.post("slow-settle", "{}").send());
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The duplicate is answered, or runs (were the lease lost), while Postgres is locked.
+    let met = async || duplicate.is_finished() || upstream.executions() > 1;
+    assert!(eventually(Duration::from_secs(5), met).await, "no answer");
     locker.batch_execute("COMMIT").await.unwrap();
 
     let (status, _, _) = read(first.await.unwrap().unwrap()).await;

@@ -14,7 +14,7 @@ use fred::types::Message;
 use futures_util::future::join_all;
 use tokio::sync::broadcast::Receiver;
 
-use crate::support::{config, read, MockUpstream, RedisServer, TestApp};
+use crate::support::{config, read, until_subscribed, MockUpstream, RedisServer, TestApp};
 
 const WAIT: &str = "[idempotency]\nin_flight = \"wait\"\nwait_timeout = \"3s\"\n";
 
@@ -24,7 +24,7 @@ async fn replicas(redis: &RedisServer, upstream: &MockUpstream) -> (TestApp, Tes
     let mut cfg = config(&redis.url(), &upstream.url(), WAIT);
     cfg.redis.command_timeout = Duration::from_secs(2);
     let pair = (TestApp::spawn(cfg.clone()).await, TestApp::spawn(cfg).await);
-    tokio::time::sleep(Duration::from_millis(200)).await; // subscriptions settle
+    until_subscribed(redis, 2).await;
     pair
 }
 
@@ -47,6 +47,7 @@ async fn every_waiter_hears_the_completion_however_close_to_it_it_arrives() {
         let duplicates = join_all((0..28u64).map(|i| {
             let (app, key) = (if i % 2 == 0 { &two } else { &one }, key.clone());
             async move {
+                // Real time: the duplicates are spread across the holder's call.
                 tokio::time::sleep(Duration::from_millis(20 + i * 10)).await;
                 let answer = read(app.post(&key, "{}").send().await.unwrap()).await;
                 (answer, started.elapsed())
@@ -80,7 +81,7 @@ async fn waiters_hear_a_release_and_then_the_takeovers_completion() {
     upstream.push_statuses(&[503]);
     let started = Instant::now();
     let holder = tokio::spawn(one.post("handoff", "{}").send());
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    upstream.until_executions(1).await;
     let waiters = join_all((0..6).map(|i| {
         let app = if i % 2 == 0 { &one } else { &two };
         async move { read(app.post("handoff", "{}").send().await.unwrap()).await }

@@ -205,7 +205,14 @@ async fn without_the_completer_nothing_happens_until_a_retry() {
     .await;
     let key = "abandoned-off".to_string();
     abandon(&mut dead, &up, std::slice::from_ref(&key)).await;
-    tokio::time::sleep(LOCK_TTL + INTERVAL + LATENCY + Duration::from_secs(2)).await;
+    // The lease runs out; then, in real time, the time a pass (were the completer on)
+    // would take to send it again.
+    let lapsed = async || pg.count("lease_expires_at < now()").await == 1;
+    assert!(
+        eventually(LOCK_TTL * 3, lapsed).await,
+        "the lease never ran out"
+    );
+    tokio::time::sleep(INTERVAL + LATENCY + Duration::from_secs(2)).await;
     assert_eq!(
         sent_for(&up, &key).len(),
         1,
@@ -259,7 +266,8 @@ async fn a_retry_racing_the_completer_runs_the_upstream_once() {
     let client = &client_side;
     let retries =
         futures_util::future::join_all(keys.iter().enumerate().map(|(i, key)| async move {
-            // Spread around the completer's start (2 ms), so that each side wins some keys.
+            // Real time: spread around the completer's start (2 ms), so that each side
+            // wins some keys.
             tokio::time::sleep(Duration::from_micros(800 * i as u64)).await;
             let body = body_of(key);
             read(client.post(key, &body).send().await.unwrap()).await
@@ -272,7 +280,7 @@ async fn a_retry_racing_the_completer_runs_the_upstream_once() {
         .unwrap();
     assert_eq!(reserved.reserved.len(), 6);
     let attempts = async {
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        tokio::time::sleep(Duration::from_millis(2)).await; // the race is paced in real time
         idemgate::testing::completer::attempt_all(&completer, reserved).await
     };
     let (answers, pass) = tokio::join!(retries, attempts);
@@ -356,7 +364,8 @@ async fn a_request_the_upstream_refuses_or_never_answers_is_given_up_and_shown()
     assert_eq!(shown["completer"]["state"], "given_up", "{shown}");
     assert_eq!(shown["completer"]["attempts"], 3, "{shown}");
     assert_eq!(shown["completer"]["request_kept"], false, "{shown}");
-    // No more attempts; a client's retry still runs it (the outcome is in doubt).
+    // No more attempts (real time: four passes' worth); a client's retry still runs it
+    // (the outcome is in doubt).
     tokio::time::sleep(INTERVAL * 4).await;
     assert_eq!(sent_for(&up, &key).len(), 4);
     up.set_delay(Duration::ZERO);

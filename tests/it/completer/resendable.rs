@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{extra, stores, INTERVAL};
-use crate::support::{config, read, MockUpstream, PgServer, RedisServer, TestApp};
+use crate::support::{config, eventually, read, MockUpstream, PgServer, RedisServer, TestApp};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_kept_request_is_sealed_and_cleared_on_completion() {
@@ -30,20 +30,12 @@ async fn the_kept_request_is_sealed_and_cleared_on_completion() {
     let answer = tokio::spawn(async move { request.send().await.unwrap().status() });
     let client = pg.client().await;
     let mut kept: Option<Vec<u8>> = None;
-    for _ in 0..50 {
-        let row = client
-            .query_opt(
-                "SELECT request FROM idemgate_records WHERE request IS NOT NULL",
-                &[],
-            )
-            .await
-            .unwrap();
-        if let Some(row) = row {
-            kept = Some(row.get(0));
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let sql = "SELECT request FROM idemgate_records WHERE request IS NOT NULL";
+    eventually(Duration::from_secs(5), async || {
+        kept = (client.query_opt(sql, &[]).await.unwrap()).map(|row| row.get(0));
+        kept.is_some()
+    })
+    .await;
     let kept = kept.expect("the lease keeps the request while it runs");
     assert_eq!(kept[0], 2, "sealed envelope");
     for secret in [key.as_bytes(), b"4111111111111111", b"tenant-secret"] {

@@ -9,10 +9,11 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::grpc::{calls, create, grpc_stack_with, metadata};
+use crate::support::{completed_records, eventually};
 
 #[tokio::test]
 async fn a_slow_unary_call_runs_once_and_its_answer_reaches_the_retry() {
-    let (_redis, server, _app, target) = grpc_stack_with("", "500ms").await;
+    let (redis, server, _app, target) = grpc_stack_with("", "500ms").await;
     let direct = format!("127.0.0.1:{}", server.port);
     let call = create("slow-grpc", "sleep:1500:70 EUR");
     let out = calls(&target, json!([call, call])).await;
@@ -24,7 +25,11 @@ async fn a_slow_unary_call_runs_once_and_its_answer_reaches_the_retry() {
         during["code"], "ABORTED",
         "in flight while it runs: {during}"
     );
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The server answers (1.5 s in) and the call that went on stores it.
+    let stored = eventually(Duration::from_secs(10), async || {
+        completed_records(&redis).await == 1
+    });
+    assert!(stored.await, "the call never stored its answer");
     let retry = &calls(&target, json!([call])).await[0];
     assert_eq!(retry["code"], "OK", "{retry}");
     assert_eq!(

@@ -212,7 +212,7 @@ async fn streams_beyond_max_concurrent_requests_get_503_overloaded() {
         tokio::spawn(async move { h2.post(key, "{\"n\":1}").await })
     };
     let (a, b) = (slow("h2-in-flight-a"), slow("h2-in-flight-b"));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    upstream.until_executions(2).await;
 
     let (status, headers, body) = h2.post("h2-in-flight-c", "{}").await;
     assert_eq!(status, 503, "{body:?}");

@@ -11,7 +11,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::support::raw::read_response;
-use crate::support::{problem_code, read, stack, TestApp};
+use crate::support::{completed_records, eventually, problem_code, read, stack, TestApp};
 
 /// The head of a keyed POST to `/v1/payments` declaring `len` bytes of body.
 fn keyed_head(app: &TestApp, key: &str, len: usize) -> String {
@@ -26,9 +26,10 @@ fn keyed_head(app: &TestApp, key: &str, len: usize) -> String {
 async fn connections_beyond_max_connections_wait_until_one_closes() {
     let (_redis, _upstream, app) =
         stack("[server]\nmax_connections = 2\nheader_read_timeout = \"30s\"\n").await;
+    // Accepted in the order they connect, each served once it has a slot: these two
+    // take both slots before the third is accepted.
     let idle = TcpStream::connect(app.addr).await.unwrap();
     let _idle2 = TcpStream::connect(app.addr).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
 
     // A third connection gets through the kernel's handshake, but is not served.
     let mut third = TcpStream::connect(app.addr).await.unwrap();
@@ -60,7 +61,7 @@ async fn requests_beyond_max_concurrent_requests_get_503_overloaded_and_hang_ups
         tokio::spawn(async move { read(request.send().await.unwrap()).await })
     };
     let (a, b) = (slow("in-flight-a"), slow("in-flight-b"));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    upstream.until_executions(2).await;
 
     let (status, headers, body) = read(app.post("in-flight-c", "{}").send().await.unwrap()).await;
     assert_eq!(status, 503, "{body:?}");
@@ -89,7 +90,12 @@ async fn requests_beyond_max_concurrent_requests_get_503_overloaded_and_hang_ups
     }
     let (status, _, body) = read(app.post("while-detached", "{}").send().await.unwrap()).await;
     assert_eq!(status, 503, "the detached calls hold their slots: {body:?}");
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Until their calls end, which is when they have stored their answers: all four
+    // records completed.
+    let stored = eventually(Duration::from_secs(5), async || {
+        completed_records(&redis).await == 4
+    });
+    assert!(stored.await, "the detached calls never ended");
     assert_eq!(upstream.executions(), 4, "both detached calls ran");
     let (f, g) = (slow("after-hang-up-f"), slow("after-hang-up-g"));
     assert_eq!(f.await.unwrap().0, 201, "a slot leaked");
@@ -114,6 +120,8 @@ async fn bodies_beyond_buffer_budget_are_refused_before_claiming_and_hang_ups_gi
         s.write_all(&vec![b' '; (1 << 20) - 16]).await.unwrap();
         uploads.push(s);
     }
+    // Real time: the gateway reads (and charges) what the kernel holds when it gets to
+    // it, and nothing per app tells when (the buffered-bytes gauge is the process's).
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let padded = format!("{{\"pad\":\"{}\"}}", "x".repeat(64));
@@ -127,8 +135,14 @@ async fn bodies_beyond_buffer_budget_are_refused_before_claiming_and_hang_ups_gi
 
     // One uploader hangs up: its share comes back, the same key now runs.
     drop(uploads.remove(0));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let (status, headers, _) = read(app.post("fits-later", &padded).send().await.unwrap()).await;
+    // Refused (503, before anything is claimed) until the gateway has seen the hang-up.
+    let mut answer = None;
+    let admitted = eventually(Duration::from_secs(5), async || {
+        answer = Some(read(app.post("fits-later", &padded).send().await.unwrap()).await);
+        answer.as_ref().is_some_and(|(status, _, _)| *status != 503)
+    });
+    assert!(admitted.await, "the hung-up upload kept its share");
+    let (status, headers, _) = answer.unwrap();
     assert_eq!(status, 201);
     assert_eq!(headers["idempotent-replayed"], "false");
     assert_eq!(upstream.executions(), 1);

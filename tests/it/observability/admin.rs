@@ -6,7 +6,8 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::support::{config, durable_stack, read, stack, MockUpstream, RedisServer, TestApp};
+use crate::support::{config, durable_stack, read, replays_within, stack};
+use crate::support::{MockUpstream, RedisServer, TestApp};
 
 /// Samples of `idemgate_requests_total` for `route`, by outcome.
 fn outcomes(text: &str, route: &str) -> HashMap<String, f64> {
@@ -52,7 +53,7 @@ async fn every_outcome_moves_its_counter_and_promtool_accepts_the_output() {
     app.post("u", "{}").send().await.unwrap(); // upstream_error
     upstream.set_delay(Duration::from_millis(500));
     let slow = tokio::spawn(app.post("slow", "{}").send());
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    upstream.until_executions(3).await;
     app.post("slow", "{}").send().await.unwrap(); // in_flight
     slow.await.unwrap().unwrap();
     upstream.set_delay(Duration::ZERO);
@@ -154,19 +155,7 @@ async fn postgres_metrics_cover_write_through_and_fallbacks() {
     let (mut redis, _pg, _upstream, app) = durable_stack("claims = \"redis\"", "").await;
     app.post("m1", "{}").send().await.unwrap();
     redis.restart();
-    let mut replayed = false;
-    for _ in 0..50 {
-        let r = app.post("m1", "{}").send().await.unwrap();
-        if r.headers()
-            .get("idempotent-replayed")
-            .is_some_and(|v| v == "true")
-        {
-            replayed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(replayed);
+    assert!(replays_within(&app, "m1", "{}", Duration::from_secs(5)).await);
     let text = scrape(&app).await;
     for name in [
         "idemgate_postgres_duration_seconds_bucket{op=\"write_through\"",
@@ -285,7 +274,7 @@ async fn admin_api_shows_invalidates_and_refuses_while_leased() {
     // In flight: refused unless forced.
     upstream.set_delay(Duration::from_millis(800));
     let slow = tokio::spawn(app.post("k2", "{}").send());
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    upstream.until_executions(2).await;
     let v: serde_json::Value = app
         .client
         .get(admin("k2"))
@@ -340,7 +329,7 @@ async fn admin_api_shows_invalidates_and_refuses_while_leased() {
     // Forced delete of a leased key.
     upstream.set_delay(Duration::from_millis(600));
     let slow = tokio::spawn(app.post("k3", "{}").send());
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    upstream.until_executions(4).await;
     let r = app
         .client
         .delete(admin("k3?force=true"))

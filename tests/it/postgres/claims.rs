@@ -17,7 +17,7 @@ use idemgate::testing::store::PgStore;
 
 use crate::support::records::{fingerprint, id, rec, scope, store};
 use crate::support::LEASE;
-use crate::support::{eventually, PgServer};
+use crate::support::{eventually, until_rows, PgServer};
 
 /// The lock token and fence Postgres holds for `key`.
 async fn holder(pg: &PgServer, key: &str) -> (Option<String>, i64) {
@@ -44,7 +44,7 @@ async fn batched_claims_decide_each_claim_as_alone_and_acquire_each_key_once() {
     s.migrate().await.unwrap();
     let fp = fingerprint("{}");
     let old_fences = fill_the_keys(&s, fp).await;
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    until_rows(&pg, "lease_expires_at <= now()", 2 * N as i64).await;
 
     let claims = ClaimRounds::spawn(s.clone(), 256);
     let asks = the_asks(fp);
@@ -218,7 +218,7 @@ async fn releasing_a_lease_that_followed_a_lapse_ends_it_and_keeps_the_lapse() {
     s.claim_round(&[&died]).await.pop().unwrap().unwrap();
     let fresh = ClaimAsk::new(rec("fresh"), &fp, "t1", LEASE).living(Duration::from_secs(60));
     s.claim_round(&[&fresh]).await.pop().unwrap().unwrap();
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    until_rows(&pg, "lease_expires_at <= now()", 1).await;
     let taken = s.claim(rec("lapsed"), &fp, "t1", LEASE).await.unwrap();
     assert!(
         matches!(

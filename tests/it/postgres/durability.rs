@@ -180,7 +180,7 @@ async fn write_through_claims_close_the_lost_claim_window() {
     let (mut redis, pg, upstream, app) = durable_stack("claims = \"write_through\"", "").await;
     upstream.set_delay(Duration::from_millis(1500));
     let first = tokio::spawn(app.post("w", "{}").send());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    upstream.until_executions(1).await;
     assert_eq!(
         pg.count("state = 'leased'").await,
         1,
@@ -206,7 +206,7 @@ async fn without_write_through_claims_the_same_fault_runs_twice() {
     let (mut redis, _pg, upstream, app) = durable_stack("claims = \"redis\"", "").await;
     upstream.set_delay(Duration::from_millis(1500));
     let first = tokio::spawn(app.post("w", "{}").send());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    upstream.until_executions(1).await;
     redis.restart();
     let ran = eventually(Duration::from_secs(5), async || {
         app.post("w", "{}").send().await.unwrap().status() == 201
@@ -224,7 +224,7 @@ async fn write_through_claims_keep_a_completion_that_redis_refused() {
     let (redis, _pg, upstream, app) = durable_stack("claims = \"write_through\"", "").await;
     upstream.set_delay(Duration::from_millis(800));
     let first = tokio::spawn(app.post("refused", "{}").send());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    upstream.until_executions(1).await;
     let key = redis.records().await.pop().unwrap();
     let admin = redis.client().await;
     (redis.set_record_fields(&key, &[("s", b"L"), ("t", b"someone-else")])).await;
@@ -249,7 +249,7 @@ async fn a_slow_redis_is_not_an_outage_so_claims_do_not_move_to_postgres() {
     let (redis, _pg, upstream, app) = durable_stack("claims = \"redis\"", "").await;
     upstream.set_delay(Duration::from_millis(1200));
     let first = tokio::spawn(app.post("slow-redis", "{}").send());
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    upstream.until_executions(1).await;
     let admin = redis.client().await;
     let _: fred::prelude::Value = fred::prelude::ClientLike::custom(
         &admin,
@@ -263,7 +263,8 @@ async fn a_slow_redis_is_not_an_outage_so_claims_do_not_move_to_postgres() {
         (status, problem_code(&headers, &body).as_str()),
         (503, "store_unavailable")
     );
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Paused too, the admin client is answered once the pause is over.
+    let _: () = fred::prelude::ClientLike::ping(&admin, None).await.unwrap();
     let (status, _, _) = read(app.post("slow-redis", "{}").send().await.unwrap()).await;
     assert_eq!(status, 409, "the running request still holds the key");
     assert_eq!(first.await.unwrap().unwrap().status(), 201);

@@ -12,8 +12,8 @@ use idemgate_fleet::free_port;
 use super::{sql, READ_ONLY, WRITABLE};
 use crate::support::process::{config_file, until_ready, BIN};
 use crate::support::{
-    config, keyed_post, problem_code, read, send, Answer, MockUpstream, PgServer, RedisServer,
-    TestApp,
+    config, eventually, keyed_post, problem_code, read, send, Answer, MockUpstream, PgServer,
+    RedisServer, TestApp,
 };
 
 /// A libpq key=value `postgres.url` for the loopback servers on `ports`, tried in order.
@@ -228,7 +228,7 @@ async fn a_completion_that_meets_the_old_primary_read_only_lands_on_the_new_one(
 
     upstream.set_delay(Duration::from_millis(600));
     let in_flight = tokio::spawn(app.post("in-flight", "{}").send());
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    upstream.until_executions(2).await;
     assert_eq!(a.count("state = 'leased'").await, 1, "claimed on A");
     sql(&a, READ_ONLY).await;
     sql(&b, WRITABLE).await;
@@ -236,13 +236,14 @@ async fn a_completion_that_meets_the_old_primary_read_only_lands_on_the_new_one(
     assert_eq!(status, 201);
     upstream.set_delay(Duration::ZERO);
 
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while b.count("state = 'completed'").await == 0 {
+    let landed = eventually(Duration::from_secs(10), async || {
         // New requests meet A read-only and move the pool to B.
-        let _ = app.post("nudge", "{}").send().await.unwrap();
-        assert!(Instant::now() < deadline, "the completion never reached B");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        b.count("state = 'completed'").await > 0 || {
+            let _ = app.post("nudge", "{}").send().await.unwrap();
+            false
+        }
+    });
+    assert!(landed.await, "the completion never reached B");
     redis.cli(&["FLUSHALL"]);
     let (status, headers, again) = read(app.post("in-flight", "{}").send().await.unwrap()).await;
     assert_eq!(status, 201);
@@ -338,14 +339,10 @@ async fn postgres_down_keeps_readyz_200_and_sets_postgres_up_to_0() {
     assert_eq!(sample(&metrics, "idemgate_postgres_up"), Some(0.0));
 
     pg.restart();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while gateway.post("during").await.0 != 201 {
-        assert!(
-            Instant::now() < deadline,
-            "not served once Postgres is back"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let served = eventually(Duration::from_secs(10), async || {
+        gateway.post("during").await.0 == 201
+    });
+    assert!(served.await, "not served once Postgres is back");
     let (_, metrics) = gateway.get("/metrics").await;
     assert_eq!(sample(&metrics, "idemgate_postgres_up"), Some(1.0));
     assert_eq!(upstream.executions(), 2);
@@ -364,6 +361,7 @@ async fn a_migration_on_a_read_only_server_waits_until_it_is_writable() {
     })
     .unwrap();
     let migrating = tokio::spawn(async move { store.migrate().await });
+    // Real time: it must not give up for a while.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
         !migrating.is_finished(),

@@ -68,7 +68,8 @@ async fn a_retry_while_the_lease_stands_replays_from_postgres_and_redis_is_warme
     assert_eq!(other.status(), 422);
     assert_eq!(record_state(&redis).await.as_deref(), Some("L"));
 
-    // The lease runs out; the next claim finds the record in Postgres and re-warms Redis.
+    // The lease runs out (real time: its ttl in Redis); the next claim finds the record in
+    // Postgres and re-warms Redis.
     tokio::time::sleep(Duration::from_millis(4200)).await;
     let (s3, h3, b3) = read(a.post("k", r#"{"amount":7}"#).send().await.unwrap()).await;
     assert_eq!((s3, &b3), (s1, &b1));

@@ -54,18 +54,19 @@ struct Flushed {
 /// `holder` runs `key` (slow); Redis is flushed during the call; `other` retries at
 /// once and after the quarantine.
 async fn flushed_during_call(
-    (redis, pg): (&RedisServer, &PgServer),
+    (redis, pg, up): (&RedisServer, &PgServer, &MockUpstream),
     holder: &TestApp,
     other: &TestApp,
     key: &str,
 ) -> Flushed {
+    let before = up.executions();
     let first = post(holder, key);
     let retries = async {
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        up.until_executions(before + 1).await;
         let leased = pg.count("state = 'leased'").await;
         redis.cli(&["FLUSHALL"]);
         let early = post(other, key).await.0;
-        tokio::time::sleep(QUARANTINE).await;
+        tokio::time::sleep(QUARANTINE).await; // real time: the quarantine runs out
         let late = post(other, key).await.0;
         (leased, early, late)
     };
@@ -83,7 +84,7 @@ async fn a_write_through_replica_waits_for_a_key_a_vouched_replica_kept_alone_wh
 {
     let (redis, pg, up, through, vouched) = mixed_fleet().await;
     up.set_delay(Duration::from_millis(3000));
-    let seen = flushed_during_call((&redis, &pg), &vouched, &through, "kept-alone").await;
+    let seen = flushed_during_call((&redis, &pg, &up), &vouched, &through, "kept-alone").await;
     assert_eq!(seen.held.0, 201, "the holder's completion is not refused");
     assert_eq!(seen.leased, 0, "redis alone held the key: no claim row");
     assert_eq!(seen.early, 409, "in flight during the quarantine");
@@ -100,7 +101,7 @@ async fn a_vouched_replica_waits_for_a_key_a_write_through_replica_holds_when_re
     // The holder's lease is in its Postgres row: a vouched claim in a slot that lost its
     // data (cold: its warmth marker went too) looks the key up there, after the
     // quarantine as during it.
-    let seen = flushed_during_call((&redis, &pg), &through, &vouched, "written-through").await;
+    let seen = flushed_during_call((&redis, &pg, &up), &through, &vouched, "written-through").await;
     assert_eq!(seen.held.0, 201);
     assert_eq!(seen.leased, 1, "the holder's claim row");
     assert_eq!(seen.early, 409, "in flight during the quarantine");
@@ -118,7 +119,7 @@ async fn a_write_through_replica_without_redis_runs_no_key_postgres_does_not_kno
     up.set_delay(Duration::from_millis(3000));
     let held = post(&vouched, "held-alone");
     let outage = async {
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        up.until_executions(2).await;
         // The key is held by Redis alone; Redis goes away while the call runs.
         redis.stop();
         let retry = post(&through, "held-alone").await.0;

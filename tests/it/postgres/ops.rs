@@ -1,8 +1,6 @@
 //! Migrations under concurrency, schema versions, the records table's autovacuum
 //! setting, the reaper, and `lookup_on_miss = "when_cold"`.
 
-use std::time::Duration;
-
 use bytes::Bytes;
 use fred::prelude::{ClientLike, KeysInterface, Value};
 use idemgate::idempotency::{Fingerprint, IdempotencyKey, RecordId, Scope, StoredRecord};
@@ -11,7 +9,7 @@ use idemgate::testing::store::postgres::{CompletedRecord, Found, RecordRef};
 use idemgate::testing::store::StoreError;
 
 use crate::support::records::{completed as record, fingerprint, store};
-use crate::support::{durable_stack, PgServer};
+use crate::support::{durable_stack, until_rows, PgServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_migrating_at_once_leave_one_schema() {
@@ -125,7 +123,7 @@ async fn reaper_deletes_only_expired_rows_in_batches() {
         .iter()
         .all(|w| *w));
     assert!(s.complete_batch(&keeping).await.unwrap().iter().all(|w| *w));
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    until_rows(&pg, "expires_at <= now()", 5).await;
     assert_eq!(
         s.reap(2).await.unwrap(),
         Some(5),
@@ -160,7 +158,7 @@ async fn when_cold_skips_lookups_while_the_marker_holds_and_looks_up_after_a_flu
     let admin = redis.client().await;
     // Pretend this Redis has held its data for longer than the longest ttl (24h).
     super::warm_up(&redis).await;
-    tokio::time::sleep(Duration::from_millis(400)).await; // a probe or two
+    app.until_policy_read().await;
 
     app.post("a", "{}").send().await.unwrap();
     app.post("b", "{}").send().await.unwrap();
@@ -184,7 +182,6 @@ async fn when_cold_skips_lookups_while_the_marker_holds_and_looks_up_after_a_flu
         .custom(fred::cmd!("FLUSHALL"), Vec::<String>::new())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
     for k in ["a", "b"] {
         let r = app.post(k, "{}").send().await.unwrap();
         assert_eq!(

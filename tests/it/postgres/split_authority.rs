@@ -8,7 +8,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{config, read, HoldProxy, MockUpstream, PgServer, RedisServer, TestApp};
+use crate::support::{
+    config, eventually, read, HoldProxy, MockUpstream, PgServer, RedisServer, TestApp,
+};
 
 /// A gateway with `claims = "redis"` and the replay cache on, reaching Redis at `redis`.
 async fn gateway(redis: &str, pg: &PgServer, upstream: &MockUpstream) -> TestApp {
@@ -45,21 +47,20 @@ async fn replicas_agree_after_the_heal_on_a_key_both_tiers_ran() {
     upstream.set_delay(Duration::from_secs(4));
     let before = upstream.executions();
     let in_redis = tokio::spawn(direct.post("split", "{}").send());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    upstream.until_executions(before + 1).await;
     let in_postgres = tokio::spawn(cut_off.post("split", "{}").send());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    upstream.until_executions(before + 2).await;
 
     // The heal, before either execution answers: the cut-off replica's claims go to
     // Redis again (its replay cache starts over).
     proxy.hold(false);
-    let healed = Instant::now();
-    while cut_off.breaker_open().await {
-        assert!(
-            healed.elapsed() < Duration::from_secs(3),
-            "the breaker did not close before the executions answered"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let closed = eventually(Duration::from_secs(3), async || {
+        !cut_off.breaker_open().await
+    });
+    assert!(
+        closed.await,
+        "the breaker did not close before the executions answered"
+    );
     let (s1, _, from_redis) = read(in_redis.await.unwrap().unwrap()).await;
     let (s2, _, from_postgres) = read(in_postgres.await.unwrap().unwrap()).await;
     assert_eq!((s1, s2), (201, 201));

@@ -51,6 +51,7 @@ async fn a_read_only_redis_keeps_the_breaker_open_until_it_takes_writes() {
 
     redis.start_again(); // back, but as a replica: PING works, writes do not
     for _ in 0..8 {
+        // Real time: nothing may close the breaker for a second of probes.
         tokio::time::sleep(Duration::from_millis(125)).await;
         assert_eq!(
             claims_in(&app).await,
@@ -108,11 +109,12 @@ async fn when_cold_a_completion_only_postgres_stored_makes_every_replica_look_up
     let one = TestApp::spawn(config(&redis.url(), &upstream.url(), &toml)).await;
     let two = TestApp::spawn(config(&redis.url(), &upstream.url(), &toml)).await;
     warm_up(&redis).await;
-    tokio::time::sleep(Duration::from_millis(400)).await; // probes read the policy
+    one.until_policy_read().await;
+    two.until_policy_read().await;
 
     upstream.set_delay(Duration::from_millis(600));
     let first = tokio::spawn(one.post("k", "{}").send());
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    upstream.until_executions(1).await;
     redis.cli(&["CONFIG", "SET", "maxmemory", "1"]); // completions refused (OOM)
     let (s1, _, b1) = read(first.await.unwrap().unwrap()).await;
     assert_eq!(s1, 201);
@@ -148,12 +150,12 @@ async fn a_postgres_held_lease_is_answered_only_once_durable() {
     upstream.set_delay(Duration::from_millis(800));
     let pg = std::sync::Arc::new(std::sync::Mutex::new(pg));
     let request = tokio::spawn(app.post("pgheld", "{}").send());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    upstream.until_executions(2).await;
     let outage = pg.clone();
     let back = tokio::task::spawn_blocking(move || {
         let mut pg = outage.lock().unwrap();
         pg.stop();
-        std::thread::sleep(Duration::from_secs(3));
+        std::thread::sleep(Duration::from_secs(3)); // real time: an outage outlasting the call
         pg.restart();
         Instant::now()
     });
@@ -194,7 +196,7 @@ async fn tiers_that_disagree_are_counted() {
     assert!(back);
     // Someone vouches for a Redis that lacks the record (say, a restored marker).
     warm_up(&redis).await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    app.until_policy_read().await;
     let (status, headers, _) = read(app.post("split", "{}").send().await.unwrap()).await;
     assert_eq!(
         (status, &headers["idempotent-replayed"]),

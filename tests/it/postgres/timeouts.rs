@@ -13,7 +13,7 @@ use idemgate::testing::store::PgStore;
 
 use crate::support::records::{completed as record, fingerprint, rec_of as rec, store_at as store};
 use crate::support::LEASE;
-use crate::support::{eventually, HoldProxy, PgServer};
+use crate::support::{eventually, until_rows, HoldProxy, PgServer};
 
 /// The reaper's advisory lock key ("idemreap").
 const REAP_LOCK: i64 = 0x6964_656d_7265_6170;
@@ -28,6 +28,13 @@ async fn lock_token(pg: &PgServer, r: &CompletedRecord) -> Option<String> {
         .await
         .unwrap();
     row.get(0)
+}
+
+/// Whether a session of the gateway's waits on a lock (a row another session holds).
+async fn waiting_on_a_lock(observer: &tokio_postgres::Client) -> bool {
+    let sql = "SELECT count(*) FROM pg_stat_activity
+               WHERE application_name = 'idemgate' AND wait_event_type = 'Lock'";
+    observer.query_one(sql, &[]).await.unwrap().get::<_, i64>(0) > 0
 }
 
 /// A store reaching `pg` through a proxy that can hold its answers back, with one pooled
@@ -61,7 +68,7 @@ async fn a_claim_stalled_past_the_timeout_does_not_commit_later() {
     // An expired record: a claim would take it over, once it gets the row.
     let r = record("stalled", 1);
     s.complete_batch(std::slice::from_ref(&r)).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    until_rows(&pg, "expires_at <= now()", 1).await;
 
     // Another session holds the row for longer than the statement timeout.
     let mut blocker = pg.client().await;
@@ -76,8 +83,14 @@ async fn a_claim_stalled_past_the_timeout_does_not_commit_later() {
     let stalled = s.claim(rec(&r), &fingerprint(""), "timed-out", LEASE).await;
     assert!(stalled.is_err(), "the claim waits on the row: {stalled:?}");
     assert!(started.elapsed() < Duration::from_secs(3));
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // The server ended the claim's statement too: nothing waits on the row any more.
+    let observer = pg.client().await;
+    let ended = eventually(Duration::from_secs(5), async || {
+        !waiting_on_a_lock(&observer).await
+    });
+    assert!(ended.await, "the timed-out claim still waits on the row");
     tx.rollback().await.unwrap();
+    // Real time: a late commit, were there one, would land meanwhile.
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // The caller was told the claim failed: the key must not be leased to it.
@@ -155,7 +168,7 @@ async fn a_lost_claim_of_a_lapsed_lease_keeps_the_lapse_known() {
     let died = ClaimAsk::new(rec(&r), &fingerprint(""), "died", Duration::from_millis(1))
         .living(Duration::from_secs(60));
     direct.claim_round(&[&died]).await.pop().unwrap().unwrap();
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    until_rows(&pg, "lease_expires_at <= now()", 1).await;
 
     proxy.hold(true);
     let lost = behind
@@ -188,7 +201,7 @@ async fn a_reap_that_stops_answering_is_bounded_and_leaves_the_reaper_lock_free(
     direct.migrate().await.unwrap();
     let expired: Vec<CompletedRecord> = (0..5).map(|i| record(&format!("old-{i}"), 1)).collect();
     direct.complete_batch(&expired).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    until_rows(&pg, "expires_at <= now()", 5).await;
     let proxy = HoldProxy::start(SocketAddr::from(([127, 0, 0, 1], pg.port))).await;
     let url = format!("postgres://postgres@127.0.0.1:{}/postgres", proxy.port);
     let behind = store(url, Duration::from_secs(2));
@@ -210,15 +223,7 @@ async fn a_reap_that_stops_answering_is_bounded_and_leaves_the_reaper_lock_free(
     });
     let observer = pg.client().await;
     let waiting = eventually(Duration::from_secs(5), async || {
-        let n: i64 = (observer.query_one(
-            "SELECT count(*) FROM pg_stat_activity
-             WHERE application_name = 'idemgate' AND wait_event_type = 'Lock'",
-            &[],
-        ))
-        .await
-        .unwrap()
-        .get(0);
-        n == 1
+        waiting_on_a_lock(&observer).await
     })
     .await;
     assert!(waiting, "the reap waits on the locked row");

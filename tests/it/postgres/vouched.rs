@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::redis::record_key;
 use crate::support::holdproxy::HoldProxy;
 use crate::support::{
     config, eventually, keyed_post, read, MockUpstream, PgServer, RedisServer, TestApp,
@@ -66,11 +67,12 @@ async fn leased_rows(pg: &PgServer) -> i64 {
     pg.count("state = 'leased'").await
 }
 
-/// Posts `key` (to a slow upstream) and counts Postgres' leased rows `after` into the
-/// call: the status, and the rows while the call ran.
-async fn leased_during(app: &TestApp, pg: &PgServer, key: &str, after: Duration) -> (u16, i64) {
+/// Posts `key` (to a slow upstream `up`) and counts Postgres' leased rows once the call
+/// reached `up`, so once its claim was made: the status, and the rows while it ran.
+async fn leased_during(app: &TestApp, pg: &PgServer, up: &MockUpstream, key: &str) -> (u16, i64) {
+    let before = up.executions();
     let during = async {
-        tokio::time::sleep(after).await;
+        up.until_executions(before + 1).await;
         leased_rows(pg).await
     };
     let ((status, _), leased) = tokio::join!(post(app, key), during);
@@ -126,7 +128,7 @@ async fn a_claim_redis_keeps_takes_no_postgres_row_and_runs_once() {
     up.set_delay(Duration::from_millis(800));
     let calls = (0..8).map(|_| post(&app, "vouched-slow"));
     let during = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        up.until_executions(2).await;
         leased_rows(&pg).await
     };
     let (answers, leased) = tokio::join!(futures_util::future::join_all(calls), during);
@@ -156,7 +158,7 @@ async fn a_redis_that_does_not_fsync_every_write_gets_a_postgres_row() {
     );
     let app = gateway(&redis, &pg, &up).await;
     up.set_delay(Duration::from_millis(800));
-    let (status, leased) = leased_during(&app, &pg, "unvouched", Duration::from_millis(300)).await;
+    let (status, leased) = leased_during(&app, &pg, &up, "unvouched").await;
     assert_eq!(status, 201);
     assert_eq!(
         leased, 1,
@@ -169,7 +171,7 @@ async fn a_redis_that_does_not_fsync_every_write_gets_a_postgres_row() {
     redis.cli(&["CONFIG", "SET", "appendfsync", "always"]);
     let kept = eventually(Duration::from_secs(5), async || {
         let key = format!("vouched-{}", uuid::Uuid::new_v4());
-        leased_during(&app, &pg, &key, Duration::from_millis(300)).await == (201, 0)
+        leased_during(&app, &pg, &up, &key).await == (201, 0)
     })
     .await;
     assert_eq!(claim_path(&app).await, "kept_by_redis");
@@ -190,12 +192,12 @@ async fn a_flushed_redis_keeps_the_key_in_flight_until_the_holder_writes_its_lea
     up.set_delay(Duration::from_millis(3000));
     let first = post(&app, "flushed");
     let retries = async {
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        up.until_executions(1).await;
         // Redis loses everything, the epoch markers included; the holder still runs.
         redis.cli(&["FLUSHALL"]);
         // At once: the key is absent from a slot that just lost its data, so in flight.
         let early = post(&app, "flushed").await.0;
-        // After the quarantine: the holder's heartbeat wrote its lease back.
+        // After the quarantine (real time): the holder's heartbeat wrote its lease back.
         tokio::time::sleep(QUARANTINE).await;
         let late = post(&app, "flushed").await.0;
         (early, late)
@@ -227,7 +229,7 @@ async fn a_redis_restarted_without_its_data_serves_again_after_the_quarantine() 
         (201, stored.clone()),
         "a stored answer replays from Postgres during the quarantine too"
     );
-    tokio::time::sleep(QUARANTINE + Duration::from_millis(200)).await;
+    tokio::time::sleep(QUARANTINE + Duration::from_millis(200)).await; // real time: it runs out
     assert_eq!(post(&app, "a-new-key").await.0, 201, "after the quarantine");
     assert_eq!(
         post(&app, "before-the-loss").await,
@@ -282,7 +284,7 @@ async fn a_claim_no_replica_acknowledges_gets_a_postgres_row() {
     let app = gateway(&redis, &pg, &up).await;
     up.set_delay(Duration::from_millis(800));
     let leased_during = async |key: &str| {
-        let (status, leased) = leased_during(&app, &pg, key, Duration::from_millis(400)).await;
+        let (status, leased) = leased_during(&app, &pg, &up, key).await;
         assert_eq!(status, 201, "{key}");
         leased
     };
@@ -371,10 +373,9 @@ async fn a_round_cut_short_by_a_switch_of_server_vouches_for_nothing() {
     cfg.redis.replica_ack_timeout = Duration::from_secs(2);
     let app = TestApp::spawn(cfg).await;
     up.set_delay(Duration::from_millis(1000));
-    let during_call = Duration::from_millis(1000);
     let kept = eventually(Duration::from_secs(10), async || {
         let key = format!("first-{}", uuid::Uuid::new_v4());
-        let (status, leased) = leased_during(&app, &pg, &key, during_call).await;
+        let (status, leased) = leased_during(&app, &pg, &up, &key).await;
         assert_eq!(status, 201, "{key}");
         leased == 0
     })
@@ -382,12 +383,13 @@ async fn a_round_cut_short_by_a_switch_of_server_vouches_for_nothing() {
     assert!(kept, "A and its replica vouch for claims");
     link.hold(true);
     let switch = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        // A's clients are cut; they come back through the front to B.
+        // Once the claim is on A (its round held), A's clients are cut; back via the front to B.
+        let on_a = async || a.cli(&["EXISTS", &record_key("switched")]).trim() == "1";
+        assert!(eventually(Duration::from_secs(5), on_a).await, "not on A");
         front.retarget(([127, 0, 0, 1], b.port).into());
         a.cli(&["CLIENT", "KILL", "TYPE", "normal"]);
     };
-    let (switched, ()) = tokio::join!(leased_during(&app, &pg, "switched", during_call), switch);
+    let (switched, ()) = tokio::join!(leased_during(&app, &pg, &up, "switched"), switch);
     assert_eq!(
         switched,
         (201, 1),

@@ -56,7 +56,7 @@ async fn sharded_subscriptions_follow_the_waiters() {
     // One slow execution, three duplicates waiting on it: one subscription.
     upstream.set_delay(Duration::from_millis(1500));
     let first = tokio::spawn(app.post("held", "{}").send());
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    upstream.until_executions(1).await;
     let started = Instant::now();
     let waiting: Vec<_> = (0..3)
         .map(|_| tokio::spawn(app.post("held", "{}").send()))
@@ -92,7 +92,7 @@ async fn sharded_subscriptions_follow_the_waiters() {
 
     // The only waiter hangs up while the execution still runs: unsubscribed at once.
     let second = tokio::spawn(app.post("alone", "{}").send());
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    upstream.until_executions(2).await;
     let lone = app
         .post("alone", "{}")
         .timeout(Duration::from_millis(400))
@@ -131,7 +131,7 @@ async fn a_waiter_survives_its_slot_moving() {
     upstream.set_delay(Duration::from_millis(3000));
     let started = Instant::now();
     let first = tokio::spawn(app.post("moving", "{}").send());
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    upstream.until_executions(1).await;
     let waiter = tokio::spawn(app.post("moving", "{}").send());
     assert!(
         eventually(Duration::from_secs(2), async || subs("moving") == 1).await,

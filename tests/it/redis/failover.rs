@@ -21,9 +21,9 @@ use idemgate::testing::store::redis::replicas::{ReplicaWait, Replicated};
 use idemgate::testing::store::redis::Acquired;
 use idemgate::testing::store::RedisStore;
 
+use super::until_replicated;
 use crate::support::holdproxy::HoldProxy;
-use crate::support::RedisServer;
-use crate::support::LEASE;
+use crate::support::{eventually, RedisServer, LEASE};
 
 /// A primary and a replica that replicates through a hold proxy.
 pub(crate) struct Pair {
@@ -38,11 +38,7 @@ impl Pair {
         let link = HoldProxy::start(([127, 0, 0, 1], primary.port).into()).await;
         let replica =
             RedisServer::start_with(&["--replicaof", "127.0.0.1", &link.port.to_string()]);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while replica.info("master_link_status").as_deref() != Some("up") {
-            assert!(Instant::now() < deadline, "replica never linked");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        linked(&replica).await;
         Self {
             primary,
             replica,
@@ -62,6 +58,15 @@ impl Pair {
         let out = self.replica.cli(&["REPLICAOF", "NO", "ONE"]);
         assert_eq!(out.trim(), "OK", "REPLICAOF NO ONE: {out}");
     }
+}
+
+/// Waits (up to 10 s) until `replica` is linked to its primary.
+async fn linked(replica: &RedisServer) {
+    let up = async || replica.info("master_link_status").as_deref() == Some("up");
+    assert!(
+        eventually(Duration::from_secs(10), up).await,
+        "replica never linked"
+    );
 }
 
 pub(crate) fn config(redis: &RedisServer, replica_acks: u32) -> RedisConfig {
@@ -118,12 +123,13 @@ async fn complete_then_fail_over(replica_acks: u32) -> (Duration, bool) {
     let k = store.record_key(id);
     acquire(&store, &k, &fp, "holder").await;
     // The lease reached the replica; from now on the stream waits in the proxy.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    until_replicated(&pair.primary, &pair.replica).await;
     pair.link.hold(true);
     let started = Instant::now();
     let release = {
         let hold = pair.link.hold_handle();
         tokio::spawn(async move {
+            // Real time: the replication lag the completion's WAIT must sit out.
             tokio::time::sleep(Duration::from_millis(250)).await;
             hold.send_replace(false);
         })
@@ -216,7 +222,7 @@ async fn fencing_tokens_never_go_backwards_across_a_failover() {
     let k = store.record_key(id);
     let first = acquire(&store, &k, &fp, "t0").await.fence;
     store.release(&k, "t0").await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    until_replicated(&pair.primary, &pair.replica).await;
     // The replica has the fence key at `first`; the primary hands out more it never sees.
     pair.link.hold(true);
     let mut last = first;
@@ -348,11 +354,7 @@ async fn wait_returns_on_the_ack(cfg: RedisConfig) {
 async fn wait_returns_on_the_replicas_ack_not_the_timeout() {
     let primary = RedisServer::start();
     let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while replica.info("master_link_status").as_deref() != Some("up") {
-        assert!(Instant::now() < deadline, "replica never linked");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    linked(&replica).await;
     let mut cfg = config(&primary, 1);
     cfg.replica_ack_timeout = Duration::from_secs(2);
     wait_returns_on_the_ack(cfg).await;

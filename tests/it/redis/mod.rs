@@ -20,9 +20,9 @@ use std::time::Duration;
 use idemgate::config::RedisMode;
 use idemgate::idempotency::{key, RecordId, Scope};
 use idemgate::Config;
-use idemgate_fleet::SentinelSet;
+use idemgate_fleet::{RedisServer, SentinelSet};
 
-use crate::support::config;
+use crate::support::{config, eventually};
 
 /// The Redis key of a request key in the shared anonymous scope the tests use.
 pub fn record_key(raw: &str) -> String {
@@ -50,4 +50,14 @@ pub fn sentinel_config(set: &SentinelSet, upstream: &str, extra: &str) -> Config
     c.redis.command_timeout = Duration::from_secs(1);
     c.redis.connect_timeout = Duration::from_secs(2);
     c
+}
+
+/// Waits (up to 10 s) until `replica` has applied every write `primary` made so far.
+pub async fn until_replicated(primary: &RedisServer, replica: &RedisServer) {
+    let offset = |r: &RedisServer, field| r.info(field).and_then(|o| o.parse::<u64>().ok());
+    let written = offset(primary, "master_repl_offset").expect("the primary's offset");
+    let applied = eventually(Duration::from_secs(10), async || {
+        offset(replica, "slave_repl_offset").is_some_and(|o| o >= written)
+    });
+    assert!(applied.await, "the replica never reached offset {written}");
 }

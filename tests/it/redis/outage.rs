@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use fred::prelude::{ClientLike, Value};
 
-use crate::support::{problem_code, read, stack};
+use crate::support::{eventually, problem_code, read, stack};
 
 #[tokio::test]
 async fn redis_killed_gives_503_and_recovers_when_it_returns() {
@@ -35,17 +35,16 @@ async fn redis_killed_gives_503_and_recovers_when_it_returns() {
 
     // Back, empty, with no scripts cached: the gateway reconnects and reloads them.
     redis.restart();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let recovered = eventually(Duration::from_secs(10), async || {
         let r = app.post("during", "{}").send().await.unwrap();
         if r.status() == 201 {
             assert_eq!(r.headers()["idempotent-replayed"], "false");
-            break;
+            return true;
         }
         assert_eq!(r.status(), 503);
-        assert!(Instant::now() < deadline, "gateway did not recover");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        false
+    });
+    assert!(recovered.await, "gateway did not recover");
     let ready = app.readyz().await;
     assert_eq!(ready.status(), 200);
     assert_eq!(upstream.executions(), 2);
@@ -70,17 +69,21 @@ async fn redis_paused_past_the_command_timeout_is_503_never_forwarded() {
     assert_eq!(upstream.executions(), 0);
     // After the pause the claim may have landed; the gateway releases its own token,
     // and at worst the lease expires. Either way the key runs exactly once.
-    let deadline = Instant::now() + Duration::from_secs(40);
-    loop {
-        let r = app.post("paused", "{}").send().await.unwrap();
-        match r.status().as_u16() {
-            201 => break,
-            409 | 503 => {}
+    let ran = eventually(Duration::from_secs(40), async || {
+        match app
+            .post("paused", "{}")
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+        {
+            201 => true,
+            409 | 503 => false,
             other => panic!("unexpected {other}"),
         }
-        assert!(Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    });
+    assert!(ran.await, "the key never ran");
     assert_eq!(upstream.executions(), 1);
 }
 

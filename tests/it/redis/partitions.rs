@@ -14,7 +14,7 @@ use idemgate_fleet::RedisCluster;
 use super::cluster_config;
 use super::record_key;
 use crate::support::process::BIN;
-use crate::support::{read, MockUpstream, TestApp};
+use crate::support::{eventually, read, MockUpstream, TestApp};
 
 /// Redis only: a claim Redis cannot take answers 503.
 const REDIS_ONLY: &str = "[idempotency]\non_redis_unavailable = \"reject\"\n";
@@ -269,18 +269,11 @@ async fn a_failover_drops_the_replay_cache(partition: bool) {
         // failover completes (about 1 run in 7 in CI, before and after the lanes).
         until_claims_back(&app, &keys[&shard][1..]).await;
     }
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
-        let (_, _, replayed) = read(app.post(cached, "{}").send().await.unwrap()).await;
-        if replayed == second {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still replaying the cached response, not the one the tier holds"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let fresh = async || read(app.post(cached, "{}").send().await.unwrap()).await.2 == second;
+    assert!(
+        eventually(Duration::from_secs(3), fresh).await,
+        "still replaying the cached response, not the one the tier holds"
+    );
     assert_eq!(upstream.executions(), 3, "nothing ran again");
 }
 

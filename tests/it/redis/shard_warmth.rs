@@ -11,9 +11,9 @@ use idemgate::testing::store::RedisStore;
 use idemgate_fleet::{RedisCluster, SentinelSet};
 use rand::Rng;
 
-use super::{cluster_config, record_key, sentinel_config};
+use super::{cluster_config, record_key, sentinel_config, until_replicated};
 use crate::support::redis::backdate_markers;
-use crate::support::{read, MockUpstream, PgServer, RedisServer, TestApp};
+use crate::support::{eventually, read, until_rows, MockUpstream, PgServer, RedisServer, TestApp};
 
 const TWO_DAYS: Duration = Duration::from_secs(48 * 3600);
 
@@ -56,15 +56,16 @@ fn durable(pg: &PgServer) -> String {
 
 /// Sends until the answer is not a 503 (Redis reconnecting); whether it was replayed.
 async fn replayed(app: &TestApp, key: &str) -> bool {
-    for _ in 0..100 {
+    let mut answer = None;
+    let back = eventually(Duration::from_secs(10), async || {
         let (status, headers, _) = read(app.post(key, "{}").send().await.unwrap()).await;
-        if status != 503 {
-            assert_eq!(status, 201, "{key}");
-            return headers["idempotent-replayed"] == "true";
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{key}: redis did not come back");
+        answer = Some((status, headers));
+        status != 503
+    });
+    assert!(back.await, "{key}: redis did not come back");
+    let (status, headers) = answer.unwrap();
+    assert_eq!(status, 201, "{key}");
+    headers["idempotent-replayed"] == "true"
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,7 +90,7 @@ async fn a_shard_restarted_empty_is_cold_on_its_own() {
         let ranges = tokio::task::block_in_place(|| cluster.slots_of(p));
         backdate_markers(&cluster.nodes()[p].url(), &ranges, TWO_DAYS).await;
     }
-    tokio::time::sleep(Duration::from_millis(400)).await; // the probe reads the eviction policy
+    app.until_policy_read().await;
 
     let keys: Vec<String> = (0..30).map(|i| format!("w-{i}")).collect();
     for k in &keys {
@@ -108,7 +109,7 @@ async fn a_shard_restarted_empty_is_cold_on_its_own() {
         .filter(|(_, s)| **s == cold)
         .map(|(k, _)| k)
         .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await; // write-through settles
+    until_rows(&pg, "state = 'completed'", 30).await;
 
     // One shard loses everything: SIGKILL and back at once, empty (no persistence).
     tokio::task::block_in_place(|| {
@@ -142,7 +143,7 @@ async fn a_promoted_replica_with_a_replicated_marker_is_cold() {
     let app = TestApp::spawn(sentinel_config(&set, &upstream.url(), &durable(&pg))).await;
     let primary = set.primary();
     backdate_markers(&set.servers()[primary].url(), &[(0, 16383)], TWO_DAYS).await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    app.until_policy_read().await;
     for k in ["p-0", "p-1", "p-2"] {
         assert!(!replayed(&app, k).await);
     }
@@ -152,7 +153,8 @@ async fn a_promoted_replica_with_a_replicated_marker_is_cold() {
     assert_eq!(del.trim(), "1");
     assert!(!replayed(&app, "p-0").await, "warm before the failover");
     assert_eq!(upstream.executions(), 4);
-    tokio::time::sleep(Duration::from_millis(500)).await; // replicated, written through
+    until_rows(&pg, "state = 'completed'", 3).await;
+    until_replicated(&set.servers()[primary], &set.servers()[1 - primary]).await;
 
     // The replica, with every marker replicated, becomes primary. The gateway sends
     // nothing meanwhile (a claim failing on the lost connection would trip its breaker,
@@ -161,7 +163,7 @@ async fn a_promoted_replica_with_a_replicated_marker_is_cold() {
     let promoted = tokio::task::block_in_place(|| set.failover());
     assert_ne!(promoted, primary);
     let app = TestApp::spawn(sentinel_config(&set, &upstream.url(), &durable(&pg))).await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    app.until_policy_read().await;
     // A write the old primary acknowledged but never replicated, lost in the failover.
     let del =
         tokio::task::block_in_place(|| set.servers()[promoted].cli(&["DEL", &record_key("p-1")]));
@@ -194,7 +196,7 @@ async fn a_breaker_trip_leaves_the_other_shards_warm() {
         let ranges = tokio::task::block_in_place(|| cluster.slots_of(p));
         backdate_markers(&cluster.nodes()[p].url(), &ranges, TWO_DAYS).await;
     }
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    app.until_policy_read().await;
     let keys: Vec<String> = (0..20).map(|i| format!("t-{i}")).collect();
     for k in &keys {
         assert!(!replayed(&app, k).await);
@@ -210,7 +212,7 @@ async fn a_breaker_trip_leaves_the_other_shards_warm() {
         .unwrap()
         .0
         .clone();
-    tokio::time::sleep(Duration::from_millis(500)).await; // write-through settles
+    until_rows(&pg, "state = 'completed'", 20).await;
 
     // The shard goes away; a claim on it fails and trips the breaker (503: reject).
     tokio::task::block_in_place(|| cluster.kill(down));
@@ -269,7 +271,7 @@ async fn markers_restored_from_a_snapshot_are_cold() {
     let config = || crate::support::config(&url, &upstream.url(), &durable(&pg));
     let app = TestApp::spawn(config()).await;
     backdate_markers(&url, &[(0, 16383)], TWO_DAYS).await;
-    tokio::time::sleep(Duration::from_millis(400)).await; // the probe reads the eviction policy
+    app.until_policy_read().await;
     assert!(!replayed(&app, "s-0").await);
     assert!(!replayed(&app, "s-1").await);
     // Warm: a record lost from Redis alone runs again (no lookup).
@@ -283,8 +285,8 @@ async fn markers_restored_from_a_snapshot_are_cold() {
     assert_eq!(saved.trim(), "OK");
     assert!(!replayed(&app, "s-2").await);
     assert_eq!(upstream.executions(), 4);
-    tokio::time::sleep(Duration::from_millis(500)).await; // write-through settles
-                                                          // SIGKILL, back from the snapshot: s-2 is gone from Redis, the markers are back.
+    until_rows(&pg, "state = 'completed'", 3).await;
+    // SIGKILL, back from the snapshot: s-2 is gone from Redis, the markers are back.
     drop(app);
     tokio::task::block_in_place(|| redis.restart());
     let states = redis.record_states().await;
@@ -293,7 +295,7 @@ async fn markers_restored_from_a_snapshot_are_cold() {
         "the record written after the snapshot is lost: {states:?}"
     );
     let app = TestApp::spawn(config()).await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    app.until_policy_read().await;
     assert!(
         replayed(&app, "s-2").await,
         "the restored markers vouch for nothing: cold, so the lookup finds it"
@@ -312,16 +314,10 @@ async fn the_marker_vouches_only_in_the_process_that_wrote_it() {
     let port = primary.port.to_string();
     let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
     // Synced before the first claim: the marker reaches the replica as a command.
-    tokio::task::block_in_place(|| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while replica.info("master_link_status").as_deref() != Some("up") {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the replica never synced"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    let synced = eventually(Duration::from_secs(20), async || {
+        tokio::task::block_in_place(|| replica.info("master_link_status")).as_deref() == Some("up")
     });
+    assert!(synced.await, "the replica never synced");
     let store_on = |url: String| async move {
         let store = RedisStore::connect(&RedisConfig {
             url,
@@ -366,23 +362,19 @@ async fn the_marker_vouches_only_in_the_process_that_wrote_it() {
         Duration::ZERO,
         "new marker"
     );
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    tokio::time::sleep(Duration::from_millis(50)).await; // the marker ages in real time
     assert!(
         age(store.clone(), same_slot[0].clone()).await >= Duration::from_millis(50),
         "the process that wrote the marker: it vouches"
     );
 
     // The replica holds the same marker, but not as its writer does.
-    let marker = tokio::task::block_in_place(|| {
-        for _ in 0..100 {
-            let keys = replica.cli(&["KEYS", "idemgate:warm:*"]);
-            if !keys.trim().is_empty() {
-                return keys.trim().to_string();
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("the marker never reached the replica");
+    let markers = || tokio::task::block_in_place(|| replica.cli(&["KEYS", "idemgate:warm:*"]));
+    let arrived = eventually(Duration::from_secs(10), async || {
+        !markers().trim().is_empty()
     });
+    assert!(arrived.await, "the marker never reached the replica");
+    let marker = markers().trim().to_string();
     let encoding = |r: &RedisServer| r.cli(&["OBJECT", "ENCODING", &marker]).trim().to_string();
     assert_eq!(tokio::task::block_in_place(|| encoding(&primary)), "raw");
     assert_ne!(tokio::task::block_in_place(|| encoding(&replica)), "raw");

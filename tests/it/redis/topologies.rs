@@ -14,7 +14,7 @@ use idemgate::Config;
 use idemgate_fleet::{RedisCluster, SentinelSet};
 
 use super::{cluster_config, sentinel_config};
-use crate::support::{comparable, problem_code, read, tally, MockUpstream, TestApp};
+use crate::support::{comparable, eventually, problem_code, read, tally, MockUpstream, TestApp};
 
 const TOKEN: &str = "topology-test-admin-token";
 
@@ -36,6 +36,12 @@ async fn three(make: impl Fn() -> Config) -> Vec<TestApp> {
     }
     tokio::time::sleep(Duration::from_millis(300)).await; // subscriptions settle
     apps
+}
+
+/// Waits (up to 5 s) until no replay cache of `apps` holds the record of `key`.
+async fn dropped_everywhere(apps: &[TestApp], key: &str) -> bool {
+    let dropped = async || !apps.iter().any(|a| a.caches(key));
+    eventually(Duration::from_secs(5), dropped).await
 }
 
 /// Every core behaviour, in turn, on the three instances `apps` in front of `upstream`.
@@ -127,7 +133,7 @@ async fn invalidation_reaches_every_replay_cache(apps: &[TestApp], upstream: &Mo
     let url = format!("http://{}/admin/keys/payments/burst", apps[1].admin);
     let deleted = (apps[1].client.delete(url).bearer_auth(TOKEN).send().await).unwrap();
     assert_eq!(deleted.status(), 200);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(dropped_everywhere(apps, "burst").await, "a cache kept it");
     let (_, h, fresh) = read(
         apps[0]
             .post("burst", "{\"amount\":5}")

@@ -16,7 +16,7 @@ use idemgate::idempotency::Completion;
 use idemgate::testing::store::RedisStore;
 
 use super::failover::{acquire, config, record, response, Pair};
-use crate::support::LEASE;
+use crate::support::{eventually, LEASE};
 
 /// Claims `name` and completes it; how long the completion took.
 async fn claim_and_complete(store: &RedisStore, name: &str) -> Duration {
@@ -74,21 +74,19 @@ async fn completions_stop_waiting_for_replicas_that_do_not_acknowledge_then_wait
     // Once it acknowledges again, completions wait for it again: held once more, a
     // completion lasts the whole replica_ack_timeout.
     pair.link.hold(false);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    for attempt in 0.. {
+    let (mut attempt, mut took) = (0, Duration::ZERO);
+    let waits = eventually(Duration::from_secs(10), async || {
+        attempt += 1;
         store.recheck_replicas().await;
         pair.link.hold(true);
-        let took = claim_and_complete(&store, &format!("waits-again-{attempt}")).await;
+        took = claim_and_complete(&store, &format!("waits-again-{attempt}")).await;
         pair.link.hold(false);
-        if took >= Duration::from_millis(550) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "completions never waited for the replica again ({took:?})"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        took >= Duration::from_millis(550)
+    });
+    assert!(
+        waits.await,
+        "completions never waited for the replica again ({took:?})"
+    );
 }
 
 /// A completion whose `WAIT` pipeline fails stops the waiting too: stuck behind earlier

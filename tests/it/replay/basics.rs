@@ -153,6 +153,7 @@ async fn stored_response_expires_after_ttl() {
     );
     let r = app.post("ttl", "{}").send().await.unwrap();
     assert_eq!(r.headers()["idempotent-replayed"], "true");
+    // Real time: the record's ttl runs out in Redis.
     tokio::time::sleep(std::time::Duration::from_millis(pttl as u64 + 200)).await;
     let r = app.post("ttl", "{}").send().await.unwrap();
     assert_eq!(

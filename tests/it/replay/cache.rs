@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use bytesize::ByteSize;
 
-use crate::support::{comparable, config, problem_code, read, MockUpstream, RedisServer, TestApp};
+use crate::support::{comparable, config, eventually, problem_code, read, until_subscribed};
+use crate::support::{MockUpstream, RedisServer, TestApp};
 
 async fn cached(redis: &RedisServer, upstream: &MockUpstream, extra: &str) -> TestApp {
     let mut cfg = config(&redis.url(), &upstream.url(), extra);
@@ -68,7 +69,7 @@ async fn entries_expire_with_their_record() {
         .duration_since(std::time::SystemTime::now())
         .unwrap();
     assert!(left <= Duration::from_secs(2), "{left:?}");
-    tokio::time::sleep(left + Duration::from_millis(200)).await;
+    tokio::time::sleep(left + Duration::from_millis(200)).await; // real time: the ttl runs out
     let r = app.post("short", "{}").send().await.unwrap();
     assert_eq!(
         r.headers()["idempotent-replayed"],
@@ -86,7 +87,7 @@ async fn an_admin_invalidation_reaches_every_replicas_cache() {
     let extra = format!("[admin]\ntoken = \"{token}\"\n");
     let one = cached(&redis, &upstream, &extra).await;
     let two = cached(&redis, &upstream, &extra).await;
-    tokio::time::sleep(Duration::from_millis(200)).await; // subscriptions settle
+    until_subscribed(&redis, 2).await;
     one.post("inv", "{}").send().await.unwrap();
     let r = two.post("inv", "{}").send().await.unwrap(); // now cached on both
     assert_eq!(r.headers()["idempotent-replayed"], "true");
@@ -99,7 +100,9 @@ async fn an_admin_invalidation_reaches_every_replicas_cache() {
         .await
         .unwrap();
     assert_eq!(deleted.status(), 200);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let dropped = async || !one.caches("inv") && !two.caches("inv");
+    let heard = eventually(Duration::from_secs(5), dropped).await;
+    assert!(heard, "a replica's cache kept the invalidated record");
     let (_, h1, b1) = read(one.post("inv", "{}").send().await.unwrap()).await;
     assert_eq!(
         h1["idempotent-replayed"], "false",

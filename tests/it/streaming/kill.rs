@@ -13,7 +13,7 @@ use serde_json::json;
 use super::grpc::{self, grpc_route};
 use super::{base, gateway, gateway_process, post, since, sse_route, End, Knobs, Streamed, KNOBS};
 use crate::support::grpc::{calls, metadata, GrpcServer};
-use crate::support::{eventually, RedisServer, SseUpstream};
+use crate::support::{eventually, until_subscribed, RedisServer, SseUpstream};
 
 const LOCK_TTL: Duration = Duration::from_secs(2);
 /// A lease of 2 s needs a Redis command timeout of at most a third of it.
@@ -32,7 +32,7 @@ async fn a_joiner_of_a_killed_replicas_stream_is_aborted_and_the_key_freed() {
     let dir = tempfile::tempdir().unwrap();
     let mut doomed = gateway_process(dir.path(), "doomed", &redis, &route, SHORT_LEASE).await;
     let survivor = gateway(&redis, &route, SHORT_LEASE).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    until_subscribed(&redis, 2).await;
     let http = reqwest::Client::new();
     // Fifteen events 200 ms apart: 2.8 s, cut after about 1 s.
     let query = "events=15&gap_ms=200";
@@ -123,7 +123,7 @@ async fn a_grpc_joiner_of_a_killed_replicas_call_ends_unavailable_and_the_key_is
     let dir = tempfile::tempdir().unwrap();
     let mut doomed = gateway_process(dir.path(), "doomed", &redis, &route, SHORT_LEASE).await;
     let survivor = gateway(&redis, &route, SHORT_LEASE).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    until_subscribed(&redis, 2).await;
     let (to_doomed, to_survivor) = (
         format!("127.0.0.1:{}", doomed.port),
         survivor.addr.to_string(),
@@ -138,6 +138,8 @@ async fn a_grpc_joiner_of_a_killed_replicas_call_ends_unavailable_and_the_key_is
     })
     .await;
     assert!(running, "the call never reached the server");
+    // Real time: the plan sends the duplicate 500 ms in; the kill falls after it joined,
+    // mid-call.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     doomed.kill();
     let killed = Instant::now();

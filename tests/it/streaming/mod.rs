@@ -35,7 +35,10 @@ use idemgate_fleet::Replica;
 use reqwest::header::HeaderMap;
 use reqwest::RequestBuilder;
 
-use crate::support::{eventually, keyed_post, serve_process, RedisServer, SseUpstream, TestApp};
+use crate::support::{
+    eventually, keyed_post, pattern_subscribers, serve_process, until_subscribed,
+};
+use crate::support::{RedisServer, SseUpstream, TestApp};
 
 /// What a gateway of these tests has beyond its Redis and its upstream.
 #[derive(Clone, Copy)]
@@ -96,11 +99,12 @@ async fn gateway(redis: &RedisServer, route: &str, knobs: Knobs<'_>) -> TestApp 
 /// Two gateways in-process on one Redis (two replicas of one fleet), their wake-up
 /// subscriptions settled.
 async fn replicas(redis: &RedisServer, route: &str, knobs: Knobs<'_>) -> (TestApp, TestApp) {
+    let before = pattern_subscribers(redis);
     let pair = (
         gateway(redis, route, knobs).await,
         gateway(redis, route, knobs).await,
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    until_subscribed(redis, before + 2).await;
     pair
 }
 

@@ -77,6 +77,30 @@ impl TestApp {
         !self.stores.claims_in_redis()
     }
 
+    /// Waits (up to 10 s) until this app's probe has read Redis's eviction policy as
+    /// `noeviction`: until then no claim is warm, so `lookup_on_miss = "when_cold"`
+    /// looks every miss up in Postgres.
+    pub async fn until_policy_read(&self) {
+        let within = std::time::Duration::from_secs(10);
+        let read = super::eventually(within, async || self.stores.redis_keeps_everything());
+        assert!(
+            read.await,
+            "the probe never read the eviction policy as noeviction"
+        );
+    }
+
+    /// The replay cache's view: it moves on whenever the cache is emptied (a
+    /// reconnection of the invalidation feed, a breaker trip, a failover).
+    pub fn replay_view(&self) -> u64 {
+        self.stores.replay_view()
+    }
+
+    /// Whether this app's replay cache holds the record of `key` (the tests' anonymous
+    /// scope on the route "payments").
+    pub fn caches(&self, key: &str) -> bool {
+        self.stores.cached(super::records::id(key)).is_some()
+    }
+
     /// `idemgate_limited_total{limit="<limit>"}` on the admin listener.
     pub async fn limited(&self, limit: &str) -> f64 {
         let series = format!("idemgate_limited_total{{limit=\"{limit}\"}}");

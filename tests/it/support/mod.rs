@@ -97,16 +97,54 @@ pub fn tally(answers: &[(u16, reqwest::header::HeaderMap, bytes::Bytes)]) -> Tal
     t
 }
 
-/// Retries `f` until it returns true or `within` passes.
+/// Retries `f` until it returns true or `within` passes: the one way the tests wait for
+/// something to happen. It asks again after 10 ms, then twice as long each time up to
+/// every 100 ms: a condition that holds within milliseconds (a request reaching the mock
+/// upstream, a row landing) is seen at once, and a long wait asks no more often than
+/// every 100 ms (the servers are local, the machine shared).
 pub async fn eventually(within: std::time::Duration, mut f: impl AsyncFnMut() -> bool) -> bool {
     let deadline = std::time::Instant::now() + within;
+    let mut pause = std::time::Duration::from_millis(10);
     while std::time::Instant::now() < deadline {
         if f().await {
             return true;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_millis(100));
     }
     false
+}
+
+/// Waits (up to 10 s) until `pg` holds `n` records matching `filter`: what the
+/// write-through stores after the answer.
+pub async fn until_rows(pg: &PgServer, filter: &str, n: i64) {
+    let within = std::time::Duration::from_secs(10);
+    let landed = eventually(within, async || pg.count(filter).await == n).await;
+    assert!(landed, "postgres never held {n} records where {filter}");
+}
+
+/// How many records `redis` holds completed (state "C": a response stored).
+pub async fn completed_records(redis: &RedisServer) -> usize {
+    let states = redis.record_states().await;
+    states
+        .iter()
+        .filter(|(_, s)| s.as_deref() == Some("C"))
+        .count()
+}
+
+/// How many clients of `redis` hold a pattern subscription: one per gateway whose
+/// waiters or replay cache listen there (standalone and Sentinel), once subscribed; a
+/// gateway dropped in the test process keeps its own.
+pub fn pattern_subscribers(redis: &RedisServer) -> usize {
+    let clients = redis.cli(&["CLIENT", "LIST", "TYPE", "pubsub"]);
+    clients.lines().filter(|l| l.contains(" psub=1 ")).count()
+}
+
+/// Waits (up to 5 s) until `n` clients of `redis` hold a pattern subscription.
+pub async fn until_subscribed(redis: &RedisServer, n: usize) {
+    let within = std::time::Duration::from_secs(5);
+    let all = eventually(within, async || pattern_subscribers(redis) >= n).await;
+    assert!(all, "{} of {n} subscribed", pattern_subscribers(redis));
 }
 
 /// Posts `body` under `key` to `app` until it is answered as a replay

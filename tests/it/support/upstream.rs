@@ -135,6 +135,18 @@ impl MockUpstream {
     pub fn executions(&self) -> usize {
         self.shared.seen.lock().unwrap().len()
     }
+
+    /// Waits (up to 10 s) until the upstream has received `n` requests, answered or
+    /// not: a call that reached it had its claim made first.
+    pub async fn until_executions(&self, n: usize) {
+        let within = Duration::from_secs(10);
+        let reached = super::eventually(within, async || self.executions() >= n).await;
+        assert!(
+            reached,
+            "the upstream got {} requests, not {n}",
+            self.executions()
+        );
+    }
 }
 
 async fn handle(

@@ -14,8 +14,8 @@ use idemgate::Config;
 use idemgate_fleet::Replica;
 
 use crate::support::{
-    comparable, config, eventually, keyed_post, problem_code, read, send, serve_process,
-    MockUpstream, PgServer, RedisServer, TestApp,
+    comparable, completed_records, config, eventually, keyed_post, problem_code, read, send,
+    serve_process, MockUpstream, PgServer, RedisServer, TestApp,
 };
 
 /// The client's wait.
@@ -46,17 +46,14 @@ async fn retry_until_answered(
     key: &str,
     within: Duration,
 ) -> Vec<(u16, reqwest::header::HeaderMap, bytes::Bytes)> {
-    let deadline = Instant::now() + within;
     let mut answers = Vec::new();
-    while Instant::now() < deadline {
+    eventually(within, async || {
         let answer = send(app.post_by(client, key, AMOUNT)).await;
         let status = answer.0;
         answers.push(answer);
-        if status != 504 && status != 409 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
+        status != 504 && status != 409
+    })
+    .await;
     answers
 }
 
@@ -191,7 +188,11 @@ async fn past_upstream_deadline_the_call_is_cancelled_and_its_unknown_outcome_st
     .await;
     let client = reqwest::Client::new();
     first_times_out(&client, &app, "hard-limit").await;
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    // Past the hard limit, the cancelled call stores its unknown outcome.
+    let stored = eventually(Duration::from_secs(5), async || {
+        completed_records(&redis).await == 1
+    });
+    assert!(stored.await, "the cancelled call stored nothing");
     let (status, headers, body) = send(app.post_by(&client, "hard-limit", AMOUNT)).await;
     assert_eq!(status, 504, "{body:?}");
     assert_eq!(problem_code(&headers, &body), "upstream_outcome_unknown");
@@ -237,7 +238,9 @@ async fn past_upstream_deadline_with_on_ambiguous_release_a_retry_runs_again() {
     // Before the hard limit the key is held; after it, free.
     let (status, _, _) = send(app.post_by(&client, "hard-release", AMOUNT)).await;
     assert_eq!(status, 409);
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    let released = async || redis.records().await.is_empty();
+    let free = eventually(Duration::from_secs(5), released).await;
+    assert!(free, "the key was not released at the hard limit");
     first_times_out(&client, &app, "hard-release").await;
     assert_eq!(
         upstream.executions(),

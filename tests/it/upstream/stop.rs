@@ -49,7 +49,12 @@ async fn a_sigterm_settles_a_slow_call_and_its_waiter_before_the_replica_exits()
     assert!(reached, "the call never reached the upstream");
     // A duplicate waits on the same replica.
     let waiter = tokio::spawn(send(keyed_post(&client, &url, "slow", AMOUNT)));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let waiters = format!("{}:ws", crate::redis::record_key("slow"));
+    let waiting = async || redis.cli(&["ZCARD", &waiters]).trim() == "1";
+    assert!(
+        eventually(Duration::from_secs(5), waiting).await,
+        "no waiter"
+    );
     stopped.signal("TERM");
     let termed = Instant::now();
 
