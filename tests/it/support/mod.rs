@@ -116,7 +116,8 @@ pub async fn eventually(within: std::time::Duration, mut f: impl AsyncFnMut() ->
 }
 
 /// Waits (up to 10 s) until `pg` holds `n` records matching `filter`: what the
-/// write-through stores after the answer.
+/// write-through stores after the answer, or a ttl or lease that ran out as Postgres'
+/// clock has it (`expires_at <= now()`).
 pub async fn until_rows(pg: &PgServer, filter: &str, n: i64) {
     let within = std::time::Duration::from_secs(10);
     let landed = eventually(within, async || pg.count(filter).await == n).await;
