@@ -37,60 +37,9 @@ async fn named(redis: &RedisServer, upstream: &MockUpstream, route: &str, extra:
 async fn every_outcome_moves_its_counter_and_promtool_accepts_the_output() {
     let redis = RedisServer::start();
     let upstream = MockUpstream::start().await;
-    let app = named(
-        &redis,
-        &upstream,
-        "obs",
-        "[server]\nmax_request_body = \"1KiB\"\n",
-    )
-    .await;
-    app.post("e", "{}").send().await.unwrap(); // executed
-    app.post("e", "{}").send().await.unwrap(); // replayed
-    app.post("e", "{\"other\":1}").send().await.unwrap(); // mismatch
-    app.post("a b", "{}").send().await.unwrap(); // invalid_key
-    app.post("big", &"x".repeat(2048)).send().await.unwrap(); // rejected
-    upstream.push_statuses(&[503]);
-    app.post("u", "{}").send().await.unwrap(); // upstream_error
-    upstream.set_delay(Duration::from_millis(500));
-    let slow = tokio::spawn(app.post("slow", "{}").send());
-    upstream.until_executions(3).await;
-    app.post("slow", "{}").send().await.unwrap(); // in_flight
-    slow.await.unwrap().unwrap();
-    upstream.set_delay(Duration::ZERO);
-
-    let required = named(
-        &redis,
-        &upstream,
-        "obs_req",
-        "[idempotency]\nrequired = true\n",
-    )
-    .await;
-    required
-        .client
-        .post(required.url("/v1/x"))
-        .send()
-        .await
-        .unwrap(); // missing_key
-
-    let mut down = RedisServer::start();
-    let reject = named(
-        &down,
-        &upstream,
-        "obs_down",
-        "[idempotency]\non_redis_unavailable = \"reject\"\n",
-    )
-    .await;
-    let bypass = named(
-        &down,
-        &upstream,
-        "obs_bypass",
-        "[idempotency]\non_redis_unavailable = \"pass_through\"\n",
-    )
-    .await;
-    down.stop();
-    reject.post("s", "{}").send().await.unwrap(); // store_unavailable
-    bypass.post("b", "{}").send().await.unwrap(); // bypassed
-
+    let app = outcomes_of_one_route(&redis, &upstream).await;
+    missing_key_on_a_route_that_requires_one(&redis, &upstream).await;
+    redis_down_rejected_and_bypassed(&upstream).await;
     let text = scrape(&app).await;
     let obs = outcomes(&text, "obs");
     for outcome in [
@@ -111,6 +60,77 @@ async fn every_outcome_moves_its_counter_and_promtool_accepts_the_output() {
     assert_eq!(outcomes(&text, "obs_req")["missing_key"], 1.0);
     assert_eq!(outcomes(&text, "obs_down")["store_unavailable"], 1.0);
     assert_eq!(outcomes(&text, "obs_bypass")["bypassed"], 1.0);
+    metrics_are_named_and_keys_never_labels(&text);
+    promtool_accepts(&text);
+}
+
+/// Route `obs`: executed, replayed, mismatch, invalid_key, rejected (a body over
+/// 1 KiB), upstream_error and in_flight, each at least once.
+async fn outcomes_of_one_route(redis: &RedisServer, upstream: &MockUpstream) -> TestApp {
+    let app = named(
+        redis,
+        upstream,
+        "obs",
+        "[server]\nmax_request_body = \"1KiB\"\n",
+    )
+    .await;
+    app.post("e", "{}").send().await.unwrap(); // executed
+    app.post("e", "{}").send().await.unwrap(); // replayed
+    app.post("e", "{\"other\":1}").send().await.unwrap(); // mismatch
+    app.post("a b", "{}").send().await.unwrap(); // invalid_key
+    app.post("big", &"x".repeat(2048)).send().await.unwrap(); // rejected
+    upstream.push_statuses(&[503]);
+    app.post("u", "{}").send().await.unwrap(); // upstream_error
+    upstream.set_delay(Duration::from_millis(500));
+    let slow = tokio::spawn(app.post("slow", "{}").send());
+    upstream.until_executions(3).await;
+    app.post("slow", "{}").send().await.unwrap(); // in_flight
+    slow.await.unwrap().unwrap();
+    upstream.set_delay(Duration::ZERO);
+    app
+}
+
+/// Route `obs_req` (`required = true`): a request without a key.
+async fn missing_key_on_a_route_that_requires_one(redis: &RedisServer, upstream: &MockUpstream) {
+    let required = named(
+        redis,
+        upstream,
+        "obs_req",
+        "[idempotency]\nrequired = true\n",
+    )
+    .await;
+    required
+        .client
+        .post(required.url("/v1/x"))
+        .send()
+        .await
+        .unwrap(); // missing_key
+}
+
+/// Routes `obs_down` (reject) and `obs_bypass` (pass through) with their Redis stopped.
+async fn redis_down_rejected_and_bypassed(upstream: &MockUpstream) {
+    let mut down = RedisServer::start();
+    let reject = named(
+        &down,
+        upstream,
+        "obs_down",
+        "[idempotency]\non_redis_unavailable = \"reject\"\n",
+    )
+    .await;
+    let bypass = named(
+        &down,
+        upstream,
+        "obs_bypass",
+        "[idempotency]\non_redis_unavailable = \"pass_through\"\n",
+    )
+    .await;
+    down.stop();
+    reject.post("s", "{}").send().await.unwrap(); // store_unavailable
+    bypass.post("b", "{}").send().await.unwrap(); // bypassed
+}
+
+/// The histograms and gauges are exported; no key is ever a label.
+fn metrics_are_named_and_keys_never_labels(text: &str) {
     for name in [
         "idemgate_request_duration_seconds_bucket{",
         "idemgate_upstream_duration_seconds_bucket{",
@@ -127,7 +147,10 @@ async fn every_outcome_moves_its_counter_and_promtool_accepts_the_output() {
         !text.contains("\"e\"") && !text.contains("slow\""),
         "keys must never be labels"
     );
+}
 
+/// `promtool check metrics` accepts the output.
+fn promtool_accepts(text: &str) {
     let mut promtool = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
@@ -213,132 +236,120 @@ const TOKEN: &str = "test-admin-token-0123456789";
 async fn admin_api_shows_invalidates_and_refuses_while_leased() {
     let (_redis, _pg, upstream, app) =
         durable_stack("", &format!("[admin]\ntoken = \"{TOKEN}\"\n")).await;
-    let admin = |path: &str| format!("http://{}/admin/keys/payments/{path}", app.admin);
-    let bearer = format!("Bearer {TOKEN}");
-
-    let r = app.client.get(admin("k1")).send().await.unwrap();
-    assert_eq!(r.status(), 401);
-    let r = app
-        .client
-        .get(admin("k1"))
-        .header("Authorization", "Bearer wrong")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 401);
-
+    let admin = Admin { app: &app };
+    admin.refuses_without_the_token().await;
     app.post("k1", "{}")
         .header("Authorization", "Bearer tenant-a")
         .send()
         .await
         .unwrap();
-    // The tenant travels in a header (never the query string, which access logs keep).
-    let show_for = |tenant: &'static str| {
-        app.client
-            .get(admin("k1"))
-            .header("Authorization", &bearer)
-            .header("Idemgate-Scope-Authorization", tenant)
+    admin.shows_a_record_to_its_tenant_only().await;
+    admin.refuses_to_delete_a_leased_key(&upstream).await;
+    admin.invalidates_in_both_tiers(&upstream).await;
+    admin.deletes_a_leased_key_when_forced(&upstream).await;
+}
+
+/// The admin API of one gateway, asked with the right token.
+struct Admin<'a> {
+    app: &'a TestApp,
+}
+
+impl Admin<'_> {
+    fn url(&self, path: &str) -> String {
+        format!("http://{}/admin/keys/payments/{path}", self.app.admin)
+    }
+
+    /// `GET` of `path` with the token (and the tenant's header when given).
+    async fn show(&self, path: &str, tenant: Option<&str>) -> serde_json::Value {
+        let mut request = (self.app.client.get(self.url(path)))
+            .header("Authorization", format!("Bearer {TOKEN}"));
+        if let Some(tenant) = tenant {
+            // The tenant travels in a header (never the query string, which access logs keep).
+            request = request.header("Idemgate-Scope-Authorization", tenant);
+        }
+        request.send().await.unwrap().json().await.unwrap()
+    }
+
+    /// `DELETE` of `path` with the token (and the tenant's header when given).
+    async fn delete(&self, path: &str, tenant: Option<&str>) -> reqwest::Response {
+        let mut request = (self.app.client.delete(self.url(path)))
+            .header("Authorization", format!("Bearer {TOKEN}"));
+        if let Some(tenant) = tenant {
+            request = request.header("Idemgate-Scope-Authorization", tenant);
+        }
+        request.send().await.unwrap()
+    }
+
+    /// Without the token, or with a wrong one: 401.
+    async fn refuses_without_the_token(&self) {
+        let r = self.app.client.get(self.url("k1")).send().await.unwrap();
+        assert_eq!(r.status(), 401);
+        let r = (self.app.client.get(self.url("k1")))
+            .header("Authorization", "Bearer wrong")
             .send()
-    };
-    let show = |q: String| {
-        app.client
-            .get(admin(&format!("k1?{q}")))
-            .header("Authorization", &bearer)
-            .send()
-    };
-    let v: serde_json::Value = show_for("Bearer tenant-a")
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(v["redis"]["state"], "completed", "{v}");
-    assert_eq!(v["postgres"]["state"], "completed", "{v}");
-    assert_eq!(v["postgres"]["status"], 201);
-    let by_hash: serde_json::Value =
-        show(format!("scope_hash={}", v["scope_hash"].as_str().unwrap()))
-            .await
-            .unwrap()
-            .json()
             .await
             .unwrap();
-    assert_eq!(by_hash["redis"]["state"], "completed");
-    let other: serde_json::Value = show_for("someone-else")
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(other["redis"]["state"], "absent", "tenants are separate");
+        assert_eq!(r.status(), 401);
+    }
 
-    // In flight: refused unless forced.
-    upstream.set_delay(Duration::from_millis(800));
-    let slow = tokio::spawn(app.post("k2", "{}").send());
-    upstream.until_executions(2).await;
-    let v: serde_json::Value = app
-        .client
-        .get(admin("k2"))
-        .header("Authorization", &bearer)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(v["redis"]["state"], "in_flight");
-    assert!(v["redis"]["lease_remaining_ms"].as_i64().unwrap() > 0);
-    let r = app
-        .client
-        .delete(admin("k2"))
-        .header("Authorization", &bearer)
-        .send()
-        .await
-        .unwrap();
-    let (status, headers, body) = read(r).await;
-    assert_eq!(status, 409);
-    assert_eq!(
-        crate::support::problem_code(&headers, &body),
-        "record_leased"
-    );
-    slow.await.unwrap().unwrap();
-    upstream.set_delay(Duration::ZERO);
+    /// `k1`, completed by tenant-a, in both tiers; by its scope hash too; absent for
+    /// another tenant.
+    async fn shows_a_record_to_its_tenant_only(&self) {
+        let v = self.show("k1", Some("Bearer tenant-a")).await;
+        assert_eq!(v["redis"]["state"], "completed", "{v}");
+        assert_eq!(v["postgres"]["state"], "completed", "{v}");
+        assert_eq!(v["postgres"]["status"], 201);
+        let hash = v["scope_hash"].as_str().unwrap();
+        let by_hash = self.show(&format!("k1?scope_hash={hash}"), None).await;
+        assert_eq!(by_hash["redis"]["state"], "completed");
+        let other = self.show("k1", Some("someone-else")).await;
+        assert_eq!(other["redis"]["state"], "absent", "tenants are separate");
+    }
 
-    // Invalidate: gone from both tiers, so the key runs again.
-    let r = app
-        .client
-        .delete(admin("k1"))
-        .header("Authorization", &bearer)
-        .header("Idemgate-Scope-Authorization", "Bearer tenant-a")
-        .send()
-        .await
-        .unwrap();
-    let v: serde_json::Value = r.json().await.unwrap();
-    assert_eq!(
-        v["deleted"],
-        serde_json::json!({"redis": true, "postgres": true})
-    );
-    let again = app
-        .post("k1", "{}")
-        .header("Authorization", "Bearer tenant-a")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(again.headers()["idempotent-replayed"], "false");
-    assert_eq!(upstream.executions(), 3);
+    /// A key in flight is shown with its lease, and not deleted without `force` (409).
+    async fn refuses_to_delete_a_leased_key(&self, upstream: &MockUpstream) {
+        upstream.set_delay(Duration::from_millis(800));
+        let slow = tokio::spawn(self.app.post("k2", "{}").send());
+        upstream.until_executions(2).await;
+        let v = self.show("k2", None).await;
+        assert_eq!(v["redis"]["state"], "in_flight");
+        assert!(v["redis"]["lease_remaining_ms"].as_i64().unwrap() > 0);
+        let (status, headers, body) = read(self.delete("k2", None).await).await;
+        assert_eq!(status, 409);
+        assert_eq!(
+            crate::support::problem_code(&headers, &body),
+            "record_leased"
+        );
+        slow.await.unwrap().unwrap();
+        upstream.set_delay(Duration::ZERO);
+    }
 
-    // Forced delete of a leased key.
-    upstream.set_delay(Duration::from_millis(600));
-    let slow = tokio::spawn(app.post("k3", "{}").send());
-    upstream.until_executions(4).await;
-    let r = app
-        .client
-        .delete(admin("k3?force=true"))
-        .header("Authorization", &bearer)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    slow.await.unwrap().unwrap();
+    /// Invalidated, `k1` is gone from both tiers, so the key runs again.
+    async fn invalidates_in_both_tiers(&self, upstream: &MockUpstream) {
+        let r = self.delete("k1", Some("Bearer tenant-a")).await;
+        let v: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(
+            v["deleted"],
+            serde_json::json!({"redis": true, "postgres": true})
+        );
+        let again = (self.app.post("k1", "{}"))
+            .header("Authorization", "Bearer tenant-a")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(again.headers()["idempotent-replayed"], "false");
+        assert_eq!(upstream.executions(), 3);
+    }
+
+    /// `force=true` deletes a leased key.
+    async fn deletes_a_leased_key_when_forced(&self, upstream: &MockUpstream) {
+        upstream.set_delay(Duration::from_millis(600));
+        let slow = tokio::spawn(self.app.post("k3", "{}").send());
+        upstream.until_executions(4).await;
+        let r = self.delete("k3?force=true", None).await;
+        assert_eq!(r.status(), 200);
+        slow.await.unwrap().unwrap();
+    }
 }
 
 #[tokio::test]
