@@ -49,6 +49,6 @@ pub use patroni::{
     DATABASE as PATRONI_DATABASE, TTL as PATRONI_TTL,
 };
 pub use postgres::{bindir as pg_bindir, postgres_owner, PgServer, PgTls};
-pub use redis::{RedisServer, RedisTls, DURABLE_REDIS};
+pub use redis::{info_field, RedisServer, RedisTls, DURABLE_REDIS};
 pub use redis_cluster::RedisCluster;
 pub use sentinel::{Sentinel, SentinelSet, SERVICE_NAME as SENTINEL_SERVICE};

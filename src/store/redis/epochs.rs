@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use fred::prelude::{KeysInterface as _, Value};
 
-use super::cold_slots::Bits;
+use super::cold_slots::{Bits, SlotSet};
 use super::slots::SlotMarkers;
 use super::RedisStore;
 use crate::store::StoreError;
@@ -43,6 +43,9 @@ pub struct Epochs {
     born: Instant,
     /// This replica wrote every missing epoch marker once.
     swept: AtomicBool,
+    /// The slots whose missing marker this replica wrote so far: an attempt cut short
+    /// (a timeout, an error) leaves them written, and the next one goes on from there.
+    swept_slots: SlotSet,
     /// Until when (ms after `born`) a claim of this replica was last told a key is in
     /// flight for a slot's quarantine ([`RedisStore::in_quarantine`]).
     quarantined_until: AtomicU64,
@@ -77,6 +80,7 @@ impl Epochs {
             asking: Default::default(),
             born: Instant::now(),
             swept: Default::default(),
+            swept_slots: Default::default(),
             quarantined_until: Default::default(),
             sweeping: Default::default(),
             answered: Default::default(),
@@ -131,14 +135,21 @@ impl std::fmt::Debug for KeptAloneCheck {
 impl RedisStore {
     /// Writes "0" into every slot's epoch marker that has none (`SET NX`): a slot of a
     /// new deployment has lost nothing. Concurrent with others' claims, which set a
-    /// missing marker to their own clock first (those slots then count once).
+    /// missing marker to their own clock first (those slots then count once). Resumes
+    /// where an earlier call stopped: a call cut short (a timeout, an error) keeps the
+    /// slots it wrote, so that a slow Redis is swept over several tries.
     pub async fn write_epoch_markers(&self) -> Result<(), StoreError> {
+        let Some(epochs) = &self.inner.epochs else {
+            return Ok(());
+        };
+        let swept = epochs.swept_slots.snapshot();
         for shard in self.shards() {
-            self.mark_epochs(&shard.slots, "0").await?;
+            let left: Bits = (shard.slots.iter().zip(&swept))
+                .map(|(s, w)| s & !w)
+                .collect();
+            (self.mark_epochs(&left, "0", Some(&epochs.swept_slots))).await?;
         }
-        if let Some(epochs) = &self.inner.epochs {
-            epochs.swept.store(true, Ordering::Relaxed);
-        }
+        epochs.swept.store(true, Ordering::Relaxed);
         Ok(())
     }
 
@@ -199,7 +210,10 @@ impl RedisStore {
             let _one = one;
             let shard = store.shard_of(slot);
             tracing::warn!(shard = %shard.name, "{why}");
-            if let Err(e) = store.mark_epochs(&shard.slots, &since.to_string()).await {
+            if let Err(e) = store
+                .mark_epochs(&shard.slots, &since.to_string(), None)
+                .await
+            {
                 tracing::warn!(error = %e, "could not mark the shard's epoch markers; each \
                     slot's first claim finds its own missing");
             }
@@ -207,8 +221,14 @@ impl RedisStore {
     }
 
     /// `SET NX` of the epoch markers of `slots` to `value`, 256 per pipeline on the
-    /// slots' connection (a few writes, a few fsyncs, instead of one per key).
-    async fn mark_epochs(&self, slots: &Bits, value: &str) -> Result<(), StoreError> {
+    /// slots' connection (a few writes, a few fsyncs, instead of one per key); the
+    /// slots of every pipeline Redis answered go into `done`.
+    async fn mark_epochs(
+        &self,
+        slots: &Bits,
+        value: &str,
+        done: Option<&SlotSet>,
+    ) -> Result<(), StoreError> {
         let Some(epochs) = &self.inner.epochs else {
             return Ok(());
         };
@@ -221,6 +241,9 @@ impl RedisStore {
                 let _: () = (pipeline.set(key, value, None, nx, false)).await?;
             }
             let _: Vec<Value> = pipeline.all().await?;
+            if let Some(done) = done {
+                chunk.iter().for_each(|&slot| done.insert(slot));
+            }
         }
         Ok(())
     }

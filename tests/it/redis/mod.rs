@@ -4,6 +4,7 @@
 //! previous release.
 
 mod cluster_waiters;
+mod epoch_markers;
 mod failover;
 mod outage;
 mod partitions;
