@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Postgres cost per durable first execution on a big table: a Postgres of its own (free
 # ports, under .state/pglevers), seeded once with SEED_ROWS records shaped like the
-# gateway's, then the real gateway (release build) + Redis + demo-upstream driven by wrk
+# gateway's, then the real gateway (the binary given) + Redis + demo-upstream driven by wrk
 # (full load) and k6 (fixed rate). Prints, per run: req/s, CPU µs of all Postgres
 # processes per first execution, WAL bytes per first execution, HOT share of updates,
 # and the k6 p50/p99/max; leaves pg_stat_statements of the run in $STATE/stmts-<tag>.txt.
@@ -11,8 +11,8 @@
 #   bash loadtest/bench/pg-levers.sh schema 3|4             # put the schema at 3 or 4 (A/B)
 #   bash loadtest/bench/pg-levers.sh stop
 #
-# Environment: STATE (.state/pglevers), PGPORT (55432), REDIS_PORT (56379), UP_PORT
-# (53000), GW_PORT (58080), SEED_ROWS (10000000), DURATION (wrk seconds, 10), RATE (k6
+# Environment: STATE (.state/pglevers), PGPORT (55432), REDIS_PORT (56379), SEED_ROWS
+# (10000000), DURATION (wrk seconds, 10), RATE (k6
 # req/s, 400), LAT_DURATION (k6, 20s), CONNS (wrk connections, 32), PERF (set: `perf
 # record -g` of every Postgres process for 5 s of the wrk run, in $STATE/perf-TAG.data).
 # Runs as root: Postgres runs as the `postgres` account (setpriv).
@@ -21,8 +21,6 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 STATE=${STATE:-$ROOT/.state/pglevers}
 PGPORT=${PGPORT:-55432}
 REDIS_PORT=${REDIS_PORT:-56379}
-UP_PORT=${UP_PORT:-53000}
-GW_PORT=${GW_PORT:-58080}
 SEED_ROWS=${SEED_ROWS:-10000000}
 DURATION=${DURATION:-10}
 RATE=${RATE:-400}
@@ -37,6 +35,8 @@ synchronous_commit = on
 track_io_timing = on"
 # shellcheck source=loadtest/bench/pg-lib.sh
 . "$ROOT/loadtest/bench/pg-lib.sh"
+# The bench launcher's first replica (`idemgate-fleet bench ports`).
+GW_PORT=$(("$("$FLEET" bench ports | python3 -c 'import json, sys; print(json.load(sys.stdin)["gateway_base"])')" + 1))
 
 seed() {
   pg_start
@@ -75,45 +75,22 @@ schema() {
 stat_sql="SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, n_tup_upd, n_tup_hot_upd, n_tup_ins
           FROM pg_stat_user_tables WHERE relname = 'idemgate_records'"
 
+# Redis (`idemgate-fleet redis`), then the demo upstream and one gateway replica through
+# the bench launcher (`idemgate-fleet bench start`, its fixed ports), pointed at this
+# script's Redis and Postgres.
 start_chain() {
   local bin=$1
   # The launcher's redis-server command line (fleet/src/serve_redis.rs), daemonized.
   "$FLEET" redis --port "$REDIS_PORT" --dir "$STATE" -- \
     --daemonize yes --pidfile "$STATE/redis.pid" --logfile "$STATE/redis.log"
-  "$ROOT/target/release/demo-upstream" --listen "127.0.0.1:$UP_PORT" >"$STATE/upstream.log" 2>&1 &
-  echo $! >"$STATE/upstream.pid"
-  cat >"$STATE/gateway.toml" <<EOF
-[server]
-listen = "127.0.0.1:$GW_PORT"
-admin_listen = "127.0.0.1:$((GW_PORT + 1))"
-shutdown_grace = "3s"
-[log]
-filter = "warn"
-[redis]
-url = "redis://127.0.0.1:$REDIS_PORT"
-[postgres]
-url = "postgres://postgres@127.0.0.1:$PGPORT/idemgate"
-[[routes]]
-name = "payments"
-path_prefix = "/v1/"
-upstream = "http://127.0.0.1:$UP_PORT"
-upstream_timeout = "20s"
-EOF
-  NO_COLOR=1 "$bin" serve --config "$STATE/gateway.toml" >"$STATE/gateway.log" 2>&1 &
-  echo $! >"$STATE/gateway.pid"
-  for _ in $(seq 100); do
-    curl -sf -o /dev/null "http://127.0.0.1:$((GW_PORT + 1))/readyz" 2>/dev/null && return 0
-    sleep 0.2
-  done
-  echo "gateway did not start (see $STATE/gateway.log)" >&2
-  return 1
+  "$FLEET" bench start upstream >/dev/null
+  "$FLEET" bench start gateways 1 --bin "$bin" \
+    --env "IDEMGATE__REDIS__URL=redis://127.0.0.1:$REDIS_PORT" \
+    --env "IDEMGATE__POSTGRES__URL=postgres://postgres@127.0.0.1:$PGPORT/idemgate" >/dev/null
 }
 
 stop_chain() {
-  for f in gateway upstream; do
-    [ -f "$STATE/$f.pid" ] && kill "$(cat "$STATE/$f.pid")" 2>/dev/null || true
-    rm -f "$STATE/$f.pid"
-  done
+  "$FLEET" bench stop gateways upstream >/dev/null 2>&1 || true
   [ -f "$STATE/redis.pid" ] && kill "$(cat "$STATE/redis.pid")" 2>/dev/null || true
   rm -f "$STATE/redis.pid"
   sleep 1

@@ -189,11 +189,13 @@ async fn a_waiting_duplicate_on_another_worker_is_woken() {
     // Both directions: the holder on one worker, its duplicate waiting on the other.
     let pair = |holder: usize, key: &'static str| {
         let (holder, waiter) = (&clients[holder], &clients[1 - holder]);
-        let tpc = &tpc;
+        let (tpc, upstream) = (&tpc, &upstream);
         async move {
+            let seen = upstream.executions();
             let first = tpc.post(holder, key, "{}").send();
             let second = async {
-                tokio::time::sleep(Duration::from_millis(400)).await;
+                // The holder's call reached the upstream: it holds the key.
+                upstream.until_executions(seen + 1).await;
                 let sent = Instant::now();
                 let answer = read(tpc.post(waiter, key, "{}").send().await.unwrap()).await;
                 (answer, sent.elapsed())
@@ -231,7 +233,8 @@ async fn sigterm_drains_every_worker_and_leaves_no_lease() {
     let in_flight: Vec<_> = (clients.iter().enumerate())
         .map(|(i, client)| tokio::spawn(tpc.post(client, &format!("drain-{i}"), "{}").send()))
         .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Every worker's call reached the upstream before the signal.
+    upstream.until_executions(WORKERS).await;
     let status = Command::new("kill")
         .args(["-TERM", &tpc.child.id().to_string()])
         .status()

@@ -49,7 +49,7 @@ async fn sigterm_with_a_slow_request_in_flight(keyed: bool, h2: bool) {
         request = request.header("Idempotency-Key", "drain");
     }
     let in_flight = tokio::spawn(request.send());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    upstream.until_executions(1).await; // in flight at the upstream when the signal comes
     sigterm(&child);
 
     let answer = in_flight

@@ -8,7 +8,9 @@ use std::time::Duration;
 use idemgate_fleet::{free_port, BackendProto, HaProxy, HaproxyConfig, Host, Replica};
 
 use super::WAIT_TIMEOUT;
-use crate::support::{keyed_post, send, wait_ready, Answer, MockUpstream, PgServer, RedisServer};
+use crate::support::{
+    eventually, keyed_post, send, wait_ready, Answer, MockUpstream, PgServer, RedisServer,
+};
 
 /// The previous release's binary, from `IDEMGATE_PREVIOUS_BIN`.
 pub(in crate::binary) fn previous_binary() -> PathBuf {
@@ -93,14 +95,13 @@ impl Fleet {
             http,
             _dir: dir,
         };
-        // Both replicas up in HAProxy's eyes: round robin reaches each.
-        for _ in 0..50 {
-            if fleet.get_front().await == Some(200) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(600)).await;
+        // HAProxy answers. Both replicas were ready before it started, and HAProxy
+        // puts a server in rotation at once (its default `init-state up`): round robin
+        // reaches each.
+        let answers = eventually(Duration::from_secs(5), async || {
+            fleet.get_front().await == Some(200)
+        });
+        assert!(answers.await, "HAProxy passes requests on");
         fleet
     }
 
