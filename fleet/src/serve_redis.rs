@@ -1,8 +1,9 @@
-//! `idemgate-fleet redis`: one `redis-server` in the foreground with the launcher's
+//! `idemgate-fleet redis`: the launcher becomes one `redis-server` with its
 //! command line ([`crate::redis::command`]), for the measurement scripts that need a
-//! Redis of their own (`loadtest/bench/claim_cost/callgrind.sh` runs it under
-//! valgrind, `loadtest/bench/pg-levers.sh` daemonized): the same arguments as every
-//! test, chaos scenario and bench Redis, never a second copy of them.
+//! Redis of their own (`loadtest/bench/claim_cost/callgrind.sh` and
+//! `redis-scripts-callgrind/cg.py` run it under valgrind, `loadtest/bench/pg-levers.sh`
+//! daemonized): the same arguments as every test, chaos scenario and bench Redis, never
+//! a second copy of them.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -63,8 +64,11 @@ pub fn command(request: &Request) -> Command {
     cmd
 }
 
-/// Runs redis-server until it exits; its exit status is ours.
+/// Becomes redis-server (or its wrapper): the process is replaced (`exec`), so the
+/// caller's pid, signals and exit status are the server's own (a profiler attached
+/// to that pid profiles Redis).
 pub fn main(args: &[String]) -> ExitCode {
+    use std::os::unix::process::CommandExt as _;
     let request = match parse(args) {
         Ok(request) => request,
         Err(e) => {
@@ -72,14 +76,9 @@ pub fn main(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match command(&request).status() {
-        Ok(status) if status.success() => ExitCode::SUCCESS,
-        Ok(status) => ExitCode::from(status.code().unwrap_or(1).clamp(1, 255) as u8),
-        Err(e) => {
-            eprintln!("idemgate-fleet redis: cannot run redis-server: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    let e = command(&request).exec();
+    eprintln!("idemgate-fleet redis: cannot run redis-server: {e}");
+    ExitCode::FAILURE
 }
 
 #[cfg(test)]

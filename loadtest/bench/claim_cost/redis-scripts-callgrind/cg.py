@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
 """Instructions (callgrind) per claim+complete pair in one redis-server per script variant.
-Usage: cg.py PAIRS LABEL=LUADIR ..."""
+Usage: cg.py PAIRS LABEL=LUADIR ...  (the release launcher, or FLEET_BIN, starts Redis)"""
 import subprocess, sys, os, time, socket, re
 pairs = int(sys.argv[1])
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), *['..'] * 4))
+FLEET = os.environ.get('FLEET_BIN', os.path.join(ROOT, 'target/release/idemgate-fleet'))
+os.makedirs('/tmp/luacost', exist_ok=True)
 for spec in sys.argv[2:]:
     label, d = spec.split('=', 1)
     s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()
     out = '/tmp/luacost/cg-%s.out' % label
-    p = subprocess.Popen(['valgrind', '--tool=callgrind', '--callgrind-out-file=' + out,
-                          'redis-server', '--port', str(port), '--save', '', '--appendonly', 'no'],
+    # The launcher's redis-server command line (fleet/src/serve_redis.rs), under
+    # valgrind; the launcher becomes valgrind (exec), so p.pid is the one to profile.
+    p = subprocess.Popen([FLEET, 'redis', '--port', str(port), '--dir', '/tmp/luacost',
+                          '--under', 'valgrind --tool=callgrind --callgrind-out-file=' + out,
+                          '--', '--save', '', '--appendonly', 'no'],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(100):
         try:
