@@ -206,7 +206,7 @@ where
 }
 
 fn serve(config: Config) -> anyhow::Result<()> {
-    let _log = idemgate::commands::init_logging(&config.log);
+    let _log = idemgate::commands::init_logging(&config.log, &config.tracing)?;
     for deprecation in &config.deprecated {
         tracing::warn!(old = %deprecation.old, new = %deprecation.new, "{deprecation}");
     }

@@ -12,7 +12,7 @@
 //! One file per section, with its defaults and its rules: [`server`] (`[server]`,
 //! `[admin]`, `[log]`), [`redis`] (`[redis]`, `[replay_cache]`, with [`topology`] and
 //! [`replication`]), [`postgres`], [`idempotency`], [`routes`], [`encryption`] (read by
-//! [`keys`]), [`tls`] and [`runtime`]; [`load`] reads them, [`validate()`] runs their rules
+//! [`keys`]), [`tls`], [`runtime`] and [`tracing`]; [`load`] reads them, [`validate()`] runs their rules
 //! and those across sections, [`redacted`] shows them without secrets; [`status_set`] and
 //! [`header_pattern`] are the status and header lists of [`idempotency`] (codes and
 //! classes, names and prefixes). The module uses nothing else of the crate: the rest of
@@ -44,6 +44,7 @@ mod share;
 mod status_set;
 mod tls;
 mod topology;
+mod tracing;
 mod typed;
 mod url_secrets;
 mod validate;
@@ -80,6 +81,7 @@ pub use tls::{
     read_secret, ListenerTls, PostgresTls, RedisTls, ResolvedPgTls, SslMode, UpstreamTls,
 };
 pub use topology::{RedisMode, SentinelConfig};
+pub use tracing::{OtlpProtocol, TracingConfig};
 pub use url_secrets::redact_url;
 pub use validate::validate;
 pub use warnings::{warnings, Warning};
@@ -101,6 +103,8 @@ pub struct Config {
     /// `[encryption]`, read into its keys (the key files are read with the configuration).
     #[serde(with = "encryption", skip_serializing_if = "Option::is_none")]
     pub encryption: Option<EncryptionKeys>,
+    /// `[tracing]`: spans exported over OTLP (off unless an endpoint is set).
+    pub tracing: TracingConfig,
     /// Deprecated spellings this configuration used, each read into its new setting
     /// (warned about at start and by `check-config`); not a setting.
     #[serde(skip)]

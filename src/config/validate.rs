@@ -20,6 +20,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     config.admin.check()?;
     config.replay_cache.check()?;
     config.log.check()?;
+    config.tracing.check()?;
     config.redis.check()?;
     if let Some(pg) = &config.postgres {
         pg.check()?;

@@ -26,6 +26,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::Request;
+use tracing::Instrument as _;
 
 use self::claim::Claimed;
 use self::identify::Identity;
@@ -33,6 +34,7 @@ use crate::app::App;
 use crate::idempotency::{RecordId, Scope};
 use crate::metrics::Outcome;
 use crate::route::Route;
+use crate::telemetry::context::phase;
 
 pub use self::body::BodyError;
 pub use self::refused::{Refused, Reply};
@@ -51,7 +53,8 @@ pub async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &m
         Ok(None) => return admit::pass_through(app, &route, request, peer).await,
         Err(refused) => return trace.refused(refused.outcome(), refused),
     };
-    let identified = match identify::identify(app, &route, key, request).await {
+    let identify = identify::identify(app, &route, key, request);
+    let identified = match identify.instrument(phase!("identify")).await {
         Ok(Identity::Keyed(identified)) => identified,
         Ok(Identity::Unkeyed(request)) => {
             return admit::pass_through(app, &route, request, peer).await;
@@ -59,7 +62,9 @@ pub async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &m
         Err(refused) => return trace.refused(refused.outcome(), refused),
     };
     trace.identified(identified.scope, identified.record);
-    let (outcome, reply) = match claim::claim(app, &route, &identified, peer.ip()).await {
+    let claim = claim::claim(app, &route, &identified, peer.ip());
+    let claim = claim.instrument(phase!("claim", db.system.name = "redis"));
+    let (outcome, reply) = match claim.await {
         Claimed::Acquired(lease) => run::detached(app, &route, lease, identified, peer).await,
         Claimed::Answered(outcome, reply) => (outcome, reply),
         Claimed::Bypassed => {

@@ -43,6 +43,7 @@ use crate::proxy::{self, Bounds, Buffered, UpstreamError};
 use crate::route::Route;
 use crate::store::lease::Phase;
 use crate::store::Lease;
+use crate::telemetry::context::phase;
 
 /// Runs a client's request for its held lease on a detached task and waits for its
 /// answer, or for the route's `upstream_timeout` while the upstream has not answered:
@@ -171,7 +172,8 @@ pub async fn run(
         answer,
         Err(UpstreamError::Timeout(_) | UpstreamError::Cancelled)
     );
-    let ran = settle_answer(&app, &route, lease, answer, is_grpc, runner, live).await;
+    let settle = settle_answer(&app, &route, lease, answer, is_grpc, runner, live);
+    let ran = settle.instrument(phase!("settle")).await;
     settling.done(ran.2);
     if let Some(alone) = alone {
         alone.settled(cancelled, ran.2);

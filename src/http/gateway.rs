@@ -21,6 +21,7 @@ use crate::idempotency::{RecordId, Scope};
 use crate::metrics::{self, Outcome, Protocol};
 use crate::problem::Problem;
 use crate::proxy::headers::{self, IDEMPOTENCY_STATUS, X_REQUEST_ID};
+use crate::telemetry;
 
 /// Entry point for every request on the proxy listener.
 pub async fn handle(
@@ -45,12 +46,8 @@ pub async fn handle(
     let mut trace = Trace::default();
     // The request's span: every line logged for it, by any layer (claim, stores,
     // upstream), carries these fields under the same names.
-    let span = tracing::info_span!(
-        "request",
-        request_id = request_id.to_str().unwrap_or(""),
-        route = tracing::field::Empty,
-        key_hash = tracing::field::Empty,
-    );
+    let id = request_id.to_str().unwrap_or("");
+    let span = telemetry::context::request_span(id, request.method(), request.headers());
     let mut response = match crate::route::path::canonicalize(request.uri_mut()) {
         Ok(()) => (flow::serve(&app, peer, request, &mut trace))
             .instrument(span.clone())
@@ -67,7 +64,11 @@ pub async fn handle(
     response
         .headers_mut()
         .insert(X_REQUEST_ID, request_id.clone());
-    count_and_log(&mut trace, &request_id, protocol, &response, started);
+    let route = trace.route.as_ref().map(|r| r.name.as_str());
+    let outcome = trace.outcome.map(Outcome::as_str);
+    telemetry::context::record_end(&span, route, outcome, response.status().as_u16());
+    let ids = telemetry::context::ids(&span);
+    count_and_log(&mut trace, &request_id, protocol, &response, started, ids);
     response
 }
 
@@ -78,6 +79,7 @@ fn count_and_log(
     protocol: Protocol,
     response: &Response,
     started: Instant,
+    ids: Option<(opentelemetry::TraceId, opentelemetry::SpanId)>,
 ) {
     let route = trace
         .route
@@ -105,6 +107,8 @@ fn count_and_log(
             (None, record) => record.map(RecordId::short).unwrap_or_default(),
         },
         scope_hash = trace.scope.map(Scope::to_hex).unwrap_or_default(),
+        trace_id = ids.map(|(t, _)| tracing::field::display(t)),
+        span_id = ids.map(|(_, s)| tracing::field::display(s)),
         "request"
     );
 }

@@ -34,6 +34,26 @@ pub use store::{
 pub use write_through::{queue_depth, reaped, write_dropped, write_failure, DropReason};
 
 pub const LOG_DROPPED: &str = "idemgate_log_lines_dropped_total";
+pub const SPANS_DROPPED: &str = "idemgate_trace_spans_dropped_total";
+
+/// Why finished spans were not exported (`[tracing]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpanDrop {
+    /// The export queue (`tracing.queue_spans`) was full.
+    QueueFull,
+    /// The collector refused the batch, could not be reached, or took longer than
+    /// `tracing.export_timeout`.
+    ExportFailed,
+}
+
+impl SpanDrop {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::QueueFull => "queue_full",
+            Self::ExportFailed => "export_failed",
+        }
+    }
+}
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -86,6 +106,11 @@ fn describe() {
         LOG_DROPPED,
         "Log lines dropped because stderr could not keep up."
     );
+    metrics::describe_counter!(
+        SPANS_DROPPED,
+        "Finished spans not exported ([tracing]): the export queue was full (queue_full), \
+         or the collector failed, was unreachable or too slow (export_failed)."
+    );
     requests::start();
     store::start();
     write_through::start();
@@ -93,6 +118,9 @@ fn describe() {
     limits::start();
     live::start();
     counter!(LOG_DROPPED).absolute(0);
+    for reason in [SpanDrop::QueueFull, SpanDrop::ExportFailed] {
+        counter!(SPANS_DROPPED, "reason" => reason.as_str()).absolute(0);
+    }
 }
 
 /// Drains histogram buckets now and then, as the recorder requires.
@@ -103,6 +131,11 @@ pub fn spawn_upkeep(handle: PrometheusHandle) {
             handle.run_upkeep();
         }
     });
+}
+
+/// Counts `spans` finished spans that will not reach the collector.
+pub fn spans_dropped(reason: SpanDrop, spans: usize) {
+    counter!(SPANS_DROPPED, "reason" => reason.as_str()).increment(spans as u64);
 }
 
 /// Sets the dropped log lines counter (the writer thread counts them).

@@ -26,10 +26,12 @@ use hyper::body::{Frame, Incoming};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use self::forwarding::Peer;
 use crate::config::{RouteConfig, UpstreamProtocol};
 use crate::route::Route;
+use crate::telemetry::context;
 use crate::tls::upstream::{self as tls, Connector};
 use crate::tls::TlsError;
 
@@ -146,8 +148,10 @@ impl Upstream {
         body: Bytes,
         peer: Peer,
     ) -> Result<Response<Incoming>, UpstreamError> {
-        let request = build_request(route, parts, Body::from(body), peer);
-        let response = (self.client(route).request(request).await).map_err(classify)?;
+        let span = context::upstream_span(&parts.method, &route.name);
+        let request = build_request(route, parts, Body::from(body), peer, &span);
+        let response = self.client(route).request(request).instrument(span);
+        let response = response.await.map_err(classify)?;
         let (mut parts, body) = response.into_parts();
         strip_owned(route, &mut parts.headers);
         Ok(Response::from_parts(parts, body))
@@ -162,8 +166,9 @@ impl Upstream {
         body: Body,
         peer: Peer,
     ) -> Result<Response<Body>, UpstreamError> {
-        let request = build_request(route, parts, body, peer);
-        let response = self.client(route).request(request);
+        let span = context::upstream_span(&parts.method, &route.name);
+        let request = build_request(route, parts, body, peer, &span);
+        let response = self.client(route).request(request).instrument(span);
         let response = tokio::time::timeout(route.upstream_timeout, response)
             .await
             .map_err(|_| UpstreamError::Timeout(route.upstream_timeout))?
@@ -303,9 +308,17 @@ fn classify(e: hyper_util::client::legacy::Error) -> UpstreamError {
     }
 }
 
-/// `parts` went through [`headers::sanitize_incoming`] when the request arrived.
-fn build_request(route: &Route, mut parts: Parts, body: Body, peer: Peer) -> Request<Body> {
+/// `parts` went through [`headers::sanitize_incoming`] when the request arrived; `span`
+/// is the call's, the parent the upstream is told of (when spans are exported).
+fn build_request(
+    route: &Route,
+    mut parts: Parts,
+    body: Body,
+    peer: Peer,
+    span: &tracing::Span,
+) -> Request<Body> {
     forwarding::prepare_upstream_request(&mut parts.headers, peer);
+    context::inject(span, &mut parts.headers);
     parts.uri = upstream_uri(&route.upstream, &parts.uri);
     parts.version = match route.upstream_protocol {
         UpstreamProtocol::Http1 => http::Version::HTTP_11,

@@ -5,5 +5,6 @@
 
 mod cli;
 mod thread_per_core;
+mod tracing;
 mod upgrade;
 mod upgrade_vouched;

@@ -1,0 +1,128 @@
+//! The W3C trace context of a request: the request's server span continues the
+//! caller's `traceparent` (an absent or invalid one starts a trace: the W3C rules, a
+//! header is never refused), its ids go into the request's log lines, and every
+//! upstream call carries the gateway's own span as the parent. All of it only while
+//! spans are exported ([`exporting`]); otherwise the request span is the log's alone
+//! and a client's `traceparent` reaches the upstream as it came.
+//!
+//! Phase spans (identify, claim, upstream, settle) have the target [`PHASE`]: the log
+//! filter never enables them, so with no exporter they are disabled at their call site.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use http::{HeaderMap, Method};
+use opentelemetry::propagation::TextMapPropagator as _;
+use opentelemetry::trace::TraceContextExt as _;
+use opentelemetry_http::{HeaderExtractor, HeaderInjector};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use tracing::field::{display, Empty};
+use tracing::Span;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+/// The target of the phase spans, which only the exporter's layer enables.
+pub const PHASE: &str = "idemgate::phase";
+
+/// A phase span: `phase!("claim", db.system.name = "redis")`, target [`PHASE`] (the
+/// macro spells it out: a target must be a literal).
+macro_rules! phase {
+    ($name:literal $(, $($fields:tt)*)?) => {
+        tracing::info_span!(target: "idemgate::phase", $name $(, $($fields)*)?)
+    };
+}
+pub(crate) use phase;
+
+static EXPORTING: AtomicBool = AtomicBool::new(false);
+
+/// Whether spans are exported (`[tracing]` has an endpoint): set once, at start-up.
+pub fn exporting() -> bool {
+    EXPORTING.load(Ordering::Relaxed)
+}
+
+pub(super) fn set_exporting() {
+    EXPORTING.store(true, Ordering::Relaxed);
+}
+
+/// The span of one request on the proxy listener. With an exporter it is a server span
+/// whose parent is the caller's `traceparent`, and records its trace and span ids for
+/// the log lines inside it.
+pub fn request_span(request_id: &str, method: &Method, headers: &HeaderMap) -> Span {
+    if !exporting() {
+        return tracing::info_span!("request", request_id, route = Empty, key_hash = Empty);
+    }
+    let span = tracing::info_span!(
+        "request",
+        otel.name = %method,
+        otel.kind = "server",
+        otel.status_code = Empty,
+        request_id,
+        route = Empty,
+        key_hash = Empty,
+        trace_id = Empty,
+        span_id = Empty,
+        http.request.method = %method,
+        http.route = Empty,
+        http.response.status_code = Empty,
+        idempotency.outcome = Empty,
+    );
+    let caller = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
+    let _ = span.set_parent(caller);
+    if let Some((trace_id, span_id)) = ids(&span) {
+        span.record("trace_id", display(trace_id));
+        span.record("span_id", display(span_id));
+    }
+    span
+}
+
+/// The trace and span ids of `span`, when it is exported.
+pub fn ids(span: &Span) -> Option<(opentelemetry::TraceId, opentelemetry::SpanId)> {
+    if !exporting() || span.is_disabled() {
+        return None;
+    }
+    let cx = span.context();
+    let span_ref = cx.span();
+    let sc = span_ref.span_context();
+    sc.is_valid().then(|| (sc.trace_id(), sc.span_id()))
+}
+
+/// What the request came to, on its span: the route, the idempotency outcome, the
+/// status (a 5xx marks the span as an error).
+pub fn record_end(span: &Span, route: Option<&str>, outcome: Option<&str>, status: u16) {
+    if !exporting() || span.is_disabled() {
+        return;
+    }
+    if let Some(route) = route {
+        span.record("http.route", route);
+    }
+    if let Some(outcome) = outcome {
+        span.record("idempotency.outcome", outcome);
+    }
+    span.record("http.response.status_code", status);
+    if status >= 500 {
+        span.record("otel.status_code", "error");
+    }
+}
+
+/// The span of one upstream call (a client span).
+pub fn upstream_span(method: &Method, route: &str) -> Span {
+    phase!(
+        "upstream",
+        otel.name = %method,
+        otel.kind = "client",
+        http.request.method = %method,
+        route,
+    )
+}
+
+/// Sets `traceparent` (and drops `tracestate`, unless the context carries one) on an
+/// upstream request: `span`, the call's span, is its parent.
+pub fn inject(span: &Span, headers: &mut HeaderMap) {
+    if ids(span).is_none() {
+        return;
+    }
+    headers.remove("tracestate");
+    let cx = span.context();
+    TraceContextPropagator::new().inject_context(&cx, &mut HeaderInjector(headers));
+    if headers.get("tracestate").is_some_and(|v| v.is_empty()) {
+        headers.remove("tracestate");
+    }
+}

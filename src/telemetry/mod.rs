@@ -1,0 +1,118 @@
+//! Log and span set-up: `tracing` to stderr as text or JSON, filtered by `log.filter`
+//! or `RUST_LOG`, written by a background thread so that a request never waits on
+//! stderr; and, with `[tracing]`, spans exported over OTLP ([`otlp`], [`export`]) with
+//! the W3C trace context of each request ([`context`]).
+//!
+//! Request threads hand each formatted line to the writer thread through a bounded
+//! queue (`log.queue_lines`). The writer thread buffers what it receives and writes it
+//! in large chunks, flushing whenever the queue runs empty. If stderr is slower than
+//! the gateway (a full pipe, a stalled log collector), lines beyond the queue are
+//! dropped rather than stalling requests; they are counted in
+//! `idemgate_log_lines_dropped_total` and reported at shutdown.
+
+pub mod context;
+mod export;
+pub mod otlp;
+
+use std::io::{BufWriter, IsTerminal};
+use std::sync::OnceLock;
+
+use opentelemetry::trace::TracerProvider as _;
+use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
+use tracing_subscriber::filter::{filter_fn, EnvFilter};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{Layer, Registry};
+
+use self::otlp::{Exporting, Target, TracingError};
+use crate::config::{LogConfig, LogFormat, TracingConfig};
+
+static DROPPED: OnceLock<ErrorCounter> = OnceLock::new();
+
+/// Keeps the writer thread; dropping it writes out what is still queued. Hold it in
+/// `main` for as long as the process logs.
+#[must_use = "dropping the guard stops the log writer"]
+pub struct LogGuard {
+    /// Dropped first: what is queued is exported before the log writer stops.
+    _spans: Option<Exporting>,
+    _writer: WorkerGuard,
+}
+
+impl Drop for LogGuard {
+    fn drop(&mut self) {
+        drop(self._spans.take());
+        let dropped = dropped_lines();
+        if dropped > 0 {
+            eprintln!("idemgate: {dropped} log lines were dropped because stderr fell behind");
+        }
+    }
+}
+
+/// Installs the global subscriber, and the span exporter where `[tracing]` (or the
+/// `OTEL_*` environment) names a collector. Call once, from `main`.
+pub fn init(config: &LogConfig, tracing: &TracingConfig) -> Result<LogGuard, TracingError> {
+    let spans = match Target::read(tracing)? {
+        Some(target) => Some(otlp::start(tracing, &target).map(|e| (e, target))?),
+        None => None,
+    };
+    let (writer, guard) = NonBlockingBuilder::default()
+        .lossy(true)
+        .buffered_lines_limit(config.queue_lines)
+        .thread_name("idemgate-log")
+        .finish(BufWriter::with_capacity(64 * 1024, std::io::stderr()));
+    let _ = DROPPED.set(writer.error_counter());
+    // The phase spans are the exporter's alone (`context::PHASE`).
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(&config.filter))
+        .add_directive(
+            format!("{}=off", context::PHASE)
+                .parse()
+                .expect("a directive"),
+        );
+    let logs = tracing_subscriber::fmt::layer()
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(writer);
+    let logs: Box<dyn Layer<Registry> + Send + Sync> = match config.format {
+        LogFormat::Json => logs.json().flatten_event(true).with_filter(filter).boxed(),
+        LogFormat::Text => logs.with_filter(filter).boxed(),
+    };
+    // Spans of the gateway only, at info and above; events stay in the logs.
+    let exported = spans.as_ref().map(|(e, _)| {
+        tracing_opentelemetry::layer()
+            .with_tracer(e.provider.tracer("idemgate"))
+            .with_threads(false)
+            .with_location(false)
+            .with_target(false)
+            .with_tracked_inactivity(false)
+            .with_filter(filter_fn(|m| {
+                m.is_span()
+                    && m.target().starts_with("idemgate")
+                    && *m.level() <= tracing::Level::INFO
+            }))
+    });
+    let result = tracing_subscriber::registry()
+        .with(logs)
+        .with(exported)
+        .try_init();
+    if let Err(e) = result {
+        eprintln!("idemgate: logging already initialised: {e}");
+    }
+    let spans = spans.map(|(exporting, target)| {
+        context::set_exporting();
+        tracing::info!(
+            protocol = ?target.protocol,
+            endpoint = %crate::config::redact_url(&target.endpoint),
+            "spans are exported over OTLP"
+        );
+        exporting
+    });
+    Ok(LogGuard {
+        _spans: spans,
+        _writer: guard,
+    })
+}
+
+/// Log lines dropped so far because the writer thread fell behind.
+pub fn dropped_lines() -> u64 {
+    DROPPED.get().map_or(0, |c| c.dropped_lines() as u64)
+}
