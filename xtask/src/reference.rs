@@ -36,6 +36,7 @@ const FILES: &[&str] = &[
     include_str!("../../src/config/tls.rs"),
     include_str!("../../src/config/runtime.rs"),
     include_str!("../../src/config/encryption.rs"),
+    include_str!("../../src/config/tracing.rs"),
 ];
 
 /// Why the reference cannot be generated.
@@ -259,6 +260,7 @@ fn type_name<'a>(
         "String" => "string",
         "bool" => "boolean",
         "usize" | "u32" | "u64" => "integer",
+        "f64" => "number",
         "HeaderName" => "header name",
         "JsonPointer" => "JSON Pointer",
         "Method" => "HTTP method",
