@@ -33,6 +33,7 @@ pub fn stored_response(u: &mut Unstructured) -> Result<StoredResponse> {
         headers,
         body,
         trailers,
+        origin: None,
     })
 }
 

@@ -35,6 +35,7 @@ use super::watch::{Alone, Answering, Client, Watch};
 use crate::app::App;
 use crate::budget::Slot;
 use crate::grpc;
+use crate::idempotency::stored::TraceOrigin;
 use crate::idempotency::{Expiry, StoredResponse};
 use crate::metrics::Outcome;
 use crate::proxy::forwarding::Peer;
@@ -43,7 +44,7 @@ use crate::proxy::{self, Bounds, Buffered, UpstreamError};
 use crate::route::Route;
 use crate::store::lease::Phase;
 use crate::store::Lease;
-use crate::telemetry::context::phase;
+use crate::telemetry::context::{self, phase};
 
 /// Runs a client's request for its held lease on a detached task and waits for its
 /// answer, or for the route's `upstream_timeout` while the upstream has not answered:
@@ -172,7 +173,11 @@ pub async fn run(
         answer,
         Err(UpstreamError::Timeout(_) | UpstreamError::Cancelled)
     );
-    let settle = settle_answer(&app, &route, lease, answer, is_grpc, runner, live);
+    // The execution a replay of this answer links to: the request's span (or the
+    // completer's), current here.
+    let origin = context::origin(&tracing::Span::current())
+        .map(|(trace_id, span_id)| TraceOrigin { trace_id, span_id });
+    let settle = settle_answer(&app, &route, lease, answer, origin, is_grpc, runner, live);
     let ran = settle.instrument(phase!("settle")).await;
     settling.done(ran.2);
     if let Some(alone) = alone {
@@ -188,6 +193,7 @@ async fn settle_answer(
     route: &Route,
     mut lease: Lease,
     answer: Result<Buffered, UpstreamError>,
+    origin: Option<TraceOrigin>,
     is_grpc: bool,
     runner: Runner,
     live: bool,
@@ -202,6 +208,7 @@ async fn settle_answer(
         }
         Ok(answer) => {
             let mut stored = to_store(answer, is_grpc);
+            stored.origin = origin;
             let expiry = stamp(route, &mut stored);
             let first = stored.to_response(false);
             // The first client gets its cookies and per-exchange headers
@@ -210,7 +217,7 @@ async fn settle_answer(
             return settle::complete(app, route, lease, stored, first, expiry).await;
         }
         Err(e) => match unknown::stored_problem(route, &e, is_grpc) {
-            Some(stored) => stored,
+            Some(stored) => StoredResponse { origin, ..stored },
             None => return settle::failed(lease, e, runner).await,
         },
     };

@@ -17,6 +17,7 @@ use tracing::Instrument;
 use super::AppState;
 use crate::flow::{self, BodyError, Refused, Trace};
 use crate::grpc;
+use crate::idempotency::stored::TraceOrigin;
 use crate::idempotency::{RecordId, Scope};
 use crate::metrics::{self, Outcome, Protocol};
 use crate::problem::Problem;
@@ -64,6 +65,9 @@ pub async fn handle(
     response
         .headers_mut()
         .insert(X_REQUEST_ID, request_id.clone());
+    if let Some(origin) = response.extensions().get::<TraceOrigin>() {
+        telemetry::context::link_replay(&span, (origin.trace_id, origin.span_id));
+    }
     let route = trace.route.as_ref().map(|r| r.name.as_str());
     let outcome = trace.outcome.map(Outcome::as_str);
     telemetry::context::record_end(&span, route, outcome, response.status().as_u16());

@@ -7,17 +7,22 @@
 //! header its name length (u16 BE), name, value length (u32 BE), value; the rest is
 //! the body. Version 2 is the same, sealed ([`super::sealed`]). Version 3, written only
 //! for a response with trailers (a gRPC call's status): `0x03`, status, the header
-//! block, then the trailers as a second block of the same form, then the body.
+//! block, then the trailers as a second block of the same form, then the body. Version
+//! 4, written only for a response whose execution's trace was exported (`[tracing]`):
+//! `0x04`, the trace id (16 bytes) and span id (8) of that execution, then the response
+//! in version 1 or 3.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use http::{HeaderName, HeaderValue, StatusCode};
 
-use super::stored::{StoredResponse, MAX_HEADERS};
+use super::stored::{StoredResponse, TraceOrigin, MAX_HEADERS};
 
 /// First byte of an unsealed record: the version of this encoding ([`crate::store::formats`]).
 pub const ENCODING_VERSION: u8 = 1;
 /// First byte of an unsealed record with trailers (2 is the sealed envelope's).
 pub const TRAILERS_VERSION: u8 = 3;
+/// First byte of an unsealed record that names its execution's trace (then version 1 or 3).
+pub const ORIGIN_VERSION: u8 = 4;
 
 impl StoredResponse {
     /// A copy held in one allocation of exactly [`encoded_len`](Self::encoded_len) bytes.
@@ -52,7 +57,12 @@ impl StoredResponse {
             true => 0,
             false => block(self.encoded_trailers()),
         };
-        3 + block(self.encoded_headers()) + trailers + self.body.len()
+        self.prefix_len() + block(self.encoded_headers()) + trailers + self.body.len()
+    }
+
+    /// The bytes before the header block: the versions, the origin and the status.
+    fn prefix_len(&self) -> usize {
+        3 + self.origin.map_or(0, |_| 25)
     }
 
     pub fn encode(&self) -> Bytes {
@@ -63,6 +73,10 @@ impl StoredResponse {
 
     /// Appends the encoding to `out` (what [`super::sealed`] encrypts in place).
     pub fn encode_into(&self, out: &mut BytesMut) {
+        if let Some(origin) = self.origin {
+            out.put_u8(ORIGIN_VERSION);
+            out.put_slice(&origin.to_bytes());
+        }
         match self.trailers.is_empty() {
             true => out.put_u8(ENCODING_VERSION),
             false => out.put_u8(TRAILERS_VERSION),
@@ -99,7 +113,12 @@ impl StoredResponse {
     }
 
     pub fn decode(mut raw: Bytes) -> Result<Self, &'static str> {
-        let version = take(&mut raw, 1)?[0];
+        let mut version = take(&mut raw, 1)?[0];
+        let mut origin = None;
+        if version == ORIGIN_VERSION {
+            origin = TraceOrigin::from_bytes(&take(&mut raw, 24)?);
+            version = take(&mut raw, 1)?[0];
+        }
         if version != ENCODING_VERSION && version != TRAILERS_VERSION {
             return Err("unknown encoding version");
         }
@@ -109,7 +128,9 @@ impl StoredResponse {
             TRAILERS_VERSION => take_headers(&mut raw)?,
             _ => Vec::new(),
         };
-        Self::from_parts(status, headers, raw, trailers)
+        let mut response = Self::from_parts(status, headers, raw, trailers)?;
+        response.origin = origin;
+        Ok(response)
     }
 
     /// Rebuilds a response from its status, [`encode_headers`](Self::encode_headers) block and body.
@@ -139,6 +160,7 @@ impl StoredResponse {
             headers,
             body,
             trailers,
+            origin: None,
         })
     }
 }
@@ -156,7 +178,7 @@ impl Encoded {
     /// The header block alone, as [`StoredResponse::encode_headers`] makes it (a slice).
     pub fn header_block(&self) -> Bytes {
         let end = self.bytes.len() - self.compact.body.len();
-        self.bytes.slice(3..end)
+        self.bytes.slice(self.compact.prefix_len()..end)
     }
 }
 
@@ -250,6 +272,39 @@ mod tests {
         assert_eq!(s.encoded().header_block(), s.encode_headers());
         let plain = sample().with_trailers(None);
         assert_eq!(plain.encode()[0], ENCODING_VERSION);
+    }
+
+    #[test]
+    fn an_origin_is_version_4_around_the_response_and_outside_its_header_block() {
+        let origin = TraceOrigin {
+            trace_id: [7; 16],
+            span_id: [9; 8],
+        };
+        let mut t = HeaderMap::new();
+        t.append("grpc-status", HeaderValue::from_static("0"));
+        for plain in [sample(), sample().with_trailers(Some(&t))] {
+            let s = StoredResponse {
+                origin: Some(origin),
+                ..plain.clone()
+            };
+            let encoded = s.encode();
+            assert_eq!(
+                (encoded[0], encoded.len()),
+                (ORIGIN_VERSION, s.encoded_len())
+            );
+            assert_eq!(&encoded[1..25], &origin.to_bytes()[..]);
+            assert_eq!(
+                encoded.slice(25..),
+                plain.encode(),
+                "then the response as before"
+            );
+            assert_eq!(StoredResponse::decode(encoded).unwrap(), s);
+            // Postgres' header block is the response's, without the origin.
+            assert_eq!(s.encoded().header_block(), plain.encode_headers());
+            assert_eq!(s.encoded().compact, s);
+        }
+        let cut = Bytes::from_static(b"\x04\x07\x07");
+        assert!(StoredResponse::decode(cut).is_err(), "a truncated origin");
     }
 
     #[test]

@@ -37,6 +37,10 @@ impl StoredResponse {
         }
         let flag = if replayed { "true" } else { "false" };
         headers.insert(REPLAYED, HeaderValue::from_static(flag));
+        // For the edge: a replay's span links to the execution (never sent).
+        if let Some(origin) = self.origin.filter(|_| replayed) {
+            response.extensions_mut().insert(origin);
+        }
         response
     }
 

@@ -22,6 +22,31 @@ pub fn header_map(fields: &[(HeaderName, HeaderValue)]) -> HeaderMap {
     map
 }
 
+/// The trace and span of the execution that produced a response (`[tracing]`), kept
+/// with it so that a replay's span can link to that execution; never sent to a client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceOrigin {
+    pub trace_id: [u8; 16],
+    pub span_id: [u8; 8],
+}
+
+impl TraceOrigin {
+    /// Its 24 bytes, trace id first: as the encoding and Postgres keep them.
+    pub fn to_bytes(self) -> [u8; 24] {
+        let mut out = [0; 24];
+        out[..16].copy_from_slice(&self.trace_id);
+        out[16..].copy_from_slice(&self.span_id);
+        out
+    }
+
+    pub fn from_bytes(raw: &[u8]) -> Option<Self> {
+        Some(Self {
+            trace_id: raw.get(..16)?.try_into().ok()?,
+            span_id: raw.get(16..24)?.try_into().ok()?,
+        })
+    }
+}
+
 /// A response as recorded for a key: status, end-to-end headers, body, trailers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredResponse {
@@ -30,6 +55,8 @@ pub struct StoredResponse {
     pub body: Bytes,
     /// Sent after the body, in order (a gRPC call's `grpc-status` and the rest).
     pub trailers: Vec<(HeaderName, HeaderValue)>,
+    /// The execution that produced it, where its trace was exported.
+    pub origin: Option<TraceOrigin>,
 }
 
 impl StoredResponse {
@@ -48,6 +75,7 @@ impl StoredResponse {
             headers,
             body,
             trailers: Vec::new(),
+            origin: None,
         }
     }
 

@@ -5,9 +5,9 @@
 //! | format | version | carried by | where |
 //! |---|---|---|---|
 //! | Redis record | 3 (2 with `redis.record_format = "hash"`) | the key's type; a string's first byte | `lua/record.lua`, [`super::redis`] |
-//! | response encoding | 1, 3 with trailers | first byte | [`crate::idempotency::replay`] |
+//! | response encoding | 1, 3 with trailers, 4 with its execution's trace | first byte | [`crate::idempotency::encoding`] |
 //! | sealed envelope | 2 | first byte | [`crate::idempotency::sealed`] |
-//! | Postgres schema | 8 | `idemgate_schema` rows | `migrations/`, [`super::postgres::migrate`] |
+//! | Postgres schema | 9 | `idemgate_schema` rows | `migrations/`, [`super::postgres::migrate`] |
 //!
 //! Redis record layouts: 1 (0.1.0 to 0.3.0) is a hash `{s, f, t, n, r}`; 2 (0.4.0)
 //! adds `w`, set by `claim.lua` when a duplicate was told "in flight", so completions
@@ -47,7 +47,16 @@
 //! completion); a row without it (the previous release's, NULL) reads as `false`, and
 //! the previous release never reads it. Schema 8 (additive) adds the table
 //! `idemgate_redis_epochs`, written only with `postgres.claims = "vouched"` and read in
-//! every mode with `[postgres]` (a fleet may mix modes).
+//! every mode with `[postgres]` (a fleet may mix modes). Schema 9 (additive) adds
+//! `origin`, the trace and span id of the execution that produced a completed row
+//! (`[tracing]`), written by the write-through statement and read by lookups only; the
+//! previous release neither writes nor reads it (a row it completes over one that had
+//! an origin keeps that origin: a replay of it may link to the earlier execution).
+//!
+//! Response encoding 4 wraps 1 or 3 after the trace and span id of the execution. It
+//! is written only while spans are exported (`[tracing]` has an endpoint), which the
+//! previous release cannot do, and it cannot read it: the upgrade step (CHANGELOG.md)
+//! is to turn `[tracing]` on once every replica runs this release.
 //!
 //! Response encoding 3 (0.5.0) adds the trailers: it is written only for a gRPC answer
 //! with trailers (other responses' trailers are not stored), so only for a gRPC call
@@ -88,7 +97,7 @@ pub fn all() -> [StoredFormat; 4] {
         StoredFormat {
             name: "response encoding",
             writes: u32::from(ENCODING_VERSION),
-            reads: &[1, 3],
+            reads: &[1, 3, 4],
         },
         StoredFormat {
             name: "sealed envelope",
@@ -98,7 +107,7 @@ pub fn all() -> [StoredFormat; 4] {
         StoredFormat {
             name: "postgres schema",
             writes: migrate::latest() as u32,
-            reads: &[3, 4, 5, 6, 7, 8],
+            reads: &[3, 4, 5, 6, 7, 8, 9],
         },
     ]
 }
@@ -129,7 +138,7 @@ mod tests {
         let text = summary();
         for name in [
             "redis record 3 (reads 1, 2, 3)",
-            "response encoding 1 (reads 1, 3)",
+            "response encoding 1 (reads 1, 3, 4)",
             "sealed envelope 2",
         ] {
             assert!(text.contains(name), "{text}");

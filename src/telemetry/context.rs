@@ -84,6 +84,30 @@ pub fn ids(span: &Span) -> Option<(opentelemetry::TraceId, opentelemetry::SpanId
     sc.is_valid().then(|| (sc.trace_id(), sc.span_id()))
 }
 
+/// `span`'s trace and span ids as bytes: the origin a stored response keeps of the
+/// execution that produced it.
+pub fn origin(span: &Span) -> Option<([u8; 16], [u8; 8])> {
+    ids(span).map(|(trace, span)| (trace.to_bytes(), span.to_bytes()))
+}
+
+/// A replay's span links to the execution its answer came from (`origin`), and says so
+/// in `idempotency.replay_of` (that execution's trace id).
+pub fn link_replay(span: &Span, (trace_id, span_id): ([u8; 16], [u8; 8])) {
+    if !exporting() || span.is_disabled() {
+        return;
+    }
+    let trace_id = opentelemetry::TraceId::from_bytes(trace_id);
+    let execution = opentelemetry::trace::SpanContext::new(
+        trace_id,
+        opentelemetry::SpanId::from_bytes(span_id),
+        opentelemetry::trace::TraceFlags::SAMPLED,
+        true,
+        Default::default(),
+    );
+    span.add_link(execution);
+    span.set_attribute("idempotency.replay_of", trace_id.to_string());
+}
+
 /// What the request came to, on its span: the route, the idempotency outcome, the
 /// status (a 5xx marks the span as an error).
 pub fn record_end(span: &Span, route: Option<&str>, outcome: Option<&str>, status: u16) {

@@ -50,6 +50,7 @@ fn response() -> impl Strategy<Value = StoredResponse> {
             headers,
             body: Bytes::from(body),
             trailers,
+            origin: None,
         }
     })
 }
@@ -121,6 +122,7 @@ fn the_largest_name_and_a_value_past_64_kib_round_trip() {
         headers: vec![(name, value)],
         body: Bytes::from_static(b"body"),
         trailers: Vec::new(),
+        origin: None,
     };
     assert_round_trips(&r).unwrap();
 }

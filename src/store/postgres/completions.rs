@@ -22,17 +22,18 @@ use crate::store::StoreError;
 /// sent as what is left of it (`$9`, ms) so that Postgres' clock counts it down as
 /// Redis' does: lookups and claims treat the row as gone from then on (migration 0005);
 /// a record whose expiry passed before it was written (a copy with nothing left)
-/// expires now.
+/// expires now. `origin` (`$10`, migration 0009) is the trace of the execution, or NULL.
 pub(super) const WRITE_THROUGH: &str = "INSERT INTO idemgate_records AS r
                            (scope, key_hash, route, fingerprint, state, lock_token, status,
                             headers, body, created_at, completed_at, expires_at,
-                            replay_until)
+                            replay_until, origin)
                          SELECT s, k, rt, f, 'completed', t, st, h, b, now(), now(),
                                 now() + interval '1 millisecond' * ms,
-                                now() + interval '1 millisecond' * ms
+                                now() + interval '1 millisecond' * ms, o
                          FROM UNNEST($1::bytea[], $2::bytea[], $3::text[], $4::bytea[],
                                      $5::text[], $6::int2[], $7::bytea[], $8::bytea[],
-                                     $9::int8[]) AS u(s, k, rt, f, t, st, h, b, ms)
+                                     $9::int8[], $10::bytea[])
+                              AS u(s, k, rt, f, t, st, h, b, ms, o)
                          ON CONFLICT (scope, key_hash) DO UPDATE SET
                            state = 'completed', lock_token = EXCLUDED.lock_token,
                            fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status,
@@ -41,6 +42,7 @@ pub(super) const WRITE_THROUGH: &str = "INSERT INTO idemgate_records AS r
                            expires_at = CASE WHEN EXCLUDED.replay_until <= now() THEN now()
                                         ELSE greatest(r.expires_at, EXCLUDED.expires_at) END,
                            replay_until = EXCLUDED.replay_until,
+                           origin = EXCLUDED.origin,
                            request = NULL,
                            completer = CASE WHEN r.state = 'leased' AND r.completer = 'running'
                                  AND r.lock_token = EXCLUDED.lock_token THEN 'completed' END
@@ -98,6 +100,7 @@ pub(super) struct Columns<'a> {
     bodies: Vec<&'a [u8]>,
     /// Milliseconds left of each record's expiry, read when the statement is sent.
     replay_in: Vec<i64>,
+    origins: Vec<Option<&'a [u8]>>,
 }
 
 impl<'a> Columns<'a> {
@@ -116,11 +119,15 @@ impl<'a> Columns<'a> {
             replay_in: (sorted.iter())
                 .map(|r| i64::try_from(r.expiry.remaining().as_millis()).unwrap_or(i64::MAX))
                 .collect(),
+            origins: sorted
+                .iter()
+                .map(|r| r.origin.as_ref().map(|o| &o[..]))
+                .collect(),
         }
     }
 
-    /// `$1` to `$9`, in the statement's order.
-    pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 9] {
+    /// `$1` to `$10`, in the statement's order.
+    pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 10] {
         [
             &self.scopes,
             &self.ids,
@@ -131,6 +138,7 @@ impl<'a> Columns<'a> {
             &self.headers,
             &self.bodies,
             &self.replay_in,
+            &self.origins,
         ]
     }
 }

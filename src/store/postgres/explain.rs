@@ -78,6 +78,7 @@ impl PgStore {
                     headers: Bytes::from_static(&[0; 40]),
                     body: Bytes::from_static(&[b'x'; 150]),
                     expiry: Expiry::after(ttl),
+                    origin: None,
                 })
                 .collect();
             let explain = |sql: &str| format!("EXPLAIN (ANALYZE, BUFFERS, WAL, COSTS OFF) {sql}");

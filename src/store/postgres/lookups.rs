@@ -14,6 +14,7 @@ use tokio_postgres::Row;
 
 use super::batcher::{shared, Batch, Batcher};
 use super::{Found, PgStore, RecordRef, RecordState, SEALED_STATUS};
+use crate::idempotency::stored::TraceOrigin;
 use crate::idempotency::{Fingerprint, RecordId, Scope, StoredRecord, StoredResponse};
 use crate::store::StoreError;
 
@@ -32,7 +33,7 @@ pub const LOOKUP: &str = "SELECT r.fingerprint, r.state, r.status, r.headers, r.
         (EXTRACT(EPOCH FROM (least(r.expires_at, CASE WHEN r.replay_until > r.completed_at
             THEN r.replay_until END) - now())) * 1000)::bigint,
         (EXTRACT(EPOCH FROM (r.lease_expires_at - now())) * 1000)::bigint,
-        u.i
+        u.i, r.origin
      FROM UNNEST($1::bytea[], $2::bytea[]) WITH ORDINALITY AS u(scope, key_hash, i)
      CROSS JOIN LATERAL (
         SELECT * FROM idemgate_records r
@@ -166,8 +167,13 @@ pub(super) fn decode_found(row: &Row) -> Result<Option<Found>, StoreError> {
             let response = if status == SEALED_STATUS {
                 StoredRecord::sealed(body.into())
             } else {
-                StoredResponse::from_stored_parts(status as u16, headers.into(), body.into())
-                    .map(StoredRecord::Plain)
+                StoredResponse::from_stored_parts(status as u16, headers.into(), body.into()).map(
+                    |mut plain| {
+                        let origin: Option<&[u8]> = row.get(8);
+                        plain.origin = origin.and_then(TraceOrigin::from_bytes);
+                        StoredRecord::Plain(plain)
+                    },
+                )
             };
             let response = response.map_err(StoreError::Corrupt)?;
             Ok(Some(Found::Completed {

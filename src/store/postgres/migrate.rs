@@ -55,6 +55,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "0008_redis_epochs.additive.sql",
         include_str!("../../../migrations/0008_redis_epochs.additive.sql"),
     ),
+    (
+        9,
+        "0009_trace_origin.additive.sql",
+        include_str!("../../../migrations/0009_trace_origin.additive.sql"),
+    ),
 ];
 
 /// The suffix of a migration that binaries before it may run beside.

@@ -110,6 +110,8 @@ pub struct CompletedRecord {
     pub body: Bytes,
     /// Replayed until then (the row's `replay_until`).
     pub expiry: Expiry,
+    /// The trace of the execution (`TraceOrigin`'s bytes; the row's `origin`).
+    pub origin: Option<[u8; 24]>,
 }
 
 /// The `status`, `headers` and `body` columns of a response: its parts, or, when it

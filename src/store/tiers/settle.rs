@@ -71,6 +71,7 @@ impl Stores {
                 headers,
                 body,
                 expiry,
+                origin: response.compact.origin.map(|o| o.to_bytes()),
             }
         };
         match lease.home {

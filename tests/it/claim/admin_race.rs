@@ -192,6 +192,7 @@ fn completed(rec: RecordRef<'_>, fingerprint: Fingerprint, ttl_ms: i64) -> Compl
         expiry: idemgate::idempotency::Expiry::within(std::time::Duration::from_millis(
             ttl_ms as u64,
         )),
+        origin: None,
     }
 }
 

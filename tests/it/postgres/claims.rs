@@ -126,6 +126,7 @@ async fn fill_the_keys(s: &PgStore, fp: Fingerprint) -> Vec<i64> {
             headers: bytes::Bytes::from_static(b"\x00\x00"),
             body: bytes::Bytes::from_static(b"{}"),
             expiry: idemgate::idempotency::Expiry::within(std::time::Duration::from_millis(60_000)),
+            origin: None,
         })
         .collect();
     s.complete_batch(&done).await.unwrap();

@@ -104,6 +104,7 @@ fn record_for(scope: Scope, key: &IdempotencyKey, fp: Fingerprint, ttl_ms: i64) 
         expiry: idemgate::idempotency::Expiry::within(std::time::Duration::from_millis(
             ttl_ms as u64,
         )),
+        origin: None,
     }
 }
 

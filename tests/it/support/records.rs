@@ -85,5 +85,6 @@ pub fn completed(key: &str, ttl_ms: i64) -> CompletedRecord {
         expiry: idemgate::idempotency::Expiry::within(std::time::Duration::from_millis(
             ttl_ms as u64,
         )),
+        origin: None,
     }
 }

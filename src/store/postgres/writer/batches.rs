@@ -194,6 +194,7 @@ mod tests {
             headers: Bytes::new(),
             body: Bytes::from(vec![0u8; body]),
             expiry: crate::idempotency::Expiry::within(std::time::Duration::from_millis(1)),
+            origin: None,
         }
     }
 

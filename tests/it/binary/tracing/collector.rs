@@ -27,6 +27,8 @@ pub struct Exported {
     pub span_id: String,
     pub parent_span_id: String,
     pub attributes: BTreeMap<String, String>,
+    /// Its links: (trace id, span id).
+    pub links: Vec<(String, String)>,
     /// `service.name` of its resource.
     pub service: String,
 }
@@ -77,14 +79,19 @@ async fn traces(
         let resource = resource_spans.resource.map(|r| attributes(&r.attributes));
         let service = resource.and_then(|r| r.get("service.name").cloned());
         for scope in resource_spans.scope_spans {
-            spans.extend(scope.spans.into_iter().map(|s| Exported {
-                name: s.name,
-                kind: s.kind,
-                trace_id: hex::encode(s.trace_id),
-                span_id: hex::encode(s.span_id),
-                parent_span_id: hex::encode(s.parent_span_id),
-                attributes: attributes(&s.attributes),
-                service: service.clone().unwrap_or_default(),
+            spans.extend(scope.spans.into_iter().map(|s| {
+                Exported {
+                    name: s.name,
+                    kind: s.kind,
+                    trace_id: hex::encode(s.trace_id),
+                    span_id: hex::encode(s.span_id),
+                    parent_span_id: hex::encode(s.parent_span_id),
+                    attributes: attributes(&s.attributes),
+                    links: (s.links.iter())
+                        .map(|l| (hex::encode(&l.trace_id), hex::encode(&l.span_id)))
+                        .collect(),
+                    service: service.clone().unwrap_or_default(),
+                }
             }));
         }
     }

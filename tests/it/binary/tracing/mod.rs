@@ -4,6 +4,7 @@
 
 mod collector;
 mod faults;
+mod links;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -34,10 +35,20 @@ impl Drop for Traced {
 
 impl Traced {
     pub(super) async fn start(redis: &RedisServer, upstream: &MockUpstream, tracing: &str) -> Self {
+        Self::start_with(redis, upstream, tracing, "").await
+    }
+
+    /// As [`Self::start`], with `extra` sections (a `[postgres]`) too.
+    pub(super) async fn start_with(
+        redis: &RedisServer,
+        upstream: &MockUpstream,
+        tracing: &str,
+        extra: &str,
+    ) -> Self {
         let (listen, admin) = (idemgate_fleet::free_port(), idemgate_fleet::free_port());
         let config = config_file(&format!(
             "[server]\nlisten = \"127.0.0.1:{listen}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
-             [log]\nformat = \"json\"\n[redis]\nurl = \"{}\"\n[tracing]\n{tracing}\n\
+             [log]\nformat = \"json\"\n[redis]\nurl = \"{}\"\n{extra}\n[tracing]\n{tracing}\n\
              [[routes]]\nname = \"p\"\npath_prefix = \"/v1/\"\nupstream = \"{}\"\n\
              upstream_timeout = \"5s\"\n[routes.idempotency]\nanonymous = \"shared\"\n",
             redis.url(),
@@ -147,7 +158,10 @@ async fn a_callers_trace_runs_through_every_phase_to_the_upstream() {
     assert_eq!(server.attributes["http.route"], "p");
     assert_eq!(server.attributes["http.response.status_code"], "201");
     let line = &gateway.request_lines()[0];
-    assert_eq!(server.attributes["key_hash"], line["key_hash"].as_str().unwrap());
+    assert_eq!(
+        server.attributes["key_hash"],
+        line["key_hash"].as_str().unwrap()
+    );
     let client = one(&spans, "POST", 3);
     assert_eq!(
         client.span_id, parent,

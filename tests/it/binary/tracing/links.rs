@@ -1,0 +1,94 @@
+//! From a retry to the one call that ran: a replay's span, on any replica, links to the
+//! span of the execution whose answer it sends, and names its trace.
+
+use std::time::Duration;
+
+use super::collector::{Collector, Exported};
+use super::{one, upstream_parent, Traced};
+use crate::support::{eventually, until_rows, MockUpstream, PgServer, RedisServer};
+
+/// The exported server span of `trace`.
+async fn server_span(collector: &Collector, trace: &str) -> Exported {
+    let spans = collector.trace(trace, &[("POST", 2)]).await;
+    one(&spans, "POST", 2).clone()
+}
+
+#[tokio::test]
+async fn a_replay_on_another_replica_links_to_the_execution() {
+    let (redis, upstream, collector) = (
+        RedisServer::start(),
+        MockUpstream::start().await,
+        Collector::start().await,
+    );
+    let endpoint = format!("endpoint = \"{}\"", collector.url);
+    let first = Traced::start(&redis, &upstream, &endpoint).await;
+    let second = Traced::start(&redis, &upstream, &endpoint).await;
+    assert_eq!(first.post("linked", None).await, 201);
+    let (execution_trace, _) = upstream_parent(&upstream, 0);
+    let execution = server_span(&collector, &execution_trace).await;
+
+    // The retry, on the other replica and in a trace of its own.
+    let retry_trace = "5".repeat(32);
+    let retry = format!("00-{retry_trace}-{}-01", "6".repeat(16));
+    assert_eq!(second.post("linked", Some(&retry)).await, 201);
+    assert_eq!(upstream.executions(), 1, "replayed, not run again");
+    let replay = server_span(&collector, &retry_trace).await;
+    assert_eq!(replay.attributes["idempotency.outcome"], "replayed");
+    assert_eq!(replay.attributes["idempotency.replay_of"], execution_trace);
+    assert_eq!(
+        replay.links,
+        vec![(execution.trace_id.clone(), execution.span_id.clone())],
+        "the replay links to the execution's span"
+    );
+    assert!(execution.links.is_empty());
+    // The first replica's own replay (from its replay cache) links the same way.
+    assert_eq!(first.post("linked", None).await, 201);
+    let replays = || -> Vec<Exported> {
+        let spans = collector.spans().into_iter().filter(|s| s.kind == 2);
+        spans
+            .filter(|s| {
+                s.attributes
+                    .get("idempotency.outcome")
+                    .is_some_and(|o| o == "replayed")
+            })
+            .collect()
+    };
+    assert!(eventually(Duration::from_secs(10), async || replays().len() == 2).await);
+    assert!(
+        replays().iter().all(|s| s.links == replay.links),
+        "{:#?}",
+        replays()
+    );
+}
+
+#[tokio::test]
+async fn a_replay_read_from_postgres_links_to_the_execution() {
+    let (redis, upstream, collector, pg) = (
+        RedisServer::start(),
+        MockUpstream::start().await,
+        Collector::start().await,
+        PgServer::start(),
+    );
+    let endpoint = format!("endpoint = \"{}\"", collector.url);
+    let durable = pg.section("");
+    let first = Traced::start_with(&redis, &upstream, &endpoint, &durable).await;
+    assert_eq!(first.post("kept", None).await, 201);
+    let (execution_trace, _) = upstream_parent(&upstream, 0);
+    let execution = server_span(&collector, &execution_trace).await;
+    until_rows(&pg, "state = 'completed' AND origin IS NOT NULL", 1).await;
+    // Redis loses the record: the other replica's retry is answered from Postgres.
+    redis.cli(&["FLUSHALL"]);
+    let second = Traced::start_with(&redis, &upstream, &endpoint, &durable).await;
+    let retry_trace = "7".repeat(32);
+    let retry = format!("00-{retry_trace}-{}-01", "8".repeat(16));
+    assert_eq!(second.post("kept", Some(&retry)).await, 201);
+    assert_eq!(
+        upstream.executions(),
+        1,
+        "replayed from Postgres, not run again"
+    );
+    let replay = server_span(&collector, &retry_trace).await;
+    assert_eq!(replay.attributes["idempotency.outcome"], "replayed");
+    assert_eq!(replay.attributes["idempotency.replay_of"], execution_trace);
+    assert_eq!(replay.links, vec![(execution.trace_id, execution.span_id)]);
+}
