@@ -17,6 +17,7 @@
 //! servers (`redis-server`, `initdb`/`postgres`, `haproxy`, `patroni`, `etcd`) are looked up on the
 //! machine, as `make test` and `make up` install them. [`bench`] is the fleet of
 //! `make bench` (fixed ports, one part at a time, driven by `loadtest/bench/bench.py`);
+//! [`otlp`] receives the spans a gateway exports (the tracing tests, `make up`);
 //! [`probe`] reads a running fleet's CPU, memory and statement counts for the A/B
 //! examples.
 
@@ -28,6 +29,7 @@ mod haproxy;
 pub mod local;
 mod net;
 mod netlab;
+pub mod otlp;
 mod patroni;
 mod postgres;
 pub mod probe;

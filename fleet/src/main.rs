@@ -12,7 +12,8 @@
 //! `idemgate-fleet bench ...` is the fleet of `make bench` (see `bench/cli.rs`),
 //! `idemgate-fleet soak ...` the fleet of `make soak` (see `bench/soak.rs`), and
 //! `idemgate-fleet redis ...` and `postgres ...` a Redis or a Postgres for a measurement
-//! script (see `serve_redis.rs`, `serve_postgres.rs`).
+//! script (see `serve_redis.rs`, `serve_postgres.rs`), and `idemgate-fleet otlp ...` a
+//! trace receiver (see `otlp.rs`).
 
 #![forbid(unsafe_code)]
 
@@ -70,6 +71,10 @@ fn main() -> ExitCode {
     if cmd == "postgres" {
         let args: Vec<String> = std::env::args().skip(2).collect();
         return idemgate_fleet::serve_postgres::main(&args);
+    }
+    if cmd == "otlp" {
+        let args: Vec<String> = std::env::args().skip(2).collect();
+        return idemgate_fleet::otlp::main(&args);
     }
     if cmd == "redis" {
         let args: Vec<String> = std::env::args().skip(2).collect();

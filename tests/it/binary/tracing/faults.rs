@@ -4,8 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::collector::Collector;
-use super::Traced;
+use super::{Collector, Traced};
 use crate::support::{eventually, metric, MockUpstream, RedisServer};
 
 /// 40 keyed requests one after another: each answered 201, none slower than `bound`.

@@ -3,13 +3,12 @@
 
 use std::time::Duration;
 
-use super::collector::{Collector, Exported};
-use super::{one, upstream_parent, Traced};
+use super::{one, spans_of, upstream_parent, Collector, Exported, Traced};
 use crate::support::{eventually, until_rows, MockUpstream, PgServer, RedisServer};
 
 /// The exported server span of `trace`.
-async fn server_span(collector: &Collector, trace: &str) -> Exported {
-    let spans = collector.trace(trace, &[("POST", 2)]).await;
+async fn server_span(collector: &Collector, trace_id: &str) -> Exported {
+    let spans = spans_of(collector, trace_id, &[("POST", 2)]).await;
     one(&spans, "POST", 2).clone()
 }
 

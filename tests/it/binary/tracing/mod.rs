@@ -2,16 +2,16 @@
 //! OTLP/HTTP to a real receiver ([`collector`]) while a client calls it with (or without)
 //! a W3C `traceparent` and the upstream records what it was sent.
 
-mod collector;
 mod faults;
 mod links;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use self::collector::{Collector, Exported};
+use idemgate_fleet::otlp::{OtlpCollector as Collector, Span as Exported};
+
 use crate::support::process::{config_file, until_ready, BIN};
-use crate::support::{MockUpstream, RedisServer};
+use crate::support::{eventually, MockUpstream, RedisServer};
 
 /// A client's trace and span ids, as a `traceparent` sends them.
 const CALLER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -122,6 +122,23 @@ fn upstream_parent(upstream: &MockUpstream, n: usize) -> (String, String) {
     parent_of(value.to_str().unwrap())
 }
 
+/// The spans of `trace_id`, once a span of each (name, kind) of `wanted` is among them
+/// (10 s at most).
+async fn spans_of(collector: &Collector, trace_id: &str, wanted: &[(&str, i32)]) -> Vec<Exported> {
+    let of_trace = || -> Vec<Exported> {
+        let spans = collector.spans().into_iter();
+        spans.filter(|s| s.trace_id == trace_id).collect()
+    };
+    let complete = eventually(Duration::from_secs(10), async || {
+        let spans = of_trace();
+        (wanted.iter()).all(|(n, k)| spans.iter().any(|s| s.name == *n && s.kind == *k))
+    })
+    .await;
+    let spans = of_trace();
+    assert!(complete, "spans {wanted:?} of trace {trace_id}: {spans:#?}");
+    spans
+}
+
 fn one<'a>(spans: &'a [Exported], name: &str, kind: i32) -> &'a Exported {
     let found: Vec<_> = (spans.iter())
         .filter(|s| s.name == name && s.kind == kind)
@@ -150,7 +167,7 @@ async fn a_callers_trace_runs_through_every_phase_to_the_upstream() {
     );
     let phases = [("identify", 1), ("claim", 1), ("settle", 1)];
     let wanted = [[("POST", 2), ("POST", 3)].as_slice(), &phases].concat();
-    let spans = collector.trace(CALLER_TRACE, &wanted).await;
+    let spans = spans_of(&collector, CALLER_TRACE, &wanted).await;
     let server = one(&spans, "POST", 2);
     assert_eq!(server.parent_span_id, CALLER_SPAN);
     assert_eq!(server.service, "idemgate");
@@ -199,7 +216,7 @@ async fn a_request_without_a_valid_traceparent_starts_a_trace_its_log_line_names
         assert_eq!(gateway.post(&format!("new-{n}"), traceparent).await, 201);
         let (trace, parent) = upstream_parent(&upstream, n);
         assert_ne!(trace, "0".repeat(32));
-        let spans = collector.trace(&trace, &[("POST", 2), ("POST", 3)]).await;
+        let spans = spans_of(&collector, &trace, &[("POST", 2), ("POST", 3)]).await;
         let server = one(&spans, "POST", 2);
         assert_eq!(server.parent_span_id, "", "a root span");
         assert_eq!(one(&spans, "POST", 3).span_id, parent);
