@@ -103,10 +103,50 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The file spans are appended to, rotated at [`ROTATE_AT`] bytes (to `FILE.1`): a
+/// load test against `make up` does not fill the disk.
+struct Appended {
+    path: PathBuf,
+    file: std::fs::File,
+    written: u64,
+}
+
+const ROTATE_AT: u64 = 64 << 20;
+
+impl Appended {
+    fn open(path: PathBuf) -> std::io::Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)?;
+        let written = file.metadata()?.len();
+        Ok(Self {
+            path,
+            file,
+            written,
+        })
+    }
+
+    fn append(&mut self, spans: &[Span]) -> std::io::Result<()> {
+        if self.written > ROTATE_AT {
+            let mut old = self.path.clone().into_os_string();
+            old.push(".1");
+            std::fs::rename(&self.path, old)?;
+            *self = Self::open(self.path.clone())?;
+        }
+        for span in spans {
+            let line = span.to_json();
+            writeln!(self.file, "{line}")?;
+            self.written += line.len() as u64 + 1;
+        }
+        Ok(())
+    }
+}
+
 #[derive(Default)]
 struct Received {
     spans: Mutex<Vec<Span>>,
-    file: Option<Mutex<std::fs::File>>,
+    file: Option<Mutex<Appended>>,
 }
 
 /// The receiver, listening on [`OtlpCollector::url`] until dropped (on the runtime it
@@ -130,12 +170,10 @@ async fn answer(received: Arc<Received>, request: Request<Incoming>) -> Response
             Ok(body) => match decode(&body.to_bytes()) {
                 Ok(spans) => {
                     if let Some(file) = &received.file {
-                        let mut file = file.lock().unwrap();
-                        for span in &spans {
-                            let _ = writeln!(file, "{}", span.to_json());
-                        }
+                        let _ = file.lock().unwrap().append(&spans);
+                    } else {
+                        received.spans.lock().unwrap().extend(spans);
                     }
-                    received.spans.lock().unwrap().extend(spans);
                     StatusCode::OK
                 }
                 Err(_) => StatusCode::BAD_REQUEST,
@@ -150,18 +188,14 @@ async fn answer(received: Arc<Received>, request: Request<Incoming>) -> Response
 }
 
 impl OtlpCollector {
-    /// A receiver on a free loopback port (or `port`), keeping what it receives, and
-    /// appending it to `file` when given.
+    /// A receiver on a free loopback port (or `port`), keeping what it receives, or
+    /// appending it to `file` when given (and keeping nothing: it runs for as long as
+    /// the fleet does).
     pub async fn start_on(port: u16, file: Option<PathBuf>) -> std::io::Result<Self> {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
         let url = format!("http://{}", listener.local_addr()?);
         let file = match file {
-            Some(path) => Some(Mutex::new(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)?,
-            )),
+            Some(path) => Some(Mutex::new(Appended::open(path)?)),
             None => None,
         };
         let received = Arc::new(Received {
@@ -210,7 +244,7 @@ impl OtlpCollector {
         }
     }
 
-    /// Every span received so far.
+    /// Every span received so far (none when they go to a file).
     pub fn spans(&self) -> Vec<Span> {
         self.received.spans.lock().unwrap().clone()
     }

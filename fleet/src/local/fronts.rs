@@ -1,5 +1,6 @@
-//! The local fleet's front and its watcher: HAProxy before the replicas (its stats page
-//! on `LB_STATS_PORT`), and Prometheus scraping every replica with the alert rules.
+//! The local fleet's front and its watchers: HAProxy before the replicas (its stats page
+//! on `LB_STATS_PORT`), Prometheus scraping every replica with the alert rules, and the
+//! trace receiver on `TRACES_PORT` keeping every span in `.state/traces.jsonl`.
 
 use super::*;
 
@@ -87,5 +88,25 @@ impl Local {
         self.start("prometheus", "prometheus", &[PROM_PORT], &mut cmd)?;
         let ready = || http_status(PROM_PORT, "/-/ready", Duration::from_secs(2)) == Some(200);
         self.wait_ready("prometheus", Some("prometheus"), ready)
+    }
+
+    /// The trace receiver the replicas export to (`deploy/local/idemgate.toml`,
+    /// `[tracing]`): this launcher as `idemgate-fleet otlp`, each span appended to
+    /// `.state/traces.jsonl`. A receiver already on the port that make up did not start
+    /// (a collector of your own) is left to receive them.
+    pub(super) fn start_traces(&self) -> Res {
+        let pidfile = self.file("traces.pid");
+        if alive(&pidfile, "idemgate-fleet").is_none() && port_open(TRACES_PORT) {
+            println!(
+                "==> a trace receiver already listens on {TRACES_PORT}: the replicas export to it"
+            );
+            return Ok(());
+        }
+        let fleet = std::env::current_exe().map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(fleet);
+        cmd.args(["otlp", "--port", &TRACES_PORT.to_string(), "--out"])
+            .arg(self.file("traces.jsonl"));
+        self.start("idemgate-fleet", "traces", &[TRACES_PORT], &mut cmd)?;
+        self.wait_ready("trace receiver", Some("traces"), || port_open(TRACES_PORT))
     }
 }

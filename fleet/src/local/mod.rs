@@ -1,7 +1,8 @@
 //! The local fleet of `make up` on fixed loopback ports, with its state in `.state/`
 //! at the repository root, laid out as `deploy/local/up.sh` lays it out (so either can
 //! stop what the other started): one pid file and one log per process
-//! (`redis`, `upstream`, `gateway-<i>`, `haproxy`, `prometheus`), the Postgres cluster
+//! (`redis`, `upstream`, `gateway-<i>`, `haproxy`, `prometheus`, `traces`: the trace
+//! receiver, whose spans go to `traces.jsonl`), the Postgres cluster
 //! in `.state/pg` (see [`pg`]), generated `haproxy.cfg` and Prometheus targets. The
 //! Redis tier is one server, a Redis Cluster or a Sentinel set ([`redis_tier`], `REDIS=`);
 //! the Postgres tier one server or a Patroni set ([`pg_tier`], `POSTGRES=`);
@@ -34,6 +35,8 @@ pub const UPSTREAM_PORT: u16 = 3000;
 pub const LB_PORT: u16 = 8080;
 pub const LB_STATS_PORT: u16 = 8404;
 pub const PROM_PORT: u16 = 9099;
+/// The trace receiver (OTLP/HTTP's own port).
+pub const TRACES_PORT: u16 = 4318;
 /// Replica i has its admin listener on ADMIN_BASE + i.
 pub const ADMIN_BASE: u16 = 9090;
 /// Replica 9 would take 9099, Prometheus' port.
@@ -205,6 +208,7 @@ impl Local {
             || http_status(UPSTREAM_PORT, "/_demo/health", Duration::from_secs(2)) == Some(200);
         self.wait_ready("demo-upstream", Some("upstream"), health)?;
 
+        self.start_traces()?;
         self.start_replicas(&idemgate)?;
         self.start_haproxy()?;
         let surplus: Vec<PathBuf> = (self.gateway_pidfiles().into_iter())
@@ -281,6 +285,7 @@ impl Local {
             stop("haproxy", &self.file("haproxy-old.pid"), grace);
         }
         stop("prometheus", &self.file("prometheus.pid"), grace);
+        stop("idemgate-fleet", &self.file("traces.pid"), grace);
         let cluster = pg::Cluster::of(&self.state);
         if cluster.running() {
             cluster.stop(grace.as_secs());
@@ -337,6 +342,7 @@ impl Local {
             "prometheus",
             alive(&self.file("prometheus.pid"), "prometheus"),
         );
+        line("traces", alive(&self.file("traces.pid"), "idemgate-fleet"));
         all
     }
 }
