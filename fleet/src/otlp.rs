@@ -1,5 +1,5 @@
-//! An OTLP/HTTP trace receiver on loopback ([`OtlpCollector`]): `POST /v1/traces`, the
-//! protobuf bodies decoded with the OpenTelemetry protocol's own types, each span kept
+//! An OTLP trace receiver on loopback ([`OtlpCollector`]): OTLP/HTTP (`POST
+//! /v1/traces`) and OTLP/gRPC (its `Export` method, over h2c), the protobuf bodies decoded with the OpenTelemetry protocol's own types, each span kept
 //! flat ([`Span`]) and, when given a file, appended to it as one JSON line. The tracing
 //! tests read what a gateway exported from it, `make up` keeps its replicas' traces in
 //! `.state/traces.jsonl` through it, and the bench's tracing rows send to it
@@ -12,10 +12,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
@@ -147,6 +149,8 @@ impl Appended {
 struct Received {
     spans: Mutex<Vec<Span>>,
     file: Option<Mutex<Appended>>,
+    /// Export requests taken over gRPC.
+    grpc: std::sync::atomic::AtomicUsize,
 }
 
 /// The receiver, listening on [`OtlpCollector::url`] until dropped (on the runtime it
@@ -164,27 +168,56 @@ impl Drop for OtlpCollector {
     }
 }
 
-async fn answer(received: Arc<Received>, request: Request<Incoming>) -> Response<Full<Bytes>> {
-    let status = match (request.method().as_str(), request.uri().path()) {
-        ("POST", "/v1/traces") => match request.into_body().collect().await {
-            Ok(body) => match decode(&body.to_bytes()) {
-                Ok(spans) => {
-                    if let Some(file) = &received.file {
-                        let _ = file.lock().unwrap().append(&spans);
-                    } else {
-                        received.spans.lock().unwrap().extend(spans);
-                    }
-                    StatusCode::OK
-                }
-                Err(_) => StatusCode::BAD_REQUEST,
-            },
-            Err(_) => StatusCode::BAD_REQUEST,
-        },
-        _ => StatusCode::NOT_FOUND,
+/// The OTLP/gRPC method (over h2c): its body one length-prefixed message.
+const GRPC_EXPORT: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
+type Answer = Response<BoxBody<Bytes, std::convert::Infallible>>;
+
+/// Keeps (or appends) the spans of one export body; whether it decoded.
+fn receive(received: &Received, body: &[u8]) -> bool {
+    let Ok(spans) = decode(body) else {
+        return false;
     };
-    let mut response = Response::new(Full::new(Bytes::new()));
-    *response.status_mut() = status;
-    response
+    if let Some(file) = &received.file {
+        let _ = file.lock().unwrap().append(&spans);
+    } else {
+        received.spans.lock().unwrap().extend(spans);
+    }
+    true
+}
+
+async fn answer(received: Arc<Received>, request: Request<Incoming>) -> Answer {
+    let path = request.uri().path().to_string();
+    let post = request.method() == hyper::Method::POST;
+    let body = match request.into_body().collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(_) => Bytes::new(),
+    };
+    let status = |code| {
+        let mut response = Response::new(Full::new(Bytes::new()).boxed());
+        *response.status_mut() = code;
+        response
+    };
+    match (post, path.as_str()) {
+        (true, "/v1/traces") if receive(&received, &body) => status(StatusCode::OK),
+        (true, "/v1/traces") => status(StatusCode::BAD_REQUEST),
+        // A gRPC message: 1 byte (not compressed), 4 bytes of length, the message.
+        (true, GRPC_EXPORT) if body.len() >= 5 && receive(&received, &body[5..]) => {
+            (received.grpc).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let mut trailers = hyper::HeaderMap::new();
+            trailers.insert("grpc-status", hyper::header::HeaderValue::from_static("0"));
+            // An empty ExportTraceServiceResponse: a zero-length message.
+            let message = Full::new(Bytes::from_static(&[0, 0, 0, 0, 0]));
+            let body = message.with_trailers(async move { Some(Ok(trailers)) });
+            let mut response = Response::new(body.boxed());
+            (response.headers_mut()).insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("application/grpc"),
+            );
+            response
+        }
+        _ => status(StatusCode::NOT_FOUND),
+    }
 }
 
 impl OtlpCollector {
@@ -210,10 +243,13 @@ impl OtlpCollector {
                     let received = received.clone();
                     async move { Ok::<_, std::convert::Infallible>(answer(received, request).await) }
                 });
-                tokio::spawn(
-                    hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service),
-                );
+                // HTTP/1.1 for OTLP/HTTP, h2c for OTLP/gRPC.
+                tokio::spawn(async move {
+                    let builder = Builder::new(TokioExecutor::new());
+                    let _ = builder
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
             }
         });
         Ok(Self {
@@ -242,6 +278,11 @@ impl OtlpCollector {
             received: Arc::default(),
             task,
         }
+    }
+
+    /// How many export requests came over gRPC.
+    pub fn grpc_exports(&self) -> usize {
+        (self.received.grpc).load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Every span received so far (none when they go to a file).

@@ -70,14 +70,14 @@ async fn a_replay_read_from_postgres_links_to_the_execution() {
     );
     let endpoint = format!("endpoint = \"{}\"", collector.url);
     let durable = pg.section("");
-    let first = Traced::start_with(&redis, &upstream, &endpoint, &durable).await;
+    let first = Traced::start_with(&redis, &upstream, &endpoint, &durable, &[]).await;
     assert_eq!(first.post("kept", None).await, 201);
     let (execution_trace, _) = upstream_parent(&upstream, 0);
     let execution = server_span(&collector, &execution_trace).await;
     until_rows(&pg, "state = 'completed' AND origin IS NOT NULL", 1).await;
     // Redis loses the record: the other replica's retry is answered from Postgres.
     redis.cli(&["FLUSHALL"]);
-    let second = Traced::start_with(&redis, &upstream, &endpoint, &durable).await;
+    let second = Traced::start_with(&redis, &upstream, &endpoint, &durable, &[]).await;
     let retry_trace = "7".repeat(32);
     let retry = format!("00-{retry_trace}-{}-01", "8".repeat(16));
     assert_eq!(second.post("kept", Some(&retry)).await, 201);
@@ -89,5 +89,35 @@ async fn a_replay_read_from_postgres_links_to_the_execution() {
     let replay = server_span(&collector, &retry_trace).await;
     assert_eq!(replay.attributes["idempotency.outcome"], "replayed");
     assert_eq!(replay.attributes["idempotency.replay_of"], execution_trace);
+    assert_eq!(replay.links, vec![(execution.trace_id, execution.span_id)]);
+}
+
+#[tokio::test]
+async fn a_duplicate_that_waited_for_the_execution_links_to_it() {
+    let (redis, upstream, collector) = (
+        RedisServer::start(),
+        MockUpstream::start().await,
+        Collector::start().await,
+    );
+    upstream.set_delay(Duration::from_millis(1500));
+    let endpoint = format!("endpoint = \"{}\"", collector.url);
+    let waits = "[idempotency]\nin_flight = \"wait\"\nwait_timeout = \"20s\"\n";
+    let (first, second) = (
+        Traced::start_with(&redis, &upstream, &endpoint, waits, &[]).await,
+        Traced::start_with(&redis, &upstream, &endpoint, waits, &[]).await,
+    );
+    let waiter_trace = "9".repeat(32);
+    let waiter = format!("00-{waiter_trace}-{}-01", "a".repeat(16));
+    let duplicate = async {
+        upstream.until_executions(1).await; // the first holds the key
+        second.post("waited", Some(&waiter)).await
+    };
+    let (held, waited) = tokio::join!(first.post("waited", None), duplicate);
+    assert_eq!((held, waited), (201, 201));
+    assert_eq!(upstream.executions(), 1);
+    let (execution_trace, _) = upstream_parent(&upstream, 0);
+    let execution = server_span(&collector, &execution_trace).await;
+    let replay = server_span(&collector, &waiter_trace).await;
+    assert_eq!(replay.attributes["idempotency.outcome"], "replayed");
     assert_eq!(replay.links, vec![(execution.trace_id, execution.span_id)]);
 }

@@ -35,15 +35,16 @@ impl Drop for Traced {
 
 impl Traced {
     pub(super) async fn start(redis: &RedisServer, upstream: &MockUpstream, tracing: &str) -> Self {
-        Self::start_with(redis, upstream, tracing, "").await
+        Self::start_with(redis, upstream, tracing, "", &[]).await
     }
 
-    /// As [`Self::start`], with `extra` sections (a `[postgres]`) too.
+    /// As [`Self::start`], with `extra` sections (a `[postgres]`) and environment `env`.
     pub(super) async fn start_with(
         redis: &RedisServer,
         upstream: &MockUpstream,
         tracing: &str,
         extra: &str,
+        env: &[(&str, &str)],
     ) -> Self {
         let (listen, admin) = (idemgate_fleet::free_port(), idemgate_fleet::free_port());
         let config = config_file(&format!(
@@ -64,6 +65,7 @@ impl Traced {
         let child = command
             .env_remove("RUST_LOG")
             .env("OTEL_BSP_SCHEDULE_DELAY", "50")
+            .envs(env.iter().copied())
             .stderr(Stdio::from(log.reopen().unwrap()))
             .spawn()
             .unwrap();
@@ -239,4 +241,24 @@ async fn without_an_endpoint_a_callers_traceparent_reaches_the_upstream_as_it_ca
     );
     let line = &gateway.request_lines()[0];
     assert!(line.get("trace_id").is_none(), "{line}");
+}
+
+#[tokio::test]
+async fn the_otel_variables_alone_send_spans_over_grpc_under_their_service_name() {
+    let (redis, upstream, collector) = (
+        RedisServer::start(),
+        MockUpstream::start().await,
+        Collector::start().await,
+    );
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url.as_str()),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ("OTEL_SERVICE_NAME", "payments-gateway"),
+    ];
+    let gateway = Traced::start_with(&redis, &upstream, "", "", &env).await;
+    assert_eq!(gateway.post("over-grpc", None).await, 201);
+    let (trace, _) = upstream_parent(&upstream, 0);
+    let spans = spans_of(&collector, &trace, &[("POST", 2), ("claim", 1)]).await;
+    assert_eq!(one(&spans, "POST", 2).service, "payments-gateway");
+    assert!(collector.grpc_exports() > 0, "exported over gRPC");
 }
