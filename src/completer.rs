@@ -30,6 +30,7 @@ use crate::metrics;
 use crate::store::postgres::abandoned::{Abandoned, Found, PassLimits};
 use crate::store::tiers::Resendable;
 use crate::store::StoreError;
+use crate::telemetry;
 
 /// Whether any route keeps requests for the completer (and so whether it runs).
 pub fn wanted(app: &App) -> bool {
@@ -194,6 +195,7 @@ async fn attempt(app: Arc<App>, abandoned: Abandoned) -> &'static str {
         fence = lease.fence(),
         "completer: sending an abandoned request again"
     );
+    telemetry::context::link_abandoned(&tracing::Span::current(), &parts.headers);
     let request = http::Request::from_parts(parts, body);
     let ran = flow::run(app, route, lease, request, peer, Runner::Completer, None);
     let (_, _, settled) = Box::pin(ran).await;

@@ -130,7 +130,8 @@ impl Appended {
     }
 
     fn append(&mut self, spans: &[Span]) -> std::io::Result<()> {
-        if self.written > ROTATE_AT {
+        let regular = || std::fs::metadata(&self.path).is_ok_and(|m| m.is_file());
+        if self.written > ROTATE_AT && regular() {
             let mut old = self.path.clone().into_os_string();
             old.push(".1");
             std::fs::rename(&self.path, old)?;
@@ -149,6 +150,8 @@ impl Appended {
 struct Received {
     spans: Mutex<Vec<Span>>,
     file: Option<Mutex<Appended>>,
+    /// Neither kept nor written: only decoded (a bench's receiver).
+    discard: bool,
     /// Export requests taken over gRPC.
     grpc: std::sync::atomic::AtomicUsize,
 }
@@ -180,7 +183,7 @@ fn receive(received: &Received, body: &[u8]) -> bool {
     };
     if let Some(file) = &received.file {
         let _ = file.lock().unwrap().append(&spans);
-    } else {
+    } else if !received.discard {
         received.spans.lock().unwrap().extend(spans);
     }
     true
@@ -225,6 +228,15 @@ impl OtlpCollector {
     /// appending it to `file` when given (and keeping nothing: it runs for as long as
     /// the fleet does).
     pub async fn start_on(port: u16, file: Option<PathBuf>) -> std::io::Result<Self> {
+        Self::start_keeping(port, file, false).await
+    }
+
+    /// As [`Self::start_on`]; with `discard` and no file, spans are decoded and dropped.
+    async fn start_keeping(
+        port: u16,
+        file: Option<PathBuf>,
+        discard: bool,
+    ) -> std::io::Result<Self> {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
         let url = format!("http://{}", listener.local_addr()?);
         let file = match file {
@@ -233,6 +245,7 @@ impl OtlpCollector {
         };
         let received = Arc::new(Received {
             file,
+            discard,
             ..Received::default()
         });
         let shared = received.clone();
@@ -292,7 +305,8 @@ impl OtlpCollector {
 }
 
 /// `idemgate-fleet otlp --port PORT [--out FILE]`: a receiver in the foreground, each
-/// span appended to FILE as one JSON line (`make up`), or only counted (the bench).
+/// span appended to FILE as one JSON line (`make up`), or decoded and dropped (the
+/// bench's rows with tracing on).
 pub fn main(args: &[String]) -> std::process::ExitCode {
     let (mut port, mut out) = (None, None);
     let mut it = args.iter();
@@ -312,7 +326,7 @@ pub fn main(args: &[String]) -> std::process::ExitCode {
         .build();
     let served = runtime.map(|rt| {
         rt.block_on(async {
-            let collector = OtlpCollector::start_on(port, out).await?;
+            let collector = OtlpCollector::start_keeping(port, out, true).await?;
             eprintln!(
                 "idemgate-fleet otlp: receiving traces on {}/v1/traces",
                 collector.url

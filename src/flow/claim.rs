@@ -26,7 +26,9 @@ use crate::metrics::Outcome;
 use crate::route::Route;
 use crate::store::tiers::{Resendable, Waited};
 use crate::store::{Failure, Lease, StoreError};
+use crate::telemetry::context::{self, phase};
 use axum::response::Response;
+use tracing::Instrument as _;
 
 /// What claiming a key came to.
 pub enum Claimed {
@@ -40,12 +42,18 @@ pub enum Claimed {
 
 /// What the claim keeps for the completer: the request, encoded, on a route with it.
 fn resendable(completer: bool, request: &Identified, peer: IpAddr) -> Resendable {
-    match completer {
-        true => {
-            Resendable::Fresh(ResendableRequest::new(&request.parts, &request.body, peer).encode())
-        }
-        false => Resendable::Off,
+    if !completer {
+        return Resendable::Off;
     }
+    let mut kept = ResendableRequest::new(&request.parts, &request.body, peer);
+    // Where spans are exported, the kept request names this call (its claim's span) as
+    // its `traceparent`: the completer's span links to it.
+    if let Some(this) = context::traceparent(&tracing::Span::current()) {
+        kept.headers.retain(|(name, _)| name != "traceparent");
+        kept.headers
+            .push((http::HeaderName::from_static("traceparent"), this));
+    }
+    Resendable::Fresh(kept.encode())
 }
 
 /// Claims the key of `request` (sent by `peer`) on `route`.
@@ -76,7 +84,7 @@ pub async fn claim(
             // Dropping the wait mid-claim is safe: a claim runs on a task of its own,
             // and a lease nobody takes releases itself.
             let waited = tokio::select! {
-                waited = Box::pin(waited) => waited,
+                waited = Box::pin(waited.instrument(phase!("wait"))) => waited,
                 () = app.calls.cancelled() => Ok(Waited::Claim(Claim::InFlight { remaining })),
             };
             match waited {

@@ -108,6 +108,31 @@ pub fn link_replay(span: &Span, (trace_id, span_id): ([u8; 16], [u8; 8])) {
     span.set_attribute("idempotency.replay_of", trace_id.to_string());
 }
 
+/// `span`'s context as a `traceparent` value, when it is exported: what a kept
+/// request carries (for the completer to link to the call it sends again).
+pub fn traceparent(span: &Span) -> Option<http::HeaderValue> {
+    ids(span)?;
+    let mut headers = HeaderMap::new();
+    let cx = span.context();
+    TraceContextPropagator::new().inject_context(&cx, &mut HeaderInjector(&mut headers));
+    headers.remove("traceparent")
+}
+
+/// The completer's span links to the abandoned call whose kept request carries
+/// `headers` (its `traceparent`), and says so in `idempotency.completes` (that call's
+/// trace id).
+pub fn link_abandoned(span: &Span, headers: &HeaderMap) {
+    if !exporting() || span.is_disabled() {
+        return;
+    }
+    let caller = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
+    let abandoned = caller.span().span_context().clone();
+    if abandoned.is_valid() {
+        span.set_attribute("idempotency.completes", abandoned.trace_id().to_string());
+        span.add_link(abandoned);
+    }
+}
+
 /// What the request came to, on its span: the route, the idempotency outcome, the
 /// status (a 5xx marks the span as an error).
 pub fn record_end(span: &Span, route: Option<&str>, outcome: Option<&str>, status: u16) {

@@ -120,4 +120,65 @@ async fn a_duplicate_that_waited_for_the_execution_links_to_it() {
     let replay = server_span(&collector, &waiter_trace).await;
     assert_eq!(replay.attributes["idempotency.outcome"], "replayed");
     assert_eq!(replay.links, vec![(execution.trace_id, execution.span_id)]);
+    // Its wait is a span of its own, inside its claim.
+    let spans = spans_of(&collector, &waiter_trace, &[("wait", 1), ("claim", 1)]).await;
+    let claim = one(&spans, "claim", 1);
+    assert_eq!(one(&spans, "wait", 1).parent_span_id, claim.span_id);
+}
+
+#[tokio::test]
+async fn the_completers_call_links_to_the_abandoned_one() {
+    let (redis, upstream, collector, pg) = (
+        RedisServer::start(),
+        MockUpstream::start().await,
+        Collector::start().await,
+        PgServer::start(),
+    );
+    upstream.set_delay(Duration::from_millis(3000));
+    let endpoint = format!("endpoint = \"{}\"", collector.url);
+    // A short lease (and Redis commands bounded to match): the completer comes soon.
+    let completing = format!(
+        "{}[idempotency]\ncompleter = true\nlock_ttl = \"2s\"\n",
+        pg.section("completer_interval = \"300ms\"\ncompleter_grace = \"0s\"")
+    );
+    let holder = Traced::start_with(&redis, &upstream, &endpoint, &completing, &[]).await;
+    let abandoned_trace = "b".repeat(32);
+    let caller = format!("00-{abandoned_trace}-{}-01", "c".repeat(16));
+    let url = format!("http://127.0.0.1:{}/v1/payments", holder.listen);
+    let call = tokio::spawn(async move {
+        let request = reqwest::Client::new()
+            .post(url)
+            .header("traceparent", caller);
+        let _ = request
+            .header("Idempotency-Key", "abandoned")
+            .body("{}")
+            .send()
+            .await;
+    });
+    upstream.until_executions(1).await;
+    // The holder's claim span is exported before it dies.
+    let spans = spans_of(&collector, &abandoned_trace, &[("claim", 1)]).await;
+    let claim = one(&spans, "claim", 1).clone();
+    drop(holder); // SIGKILL, mid-call
+    let _ = call.await;
+    let _completer = Traced::start_with(&redis, &upstream, &endpoint, &completing, &[]).await;
+    let completed = eventually(Duration::from_secs(20), async || {
+        (collector.spans().iter()).any(|s| s.name == "completer")
+    });
+    assert!(
+        completed.await,
+        "a completer span: {:#?}",
+        collector.spans()
+    );
+    let spans = collector.spans();
+    let completer = spans.iter().find(|s| s.name == "completer").unwrap();
+    assert_eq!(
+        completer.attributes["idempotency.completes"],
+        abandoned_trace
+    );
+    assert_eq!(
+        completer.links,
+        vec![(abandoned_trace.clone(), claim.span_id)],
+        "the completer links to the abandoned call"
+    );
 }

@@ -49,7 +49,7 @@ impl Traced {
         let (listen, admin) = (idemgate_fleet::free_port(), idemgate_fleet::free_port());
         let config = config_file(&format!(
             "[server]\nlisten = \"127.0.0.1:{listen}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
-             [log]\nformat = \"json\"\n[redis]\nurl = \"{}\"\n{extra}\n[tracing]\n{tracing}\n\
+             [log]\nformat = \"json\"\n[redis]\nurl = \"{}\"\ncommand_timeout = \"500ms\"\n{extra}\n[tracing]\n{tracing}\n\
              [[routes]]\nname = \"p\"\npath_prefix = \"/v1/\"\nupstream = \"{}\"\n\
              upstream_timeout = \"5s\"\n[routes.idempotency]\nanonymous = \"shared\"\n",
             redis.url(),
