@@ -132,7 +132,10 @@ pub async fn attempt_all(app: &Arc<App>, found: Found) -> PassReport {
     // be released, and its resendable request with it.
     let attempts: Vec<_> = (found.reserved.into_iter())
         .map(|abandoned| {
-            let span = tracing::info_span!("completer", route = %abandoned.route,
+            // Always traced where spans are exported (target `telemetry::context::TRACED`):
+            // few, and each worth finding.
+            let span = tracing::info_span!(target: "idemgate::traced", "completer",
+                route = %abandoned.route,
                 key_hash = %abandoned.id.short(), attempt = abandoned.attempt);
             (app.tasks).spawn(attempt(app.clone(), abandoned).instrument(span))
         })

@@ -5,8 +5,9 @@
 //! spans are exported ([`exporting`]); otherwise the request span is the log's alone
 //! and a client's `traceparent` reaches the upstream as it came.
 //!
-//! Phase spans (identify, claim, upstream, settle) have the target [`PHASE`]: the log
-//! filter never enables them, so with no exporter they are disabled at their call site.
+//! Phase spans (identify, claim, wait, upstream, settle) have the target [`PHASE`]: the
+//! log filter never enables them, so with no exporter they are disabled at their call
+//! site, and the exporter's layer takes them only inside a traced request.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -19,8 +20,12 @@ use tracing::field::{display, Empty};
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-/// The target of the phase spans, which only the exporter's layer enables.
+/// The target of the phase spans, which only the exporter's layer enables, and only
+/// inside a traced request.
 pub const PHASE: &str = "idemgate::phase";
+/// The target of the spans the exporter takes whole: a sampled request's, the
+/// completer's.
+pub const TRACED: &str = "idemgate::traced";
 
 /// A phase span: `phase!("claim", db.system.name = "redis")`, target [`PHASE`] (the
 /// macro spells it out: a target must be a literal).
@@ -42,14 +47,25 @@ pub(super) fn set_exporting() {
     EXPORTING.store(true, Ordering::Relaxed);
 }
 
-/// The span of one request on the proxy listener. With an exporter it is a server span
+/// The span of one request on the proxy listener. Where spans are exported and the
+/// request is sampled ([`super::sampling`]), it is a server span (target [`TRACED`])
 /// whose parent is the caller's `traceparent`, and records its trace and span ids for
-/// the log lines inside it.
+/// the log lines inside it; otherwise it is the log's alone, as with tracing off.
 pub fn request_span(request_id: &str, method: &Method, headers: &HeaderMap) -> Span {
     if !exporting() {
         return tracing::info_span!("request", request_id, route = Empty, key_hash = Empty);
     }
+    let caller = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
+    let flag = {
+        let span_ref = caller.span();
+        let sc = span_ref.span_context();
+        sc.is_valid().then(|| sc.is_sampled())
+    };
+    if !super::sampling::Sampling::get().decide(flag) {
+        return tracing::info_span!("request", request_id, route = Empty, key_hash = Empty);
+    }
     let span = tracing::info_span!(
+        target: "idemgate::traced",
         "request",
         otel.name = %method,
         otel.kind = "server",
@@ -64,7 +80,6 @@ pub fn request_span(request_id: &str, method: &Method, headers: &HeaderMap) -> S
         http.response.status_code = Empty,
         idempotency.outcome = Empty,
     );
-    let caller = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
     let _ = span.set_parent(caller);
     if let Some((trace_id, span_id)) = ids(&span) {
         span.record("trace_id", display(trace_id));
@@ -73,9 +88,11 @@ pub fn request_span(request_id: &str, method: &Method, headers: &HeaderMap) -> S
     span
 }
 
-/// The trace and span ids of `span`, when it is exported.
+/// The trace and span ids of `span`, when it is exported (a traced request's span or a
+/// phase span inside one).
 pub fn ids(span: &Span) -> Option<(opentelemetry::TraceId, opentelemetry::SpanId)> {
-    if !exporting() || span.is_disabled() {
+    let exported = |t: &str| t == TRACED || t == PHASE;
+    if !exporting() || !span.metadata().is_some_and(|m| exported(m.target())) {
         return None;
     }
     let cx = span.context();
@@ -93,7 +110,7 @@ pub fn origin(span: &Span) -> Option<([u8; 16], [u8; 8])> {
 /// A replay's span links to the execution its answer came from (`origin`), and says so
 /// in `idempotency.replay_of` (that execution's trace id).
 pub fn link_replay(span: &Span, (trace_id, span_id): ([u8; 16], [u8; 8])) {
-    if !exporting() || span.is_disabled() {
+    if ids(span).is_none() {
         return;
     }
     let trace_id = opentelemetry::TraceId::from_bytes(trace_id);
@@ -122,7 +139,7 @@ pub fn traceparent(span: &Span) -> Option<http::HeaderValue> {
 /// `headers` (its `traceparent`), and says so in `idempotency.completes` (that call's
 /// trace id).
 pub fn link_abandoned(span: &Span, headers: &HeaderMap) {
-    if !exporting() || span.is_disabled() {
+    if ids(span).is_none() {
         return;
     }
     let caller = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
@@ -136,7 +153,7 @@ pub fn link_abandoned(span: &Span, headers: &HeaderMap) {
 /// What the request came to, on its span: the route, the idempotency outcome, the
 /// status (a 5xx marks the span as an error).
 pub fn record_end(span: &Span, route: Option<&str>, outcome: Option<&str>, status: u16) {
-    if !exporting() || span.is_disabled() {
+    if ids(span).is_none() {
         return;
     }
     if let Some(route) = route {

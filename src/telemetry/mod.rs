@@ -13,18 +13,20 @@
 pub mod context;
 mod export;
 pub mod otlp;
+pub mod sampling;
 
 use std::io::{BufWriter, IsTerminal};
 use std::sync::OnceLock;
 
 use opentelemetry::trace::TracerProvider as _;
 use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
-use tracing_subscriber::filter::{filter_fn, EnvFilter};
+use tracing_subscriber::filter::{dynamic_filter_fn, EnvFilter};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{Layer, Registry};
 
 use self::otlp::{Exporting, Target, TracingError};
+use self::sampling::Sampling;
 use crate::config::{LogConfig, LogFormat, TracingConfig};
 
 static DROPPED: OnceLock<ErrorCounter> = OnceLock::new();
@@ -52,7 +54,10 @@ impl Drop for LogGuard {
 /// `OTEL_*` environment) names a collector. Call once, from `main`.
 pub fn init(config: &LogConfig, tracing: &TracingConfig) -> Result<LogGuard, TracingError> {
     let spans = match Target::read(tracing)? {
-        Some(target) => Some(otlp::start(tracing, &target).map(|e| (e, target))?),
+        Some(target) => {
+            let sampling = Sampling::read(tracing)?;
+            Some((otlp::start(tracing, &target)?, target, sampling))
+        }
         None => None,
     };
     let (writer, guard) = NonBlockingBuilder::default()
@@ -69,39 +74,42 @@ pub fn init(config: &LogConfig, tracing: &TracingConfig) -> Result<LogGuard, Tra
                 .parse()
                 .expect("a directive"),
         );
-    let logs = tracing_subscriber::fmt::layer()
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(writer);
-    let logs: Box<dyn Layer<Registry> + Send + Sync> = match config.format {
-        LogFormat::Json => logs.json().flatten_event(true).with_filter(filter).boxed(),
-        LogFormat::Text => logs.with_filter(filter).boxed(),
+    let ansi = std::io::stderr().is_terminal();
+    let result = match &spans {
+        // No exporter: one global filter, exactly as before tracing existed.
+        None => {
+            let logs = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_ansi(ansi)
+                .with_writer(writer);
+            match config.format {
+                LogFormat::Json => logs.json().flatten_event(true).try_init(),
+                LogFormat::Text => logs.try_init(),
+            }
+        }
+        Some((exporting, _, _)) => {
+            let logs = tracing_subscriber::fmt::layer()
+                .with_ansi(ansi)
+                .with_writer(writer);
+            let logs: Box<dyn Layer<Registry> + Send + Sync> = match config.format {
+                LogFormat::Json => logs.json().flatten_event(true).with_filter(filter).boxed(),
+                LogFormat::Text => logs.with_filter(filter).boxed(),
+            };
+            let registry = tracing_subscriber::registry().with(logs);
+            (registry.with(exported(&exporting.provider)).try_init()).map_err(Into::into)
+        }
     };
-    // Spans of the gateway only, at info and above; events stay in the logs.
-    let exported = spans.as_ref().map(|(e, _)| {
-        tracing_opentelemetry::layer()
-            .with_tracer(e.provider.tracer("idemgate"))
-            .with_threads(false)
-            .with_location(false)
-            .with_target(false)
-            .with_tracked_inactivity(false)
-            .with_filter(filter_fn(|m| {
-                m.is_span()
-                    && m.target().starts_with("idemgate")
-                    && *m.level() <= tracing::Level::INFO
-            }))
-    });
-    let result = tracing_subscriber::registry()
-        .with(logs)
-        .with(exported)
-        .try_init();
     if let Err(e) = result {
         eprintln!("idemgate: logging already initialised: {e}");
     }
-    let spans = spans.map(|(exporting, target)| {
+    let spans = spans.map(|(exporting, target, sampling)| {
         context::set_exporting();
+        sampling.install();
         tracing::info!(
             protocol = ?target.protocol,
             endpoint = %crate::config::redact_url(&target.endpoint),
+            sample_ratio = sampling.ratio,
+            parent_based = sampling.parent_based,
             "spans are exported over OTLP"
         );
         exporting
@@ -110,6 +118,27 @@ pub fn init(config: &LogConfig, tracing: &TracingConfig) -> Result<LogGuard, Tra
         _spans: spans,
         _writer: guard,
     })
+}
+
+/// The exporter's layer: the spans of sampled requests only (target
+/// [`context::TRACED`]), and the phase spans inside them; no events (they stay in the
+/// logs).
+fn exported<S>(provider: &opentelemetry_sdk::trace::SdkTracerProvider) -> impl Layer<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    let traced = dynamic_filter_fn(|meta, cx| {
+        meta.is_span()
+            && (meta.target() == context::TRACED
+                || (meta.target() == context::PHASE && cx.lookup_current().is_some()))
+    });
+    tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("idemgate"))
+        .with_threads(false)
+        .with_location(false)
+        .with_target(false)
+        .with_tracked_inactivity(false)
+        .with_filter(traced)
 }
 
 /// Log lines dropped so far because the writer thread fell behind.

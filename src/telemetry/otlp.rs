@@ -22,6 +22,8 @@ use crate::config::{redact_url, OtlpProtocol, TracingConfig};
 pub enum TracingError {
     #[error("{var}: `{value}` is not an OTLP protocol idemgate offers (http/protobuf, grpc)")]
     Protocol { var: &'static str, value: String },
+    #[error("{var}: `{value}` is not a sampler idemgate reads (always_on, always_off, traceidratio, parentbased_*; a ratio from 0 to 1)")]
+    Sampler { var: &'static str, value: String },
     #[error("tracing: cannot start the export thread: {0}")]
     Thread(#[from] std::io::Error),
     #[error("tracing: the OTLP exporter for {endpoint}: {message}")]
@@ -141,15 +143,15 @@ pub fn start(config: &TracingConfig, target: &Target) -> Result<Exporting, Traci
     let processor = BatchSpanProcessor::builder(exporter)
         .with_batch_config(batches)
         .build();
-    let mut provider = SdkTracerProvider::builder()
+    // Sampled at the head of each request (`super::sampling`): what reaches the SDK is
+    // exported.
+    let provider = SdkTracerProvider::builder()
         .with_span_processor(Bounded::new(processor, queued, config.queue_spans))
-        .with_resource(resource(config));
-    if let Some(ratio) = config.sample_ratio {
-        let root = Sampler::TraceIdRatioBased(ratio);
-        provider = provider.with_sampler(Sampler::ParentBased(Box::new(root)));
-    }
+        .with_resource(resource(config))
+        .with_sampler(Sampler::AlwaysOn)
+        .build();
     Ok(Exporting {
-        provider: provider.build(),
+        provider,
         runtime: Some(runtime),
     })
 }

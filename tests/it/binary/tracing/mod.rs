@@ -262,3 +262,40 @@ async fn the_otel_variables_alone_send_spans_over_grpc_under_their_service_name(
     assert_eq!(one(&spans, "POST", 2).service, "payments-gateway");
     assert!(collector.grpc_exports() > 0, "exported over gRPC");
 }
+
+#[tokio::test]
+async fn a_callers_flag_decides_and_an_unsampled_request_is_passed_through_untouched() {
+    let (redis, upstream, collector) = (
+        RedisServer::start(),
+        MockUpstream::start().await,
+        Collector::start().await,
+    );
+    // None of the traces the gateway would start itself.
+    let tracing = format!("endpoint = \"{}\"\nsample_ratio = 0.0", collector.url);
+    let gateway = Traced::start(&redis, &upstream, &tracing).await;
+    let unsampled = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-00");
+    assert_eq!(gateway.post("not-sampled", Some(&unsampled)).await, 201);
+    assert_eq!(gateway.post("no-parent", None).await, 201);
+    let sampled_trace = "d".repeat(32);
+    let sampled = format!("00-{sampled_trace}-{CALLER_SPAN}-01");
+    assert_eq!(gateway.post("sampled", Some(&sampled)).await, 201);
+    spans_of(&collector, &sampled_trace, &[("POST", 2), ("claim", 1)]).await;
+    // The unsampled ones: nothing exported, the caller's context passed on as it came.
+    let seen = upstream.seen();
+    let header = |n: usize| {
+        seen[n]
+            .headers
+            .get("traceparent")
+            .map(|v| v.to_str().unwrap().to_string())
+    };
+    assert_eq!(header(0).as_deref(), Some(unsampled.as_str()));
+    assert_eq!(header(1), None);
+    let spans = collector.spans();
+    assert!(
+        spans.iter().all(|s| s.trace_id == sampled_trace),
+        "{spans:#?}"
+    );
+    let lines = gateway.request_lines();
+    assert!(lines[0].get("trace_id").is_none(), "{}", lines[0]);
+    assert_eq!(lines[2]["trace_id"], sampled_trace.as_str());
+}
