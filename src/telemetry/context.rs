@@ -55,15 +55,11 @@ pub fn request_span(request_id: &str, method: &Method, headers: &HeaderMap) -> S
     if !exporting() {
         return tracing::info_span!("request", request_id, route = Empty, key_hash = Empty);
     }
-    let caller = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
-    let flag = {
-        let span_ref = caller.span();
-        let sc = span_ref.span_context();
-        sc.is_valid().then(|| sc.is_sampled())
-    };
+    let flag = caller_sampled(headers.get("traceparent"));
     if !super::sampling::Sampling::get().decide(flag) {
         return tracing::info_span!("request", request_id, route = Empty, key_hash = Empty);
     }
+    let caller = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
     let span = tracing::info_span!(
         target: "idemgate::traced",
         "request",
@@ -86,6 +82,27 @@ pub fn request_span(request_id: &str, method: &Method, headers: &HeaderMap) -> S
         span.record("span_id", display(span_id));
     }
     span
+}
+
+/// A `traceparent`'s sampled flag, when the header is valid by the W3C rules (version
+/// 00's layout, hex, a trace id and a parent id not all zeros, not version ff): read
+/// without building a context, for every request sampling decides.
+fn caller_sampled(traceparent: Option<&http::HeaderValue>) -> Option<bool> {
+    let value = traceparent?.as_bytes();
+    let hex = |part: &[u8]| part.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    let zeros = |part: &[u8]| part.iter().all(|b| *b == b'0');
+    let mut parts = value.split(|b| *b == b'-');
+    let (version, trace, parent, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let lengths = (version.len(), trace.len(), parent.len(), flags.len()) == (2, 32, 16, 2);
+    let valid = lengths
+        && [version, trace, parent, flags].iter().all(|p| hex(p))
+        && version != b"ff"
+        && (version != b"00" || parts.next().is_none())
+        && !zeros(trace)
+        && !zeros(parent);
+    let sampled = u8::from_str_radix(std::str::from_utf8(flags).ok()?, 16).ok()? & 1 == 1;
+    valid.then_some(sampled)
 }
 
 /// The trace and span ids of `span`, when it is exported (a traced request's span or a
@@ -190,5 +207,35 @@ pub fn inject(span: &Span, headers: &mut HeaderMap) {
     TraceContextPropagator::new().inject_context(&cx, &mut HeaderInjector(headers));
     if headers.get("tracestate").is_some_and(|v| v.is_empty()) {
         headers.remove("tracestate");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_traceparent_is_read_by_the_w3c_rules() {
+        let read = |v: &str| caller_sampled(Some(&http::HeaderValue::from_str(v).unwrap()));
+        let (trace, parent) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+        assert_eq!(read(&format!("00-{trace}-{parent}-01")), Some(true));
+        assert_eq!(read(&format!("00-{trace}-{parent}-00")), Some(false));
+        assert_eq!(
+            read(&format!("01-{trace}-{parent}-03-more")),
+            Some(true),
+            "a later version"
+        );
+        for invalid in [
+            format!("00-{trace}-{parent}-01-more"),
+            format!("ff-{trace}-{parent}-01"),
+            format!("00-{}-{parent}-01", "0".repeat(32)),
+            format!("00-{trace}-{}-01", "0".repeat(16)),
+            format!("00-{}-{parent}-01", trace.to_uppercase()),
+            format!("00-{trace}-{parent}"),
+            "garbage".to_string(),
+        ] {
+            assert_eq!(read(&invalid), None, "{invalid}");
+        }
+        assert_eq!(caller_sampled(None), None);
     }
 }

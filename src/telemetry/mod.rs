@@ -127,11 +127,19 @@ fn exported<S>(provider: &opentelemetry_sdk::trace::SdkTracerProvider) -> impl L
 where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
 {
-    let traced = dynamic_filter_fn(|meta, cx| {
-        meta.is_span()
-            && (meta.target() == context::TRACED
-                || (meta.target() == context::PHASE && cx.lookup_current().is_some()))
-    });
+    let ours = |meta: &tracing::Metadata<'_>| {
+        meta.is_span() && (meta.target() == context::TRACED || meta.target() == context::PHASE)
+    };
+    let traced = dynamic_filter_fn(move |meta, cx| {
+        ours(meta) && (meta.target() == context::TRACED || cx.lookup_current().is_some())
+    })
+    // Decided per call site once: every other span and event (hyper's, h2's, fred's...)
+    // stays disabled at its call site, never asked about again.
+    .with_callsite_filter(move |meta| match ours(meta) {
+        true => tracing::subscriber::Interest::sometimes(),
+        false => tracing::subscriber::Interest::never(),
+    })
+    .with_max_level_hint(tracing::level_filters::LevelFilter::INFO);
     tracing_opentelemetry::layer()
         .with_tracer(provider.tracer("idemgate"))
         .with_threads(false)

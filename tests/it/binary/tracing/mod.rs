@@ -81,11 +81,24 @@ impl Traced {
 
     /// A keyed POST of `key`, with `traceparent` when given: its status.
     pub(super) async fn post(&self, key: &str, traceparent: Option<&str>) -> u16 {
+        self.post_as(None, key, traceparent).await
+    }
+
+    /// A keyed POST in the scope of `tenant` (its `Authorization`), when given.
+    pub(super) async fn post_as(
+        &self,
+        tenant: Option<&str>,
+        key: &str,
+        traceparent: Option<&str>,
+    ) -> u16 {
         let url = format!("http://127.0.0.1:{}/v1/payments", self.listen);
         let mut request = reqwest::Client::new()
             .post(url)
             .header("Idempotency-Key", key)
             .body("{\"amount\":10}");
+        if let Some(tenant) = tenant {
+            request = request.header("Authorization", format!("Bearer {tenant}"));
+        }
         if let Some(tp) = traceparent {
             request = request.header("traceparent", tp);
         }
@@ -159,7 +172,8 @@ async fn a_callers_trace_runs_through_every_phase_to_the_upstream() {
     let endpoint = format!("endpoint = \"{}\"", collector.url);
     let gateway = Traced::start(&redis, &upstream, &endpoint).await;
     let caller = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
-    assert_eq!(gateway.post("raw-key-7f3a", Some(&caller)).await, 201);
+    let sent = gateway.post_as(Some("tenant-secret-91"), "raw-key-7f3a", Some(&caller));
+    assert_eq!(sent.await, 201);
 
     let (trace, parent) = upstream_parent(&upstream, 0);
     assert_eq!(trace, CALLER_TRACE, "the upstream is in the caller's trace");
@@ -199,7 +213,11 @@ async fn a_callers_trace_runs_through_every_phase_to_the_upstream() {
     );
     for span in &spans {
         let values = span.attributes.values().chain([&span.name]);
-        assert!(values.clone().all(|v| !v.contains("raw-key")), "{span:?}");
+        let secret = |v: &String| v.contains("raw-key") || v.contains("tenant-secret");
+        assert!(
+            !values.clone().any(secret),
+            "no key or scope value: {span:?}"
+        );
     }
 }
 
