@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use super::{one, spans_of, upstream_parent, Collector, Exported, Traced};
-use crate::support::{eventually, until_rows, MockUpstream, PgServer, RedisServer};
+use super::{endpoint, one, parts, spans_of, upstream_parent, Collector, Exported, Traced};
+use crate::support::{eventually, until_rows, PgServer};
 
 /// The exported server span of `trace`.
 async fn server_span(collector: &Collector, trace_id: &str) -> Exported {
@@ -14,12 +14,8 @@ async fn server_span(collector: &Collector, trace_id: &str) -> Exported {
 
 #[tokio::test]
 async fn a_replay_on_another_replica_links_to_the_execution() {
-    let (redis, upstream, collector) = (
-        RedisServer::start(),
-        MockUpstream::start().await,
-        Collector::start().await,
-    );
-    let endpoint = format!("endpoint = \"{}\"", collector.url);
+    let (redis, upstream, collector) = parts().await;
+    let endpoint = endpoint(&collector);
     let first = Traced::start(&redis, &upstream, &endpoint).await;
     let second = Traced::start(&redis, &upstream, &endpoint).await;
     assert_eq!(first.post("linked", None).await, 201);
@@ -62,13 +58,8 @@ async fn a_replay_on_another_replica_links_to_the_execution() {
 
 #[tokio::test]
 async fn a_replay_read_from_postgres_links_to_the_execution() {
-    let (redis, upstream, collector, pg) = (
-        RedisServer::start(),
-        MockUpstream::start().await,
-        Collector::start().await,
-        PgServer::start(),
-    );
-    let endpoint = format!("endpoint = \"{}\"", collector.url);
+    let ((redis, upstream, collector), pg) = (parts().await, PgServer::start());
+    let endpoint = endpoint(&collector);
     let durable = pg.section("");
     let first = Traced::start_with(&redis, &upstream, &endpoint, &durable, &[]).await;
     assert_eq!(first.post("kept", None).await, 201);
@@ -94,13 +85,9 @@ async fn a_replay_read_from_postgres_links_to_the_execution() {
 
 #[tokio::test]
 async fn a_duplicate_that_waited_for_the_execution_links_to_it() {
-    let (redis, upstream, collector) = (
-        RedisServer::start(),
-        MockUpstream::start().await,
-        Collector::start().await,
-    );
+    let (redis, upstream, collector) = parts().await;
     upstream.set_delay(Duration::from_millis(1500));
-    let endpoint = format!("endpoint = \"{}\"", collector.url);
+    let endpoint = endpoint(&collector);
     let waits = "[idempotency]\nin_flight = \"wait\"\nwait_timeout = \"20s\"\n";
     let (first, second) = (
         Traced::start_with(&redis, &upstream, &endpoint, waits, &[]).await,
@@ -128,14 +115,9 @@ async fn a_duplicate_that_waited_for_the_execution_links_to_it() {
 
 #[tokio::test]
 async fn the_completers_call_links_to_the_abandoned_one() {
-    let (redis, upstream, collector, pg) = (
-        RedisServer::start(),
-        MockUpstream::start().await,
-        Collector::start().await,
-        PgServer::start(),
-    );
+    let ((redis, upstream, collector), pg) = (parts().await, PgServer::start());
     upstream.set_delay(Duration::from_millis(3000));
-    let endpoint = format!("endpoint = \"{}\"", collector.url);
+    let endpoint = endpoint(&collector);
     // A short lease (and Redis commands bounded to match): the completer comes soon.
     let completing = format!(
         "{}[idempotency]\ncompleter = true\nlock_ttl = \"2s\"\n",

@@ -120,6 +120,17 @@ impl Traced {
     }
 }
 
+/// Redis, the mock upstream and a trace receiver: what most tests here start.
+async fn parts() -> (RedisServer, MockUpstream, Collector) {
+    let redis = RedisServer::start();
+    (redis, MockUpstream::start().await, Collector::start().await)
+}
+
+/// The `[tracing]` line that sends spans to `collector`.
+fn endpoint(collector: &Collector) -> String {
+    format!("endpoint = \"{}\"", collector.url)
+}
+
 /// The (trace id, parent span id) of a `traceparent` value.
 fn parent_of(traceparent: &str) -> (String, String) {
     let parts: Vec<&str> = traceparent.split('-').collect();
@@ -164,12 +175,8 @@ fn one<'a>(spans: &'a [Exported], name: &str, kind: i32) -> &'a Exported {
 
 #[tokio::test]
 async fn a_callers_trace_runs_through_every_phase_to_the_upstream() {
-    let (redis, upstream, collector) = (
-        RedisServer::start(),
-        MockUpstream::start().await,
-        Collector::start().await,
-    );
-    let endpoint = format!("endpoint = \"{}\"", collector.url);
+    let (redis, upstream, collector) = parts().await;
+    let endpoint = endpoint(&collector);
     let gateway = Traced::start(&redis, &upstream, &endpoint).await;
     let caller = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
     let sent = gateway.post_as(Some("tenant-secret-91"), "raw-key-7f3a", Some(&caller));
@@ -223,12 +230,8 @@ async fn a_callers_trace_runs_through_every_phase_to_the_upstream() {
 
 #[tokio::test]
 async fn a_request_without_a_valid_traceparent_starts_a_trace_its_log_line_names() {
-    let (redis, upstream, collector) = (
-        RedisServer::start(),
-        MockUpstream::start().await,
-        Collector::start().await,
-    );
-    let endpoint = format!("endpoint = \"{}\"", collector.url);
+    let (redis, upstream, collector) = parts().await;
+    let endpoint = endpoint(&collector);
     let gateway = Traced::start(&redis, &upstream, &endpoint).await;
     // None, then one the W3C rules refuse (ignored, never answered with an error).
     let invalid = format!("00-{}-{CALLER_SPAN}-01", "0".repeat(32));
@@ -263,11 +266,7 @@ async fn without_an_endpoint_a_callers_traceparent_reaches_the_upstream_as_it_ca
 
 #[tokio::test]
 async fn the_otel_variables_alone_send_spans_over_grpc_under_their_service_name() {
-    let (redis, upstream, collector) = (
-        RedisServer::start(),
-        MockUpstream::start().await,
-        Collector::start().await,
-    );
+    let (redis, upstream, collector) = parts().await;
     let env = [
         ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url.as_str()),
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
@@ -283,11 +282,7 @@ async fn the_otel_variables_alone_send_spans_over_grpc_under_their_service_name(
 
 #[tokio::test]
 async fn a_callers_flag_decides_and_an_unsampled_request_is_passed_through_untouched() {
-    let (redis, upstream, collector) = (
-        RedisServer::start(),
-        MockUpstream::start().await,
-        Collector::start().await,
-    );
+    let (redis, upstream, collector) = parts().await;
     // None of the traces the gateway would start itself.
     let tracing = format!("endpoint = \"{}\"\nsample_ratio = 0.0", collector.url);
     let gateway = Traced::start(&redis, &upstream, &tracing).await;
