@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use super::warm_up;
+use super::{until_epochs_swept, warm_up};
 use crate::support::{
     comparable, durable_stack, eventually, problem_code, read, replays_within, tally,
 };
@@ -117,6 +117,7 @@ async fn postgres_stopped_during_write_through_loses_nothing() {
     // stand while Postgres cannot be asked. (A cold Redis fails closed instead: see
     // `cold_redis_with_postgres_down_fails_closed`.)
     warm_up(&redis).await;
+    until_epochs_swept(&redis).await;
     pg.stop();
     for i in 0..5 {
         let r = app.post(&format!("pgdown-{i}"), "{}").send().await.unwrap();

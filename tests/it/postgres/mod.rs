@@ -24,6 +24,20 @@ pub async fn warm_up(redis: &crate::support::RedisServer) {
     crate::support::redis::backdate_markers(&redis.url(), &[(0, 16383)], two_days).await;
 }
 
+/// Waits (10 s at most) until the gateway has written every slot's epoch marker (its
+/// background sweep at start-up, which asks Postgres first): until then a claim that
+/// finds its slot's marker missing asks Postgres whether Redis lost a claim, and fails
+/// closed while Postgres cannot answer.
+pub async fn until_epochs_swept(redis: &crate::support::RedisServer) {
+    let script = "return #redis.call('KEYS', ARGV[1])";
+    let swept = crate::support::eventually(std::time::Duration::from_secs(10), async || {
+        let count = redis.cli(&["EVAL", script, "0", "idemgate:epoch:*"]);
+        count.trim() == "16384"
+    })
+    .await;
+    assert!(swept, "the gateway wrote every epoch marker");
+}
+
 /// Runs `statements` one at a time (`ALTER SYSTEM` runs outside a transaction).
 pub async fn sql(pg: &crate::support::PgServer, statements: &[&str]) {
     let client = pg.client().await;
