@@ -48,8 +48,7 @@ fn resendable(completer: bool, request: &Identified, peer: IpAddr) -> Resendable
     let mut kept = ResendableRequest::new(&request.parts, &request.body, peer);
     // Where spans are exported, the kept request names this call (its claim's span) as
     // its `traceparent`: the completer's span links to it.
-    let this = context::exporting().then(|| context::traceparent(&tracing::Span::current()));
-    if let Some(this) = this.flatten() {
+    if let Some(this) = context::current_traceparent() {
         kept.headers.retain(|(name, _)| name != "traceparent");
         kept.headers
             .push((http::HeaderName::from_static("traceparent"), this));

@@ -175,10 +175,8 @@ pub async fn run(
     );
     // The execution a replay of this answer links to: the request's span (or the
     // completer's), current here.
-    let origin = (context::exporting())
-        .then(|| context::origin(&tracing::Span::current()))
-        .flatten()
-        .map(|(trace_id, span_id)| TraceOrigin { trace_id, span_id });
+    let origin =
+        context::current_origin().map(|(trace_id, span_id)| TraceOrigin { trace_id, span_id });
     let settle = settle_answer(&app, &route, lease, answer, origin, is_grpc, runner, live);
     let ran = settle.instrument(phase!("settle")).await;
     settling.done(ran.2);

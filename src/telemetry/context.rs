@@ -52,11 +52,11 @@ pub(super) fn set_exporting() {
 /// whose parent is the caller's `traceparent`, and records its trace and span ids for
 /// the log lines inside it; otherwise it is the log's alone, as with tracing off.
 pub fn request_span(request_id: &str, method: &Method, headers: &HeaderMap) -> Span {
-    if !exporting() {
-        return tracing::info_span!("request", request_id, route = Empty, key_hash = Empty);
-    }
-    let flag = caller_sampled(headers.get("traceparent"));
-    if !super::sampling::Sampling::get().decide(flag) {
+    let sampled = || {
+        let flag = caller_sampled(headers.get("traceparent"));
+        super::sampling::Sampling::get().decide(flag)
+    };
+    if !(exporting() && sampled()) {
         return tracing::info_span!("request", request_id, route = Empty, key_hash = Empty);
     }
     let caller = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
@@ -105,11 +105,16 @@ fn caller_sampled(traceparent: Option<&http::HeaderValue>) -> Option<bool> {
     valid.then_some(sampled)
 }
 
-/// The trace and span ids of `span`, when it is exported (a traced request's span or a
-/// phase span inside one).
-pub fn ids(span: &Span) -> Option<(opentelemetry::TraceId, opentelemetry::SpanId)> {
+/// Whether `span` is exported: a traced request's span, a phase span inside one, the
+/// completer's. Read from its call site alone, without asking the exporter's layer.
+fn traced(span: &Span) -> bool {
     let exported = |t: &str| t == TRACED || t == PHASE;
-    if !exporting() || !span.metadata().is_some_and(|m| exported(m.target())) {
+    exporting() && span.metadata().is_some_and(|m| exported(m.target()))
+}
+
+/// The trace and span ids of `span`, when it is exported ([`traced`]).
+pub fn ids(span: &Span) -> Option<(opentelemetry::TraceId, opentelemetry::SpanId)> {
+    if !traced(span) {
         return None;
     }
     let cx = span.context();
@@ -118,16 +123,20 @@ pub fn ids(span: &Span) -> Option<(opentelemetry::TraceId, opentelemetry::SpanId
     sc.is_valid().then(|| (sc.trace_id(), sc.span_id()))
 }
 
-/// `span`'s trace and span ids as bytes: the origin a stored response keeps of the
-/// execution that produced it.
-pub fn origin(span: &Span) -> Option<([u8; 16], [u8; 8])> {
-    ids(span).map(|(trace, span)| (trace.to_bytes(), span.to_bytes()))
+/// The current span's trace and span ids as bytes, while spans are exported: the
+/// origin a stored response keeps of the execution that produced it. (The current span
+/// is not even looked up otherwise.)
+pub fn current_origin() -> Option<([u8; 16], [u8; 8])> {
+    if !exporting() {
+        return None;
+    }
+    ids(&Span::current()).map(|(trace, span)| (trace.to_bytes(), span.to_bytes()))
 }
 
 /// A replay's span links to the execution its answer came from (`origin`), and says so
 /// in `idempotency.replay_of` (that execution's trace id).
 pub fn link_replay(span: &Span, (trace_id, span_id): ([u8; 16], [u8; 8])) {
-    if ids(span).is_none() {
+    if !traced(span) {
         return;
     }
     let trace_id = opentelemetry::TraceId::from_bytes(trace_id);
@@ -142,10 +151,11 @@ pub fn link_replay(span: &Span, (trace_id, span_id): ([u8; 16], [u8; 8])) {
     span.set_attribute("idempotency.replay_of", trace_id.to_string());
 }
 
-/// `span`'s context as a `traceparent` value, when it is exported: what a kept
-/// request carries (for the completer to link to the call it sends again).
-pub fn traceparent(span: &Span) -> Option<http::HeaderValue> {
-    ids(span)?;
+/// The current span's context as a `traceparent` value, when it is exported: what a
+/// kept request carries (for the completer to link to the call it sends again). (The
+/// current span is not even looked up while nothing is exported.)
+pub fn current_traceparent() -> Option<http::HeaderValue> {
+    let span = exporting().then(Span::current).filter(traced)?;
     let mut headers = HeaderMap::new();
     let cx = span.context();
     TraceContextPropagator::new().inject_context(&cx, &mut HeaderInjector(&mut headers));
@@ -156,7 +166,7 @@ pub fn traceparent(span: &Span) -> Option<http::HeaderValue> {
 /// `headers` (its `traceparent`), and says so in `idempotency.completes` (that call's
 /// trace id).
 pub fn link_abandoned(span: &Span, headers: &HeaderMap) {
-    if ids(span).is_none() {
+    if !traced(span) {
         return;
     }
     let caller = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
@@ -170,7 +180,7 @@ pub fn link_abandoned(span: &Span, headers: &HeaderMap) {
 /// What the request came to, on its span: the route, the idempotency outcome, the
 /// status (a 5xx marks the span as an error).
 pub fn record_end(span: &Span, route: Option<&str>, outcome: Option<&str>, status: u16) {
-    if ids(span).is_none() {
+    if !traced(span) {
         return;
     }
     if let Some(route) = route {
@@ -199,7 +209,7 @@ pub fn upstream_span(method: &Method, route: &str) -> Span {
 /// Sets `traceparent` (and drops `tracestate`, unless the context carries one) on an
 /// upstream request: `span`, the call's span, is its parent.
 pub fn inject(span: &Span, headers: &mut HeaderMap) {
-    if ids(span).is_none() {
+    if !traced(span) {
         return;
     }
     headers.remove("tracestate");

@@ -55,7 +55,7 @@ pub struct Target {
 }
 
 /// An environment variable, if set and not empty.
-fn env(name: &str) -> Option<String> {
+pub(super) fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 

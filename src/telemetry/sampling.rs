@@ -8,7 +8,7 @@
 
 use std::sync::OnceLock;
 
-use super::otlp::TracingError;
+use super::otlp::{env, TracingError};
 use crate::config::TracingConfig;
 
 /// The sampler: of root traces, and whether a caller's decision is followed.
@@ -29,11 +29,10 @@ impl Sampling {
         if let Some(ratio) = config.sample_ratio {
             return Ok(Self::parent_based(ratio));
         }
-        let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
-        let Some(sampler) = var("OTEL_TRACES_SAMPLER") else {
+        let Some(sampler) = env("OTEL_TRACES_SAMPLER") else {
             return Ok(Self::parent_based(1.0));
         };
-        let arg = var("OTEL_TRACES_SAMPLER_ARG");
+        let arg = env("OTEL_TRACES_SAMPLER_ARG");
         let ratio = match arg.as_deref().map(str::trim).map(str::parse::<f64>) {
             None => Ok(1.0),
             Some(Ok(r)) if (0.0..=1.0).contains(&r) => Ok(r),
