@@ -183,7 +183,7 @@ async fn attempt(app: Arc<App>, abandoned: Abandoned) -> &'static str {
             .into_parts()
             .map_err(|_| StoreError::Corrupt("resendable request"))
     });
-    let (parts, body, peer) = match request {
+    let (mut parts, body, peer) = match request {
         Ok(request) => request,
         Err(e) => {
             tracing::error!(error = %e, "completer gave up on an abandoned request: its kept \
@@ -199,6 +199,10 @@ async fn attempt(app: Arc<App>, abandoned: Abandoned) -> &'static str {
         "completer: sending an abandoned request again"
     );
     telemetry::context::link_abandoned(&tracing::Span::current(), &parts.headers);
+    // Its span is exported whole, wherever spans are: so are its phases.
+    if telemetry::context::exporting() {
+        parts.extensions.insert(telemetry::context::Traced);
+    }
     let request = http::Request::from_parts(parts, body);
     let ran = flow::run(app, route, lease, request, peer, Runner::Completer, None);
     let (_, _, settled) = Box::pin(ran).await;

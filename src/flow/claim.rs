@@ -28,7 +28,6 @@ use crate::store::tiers::{Resendable, Waited};
 use crate::store::{Failure, Lease, StoreError};
 use crate::telemetry::context::{self, phase};
 use axum::response::Response;
-use tracing::Instrument as _;
 
 /// What claiming a key came to.
 pub enum Claimed {
@@ -79,12 +78,13 @@ pub async fn claim(
     let claim = match claimed.await {
         Ok(Claim::InFlight { remaining }) if settings.in_flight == InFlightPolicy::Wait => {
             let waited = (app.stores).wait(route, scope, record, fingerprint, remaining, resend);
+            let span = context::is_traced(&request.parts.extensions).then(|| phase!("wait"));
             // A replica that stops ends its waits once only the settling part of its
             // grace is left: the duplicate is answered "in flight" (left the waiters).
             // Dropping the wait mid-claim is safe: a claim runs on a task of its own,
             // and a lease nobody takes releases itself.
             let waited = tokio::select! {
-                waited = Box::pin(waited.instrument(phase!("wait"))) => waited,
+                waited = Box::pin(context::in_span(span, waited)) => waited,
                 () = app.calls.cancelled() => Ok(Waited::Claim(Claim::InFlight { remaining })),
             };
             match waited {

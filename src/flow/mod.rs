@@ -26,7 +26,6 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::Request;
-use tracing::Instrument as _;
 
 use self::claim::Claimed;
 use self::identify::Identity;
@@ -34,7 +33,7 @@ use crate::app::App;
 use crate::idempotency::{RecordId, Scope};
 use crate::metrics::Outcome;
 use crate::route::Route;
-use crate::telemetry::context::phase;
+use crate::telemetry::context::{self, phase};
 
 pub use self::body::BodyError;
 pub use self::refused::{Refused, Reply};
@@ -53,8 +52,9 @@ pub async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &m
         Ok(None) => return admit::pass_through(app, &route, request, peer).await,
         Err(refused) => return trace.refused(refused.outcome(), refused),
     };
+    let traced = context::is_traced(request.extensions());
     let identify = identify::identify(app, &route, key, request);
-    let identified = match identify.instrument(phase!("identify")).await {
+    let identified = match context::in_span(traced.then(|| phase!("identify")), identify).await {
         Ok(Identity::Keyed(identified)) => identified,
         Ok(Identity::Unkeyed(request)) => {
             return admit::pass_through(app, &route, request, peer).await;
@@ -63,8 +63,8 @@ pub async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &m
     };
     trace.identified(identified.scope, identified.record);
     let claim = claim::claim(app, &route, &identified, peer.ip());
-    let claim = claim.instrument(phase!("claim", db.system.name = "redis"));
-    let (outcome, reply) = match claim.await {
+    let span = traced.then(|| phase!("claim", db.system.name = "redis"));
+    let (outcome, reply) = match context::in_span(span, claim).await {
         Claimed::Acquired(lease) => run::detached(app, &route, lease, identified, peer).await,
         Claimed::Answered(outcome, reply) => (outcome, reply),
         Claimed::Bypassed => {

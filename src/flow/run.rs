@@ -136,6 +136,7 @@ pub async fn run(
     let _in_flight = route.metrics.in_flight();
     let (parts, body) = request.into_parts();
     let is_grpc = grpc::is_grpc(&parts.headers);
+    let traced = context::is_traced(&parts.extensions);
     let mut answering = Answering::new(client);
     if runner == Runner::Client && lease.after_lapse() {
         if let Some(stored) = unknown::lapse_problem(&route, is_grpc) {
@@ -178,7 +179,7 @@ pub async fn run(
     let origin =
         context::current_origin().map(|(trace_id, span_id)| TraceOrigin { trace_id, span_id });
     let settle = settle_answer(&app, &route, lease, answer, origin, is_grpc, runner, live);
-    let ran = settle.instrument(phase!("settle")).await;
+    let ran = context::in_span(traced.then(|| phase!("settle")), settle).await;
     settling.done(ran.2);
     if let Some(alone) = alone {
         alone.settled(cancelled, ran.2);

@@ -48,7 +48,7 @@ pub async fn handle(
     // The request's span: every line logged for it, by any layer (claim, stores,
     // upstream), carries these fields under the same names.
     let id = request_id.to_str().unwrap_or("");
-    let span = telemetry::context::request_span(id, request.method(), request.headers());
+    let span = telemetry::context::request_span(id, &mut request);
     let mut response = match crate::route::path::canonicalize(request.uri_mut()) {
         Ok(()) => (flow::serve(&app, peer, request, &mut trace))
             .instrument(span.clone())

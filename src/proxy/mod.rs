@@ -26,7 +26,6 @@ use hyper::body::{Frame, Incoming};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument as _;
 
 use self::forwarding::Peer;
 use crate::config::{RouteConfig, UpstreamProtocol};
@@ -148,9 +147,9 @@ impl Upstream {
         body: Bytes,
         peer: Peer,
     ) -> Result<Response<Incoming>, UpstreamError> {
-        let span = context::upstream_span(&parts.method, &route.name);
-        let request = build_request(route, parts, Body::from(body), peer, &span);
-        let response = self.client(route).request(request).instrument(span);
+        let span = context::upstream_span(&parts, &route.name);
+        let request = build_request(route, parts, Body::from(body), peer, span.as_ref());
+        let response = context::in_span(span, self.client(route).request(request));
         let response = response.await.map_err(classify)?;
         let (mut parts, body) = response.into_parts();
         strip_owned(route, &mut parts.headers);
@@ -166,9 +165,9 @@ impl Upstream {
         body: Body,
         peer: Peer,
     ) -> Result<Response<Body>, UpstreamError> {
-        let span = context::upstream_span(&parts.method, &route.name);
-        let request = build_request(route, parts, body, peer, &span);
-        let response = self.client(route).request(request).instrument(span);
+        let span = context::upstream_span(&parts, &route.name);
+        let request = build_request(route, parts, body, peer, span.as_ref());
+        let response = context::in_span(span, self.client(route).request(request));
         let response = tokio::time::timeout(route.upstream_timeout, response)
             .await
             .map_err(|_| UpstreamError::Timeout(route.upstream_timeout))?
@@ -315,7 +314,7 @@ fn build_request(
     mut parts: Parts,
     body: Body,
     peer: Peer,
-    span: &tracing::Span,
+    span: Option<&tracing::Span>,
 ) -> Request<Body> {
     forwarding::prepare_upstream_request(&mut parts.headers, peer);
     context::inject(span, &mut parts.headers);

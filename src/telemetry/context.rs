@@ -5,19 +5,21 @@
 //! spans are exported ([`exporting`]); otherwise the request span is the log's alone
 //! and a client's `traceparent` reaches the upstream as it came.
 //!
-//! Phase spans (identify, claim, wait, upstream, settle) have the target [`PHASE`]: the
-//! log filter never enables them, so with no exporter they are disabled at their call
-//! site, and the exporter's layer takes them only inside a traced request.
+//! Phase spans (identify, claim, wait, upstream, settle) are made only for a traced
+//! request, which carries the mark [`Traced`]; an untraced one pays neither the span
+//! nor a wrapper around its phases ([`in_span`]). Their target, [`PHASE`], is one the
+//! log filter never enables.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use http::{HeaderMap, Method};
+use http::HeaderMap;
 use opentelemetry::propagation::TextMapPropagator as _;
 use opentelemetry::trace::TraceContextExt as _;
 use opentelemetry_http::{HeaderExtractor, HeaderInjector};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing::field::{display, Empty};
-use tracing::Span;
+use tracing::{Instrument as _, Span};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// The target of the phase spans, which only the exporter's layer enables, and only
@@ -36,6 +38,28 @@ macro_rules! phase {
 }
 pub(crate) use phase;
 
+/// The mark, in a request's extensions, of a request whose spans are exported (a
+/// sampled request, one the completer sends again): the phases read it to decide
+/// whether to make their spans, so that an untraced request neither asks the
+/// subscriber about each phase nor carries a span around each.
+#[derive(Clone, Copy, Debug)]
+pub struct Traced;
+
+/// Whether the request whose extensions these are is traced ([`Traced`]).
+pub fn is_traced(extensions: &http::Extensions) -> bool {
+    extensions.get::<Traced>().is_some()
+}
+
+/// `future` inside `span`, where there is one (a traced request's phase:
+/// `traced.then(|| phase!(..))`); otherwise `future` itself, no wrapper around it.
+pub async fn in_span<F: Future>(span: Option<Span>, future: F) -> F::Output {
+    match span {
+        // Boxed: inline, the wrapper would grow the future of every request.
+        Some(span) => Box::pin(future.instrument(span)).await,
+        None => future.await,
+    }
+}
+
 static EXPORTING: AtomicBool = AtomicBool::new(false);
 
 /// Whether spans are exported (`[tracing]` has an endpoint): set once, at start-up.
@@ -51,14 +75,17 @@ pub(super) fn set_exporting() {
 /// request is sampled ([`super::sampling`]), it is a server span (target [`TRACED`])
 /// whose parent is the caller's `traceparent`, and records its trace and span ids for
 /// the log lines inside it; otherwise it is the log's alone, as with tracing off.
-pub fn request_span(request_id: &str, method: &Method, headers: &HeaderMap) -> Span {
+/// A traced request is marked ([`Traced`]) for the phases to see.
+pub fn request_span<B>(request_id: &str, request: &mut http::Request<B>) -> Span {
     let sampled = || {
-        let flag = caller_sampled(headers.get("traceparent"));
+        let flag = caller_sampled(request.headers().get("traceparent"));
         super::sampling::Sampling::get().decide(flag)
     };
     if !(exporting() && sampled()) {
         return tracing::info_span!("request", request_id, route = Empty, key_hash = Empty);
     }
+    request.extensions_mut().insert(Traced);
+    let (method, headers) = (request.method(), request.headers());
     let caller = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
     let span = tracing::info_span!(
         target: "idemgate::traced",
@@ -195,23 +222,26 @@ pub fn record_end(span: &Span, route: Option<&str>, outcome: Option<&str>, statu
     }
 }
 
-/// The span of one upstream call (a client span).
-pub fn upstream_span(method: &Method, route: &str) -> Span {
-    phase!(
-        "upstream",
-        otel.name = %method,
-        otel.kind = "client",
-        http.request.method = %method,
-        route,
-    )
+/// The span of one upstream call (a client span), for a traced request ([`Traced`]).
+pub fn upstream_span(request: &http::request::Parts, route: &str) -> Option<Span> {
+    let method = &request.method;
+    is_traced(&request.extensions).then(|| {
+        phase!(
+            "upstream",
+            otel.name = %method,
+            otel.kind = "client",
+            http.request.method = %method,
+            route,
+        )
+    })
 }
 
 /// Sets `traceparent` (and drops `tracestate`, unless the context carries one) on an
 /// upstream request: `span`, the call's span, is its parent.
-pub fn inject(span: &Span, headers: &mut HeaderMap) {
-    if !traced(span) {
+pub fn inject(span: Option<&Span>, headers: &mut HeaderMap) {
+    let Some(span) = span.filter(|span| traced(span)) else {
         return;
-    }
+    };
     headers.remove("tracestate");
     let cx = span.context();
     TraceContextPropagator::new().inject_context(&cx, &mut HeaderInjector(headers));
