@@ -176,8 +176,7 @@ pub async fn run(
     );
     // The execution a replay of this answer links to: the request's span (or the
     // completer's), current here.
-    let origin =
-        context::current_origin().map(|(trace_id, span_id)| TraceOrigin { trace_id, span_id });
+    let origin = context::current_origin().map(TraceOrigin::from);
     let settle = settle_answer(&app, &route, lease, answer, origin, is_grpc, runner, live);
     let ran = context::in_span(traced.then(|| phase!("settle")), settle).await;
     settling.done(ran.2);
@@ -290,6 +289,8 @@ async fn call(
         // answer's end: `stamp`).
         let mut head =
             StoredResponse::from_upstream(answer.status(), answer.headers(), Bytes::new());
+        // What a joiner links to (its head is a replay's): this execution.
+        head.origin = context::current_origin().map(TraceOrigin::from);
         if let Some(name) = &route.policy.settings.expires_header.0 {
             Expiry::after(route.policy.settings.ttl).stamp(&mut head, name);
         }

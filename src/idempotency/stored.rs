@@ -30,6 +30,12 @@ pub struct TraceOrigin {
     pub span_id: [u8; 8],
 }
 
+impl From<([u8; 16], [u8; 8])> for TraceOrigin {
+    fn from((trace_id, span_id): ([u8; 16], [u8; 8])) -> Self {
+        Self { trace_id, span_id }
+    }
+}
+
 impl TraceOrigin {
     /// Its 24 bytes, trace id first: as the encoding and Postgres keep them.
     pub fn to_bytes(self) -> [u8; 24] {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{endpoint, one, parts, spans_of, upstream_parent, Collector, Exported, Traced};
-use crate::support::{eventually, until_rows, PgServer};
+use crate::support::{eventually, until_rows, PgServer, RedisServer, SseUpstream};
 
 /// The exported server span of `trace`.
 async fn server_span(collector: &Collector, trace_id: &str) -> Exported {
@@ -111,6 +111,51 @@ async fn a_duplicate_that_waited_for_the_execution_links_to_it() {
     let spans = spans_of(&collector, &waiter_trace, &[("wait", 1), ("claim", 1)]).await;
     let claim = one(&spans, "claim", 1);
     assert_eq!(one(&spans, "wait", 1).parent_span_id, claim.span_id);
+}
+
+#[tokio::test]
+async fn a_joiner_of_a_live_answer_links_to_the_execution() {
+    let (redis, collector) = (RedisServer::start(), Collector::start().await);
+    let upstream = SseUpstream::start().await;
+    let endpoint = endpoint(&collector);
+    let waits = "[idempotency]\nin_flight = \"wait\"\nwait_timeout = \"20s\"\n";
+    let (url, env) = (upstream.url(), &[]);
+    let first = Traced::start_on(&redis, &url, &endpoint, waits, env).await;
+    let second = Traced::start_on(&redis, &url, &endpoint, waits, env).await;
+    let stream = async |gateway: &Traced, trace: &str| {
+        let url = format!(
+            "http://127.0.0.1:{}/v1/stream?events=10&gap_ms=200",
+            gateway.listen
+        );
+        let response = reqwest::Client::new()
+            .post(url)
+            .header("Idempotency-Key", "joined")
+            .header("traceparent", format!("00-{trace}-{}-01", "e".repeat(16)))
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        let replayed = response.headers()["idempotent-replayed"].to_str().unwrap();
+        (replayed.to_string(), response.bytes().await.unwrap())
+    };
+    let (execution_trace, joiner_trace) = ("d".repeat(32), "f".repeat(32));
+    let joiner = async {
+        // The first is streaming its answer when the duplicate comes.
+        let sent = async || (upstream.of("joined").first()).is_some_and(|e| e.sent.len() >= 2);
+        assert!(eventually(Duration::from_secs(10), sent).await);
+        stream(&second, &joiner_trace).await
+    };
+    let (ran, joined) = tokio::join!(stream(&first, &execution_trace), joiner);
+    assert_eq!((ran.0.as_str(), joined.0.as_str()), ("false", "true"));
+    assert!(joined.1 == ran.1, "the joiner got the stream the first got");
+    assert_eq!(upstream.executions_of("joined"), 1);
+    let live = (redis.keys().await.into_iter()).filter(|k| k.ends_with("}:live"));
+    assert_eq!(live.count(), 1, "joined through the key's live stream");
+    let execution = server_span(&collector, &execution_trace).await;
+    let replay = server_span(&collector, &joiner_trace).await;
+    assert_eq!(replay.attributes["idempotency.outcome"], "replayed");
+    assert_eq!(replay.attributes["idempotency.replay_of"], execution_trace);
+    assert_eq!(replay.links, vec![(execution.trace_id, execution.span_id)]);
 }
 
 #[tokio::test]

@@ -46,6 +46,17 @@ impl Traced {
         extra: &str,
         env: &[(&str, &str)],
     ) -> Self {
+        Self::start_on(redis, &upstream.url(), tracing, extra, env).await
+    }
+
+    /// As [`Self::start_with`], its route's upstream at `upstream`.
+    pub(super) async fn start_on(
+        redis: &RedisServer,
+        upstream: &str,
+        tracing: &str,
+        extra: &str,
+        env: &[(&str, &str)],
+    ) -> Self {
         let (listen, admin) = (idemgate_fleet::free_port(), idemgate_fleet::free_port());
         let config = config_file(&format!(
             "[server]\nlisten = \"127.0.0.1:{listen}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
@@ -53,7 +64,7 @@ impl Traced {
              [[routes]]\nname = \"p\"\npath_prefix = \"/v1/\"\nupstream = \"{}\"\n\
              upstream_timeout = \"5s\"\n[routes.idempotency]\nanonymous = \"shared\"\n",
             redis.url(),
-            upstream.url()
+            upstream
         ));
         let log = tempfile::NamedTempFile::new().unwrap();
         let mut command = Command::new(BIN);
