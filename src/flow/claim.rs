@@ -26,7 +26,7 @@ use crate::metrics::Outcome;
 use crate::route::Route;
 use crate::store::tiers::{Resendable, Waited};
 use crate::store::{Failure, Lease, StoreError};
-use crate::telemetry::context::{self, phase};
+use crate::telemetry::context::{self, in_span, phase};
 use axum::response::Response;
 
 /// What claiming a key came to.
@@ -84,7 +84,7 @@ pub async fn claim(
             // Dropping the wait mid-claim is safe: a claim runs on a task of its own,
             // and a lease nobody takes releases itself.
             let waited = tokio::select! {
-                waited = Box::pin(context::in_span(span, waited)) => waited,
+                waited = Box::pin(async { in_span!(span, waited) }) => waited,
                 () = app.calls.cancelled() => Ok(Waited::Claim(Claim::InFlight { remaining })),
             };
             match waited {

@@ -33,7 +33,7 @@ use crate::app::App;
 use crate::idempotency::{RecordId, Scope};
 use crate::metrics::Outcome;
 use crate::route::Route;
-use crate::telemetry::context::{self, phase};
+use crate::telemetry::context::{self, in_span, phase};
 
 pub use self::body::BodyError;
 pub use self::refused::{Refused, Reply};
@@ -53,8 +53,8 @@ pub async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &m
         Err(refused) => return trace.refused(refused.outcome(), refused),
     };
     let traced = context::is_traced(request.extensions());
-    let identify = identify::identify(app, &route, key, request);
-    let identified = match context::in_span(traced.then(|| phase!("identify")), identify).await {
+    let span = traced.then(|| phase!("identify"));
+    let identified = match in_span!(span, identify::identify(app, &route, key, request)) {
         Ok(Identity::Keyed(identified)) => identified,
         Ok(Identity::Unkeyed(request)) => {
             return admit::pass_through(app, &route, request, peer).await;
@@ -62,9 +62,8 @@ pub async fn serve(app: &Arc<App>, peer: SocketAddr, request: Request, trace: &m
         Err(refused) => return trace.refused(refused.outcome(), refused),
     };
     trace.identified(identified.scope, identified.record);
-    let claim = claim::claim(app, &route, &identified, peer.ip());
     let span = traced.then(|| phase!("claim", db.system.name = "redis"));
-    let (outcome, reply) = match context::in_span(span, claim).await {
+    let (outcome, reply) = match in_span!(span, claim::claim(app, &route, &identified, peer.ip())) {
         Claimed::Acquired(lease) => run::detached(app, &route, lease, identified, peer).await,
         Claimed::Answered(outcome, reply) => (outcome, reply),
         Claimed::Bypassed => {

@@ -44,7 +44,7 @@ use crate::proxy::{self, Bounds, Buffered, UpstreamError};
 use crate::route::Route;
 use crate::store::lease::Phase;
 use crate::store::Lease;
-use crate::telemetry::context::{self, phase};
+use crate::telemetry::context::{self, in_span, phase};
 
 /// Runs a client's request for its held lease on a detached task and waits for its
 /// answer, or for the route's `upstream_timeout` while the upstream has not answered:
@@ -177,8 +177,10 @@ pub async fn run(
     // The execution a replay of this answer links to: the request's span (or the
     // completer's), current here.
     let origin = context::current_origin().map(TraceOrigin::from);
-    let settle = settle_answer(&app, &route, lease, answer, origin, is_grpc, runner, live);
-    let ran = context::in_span(traced.then(|| phase!("settle")), settle).await;
+    let ran = in_span!(
+        traced.then(|| phase!("settle")),
+        settle_answer(&app, &route, lease, answer, origin, is_grpc, runner, live)
+    );
     settling.done(ran.2);
     if let Some(alone) = alone {
         alone.settled(cancelled, ran.2);

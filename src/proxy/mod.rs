@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use self::forwarding::Peer;
 use crate::config::{RouteConfig, UpstreamProtocol};
 use crate::route::Route;
-use crate::telemetry::context;
+use crate::telemetry::context::{self, in_span};
 use crate::tls::upstream::{self as tls, Connector};
 use crate::tls::TlsError;
 
@@ -149,8 +149,8 @@ impl Upstream {
     ) -> Result<Response<Incoming>, UpstreamError> {
         let span = context::upstream_span(&parts, &route.name);
         let request = build_request(route, parts, Body::from(body), peer, span.as_ref());
-        let response = context::in_span(span, self.client(route).request(request));
-        let response = response.await.map_err(classify)?;
+        let response = in_span!(span, self.client(route).request(request));
+        let response = response.map_err(classify)?;
         let (mut parts, body) = response.into_parts();
         strip_owned(route, &mut parts.headers);
         Ok(Response::from_parts(parts, body))
@@ -167,7 +167,7 @@ impl Upstream {
     ) -> Result<Response<Body>, UpstreamError> {
         let span = context::upstream_span(&parts, &route.name);
         let request = build_request(route, parts, body, peer, span.as_ref());
-        let response = context::in_span(span, self.client(route).request(request));
+        let response = async { in_span!(span, self.client(route).request(request)) };
         let response = tokio::time::timeout(route.upstream_timeout, response)
             .await
             .map_err(|_| UpstreamError::Timeout(route.upstream_timeout))?

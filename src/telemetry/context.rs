@@ -7,10 +7,9 @@
 //!
 //! Phase spans (identify, claim, wait, upstream, settle) are made only for a traced
 //! request, which carries the mark [`Traced`]; an untraced one pays neither the span
-//! nor a wrapper around its phases ([`in_span`]). Their target, [`PHASE`], is one the
+//! nor a wrapper around its phases ([`in_span!`]). Their target, [`PHASE`], is one the
 //! log filter never enables.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use http::HeaderMap;
@@ -19,7 +18,7 @@ use opentelemetry::trace::TraceContextExt as _;
 use opentelemetry_http::{HeaderExtractor, HeaderInjector};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing::field::{display, Empty};
-use tracing::{Instrument as _, Span};
+use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// The target of the phase spans, which only the exporter's layer enables, and only
@@ -50,15 +49,21 @@ pub fn is_traced(extensions: &http::Extensions) -> bool {
     extensions.get::<Traced>().is_some()
 }
 
-/// `future` inside `span`, where there is one (a traced request's phase:
-/// `traced.then(|| phase!(..))`); otherwise `future` itself, no wrapper around it.
-pub async fn in_span<F: Future>(span: Option<Span>, future: F) -> F::Output {
-    match span {
-        // Boxed: inline, the wrapper would grow the future of every request.
-        Some(span) => Box::pin(future.instrument(span)).await,
-        None => future.await,
-    }
+/// Awaits `future` inside `span`, where there is one (a traced request's phase:
+/// `in_span!(traced.then(|| phase!(..)), future)`); otherwise awaits `future` as it
+/// is. A macro, so that the untraced branch builds the future where it is awaited:
+/// a wrapper (or a future built first and handed over) is one more copy of it per
+/// request, and a span beside it would grow the future of every request. The traced
+/// branch is boxed for the same reason.
+macro_rules! in_span {
+    ($span:expr, $future:expr) => {
+        match $span {
+            Some(span) => Box::pin(tracing::Instrument::instrument($future, span)).await,
+            None => $future.await,
+        }
+    };
 }
+pub(crate) use in_span;
 
 static EXPORTING: AtomicBool = AtomicBool::new(false);
 

@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 
 use opentelemetry::trace::TracerProvider as _;
 use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
-use tracing_subscriber::filter::{dynamic_filter_fn, EnvFilter};
+use tracing_subscriber::filter::{filter_fn, EnvFilter};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{Layer, Registry};
@@ -66,20 +66,16 @@ pub fn init(config: &LogConfig, tracing: &TracingConfig) -> Result<LogGuard, Tra
         .thread_name("idemgate-log")
         .finish(BufWriter::with_capacity(64 * 1024, std::io::stderr()));
     let _ = DROPPED.set(writer.error_counter());
-    // The phase spans are the exporter's alone (`context::PHASE`).
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(&config.filter))
-        .add_directive(
-            format!("{}=off", context::PHASE)
-                .parse()
-                .expect("a directive"),
-        );
+    let directives = EnvFilter::try_from_default_env()
+        .map(|f| f.to_string())
+        .unwrap_or_else(|_| config.filter.clone());
     let ansi = std::io::stderr().is_terminal();
     let result = match &spans {
-        // No exporter: one global filter, exactly as before tracing existed.
+        // No exporter: one global filter, exactly as before tracing existed; the phase
+        // spans are the exporter's alone (`context::PHASE`).
         None => {
             let logs = tracing_subscriber::fmt()
-                .with_env_filter(filter)
+                .with_env_filter(filter(&directives, "off"))
                 .with_ansi(ansi)
                 .with_writer(writer);
             match config.format {
@@ -87,16 +83,20 @@ pub fn init(config: &LogConfig, tracing: &TracingConfig) -> Result<LogGuard, Tra
                 LogFormat::Text => logs.try_init(),
             }
         }
+        // One global filter too (a filter per layer is asked at every entry of every
+        // span): the log's, and the spans the exporter takes, which are made only for a
+        // traced request (`context::Traced`).
         Some((exporting, _, _)) => {
             let logs = tracing_subscriber::fmt::layer()
                 .with_ansi(ansi)
                 .with_writer(writer);
             let logs: Box<dyn Layer<Registry> + Send + Sync> = match config.format {
-                LogFormat::Json => logs.json().flatten_event(true).with_filter(filter).boxed(),
-                LogFormat::Text => logs.with_filter(filter).boxed(),
+                LogFormat::Json => logs.json().flatten_event(true).boxed(),
+                LogFormat::Text => logs.boxed(),
             };
             let registry = tracing_subscriber::registry().with(logs);
-            (registry.with(exported(&exporting.provider)).try_init()).map_err(Into::into)
+            let registry = registry.with(exported(&exporting.provider));
+            (registry.with(filter(&directives, "info")).try_init()).map_err(Into::into)
         }
     };
     if let Err(e) = result {
@@ -120,33 +120,35 @@ pub fn init(config: &LogConfig, tracing: &TracingConfig) -> Result<LogGuard, Tra
     })
 }
 
-/// The exporter's layer: the spans of sampled requests only (target
-/// [`context::TRACED`]), and the phase spans inside them; no events (they stay in the
-/// logs).
+/// The log filter `directives`, with the exporter's spans (`context::TRACED`,
+/// `context::PHASE`) at `level`.
+fn filter(directives: &str, level: &str) -> EnvFilter {
+    let ours = [context::TRACED, context::PHASE].map(|t| format!("{t}={level}"));
+    (ours.iter()).fold(EnvFilter::new(directives), |f, d| {
+        f.add_directive(d.parse().expect("a directive"))
+    })
+}
+
+/// The exporter's layer: the spans of traced requests (target [`context::TRACED`]) and
+/// their phases ([`context::PHASE`]), decided once per call site; no events (they stay
+/// in the logs).
 fn exported<S>(provider: &opentelemetry_sdk::trace::SdkTracerProvider) -> impl Layer<S>
 where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
 {
-    let ours = |meta: &tracing::Metadata<'_>| {
+    let ours = filter_fn(|meta| {
         meta.is_span() && (meta.target() == context::TRACED || meta.target() == context::PHASE)
-    };
-    let traced = dynamic_filter_fn(move |meta, cx| {
-        ours(meta) && (meta.target() == context::TRACED || cx.lookup_current().is_some())
-    })
-    // Decided per call site once: every other span and event (hyper's, h2's, fred's...)
-    // stays disabled at its call site, never asked about again.
-    .with_callsite_filter(move |meta| match ours(meta) {
-        true => tracing::subscriber::Interest::sometimes(),
-        false => tracing::subscriber::Interest::never(),
-    })
-    .with_max_level_hint(tracing::level_filters::LevelFilter::INFO);
+    });
     tracing_opentelemetry::layer()
         .with_tracer(provider.tracer("idemgate"))
         .with_threads(false)
         .with_location(false)
         .with_target(false)
         .with_tracked_inactivity(false)
-        .with_filter(traced)
+        // Nothing reads OpenTelemetry's current context: spans are parented, injected
+        // and linked from `tracing`'s.
+        .with_context_activation(false)
+        .with_filter(ours)
 }
 
 /// Log lines dropped so far because the writer thread fell behind.

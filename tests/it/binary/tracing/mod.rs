@@ -121,13 +121,19 @@ impl Traced {
         reqwest::get(url).await.unwrap().text().await.unwrap()
     }
 
-    /// The JSON `request` log lines so far.
-    fn request_lines(&self) -> Vec<serde_json::Value> {
-        let text = std::fs::read_to_string(self.log.path()).unwrap();
-        (text.lines())
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|l| l["message"] == "request")
-            .collect()
+    /// The JSON `request` log lines, once there are at least `n` (the log is written
+    /// by a thread of its own, after the answer).
+    async fn request_lines(&self, n: usize) -> Vec<serde_json::Value> {
+        let lines = || {
+            let text = std::fs::read_to_string(self.log.path()).unwrap();
+            (text.lines())
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter(|l| l["message"] == "request")
+                .collect::<Vec<_>>()
+        };
+        let written = eventually(Duration::from_secs(10), async || lines().len() >= n).await;
+        assert!(written, "{n} request lines: {:#?}", lines());
+        lines()
     }
 }
 
@@ -208,7 +214,7 @@ async fn a_callers_trace_runs_through_every_phase_to_the_upstream() {
     assert_eq!(server.attributes["idempotency.outcome"], "executed");
     assert_eq!(server.attributes["http.route"], "p");
     assert_eq!(server.attributes["http.response.status_code"], "201");
-    let line = &gateway.request_lines()[0];
+    let line = &gateway.request_lines(1).await[0];
     assert_eq!(
         server.attributes["key_hash"],
         line["key_hash"].as_str().unwrap()
@@ -254,7 +260,7 @@ async fn a_request_without_a_valid_traceparent_starts_a_trace_its_log_line_names
         let server = one(&spans, "POST", 2);
         assert_eq!(server.parent_span_id, "", "a root span");
         assert_eq!(one(&spans, "POST", 3).span_id, parent);
-        let lines = gateway.request_lines();
+        let lines = gateway.request_lines(n + 1).await;
         let line = &lines[n];
         assert_eq!(line["trace_id"], trace.as_str(), "{line}");
         assert_eq!(line["span_id"], server.span_id.as_str(), "{line}");
@@ -271,7 +277,7 @@ async fn without_an_endpoint_a_callers_traceparent_reaches_the_upstream_as_it_ca
         upstream_parent(&upstream, 0),
         (CALLER_TRACE.into(), CALLER_SPAN.into())
     );
-    let line = &gateway.request_lines()[0];
+    let line = &gateway.request_lines(1).await[0];
     assert!(line.get("trace_id").is_none(), "{line}");
 }
 
@@ -319,7 +325,7 @@ async fn a_callers_flag_decides_and_an_unsampled_request_is_passed_through_untou
         spans.iter().all(|s| s.trace_id == sampled_trace),
         "{spans:#?}"
     );
-    let lines = gateway.request_lines();
+    let lines = gateway.request_lines(3).await;
     assert!(lines[0].get("trace_id").is_none(), "{}", lines[0]);
     assert_eq!(lines[2]["trace_id"], sampled_trace.as_str());
 }
