@@ -48,9 +48,9 @@ fn resendable(completer: bool, request: &Identified, peer: IpAddr) -> Resendable
     // Where spans are exported, the kept request names this call (its claim's span) as
     // its `traceparent`: the completer's span links to it.
     if let Some(this) = context::current_traceparent() {
-        kept.headers.retain(|(name, _)| name != "traceparent");
         kept.headers
-            .push((http::HeaderName::from_static("traceparent"), this));
+            .retain(|(name, _)| name != context::TRACEPARENT);
+        kept.headers.push((context::TRACEPARENT, this));
     }
     Resendable::Fresh(kept.encode())
 }

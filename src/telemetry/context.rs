@@ -65,6 +65,10 @@ macro_rules! in_span {
 }
 pub(crate) use in_span;
 
+/// The W3C header a caller's trace context comes in (a name made once: looked up in
+/// every request while spans are exported).
+pub const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+
 static EXPORTING: AtomicBool = AtomicBool::new(false);
 
 /// Whether spans are exported (`[tracing]` has an endpoint): set once, at start-up.
@@ -83,7 +87,7 @@ pub(super) fn set_exporting() {
 /// A traced request is marked ([`Traced`]) for the phases to see.
 pub fn request_span<B>(request_id: &str, request: &mut http::Request<B>) -> Span {
     let sampled = || {
-        let flag = caller_sampled(request.headers().get("traceparent"));
+        let flag = caller_sampled(request.headers().get(&TRACEPARENT));
         super::sampling::Sampling::get().decide(flag)
     };
     if !(exporting() && sampled()) {
@@ -191,7 +195,7 @@ pub fn current_traceparent() -> Option<http::HeaderValue> {
     let mut headers = HeaderMap::new();
     let cx = span.context();
     TraceContextPropagator::new().inject_context(&cx, &mut HeaderInjector(&mut headers));
-    headers.remove("traceparent")
+    headers.remove(TRACEPARENT)
 }
 
 /// The completer's span links to the abandoned call whose kept request carries
