@@ -21,6 +21,7 @@
 
 use std::sync::Arc;
 
+use tracing::instrument::WithSubscriber as _;
 use tracing::Instrument;
 
 use crate::app::App;
@@ -134,10 +135,16 @@ pub async fn attempt_all(app: &Arc<App>, found: Found) -> PassReport {
         .map(|abandoned| {
             // Always traced where spans are exported (target `telemetry::context::TRACED`):
             // few, and each worth finding.
-            let span = tracing::info_span!(target: "idemgate::traced", "completer",
-                route = %abandoned.route,
-                key_hash = %abandoned.id.short(), attempt = abandoned.attempt);
-            (app.tasks).spawn(attempt(app.clone(), abandoned).instrument(span))
+            let span = telemetry::dispatch::made_under(|| {
+                tracing::info_span!(target: "idemgate::traced", "completer",
+                    route = %abandoned.route,
+                    key_hash = %abandoned.id.short(), attempt = abandoned.attempt)
+            });
+            let attempt = attempt(app.clone(), abandoned).instrument(span);
+            match telemetry::dispatch::exporter() {
+                Some(exporter) => (app.tasks).spawn(attempt.with_subscriber(exporter.clone())),
+                None => (app.tasks).spawn(attempt),
+            }
         })
         .collect();
     for done in attempts {

@@ -22,7 +22,6 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::request::Parts;
 use http::HeaderValue;
-use tracing::Instrument;
 
 use tokio::sync::oneshot;
 
@@ -45,6 +44,7 @@ use crate::route::Route;
 use crate::store::lease::Phase;
 use crate::store::Lease;
 use crate::telemetry::context::{self, in_span, phase};
+use crate::telemetry::dispatch;
 
 /// Runs a client's request for its held lease on a detached task and waits for its
 /// answer, or for the route's `upstream_timeout` while the upstream has not answered:
@@ -78,7 +78,7 @@ pub async fn detached(
         let ran = run(owned, route_owned, lease, request, ip, runner, Some(client)).await;
         (ran.0, ran.1)
     });
-    let mut task = (app.tasks).spawn(client.in_current_span());
+    let mut task = (app.tasks).spawn(dispatch::carry(client));
     let mut live = pin!(live);
     let mut live_open = true;
     // Nothing goes on after the client's timeout when the deadline is no later: the

@@ -12,6 +12,7 @@ use std::time::Instant;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::response::Response;
 use http::HeaderValue;
+use tracing::instrument::WithSubscriber as _;
 use tracing::Instrument;
 
 use super::AppState;
@@ -49,11 +50,24 @@ pub async fn handle(
     // upstream), carries these fields under the same names.
     let id = request_id.to_str().unwrap_or("");
     let span = telemetry::context::request_span(id, &mut request);
+    // A traced request runs under the exporter's dispatcher (boxed: rare, and inline it
+    // would grow every request's future).
+    let exporter = (telemetry::dispatch::exporter())
+        .filter(|_| telemetry::context::is_traced(request.extensions()));
     let mut response = match crate::route::path::canonicalize(request.uri_mut()) {
-        Ok(()) => (flow::serve(&app, peer, request, &mut trace))
-            .instrument(span.clone())
-            .await
-            .unwrap_or_else(|refused| grpc::render(problem(refused), is_grpc)),
+        Ok(()) => match exporter {
+            Some(exporter) => {
+                let serving = flow::serve(&app, peer, request, &mut trace);
+                let serving = serving.instrument(span.clone());
+                Box::pin(serving.with_subscriber(exporter.clone())).await
+            }
+            None => {
+                (flow::serve(&app, peer, request, &mut trace))
+                    .instrument(span.clone())
+                    .await
+            }
+        }
+        .unwrap_or_else(|refused| grpc::render(problem(refused), is_grpc)),
         Err(e) => {
             trace.outcome = Some(Outcome::Rejected);
             grpc::render(Problem::invalid_path(e), is_grpc)

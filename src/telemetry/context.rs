@@ -96,7 +96,8 @@ pub fn request_span<B>(request_id: &str, request: &mut http::Request<B>) -> Span
     request.extensions_mut().insert(Traced);
     let (method, headers) = (request.method(), request.headers());
     let caller = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
-    let span = tracing::info_span!(
+    let span = super::dispatch::made_under(|| {
+        tracing::info_span!(
         target: "idemgate::traced",
         "request",
         otel.name = %method,
@@ -111,7 +112,8 @@ pub fn request_span<B>(request_id: &str, request: &mut http::Request<B>) -> Span
         http.route = Empty,
         http.response.status_code = Empty,
         idempotency.outcome = Empty,
-    );
+        )
+    });
     let _ = span.set_parent(caller);
     if let Some((trace_id, span_id)) = ids(&span) {
         span.record("trace_id", display(trace_id));

@@ -1,7 +1,8 @@
 //! Log and span set-up: `tracing` to stderr as text or JSON, filtered by `log.filter`
 //! or `RUST_LOG`, written by a background thread so that a request never waits on
 //! stderr; and, with `[tracing]`, spans exported over OTLP ([`otlp`], [`export`]) with
-//! the W3C trace context of each request ([`context`]).
+//! the W3C trace context of each request ([`context`]), by a dispatcher that only traced
+//! requests run under ([`dispatch`]).
 //!
 //! Request threads hand each formatted line to the writer thread through a bounded
 //! queue (`log.queue_lines`). The writer thread buffers what it receives and writes it
@@ -11,6 +12,7 @@
 //! `idemgate_log_lines_dropped_total` and reported at shutdown.
 
 pub mod context;
+pub mod dispatch;
 mod export;
 pub mod otlp;
 pub mod sampling;
@@ -19,10 +21,10 @@ use std::io::{BufWriter, IsTerminal};
 use std::sync::OnceLock;
 
 use opentelemetry::trace::TracerProvider as _;
+use tracing::Dispatch;
 use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::filter::{filter_fn, EnvFilter};
 use tracing_subscriber::layer::SubscriberExt as _;
-use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{Layer, Registry};
 
 use self::otlp::{Exporting, Target, TracingError};
@@ -70,35 +72,30 @@ pub fn init(config: &LogConfig, tracing: &TracingConfig) -> Result<LogGuard, Tra
         .map(|f| f.to_string())
         .unwrap_or_else(|_| config.filter.clone());
     let ansi = std::io::stderr().is_terminal();
-    let result = match &spans {
-        // No exporter: one global filter, exactly as before tracing existed; the phase
-        // spans are the exporter's alone (`context::PHASE`).
-        None => {
-            let logs = tracing_subscriber::fmt()
-                .with_env_filter(filter(&directives, "off"))
-                .with_ansi(ansi)
-                .with_writer(writer);
-            match config.format {
-                LogFormat::Json => logs.json().flatten_event(true).try_init(),
-                LogFormat::Text => logs.try_init(),
-            }
-        }
-        // One global filter too (a filter per layer is asked at every entry of every
-        // span): the log's, and the spans the exporter takes, which are made only for a
-        // traced request (`context::Traced`).
-        Some((exporting, _, _)) => {
-            let logs = tracing_subscriber::fmt::layer()
-                .with_ansi(ansi)
-                .with_writer(writer);
-            let logs: Box<dyn Layer<Registry> + Send + Sync> = match config.format {
-                LogFormat::Json => logs.json().flatten_event(true).boxed(),
-                LogFormat::Text => logs.boxed(),
-            };
-            let registry = tracing_subscriber::registry().with(logs);
-            let registry = registry.with(exported(&exporting.provider));
-            (registry.with(filter(&directives, "info")).try_init()).map_err(Into::into)
-        }
+    // The global subscriber is the log's alone, exactly as before tracing existed; a
+    // traced request runs under the exporter's dispatcher (`dispatch`).
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(log_filter(&directives))
+        .with_ansi(ansi)
+        .with_writer(writer.clone());
+    let result = match config.format {
+        LogFormat::Json => logs.json().flatten_event(true).try_init(),
+        LogFormat::Text => logs.try_init(),
     };
+    if let Some((exporting, _, _)) = &spans {
+        let logs = tracing_subscriber::fmt::layer()
+            .with_ansi(ansi)
+            .with_writer(writer);
+        let logs: Box<dyn Layer<Registry> + Send + Sync> = match config.format {
+            LogFormat::Json => (logs.json().flatten_event(true))
+                .with_filter(log_filter(&directives))
+                .boxed(),
+            LogFormat::Text => logs.with_filter(log_filter(&directives)).boxed(),
+        };
+        let registry = tracing_subscriber::registry().with(logs);
+        let registry = registry.with(exported(&exporting.provider));
+        dispatch::install(Dispatch::new(registry.with(dispatch::ExporterMark)));
+    }
     if let Err(e) = result {
         eprintln!("idemgate: logging already initialised: {e}");
     }
@@ -120,13 +117,11 @@ pub fn init(config: &LogConfig, tracing: &TracingConfig) -> Result<LogGuard, Tra
     })
 }
 
-/// The log filter `directives`, with the exporter's spans (`context::TRACED`,
-/// `context::PHASE`) at `level`.
-fn filter(directives: &str, level: &str) -> EnvFilter {
-    let ours = [context::TRACED, context::PHASE].map(|t| format!("{t}={level}"));
-    (ours.iter()).fold(EnvFilter::new(directives), |f, d| {
-        f.add_directive(d.parse().expect("a directive"))
-    })
+/// The log filter `directives`; the phase spans are the exporter's alone
+/// (`context::PHASE`).
+fn log_filter(directives: &str) -> EnvFilter {
+    let phases = format!("{}=off", context::PHASE);
+    EnvFilter::new(directives).add_directive(phases.parse().expect("a directive"))
 }
 
 /// The exporter's layer: the spans of traced requests (target [`context::TRACED`]) and

@@ -30,7 +30,6 @@ use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::HeaderName;
 use hyper::body::Incoming;
 use tokio::sync::oneshot;
-use tracing::Instrument;
 
 use self::recording::{FirstBody, Recording};
 use crate::app::App;
@@ -96,7 +95,7 @@ pub async fn record(
         let mut joiners = head;
         joiners.omit(&route.policy.replay_omit);
         let publish = publish::publish(writer, recording.clone(), joiners.encode());
-        (app.tasks).spawn(publish.in_current_span())
+        (app.tasks).spawn(crate::telemetry::dispatch::carry(publish))
     });
     let max = app.config.server.max_response_body.as_u64();
     // Cut at the deadline or the shutdown: the tee, dropped, tells the recording, and

@@ -5,8 +5,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tracing::Instrument;
-
 use super::super::lease::{Held, Lease};
 use super::super::postgres::claim_asks::{ClaimAsk, ResendableRow};
 use super::super::postgres::{Found, PgClaim};
@@ -46,7 +44,7 @@ impl Stores {
                 .await
         };
         // Boxed: a task's future is moved on spawn and its slot again on completion.
-        tokio::spawn(Box::pin(claim).in_current_span())
+        tokio::spawn(crate::telemetry::dispatch::carry(Box::pin(claim)))
             .await
             .unwrap_or_else(|e| Err(StoreError::ClaimTask(e)))
     }

@@ -4,6 +4,7 @@
 
 mod faults;
 mod links;
+mod logs;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -124,15 +125,20 @@ impl Traced {
     /// The JSON `request` log lines, once there are at least `n` (the log is written
     /// by a thread of its own, after the answer).
     async fn request_lines(&self, n: usize) -> Vec<serde_json::Value> {
+        self.log_lines("request", n).await
+    }
+
+    /// The JSON log lines whose message is `message`, once there are at least `n`.
+    pub(super) async fn log_lines(&self, message: &str, n: usize) -> Vec<serde_json::Value> {
         let lines = || {
             let text = std::fs::read_to_string(self.log.path()).unwrap();
             (text.lines())
                 .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-                .filter(|l| l["message"] == "request")
+                .filter(|l| l["message"] == message)
                 .collect::<Vec<_>>()
         };
         let written = eventually(Duration::from_secs(10), async || lines().len() >= n).await;
-        assert!(written, "{n} request lines: {:#?}", lines());
+        assert!(written, "{n} lines {message:?}: {:#?}", lines());
         lines()
     }
 }
