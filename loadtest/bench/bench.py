@@ -758,6 +758,46 @@ def base_database():
 
 SCENARIOS = [t for s in SCENARIOS for t in ([s, base_twin(s, BASE_ROWS[s["id"]])] if s["id"] in BASE_ROWS else [s])]
 
+# Tracing (`[tracing]`, docs/operations.md): each of these rows again right after it,
+# exporting spans to the launcher's receiver (`idemgate-fleet bench
+# start otlp`: it decodes every span and keeps none), with 1% of requests sampled
+# (`-traced1`) and with every request (`-traced`). Side by side with cpu_ab and callgrind:
+# loadtest/bench/results/tracing-cost.md.
+TRACE_ROWS = ("replay", "first-redis", "first")
+TRACE_SAMPLING = (("traced1", "1% of requests", 0.01), ("traced", "every request", 1.0))
+
+
+def traced_twins(s):
+    """Row s again with `[tracing]` on, at each of TRACE_SAMPLING's ratios."""
+    return [dict(s, id=f"{s['id']}-{suffix}", label=f"{s['label']}, tracing on ({what} exported)",
+                 traced_of=s["id"], sample_ratio=ratio, profile=False)
+            for suffix, what, ratio in TRACE_SAMPLING]
+
+
+def traced_env(ratio):
+    """A traced row's `[tracing]`: the receiver, the sampling ratio."""
+    return {"IDEMGATE__TRACING__ENDPOINT": f"http://127.0.0.1:{PORTS['otlp']}",
+            "IDEMGATE__TRACING__SAMPLE_RATIO": str(ratio)}
+
+
+def render_tracing(rows):
+    """Each traced row against its row with tracing off (run just before it): the gateway's
+    CPU per request and throughput as ratios."""
+    pairs = [(s["id"], s["traced_of"]) for s in SCENARIOS if s.get("traced_of") and s["id"] in rows
+             and s["traced_of"] in rows]
+    if not pairs:
+        return []
+    out = ["| tracing on, this row / the row with it off | gateway CPU µs/req | gateway CPU | req/s "
+           "| receiver CPU µs/req |", "|---|---:|---:|---:|---:|"]
+    for now, then in pairs:
+        gw = (row_cpu(rows, now, ("gw",)), row_cpu(rows, then, ("gw",)))
+        out.append(f"| {now} | {gw[0]:.1f} / {gw[1]:.1f} | {ratio_cell(*gw)} | "
+                   f"{ratio_cell(row_rps(rows, now), row_rps(rows, then))} | {row_cpu(rows, now, ('otlp',)):.1f} |")
+    return out + [""]
+
+
+SCENARIOS = [t for s in SCENARIOS for t in ([s] + (traced_twins(s) if s["id"] in TRACE_ROWS else []))]
+
 REPLAY_PREFIX = "replay"
 SEEDED = set()  # (store, prefix): "gw", "gw-cluster" or "peer", and which replay keys it stored
 PEER_PATH = "/URL_UP"
@@ -854,6 +894,8 @@ def run_scenario(s, results):
             env = {**(env or {}), **patroni_env()}
         if s.get("base_of") and s.get("postgres", True):
             env = {**(env or {}), **base_env()}
+        if s.get("traced_of"):
+            env = {**(env or {}), **traced_env(s["sample_ratio"])}
         gws = start_gateways(n, s.get("log", "warn"), env, toml=s.get("toml", ""),
                              postgres=s.get("postgres", True), cluster=s.get("redis") == "cluster",
                              bin=BASE_BIN if s.get("base_of") else None)
@@ -1620,6 +1662,7 @@ def render(results):
                    f"{fmt_ms(md['lat_p99_us'])} | {hw} | {cores} | {per_req:.0f} |")
     out.append("")
     out += render_base(rows, results)
+    out += render_tracing(rows)
     out += render_durable(rows, results)
     out += render_patroni(rows, results)
     out += render_cpu(rows)
@@ -1956,12 +1999,15 @@ def render_shards(rows):
 
 def summary(section):
     """What BENCHMARKS.md shows of the section: the machine line, the main table (without
-    the last release's rows), the pairs against the last release, the Patroni rows beside
+    the last release's rows and the traced ones), the pairs against the last release, the Patroni rows beside
     `first` and the targets met or missed. The whole section (CPU per process, Redis' commands, latency
     at a fixed rate, outcomes, per-node Redis figures, perf stat) is results/table.md."""
     blocks = section.rstrip("\n").split("\n\n")
-    # The main table without the last release's rows (their pairs follow it, in short).
-    kept = [blocks[0], "\n".join(l for l in blocks[1].splitlines() if "(last release, " not in l.split(" | ")[0])]
+    # The main table without the last release's rows (their pairs follow it, in short) and
+    # the traced ones (results/table.md has them, with their ratios to tracing off).
+    twins = ("(last release, ", ", tracing on (")
+    kept = [blocks[0], "\n".join(l for l in blocks[1].splitlines()
+                                 if not any(t in l.split(" | ")[0] for t in twins))]
     for i, block in enumerate(blocks[2:], start=2):
         if block.startswith("| against the last release"):
             kept.append(block)
@@ -2050,6 +2096,9 @@ def main():
             if cluster_row and "redis-shard-1" not in PARTS:
                 log("starting the Redis Cluster (3 primaries, idemgate-fleet bench start redis-cluster)")
                 fleet("start", "redis-cluster")
+            if s.get("traced_of") and "otlp" not in PARTS:
+                log("starting the trace receiver (idemgate-fleet bench start otlp)")
+                fleet("start", "otlp")
             if s.get("patroni") and "patroni-pg0" not in PARTS:
                 log("starting the Patroni set (etcd, 3 nodes, idemgate-fleet bench start patroni)")
                 fleet("start", "patroni")
@@ -2057,6 +2106,8 @@ def main():
             # So is the Patroni set (its patroni loops and etcd would count in other rows).
             if s.get("patroni") and not any(t.get("patroni") for t in chosen[k + 1:]):
                 fleet("stop", "patroni")
+            if s.get("traced_of") and not any(t.get("traced_of") for t in chosen[k + 1:]):
+                fleet("stop", "otlp")
             # The cluster runs only while its rows do (it would idle beside the other rows).
             if cluster_row and not any(t.get("redis") == "cluster" for t in chosen[k + 1:]):
                 fleet("stop", "redis-cluster")

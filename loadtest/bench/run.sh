@@ -7,7 +7,7 @@
 # .state/bench/peer), builds the release binaries and the last release's (its rows run
 # right after this tree's: a regression shows as a ratio), then runs loadtest/bench/bench.py,
 # which measures and has the launcher (`idemgate-fleet bench`, fleet/src/bench/)
-# start and stop everything it measures on loopback (ports 18000-18003, 18011-18017,
+# start and stop everything it measures on loopback (ports 18000-18005, 18011-18017,
 # 18021-18027, Redis 16390 and its replica 16394, 15490, the Redis Cluster rows'
 # 16391-16393 with their cluster bus on 26391-26393, and the Patroni rows' set: Postgres
 # 15491-15493, Patroni's REST API 18031-18033, etcd 12379-12380), writes

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! bench ports                                  the fixed ports, as JSON
-//! bench start redis|redis-cluster|patroni|postgres|upstream|nginx|peer
+//! bench start redis|redis-cluster|patroni|postgres|upstream|nginx|peer|otlp
 //!                                              (`redis`: the primary and its replica)
 //! bench start haproxy REPLICAS [--rolling]   (drained by its runtime API, keyed retries)
 //! bench start gateways REPLICAS [--log LEVEL] [--redis-only] [--redis-cluster] [--toml TEXT]
@@ -39,7 +39,7 @@ pub(super) fn running_json(bench: &Bench) -> String {
 
 fn ports_json() -> String {
     format!(
-        "{{\"upstream\": {}, \"nginx\": {}, \"haproxy\": {}, \"haproxy_admin\": {}, \"peer\": {}, \"redis\": {}, \
+        "{{\"upstream\": {}, \"nginx\": {}, \"haproxy\": {}, \"haproxy_admin\": {}, \"peer\": {}, \"otlp\": {}, \"redis\": {}, \
          \"redis_replica\": {}, \"postgres\": {}, \"gateway_base\": {}, \"admin_base\": {}, \"redis_cluster\": {:?}, \
          \"patroni_pg\": {:?}, \"patroni_rest\": {:?}, \"patroni_etcd\": {:?}, \"patroni_url\": \"{}\"}}",
         ports::UPSTREAM,
@@ -47,6 +47,7 @@ fn ports_json() -> String {
         ports::HAPROXY,
         ports::HAPROXY_ADMIN,
         ports::PEER,
+        ports::OTLP,
         ports::REDIS,
         ports::REDIS_REPLICA,
         ports::POSTGRES,
@@ -145,6 +146,7 @@ fn run(bench: &Bench, args: &[String]) -> Result<(), String> {
         ("start", Some("upstream")) => bench.start_upstream()?,
         ("start", Some("nginx")) => bench.start_nginx()?,
         ("start", Some("peer")) => bench.start_peer()?,
+        ("start", Some("otlp")) => bench.start_otlp()?,
         ("start", Some("haproxy")) => {
             let rolling = match rest.get(2).map(String::as_str) {
                 None => false,

@@ -61,6 +61,8 @@ pub mod ports {
     pub const PEER: u16 = 18003;
     /// HAProxy's runtime API (admin level), when started for a rolling restart.
     pub const HAPROXY_ADMIN: u16 = 18004;
+    /// The trace receiver (OTLP/HTTP) of the rows that export spans.
+    pub const OTLP: u16 = 18005;
     pub const REDIS: u16 = 16390;
     /// The replica of [`REDIS`] (it acknowledges vouched claims: `WAIT 1`).
     pub const REDIS_REPLICA: u16 = 16394;
@@ -102,6 +104,7 @@ fn program(name: &str) -> &str {
         n if durable_redis::is_part(n) || cluster::is_shard(n) => "redis-server",
         "upstream" => "demo-upstream",
         "peer" => "idempotent-proxy-server",
+        "otlp" => "idemgate-fleet",
         n if n.starts_with("gw-") => "idemgate",
         n => patroni::program(n).unwrap_or(n),
     }

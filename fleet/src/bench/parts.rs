@@ -1,5 +1,6 @@
 //! The bench's HTTP parts started: the demo upstream, nginx and the peer proxy (the
-//! baselines), the gateway replicas, and HAProxy in front of them.
+//! baselines), the gateway replicas, HAProxy in front of them, and the trace receiver
+//! of the rows that export spans.
 
 use std::path::Path;
 use std::process::Command;
@@ -17,6 +18,15 @@ impl Bench {
         self.start("upstream", &[ports::UPSTREAM], &mut cmd, || {
             http_status(ports::UPSTREAM, "/_demo/health", Duration::from_secs(2)) == Some(200)
         })
+    }
+
+    /// The trace receiver of the rows with `[tracing]` on: this launcher's own
+    /// (`idemgate-fleet otlp`), which decodes every span and keeps none.
+    pub fn start_otlp(&self) -> Res {
+        let me = std::env::current_exe().map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(me);
+        cmd.args(["otlp", "--port", &ports::OTLP.to_string()]);
+        self.start("otlp", &[ports::OTLP], &mut cmd, || port_open(ports::OTLP))
     }
 
     /// Fills a template of `loadtest/bench/` and writes it to `dir/name`.
