@@ -255,9 +255,12 @@ impl RedisStore {
     pub fn claim_paths(&self) -> Option<Vec<(String, Option<&'static str>)>> {
         self.inner.vouch.as_ref()?;
         let shards = self.shards().into_iter();
+        // As `kept` decides: how the shard keeps claims, then whether the deployment's
+        // epoch markers are recorded (until then every claim is written through).
+        let unmarked = (!self.epochs_written()).then_some("unmarked");
         Some(
             shards
-                .map(|s| (s.name, self.keeping(s.probe_slot).err()))
+                .map(|s| (s.name, self.keeping(s.probe_slot).err().or(unmarked)))
                 .collect(),
         )
     }

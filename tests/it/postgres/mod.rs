@@ -15,6 +15,7 @@ mod split_authority;
 mod tier_edges;
 mod timeouts;
 mod vouched;
+mod vouched_path;
 mod writer;
 
 /// Makes `redis` provably warm: the warmth marker of every slot says it has held

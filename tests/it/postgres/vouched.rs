@@ -41,7 +41,7 @@ async fn replica_via(primary: &RedisServer, port: u16) -> RedisServer {
     replica
 }
 
-async fn gateway(redis: &RedisServer, pg: &PgServer, up: &MockUpstream) -> TestApp {
+pub(super) async fn gateway(redis: &RedisServer, pg: &PgServer, up: &MockUpstream) -> TestApp {
     let extra = format!(
         "[idempotency]\nlock_ttl = \"{}ms\"\n{}",
         LOCK_TTL.as_millis(),
@@ -52,7 +52,7 @@ async fn gateway(redis: &RedisServer, pg: &PgServer, up: &MockUpstream) -> TestA
 
 /// What `/readyz` says of the one shard's claims: `kept_by_redis`, or
 /// `written_through` and why.
-async fn claim_path(app: &TestApp) -> String {
+pub(super) async fn claim_path(app: &TestApp) -> String {
     let body: serde_json::Value = app.readyz().await.json().await.unwrap();
     let path = &body["claim_path"];
     assert_eq!(path["mode"], "vouched", "{body}");

@@ -100,11 +100,33 @@ impl Fleet {
             fleet.get_front().await.is_some_and(|status| status < 500)
         });
         assert!(answers.await, "HAProxy passes requests on");
-        // Then a fixed 5.6 s, what the loop here used to take (it waited for a 200 the
-        // mock upstream never sends): the vouched switch (`upgrade_vouched.rs`) keeps
-        // no claim in Redis alone without it; what it waits for is not named yet.
-        tokio::time::sleep(Duration::from_millis(5600)).await;
+        // A replica with vouched claims keeps them in Redis alone only once its shard
+        // is seen to keep them and the deployment's epoch markers are recorded (the
+        // vouched switch, `upgrade_vouched.rs`, asserts it): until `/readyz` says so.
+        for replica in &fleet.replicas {
+            let kept = eventually(Duration::from_secs(15), async || {
+                fleet.kept_by_redis(replica).await
+            });
+            assert!(kept.await, "replica {}: {}", replica.index, fleet.logs());
+        }
         fleet
+    }
+
+    /// Whether `replica`'s claims are kept where its mode keeps them: with vouched
+    /// claims, every shard's by Redis (`/readyz`'s `claim_path`); any other mode is.
+    async fn kept_by_redis(&self, replica: &Replica) -> bool {
+        let url = format!("{}/readyz", replica.admin_url());
+        let Ok(answer) = self.http.get(url).send().await else {
+            return false;
+        };
+        let body: serde_json::Value = answer.json().await.unwrap_or_default();
+        let path = &body["claim_path"];
+        let shards = path["shards"].as_array().cloned().unwrap_or_default();
+        match path["mode"].as_str() {
+            Some("vouched") => shards.iter().all(|s| s["claims"] == "kept_by_redis"),
+            // The previous release may not say: its claims are written through.
+            _ => true,
+        }
     }
 
     /// HAProxy's answer to a GET of `/v1/ping`, if any.
