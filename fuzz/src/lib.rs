@@ -4,6 +4,7 @@
 use arbitrary::{Result, Unstructured};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
+use idemgate::idempotency::stored::TraceOrigin;
 use idemgate::idempotency::StoredResponse;
 
 /// Header names a real response carries, so that most generated headers are valid.
@@ -28,12 +29,14 @@ pub fn stored_response(u: &mut Unstructured) -> Result<StoredResponse> {
     } else {
         Vec::new()
     };
+    // The execution's trace, as a record written while spans are exported keeps it.
+    let origin = u.arbitrary::<Option<([u8; 16], [u8; 8])>>()?;
     Ok(StoredResponse {
         status,
         headers,
         body,
         trailers,
-        origin: None,
+        origin: origin.map(TraceOrigin::from),
     })
 }
 
