@@ -47,7 +47,8 @@ fn resendable(completer: bool, request: &Identified, peer: IpAddr) -> Resendable
     let mut kept = ResendableRequest::new(&request.parts, &request.body, peer);
     // Where spans are exported, the kept request names this call (its claim's span) as
     // its `traceparent`: the completer's span links to it.
-    if let Some(this) = context::current_traceparent() {
+    if let Some(this) = context::current_traceparent(context::is_traced(&request.parts.extensions))
+    {
         kept.headers
             .retain(|(name, _)| name != context::TRACEPARENT);
         kept.headers.push((context::TRACEPARENT, this));

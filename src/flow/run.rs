@@ -176,7 +176,7 @@ pub async fn run(
     );
     // The execution a replay of this answer links to: the request's span (or the
     // completer's), current here.
-    let origin = context::current_origin().map(TraceOrigin::from);
+    let origin = context::current_origin(traced).map(TraceOrigin::from);
     let ran = in_span!(
         traced.then(|| phase!("settle")),
         settle_answer(&app, &route, lease, answer, origin, is_grpc, runner, live)
@@ -265,6 +265,7 @@ async fn call(
     answering: &mut Answering<'_>,
 ) -> Result<Buffered, UpstreamError> {
     let max_response = app.config.server.max_response_body.as_u64();
+    let traced = context::is_traced(&parts.extensions);
     parts
         .headers
         .insert(FENCING_TOKEN, HeaderValue::from(lease.fence()));
@@ -292,7 +293,7 @@ async fn call(
         let mut head =
             StoredResponse::from_upstream(answer.status(), answer.headers(), Bytes::new());
         // What a joiner links to (its head is a replay's): this execution.
-        head.origin = context::current_origin().map(TraceOrigin::from);
+        head.origin = context::current_origin(traced).map(TraceOrigin::from);
         if let Some(name) = &route.policy.settings.expires_header.0 {
             Expiry::after(route.policy.settings.ttl).stamp(&mut head, name);
         }

@@ -161,11 +161,11 @@ pub fn ids(span: &Span) -> Option<(opentelemetry::TraceId, opentelemetry::SpanId
     sc.is_valid().then(|| (sc.trace_id(), sc.span_id()))
 }
 
-/// The current span's trace and span ids as bytes, while spans are exported: the
-/// origin a stored response keeps of the execution that produced it. (The current span
-/// is not even looked up otherwise.)
-pub fn current_origin() -> Option<([u8; 16], [u8; 8])> {
-    if !exporting() {
+/// The current span's trace and span ids as bytes, in a `traced` request ([`Traced`]):
+/// the origin a stored response keeps of the execution that produced it. (The current
+/// span is not even looked up otherwise.)
+pub fn current_origin(traced: bool) -> Option<([u8; 16], [u8; 8])> {
+    if !traced {
         return None;
     }
     ids(&Span::current()).map(|(trace, span)| (trace.to_bytes(), span.to_bytes()))
@@ -189,11 +189,11 @@ pub fn link_replay(span: &Span, (trace_id, span_id): ([u8; 16], [u8; 8])) {
     span.set_attribute("idempotency.replay_of", trace_id.to_string());
 }
 
-/// The current span's context as a `traceparent` value, when it is exported: what a
-/// kept request carries (for the completer to link to the call it sends again). (The
-/// current span is not even looked up while nothing is exported.)
-pub fn current_traceparent() -> Option<http::HeaderValue> {
-    let span = exporting().then(Span::current).filter(traced)?;
+/// The current span's context as a `traceparent` value, in a `traced` request
+/// ([`Traced`]): what a kept request carries (for the completer to link to the call it
+/// sends again). (The current span is not even looked up otherwise.)
+pub fn current_traceparent(traced_request: bool) -> Option<http::HeaderValue> {
+    let span = traced_request.then(Span::current).filter(traced)?;
     let mut headers = HeaderMap::new();
     let cx = span.context();
     TraceContextPropagator::new().inject_context(&cx, &mut HeaderInjector(&mut headers));
