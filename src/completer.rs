@@ -21,7 +21,6 @@
 
 use std::sync::Arc;
 
-use tracing::instrument::WithSubscriber as _;
 use tracing::Instrument;
 
 use crate::app::App;
@@ -141,10 +140,7 @@ pub async fn attempt_all(app: &Arc<App>, found: Found) -> PassReport {
                     key_hash = %abandoned.id.short(), attempt = abandoned.attempt)
             });
             let attempt = attempt(app.clone(), abandoned).instrument(span);
-            match telemetry::dispatch::exporter() {
-                Some(exporter) => (app.tasks).spawn(attempt.with_subscriber(exporter.clone())),
-                None => (app.tasks).spawn(attempt),
-            }
+            (app.tasks).spawn(telemetry::dispatch::under_exporter(attempt))
         })
         .collect();
     for done in attempts {

@@ -12,7 +12,6 @@ use std::time::Instant;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::response::Response;
 use http::HeaderValue;
-use tracing::instrument::WithSubscriber as _;
 use tracing::Instrument;
 
 use super::AppState;
@@ -59,7 +58,7 @@ pub async fn handle(
             Some(exporter) => {
                 let serving = flow::serve(&app, peer, request, &mut trace);
                 let serving = serving.instrument(span.clone());
-                Box::pin(serving.with_subscriber(exporter.clone())).await
+                Box::pin(telemetry::dispatch::Under::new(serving, Some(exporter))).await
             }
             None => {
                 (flow::serve(&app, peer, request, &mut trace))
