@@ -783,17 +783,28 @@ def traced_env(ratio):
 def render_tracing(rows):
     """Each traced row against its row with tracing off (run just before it): the gateway's
     CPU per request and throughput as ratios."""
-    pairs = [(s["id"], s["traced_of"]) for s in SCENARIOS if s.get("traced_of") and s["id"] in rows
-             and s["traced_of"] in rows]
+    pairs = twin_pairs(rows, "traced_of")
     if not pairs:
         return []
     out = ["| tracing on, this row / the row with it off | gateway CPU µs/req | gateway CPU | req/s "
            "| receiver CPU µs/req |", "|---|---:|---:|---:|---:|"]
     for now, then in pairs:
-        gw = (row_cpu(rows, now, ("gw",)), row_cpu(rows, then, ("gw",)))
-        out.append(f"| {now} | {gw[0]:.1f} / {gw[1]:.1f} | {ratio_cell(*gw)} | "
-                   f"{ratio_cell(row_rps(rows, now), row_rps(rows, then))} | {row_cpu(rows, now, ('otlp',)):.1f} |")
+        out.append(f"| {now} | {pair_cells(rows, now, then)} | {row_cpu(rows, now, ('otlp',)):.1f} |")
     return out + [""]
+
+
+def twin_pairs(rows, link):
+    """(row, its twin) for every measured row whose scenario names a measured twin under
+    `link` ("traced_of", "base_of")."""
+    return [(s["id"], s[link]) for s in SCENARIOS if s.get(link) and s["id"] in rows and s[link] in rows]
+
+
+def pair_cells(rows, now, then):
+    """The cells every table of twins starts with: the gateway's CPU per request of both
+    rows, its ratio, and the ratio of their throughput."""
+    gw = (row_cpu(rows, now, ("gw",)), row_cpu(rows, then, ("gw",)))
+    return (f"{gw[0]:.1f} / {gw[1]:.1f} | {ratio_cell(*gw)} | "
+            f"{ratio_cell(row_rps(rows, now), row_rps(rows, then))}")
 
 
 SCENARIOS = [t for s in SCENARIOS for t in ([s] + (traced_twins(s) if s["id"] in TRACE_ROWS else []))]
@@ -966,6 +977,11 @@ def run_scenario(s, results):
             data, row["per_request"] = perf_record(s, target, gws if s["profile"] is True else [], results)
             if data:
                 row["perf_data"] = str(data)
+        if gws:
+            row["gateway_panics"] = gateway_panics(n)
+            if row["gateway_panics"]:
+                log(f"\n!!! WARNING: {s['id']}: the gateway panicked {row['gateway_panics']} times "
+                    f"(.state/bench/raw/gw-*.log)\n")
         if gws and is_vouched(s.get("env")):
             # Over the measured runs (what the CPU figures are of), and over the replicas' whole
             # life (warm-up and perf run included).
@@ -978,6 +994,18 @@ def run_scenario(s, results):
         if s.get("sync_off"):
             psql("ALTER SYSTEM RESET synchronous_commit")
             psql("SELECT pg_reload_conf()")
+
+
+def gateway_panics(n):
+    """Panics in the logs of replicas 1..n since they last started: one in a task of its
+    own (a claim, a call) changes no answer the load sees, so it is counted here."""
+    count = 0
+    for i in range(1, n + 1):
+        path = RAW / f"gw-{i}.log"
+        if path.exists():
+            text = path.read_text(errors="replace")
+            count += text[max(text.rfind(f"starting gw-{i} ----"), 0):].count("panicked at")
+    return count
 
 
 # --- latency at a fixed rate --------------------------------------------------
@@ -1519,6 +1547,8 @@ def render_durable(rows, results):
                     over.append(f"{pid} round {k}: {r['p99_ms'] - d['p99_ms']:.1f} ms")
         out.append(f"- No round of any latency path with an added p99 above 10 ms: "
                    + (ok(True) if not over else f"**missed** ({'; '.join(over)})"))
+    panics = [f"{rid}: {r['gateway_panics']}" for rid, r in rows.items() if r.get("gateway_panics")]
+    out.append("- No gateway panic in any row: " + (ok(True) if not panics else f"**missed** ({'; '.join(panics)})"))
     out.append(f"- Soak (30 minutes, mixed, through HAProxy and two replicas, the reaper running): `make soak`, "
                f"[BENCHMARKS.md, Soak](BENCHMARKS.md#soak)")
     return out + [""] + render_statements(rows)
@@ -1837,8 +1867,7 @@ def render_base(rows, results):
     and Postgres' CPU per request as ratios of this tree's to the release's; a pair where
     this tree's gateway costs more than BASE_MAX_CPU times the release's is a regression
     (said disturbed where other processes used more than OTHER_MAX cores in either row)."""
-    pairs = [(s["base_of"], s["id"]) for s in SCENARIOS if s.get("base_of") and s["id"] in rows
-             and s["base_of"] in rows]
+    pairs = [(now, base) for base, now in twin_pairs(rows, "base_of")]
     if not pairs:
         return []
     commit = (results.get("settings", {}).get("base") or {}).get("commit", BASE_COMMIT)
@@ -1853,8 +1882,7 @@ def render_base(rows, results):
         verdict = f"**yes** (+{(gw[0] / gw[1] - 1) * 100:.0f}%)" if worse else "no"
         if any(max(x["cpu_cores"].get("other", 0) for x in rows[r]["runs"]) > OTHER_MAX for r in (now, then)):
             verdict += " (**disturbed**: other processes above OTHER_MAX)"
-        out.append(f"| {now} | {gw[0]:.1f} / {gw[1]:.1f} | {ratio_cell(*gw)} | "
-                   f"{ratio_cell(row_rps(rows, now), row_rps(rows, then))} | "
+        out.append(f"| {now} | {pair_cells(rows, now, then)} | "
                    f"{ratio_cell(row_cpu(rows, now, redis), row_cpu(rows, then, redis))} | "
                    f"{ratio_cell(row_cpu(rows, now, pg), row_cpu(rows, then, pg))} | {verdict} |")
     return out + [""]
@@ -2103,6 +2131,10 @@ def main():
                 log("starting the Patroni set (etcd, 3 nodes, idemgate-fleet bench start patroni)")
                 fleet("start", "patroni")
             run_scenario(s, results)
+            # The last release's claim script rewrites this tree's warmth markers as new (in
+            # its own format): the later rows' slots would be cold (lookups in when_cold rows).
+            if s.get("base_of"):
+                fleet("rewarm")
             # So is the Patroni set (its patroni loops and etcd would count in other rows).
             if s.get("patroni") and not any(t.get("patroni") for t in chosen[k + 1:]):
                 fleet("stop", "patroni")

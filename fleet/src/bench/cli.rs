@@ -16,6 +16,8 @@
 //!                                              `patroni` = etcd and every node)
 //! bench patroni-replication sync|async         switch the running Patroni set
 //! bench seed-postgres RECORDS                  fill the records table (seeded.rs)
+//! bench rewarm                                 every warmth marker of the bench's Redis
+//!                                              two days old again (durable_redis.rs)
 //! bench down                                   stop everything
 //! bench ps                                     running parts and pids, as JSON
 //! bench h2c-load URL unique|replay ...         the h2c rows' load client (h2c_load.rs)
@@ -143,6 +145,7 @@ fn run(bench: &Bench, args: &[String]) -> Result<(), String> {
             n.parse()
                 .map_err(|_| format!("records must be a number (got '{n}')"))?,
         )?,
+        ("rewarm", _) => bench.rewarm()?,
         ("start", Some("upstream")) => bench.start_upstream()?,
         ("start", Some("nginx")) => bench.start_nginx()?,
         ("start", Some("peer")) => bench.start_peer()?,
@@ -159,7 +162,7 @@ fn run(bench: &Bench, args: &[String]) -> Result<(), String> {
         ("stop", Some(_)) => bench.stop(rest),
         ("down", _) => bench.down(),
         ("ps", _) => {}
-        _ => return Err("usage: idemgate-fleet bench ports|start PART|stop NAME...|down|ps (see fleet/src/bench/cli.rs)".into()),
+        _ => return Err("usage: idemgate-fleet bench ports|start PART|stop NAME...|rewarm|down|ps (see fleet/src/bench/cli.rs)".into()),
     }
     println!("{}", running_json(bench));
     Ok(())

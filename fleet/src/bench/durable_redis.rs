@@ -140,11 +140,7 @@ impl Bench {
         self.start("redis", &[ports::REDIS], &mut cmd, || {
             answers_ping(ports::REDIS)
         })?;
-        let since_ms = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH))
-            .map_err(|e| e.to_string())?
-            .as_millis()
-            - 2 * 86_400_000;
-        warm::backdate_markers(ports::REDIS, "idemgate", since_ms)?;
+        self.rewarm()?;
         warm::fill(ports::REDIS, warm::FILLER_KEYS)?;
         let resting = || busy(&cli_at(ports::REDIS, &["INFO"])).map_or(Ok(()), |w| Err(w.into()));
         wait_for("redis at rest after the fill", SYNC_TIMEOUT, resting)?;
@@ -153,6 +149,18 @@ impl Bench {
             return Err(format!("redis: BGREWRITEAOF refused: {}", reply.trim()));
         }
         wait_for("redis' AOF rewritten", SYNC_TIMEOUT, resting)
+    }
+
+    /// Every per-slot warmth marker of the primary two days old again, as this server
+    /// process' own (`bench rewarm`): after the last release's rows, whose claim script
+    /// rewrites a marker of this tree's format as new (in its own), which would leave the
+    /// later rows' slots cold.
+    pub fn rewarm(&self) -> Res {
+        let since_ms = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH))
+            .map_err(|e| e.to_string())?
+            .as_millis()
+            - 2 * 86_400_000;
+        warm::backdate_markers(ports::REDIS, "idemgate", since_ms)
     }
 
     /// The replica, waited for until it holds the primary's data set.

@@ -119,7 +119,14 @@ impl GatewayOptions {
             let nodes: Vec<String> = (ports::REDIS_CLUSTER.iter())
                 .map(|p| format!("\"redis://127.0.0.1:{p}\""))
                 .collect();
-            format!("mode = \"cluster\"\nnodes = [{}]", nodes.join(", "))
+            // A deployment of its own (its own key prefix): beside the bench's Redis and
+            // on the same Postgres, the cluster's empty slots under the same prefix would
+            // read as that Redis having lost its data, and claims would wait out the
+            // quarantine once a vouched row had kept claims in Redis alone.
+            format!(
+                "mode = \"cluster\"\nkey_prefix = \"idemgate-cluster\"\nnodes = [{}]",
+                nodes.join(", ")
+            )
         } else {
             format!("url = \"redis://127.0.0.1:{}\"", self.ports.redis)
         };
@@ -217,7 +224,8 @@ mod tests {
         let text = opts.render(false);
         assert!(
             text.contains(
-                "[redis]\nmode = \"cluster\"\nnodes = [\"redis://127.0.0.1:16391\", \
+                "[redis]\nmode = \"cluster\"\nkey_prefix = \"idemgate-cluster\"\n\
+                 nodes = [\"redis://127.0.0.1:16391\", \
              \"redis://127.0.0.1:16392\", \"redis://127.0.0.1:16393\"]\n"
             ),
             "{text}"
@@ -256,6 +264,7 @@ mod tests {
             "redis.url",
             "redis.mode",
             "redis.nodes",
+            "redis.key_prefix",
             "postgres.url",
             "routes.name",
             "routes.path_prefix",
