@@ -42,7 +42,7 @@ pub struct ConnLimits {
     stalled_at: AtomicU64,
     /// HTTP/2 answers whose bytes are still on their way.
     sending: Mutex<Vec<Arc<Sending>>>,
-    /// Wakes the driver: the connection became idle, an answer started, or it must go.
+    /// Wakes the driver: an answer started, it must go, or, told to go, it became idle.
     changed: Notify,
 }
 
@@ -215,7 +215,11 @@ impl ConnLimits {
         let idle_since = at(self.idle_since.load(Ordering::Acquire));
         if !self.leaving.load(Ordering::Acquire) {
             if !idle {
-                return Verdict::Serve(next);
+                // The end of a request does not wake the driver (on a keep-alive
+                // connection it would, at every request): it looks again within
+                // `idle_timeout` and finds since when nothing is open.
+                let look = now + self.idle_timeout;
+                return Verdict::Serve(Some(next.map_or(look, |n| n.min(look))));
             }
             let deadline = idle_since + self.idle_timeout;
             if now < deadline {
@@ -257,7 +261,11 @@ impl Drop for Open {
         let conn = &self.0;
         if conn.open.fetch_sub(1, Ordering::AcqRel) == 1 {
             conn.idle_since.store(conn.millis(), Ordering::Release);
-            conn.changed.notify_one();
+            // Only a connection told to go waits for it (to close once idle); a serving
+            // one looks in its own time ([`ConnLimits::check`]).
+            if conn.leaving.load(Ordering::Acquire) {
+                conn.changed.notify_one();
+            }
         }
     }
 }

@@ -35,8 +35,20 @@ async fn an_idle_connection_leaves_after_idle_timeout_and_not_while_a_request_is
     assert_eq!(at, conn.epoch + TICK * 5);
     let open = conn.open();
     wait(6).await;
-    assert_eq!(conn.check(), Verdict::Serve(None), "a request is open");
+    let Verdict::Serve(Some(look)) = conn.check() else {
+        panic!("a request is open: it serves on");
+    };
+    assert!(
+        look > Instant::now() + TICK * 4,
+        "it looks again within idle_timeout"
+    );
     drop(open);
+    // The end of a request wakes no driver: it finds it at its next look.
+    let woken = tokio::time::timeout(Duration::ZERO, conn.changed()).await;
+    assert!(
+        woken.is_err(),
+        "the driver was woken by the end of a request"
+    );
     wait(3).await;
     assert!(matches!(conn.check(), Verdict::Serve(Some(_))));
     wait(3).await;

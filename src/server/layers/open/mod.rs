@@ -90,15 +90,19 @@ mod tests {
         request.extensions_mut().insert(conn.clone());
         let answer = service.oneshot(request).await.unwrap();
         tokio::time::sleep(Duration::from_millis(400)).await;
-        assert_eq!(
-            conn.check(),
-            Verdict::Serve(None),
-            "its answer is still held"
+        assert!(
+            matches!(conn.check(), Verdict::Serve(_)),
+            "its answer is still held: past idle_timeout, not idle"
         );
         drop(answer);
         assert!(
             matches!(conn.check(), Verdict::Serve(Some(_))),
             "idle from now"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            matches!(conn.check(), Verdict::Leave(_)),
+            "idle for idle_timeout since its answer was dropped"
         );
     }
 }
