@@ -758,44 +758,90 @@ def base_database():
 
 SCENARIOS = [t for s in SCENARIOS for t in ([s, base_twin(s, BASE_ROWS[s["id"]])] if s["id"] in BASE_ROWS else [s])]
 
-# Tracing (`[tracing]`, docs/operations.md): each of these rows again right after it,
-# exporting spans to the launcher's receiver (`idemgate-fleet bench
-# start otlp`: it decodes every span and keeps none), with 1% of requests sampled
-# (`-traced1`) and with every request (`-traced`). Side by side with cpu_ab and callgrind:
-# loadtest/bench/results/tracing-cost.md.
-TRACE_ROWS = ("replay", "first-redis", "first")
-TRACE_SAMPLING = (("traced1", "1% of requests", 0.01), ("traced", "every request", 1.0))
-
-
-def traced_twins(s):
-    """Row s again with `[tracing]` on, at each of TRACE_SAMPLING's ratios."""
-    return [dict(s, id=f"{s['id']}-{suffix}", label=f"{s['label']}, tracing on ({what} exported)",
-                 traced_of=s["id"], sample_ratio=ratio, profile=False)
-            for suffix, what, ratio in TRACE_SAMPLING]
+# Tracing (`[tracing]`, docs/operations.md): what it costs the gateway, side by side
+# (tracing_phase, ONLY=tracing for it alone). Per path, three replicas run at once: tracing
+# off, 1% of requests sampled and every request, the two exporting to the launcher's
+# receiver (`idemgate-fleet bench start otlp`: it decodes every span and keeps none);
+# TRACE_ROUNDS rounds load each replica in turn with the rows' wrk. With cpu_ab and
+# callgrind: loadtest/bench/results/tracing-cost.md.
+TRACE_PATHS = (("replay", "replay", True), ("first-redis", "unique", False), ("first", "unique", True))
+TRACE_VARIANTS = (("off", None), ("traced1", 0.01), ("traced", 1.0))
+TRACE_ROUNDS = int(os.environ.get("TRACE_ROUNDS", "5"))
+TRACE_MAX = 1.03  # 1% sampling: at most 3% more gateway CPU per request than tracing off
 
 
 def traced_env(ratio):
-    """A traced row's `[tracing]`: the receiver, the sampling ratio."""
+    """A replica's `[tracing]`: the receiver, the sampling ratio."""
     return {"IDEMGATE__TRACING__ENDPOINT": f"http://127.0.0.1:{PORTS['otlp']}",
             "IDEMGATE__TRACING__SAMPLE_RATIO": str(ratio)}
 
 
-def render_tracing(rows):
-    """Each traced row against its row with tracing off (run just before it): the gateway's
-    CPU per request and throughput as ratios."""
-    pairs = twin_pairs(rows, "traced_of")
-    if not pairs:
+def tracing_phase(results):
+    """TRACE_ROUNDS rounds per path, each loading the replicas of TRACE_VARIANTS in turn
+    (DURATION seconds each, after a warm-up each): the loaded replica's CPU per request
+    from /proc, its req/s, and the CPU other processes used meanwhile. Ratios are taken
+    per round and their median reported, so that drift falls on every variant alike."""
+    fleet("start", "otlp")
+    out = {}
+    try:
+        for pid, mode, postgres in TRACE_PATHS:
+            envs = [traced_env(ratio) if ratio else {} for _, ratio in TRACE_VARIANTS]
+            pids = start_gateways(len(envs), "warn", per_replica=envs, postgres=postgres)
+            s = {"id": f"tracing-{pid}", "mode": mode, "target": "gw"}
+            try:
+                seed_once(s)
+                for i in range(1, len(envs) + 1):
+                    load(s, url("gw", i), wrk_args(s, f"w{i}"), WARMUP, f"{s['id']}-warmup-{i}")
+                per = {name: [] for name, _ in TRACE_VARIANTS}
+                for rnd in range(1, TRACE_ROUNDS + 1):
+                    for i, (name, _) in enumerate(TRACE_VARIANTS, 1):
+                        c0, b0 = cpu_snapshot(), cpu_of([pids[i - 1]])
+                        res = load(s, url("gw", i), wrk_args(s, f"r{rnd}-{name}"), DURATION,
+                                   f"{s['id']}-r{rnd}-{name}")
+                        c1, b1 = cpu_snapshot(), cpu_of([pids[i - 1]])
+                        wall = res["duration_us"] / 1e6
+                        ours = sum(c1.get(k, 0) - c0.get(k, 0) for k in c1 if k != "_busy") + res["wrk_cpu_s"]
+                        run = {"rps": res["rps"], "gw_us": (b1 - b0) * 1e6 / max(1, res["requests"]),
+                               "other_cores": round(((c1["_busy"] - c0["_busy"]) - ours) / wall, 3),
+                               "non_2xx": res["err_status"]}
+                        per[name].append(run)
+                        log(f"  tracing {pid} round {rnd} {name}: {run['rps']:.0f} req/s, gateway "
+                            f"{run['gw_us']:.1f} µs/request, other load {run['other_cores']:.2f} cores")
+                out[pid] = per
+            finally:
+                fleet("stop", "gateways")
+        results["tracing"] = out
+    finally:
+        fleet("stop", "otlp")
+
+
+def render_tracing(results):
+    """The tracing phase: per path, the gateway's CPU per request of each variant (median
+    over rounds) and each traced variant's ratio to tracing off (per round, median), and
+    the target of 1% sampling."""
+    phase = results.get("tracing")
+    if not phase:
         return []
-    out = ["| tracing on, this row / the row with it off | gateway CPU µs/req | gateway CPU | req/s "
-           "| receiver CPU µs/req |", "|---|---:|---:|---:|---:|"]
-    for now, then in pairs:
-        out.append(f"| {now} | {pair_cells(rows, now, then)} | {row_cpu(rows, now, ('otlp',)):.1f} |")
+    out = [f"Tracing, side by side: per path three replicas at once (tracing off; 1% sampled; every "
+           f"request exported to a local receiver), {TRACE_ROUNDS} rounds loading each in turn (wrk, "
+           f"{DURATION} s each); ratios per round, then the median over rounds.", "",
+           "| path | gateway CPU µs/req: off / 1% / every | 1% / off (rounds) | every / off | "
+           "req/s 1% / off | 1% sampling at most 1.03x |", "|---|---:|---:|---:|---:|---|"]
+    for pid, per in phase.items():
+        med = {name: statistics.median(r["gw_us"] for r in runs) for name, runs in per.items()}
+        ratio = {name: [t["gw_us"] / o["gw_us"] for t, o in zip(runs, per["off"])] for name, runs in per.items()}
+        rps = statistics.median(t["rps"] / o["rps"] for t, o in zip(per["traced1"], per["off"]))
+        one = statistics.median(ratio["traced1"])
+        out.append(f"| {pid} | {med['off']:.1f} / {med['traced1']:.1f} / {med['traced']:.1f} | "
+                   f"{one:.3f} ({', '.join(f'{x:.2f}' for x in ratio['traced1'])}) | "
+                   f"{statistics.median(ratio['traced']):.2f} | {rps:.3f} | "
+                   f"{'met' if one <= TRACE_MAX else '**missed**'} |")
     return out + [""]
 
 
 def twin_pairs(rows, link):
     """(row, its twin) for every measured row whose scenario names a measured twin under
-    `link` ("traced_of", "base_of")."""
+    `link` ("base_of")."""
     return [(s["id"], s[link]) for s in SCENARIOS if s.get(link) and s["id"] in rows and s[link] in rows]
 
 
@@ -806,8 +852,6 @@ def pair_cells(rows, now, then):
     return (f"{gw[0]:.1f} / {gw[1]:.1f} | {ratio_cell(*gw)} | "
             f"{ratio_cell(row_rps(rows, now), row_rps(rows, then))}")
 
-
-SCENARIOS = [t for s in SCENARIOS for t in ([s] + (traced_twins(s) if s["id"] in TRACE_ROWS else []))]
 
 REPLAY_PREFIX = "replay"
 SEEDED = set()  # (store, prefix): "gw", "gw-cluster" or "peer", and which replay keys it stored
@@ -905,8 +949,6 @@ def run_scenario(s, results):
             env = {**(env or {}), **patroni_env()}
         if s.get("base_of") and s.get("postgres", True):
             env = {**(env or {}), **base_env()}
-        if s.get("traced_of"):
-            env = {**(env or {}), **traced_env(s["sample_ratio"])}
         gws = start_gateways(n, s.get("log", "warn"), env, toml=s.get("toml", ""),
                              postgres=s.get("postgres", True), cluster=s.get("redis") == "cluster",
                              bin=BASE_BIN if s.get("base_of") else None)
@@ -1692,7 +1734,7 @@ def render(results):
                    f"{fmt_ms(md['lat_p99_us'])} | {hw} | {cores} | {per_req:.0f} |")
     out.append("")
     out += render_base(rows, results)
-    out += render_tracing(rows)
+    out += render_tracing(results)
     out += render_durable(rows, results)
     out += render_patroni(rows, results)
     out += render_cpu(rows)
@@ -2124,9 +2166,6 @@ def main():
             if cluster_row and "redis-shard-1" not in PARTS:
                 log("starting the Redis Cluster (3 primaries, idemgate-fleet bench start redis-cluster)")
                 fleet("start", "redis-cluster")
-            if s.get("traced_of") and "otlp" not in PARTS:
-                log("starting the trace receiver (idemgate-fleet bench start otlp)")
-                fleet("start", "otlp")
             if s.get("patroni") and "patroni-pg0" not in PARTS:
                 log("starting the Patroni set (etcd, 3 nodes, idemgate-fleet bench start patroni)")
                 fleet("start", "patroni")
@@ -2138,12 +2177,13 @@ def main():
             # So is the Patroni set (its patroni loops and etcd would count in other rows).
             if s.get("patroni") and not any(t.get("patroni") for t in chosen[k + 1:]):
                 fleet("stop", "patroni")
-            if s.get("traced_of") and not any(t.get("traced_of") for t in chosen[k + 1:]):
-                fleet("stop", "otlp")
             # The cluster runs only while its rows do (it would idle beside the other rows).
             if cluster_row and not any(t.get("redis") == "cluster" for t in chosen[k + 1:]):
                 fleet("stop", "redis-cluster")
                 SEEDED.difference_update({x for x in SEEDED if x[0] == "gw-cluster"})
+        if not ONLY or "tracing" in ONLY:
+            log(f"tracing: off, 1% and every request side by side, {TRACE_ROUNDS} rounds per path")
+            tracing_phase(results)
         if not ONLY or "latency" in ONLY:
             log(f"latency at {LAT_RATE} req/s: {LAT_ROUNDS} rounds of {LAT_DURATION} s per path")
             latency_phase(results)

@@ -45,9 +45,11 @@
 #                                 0 = an empty table
 #   PROFILE=1                     perf profiles of the replay and first-execution paths
 #   QUIET_WAIT=0                  seconds to wait for the machine to go idle before starting
+#   TRACE_ROUNDS=5                rounds of the tracing phase (off, 1%, every request side by side)
 #   OTHER_MAX=0.15 RETRIES=1      a run during which other processes used more than OTHER_MAX
 #                                 cores is repeated (at most RETRIES times), then flagged
-#   ONLY=id,id                    only these rows (ids in bench.py; "latency" for that phase);
+#   ONLY=id,id                    only these rows (ids in bench.py; "latency", "tracing" for those
+#                                 phases);
 #                                 BENCHMARKS.md is then left alone. ONLY=rolling: redis_fill
 #                                 switched replica by replica under load (only this way;
 #                                 writes loadtest/bench/results/rolling-fill.md)
