@@ -38,10 +38,7 @@ impl Services {
             RedisServer::start_with(&args)
         });
         if o.warm {
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-            let since_ms = now.unwrap().as_millis() - 2 * 86_400_000;
-            idemgate_fleet::bench::warm::backdate_markers(redis.port, "idemgate", since_ms)
-                .unwrap();
+            idemgate_fleet::bench::warm::backdate_two_days(redis.port).unwrap();
         }
         let pg = o.pg_on.then(PgServer::start);
         let upstream = Upstream::start(

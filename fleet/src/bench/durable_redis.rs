@@ -4,7 +4,7 @@
 //! acknowledges it, `WAIT 1`) and every row pays what such a Redis costs:
 //!
 //! - `redis` on [`ports::REDIS`]: every per-slot warmth marker two days in the past,
-//!   written by this server process ([`warm::backdate_markers`]), 4.3 M expiring filler
+//!   written by this server process ([`warm::backdate_two_days`]), 4.3 M expiring filler
 //!   keys ([`warm::fill`]), then its AOF rewritten (`BGREWRITEAOF`): the rows start on
 //!   a compact AOF, as a Redis that has run a while does, not in the middle of a rewrite;
 //! - `redis-replica` on [`ports::REDIS_REPLICA`]: the same arguments plus `--replicaof`,
@@ -156,11 +156,7 @@ impl Bench {
     /// rewrites a marker of this tree's format as new (in its own), which would leave the
     /// later rows' slots cold.
     pub fn rewarm(&self) -> Res {
-        let since_ms = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH))
-            .map_err(|e| e.to_string())?
-            .as_millis()
-            - 2 * 86_400_000;
-        warm::backdate_markers(ports::REDIS, "idemgate", since_ms)
+        warm::backdate_two_days(ports::REDIS)
     }
 
     /// The replica, waited for until it holds the primary's data set.

@@ -100,9 +100,7 @@ impl Bench {
         self.start("redis", &[ports::REDIS], &mut cmd, || {
             answers_ping(ports::REDIS)
         })?;
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-        let since_ms = now.map_err(|e| e.to_string())?.as_millis() - 2 * 86_400_000;
-        warm::backdate_markers(ports::REDIS, "idemgate", since_ms)
+        warm::backdate_two_days(ports::REDIS)
     }
 
     fn soak_upstream(&self) -> Res {

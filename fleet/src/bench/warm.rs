@@ -46,6 +46,14 @@ fn tags() -> Vec<String> {
     tags
 }
 
+/// Sets every slot's marker of the default key prefix on the Redis at `port` two days in
+/// the past (older than any `ttl` the bench, the soak or `cpu_ab --warm` runs).
+pub fn backdate_two_days(port: u16) -> Result<(), String> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    let since_ms = now.map_err(|e| e.to_string())?.as_millis() - 2 * 86_400_000;
+    backdate_markers(port, "idemgate", since_ms)
+}
+
 /// Sets every slot's marker on the Redis at `port` to `since_ms`, written by this
 /// server process, in one script.
 pub fn backdate_markers(port: u16, prefix: &str, since_ms: u128) -> Result<(), String> {
