@@ -533,6 +533,13 @@ def load(s, url, args, duration, tag):
     return (run_h2c if s.get("client") == "h2c" else run_wrk)(url, args, duration, tag)
 
 
+def other_cores(c0, c1, load_s, wall):
+    """Cores the machine spent between two cpu_snapshot()s on processes the bench did not
+    start: busy time minus its parts' and the load generator's (load_s CPU seconds)."""
+    ours = sum(c1.get(k, 0) - c0.get(k, 0) for k in c1 if k != "_busy") + load_s
+    return round(((c1["_busy"] - c0["_busy"]) - ours) / wall, 3)
+
+
 def run_k6(target, mode, prefix, tag, nkeys=1, path="/v1/payments", duration=None):
     out = RAW / f"k6-{tag}.json"
     env = dict(os.environ, TARGET=target, REQ_PATH=path, MODE=mode, PREFIX=prefix, NKEYS=str(nkeys), RATE=str(LAT_RATE),
@@ -553,9 +560,8 @@ def run_k6(target, mode, prefix, tag, nkeys=1, path="/v1/payments", duration=Non
     if p.returncode != 0:
         raise RuntimeError(f"k6 failed (see {RAW / f'k6-{tag}.log'})")
     res = json.loads(out.read_text())
-    ours = sum(c1.get(k, 0) - c0.get(k, 0) for k in c1 if k != "_busy") + ru.ru_utime + ru.ru_stime
     res["k6_cores"] = round((ru.ru_utime + ru.ru_stime) / wall, 3)
-    res["other_cores"] = round(((c1["_busy"] - c0["_busy"]) - ours) / wall, 3)
+    res["other_cores"] = other_cores(c0, c1, ru.ru_utime + ru.ru_stime, wall)
     return res
 
 
@@ -819,10 +825,9 @@ def trace_run(s, pid, i, gw_pid, tag):
     c0, b0 = cpu_snapshot(), cpu_of([gw_pid])
     res = load(s, url("gw", i), wrk_args(s, tag), DURATION, f"{s['id']}-{tag}")
     c1, b1 = cpu_snapshot(), cpu_of([gw_pid])
-    wall = res["duration_us"] / 1e6
-    ours = sum(c1.get(k, 0) - c0.get(k, 0) for k in c1 if k != "_busy") + res["wrk_cpu_s"]
     run = {"rps": res["rps"], "gw_us": (b1 - b0) * 1e6 / max(1, res["requests"]),
-           "other_cores": round(((c1["_busy"] - c0["_busy"]) - ours) / wall, 3), "non_2xx": res["err_status"]}
+           "other_cores": other_cores(c0, c1, res["wrk_cpu_s"], res["duration_us"] / 1e6),
+           "non_2xx": res["err_status"]}
     log(f"  tracing {pid} {tag}: {run['rps']:.0f} req/s, gateway {run['gw_us']:.1f} µs/request, "
         f"other load {run['other_cores']:.2f} cores")
     return run
@@ -853,20 +858,6 @@ def render_tracing(results):
                    f"{statistics.median(ratio['traced']):.2f} | {rps:.3f} | "
                    f"{'met' if one <= TRACE_MAX else '**missed**'} |")
     return out + [""]
-
-
-def twin_pairs(rows, link):
-    """(row, its twin) for every measured row whose scenario names a measured twin under
-    `link` ("base_of")."""
-    return [(s["id"], s[link]) for s in SCENARIOS if s.get(link) and s["id"] in rows and s[link] in rows]
-
-
-def pair_cells(rows, now, then):
-    """The cells every table of twins starts with: the gateway's CPU per request of both
-    rows, its ratio, and the ratio of their throughput."""
-    gw = (row_cpu(rows, now, ("gw",)), row_cpu(rows, then, ("gw",)))
-    return (f"{gw[0]:.1f} / {gw[1]:.1f} | {ratio_cell(*gw)} | "
-            f"{ratio_cell(row_rps(rows, now), row_rps(rows, then))}")
 
 
 REPLAY_PREFIX = "replay"
@@ -1925,7 +1916,8 @@ def render_base(rows, results):
     and Postgres' CPU per request as ratios of this tree's to the release's; a pair where
     this tree's gateway costs more than BASE_MAX_CPU times the release's is a regression
     (said disturbed where other processes used more than OTHER_MAX cores in either row)."""
-    pairs = [(now, base) for base, now in twin_pairs(rows, "base_of")]
+    pairs = [(s["base_of"], s["id"]) for s in SCENARIOS if s.get("base_of") and s["id"] in rows
+             and s["base_of"] in rows]
     if not pairs:
         return []
     commit = (results.get("settings", {}).get("base") or {}).get("commit", BASE_COMMIT)
@@ -1940,7 +1932,8 @@ def render_base(rows, results):
         verdict = f"**yes** (+{(gw[0] / gw[1] - 1) * 100:.0f}%)" if worse else "no"
         if any(max(x["cpu_cores"].get("other", 0) for x in rows[r]["runs"]) > OTHER_MAX for r in (now, then)):
             verdict += " (**disturbed**: other processes above OTHER_MAX)"
-        out.append(f"| {now} | {pair_cells(rows, now, then)} | "
+        out.append(f"| {now} | {gw[0]:.1f} / {gw[1]:.1f} | {ratio_cell(*gw)} | "
+                   f"{ratio_cell(row_rps(rows, now), row_rps(rows, then))} | "
                    f"{ratio_cell(row_cpu(rows, now, redis), row_cpu(rows, then, redis))} | "
                    f"{ratio_cell(row_cpu(rows, now, pg), row_cpu(rows, then, pg))} | {verdict} |")
     return out + [""]
