@@ -47,9 +47,9 @@ pub fn made_under<T>(make: impl FnOnce() -> T) -> T {
     }
 }
 
-/// Whether the current task runs a traced request (under the exporter's dispatcher).
+/// Whether the current task runs under the exporter's dispatcher (a traced request).
 fn in_traced() -> bool {
-    exporter().is_some() && tracing::dispatcher::get_default(|d| d.is::<ExporterMark>())
+    tracing::dispatcher::get_default(|d| d.is::<ExporterMark>())
 }
 
 pin_project_lite::pin_project! {
