@@ -1,5 +1,6 @@
-//! `serve` as a process: SIGTERM drains what is in flight then exits 0, one JSON log line
-//! per request that never holds the raw key, and a stuck stderr never stalls requests.
+//! `serve` as a process: SIGTERM drains what is in flight, closes idle keep-alive
+//! connections at once, then exits 0; one JSON log line per request that never holds the
+//! raw key, and a stuck stderr never stalls requests.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -70,6 +71,70 @@ async fn sigterm_with_a_slow_request_in_flight(keyed: bool, h2: bool) {
     assert!(
         std::net::TcpStream::connect(("127.0.0.1", listen)).is_err(),
         "no longer accepting"
+    );
+}
+
+/// Idle keep-alive connections hear of the stop at once (the driver polls its watchers
+/// only when one of them wakes it): the HTTP/1.1 one is closed, the HTTP/2 one gets
+/// `GOAWAY` and is closed, and the process exits long before `shutdown_grace` (10 s).
+#[tokio::test]
+async fn sigterm_closes_idle_keep_alive_connections_at_once() {
+    use crate::support::h2wire::{self, ACK, GOAWAY, PING};
+    use tokio::io::AsyncWriteExt;
+
+    let redis = RedisServer::start();
+    let upstream = MockUpstream::start().await;
+    let served = serve(&redis, &upstream, "", Stdio::null()).await;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], served.listen));
+    let mut h1 = tokio::net::TcpStream::connect(addr).await.unwrap();
+    h1.write_all(b"GET /v1/idle HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let (status, _) = crate::support::raw::read_response(&mut h1).await.unwrap();
+    assert_eq!(
+        status, 201,
+        "a keep-alive request answered (the upstream's status)"
+    );
+    let mut h2 = h2wire::open(addr).await;
+    let (kind, ..) = h2wire::next(&mut h2).await.expect("the server's SETTINGS");
+    assert_ne!(kind, GOAWAY);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let signalled = std::time::Instant::now();
+    sigterm(&served.child);
+    let within = Duration::from_secs(3);
+    assert!(
+        crate::support::closed_within(&mut h1, within).await,
+        "the idle HTTP/1.1 connection is closed at the stop"
+    );
+    let goaway = tokio::time::timeout(within, h2wire::goaway(&mut h2)).await;
+    assert!(
+        matches!(goaway, Ok(Some(_))),
+        "the idle HTTP/2 connection gets GOAWAY at the stop: {goaway:?}"
+    );
+    // hyper closes it once the client acknowledges its PING (the last GOAWAY's round
+    // trip) and no stream is open.
+    let acknowledged = async {
+        while let Some((kind, flags, _, payload)) = h2wire::next_flagged(&mut h2).await {
+            if kind == PING && flags & ACK == 0 {
+                let pong = h2wire::frame(PING, ACK, 0, &payload);
+                let _ = h2.write_all(&pong).await;
+            }
+        }
+    };
+    assert!(
+        tokio::time::timeout(within, acknowledged).await.is_ok(),
+        "the idle HTTP/2 connection is closed after GOAWAY"
+    );
+    let mut child = served.child;
+    let exit = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(exit.code(), Some(0));
+    assert!(
+        signalled.elapsed() < Duration::from_secs(6),
+        "exited {:?} after the signal, before shutdown_grace",
+        signalled.elapsed()
     );
 }
 
