@@ -12,6 +12,7 @@ use crate::checker::{Expect, Report};
 use crate::cluster::{Durability, Options, Stack, Topology};
 use crate::driver::{Got, KeyClass, Phase, Workload};
 use crate::harness::{finish, start};
+use idemgate::testing::store::redis::slots::Slotted;
 
 /// Exactly once only with `claims = "write_through"`; durable unless Redis-only.
 pub fn expect_for(d: Durability) -> Expect {
@@ -305,7 +306,10 @@ pub async fn markers_vouching_across(
                 break key;
             }
         };
-        if let Ok(Claim::Acquired(a)) = store.claim(&key, &fp, "probe", lease, lease, true).await {
+        if let Ok(Claim::Acquired(a)) = store
+            .claim(Slotted::new(&key), &fp, "probe", lease, lease, true)
+            .await
+        {
             claims += 1;
             if a.marker_age >= since_fault {
                 old += 1;

@@ -8,8 +8,10 @@ use fred::prelude::{Client, ClientLike, Error as FredError, Value};
 
 use super::acks::Ack;
 use super::replicas::ReplicaWait;
+use super::scripts;
+use super::slots::Slotted;
 use super::vouch::{Keeping, Vouched};
-use super::{channel, decode_record_reply, millis, Acquired, Record, RedisStore, Young};
+use super::{channel, decode_record_reply, fence_key, millis, Acquired, Record, RedisStore, Young};
 use crate::idempotency::{Claim, Fingerprint, StoredRecord};
 use crate::metrics;
 use crate::store::StoreError;
@@ -66,7 +68,7 @@ impl RedisStore {
     /// ran) and the error returned, so the caller never forwards an unclaimed request.
     pub async fn claim(
         &self,
-        key: &str,
+        Slotted { key, slot }: Slotted<'_>,
         fingerprint: &Fingerprint,
         token: &str,
         lease: Duration,
@@ -75,7 +77,7 @@ impl RedisStore {
     ) -> Result<Claim<Acquired, StoredRecord>, StoreError> {
         let sent = Claiming {
             key,
-            slot: super::slots::slot(key),
+            slot,
             fingerprint,
             token,
             lease,
@@ -175,7 +177,7 @@ impl RedisStore {
         let marked = self.epochs_written();
         let started = Instant::now();
         let client = self.inner.lanes.for_key(key);
-        let reply = self.run_claim(client, key, marker, args).await;
+        let reply = self.run_claim(client, (key, slot), marker, args).await;
         metrics::elapsed(&self.inner.ops.claim, started);
         let reply = match reply {
             Ok(v) => v,
@@ -265,18 +267,33 @@ impl RedisStore {
         )
     }
 
+    /// KEYS of the claim script for a record key: with the slot's warmth marker when
+    /// `marker` (where claims read it), and its epoch marker where `[postgres]` is
+    /// configured (then with the warmth marker too, its place taken, read or not).
+    /// `slot`: the record key's (computed once per claim).
+    pub(super) fn claim_keys(&self, key: &str, slot: u16, marker: bool) -> Vec<String> {
+        let mut keys = Vec::with_capacity(4);
+        keys.extend([key.to_string(), fence_key(key)]);
+        if marker || self.inner.epochs.is_some() {
+            keys.push(self.inner.markers.for_slot(slot).to_string());
+        }
+        if let Some(epochs) = &self.inner.epochs {
+            keys.push(epochs.markers.for_slot(slot).to_string());
+        }
+        keys
+    }
+
     /// Sends the claim script on `client`, again while its slot migrates.
     async fn run_claim(
         &self,
         client: &Client,
-        key: &str,
+        (key, slot): (&str, u16),
         marker: bool,
         args: impl Fn() -> Vec<Value>,
     ) -> Result<Value, FredError> {
         let script = &self.inner.claim;
-        let mut reply: Result<Value, FredError> = script
-            .evalsha_with_reload(client, self.claim_keys(key, marker), args())
-            .await;
+        let call = || (self.claim_keys(key, slot, marker), args());
+        let mut reply: Result<Value, FredError> = scripts::eval(script, client, call).await;
         // While its slot migrates between primaries (resharding), Redis answers
         // `-TRYAGAIN` to a script whose keys are split between the two nodes (the
         // marker already moved, the new record not there yet): the claim ran nowhere,
@@ -290,9 +307,7 @@ impl RedisStore {
             match &reply {
                 Err(e) if slot_migrating(e) => {
                     tokio::time::sleep(Duration::from_millis(pause)).await;
-                    reply = script
-                        .evalsha_with_reload(client, self.claim_keys(key, marker), args())
-                        .await;
+                    reply = scripts::eval(script, client, call).await;
                 }
                 _ => break,
             }

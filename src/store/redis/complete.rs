@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use fred::prelude::Value;
 
-use super::{channel, millis, RedisStore};
+use super::{channel, millis, scripts, RedisStore};
 use crate::idempotency::{Completion, Fingerprint};
 use crate::metrics;
 use crate::store::StoreError;
@@ -28,15 +28,17 @@ impl RedisStore {
         ttl: Duration,
         fingerprint: &Fingerprint,
     ) -> Result<Completion, StoreError> {
-        let args: Vec<Value> = vec![
-            token.into(),
-            encoded.into(),
-            millis(ttl).into(),
-            Bytes::copy_from_slice(fingerprint.as_bytes()).into(),
-            channel(key).into(),
-            self.inner.publish.into(),
-            self.inner.record_format.into(),
-        ];
+        let args = || -> Vec<Value> {
+            vec![
+                token.into(),
+                encoded.clone().into(),
+                millis(ttl).into(),
+                Bytes::copy_from_slice(fingerprint.as_bytes()).into(),
+                channel(key).into(),
+                self.inner.publish.into(),
+                self.inner.record_format.into(),
+            ]
+        };
         let started = Instant::now();
         let reply: i64 = match self
             .inner
@@ -45,9 +47,8 @@ impl RedisStore {
             .filter(|w| w.for_completions())
         {
             None => {
-                (self.inner.complete)
-                    .evalsha_with_reload(self.inner.lanes.for_key(key), key, args)
-                    .await?
+                let client = self.inner.lanes.for_key(key);
+                scripts::eval(&self.inner.complete, client, || (key, args())).await?
             }
             Some(w) => {
                 let slot = super::slots::slot(key);
@@ -56,13 +57,12 @@ impl RedisStore {
                         let shard = self.shard_of(slot);
                         (shard.name, shard.slots)
                     };
-                    (w.complete(&self.inner.complete, key, args, shard).await?).convert()?
+                    (w.complete(&self.inner.complete, key, args(), shard).await?).convert()?
                 } else {
                     // Its shard's replicas are not acknowledging (`replicas`): no WAIT.
                     metrics::redis_wait_short();
-                    (self.inner.complete)
-                        .evalsha_with_reload(self.inner.lanes.for_slot(slot), key, args)
-                        .await?
+                    let client = self.inner.lanes.for_slot(slot);
+                    scripts::eval(&self.inner.complete, client, || (key, args())).await?
                 }
             }
         };

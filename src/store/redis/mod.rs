@@ -37,6 +37,7 @@ mod peek;
 mod record_reply;
 mod release;
 pub mod replicas;
+mod scripts;
 pub mod sentinel_watch;
 mod shards;
 pub mod slots;
@@ -257,20 +258,6 @@ impl RedisStore {
         (ms != u64::MAX).then(|| i64::try_from(ms).unwrap_or(i64::MAX))
     }
 
-    /// KEYS of the claim script for a record key: with the slot's warmth marker when
-    /// `marker` (where claims read it), and its epoch marker where `[postgres]` is
-    /// configured (then with the warmth marker too, its place taken, read or not).
-    fn claim_keys(&self, key: &str, marker: bool) -> Vec<String> {
-        let mut keys = vec![key.to_string(), fence_key(key)];
-        if marker || self.inner.epochs.is_some() {
-            keys.push(self.inner.markers.for_key(key).to_string());
-        }
-        if let Some(epochs) = &self.inner.epochs {
-            keys.push(epochs.markers.for_key(key).to_string());
-        }
-        keys
-    }
-
     /// For one record key, the keys and channels each script is given (KEYS, and the
     /// channel it publishes on), built by the same functions the calls use: every one
     /// must be in the record's slot.
@@ -279,7 +266,7 @@ impl RedisStore {
         let with_channel = vec![key.to_string(), channel(key)];
         let with_live = vec![key.to_string(), live::live_key(key), channel(key)];
         vec![
-            ("claim", self.claim_keys(key, true)),
+            ("claim", self.claim_keys(key, slots::slot(key), true)),
             ("complete", with_channel.clone()),
             ("release", with_live.clone()),
             ("peek", one.clone()),

@@ -19,6 +19,23 @@ pub fn slot(key: &str) -> u16 {
     fred::util::redis_keyslot(key.as_bytes())
 }
 
+/// A key with its hash slot, computed once for all who need it (CRC16 of a record key's
+/// 64-character tag).
+#[derive(Debug, Clone, Copy)]
+pub struct Slotted<'a> {
+    pub key: &'a str,
+    pub slot: u16,
+}
+
+impl<'a> Slotted<'a> {
+    pub fn new(key: &'a str) -> Self {
+        Self {
+            key,
+            slot: slot(key),
+        }
+    }
+}
+
 /// For every slot, the shortest hex tag (by counting up) whose slot it is. Found once
 /// per process, in a few milliseconds.
 fn tags() -> &'static [String] {
@@ -60,7 +77,12 @@ impl SlotMarkers {
 
     /// The marker in the slot of `record_key`.
     pub fn for_key(&self, record_key: &str) -> &str {
-        &self.keys[usize::from(slot(record_key))]
+        self.for_slot(slot(record_key))
+    }
+
+    /// The marker in `slot`.
+    pub fn for_slot(&self, slot: u16) -> &str {
+        &self.keys[usize::from(slot)]
     }
 
     /// Every marker, by slot.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::super::lease::{Held, Lease};
 use super::super::postgres::claim_asks::{ClaimAsk, ResendableRow};
 use super::super::postgres::{Found, PgClaim};
-use super::super::redis::slots::slot;
+use super::super::redis::slots::{slot, Slotted};
 use super::super::redis::vouch::Vouched;
 use super::super::StoreError;
 use super::settle::{binding, lease_ref};
@@ -69,14 +69,16 @@ impl Stores {
         };
         // The fallback is boxed: rare, and inline it would grow the future of every
         // claim, which is moved several times on its way through the task.
-        if self.0.breaker.any_open() && self.0.breaker.is_open(slot(&ask.redis_key)) {
+        let key = Slotted::new(&ask.redis_key);
+        let slot = key.slot;
+        if self.0.breaker.any_open() && self.0.breaker.is_open(slot) {
             return Box::pin(self.fallback(route, ask, StoreError::RedisDown)).await;
         }
         let policy = &route.policy;
         let (write_through, fence_ttl) = self.fencing(policy);
         let claimed = (self.0.redis)
             .claim(
-                &ask.redis_key,
+                key,
                 &fingerprint,
                 &ask.token,
                 policy.settings.lock_ttl,
@@ -87,7 +89,7 @@ impl Stores {
             )
             .await;
         if claimed.is_ok() {
-            self.0.breaker.answered(slot(&ask.redis_key));
+            self.0.breaker.answered(slot);
         }
         match claimed {
             Ok(Claim::Acquired(acquired)) => {
@@ -109,18 +111,18 @@ impl Stores {
             Err(e @ StoreError::Unavailable(_)) => {
                 // Not cold by itself: only a claim the fallback takes in Postgres
                 // leaves Redis lacking a record (its slot is marked there).
-                self.trip(slot(&ask.redis_key), &e);
+                self.trip(slot, &e);
                 Box::pin(self.fallback(route, ask, e)).await
             }
             // A Redis that answers with an error (OOM, READONLY...) or slowly is still
             // the authority: this request fails, claims stay in Redis; unless its shard
             // has answered nothing at all for a while (see `breaker`).
             Err(e @ StoreError::Timeout) => {
-                self.timed_out(slot(&ask.redis_key), &e);
+                self.timed_out(slot, &e);
                 Err(e)
             }
             Err(e) => {
-                self.0.breaker.answered(slot(&ask.redis_key));
+                self.0.breaker.answered(slot);
                 Err(e)
             }
         }

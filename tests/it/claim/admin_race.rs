@@ -16,6 +16,7 @@ use crate::support::{
     config, eventually, problem_code, read, until_rows, MockUpstream, PgServer, RedisServer,
     TestApp,
 };
+use idemgate::testing::store::redis::slots::Slotted;
 
 /// The record, scope and fingerprint of `app.post(key, "{}")` on the test route.
 fn target(raw_key: &str) -> (Scope, RecordId, Fingerprint) {
@@ -79,7 +80,7 @@ async fn redis_invalidate_keeps_a_live_lease_unless_forced() {
     );
 
     let claim = store
-        .claim(&k, &fp, "holder", LEASE, LEASE, true)
+        .claim(Slotted::new(&k), &fp, "holder", LEASE, LEASE, true)
         .await
         .unwrap();
     assert!(matches!(claim, Claim::Acquired(_)), "{claim:?}");
@@ -95,7 +96,7 @@ async fn redis_invalidate_keeps_a_live_lease_unless_forced() {
         .expect("the lease is still there");
     assert!(!held.completed);
     let duplicate = store
-        .claim(&k, &fp, "dup", LEASE, LEASE, true)
+        .claim(Slotted::new(&k), &fp, "dup", LEASE, LEASE, true)
         .await
         .unwrap();
     assert!(matches!(duplicate, Claim::InFlight { .. }), "{duplicate:?}");
@@ -108,7 +109,7 @@ async fn redis_invalidate_keeps_a_live_lease_unless_forced() {
 
     // Completed records go without force.
     let claim = store
-        .claim(&k, &fp, "next", LEASE, LEASE, true)
+        .claim(Slotted::new(&k), &fp, "next", LEASE, LEASE, true)
         .await
         .unwrap();
     assert!(matches!(claim, Claim::Acquired(_)), "{claim:?}");
@@ -293,7 +294,7 @@ async fn an_admin_delete_keeps_a_claim_that_lands_during_the_call() {
         "the admin call never reached Postgres"
     );
     let claim = store
-        .claim(&k, &fp, "other-replica", LEASE, LEASE, true)
+        .claim(Slotted::new(&k), &fp, "other-replica", LEASE, LEASE, true)
         .await;
     assert!(matches!(claim.unwrap(), Claim::Acquired(_)));
     tx.rollback().await.unwrap();

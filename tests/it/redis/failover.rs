@@ -24,6 +24,7 @@ use idemgate::testing::store::RedisStore;
 use super::until_replicated;
 use crate::support::holdproxy::HoldProxy;
 use crate::support::{eventually, RedisServer, LEASE};
+use idemgate::testing::store::redis::slots::Slotted;
 
 /// A primary and a replica that replicates through a hold proxy.
 pub(crate) struct Pair {
@@ -106,7 +107,11 @@ pub(crate) async fn acquire(
     fp: &Fingerprint,
     token: &str,
 ) -> Acquired {
-    match store.claim(k, fp, token, LEASE, LEASE, true).await.unwrap() {
+    match store
+        .claim(Slotted::new(k), fp, token, LEASE, LEASE, true)
+        .await
+        .unwrap()
+    {
         Claim::Acquired(a) => a,
         other => panic!("not acquired: {other:?}"),
     }

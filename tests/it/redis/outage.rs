@@ -1,4 +1,5 @@
-//! Redis unreachable or slow: 503 and nothing forwarded; then recovery.
+//! Redis unreachable or slow: 503 and nothing forwarded; then recovery. Redis without its
+//! scripts: they are loaded again.
 
 use std::time::{Duration, Instant};
 
@@ -96,4 +97,37 @@ async fn healthz_is_up_whatever_redis_does() {
     assert_eq!(ready.status(), 200);
     redis.stop();
     assert_eq!(app.client.get(&url).send().await.unwrap().status(), 200);
+}
+
+/// A Redis that lost its scripts (`SCRIPT FLUSH`, as a restart or a promoted replica
+/// does) while a call runs: its completion loads the script and runs again, the retry
+/// replays it, and the next claim loads its own; nothing runs twice.
+#[tokio::test]
+async fn scripts_flushed_mid_call_are_loaded_again_by_the_completion_and_the_next_claim() {
+    let (redis, upstream, app) = stack("").await;
+    let admin = redis.client().await;
+    upstream.set_delay(Duration::from_millis(600));
+    let first = tokio::spawn(app.post("flushed", "{}").send());
+    upstream.until_executions(1).await;
+    let _: Value = admin
+        .custom(fred::cmd!("SCRIPT"), vec!["FLUSH"])
+        .await
+        .unwrap();
+    let (status, headers, body) = read(first.await.unwrap().unwrap()).await;
+    assert_eq!(status, 201);
+    assert_eq!(headers["idempotent-replayed"], "false");
+    upstream.set_delay(Duration::ZERO);
+    let _: Value = admin
+        .custom(fred::cmd!("SCRIPT"), vec!["FLUSH"])
+        .await
+        .unwrap();
+    let (status, headers, again) = read(app.post("flushed", "{}").send().await.unwrap()).await;
+    assert_eq!(
+        (status, &headers["idempotent-replayed"]),
+        (201, &"true".parse().unwrap())
+    );
+    assert_eq!(again, body, "the stored answer, byte for byte");
+    let next = app.post("after-flush", "{}").send().await.unwrap();
+    assert_eq!(next.status(), 201);
+    assert_eq!(upstream.executions(), 2, "each key ran once");
 }

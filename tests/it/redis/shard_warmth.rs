@@ -14,6 +14,7 @@ use rand::Rng;
 use super::{cluster_config, record_key, sentinel_config, until_replicated};
 use crate::support::redis::backdate_markers;
 use crate::support::{eventually, read, until_rows, MockUpstream, PgServer, RedisServer, TestApp};
+use idemgate::testing::store::redis::slots::Slotted;
 
 const TWO_DAYS: Duration = Duration::from_secs(48 * 3600);
 
@@ -349,7 +350,7 @@ async fn the_marker_vouches_only_in_the_process_that_wrote_it() {
     let age = |store: RedisStore, key: String| async move {
         let lease = Duration::from_secs(30);
         match store
-            .claim(&key, &fp, "t", lease, lease, true)
+            .claim(Slotted::new(&key), &fp, "t", lease, lease, true)
             .await
             .unwrap()
         {
