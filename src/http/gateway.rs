@@ -60,10 +60,11 @@ pub async fn handle(
                 let serving = serving.instrument(span.clone());
                 Box::pin(telemetry::dispatch::Under::new(serving, Some(exporter))).await
             }
+            // Boxed too: axum moves the handler's future three times on its way to
+            // hyper (into its box among them); boxed, the flow's (KiBs) moves once.
             None => {
-                (flow::serve(&app, peer, request, &mut trace))
-                    .instrument(span.clone())
-                    .await
+                let serving = flow::serve(&app, peer, request, &mut trace);
+                Box::pin(serving.instrument(span.clone())).await
             }
         }
         .unwrap_or_else(|refused| grpc::render(problem(refused), is_grpc)),
