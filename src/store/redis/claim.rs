@@ -324,11 +324,13 @@ impl RedisStore {
         let slow = e.kind() == &fred::error::ErrorKind::Timeout && client.is_connected();
         let (client, script) = (client.clone(), self.inner.release.clone());
         let publish = self.inner.publish;
-        let args = vec![token.to_string(), channel(key), publish.to_string()];
-        let key = key.to_string();
+        let (key, token) = (key.to_string(), token.to_string());
         tokio::spawn(async move {
-            let released: Result<i64, FredError> =
-                script.evalsha_with_reload(&client, key, args).await;
+            let call = || {
+                let args = vec![token.clone(), channel(&key), publish.to_string()];
+                (key.clone(), args)
+            };
+            let released: Result<i64, FredError> = scripts::eval(&script, &client, call).await;
             if let Err(e) = released {
                 tracing::debug!(error = %e, "could not release a claim of unknown outcome");
             }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use fred::prelude::Value;
 
-use super::{millis, RedisStore};
+use super::{millis, scripts, RedisStore};
 use crate::idempotency::Fingerprint;
 use crate::metrics;
 use crate::store::StoreError;
@@ -27,17 +27,19 @@ impl RedisStore {
         fence: i64,
     ) -> Result<bool, StoreError> {
         let started = Instant::now();
-        let mut args: Vec<Value> = vec![token.into(), millis(lease).into()];
-        if self.inner.vouch.is_some() {
-            args.push(Bytes::copy_from_slice(fingerprint.as_bytes()).into());
-            args.push(fence.to_string().into());
-            args.push(self.inner.record_format.into());
-            let remember = self.inner.vouch.as_ref().map_or(0, |v| millis(v.remember));
-            args.push(remember.into());
-        }
-        let reply: i64 = (self.inner.extend)
-            .evalsha_with_reload(self.inner.lanes.for_key(key), key, args)
-            .await?;
+        let args = || -> Vec<Value> {
+            let mut args: Vec<Value> = vec![token.into(), millis(lease).into()];
+            if self.inner.vouch.is_some() {
+                args.push(Bytes::copy_from_slice(fingerprint.as_bytes()).into());
+                args.push(fence.to_string().into());
+                args.push(self.inner.record_format.into());
+                let remember = self.inner.vouch.as_ref().map_or(0, |v| millis(v.remember));
+                args.push(remember.into());
+            }
+            args
+        };
+        let client = self.inner.lanes.for_key(key);
+        let reply: i64 = scripts::eval(&self.inner.extend, client, || (key, args())).await?;
         metrics::elapsed(&self.inner.ops.extend, started);
         if reply == 2 {
             metrics::lease_written_back();

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use fred::prelude::{PubsubInterface, Value};
 use fred::types::scripts::Script;
 
-use super::RedisStore;
+use super::{scripts, RedisStore};
 use crate::metrics;
 use crate::store::StoreError;
 
@@ -35,9 +35,13 @@ impl RedisStore {
         let script = Script::from_lua(super::record_script!("invalidate"));
         let started = Instant::now();
         let force = if force { "1" } else { "0" };
-        let keys = vec![key.to_string(), super::live::live_key(key)];
-        let reply: Value =
-            (script.evalsha_with_reload(self.inner.lanes.for_key(key), keys, vec![force])).await?;
+        let call = || {
+            (
+                vec![key.to_string(), super::live::live_key(key)],
+                vec![force],
+            )
+        };
+        let reply: Value = scripts::eval(&script, self.inner.lanes.for_key(key), call).await?;
         metrics::elapsed(&self.inner.ops.invalidate, started);
         decode_invalidate_reply(reply)
     }

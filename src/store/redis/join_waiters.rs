@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use fred::prelude::{SortedSetsInterface, Value};
 
-use super::{millis, waiters_key, RedisStore};
+use super::{millis, scripts, waiters_key, RedisStore};
 use crate::store::StoreError;
 
 impl RedisStore {
@@ -20,10 +20,12 @@ impl RedisStore {
         id: &str,
         lifetime: Duration,
     ) -> Result<bool, StoreError> {
-        let args: Vec<Value> = vec![i64::from(max).into(), id.into(), millis(lifetime).into()];
-        let reply: i64 = (self.inner.join_waiters)
-            .evalsha_with_reload(self.inner.lanes.for_key(key), waiters_key(key), args)
-            .await?;
+        let call = || -> (String, Vec<Value>) {
+            let args = vec![i64::from(max).into(), id.into(), millis(lifetime).into()];
+            (waiters_key(key), args)
+        };
+        let client = self.inner.lanes.for_key(key);
+        let reply: i64 = scripts::eval(&self.inner.join_waiters, client, call).await?;
         Ok(reply == 1)
     }
 

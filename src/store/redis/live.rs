@@ -18,7 +18,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use fred::prelude::{PubsubInterface, Value};
 
-use super::{channel, millis, RedisStore};
+use super::{channel, millis, scripts, RedisStore};
 use crate::store::StoreError;
 
 /// What [`RedisStore::live_append`] did.
@@ -83,20 +83,22 @@ impl RedisStore {
         ttl: Duration,
         entries: &[Entry],
     ) -> Result<Appended, StoreError> {
-        let mut args: Vec<Value> = Vec::with_capacity(4 + 2 * entries.len());
-        args.push(token.into());
-        args.push(millis(ttl).into());
-        args.push(channel(key).into());
-        args.push(self.inner.publish.into());
-        for entry in entries {
-            let (name, value) = entry.field();
-            args.push(name.into());
-            args.push(value.into());
-        }
-        let keys = vec![key.to_string(), live_key(key)];
-        let reply: i64 = (self.inner.live)
-            .evalsha_with_reload(self.inner.lanes.for_key(key), keys, args)
-            .await?;
+        let args = || -> Vec<Value> {
+            let mut args: Vec<Value> = Vec::with_capacity(4 + 2 * entries.len());
+            args.push(token.into());
+            args.push(millis(ttl).into());
+            args.push(channel(key).into());
+            args.push(self.inner.publish.into());
+            for entry in entries {
+                let (name, value) = entry.field();
+                args.push(name.into());
+                args.push(value.into());
+            }
+            args
+        };
+        let call = || (vec![key.to_string(), live_key(key)], args());
+        let client = self.inner.lanes.for_key(key);
+        let reply: i64 = scripts::eval(&self.inner.live, client, call).await?;
         Ok(match reply {
             1 => Appended::Written,
             2 => Appended::Nobody,

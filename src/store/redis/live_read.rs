@@ -5,7 +5,7 @@
 use fred::prelude::Value;
 
 use super::live::{live_key, Entry};
-use super::RedisStore;
+use super::{scripts, RedisStore};
 use crate::store::StoreError;
 
 /// What a read of a live stream found ([`RedisStore::live_read`]).
@@ -82,15 +82,16 @@ impl RedisStore {
         after: Option<&str>,
         count: u64,
     ) -> Result<LiveRead, StoreError> {
-        let keys = vec![key.to_string(), live_key(key)];
-        let args: Vec<Value> = vec![
-            owner.unwrap_or("").into(),
-            after.unwrap_or("-").into(),
-            i64::try_from(count).unwrap_or(i64::MAX).into(),
-        ];
-        let reply: Value = (self.inner.live_read)
-            .evalsha_with_reload(self.inner.lanes.for_key(key), keys, args)
-            .await?;
+        let args = || -> Vec<Value> {
+            vec![
+                owner.unwrap_or("").into(),
+                after.unwrap_or("-").into(),
+                i64::try_from(count).unwrap_or(i64::MAX).into(),
+            ]
+        };
+        let call = || (vec![key.to_string(), live_key(key)], args());
+        let client = self.inner.lanes.for_key(key);
+        let reply: Value = scripts::eval(&self.inner.live_read, client, call).await?;
         decode_live_read(reply)
     }
 }

@@ -12,7 +12,8 @@
 //!
 //! Every script is safe to run twice with the same arguments, because fred re-sends
 //! a command that was in flight when its connection dropped. Scripts run with
-//! `EVALSHA` and reload themselves after `NOSCRIPT` (a restarted or failed-over Redis).
+//! `EVALSHA` and reload themselves after `NOSCRIPT` (a restarted or failed-over Redis:
+//! [`scripts`]).
 //!
 //! Keys: `<prefix>:{<record id hex>}`; the braces are a Redis Cluster hash tag, so
 //! every key of one record lands in one slot, and so do its completion channel and the
@@ -348,9 +349,8 @@ impl RedisStore {
         );
         let client = self.inner.lanes.for_key(key);
         let script = Script::from_lua(INSPECT_LUA);
-        let reply: Option<(String, i64, i64)> = (script)
-            .evalsha_with_reload(client, key, Vec::<Value>::new())
-            .await?;
+        let call = || (key, Vec::<Value>::new());
+        let reply: Option<(String, i64, i64)> = scripts::eval(&script, client, call).await?;
         Ok(reply.map(|(state, ttl_ms, stored_bytes)| RedisRecord {
             completed: state == "C",
             ttl_ms,

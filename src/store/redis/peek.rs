@@ -5,7 +5,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use fred::prelude::Value;
 
-use super::{decode_record_reply, Record, RedisStore};
+use super::{decode_record_reply, scripts, Record, RedisStore};
 use crate::idempotency::Fingerprint;
 use crate::metrics;
 use crate::store::StoreError;
@@ -17,11 +17,10 @@ impl RedisStore {
     /// Reply: `{"C", encoded response, remaining ms}`, `{"I", remaining ms}`, `{"M"}`,
     /// or `{"N"}` absent; decoded by [`decode_record_reply`].
     pub async fn peek(&self, key: &str, fingerprint: &Fingerprint) -> Result<Record, StoreError> {
-        let args: Vec<Value> = vec![Bytes::copy_from_slice(fingerprint.as_bytes()).into()];
+        let args = || -> Vec<Value> { vec![Bytes::copy_from_slice(fingerprint.as_bytes()).into()] };
         let started = Instant::now();
-        let reply: Value = (self.inner.peek)
-            .evalsha_with_reload(self.inner.lanes.for_key(key), key, args)
-            .await?;
+        let client = self.inner.lanes.for_key(key);
+        let reply: Value = scripts::eval(&self.inner.peek, client, || (key, args())).await?;
         metrics::elapsed(&self.inner.ops.peek, started);
         decode_record_reply("peek", reply)
     }

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::live::live_key;
-use super::{channel, RedisStore};
+use super::{channel, scripts, RedisStore};
 use crate::idempotency::Release;
 use crate::metrics;
 use crate::store::StoreError;
@@ -19,17 +19,13 @@ impl RedisStore {
     /// the live stream (fenced: only the holder's release deletes it).
     pub async fn release(&self, key: &str, token: &str) -> Result<Release, StoreError> {
         let started = Instant::now();
-        let reply: i64 = (self.inner.release)
-            .evalsha_with_reload(
-                self.inner.lanes.for_key(key),
-                vec![key.to_string(), live_key(key)],
-                vec![
-                    token.to_string(),
-                    channel(key),
-                    self.inner.publish.to_string(),
-                ],
-            )
-            .await?;
+        let call = || {
+            let keys = vec![key.to_string(), live_key(key)];
+            let publish = self.inner.publish.to_string();
+            (keys, vec![token.to_string(), channel(key), publish])
+        };
+        let client = self.inner.lanes.for_key(key);
+        let reply: i64 = scripts::eval(&self.inner.release, client, call).await?;
         metrics::elapsed(&self.inner.ops.release, started);
         Ok(match reply {
             1 => Release::Released,
