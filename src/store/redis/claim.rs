@@ -176,7 +176,7 @@ impl RedisStore {
         // cannot show lost nothing but claims Postgres arbitrates.
         let marked = self.epochs_written();
         let started = Instant::now();
-        let client = self.inner.lanes.for_key(key);
+        let client = self.inner.lanes.for_slot(slot);
         let reply = self.run_claim(client, (key, slot), marker, args).await;
         metrics::elapsed(&self.inner.ops.claim, started);
         let reply = match reply {
