@@ -49,22 +49,19 @@ pub async fn handle(
     // upstream), carries these fields under the same names.
     let id = request_id.to_str().unwrap_or("");
     let span = telemetry::context::request_span(id, &mut request);
-    // A traced request runs under the exporter's dispatcher (boxed: rare, and inline it
-    // would grow every request's future).
+    // A traced request runs under the exporter's dispatcher.
     let exporter = (telemetry::dispatch::exporter())
         .filter(|_| telemetry::context::is_traced(request.extensions()));
     let mut response = match crate::route::path::canonicalize(request.uri_mut()) {
-        Ok(()) => match exporter {
-            Some(exporter) => {
-                let serving = flow::serve(&app, peer, request, &mut trace);
-                let serving = serving.instrument(span.clone());
-                Box::pin(telemetry::dispatch::Under::new(serving, Some(exporter))).await
-            }
-            // Boxed too: axum moves the handler's future three times on its way to
-            // hyper (into its box among them); boxed, the flow's (KiBs) moves once.
-            None => {
-                let serving = flow::serve(&app, peer, request, &mut trace);
-                Box::pin(serving.instrument(span.clone())).await
+        Ok(()) => {
+            let serving = flow::serve(&app, peer, request, &mut trace).instrument(span.clone());
+            // Boxed: axum moves the handler's future three times on its way to hyper
+            // (into its box among them); boxed, the flow's (KiBs) moves once.
+            match exporter {
+                Some(exporter) => {
+                    Box::pin(telemetry::dispatch::Under::new(serving, Some(exporter))).await
+                }
+                None => Box::pin(serving).await,
             }
         }
         .unwrap_or_else(|refused| grpc::render(problem(refused), is_grpc)),
