@@ -14,7 +14,9 @@
 # Environment: STATE (.state/pglevers), PGPORT (55432), REDIS_PORT (56379), SEED_ROWS
 # (10000000), DURATION (wrk seconds, 10), RATE (k6
 # req/s, 400), LAT_DURATION (k6, 20s), CONNS (wrk connections, 32), PERF (set: `perf
-# record -g` of every Postgres process for 5 s of the wrk run, in $STATE/perf-TAG.data).
+# record -g` of every Postgres process for 5 s of the wrk run, in $STATE/perf-TAG.data),
+# REDIS_ARGS (more redis-server arguments, e.g. "--appendonly yes --appendfsync always"),
+# GW_ENV (more gateway settings, space-separated, e.g. IDEMGATE__POSTGRES__CLAIMS=vouched).
 # Runs as root: Postgres runs as the `postgres` account (setpriv).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -81,10 +83,13 @@ stat_sql="SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, n_tup_upd, n_tup_hot_upd,
 start_chain() {
   local bin=$1
   # The launcher's redis-server command line (fleet/src/serve_redis.rs), daemonized.
+  # shellcheck disable=SC2086 # REDIS_ARGS is a list of words
   "$FLEET" redis --port "$REDIS_PORT" --dir "$STATE" -- \
-    --daemonize yes --pidfile "$STATE/redis.pid" --logfile "$STATE/redis.log"
+    --daemonize yes --pidfile "$STATE/redis.pid" --logfile "$STATE/redis.log" ${REDIS_ARGS:-}
+  local env=()
+  for e in ${GW_ENV:-}; do env+=(--env "$e"); done
   "$FLEET" bench start upstream >/dev/null
-  "$FLEET" bench start gateways 1 --bin "$bin" \
+  "$FLEET" bench start gateways 1 --bin "$bin" "${env[@]}" \
     --env "IDEMGATE__REDIS__URL=redis://127.0.0.1:$REDIS_PORT" \
     --env "IDEMGATE__POSTGRES__URL=postgres://postgres@127.0.0.1:$PGPORT/idemgate" >/dev/null
 }

@@ -23,7 +23,10 @@ pub struct PostgresConfig {
     /// `target_session_attrs=read-write` only a writable one (the primary) is kept, and
     /// after a failover new connections find the new primary (a connection whose server
     /// turned read-only or is shutting down is dropped, not reused). A password here is
-    /// hidden in `check-config`, logs and `Debug` output.
+    /// hidden in `check-config`, logs and `Debug` output. Every session starts with
+    /// `plan_cache_mode = force_generic_plan` (each statement planned once per session)
+    /// and `statement_timeout`; the URL's own `options` (`options=-c
+    /// plan_cache_mode=auto`) may set the first otherwise, not the second.
     pub url: String,
     /// Connections to Postgres (per process; divided among the workers of
     /// `thread_per_core`).
