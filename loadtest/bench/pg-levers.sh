@@ -16,7 +16,9 @@
 # req/s, 400), LAT_DURATION (k6, 20s), CONNS (wrk connections, 32), PERF (set: `perf
 # record -g` of every Postgres process for 5 s of the wrk run, in $STATE/perf-TAG.data),
 # REDIS_ARGS (more redis-server arguments, e.g. "--appendonly yes --appendfsync always"),
-# GW_ENV (more gateway settings, space-separated, e.g. IDEMGATE__POSTGRES__CLAIMS=vouched).
+# GW_ENV (more gateway settings, space-separated, e.g. IDEMGATE__POSTGRES__CLAIMS=vouched),
+# WARM (set: every warmth marker of the Redis two days old once it runs, as `make bench`
+# has them: no lookup on a miss under `lookup_on_miss = "when_cold"`).
 # Runs as root: Postgres runs as the `postgres` account (setpriv).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -86,6 +88,14 @@ start_chain() {
   # shellcheck disable=SC2086 # REDIS_ARGS is a list of words
   "$FLEET" redis --port "$REDIS_PORT" --dir "$STATE" -- \
     --daemonize yes --pidfile "$STATE/redis.pid" --logfile "$STATE/redis.log" ${REDIS_ARGS:-}
+  if [ -n "${WARM:-}" ]; then
+    # Once it has loaded its AOF (`-LOADING` until then).
+    for _ in $(seq 100); do
+      [ "$(redis-cli -p "$REDIS_PORT" PING 2>/dev/null)" = PONG ] && break
+      sleep 0.1
+    done
+    "$FLEET" bench rewarm --port "$REDIS_PORT" >/dev/null
+  fi
   local env=()
   for e in ${GW_ENV:-}; do env+=(--env "$e"); done
   "$FLEET" bench start upstream >/dev/null

@@ -16,8 +16,9 @@
 //!                                              `patroni` = etcd and every node)
 //! bench patroni-replication sync|async         switch the running Patroni set
 //! bench seed-postgres RECORDS                  fill the records table (seeded.rs)
-//! bench rewarm                                 every warmth marker of the bench's Redis
-//!                                              two days old again (durable_redis.rs)
+//! bench rewarm [--port P]                      every warmth marker of the bench's Redis
+//!                                              (or the one on P) two days old again
+//!                                              (durable_redis.rs)
 //! bench down                                   stop everything
 //! bench ps                                     running parts and pids, as JSON
 //! bench h2c-load URL unique|replay ...         the h2c rows' load client (h2c_load.rs)
@@ -145,7 +146,12 @@ fn run(bench: &Bench, args: &[String]) -> Result<(), String> {
             n.parse()
                 .map_err(|_| format!("records must be a number (got '{n}')"))?,
         )?,
-        ("rewarm", _) => bench.rewarm()?,
+        ("rewarm", None) => bench.rewarm()?,
+        ("rewarm", Some("--port")) => {
+            let port = rest.get(1).and_then(|p| p.parse().ok());
+            let port = port.ok_or("rewarm --port needs a port number")?;
+            super::warm::backdate_two_days(port)?
+        }
         ("start", Some("upstream")) => bench.start_upstream()?,
         ("start", Some("nginx")) => bench.start_nginx()?,
         ("start", Some("peer")) => bench.start_peer()?,

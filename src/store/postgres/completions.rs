@@ -5,10 +5,29 @@
 
 use std::collections::HashSet;
 
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 
 use super::{CompletedRecord, PgStore};
 use crate::store::StoreError;
+
+/// The head of both statements below: the completed records, one per element of the
+/// arrays, as rows.
+macro_rules! insert_completed {
+    () => {
+        "INSERT INTO idemgate_records AS r
+                           (scope, key_hash, route, fingerprint, state, lock_token, status,
+                            headers, body, created_at, completed_at, expires_at,
+                            replay_until, origin)
+                         SELECT s, k, rt, f, 'completed', t, st, h, b, now(), now(),
+                                now() + interval '1 millisecond' * ms,
+                                now() + interval '1 millisecond' * ms, o
+                         FROM UNNEST($1::bytea[], $2::bytea[], $3::text[], $4::bytea[],
+                                     $5::text[], $6::int2[], $7::bytea[], $8::bytea[],
+                                     $9::int8[], $10::bytea[])
+                              AS u(s, k, rt, f, t, st, h, b, ms, o)"
+    };
+}
 
 /// Inserts the completed records (one per element of the arrays), or overwrites a row
 /// that is expired or leased by the same token (or whose lease ran out); returns the
@@ -23,17 +42,9 @@ use crate::store::StoreError;
 /// Redis' does: lookups and claims treat the row as gone from then on (migration 0005);
 /// a record whose expiry passed before it was written (a copy with nothing left)
 /// expires now. `origin` (`$10`, migration 0009) is the trace of the execution, or NULL.
-pub(super) const WRITE_THROUGH: &str = "INSERT INTO idemgate_records AS r
-                           (scope, key_hash, route, fingerprint, state, lock_token, status,
-                            headers, body, created_at, completed_at, expires_at,
-                            replay_until, origin)
-                         SELECT s, k, rt, f, 'completed', t, st, h, b, now(), now(),
-                                now() + interval '1 millisecond' * ms,
-                                now() + interval '1 millisecond' * ms, o
-                         FROM UNNEST($1::bytea[], $2::bytea[], $3::text[], $4::bytea[],
-                                     $5::text[], $6::int2[], $7::bytea[], $8::bytea[],
-                                     $9::int8[], $10::bytea[])
-                              AS u(s, k, rt, f, t, st, h, b, ms, o)
+pub(super) const WRITE_THROUGH: &str = concat!(
+    insert_completed!(),
+    "
                          ON CONFLICT (scope, key_hash) DO UPDATE SET
                            state = 'completed', lock_token = EXCLUDED.lock_token,
                            fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status,
@@ -51,12 +62,24 @@ pub(super) const WRITE_THROUGH: &str = "INSERT INTO idemgate_records AS r
                                 AND r.replay_until <= now())
                             OR (r.state = 'leased' AND (r.lock_token = EXCLUDED.lock_token
                                 OR r.lease_expires_at <= now()))
-                         RETURNING key_hash";
+                         RETURNING key_hash"
+);
+
+/// The completed records of claims that wrote no row (Redis held them alone), inserted
+/// as they are: their keys are expected to be free, and the statement skips the upsert's
+/// arbitration (a descent of the primary key per record to look for a conflict, and the
+/// speculative insertion's confirmation). A key that is taken after all fails the whole
+/// statement (`unique_violation`), and the batch is written by [`WRITE_THROUGH`].
+pub(super) const INSERT_NEW: &str = insert_completed!();
 
 impl PgStore {
     /// Writes completed records in one statement. A record is written when its key is
     /// free, expired, or leased by its own token; otherwise left alone (first writer
     /// wins, and a lost lease never overwrites). Returns, per record, whether it was written.
+    ///
+    /// A batch of records whose claims wrote no row ([`CompletedRecord::claimed_in_postgres`]
+    /// false for all) is first inserted as it is ([`INSERT_NEW`]); only when a key turns
+    /// out to be taken is it written again by the upsert, which decides each record.
     pub async fn complete_batch(
         &self,
         records: &[CompletedRecord],
@@ -69,6 +92,20 @@ impl PgStore {
             (a.scope.as_bytes(), a.id.as_bytes()).cmp(&(b.scope.as_bytes(), b.id.as_bytes()))
         });
         let sorted = &sorted;
+        if records.iter().all(|r| !r.claimed_in_postgres) {
+            let inserted = self
+                .timed("write_through", |client| async move {
+                    let stmt = client.prepare_cached(INSERT_NEW).await?;
+                    let columns = Columns::of(sorted);
+                    Ok(client.execute(&stmt, &columns.params()).await?)
+                })
+                .await;
+            match inserted {
+                Ok(_) => return Ok(vec![true; records.len()]),
+                Err(StoreError::Pg(e)) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {}
+                Err(e) => return Err(e),
+            }
+        }
         let written: HashSet<Vec<u8>> = self
             .timed("write_through", |client| async move {
                 let stmt = client.prepare_cached(WRITE_THROUGH).await?;
@@ -88,7 +125,7 @@ impl PgStore {
     }
 }
 
-/// The parameters of [`WRITE_THROUGH`]: one array per column, rows in the given order.
+/// The parameters of [`WRITE_THROUGH`] and [`INSERT_NEW`]: one array per column, rows in the given order.
 pub(super) struct Columns<'a> {
     scopes: Vec<&'a [u8]>,
     ids: Vec<&'a [u8]>,

@@ -79,6 +79,7 @@ impl PgStore {
                     body: Bytes::from_static(&[b'x'; 150]),
                     expiry: Expiry::after(ttl),
                     origin: None,
+                    claimed_in_postgres: true,
                 })
                 .collect();
             let explain = |sql: &str| format!("EXPLAIN (ANALYZE, BUFFERS, WAL, COSTS OFF) {sql}");

@@ -112,6 +112,13 @@ pub struct CompletedRecord {
     pub expiry: Expiry,
     /// The trace of the execution (`TraceOrigin`'s bytes; the row's `origin`).
     pub origin: Option<[u8; 24]>,
+    /// Whether its claim wrote a row to Postgres (written through, or taken there):
+    /// the completion then updates that row. Without one (a claim Redis held alone),
+    /// the key is expected to be free and the record is inserted as it is, the upsert
+    /// serving only when a row turns out to be there ([`PgStore::complete_batch`]).
+    ///
+    /// [`PgStore::complete_batch`]: super::PgStore::complete_batch
+    pub claimed_in_postgres: bool,
 }
 
 /// The `status`, `headers` and `body` columns of a response: its parts, or, when it

@@ -72,6 +72,12 @@ impl Stores {
                 body,
                 expiry,
                 origin: response.compact.origin.map(|o| o.to_bytes()),
+                claimed_in_postgres: !matches!(
+                    lease.home,
+                    Home::Redis {
+                        also_in_postgres: false
+                    }
+                ),
             }
         };
         match lease.home {

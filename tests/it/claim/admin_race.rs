@@ -194,6 +194,7 @@ fn completed(rec: RecordRef<'_>, fingerprint: Fingerprint, ttl_ms: i64) -> Compl
             ttl_ms as u64,
         )),
         origin: None,
+        claimed_in_postgres: false,
     }
 }
 

@@ -127,6 +127,7 @@ async fn fill_the_keys(s: &PgStore, fp: Fingerprint) -> Vec<i64> {
             body: bytes::Bytes::from_static(b"{}"),
             expiry: idemgate::idempotency::Expiry::within(std::time::Duration::from_millis(60_000)),
             origin: None,
+            claimed_in_postgres: true,
         })
         .collect();
     s.complete_batch(&done).await.unwrap();

@@ -55,6 +55,7 @@ async fn a_claims_completion_is_a_hot_update_and_lives_its_ttl() {
             body: bytes::Bytes::from(vec![b'x'; 150]),
             expiry: idemgate::idempotency::Expiry::within(TTL),
             origin: None,
+            claimed_in_postgres: true,
         })
         .collect();
     assert_eq!(s.complete_batch(&done).await.unwrap(), vec![true; N]);

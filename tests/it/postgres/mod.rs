@@ -1,8 +1,8 @@
 //! The Postgres tier: write-through and cold-Redis fallback, claims in Postgres, the
 //! writer, HOT updates, migrations and the reaper, stalled and silent servers, libpq
 //! high availability, where Redis and Postgres meet (split authority, tier edges),
-//! Redis filled on replay, fleets whose replicas run different claim modes, and how the
-//! sessions plan their statements.
+//! Redis filled on replay, fleets whose replicas run different claim modes, completions
+//! of claims Redis held alone, and how the sessions plan their statements.
 
 mod claims;
 mod durability;
@@ -10,6 +10,7 @@ mod failover;
 mod fill;
 mod hot;
 mod mixed_modes;
+mod new_records;
 mod ops;
 mod plans;
 mod silent;

@@ -105,6 +105,7 @@ fn record_for(scope: Scope, key: &IdempotencyKey, fp: Fingerprint, ttl_ms: i64) 
             ttl_ms as u64,
         )),
         origin: None,
+        claimed_in_postgres: false,
     }
 }
 

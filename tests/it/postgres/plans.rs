@@ -40,6 +40,7 @@ async fn plans_after_rounds(url: String, tag: &str) -> [(i64, i64); 2] {
                 body: bytes::Bytes::from_static(b"{}"),
                 expiry: Expiry::within(Duration::from_secs(3600)),
                 origin: None,
+                claimed_in_postgres: true,
             })
             .collect();
         assert_eq!(

@@ -86,5 +86,6 @@ pub fn completed(key: &str, ttl_ms: i64) -> CompletedRecord {
             ttl_ms as u64,
         )),
         origin: None,
+        claimed_in_postgres: false,
     }
 }

@@ -195,6 +195,7 @@ mod tests {
             body: Bytes::from(vec![0u8; body]),
             expiry: crate::idempotency::Expiry::within(std::time::Duration::from_millis(1)),
             origin: None,
+            claimed_in_postgres: false,
         }
     }
 
