@@ -41,8 +41,9 @@ enum Command {
     /// Delete expired records once (for cron); the server also reaps in the background.
     Reap(ConfigArg),
     /// Show how the configured Postgres runs a durable first execution's statements
-    /// (claim, write-through, lookup): EXPLAIN (ANALYZE, BUFFERS, WAL) for fresh keys,
-    /// in a transaction that is rolled back, so nothing stays written.
+    /// (claim, write-through, lookup, and the insert completing claims Redis held alone):
+    /// EXPLAIN (ANALYZE, BUFFERS, WAL) for fresh keys, in a transaction that is rolled
+    /// back, so nothing stays written.
     Explain(ExplainArgs),
     /// Ask this replica's admin listener for `/readyz`: exit 0 when ready, 1 otherwise
     /// (for a container HEALTHCHECK or an exec probe, where there is no curl).

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
 use super::claim_asks::{ClaimAsk, ClaimColumns};
-use super::completions::{Columns, WRITE_THROUGH};
+use super::completions::{Columns, INSERT_NEW, WRITE_THROUGH};
 use super::leases::CLAIM;
 use super::lookups::LOOKUP;
 use super::{CompletedRecord, PgStore};
@@ -27,7 +27,7 @@ pub const MAX_KEYS: usize = 1000;
 /// The plan of one statement: its name and `EXPLAIN`'s lines.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// `claim`, `write-through` or `lookup`.
+    /// `claim`, `write-through`, `lookup` or `insert-new`.
     pub statement: &'static str,
     pub lines: Vec<String>,
 }
@@ -35,8 +35,9 @@ pub struct Plan {
 impl PgStore {
     /// `EXPLAIN (ANALYZE, BUFFERS, WAL, COSTS OFF)` of a round of `keys` fresh keys
     /// (at most [`MAX_KEYS`]) claimed with a 30 s lease and a one-day `ttl`, completed
-    /// by the write-through (40 bytes of headers, a 150-byte body), then looked up, in
-    /// one transaction that is rolled back. The keys are random, under the scope of a
+    /// by the write-through (40 bytes of headers, a 150-byte body), then looked up, and
+    /// as many other fresh keys completed after claims Redis held alone (the plain
+    /// insert), in one transaction that is rolled back. The keys are random, under the scope of a
     /// record already in the table (a tenant's, so they land among that tenant's keys as
     /// its first executions would; a random scope on an empty table). The statements run
     /// for real, so their locks, buffers and WAL are those of the gateway's rounds; the
@@ -94,11 +95,23 @@ impl PgStore {
             let scopes = vec![&scope.as_bytes()[..]; n];
             let ids: Vec<&[u8]> = records.iter().map(|r| &r.id.as_bytes()[..]).collect();
             let lookup = tx.query(&explain(LOOKUP), &[&scopes, &ids]).await?;
+            // As many other fresh keys completed after claims Redis held alone.
+            let unclaimed: Vec<CompletedRecord> = (records.iter())
+                .map(|r| CompletedRecord {
+                    id: RecordId::from_bytes(&fresh()).expect("a SHA-256 digest is an id"),
+                    claimed_in_postgres: false,
+                    ..(*r).clone()
+                })
+                .collect();
+            let unclaimed: Vec<&CompletedRecord> = unclaimed.iter().collect();
+            let insert = Columns::of(&unclaimed);
+            let insert = tx.query(&explain(INSERT_NEW), &insert.params()).await?;
             tx.rollback().await?;
             Ok(vec![
                 Plan::of("claim", claim),
                 Plan::of("write-through", completion),
                 Plan::of("lookup", lookup),
+                Plan::of("insert-new", insert),
             ])
         })
         .await

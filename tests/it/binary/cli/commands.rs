@@ -39,7 +39,8 @@ async fn migrate_reap_and_explain_commands_work_and_a_newer_schema_stops_serve()
     assert!(text.contains("deleted 0"), "{text}");
 
     // `explain` runs the gateway's own statements for real (4 keys claimed, completed by
-    // the write-through, looked up), then rolls them back.
+    // the write-through, looked up; 4 more inserted as completions of claims Redis held
+    // alone), then rolls them back.
     let (code, text) = run(&["explain", "--keys", "4"]);
     assert_eq!(code, 0, "{text}");
     let section = |name: &str| {
@@ -71,6 +72,10 @@ async fn migrate_reap_and_explain_commands_work_and_a_newer_schema_stops_serve()
         "{lookup}"
     );
     assert!(lookup.contains("rows=1 loops=4"), "{lookup}");
+    // The completions of claims Redis held alone: inserted, no conflict arbitration.
+    let insert = section("insert-new");
+    assert!(insert.contains("Insert on idemgate_records"), "{insert}");
+    assert!(!insert.contains("Conflict"), "{insert}");
     assert_eq!(pg.count("true").await, 0, "explain left rows behind");
     let (code, text) = run(&["explain", "--keys", "0"]);
     assert_eq!(code, 2, "{text}");
