@@ -1,5 +1,6 @@
 //! The settle phase: a lease holder's heartbeat, its completion (compare-and-set in
-//! its home tier, then write-through) and its release.
+//! its home tier, then write-through; both at once where the claim was written
+//! through) and its release.
 
 use std::time::{Duration, Instant};
 
@@ -50,7 +51,8 @@ impl Stores {
 
     /// Settles a lease with a response, kept until `expiry` in every tier:
     /// compare-and-set in its home tier, then write-through to Postgres before the
-    /// caller answers.
+    /// caller answers (both at once where the claim was written through: Postgres
+    /// decides then).
     pub(crate) async fn complete(
         &self,
         lease: &Held,
@@ -108,22 +110,50 @@ impl Stores {
                     },
                     _ => None,
                 };
-                let in_redis = self.complete_in_redis(lease, encoded, expiry).await;
                 if let Some(durable) = durable_first {
+                    let in_redis = self.complete_in_redis(lease, encoded, expiry).await;
                     return (self.reconcile(lease, also_in_postgres, in_redis, durable)).await;
                 }
-                // Lost in Redis: with claims only in Redis, the other holder's answer is
-                // the one to keep. With claims written through, Postgres is the
-                // authority: its token check decides (another request may have taken
-                // the Redis key only because Redis lost ours).
-                if matches!(in_redis, Ok(Completion::LeaseLost)) && !also_in_postgres {
+                (self.complete_in_tiers(lease, encoded, expiry, also_in_postgres, record)).await
+            }
+        }
+    }
+
+    /// The completion of a lease held in Redis: Redis and then Postgres where Redis held
+    /// the claim alone, both at once where the claim was written through.
+    async fn complete_in_tiers(
+        &self,
+        lease: &Held,
+        encoded: &Bytes,
+        expiry: Expiry,
+        also_in_postgres: bool,
+        record: impl FnOnce() -> CompletedRecord,
+    ) -> Result<Completion, StoreError> {
+        match &self.0.postgres {
+            // Claims written through: Postgres is the authority, its token check
+            // decides whatever Redis answers (another request may have taken the
+            // Redis key only because Redis lost ours). So both tiers take the
+            // record at once, and the answer waits for the slower of the two,
+            // not for one after the other.
+            Some(pg) if also_in_postgres => {
+                let (in_redis, durable) = tokio::join!(
+                    self.complete_in_redis(lease, encoded, expiry),
+                    pg.writer.write(record())
+                );
+                (self.reconcile(lease, true, in_redis, durable)).await
+            }
+            pg => {
+                let in_redis = self.complete_in_redis(lease, encoded, expiry).await;
+                // Lost in Redis, where claims are held: the other holder's
+                // answer is the one to keep.
+                if matches!(in_redis, Ok(Completion::LeaseLost)) {
                     return in_redis;
                 }
-                let Some(pg) = &self.0.postgres else {
+                let Some(pg) = pg else {
                     return in_redis;
                 };
                 let durable = pg.writer.write(record()).await;
-                (self.reconcile(lease, also_in_postgres, in_redis, durable)).await
+                (self.reconcile(lease, false, in_redis, durable)).await
             }
         }
     }

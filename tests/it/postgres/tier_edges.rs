@@ -212,3 +212,33 @@ async fn tiers_that_disagree_are_counted() {
     });
     assert!(counted, "counted in /metrics");
 }
+
+/// With claims written through, Postgres decides who holds a key, so a completion is
+/// written to both tiers at once: a Redis that stops taking writes while the upstream
+/// answers does not hold the durable copy back, and the answer waits for both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_written_through_completion_reaches_postgres_while_redis_takes_no_writes() {
+    let (redis, pg, upstream, app) = durable_stack("", "").await;
+    upstream.set_delay(Duration::from_millis(500));
+    let started = Instant::now();
+    let first = tokio::spawn(app.post("both-tiers", "{}").send());
+    upstream.until_executions(1).await;
+    redis.cli(&["CLIENT", "PAUSE", "2500", "WRITE"]);
+    let in_postgres = eventually(Duration::from_millis(1500), async || {
+        pg.count("state = 'completed'").await == 1
+    })
+    .await;
+    assert!(
+        in_postgres,
+        "postgres took the record while redis took no writes ({:?} in)",
+        started.elapsed()
+    );
+    let (status, _, body) = read(first.await.unwrap().unwrap()).await;
+    assert_eq!(status, 201);
+    redis.cli(&["CLIENT", "UNPAUSE"]);
+    let replayed = replays_within(&app, "both-tiers", "{}", Duration::from_secs(5)).await;
+    assert!(replayed, "a retry is a replay");
+    let (_, _, again) = read(app.post("both-tiers", "{}").send().await.unwrap()).await;
+    assert_eq!(again, body, "the stored answer, byte for byte");
+    assert_eq!(upstream.executions(), 1);
+}
