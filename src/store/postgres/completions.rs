@@ -125,7 +125,8 @@ impl PgStore {
     }
 }
 
-/// The parameters of [`WRITE_THROUGH`] and [`INSERT_NEW`]: one array per column, rows in the given order.
+/// The parameters of [`WRITE_THROUGH`] and [`INSERT_NEW`]: one array per column, rows in
+/// the given order.
 pub(super) struct Columns<'a> {
     scopes: Vec<&'a [u8]>,
     ids: Vec<&'a [u8]>,

@@ -37,11 +37,11 @@ impl PgStore {
     /// (at most [`MAX_KEYS`]) claimed with a 30 s lease and a one-day `ttl`, completed
     /// by the write-through (40 bytes of headers, a 150-byte body), then looked up, and
     /// as many other fresh keys completed after claims Redis held alone (the plain
-    /// insert), in one transaction that is rolled back. The keys are random, under the scope of a
-    /// record already in the table (a tenant's, so they land among that tenant's keys as
-    /// its first executions would; a random scope on an empty table). The statements run
-    /// for real, so their locks, buffers and WAL are those of the gateway's rounds; the
-    /// plans come back in that order.
+    /// insert), in one transaction that is rolled back. The keys are random, under the
+    /// scope of a record already in the table (a tenant's, so they land among that
+    /// tenant's keys as its first executions would; a random scope on an empty table).
+    /// The statements run for real, so their locks, buffers and WAL are those of the
+    /// gateway's rounds; the plans come back in that order.
     pub async fn explain_first_execution(&self, keys: usize) -> Result<Vec<Plan>, StoreError> {
         let n = keys.clamp(1, MAX_KEYS);
         // Keys spread over the key space as the gateway's SHA-256 ids are.

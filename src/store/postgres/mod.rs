@@ -275,12 +275,8 @@ impl PgStore {
 fn session_options(given: Option<&str>, statement_timeout: Duration) -> String {
     let ms = statement_timeout.as_millis().max(1);
     let given = given.map(str::trim).filter(|g| !g.is_empty());
-    match given {
-        Some(given) => {
-            format!("-c plan_cache_mode=force_generic_plan {given} -c statement_timeout={ms}")
-        }
-        None => format!("-c plan_cache_mode=force_generic_plan -c statement_timeout={ms}"),
-    }
+    let given = given.map_or(String::new(), |g| format!("{g} "));
+    format!("-c plan_cache_mode=force_generic_plan {given}-c statement_timeout={ms}")
 }
 
 /// The client's deadline for a statement: the server's, plus a quarter of it (at least

@@ -7,24 +7,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::join_all;
-use idemgate::config::PostgresConfig;
 use idemgate::testing::store::postgres::{CompletedRecord, PgClaim};
 use idemgate::testing::store::PgStore;
 
-use crate::support::records::{completed, fingerprint, id, rec};
+use crate::support::records::{completed, fingerprint, id, migrated_store, rec};
 use crate::support::{PgServer, LEASE};
-
-/// A migrated store of `sessions` sessions.
-async fn store(pg: &PgServer, sessions: usize) -> PgStore {
-    let s = PgStore::new(&PostgresConfig {
-        url: pg.url(),
-        pool_size: sessions,
-        ..PostgresConfig::default()
-    })
-    .unwrap();
-    s.migrate().await.unwrap();
-    s
-}
 
 /// The record of `key` completed by `token` with `body`, its claim held by Redis alone.
 fn new_record(key: &str, token: &str, body: &'static [u8]) -> CompletedRecord {
@@ -63,7 +50,7 @@ async fn runs(s: &PgStore) -> (i64, i64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn new_keys_are_inserted_in_one_statement_and_a_taken_one_goes_through_the_upsert() {
     let pg = PgServer::start();
-    let s = store(&pg, 1).await;
+    let s = migrated_store(pg.url(), 1).await;
     let batch: Vec<_> = (0..5)
         .map(|i| new_record(&format!("new-{i}"), "t", b"first"))
         .collect();
@@ -114,7 +101,7 @@ async fn new_keys_are_inserted_in_one_statement_and_a_taken_one_goes_through_the
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_batches_of_the_same_new_keys_write_each_key_once() {
     let pg = PgServer::start();
-    let s = store(&pg, 4).await;
+    let s = migrated_store(pg.url(), 4).await;
     const KEYS: usize = 24;
     const WRITERS: usize = 4;
     let bodies: [&'static [u8]; WRITERS] = [b"w0", b"w1", b"w2", b"w3"];

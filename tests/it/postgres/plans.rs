@@ -3,14 +3,9 @@
 //! (`plan_cache_mode = auto`) it kept planning every round anew. A URL that sets
 //! `plan_cache_mode` in its `options` keeps its own.
 
-use std::time::Duration;
-
-use idemgate::config::PostgresConfig;
-use idemgate::idempotency::Expiry;
 use idemgate::testing::store::postgres::CompletedRecord;
-use idemgate::testing::store::PgStore;
 
-use crate::support::records::{fingerprint, id, rec, scope};
+use crate::support::records::{completed, migrated_store, rec};
 use crate::support::PgServer;
 
 /// Rounds of the write-through and of the lookup, each of a different size.
@@ -20,27 +15,13 @@ const ROUNDS: usize = 8;
 /// 1 to 8 records and as many lookups; then `(generic, custom)` plans of the
 /// write-through's statement and of the lookup's, on that session.
 async fn plans_after_rounds(url: String, tag: &str) -> [(i64, i64); 2] {
-    let s = PgStore::new(&PostgresConfig {
-        url,
-        pool_size: 1,
-        ..PostgresConfig::default()
-    })
-    .unwrap();
-    s.migrate().await.unwrap();
+    let s = migrated_store(url, 1).await;
     for round in 0..ROUNDS {
         let done: Vec<CompletedRecord> = (0..=round)
             .map(|i| CompletedRecord {
-                scope: scope(),
-                id: id(&format!("{tag}-{round}-{i}")),
-                route: "payments".into(),
-                fingerprint: fingerprint("{}"),
                 token: format!("t-{round}-{i}"),
-                status: 201,
-                headers: bytes::Bytes::from_static(b"\x00\x00"),
-                body: bytes::Bytes::from_static(b"{}"),
-                expiry: Expiry::within(Duration::from_secs(3600)),
-                origin: None,
                 claimed_in_postgres: true,
+                ..completed(&format!("{tag}-{round}-{i}"), 3_600_000)
             })
             .collect();
         assert_eq!(

@@ -31,6 +31,19 @@ pub fn store_at(url: String, statement_timeout: Duration) -> PgStore {
     .unwrap()
 }
 
+/// A migrated store on `url` of `sessions` pooled sessions (one: every statement goes
+/// to the same session, whose prepared statements a test can then read).
+pub async fn migrated_store(url: String, sessions: usize) -> PgStore {
+    let s = PgStore::new(&PostgresConfig {
+        url,
+        pool_size: sessions,
+        ..PostgresConfig::default()
+    })
+    .unwrap();
+    s.migrate().await.unwrap();
+    s
+}
+
 /// The scope every record here lives in: route "payments", no tenant.
 pub fn scope() -> Scope {
     Scope::anonymous("payments", &[http::header::AUTHORIZATION], None)
