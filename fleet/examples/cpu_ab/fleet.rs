@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use idemgate_fleet::bench::durable_redis;
 use idemgate_fleet::{free_port, http_status, PgServer, RedisServer, Replica, Upstream};
 
 use crate::options::Options;
@@ -37,6 +38,18 @@ impl Services {
             args.extend(["--replicaof", "127.0.0.1", &port]);
             RedisServer::start_with(&args)
         });
+        // Vouched claims ask the replica for every round: a round sent while it still
+        // synchronises comes back short and the shard writes its claims through until
+        // the probe sees the replica again, so the first round would measure that.
+        if let Some(replica) = &replica {
+            let in_sync = || durable_redis::replicated(redis.port, replica.port);
+            durable_redis::wait_for(
+                "redis replica in sync",
+                durable_redis::SYNC_TIMEOUT,
+                in_sync,
+            )
+            .unwrap();
+        }
         if o.warm {
             idemgate_fleet::bench::warm::backdate_two_days(redis.port).unwrap();
         }

@@ -33,7 +33,7 @@ use crate::redis::{
 pub const REPLICA: &str = "redis-replica";
 
 /// How long the replica may take to copy, load and rewrite the primary's data set.
-const SYNC_TIMEOUT: Duration = Duration::from_secs(240);
+pub const SYNC_TIMEOUT: Duration = Duration::from_secs(240);
 
 /// Whether part `name` is the bench's Redis or its replica (`redis` names both).
 pub fn is_part(name: &str) -> bool {
@@ -64,9 +64,9 @@ fn busy(info: &str) -> Option<&'static str> {
     .find_map(|(f, what)| on(f).then_some(what))
 }
 
-/// `Ok` once primary and replica hold the same data and rest; else what is missing.
-fn replicated() -> Result<(), String> {
-    let (p, r) = (ports::REDIS, ports::REDIS_REPLICA);
+/// `Ok` once the primary on port `p` and its replica on port `r` hold the same data
+/// and rest; else what is missing.
+pub fn replicated(p: u16, r: u16) -> Result<(), String> {
     let (primary, replica) = (cli_at(p, &["INFO"]), cli_at(r, &["INFO"]));
     if field(&primary, "connected_slaves") != Some("1") {
         return Err("the primary counts no replica (connected_slaves)".into());
@@ -93,7 +93,7 @@ fn replicated() -> Result<(), String> {
 }
 
 /// Polls `check` every 100 ms until it is `Ok`; after `timeout`, its last complaint.
-fn wait_for(what: &str, timeout: Duration, check: impl Fn() -> Result<(), String>) -> Res {
+pub fn wait_for(what: &str, timeout: Duration, check: impl Fn() -> Result<(), String>) -> Res {
     let deadline = Instant::now() + timeout;
     loop {
         match check() {
@@ -165,7 +165,8 @@ impl Bench {
         let mut cmd = replica_command(&self.fresh_dir(REPLICA)?);
         // It answers `-LOADING` while it loads the primary's snapshot: up once it listens.
         self.start(REPLICA, &[port], &mut cmd, || port_open(port))?;
-        wait_for("redis replica in sync", SYNC_TIMEOUT, replicated)
+        let in_sync = || replicated(ports::REDIS, port);
+        wait_for("redis replica in sync", SYNC_TIMEOUT, in_sync)
             .map_err(|e| format!("{e}; see {}", self.log(REPLICA).display()))?;
         eprintln!(
             "==> redis replica in sync on {port} ({} keys)",

@@ -32,7 +32,7 @@
 
 mod cli;
 mod cluster;
-mod durable_redis;
+pub mod durable_redis;
 mod gateway_config;
 mod h2c_load;
 mod parts;
