@@ -4,9 +4,13 @@
 //! [`lookups`](super::lookups) and the [`writer`](super::writer) differ only in what a
 //! round takes ([`Batch::pick`]) and how it runs and answers ([`Batch::run`]).
 //!
-//! A round does not wait for more jobs: it takes what is queued when the task gets to
-//! it, so a lone request pays no delay, and under load rounds grow by themselves. The
-//! channel holds four rounds' worth; more callers wait to queue.
+//! A round does not wait for more jobs on a timer: it takes what is queued when the
+//! task gets to it, so a lone request pays no delay, and under load rounds grow by
+//! themselves. Before it takes them, the task yields to the runtime
+//! [`GATHER_YIELDS`] times: the callers woken together with it (the answers that came
+//! in while the last statement ran) queue their jobs first, so they share its round
+//! instead of waiting for, and committing, one of their own. The channel holds four
+//! rounds' worth; more callers wait to queue.
 //!
 //! A failed statement fails every job of its round: [`shared`] is how its one error
 //! reaches each caller.
@@ -18,6 +22,13 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use crate::store::StoreError;
+
+/// How often the task yields before it takes a round: each yield lets the tasks ready
+/// on the runtime run first. Two, measured side by side on the bench's durable fleet:
+/// one left rounds smaller (0.32 against 0.26 commits per write-through first
+/// execution, 0.45 with none), and a timer of 300 µs to 1.5 ms saved no more and cost
+/// latency and throughput.
+pub(super) const GATHER_YIELDS: usize = 2;
 
 /// One kind of batched statement: what a round takes, and how it runs.
 pub(super) trait Batch: Send + 'static {
@@ -82,6 +93,9 @@ async fn gather<B: Batch>(
         if carry.is_empty() && rx.recv_many(&mut carry, batch_max).await == 0 {
             return;
         }
+        for _ in 0..GATHER_YIELDS {
+            tokio::task::yield_now().await;
+        }
         while carry.len() < batch_max {
             match rx.try_recv() {
                 Ok(job) => carry.push(job),
@@ -113,4 +127,73 @@ pub(super) fn shared(e: StoreError, n: usize) -> Vec<StoreError> {
             _ => StoreError::PgShared(e.clone()),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use tokio::sync::Notify;
+
+    /// Records each round; a round's statement runs until the test lets it answer.
+    struct Gated {
+        rounds: Arc<Mutex<Vec<Vec<u32>>>>,
+        answer: Arc<Notify>,
+    }
+
+    impl Batch for Gated {
+        type Job = u32;
+
+        fn pick(&mut self, mut queued: Vec<u32>, max: usize) -> (Vec<u32>, Vec<u32>) {
+            let rest = queued.split_off(queued.len().min(max));
+            (queued, rest)
+        }
+
+        async fn run(&mut self, round: Vec<u32>) -> Vec<u32> {
+            self.rounds.lock().unwrap().push(round);
+            self.answer.notified().await;
+            Vec::new()
+        }
+    }
+
+    async fn settle() {
+        for _ in 0..16 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// The callers woken in the same turn as the task (their upstream answers came in
+    /// while the last statement ran) share the round of the job that queued during it.
+    #[tokio::test(flavor = "current_thread")]
+    async fn callers_woken_with_the_task_share_its_next_round() {
+        let rounds = Arc::new(Mutex::new(Vec::new()));
+        let answer = Arc::new(Notify::new());
+        let batch = Gated {
+            rounds: rounds.clone(),
+            answer: answer.clone(),
+        };
+        let batcher = Batcher::spawn(batch, 16);
+        batcher.send(1).await.unwrap();
+        settle().await;
+        // Round [1] runs; job 2 queues meanwhile, and four callers wait for their answers.
+        batcher.send(2).await.unwrap();
+        let answered = Arc::new(Notify::new());
+        for job in 3..=6 {
+            let (batcher, answered) = (batcher.clone(), answered.clone());
+            tokio::spawn(async move {
+                answered.notified().await;
+                batcher.send(job).await.unwrap();
+            });
+        }
+        settle().await;
+        // Round [1]'s statement answers, and in the same turn the four callers' answers come
+        // in: the task is woken first.
+        answer.notify_one();
+        answered.notify_waiters();
+        settle().await;
+        answer.notify_one();
+        settle().await;
+        assert_eq!(*rounds.lock().unwrap(), vec![vec![1], vec![2, 3, 4, 5, 6]]);
+        assert_eq!(batcher.statements(), 2);
+    }
 }
