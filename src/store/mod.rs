@@ -17,6 +17,23 @@ pub use self::postgres::PgStore;
 pub use self::redis::RedisStore;
 pub use self::tiers::Stores;
 
+/// How often a task that takes rounds (the Postgres batches, the `WAIT` rounds of
+/// vouched claims) yields before it takes one: each yield lets the tasks ready on the
+/// runtime run first. Two, measured side by side: one left Postgres' rounds smaller
+/// (0.32 against 0.26 commits per write-through first execution, 0.45 with none), and
+/// a timer of 300 µs to 1.5 ms saved no more and cost latency and throughput.
+const ROUND_YIELDS: usize = 2;
+
+/// Lets the callers woken in the same turn as a round's task (answers that came in
+/// while its last round ran) queue before it takes the next round, so that they share
+/// it instead of waiting for, and paying, a round of their own. No timer, no wake-up
+/// of another thread: a lone caller waits for [`ROUND_YIELDS`] turns of the runtime.
+pub(crate) async fn let_woken_callers_queue() {
+    for _ in 0..ROUND_YIELDS {
+        tokio::task::yield_now().await;
+    }
+}
+
 /// Why a store call failed. A timed-out call has an unknown outcome: the caller must
 /// assume the command may have run.
 #[derive(Debug, thiserror::Error)]

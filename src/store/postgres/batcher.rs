@@ -5,12 +5,12 @@
 //! round takes ([`Batch::pick`]) and how it runs and answers ([`Batch::run`]).
 //!
 //! A round does not wait for more jobs on a timer: it takes what is queued when the
-//! task gets to it, so a lone request pays no delay, and under load rounds grow by
-//! themselves. Before it takes them, the task yields to the runtime
-//! [`GATHER_YIELDS`] times: the callers woken together with it (the answers that came
-//! in while the last statement ran) queue their jobs first, so they share its round
-//! instead of waiting for, and committing, one of their own. The channel holds four
-//! rounds' worth; more callers wait to queue.
+//! task gets to it, so a lone request waits for no timer, and under load rounds grow by
+//! themselves. Before it takes them, the callers woken together with the task (answers
+//! that came in while the last statement ran) queue first
+//! ([`crate::store::let_woken_callers_queue`]), so they share its round instead of
+//! committing one of their own. The channel holds four rounds' worth; more callers wait
+//! to queue.
 //!
 //! A failed statement fails every job of its round: [`shared`] is how its one error
 //! reaches each caller.
@@ -22,13 +22,6 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use crate::store::StoreError;
-
-/// How often the task yields before it takes a round: each yield lets the tasks ready
-/// on the runtime run first. Two, measured side by side on the bench's durable fleet:
-/// one left rounds smaller (0.32 against 0.26 commits per write-through first
-/// execution, 0.45 with none), and a timer of 300 µs to 1.5 ms saved no more and cost
-/// latency and throughput.
-pub(super) const GATHER_YIELDS: usize = 2;
 
 /// One kind of batched statement: what a round takes, and how it runs.
 pub(super) trait Batch: Send + 'static {
@@ -93,9 +86,7 @@ async fn gather<B: Batch>(
         if carry.is_empty() && rx.recv_many(&mut carry, batch_max).await == 0 {
             return;
         }
-        for _ in 0..GATHER_YIELDS {
-            tokio::task::yield_now().await;
-        }
+        crate::store::let_woken_callers_queue().await;
         while carry.len() < batch_max {
             match rx.try_recv() {
                 Ok(job) => carry.push(job),

@@ -6,9 +6,11 @@
 //! the shard's `WAIT` connection after some claims were answered sits after all of them
 //! in that stream, and a `WAIT` behind it that counts a replica covers every one of them.
 //! A claim answered by its primary joins the shard's next round; the shard's driver (a
-//! task per shard, started on first use) takes the round when it has members, sends
-//! `SET <probe key>` and `WAIT 1 <redis.replica_ack_timeout>` pipelined on the `WAIT`
-//! connection, and tells every member at once. While one round is on its way, the next
+//! task per shard, started on first use) takes the round when it has members, once the
+//! claims answered in the same turn joined it
+//! ([`crate::store::let_woken_callers_queue`]), sends `SET <probe key>` and
+//! `WAIT 1 <redis.replica_ack_timeout>` pipelined on the `WAIT` connection, and tells
+//! every member at once. While one round is on its way, the next
 //! one fills: a group commit, with one wake-up per claim and a `WAIT` per round.
 //!
 //! A member that goes away leaves nothing behind: a round is a shared cell, dropped
@@ -123,6 +125,8 @@ impl RedisStore {
         let probe = self.probe_key(slot);
         loop {
             acks.wake.notified().await;
+            // Claims answered in this turn join first: one WAIT covers them all.
+            crate::store::let_woken_callers_queue().await;
             let round = {
                 let mut next = acks.next.lock().unwrap_or_else(|e| e.into_inner());
                 std::mem::replace(&mut *next, Round::new())
