@@ -19,9 +19,10 @@ pub use self::tiers::Stores;
 
 /// How often a task that takes rounds (the Postgres batches, the `WAIT` rounds of
 /// vouched claims) yields before it takes one: each yield lets the tasks ready on the
-/// runtime run first. Two, measured side by side: one left Postgres' rounds smaller
-/// (0.32 against 0.26 commits per write-through first execution, 0.45 with none), and
-/// a timer of 300 µs to 1.5 ms saved no more and cost latency and throughput.
+/// runtime run first. Two, measured side by side in one sitting: one left Postgres'
+/// rounds smaller (0.32 against 0.26 commits per write-through first execution, 0.42
+/// with none), and a timer of 300 µs to 1.5 ms saved no more and cost latency and
+/// throughput.
 const ROUND_YIELDS: usize = 2;
 
 /// Lets the callers woken in the same turn as a round's task (answers that came in

@@ -10,8 +10,8 @@
 //! claims answered in the same turn joined it
 //! ([`crate::store::let_woken_callers_queue`]), sends `SET <probe key>` and
 //! `WAIT 1 <redis.replica_ack_timeout>` pipelined on the `WAIT` connection, and tells
-//! every member at once. While one round is on its way, the next
-//! one fills: a group commit, with one wake-up per claim and a `WAIT` per round.
+//! every member at once. While one round is on its way, the next one fills: a group
+//! commit, with one wake-up per claim and a `WAIT` per round.
 //!
 //! A member that goes away leaves nothing behind: a round is a shared cell, dropped
 //! with its last holder.
