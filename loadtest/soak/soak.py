@@ -110,12 +110,19 @@ def reaped_cpu(pid):
     return (int(f[13]) + int(f[14])) / TICK
 
 
+def with_children(pid):
+    """CPU seconds so far of a process and of every child it ran, living or exited."""
+    return cpu_of([pid, *children_of(pid)]) + reaped_cpu(pid)
+
+
 def cpu(pids):
-    """CPU seconds so far of the replicas (both), Redis and Postgres (the postmaster and
-    every child, living or exited)."""
-    pg = pids["postgres"]
-    return {"gw": cpu_of([pids["gw-1"], pids["gw-2"]]), "redis": cpu_of([pids["redis"]]),
-            "pg": cpu_of([pg, *children_of(pg)]) + reaped_cpu(pg)}
+    """CPU seconds so far of the replicas (both), Redis (the primary and its replica,
+    with their AOF rewrites) and Postgres (the postmaster and every child, living or
+    exited)."""
+    redis = [pids[n] for n in ("redis", "redis-replica") if n in pids]
+    return {"gw": cpu_of([pids["gw-1"], pids["gw-2"]]),
+            "redis": sum(with_children(p) for p in redis),
+            "pg": with_children(pids["postgres"])}
 
 
 def reaped(ports):

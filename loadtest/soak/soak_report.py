@@ -167,15 +167,16 @@ def summary(r):
            f"{s['first_pct']}% first "
            f"executions (fresh keys), the rest replays of keys stored 5 s to one ttl minus a minute earlier. "
            f"Records expire after `ttl = \"{s['ttl']}\"` and the reaper runs every {s['reap_interval']}: "
-           f"the reaper deleted {series[-1]['reaped_total']:,} records during the run. Redis: warmth markers "
-           f"older than the ttl (the state production runs in). A sample every {s['interval_s']:g} s "
+           f"the reaper deleted {series[-1]['reaped_total']:,} records during the run. Redis: AOF `always` "
+           f"and one replica (as the durable default relies on it), warmth markers older than the ttl (the "
+           f"state production runs in). A sample every {s['interval_s']:g} s "
            f"(series.csv).",
            "",
            "![the soak's series over time](soak.png)",
            "",
            "CPU per first execution is the interval's CPU of each process (replays included) over its first "
-           "executions: the replicas' together, Redis', and Postgres' (the postmaster and every backend and "
-           "worker, exited ones too).",
+           "executions: the replicas' together, Redis' (the primary and its replica, with their AOF rewrites), "
+           "and Postgres' (the postmaster and every backend and worker, exited ones too).",
            "",
            "| min | req/s | p50 ms | p99 ms | CPU µs gw | CPU µs Redis | CPU µs PG | RSS gw-1 MB | RSS gw-2 MB "
            "| table MB | indexes MB | live | dead | autovacuums | reaped | Redis MB | Redis keys |",

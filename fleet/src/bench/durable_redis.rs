@@ -40,11 +40,12 @@ pub fn is_part(name: &str) -> bool {
     name == "redis" || name == REPLICA
 }
 
-/// The replica's command line: [`DURABLE_REDIS`] and `--replicaof` the primary.
-fn replica_command(dir: &std::path::Path) -> Command {
-    let mut cmd = redis_command(ports::REDIS_REPLICA, dir);
+/// The command line of a replica on `port`: [`DURABLE_REDIS`] and `--replicaof` the
+/// primary on `primary`.
+fn replica_command(dir: &std::path::Path, port: u16, primary: u16) -> Command {
+    let mut cmd = redis_command(port, dir);
     cmd.args(DURABLE_REDIS)
-        .args(["--replicaof", "127.0.0.1", &ports::REDIS.to_string()])
+        .args(["--replicaof", "127.0.0.1", &primary.to_string()])
         .args(["--daemonize", "no"]);
     cmd
 }
@@ -121,8 +122,8 @@ impl Bench {
             .inspect_err(|_| self.stop(&both))
     }
 
-    /// An emptied `.state/bench/NAME` directory.
-    fn fresh_dir(&self, name: &str) -> Result<PathBuf, String> {
+    /// An emptied `NAME` directory in this fleet's state (`.state/bench/NAME`).
+    pub(super) fn fresh_dir(&self, name: &str) -> Result<PathBuf, String> {
         let dir = self.state.join(name);
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -161,11 +162,16 @@ impl Bench {
 
     /// The replica, waited for until it holds the primary's data set.
     fn start_replica(&self) -> Res {
-        let port = ports::REDIS_REPLICA;
-        let mut cmd = replica_command(&self.fresh_dir(REPLICA)?);
+        self.start_replica_on(ports::REDIS, ports::REDIS_REPLICA)
+    }
+
+    /// A replica ([`REPLICA`]) on `port` of the primary on `primary`, waited for until it
+    /// holds the primary's data set (also the soak's).
+    pub(super) fn start_replica_on(&self, primary: u16, port: u16) -> Res {
+        let mut cmd = replica_command(&self.fresh_dir(REPLICA)?, port, primary);
         // It answers `-LOADING` while it loads the primary's snapshot: up once it listens.
         self.start(REPLICA, &[port], &mut cmd, || port_open(port))?;
-        let in_sync = || replicated(ports::REDIS, port);
+        let in_sync = || replicated(primary, port);
         wait_for("redis replica in sync", SYNC_TIMEOUT, in_sync)
             .map_err(|e| format!("{e}; see {}", self.log(REPLICA).display()))?;
         eprintln!(
@@ -189,7 +195,11 @@ mod tests {
 
     #[test]
     fn the_replica_runs_durable_and_follows_the_primary() {
-        let cmd = replica_command(std::path::Path::new("/tmp/x"));
+        let cmd = replica_command(
+            std::path::Path::new("/tmp/x"),
+            ports::REDIS_REPLICA,
+            ports::REDIS,
+        );
         let args: Vec<String> = (cmd.get_args())
             .map(|a| a.to_string_lossy().into_owned())
             .collect();

@@ -3,8 +3,10 @@
 //! of its own ([`ports`]), with its state in `.state/soak/`, so a soak can run beside
 //! `make bench`, `make chaos` and `make up`. `start` starts everything at once:
 //!
-//! - `redis`: as production runs it: no persistence, `noeviction`, every per-slot
-//!   warmth marker two days in the past (older than the soak's `ttl`; see [`super::warm`]);
+//! - `redis` and `redis-replica`: as the durable default relies on it and the bench runs
+//!   it (`appendonly yes`, `appendfsync always`, `noeviction`, one replica, each with its
+//!   AOF rewrites), every per-slot warmth marker two days in the past (older than the
+//!   soak's `ttl`; see [`super::warm`]);
 //! - `postgres`: a cluster with durable defaults (as the bench's) whose records table
 //!   already holds `SOAK_RECORDS` (default 10 million) completed records that do not
 //!   expire during the soak, copied from the bench's seeded template (seeded first if
@@ -24,13 +26,14 @@ use std::time::Duration;
 
 use super::{warm, Bench, GatewayOptions, Res};
 use crate::net::http_status;
-use crate::redis::{answers_ping, command as redis_command};
+use crate::redis::{answers_ping, command as redis_command, DURABLE_REDIS};
 
 /// The soak's loopback ports: none shared with the bench's or `make up`'s.
 pub mod ports {
     pub const UPSTREAM: u16 = 18100;
     pub const HAPROXY: u16 = 18102;
     pub const REDIS: u16 = 16490;
+    pub const REDIS_REPLICA: u16 = 16494;
     pub const POSTGRES: u16 = 15590;
     pub const REPLICAS: u16 = 2;
     /// Replica i (1-based) listens on 18110 + i, its admin listener on 18120 + i.
@@ -92,15 +95,16 @@ impl Bench {
         }
     }
 
+    /// The durable Redis and its replica, from emptied directories (with the AOF on, a
+    /// directory kept from an earlier soak would load its keys).
     fn soak_redis(&self) -> Res {
-        let dir = self.state.join("redis");
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let mut cmd = redis_command(ports::REDIS, &dir);
-        cmd.args(["--maxmemory-policy", "noeviction", "--daemonize", "no"]);
+        let mut cmd = redis_command(ports::REDIS, &self.fresh_dir("redis")?);
+        cmd.args(DURABLE_REDIS).args(["--daemonize", "no"]);
         self.start("redis", &[ports::REDIS], &mut cmd, || {
             answers_ping(ports::REDIS)
         })?;
-        warm::backdate_two_days(ports::REDIS)
+        warm::backdate_two_days(ports::REDIS)?;
+        self.start_replica_on(ports::REDIS, ports::REDIS_REPLICA)
     }
 
     fn soak_upstream(&self) -> Res {
@@ -151,11 +155,12 @@ impl Bench {
 
 fn ports_json() -> String {
     format!(
-        "{{\"upstream\": {}, \"haproxy\": {}, \"redis\": {}, \"postgres\": {}, \
-         \"gateways\": [{}, {}], \"admins\": [{}, {}]}}",
+        "{{\"upstream\": {}, \"haproxy\": {}, \"redis\": {}, \"redis_replica\": {}, \
+         \"postgres\": {}, \"gateways\": [{}, {}], \"admins\": [{}, {}]}}",
         ports::UPSTREAM,
         ports::HAPROXY,
         ports::REDIS,
+        ports::REDIS_REPLICA,
         ports::POSTGRES,
         ports::gateway(1),
         ports::gateway(2),
@@ -246,6 +251,7 @@ mod tests {
             ports::UPSTREAM,
             ports::HAPROXY,
             ports::REDIS,
+            ports::REDIS_REPLICA,
             ports::POSTGRES,
             ports::gateway(1),
             ports::gateway(2),
