@@ -39,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "bench"))
 import soak_report  # noqa: E402  (loadtest/soak/soak_report.py)
-from bench import TICK, children_of, cpu_of  # noqa: E402  (loadtest/bench/bench.py: CPU per process)
+from bench import children_of, cpu_of  # noqa: E402  (loadtest/bench/bench.py: CPU per process)
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET = Path(os.environ.get("FLEET_BIN", ROOT / "target/release/idemgate-fleet"))
@@ -100,19 +100,10 @@ def rss_mb(pid):
     return float("nan")
 
 
-def reaped_cpu(pid):
-    """user+system CPU seconds of the children a process has waited for (a postmaster's
-    exited backends and autovacuum workers): cutime + cstime."""
-    try:
-        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError):
-        return 0.0
-    return (int(f[13]) + int(f[14])) / TICK
-
-
 def with_children(pid):
-    """CPU seconds so far of a process and of every child it ran, living or exited."""
-    return cpu_of([pid, *children_of(pid)]) + reaped_cpu(pid)
+    """CPU seconds so far of a process and of every child it ran: its living children
+    listed, and the ones it reaped in its own cutime + cstime (bench.cpu_of)."""
+    return cpu_of([pid, *children_of(pid)])
 
 
 def cpu(pids):
