@@ -8,6 +8,7 @@ STATE="$ROOT/.state"
 
 # Fixed ports of the local fleet (all on 127.0.0.1).
 REDIS_PORT=6390    # REDIS=standalone
+REDIS_REPLICA_PORT=6393  # and its replica
 CLUSTER_PORTS="7001 7002 7003 7004 7005 7006"  # REDIS=cluster (bus on port+10000)
 SENTINEL_DATA_PORTS="6391 6392"                # REDIS=sentinel: primary, replica
 SENTINEL_PORTS="26381 26382 26383"             # and three sentinels

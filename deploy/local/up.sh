@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Start the local idemgate fleet on loopback (used by `make up`):
-#   redis-server    127.0.0.1:6390   no persistence, maxmemory-policy noeviction
-#                                    (REDIS=standalone, the default); or
+#   redis-server    127.0.0.1:6390   and its replica on 6393 (REDIS=standalone, the
+#                                    default), files in .state/redis*/ kept across
+#                                    `make down`; or
 #     REDIS=cluster   a Redis Cluster: six nodes on 7001..7006 (bus 17001..17006),
 #                     3 primaries with a replica each, node files in .state/redis-cluster/
 #     REDIS=sentinel  a primary (6391), a replica (6392) and three sentinels
 #                     (26381..26383, service "idemgate"), files in .state/redis-sentinel/
 #                     (the replicas get redis.mode and its nodes through IDEMGATE__REDIS__*)
+#                   every Redis data node: appendonly yes, appendfsync always, noeviction
 #   postgres 15     127.0.0.1:5490   data in .state/pg (initdb on first run, kept
 #                                    across `make down`); runs as `postgres` under root
 #                                    (data under /var/tmp if it cannot reach .state)
@@ -131,7 +133,7 @@ prom_line="  prometheus http://127.0.0.1:$PROM_PORT/targets"
 # urls "PORT PORT...": 127.0.0.1:PORT ... (the lists in lib.sh are space separated)
 urls() { local p out=""; for p in $1; do out+="${out:+ }127.0.0.1:$p"; done; echo "$out"; }
 case $REDIS in
-standalone) redis_line="  redis      redis://127.0.0.1:$REDIS_PORT" ;;
+standalone) redis_line="  redis      redis://127.0.0.1:$REDIS_PORT (replica on $REDIS_REPLICA_PORT)" ;;
 cluster) redis_line="  redis      cluster, 3 primaries + 1 replica each: $(urls "$CLUSTER_PORTS")" ;;
 sentinel) redis_line="  redis      primary + replica $(urls "$SENTINEL_DATA_PORTS"), sentinels $(urls "$SENTINEL_PORTS") (service idemgate)" ;;
 esac

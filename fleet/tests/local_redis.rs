@@ -1,7 +1,8 @@
-//! The Redis tier of `make up REDIS=cluster|sentinel` (`local::redis_tier`), started by
-//! the launcher on free ports in a temporary state directory: it serves, a second start
-//! leaves it alone, a start after a node died brings it back, another topology is
-//! refused while it runs, and the stop leaves no node running.
+//! The Redis tier of `make up REDIS=standalone|cluster|sentinel` (`local::redis_tier`),
+//! started by the launcher on free ports in a temporary state directory: it serves (the
+//! standalone pair as the default claims rely on, and with its data after a stop and a
+//! start), a second start leaves it alone, a start after a node died brings it back,
+//! another topology is refused while it runs, and the stop leaves no node running.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -32,12 +33,13 @@ fn ports(n: usize) -> Vec<u16> {
 }
 
 fn tier(root: &Path, topology: Topology) -> Tier {
-    let p = ports(12);
+    let p = ports(13);
     let mut local = Local::new(root, root, &root.join("idemgate.toml"), 1);
     local.ready_timeout = Duration::from_secs(60);
     local.redis = topology;
     local.redis_ports = RedisPorts {
         standalone: p[0],
+        standalone_replica: p[12],
         cluster: [p[1], p[2], p[3], p[4], p[5], p[6]],
         sentinel_data: [p[7], p[8]],
         sentinels: [p[9], p[10], p[11]],
@@ -158,4 +160,35 @@ fn sentinel_tier_names_its_primary_and_stops_every_node() {
     restart_refuse_stop(&mut tier, Topology::Cluster, 5, data[1]);
     let all = data.iter().chain(&sentinels);
     assert!(all.clone().all(|p| !port_open(*p)), "every node stopped");
+}
+
+#[test]
+fn standalone_tier_runs_durable_with_a_replica_and_keeps_its_data() {
+    let root = tempfile::tempdir().unwrap();
+    let mut tier = tier(root.path(), Topology::Standalone);
+    tier.0.redis_up().expect("standalone starts");
+    let ports = &tier.0.redis_ports;
+    let (primary, replica) = (ports.standalone, ports.standalone_replica);
+    for port in [primary, replica] {
+        for (name, want) in [
+            ("appendonly", "yes"),
+            ("appendfsync", "always"),
+            ("maxmemory-policy", "noeviction"),
+        ] {
+            let got = cli(port, &["CONFIG", "GET", name]);
+            assert_eq!(got.lines().nth(1), Some(want), "{port} {name}: {got}");
+        }
+    }
+    assert!(cli(replica, &["ROLE"]).starts_with("slave"));
+    assert_eq!(cli(primary, &["SET", "kept", "v"]).trim(), "OK");
+    let acked = cli(primary, &["WAIT", "1", "5000"]);
+    assert_eq!(acked.trim(), "1", "the replica acknowledges a write");
+    restart_refuse_stop(&mut tier, Topology::Cluster, 2, replica);
+    tier.0.redis_up().expect("a start after the stop");
+    assert_eq!(
+        cli(primary, &["GET", "kept"]).trim(),
+        "v",
+        "loaded from its AOF"
+    );
+    assert_eq!(cli(replica, &["ROLE"]).lines().next(), Some("slave"));
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`make soak` (run by loadtest/soak/run.sh): SOAK_MINUTES of mixed first executions and
 replays at a fixed rate through HAProxy to two gateway replicas with the durable
-defaults (Postgres write-through claims), a short ttl so the reaper deletes records
+defaults (vouched claims, looked up when cold), a short ttl so the reaper deletes records
 during the run, a records table that already holds SOAK_RECORDS records (10 million;
 they outlive the run), and a Redis whose warmth markers are older than that ttl.
 
@@ -285,7 +285,7 @@ def main():
     results = {"machine": machine(), "commit": commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "settings": {"minutes": MINUTES, "rate": RATE, "interval_s": INTERVAL, "first_pct": FIRST_PCT,
                             "ttl": TTL, "reap_interval": REAP_INTERVAL, "replicas": 2, "records": RECORDS,
-                            "claims": "write_through (default)",
+                            "claims": "vouched, lookup when_cold (defaults)",
                             "redis_fill": REDIS_FILL or "at_completion (default)",
                             "redis_warmth": "markers backdated 2 days"},
                "k6": k6, "upstream": {"executions": ledger["total"], "duplicates": ledger["duplicates"]},

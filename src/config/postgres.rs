@@ -33,10 +33,12 @@ pub struct PostgresConfig {
     pub pool_size: usize,
     /// Apply `migrations/` at `serve` start.
     pub migrate_on_start: bool,
-    /// When a Redis claim is acquired, whether to look the key up in Postgres first.
+    /// When a Redis claim is acquired, whether to look the key up in Postgres first:
+    /// `when_cold` (the default) only while Redis may lack a record, or `always`.
     pub lookup_on_miss: LookupOnMiss,
-    /// Where claims are held: `write_through` (the default) also commits each claim to
-    /// Postgres before forwarding; `redis` keeps them in Redis only (see [`ClaimDurability`]).
+    /// Where claims are held: `vouched` (the default) in Redis alone where Redis keeps
+    /// them durable and in Postgres too elsewhere; `write_through` always in Postgres
+    /// too; `redis` in Redis only (see [`ClaimDurability`]).
     pub claims: ClaimDurability,
     /// When Redis gets its copy of a completed record: `at_completion` (the default) or
     /// `on_replay` (see [`RedisFill`]).
@@ -92,8 +94,8 @@ impl Default for PostgresConfig {
             url: "postgres://postgres@127.0.0.1:5432/postgres".into(),
             pool_size: 8,
             migrate_on_start: true,
-            lookup_on_miss: LookupOnMiss::Always,
-            claims: ClaimDurability::WriteThrough,
+            lookup_on_miss: LookupOnMiss::WhenCold,
+            claims: ClaimDurability::Vouched,
             redis_fill: RedisFill::AtCompletion,
             statement_timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(2),
@@ -116,23 +118,32 @@ impl Default for PostgresConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LookupOnMiss {
-    /// Every acquired Redis claim is checked against Postgres before forwarding.
+    /// Every acquired Redis claim is checked against Postgres before forwarding (the
+    /// default before 0.6.0).
     Always,
-    /// Skip the check while Redis provably holds everything written within the longest `ttl`.
+    /// Skip the check while Redis provably holds everything written within the longest
+    /// `ttl` (the default).
     WhenCold,
 }
 
 /// `postgres.claims`: where a claim is held before the request is forwarded. Completed
 /// responses are written through to Postgres in both modes.
 ///
-/// The default is `write_through`: no request is forwarded twice for one key while its
-/// lease is valid, whatever Redis loses (a restart without persistence, a flush, an
-/// eviction, a failover that drops writes not yet replicated) or whichever replicas it is
-/// cut off from. It costs a first execution one more Postgres round trip, but concurrent
-/// claims share Postgres statements, as completions do (`postgres.batch_max`), and
-/// `redis` claims look the key up in Postgres instead: the two cost about the same (the
-/// `claims=write_through` and `claims=redis` rows of BENCHMARKS.md, "Results"). While
-/// Postgres is down, keyed requests answer 503.
+/// The default is `vouched` (since 0.6.0; `write_through` before): a claim is kept by
+/// Redis alone where Redis keeps it durable (AOF `always`, a replica's `WAIT`), as read
+/// from each primary at connect time and by every probe, and committed to Postgres
+/// otherwise, for that request: no Postgres row per first execution on a Redis run as
+/// the mode expects (docs/operations.md, "Redis tier"), the `write_through` guarantees
+/// where it is not. While Redis cannot be reached, a key Postgres does not know answers
+/// 503 (Postgres does not know the leases Redis kept).
+///
+/// `write_through` commits every claim to Postgres: no request is forwarded twice for
+/// one key while its lease is valid, whatever Redis loses (a restart without
+/// persistence, a flush, an eviction, a failover that drops writes not yet replicated)
+/// or whichever replicas it is cut off from, and claims move to Postgres while Redis is
+/// down. It costs a first execution one more Postgres round trip and a Postgres row per
+/// claim, though concurrent claims share Postgres statements, as completions do
+/// (`postgres.batch_max`). While Postgres is down, keyed requests answer 503.
 ///
 /// `redis` keeps claims in Redis only (the old default, CHANGELOG.md): keyed requests go
 /// on while Postgres is down, but a key in flight when Redis loses its claim can run a
@@ -140,17 +151,14 @@ pub enum LookupOnMiss {
 /// (docs/guarantees.md, "Guarantees, and the window of each mode"). Choose it only when
 /// serving through a Postgres outage matters more than that window.
 ///
-/// `vouched` keeps a claim in Redis alone only when Redis itself keeps it durable (AOF
-/// `always`, a replica's `WAIT`), as read from each primary at connect time and by every
-/// probe, and commits it to Postgres otherwise: no Postgres row per first execution on a
-/// Redis run as the durable mode expects, the `write_through` guarantees where it is not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ClaimDurability {
     /// Claims live in Redis only; completed responses are written through.
     #[serde(rename = "redis")]
     RedisOnly,
-    /// Claims are also committed to Postgres before the upstream call (the default).
+    /// Claims are also committed to Postgres before the upstream call (the default
+    /// before 0.6.0).
     WriteThrough,
     /// Claims live in Redis where Redis vouches for them: its primary fsyncs every write
     /// before it answers (`appendonly yes`, `appendfsync always`) and, where it has
@@ -159,7 +167,7 @@ pub enum ClaimDurability {
     /// Redis lost its data waits out the leases it may have held (docs/guarantees.md,
     /// "Claims Redis vouches for"). Replicas of the other modes honour that too, so a
     /// fleet may switch replica by replica once every replica runs a release that reads
-    /// the epoch markers.
+    /// the epoch markers. The default.
     Vouched,
 }
 /// `postgres.redis_fill`: when Redis gets its copy of a completed record, with
@@ -260,7 +268,7 @@ impl PostgresConfig {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{Config, RedisFill};
+    use crate::config::{ClaimDurability, Config, LookupOnMiss, RedisFill};
 
     const ROUTE: &str =
         "[[routes]]\nname = \"p\"\npath_prefix = \"/\"\nupstream = \"http://127.0.0.1:1\"\n";
@@ -274,8 +282,30 @@ mod tests {
     fn redis_is_filled_at_completion_unless_asked() {
         let c = postgres("").unwrap();
         assert_eq!(c.postgres.unwrap().redis_fill, RedisFill::AtCompletion);
-        let c = postgres("redis_fill = \"on_replay\"").unwrap();
+        let c = postgres("claims = \"write_through\"\nredis_fill = \"on_replay\"").unwrap();
         assert_eq!(c.postgres.unwrap().redis_fill, RedisFill::OnReplay);
+    }
+
+    #[test]
+    fn claims_are_vouched_and_looked_up_when_cold_unless_asked() {
+        let c = postgres("").unwrap().postgres.unwrap();
+        assert_eq!(
+            (c.claims, c.lookup_on_miss),
+            (ClaimDurability::Vouched, LookupOnMiss::WhenCold)
+        );
+        // The previous defaults, spelled out, as an operator keeps them.
+        let c = postgres("claims = \"write_through\"\nlookup_on_miss = \"always\"").unwrap();
+        let c = c.postgres.unwrap();
+        assert_eq!(
+            (c.claims, c.lookup_on_miss),
+            (ClaimDurability::WriteThrough, LookupOnMiss::Always)
+        );
+        // Filled on replay needs write-through claims, which are no longer the default.
+        let e = postgres("redis_fill = \"on_replay\"").unwrap_err();
+        assert!(
+            e.contains("postgres.redis_fill") && e.contains("write_through"),
+            "{e}"
+        );
     }
 
     #[test]

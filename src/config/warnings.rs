@@ -94,7 +94,7 @@ impl fmt::Display for Warning {
                 "postgres.claims = \"redis\": when replicas disagree about redis (a \
                 failover, a network partition) a key can run twice and its clients can \
                 get two different responses (docs/guarantees.md: the measured windows); \
-                the default claims = \"write_through\" has no such window; a Postgres \
+                claims = \"write_through\" (or \"vouched\", the default) has no such window; a Postgres \
                 failover does not help either, since Postgres does not hold the claims"
             }
             Warning::MultiHostWithoutReadWrite => {

@@ -13,9 +13,10 @@
 //!   there is none; see [`super::seeded`]); `SOAK_RECORDS=0` starts it empty;
 //! - `upstream` (`demo-upstream --latency 0ms`, whose ledger counts executions);
 //! - two gateway replicas `gw-1`, `gw-2` with the durable defaults (`[postgres]`,
-//!   claims write-through), `[idempotency] ttl` from `SOAK_TTL` (default `3m`) and the
+//!   claims vouched by default), `[idempotency] ttl` from `SOAK_TTL` (default `3m`) and the
 //!   reaper every `SOAK_REAP_INTERVAL` (default `30s`), so records expire and are
-//!   deleted during the soak, and `postgres.redis_fill` from `SOAK_REDIS_FILL` when set;
+//!   deleted during the soak, and `postgres.redis_fill` from `SOAK_REDIS_FILL` when set
+//!   (`on_replay` with write-through claims, which it needs);
 //! - `haproxy` in front of them (`loadtest/bench/haproxy.cfg`).
 //!
 //! `down` stops every part (replicas first, stores last), as [`Bench::down`] does.
@@ -57,7 +58,7 @@ fn env_or(name: &str, default: &str) -> String {
 }
 
 /// The replicas: the bench's configuration on the soak's ports, with the durable
-/// defaults (`[postgres]`, claims write-through), a short `ttl`, a frequent reaper and,
+/// defaults (`[postgres]`, claims vouched by default), a short `ttl`, a frequent reaper and,
 /// when given, `postgres.redis_fill`.
 fn gateway_options(ttl: &str, reap_interval: &str, redis_fill: Option<&str>) -> GatewayOptions {
     let mut env: Vec<(String, String)> = vec![
@@ -69,6 +70,10 @@ fn gateway_options(ttl: &str, reap_interval: &str, redis_fill: Option<&str>) -> 
     ];
     if let Some(fill) = redis_fill {
         env.push(("IDEMGATE__POSTGRES__REDIS_FILL".into(), fill.into()));
+        // Filling on replay needs write-through claims, no longer the default.
+        if fill == "on_replay" {
+            env.push(("IDEMGATE__POSTGRES__CLAIMS".into(), "write_through".into()));
+        }
     }
     GatewayOptions {
         replicas: ports::REPLICAS,
@@ -217,7 +222,7 @@ mod tests {
         assert!(text.contains("upstream = \"http://127.0.0.1:18100\""));
         assert!(
             !text.contains("claims"),
-            "claims stay the default (write_through)"
+            "claims stay the default (vouched)"
         );
         let env = opts.env_of(2);
         for (k, v) in [

@@ -2,7 +2,9 @@
 //! fixed loopback ports ([`RedisPorts::FIXED`]), with the gateway settings that point
 //! the replicas at it ([`Topology::gateway_env`]):
 //!
-//! - `standalone`: one `redis-server` (pid file `redis.pid`, files in `.state/redis/`);
+//! - `standalone`: a `redis-server` (pid file `redis.pid`, files in `.state/redis/`) and
+//!   its replica on [`RedisPorts::standalone_replica`] (`redis-<port>.pid`, files in
+//!   `.state/redis-replica/`), so that a claim can be acknowledged by a replica (`WAIT`);
 //! - `cluster`: six nodes joined by `redis-cli --cluster create --cluster-replicas 1`
 //!   (three primaries, a replica each; [`crate::redis_cluster`]'s node arguments and
 //!   readiness check), `redis-<port>.pid`, node files (`nodes.conf`) in
@@ -11,7 +13,10 @@
 //!   (`sentinel-<port>.pid`, [`crate::sentinel`]'s configuration, quorum 2), files in
 //!   `.state/redis-sentinel/<port>/`.
 //!
-//! Every data node runs without persistence and with `maxmemory-policy noeviction`.
+//! Every data node runs as the default claims (`postgres.claims = "vouched"`) rely on it,
+//! [`DURABLE_REDIS`]: the AOF fsync'd before every reply, `maxmemory-policy noeviction`;
+//! with a replica in every topology. The standalone pair keeps its files across `make
+//! down`, so a restart loads its AOF, as Postgres keeps its data.
 //! Node timeouts are longer than the tests' (5 s, not 1 s) so that a busy machine does
 //! not fail a primary over during a load test. The mode the tier was started in is kept
 //! in `.state/redis.mode`; starting another mode while anything of the fleet runs is
@@ -25,7 +30,7 @@ use std::process::Command;
 
 use super::daemon::{alive, pid_alive, read_pid, stop_all};
 use super::{Local, Res};
-use crate::redis::{answers_ping, cli_at, command as redis_command};
+use crate::redis::{answers_ping, cli_at, command as redis_command, info_field, DURABLE_REDIS};
 use crate::redis_cluster::{cluster_args, create_on, is_ok_on};
 use crate::sentinel::{agreed_on, conf_text, primary_port_at, SERVICE_NAME};
 
@@ -88,10 +93,28 @@ impl Topology {
     }
 }
 
+/// Whether the primary on `primary` counts a replica and the one on `replica` has its
+/// link to it up (it answers `PING` once it loaded the primary's data).
+fn linked(primary: u16, replica: u16) -> bool {
+    let counted = (info_field(
+        &cli_at(primary, &["INFO", "replication"]),
+        "connected_slaves",
+    ))
+    .is_some_and(|n| n != "0");
+    counted
+        && answers_ping(replica)
+        && info_field(
+            &cli_at(replica, &["INFO", "replication"]),
+            "master_link_status",
+        ) == Some("up")
+}
+
 /// The ports of each topology's nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisPorts {
     pub standalone: u16,
+    /// The standalone primary's replica.
+    pub standalone_replica: u16,
     /// Six cluster nodes (bus on port + 10000).
     pub cluster: [u16; 6],
     /// The sentinel set's data servers; the first starts as primary.
@@ -103,6 +126,7 @@ impl RedisPorts {
     /// `make up`'s ports.
     pub const FIXED: Self = Self {
         standalone: super::REDIS_PORT,
+        standalone_replica: 6393,
         cluster: [7001, 7002, 7003, 7004, 7005, 7006],
         sentinel_data: [6391, 6392],
         sentinels: [26381, 26382, 26383],
@@ -153,15 +177,26 @@ impl Local {
     fn data_node(&self, port: u16, dir: &std::path::Path) -> Result<Command, String> {
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
         let mut cmd = redis_command(port, dir);
-        cmd.args(["--maxmemory-policy", "noeviction", "--daemonize", "no"]);
+        cmd.args(DURABLE_REDIS).args(["--daemonize", "no"]);
         Ok(cmd)
     }
 
+    /// The primary, then its replica, waited for until the replica's link is up.
     fn standalone_up(&self) -> Res {
-        let port = self.redis_ports.standalone;
+        let (port, replica) = (
+            self.redis_ports.standalone,
+            self.redis_ports.standalone_replica,
+        );
         let mut redis = self.data_node(port, &self.state.join("redis"))?;
         self.start("redis-server", "redis", &[port], &mut redis)?;
-        self.wait_ready("redis-server", Some("redis"), || answers_ping(port))
+        self.wait_ready("redis-server", Some("redis"), || answers_ping(port))?;
+        let file = format!("redis-{replica}");
+        let mut cmd = self.data_node(replica, &self.state.join("redis-replica"))?;
+        cmd.args(["--replicaof", "127.0.0.1", &port.to_string()]);
+        self.start("redis-server", &file, &[replica], &mut cmd)?;
+        self.wait_ready(&format!("redis replica {replica}"), Some(&file), || {
+            linked(port, replica)
+        })
     }
 
     /// Whether any of `files` (pid file stems) names a live `redis-server`.

@@ -1,16 +1,21 @@
-//! The rolling upgrade going on to `postgres.claims = "vouched"`, as CHANGELOG's upgrade
-//! step says: first this release on every replica (write-through claims beside the
-//! previous release), then vouched claims switched on replica by replica, on a Redis run
-//! as the mode relies on (AOF fsync'd before every reply, no eviction). At every step:
-//! replays across the two replicas, concurrent duplicates through HAProxy run once and
-//! are woken on either replica, and once a replica runs vouched claims it keeps them in
-//! Redis alone. Part of `make upgrade-check` (`#[ignore]`d in a plain `cargo test`).
+//! The rolling upgrade to vouched claims, on a Redis run as the mode relies on (AOF
+//! fsync'd before every reply, no eviction), both ways CHANGELOG's upgrade step allows:
+//! onto this release's defaults (vouched claims, looked up when cold) straight beside the
+//! previous release, whose default writes claims through and which reads the epoch
+//! markers; and, for a fleet that pinned `claims = "write_through"`, switched replica by
+//! replica. At every step: replays across the two replicas, concurrent duplicates
+//! through HAProxy run once and are woken on either replica, and a replica keeps claims
+//! in Redis alone exactly when it runs vouched claims. Part of `make upgrade-check`
+//! (`#[ignore]`d in a plain `cargo test`).
 
-use super::upgrade::{bursts_run_once, previous_binary, replays_across, switch_steps, Fleet};
+use std::path::Path;
+
+use super::upgrade::{bursts_run_once, previous_binary, replays_across, switch_steps, Fleet, Spec};
 use crate::support::{MockUpstream, PgServer, RedisServer};
 
 /// `[postgres]` lines: vouched claims.
 const VOUCHED: &str = "claims = \"vouched\"";
+const CURRENT: &str = env!("CARGO_BIN_EXE_idemgate");
 
 /// `idemgate_claim_vouch_total{verdict="kept"}` on a replica's admin listener.
 async fn kept_alone(admin: &str) -> f64 {
@@ -23,15 +28,17 @@ async fn kept_alone(admin: &str) -> f64 {
     crate::support::metric(&text, "idemgate_claim_vouch_total{verdict=\"kept\"}")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs the previous release's binary: make upgrade-check"]
-async fn the_switch_to_vouched_claims_rolls_through_a_mixed_fleet() {
+/// Whether a replica runs vouched claims: asked for, or this release on its defaults.
+fn vouches(spec: &Spec<'_>) -> bool {
+    spec.2 == VOUCHED || (spec.0 == Path::new(CURRENT) && spec.2.is_empty())
+}
+
+/// Runs each step's fleet on one durable Redis and one Postgres and checks it.
+async fn roll(steps: &[(&str, [Spec<'_>; 2])]) {
     let redis = RedisServer::start_with(idemgate_fleet::DURABLE_REDIS);
     let pg = PgServer::start();
     let upstream = MockUpstream::start().await;
-    let previous = previous_binary();
-    let steps = switch_steps(&previous, VOUCHED);
-    for (step, bins) in &steps {
+    for (step, bins) in steps {
         let fleet = Fleet::start(&redis, &pg, &upstream, bins).await;
         let before = upstream.executions();
         replays_across(&fleet, &format!("{step}-cross"), 4).await;
@@ -45,10 +52,29 @@ async fn the_switch_to_vouched_claims_rolls_through_a_mixed_fleet() {
             let kept = kept_alone(&replica.admin_url()).await;
             assert_eq!(
                 kept > 0.0,
-                bin.2 == VOUCHED,
+                vouches(bin),
                 "{step}: claims kept by redis alone on {} ({kept})",
                 replica.url()
             );
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the previous release's binary: make upgrade-check"]
+async fn the_new_default_rolls_in_beside_the_previous_release() {
+    let previous = previous_binary();
+    let current = Path::new(CURRENT);
+    roll(&[
+        ("defaults", [(&previous, "", ""), (current, "", "")]),
+        ("upgraded", [(current, "", ""), (current, "", "")]),
+    ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the previous release's binary: make upgrade-check"]
+async fn the_switch_to_vouched_claims_rolls_through_a_mixed_fleet() {
+    let previous = previous_binary();
+    roll(&switch_steps(&previous, VOUCHED)).await;
 }

@@ -14,8 +14,8 @@ use futures_util::future::join_all;
 use crate::support::{comparable, config, eventually, metric, read, replays_within, tally};
 use crate::support::{MockUpstream, PgServer, RedisServer, TestApp};
 
-/// Two replicas on one Redis and one Postgres, Redis filled on replay, with `extra`
-/// TOML (after `[postgres]`).
+/// Two replicas on one Redis and one Postgres, write-through claims (which filling on
+/// replay needs), Redis filled on replay, with `extra` TOML (after `[postgres]`).
 async fn two_replicas(extra: &str) -> (RedisServer, PgServer, MockUpstream, TestApp, TestApp) {
     replicas_filling(["on_replay", "on_replay"], extra).await
 }
@@ -28,7 +28,14 @@ async fn replicas_filling(
     let redis = RedisServer::start();
     let pg = PgServer::start();
     let upstream = MockUpstream::start().await;
-    let toml = |fill: &str| format!("{}{extra}", pg.section(&format!("redis_fill = \"{fill}\"")));
+    let toml = |fill: &str| {
+        format!(
+            "{}{extra}",
+            pg.section(&format!(
+                "claims = \"write_through\"\nredis_fill = \"{fill}\""
+            ))
+        )
+    };
     let a = TestApp::spawn(config(&redis.url(), &upstream.url(), &toml(fills[0]))).await;
     let b = TestApp::spawn(config(&redis.url(), &upstream.url(), &toml(fills[1]))).await;
     (redis, pg, upstream, a, b)

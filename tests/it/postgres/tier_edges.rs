@@ -218,7 +218,7 @@ async fn tiers_that_disagree_are_counted() {
 /// answers does not hold the durable copy back, and the answer waits for both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_written_through_completion_reaches_postgres_while_redis_takes_no_writes() {
-    let (redis, pg, upstream, app) = durable_stack("", "").await;
+    let (redis, pg, upstream, app) = durable_stack("claims = \"write_through\"", "").await;
     upstream.set_delay(Duration::from_millis(500));
     let started = Instant::now();
     let first = tokio::spawn(app.post("both-tiers", "{}").send());

@@ -114,7 +114,8 @@ async fn with_redis_down_a_stream_still_streams_and_its_retry_replays_it_after()
 /// joiner ends cleanly once the key stores the bytes it read).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn filled_on_replay_a_live_answer_is_still_completed_in_redis() {
-    let (redis, pg, upstream, app) = durable_with("redis_fill = \"on_replay\"").await;
+    let (redis, pg, upstream, app) =
+        durable_with("claims = \"write_through\"\nredis_fill = \"on_replay\"").await;
     let first = post(&app.client, &base(&app), "live", QUERY);
     let first = tokio::spawn(Streamed::whole(first, WITHIN));
     super::upstream_sent(&upstream, "live", 2).await;

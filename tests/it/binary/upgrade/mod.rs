@@ -8,14 +8,14 @@
 //! version replays byte-identical from the other, from Redis and (after Redis lost
 //! everything) from Postgres, sealed with `[encryption]`; concurrent duplicates through
 //! the load balancer run the upstream once per key; duplicates waiting on one replica
-//! are woken by a completion on the other (well before `wait_timeout`). The current
-//! binary runs with `redis.record_format = "hash"` beside the previous one, as the
-//! upgrade step says, and every record in Redis is then a hash (the only layout the
-//! previous release reads); once only current replicas run, on the default "string",
-//! they replay the records both versions wrote and write strings. With write-through
-//! claims, the upgrade goes on to `postgres.redis_fill = "on_replay"`, switched replica
-//! by replica: at each step (two versions; this one on both settings; on_replay alone)
-//! replays cross replicas and concurrent duplicates run once, woken on either replica.
+//! are woken by a completion on the other (well before `wait_timeout`). Records of the
+//! layout before the previous release's (hashes, written by both versions with
+//! `redis.record_format = "hash"`) still replay once only current replicas run, on the
+//! default "string". With write-through claims, the upgrade goes on to
+//! `postgres.redis_fill = "on_replay"`, switched replica by replica: at each step (two
+//! versions; this one on both settings; on_replay alone) replays cross replicas and
+//! concurrent duplicates run once, woken on either replica. The upgrade to this
+//! release's default claims (vouched) is `upgrade_vouched.rs`.
 //!
 //! The configuration is one file both binaries accept: `check-config` of each is run on
 //! it first, so a schema change between the two fails here, naming the key, instead of
@@ -34,11 +34,12 @@ const CURRENT: &str = env!("CARGO_BIN_EXE_idemgate");
 /// How long the upstream takes: duplicates sent together overlap the first execution.
 const UPSTREAM_DELAY: Duration = Duration::from_millis(400);
 const WAIT_TIMEOUT: Duration = Duration::from_secs(10);
-/// The `[redis]` line of a current replica beside a previous one (the upgrade step).
+/// The `[redis]` line that writes the layout before the previous release's.
 const HASH: &str = "record_format = \"hash\"\n";
 /// `[postgres]` lines: claims in Redis, every new key looked up in Postgres.
 const REDIS_CLAIMS: &str = "claims = \"redis\"\nlookup_on_miss = \"always\"";
-/// `[postgres]` lines: write-through claims (the default), Redis filled at completion.
+/// `[postgres]` lines: write-through claims (the previous release's default), Redis filled
+/// at completion.
 const WRITE_THROUGH: &str = "claims = \"write_through\"";
 /// `[postgres]` lines: write-through claims, Redis filled on replay.
 const FILL_ON_REPLAY: &str = "claims = \"write_through\"\nredis_fill = \"on_replay\"";
@@ -62,7 +63,7 @@ async fn previous_and_current_release_share_one_fleet() {
     let previous = previous_binary();
     let bins = [
         (previous.as_path(), "", REDIS_CLAIMS),
-        (Path::new(CURRENT), HASH, REDIS_CLAIMS),
+        (Path::new(CURRENT), "", REDIS_CLAIMS),
     ];
     let fleet = Fleet::start(&redis, &pg, &upstream, &bins).await;
     let (old, new) = (fleet.replicas[0].url(), fleet.replicas[1].url());
@@ -73,13 +74,11 @@ async fn previous_and_current_release_share_one_fleet() {
     let firsts = replays_across(&fleet, "cross", 5).await;
     let executed = upstream.executions();
     assert_eq!(executed - before, 20, "one execution per (tenant, key)");
-    assert_all_hashes(&redis).await;
 
     // 2. Concurrent duplicates through HAProxy (round robin over both versions), the
     //    upstream slow enough that they overlap: one execution per key; every duplicate
     //    waits (on either version) and is woken by the completion, on either version.
     bursts_run_once(&fleet, &upstream, "burst").await;
-    assert_all_hashes(&redis).await;
 
     // 3. Redis lost everything: each version replays the other's records from Postgres.
     assert_eq!(redis.cli(&["FLUSHALL"]).trim(), "OK");
@@ -220,10 +219,7 @@ pub(super) fn switch_steps<'a>(
     [
         (
             "versions",
-            [
-                (previous, "", WRITE_THROUGH),
-                (current, HASH, WRITE_THROUGH),
-            ],
+            [(previous, "", WRITE_THROUGH), (current, "", WRITE_THROUGH)],
         ),
         (
             "settings",
@@ -248,10 +244,10 @@ async fn after_the_upgrade_string_replicas_replay_both_layouts() {
     let redis = RedisServer::start();
     let pg = PgServer::start();
     let upstream = MockUpstream::start().await;
-    // During the upgrade: the previous release and the current one on "hash".
+    // Both versions writing the layout before the previous release's.
     let previous = previous_binary();
     let during = [
-        (previous.as_path(), "", REDIS_CLAIMS),
+        (previous.as_path(), HASH, REDIS_CLAIMS),
         (Path::new(CURRENT), HASH, REDIS_CLAIMS),
     ];
     let mut firsts = Vec::new();
