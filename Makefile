@@ -12,7 +12,7 @@
 up:
 	REPLICAS=$(or $(REPLICAS),3) REDIS=$(or $(REDIS),standalone) POSTGRES=$(or $(POSTGRES),single) PROTO=$(or $(PROTO),http1) bash deploy/local/up.sh
 
-# Stop everything `make up` started (Postgres data in .state/pg is kept).
+# Stop everything `make up` started (Postgres data in .state/pg and the standalone Redis' AOF are kept).
 down:
 	bash deploy/local/down.sh
 

@@ -8,7 +8,8 @@
 # Postgres, then etcd) and Redis (sentinels, then every data node, of whichever
 # REDIS the fleet runs on). Each process named in a .state/*.pid file
 # gets SIGTERM and a grace period, then SIGKILL; pid files are removed.
-# Postgres data (.state/pg) is kept; Redis has no persistence.
+# Postgres data (.state/pg) is kept, and so is the standalone Redis' (.state/redis*,
+# its AOF); a cluster or sentinel tier is created afresh at the next `make up`.
 # Safe to run when nothing is running.
 #
 # Environment:

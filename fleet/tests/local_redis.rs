@@ -180,6 +180,13 @@ fn standalone_tier_runs_durable_with_a_replica_and_keeps_its_data() {
         }
     }
     assert!(cli(replica, &["ROLE"]).starts_with("slave"));
+    // Created empty: a deployment of its own, so that epoch markers a kept Postgres
+    // recorded for an earlier Redis do not quarantine this one.
+    let prefix = tier
+        .0
+        .key_prefix()
+        .expect("an empty redis gets a new key prefix");
+    assert!(prefix.starts_with("idemgate-standalone-"), "{prefix}");
     assert_eq!(cli(primary, &["SET", "kept", "v"]).trim(), "OK");
     let acked = cli(primary, &["WAIT", "1", "5000"]);
     assert_eq!(acked.trim(), "1", "the replica acknowledges a write");
@@ -191,4 +198,5 @@ fn standalone_tier_runs_durable_with_a_replica_and_keeps_its_data() {
         "loaded from its AOF"
     );
     assert_eq!(cli(replica, &["ROLE"]).lines().next(), Some("slave"));
+    assert_eq!(tier.0.key_prefix(), Some(prefix), "the same deployment");
 }

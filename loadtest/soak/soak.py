@@ -285,7 +285,8 @@ def main():
     results = {"machine": machine(), "commit": commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "settings": {"minutes": MINUTES, "rate": RATE, "interval_s": INTERVAL, "first_pct": FIRST_PCT,
                             "ttl": TTL, "reap_interval": REAP_INTERVAL, "replicas": 2, "records": RECORDS,
-                            "claims": "vouched, lookup when_cold (defaults)",
+                            "claims": ("write_through (redis_fill = on_replay needs it)" if REDIS_FILL == "on_replay"
+                                       else "vouched, lookup when_cold (defaults)"),
                             "redis_fill": REDIS_FILL or "at_completion (default)",
                             "redis_warmth": "markers backdated 2 days"},
                "k6": k6, "upstream": {"executions": ledger["total"], "duplicates": ledger["duplicates"]},

@@ -6,7 +6,8 @@
 //! what one primary's core does per request, and a replica would only add replication
 //! traffic on the same two cores. Nodes start empty with a fresh `nodes.conf` under
 //! `.state/bench/redis-cluster/PORT/`. The per-slot warmth markers are not backdated
-//! here (no `lookup_on_miss = "when_cold"` row runs on the cluster).
+//! here: the cluster rows run Redis only or write-through claims (no replica, no AOF:
+//! vouched claims would all be written through anyway), which read no marker.
 
 use std::time::{Duration, Instant};
 

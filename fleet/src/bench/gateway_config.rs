@@ -55,7 +55,7 @@ pub struct GatewayOptions {
     pub replicas: u16,
     /// `log.filter` (the bench's default is `warn`).
     pub log: String,
-    /// Whether the `[postgres]` section is written (write-through on); off for the
+    /// Whether the `[postgres]` section is written (the durable tier on); off for the
     /// Redis-only rows.
     pub postgres: bool,
     /// Whether the replicas talk to the bench's Redis Cluster (`redis.mode = "cluster"`,

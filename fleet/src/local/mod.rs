@@ -243,6 +243,7 @@ impl Local {
                     format!("127.0.0.1:{admin}"),
                 )
                 .envs(self.redis.gateway_env(&self.redis_ports))
+                .envs((self.key_prefix()).map(|p| ("IDEMGATE__REDIS__KEY_PREFIX", p)))
                 .envs(self.pg_env());
             self.start(
                 "idemgate",

@@ -22,8 +22,11 @@
 //! in `.state/redis.mode`; starting another mode while anything of the fleet runs is
 //! refused (stop it with `make down` first). Starting the mode that runs is safe: live
 //! nodes are left alone, dead ones are started again (a cluster node rejoins with its
-//! `nodes.conf`, empty; a sentinel-set server as a replica of the current primary);
-//! when no node of the tier runs, its old files are removed and it is created afresh.
+//! `nodes.conf` and its AOF; a sentinel-set server as a replica of the current primary);
+//! when no node of a cluster or sentinel tier runs, its old files are removed and it is
+//! created afresh. A tier created empty gets a key prefix of its own
+//! ([`Local::key_prefix`]), so that the epoch markers the kept Postgres recorded for an
+//! earlier Redis do not make it read as a Redis that lost its data.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -138,6 +141,24 @@ impl Local {
         self.file("redis.mode")
     }
 
+    /// `redis.key_prefix` of the Redis the tier runs now (`.state/redis.prefix`), if
+    /// it was created empty by this launcher.
+    pub fn key_prefix(&self) -> Option<String> {
+        let prefix = std::fs::read_to_string(self.file("redis.prefix")).ok()?;
+        Some(prefix.trim().to_string()).filter(|p| !p.is_empty())
+    }
+
+    /// A new deployment's key prefix for a Redis created empty: under the old one, the
+    /// epoch markers the local Postgres recorded (it keeps its data) would make the new
+    /// Redis read as one that lost its data, and every new key would answer "in flight"
+    /// for the quarantine (docs/guarantees.md, "Claims Redis vouches for").
+    fn new_deployment(&self) -> Res {
+        let secs = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH))
+            .map_or(0, |d| d.as_secs());
+        let prefix = format!("idemgate-{}-{secs}", self.redis.as_str());
+        std::fs::write(self.file("redis.prefix"), format!("{prefix}\n")).map_err(|e| e.to_string())
+    }
+
     /// Whether any process named by a pid file in the state directory is alive.
     fn anything_alive(&self) -> bool {
         let entries = std::fs::read_dir(&self.state)
@@ -187,7 +208,12 @@ impl Local {
             self.redis_ports.standalone,
             self.redis_ports.standalone_replica,
         );
-        let mut redis = self.data_node(port, &self.state.join("redis"))?;
+        let dir = self.state.join("redis");
+        // No AOF yet: an empty Redis (the first start, or its files removed).
+        if !dir.join("appendonlydir").exists() && !answers_ping(port) {
+            self.new_deployment()?;
+        }
+        let mut redis = self.data_node(port, &dir)?;
         self.start("redis-server", "redis", &[port], &mut redis)?;
         self.wait_ready("redis-server", Some("redis"), || answers_ping(port))?;
         let file = format!("redis-{replica}");
@@ -211,6 +237,7 @@ impl Local {
         let fresh = !self.any_node_alive(&files);
         if fresh {
             let _ = std::fs::remove_dir_all(&dir);
+            self.new_deployment()?;
         }
         let timeout = NODE_TIMEOUT_MS.to_string();
         for (port, file) in ports.iter().zip(&files) {
@@ -239,6 +266,7 @@ impl Local {
         let fresh = !self.any_node_alive(&data_files) && !self.any_node_alive(&sentinel_files);
         if fresh {
             let _ = std::fs::remove_dir_all(&dir);
+            self.new_deployment()?;
         }
         // The primary: the one the sentinels name, else a live server that says it is
         // one, else the first (a fresh set).

@@ -8,7 +8,7 @@ use super::super::redis::slots::slot;
 use super::super::StoreError;
 use super::arbitrate::{row_life, Ask};
 use super::Stores;
-use crate::config::{ClaimDurability, OnRedisUnavailable};
+use crate::config::OnRedisUnavailable;
 use crate::idempotency::{Binding, Claim, Home};
 use crate::metrics;
 use crate::route::Route;
@@ -22,12 +22,12 @@ impl Stores {
         cause: StoreError,
     ) -> Result<Claim<Lease>, StoreError> {
         let policy = route.policy.settings.on_redis_unavailable;
-        // Redis may hold leases Postgres never saw: with vouched claims, and in the other
-        // modes once a vouched replica ran (a fleet switching modes).
+        // Redis may hold leases Postgres never saw once the deployment's epoch markers are
+        // recorded (no claim is kept by Redis alone before): in every mode, since a fleet
+        // may mix them. Before that, as on a Redis that never fsynced every write, vouched
+        // claims were all written through and move to Postgres as write-through ones do.
         let alone = match (policy, &self.0.postgres) {
-            (OnRedisUnavailable::Postgres, Some(pg)) => {
-                pg.durability == ClaimDurability::Vouched || self.0.redis.may_hold_alone().await
-            }
+            (OnRedisUnavailable::Postgres, Some(_)) => self.0.redis.may_hold_alone().await,
             _ => false,
         };
         match (policy, &self.0.postgres) {

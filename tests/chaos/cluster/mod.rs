@@ -35,13 +35,13 @@ pub const DEMO_UPSTREAM: &str = env!("CARGO_BIN_EXE_demo-upstream");
 pub enum Durability {
     /// No `[postgres]`.
     RedisOnly,
-    /// `[postgres]` with `claims = "redis"` (set explicitly: the default is `write_through`).
+    /// `[postgres]` with `claims = "redis"` (set explicitly: the default is `vouched`).
     Postgres,
-    /// `[postgres]` with `claims = "write_through"` (the default).
+    /// `[postgres]` with `claims = "write_through"` (the default before 0.6.0).
     WriteThrough,
     /// As `WriteThrough`, with `redis_fill = "on_replay"`: completions write Postgres only.
     FilledOnReplay,
-    /// `[postgres]` with `claims = "vouched"`, every Redis server run as the mode relies
+    /// `[postgres]` with `claims = "vouched"` (the default), every Redis server run as the mode relies
     /// on (`idemgate_fleet::DURABLE_REDIS`: AOF fsync'd before every reply, no eviction).
     Vouched,
     /// A fleet half-way through a switch to vouched claims: replica 0 (started first)

@@ -3,8 +3,8 @@
 //! a joiner, the completer's attempt at an abandoned request) meets each lifecycle
 //! event (SIGTERM, SIGKILL, SIGSTOP past the lease, an admin invalidation, a forced one,
 //! a `ttl` shorter than the call, Redis restarted empty), on a fleet of real processes in the
-//! default durable configuration (Redis, Postgres with write-through claims, three
-//! replicas behind HAProxy, `on_ambiguous = "store"`).
+//! write-through durable configuration (Redis, Postgres with write-through claims, the
+//! default before 0.6.0, three replicas behind HAProxy, `on_ambiguous = "store"`).
 //!
 //! A cell puts [`KEYS`] keys in flight, applies its event two seconds in, and has a
 //! retrier per key sending the key through HAProxy from then on, as clients retry after

@@ -25,7 +25,8 @@ const EXACTLY_ONCE: Expect = Expect {
     durable: true,
 };
 
-/// Exactly once only with `claims = "write_through"`; durable unless Redis-only.
+/// Exactly once only with durable claims (`write_through`, `vouched`); durable unless
+/// Redis-only.
 fn expect_for(d: Durability) -> Expect {
     Expect {
         exactly_once: d.claims_durable(),
