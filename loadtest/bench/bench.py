@@ -757,16 +757,21 @@ def base_database():
     """BASE_DB, made once before the first row: a copy of the bench's database (this tree's
     schema, `idemgate migrate` first where nothing was seeded, and its seeded records, if
     any: the database an upgraded fleet rolls back onto) whose schema table forgets the
-    additive migrations (`*.additive.sql`, src/store/postgres/migrate.rs): the last release
-    refuses a schema newer than it knows, and those only add what it does not read. (A
-    migration since that is not additive stops its rows: SchemaTooNew in gw-1's log.)"""
+    additive migrations (`*.additive.sql`, src/store/postgres/migrate.rs) the last release
+    does not have: it refuses a schema newer than it knows, and those only add what it does
+    not read; the ones it has stay, or it would apply them again. (A migration since that
+    is not additive stops its rows: SchemaTooNew in gw-1's log.)"""
+    base = (os.environ.get("BASE_COMMIT") or (ROOT / "tests/upgrade/base-commit").read_text().strip())
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", f"{base}:migrations"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    known = ", ".join(f"'{name}'" for name in listed if name.endswith(".additive.sql")) or "''"
     if psql("SELECT to_regclass('idemgate_schema') IS NOT NULL") != "t":
         url = f"postgres://postgres@127.0.0.1:{PORTS['postgres']}/postgres"
         subprocess.run([str(IDEMGATE), "migrate"], env={**os.environ, "IDEMGATE__POSTGRES__URL": url, "NO_COLOR": "1"},
                        check=True, stdout=subprocess.DEVNULL)
     psql(f"DROP DATABASE IF EXISTS {BASE_DB}", db="template1")
     psql(f"CREATE DATABASE {BASE_DB} TEMPLATE postgres STRATEGY FILE_COPY", db="template1")
-    psql("DELETE FROM idemgate_schema WHERE name LIKE '%.additive.sql'", db=BASE_DB)
+    psql(f"DELETE FROM idemgate_schema WHERE name LIKE '%.additive.sql' AND name NOT IN ({known})", db=BASE_DB)
 
 
 SCENARIOS = [t for s in SCENARIOS for t in ([s, base_twin(s, BASE_ROWS[s["id"]])] if s["id"] in BASE_ROWS else [s])]
@@ -1038,7 +1043,7 @@ def run_scenario(s, results):
             if row["gateway_panics"]:
                 log(f"\n!!! WARNING: {s['id']}: the gateway panicked {row['gateway_panics']} times "
                     f"(.state/bench/raw/gw-*.log)\n")
-        if gws and is_vouched(s.get("env"), s.get("postgres", True)):
+        if gws and s["mode"] == "unique" and is_vouched(s.get("env"), s.get("postgres", True)):
             # Over the measured runs (what the CPU figures are of), and over the replicas' whole
             # life (warm-up and perf run included).
             row["vouch_verdicts"] = vouch_verdicts(row["metrics"])
@@ -1120,7 +1125,8 @@ def latency_phase(results):
                     upstream_ledger_reset()
                     prefix = REPLAY_PREFIX if mode == "replay" else f"lat-{pid}-{rnd}-{attempt}"
                     pg0 = pg_events()
-                    vouched = target == "gw" and is_vouched(envs[i - 1], i not in LAT_REDIS_ONLY)
+                    vouched = (target == "gw" and mode == "unique"
+                               and is_vouched(envs[i - 1], i not in LAT_REDIS_ONLY))
                     m0 = scrape(i, first=i) if vouched else {}
                     res = run_k6(url(target, i), mode, prefix, f"{pid}-{rnd}-{attempt}", NKEYS,
                                  PEER_PATH if target == "peer" else "/v1/payments")
@@ -1151,8 +1157,8 @@ def latency_phase(results):
 ROLL_SECONDS = int(os.environ.get("ROLL_SECONDS", "60"))
 ROLL_AT = (15, 35)
 assert ROLL_SECONDS >= ROLL_AT[-1] + 10, "ROLL_SECONDS: the load must outlast the last switch by 10 s"
-ROLL_ENV = {"IDEMGATE__IDEMPOTENCY__IN_FLIGHT": "wait"}
-FILL_ON_REPLAY = {"IDEMGATE__POSTGRES__REDIS_FILL": "on_replay"}
+# Write-through claims throughout: filling on replay needs them (FILL_ON_REPLAY sets both).
+ROLL_ENV = {"IDEMGATE__IDEMPOTENCY__IN_FLIGHT": "wait", **WRITE_THROUGH}
 
 
 def haproxy_api(command):
