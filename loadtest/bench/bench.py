@@ -761,8 +761,7 @@ def base_database():
     does not have: it refuses a schema newer than it knows, and those only add what it does
     not read; the ones it has stay, or it would apply them again. (A migration since that
     is not additive stops its rows: SchemaTooNew in gw-1's log.)"""
-    base = (os.environ.get("BASE_COMMIT") or (ROOT / "tests/upgrade/base-commit").read_text().strip())
-    listed = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", f"{base}:migrations"],
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", f"{BASE_COMMIT}:migrations"],
                             capture_output=True, text=True, check=True).stdout.split()
     known = ", ".join(f"'{name}'" for name in listed if name.endswith(".additive.sql")) or "''"
     if psql("SELECT to_regclass('idemgate_schema') IS NOT NULL") != "t":

@@ -33,7 +33,7 @@ use std::process::Command;
 
 use super::daemon::{alive, pid_alive, read_pid, stop_all};
 use super::{Local, Res};
-use crate::redis::{answers_ping, cli_at, command as redis_command, info_field, DURABLE_REDIS};
+use crate::redis::{answers_ping, cli_at, command as redis_command, info_addr, DURABLE_REDIS};
 use crate::redis_cluster::{cluster_args, create_on, is_ok_on};
 use crate::sentinel::{agreed_on, conf_text, primary_port_at, SERVICE_NAME};
 
@@ -99,17 +99,10 @@ impl Topology {
 /// Whether the primary on `primary` counts a replica and the one on `replica` has its
 /// link to it up (it answers `PING` once it loaded the primary's data).
 fn linked(primary: u16, replica: u16) -> bool {
-    let counted = (info_field(
-        &cli_at(primary, &["INFO", "replication"]),
-        "connected_slaves",
-    ))
-    .is_some_and(|n| n != "0");
-    counted
+    let at = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    info_addr(at(primary), "connected_slaves").is_some_and(|n| n != "0")
         && answers_ping(replica)
-        && info_field(
-            &cli_at(replica, &["INFO", "replication"]),
-            "master_link_status",
-        ) == Some("up")
+        && info_addr(at(replica), "master_link_status").as_deref() == Some("up")
 }
 
 /// The ports of each topology's nodes.

@@ -10,12 +10,13 @@
 
 use std::path::Path;
 
-use super::upgrade::{bursts_run_once, previous_binary, replays_across, switch_steps, Fleet, Spec};
+use super::upgrade::{
+    bursts_run_once, previous_binary, replays_across, switch_steps, Fleet, Spec, CURRENT,
+};
 use crate::support::{MockUpstream, PgServer, RedisServer};
 
 /// `[postgres]` lines: vouched claims.
 const VOUCHED: &str = "claims = \"vouched\"";
-const CURRENT: &str = env!("CARGO_BIN_EXE_idemgate");
 
 /// `idemgate_claim_vouch_total{verdict="kept"}` on a replica's admin listener.
 async fn kept_alone(admin: &str) -> f64 {

@@ -30,7 +30,7 @@ use crate::support::{comparable, tally, Answer, MockUpstream, PgServer, RedisSer
 
 pub(super) use fleet::{previous_binary, Fleet, Spec};
 
-const CURRENT: &str = env!("CARGO_BIN_EXE_idemgate");
+pub(super) const CURRENT: &str = env!("CARGO_BIN_EXE_idemgate");
 /// How long the upstream takes: duplicates sent together overlap the first execution.
 const UPSTREAM_DELAY: Duration = Duration::from_millis(400);
 const WAIT_TIMEOUT: Duration = Duration::from_secs(10);
