@@ -8,10 +8,12 @@
 //! A claim answered by its primary joins the shard's next round; the shard's driver (a
 //! task per shard, started on first use) takes the round when it has members, once the
 //! claims answered in the same turn joined it
-//! ([`crate::store::let_woken_callers_queue`]), sends `SET <probe key>` and
-//! `WAIT 1 <redis.replica_ack_timeout>` pipelined on the `WAIT` connection, and tells
-//! every member at once. While one round is on its way, the next one fills: a group
-//! commit, with one wake-up per claim and a `WAIT` per round.
+//! ([`crate::store::let_woken_callers_queue`]), sends a probe (`PUBLISH` where the
+//! primary replicates it, so no AOF write and no fsync: [`super::replicas::Probe`];
+//! else `SET <probe key>`) and `WAIT 1 <redis.replica_ack_timeout>` pipelined on the
+//! `WAIT` connection, and tells every member at once. While one round is on its way,
+//! the next one fills: a group commit, with one wake-up per claim and a `WAIT` per
+//! round.
 //!
 //! A member that goes away leaves nothing behind: a round is a shared cell, dropped
 //! with its last holder.
@@ -32,6 +34,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{watch, Notify};
 
+use super::replicas::Probe;
 use super::RedisStore;
 
 /// The rounds of every shard, by the slot its probe writes to (the shard's first slot
@@ -123,6 +126,14 @@ impl RedisStore {
     /// `WAIT` on the `WAIT` connection of `slot`, and answers every member.
     async fn drive(self, acks: Arc<ShardAcks>, slot: u16) {
         let probe = self.probe_key(slot);
+        // The channel named like the probe key where the primary replicates `PUBLISH`
+        // (no AOF write, so no fsync for the round), else a write to the key. Read each
+        // round: a reading of another server bumps the generation first, and every
+        // claim sent before it is then rerouted.
+        let probe_of = |slot| match self.inner.vouch.as_ref() {
+            Some(vouch) if vouch.publishes(slot) => Probe::Publish(&probe),
+            _ => Probe::Set(&probe),
+        };
         loop {
             acks.wake.notified().await;
             // Claims answered in this turn join first: one WAIT covers them all.
@@ -136,7 +147,7 @@ impl RedisStore {
             }
             let acked = match &self.inner.replica_wait {
                 Some(wait) if !self.routed_alike(wait, slot) => Ack::Rerouted,
-                Some(wait) => match wait.acked_after_probe(slot, &probe, 1).await {
+                Some(wait) => match wait.acked_after_probe(slot, probe_of(slot), 1).await {
                     true => Ack::Acked,
                     false => Ack::Short,
                 },

@@ -38,7 +38,7 @@
 
 use bytes::Bytes;
 use fred::error::Error as FredError;
-use fred::prelude::{ClientLike, KeysInterface as _, Pool, Value};
+use fred::prelude::{ClientLike, KeysInterface as _, Pool, PubsubInterface as _, Value};
 use fred::types::scripts::Script;
 use fred::types::Expiration;
 use fred::types::{ClusterHash, CustomCommand};
@@ -49,6 +49,21 @@ use crate::config::RedisConfig;
 
 /// The fewest `WAIT` connections (the main pool's default size).
 pub const MIN_WAIT_CONNECTIONS: usize = 4;
+
+/// What a probe writes for `WAIT` to count: its connection's last write must sit after
+/// the writes it vouches for in the primary's replication stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe<'a> {
+    /// `SET key 1 PX 60000`: replicated by every primary, and appended to its AOF (on
+    /// `appendfsync always`, an fsync of its own on the primary and on each replica
+    /// that fsyncs too).
+    Set(&'a str),
+    /// `PUBLISH channel 1`: a primary not in cluster mode replicates it but writes it to
+    /// no AOF, so nobody fsyncs for it. In cluster mode it travels on the cluster bus
+    /// and moves no replication offset: a `WAIT` behind it would count nothing, so it is
+    /// used only where the primary says `cluster-enabled no` ([`super::vouch`]).
+    Publish(&'a str),
+}
 
 /// How many replicas acknowledged a completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,16 +223,20 @@ impl ReplicaWait {
         self.unacked.snapshot()
     }
 
-    /// A throw-away write to `probe_key` (of `slot`), then `WAIT replicas`, pipelined on
-    /// the slot's `WAIT` connection; whether that many replicas acknowledged within
-    /// `redis.replica_ack_timeout` (false on any error). A round of vouched claims
-    /// ([`super::acks`]) asks for one, the probe's recheck ([`Self::acknowledged`]) for
-    /// `redis.replica_acks` (at least one).
-    pub async fn acked_after_probe(&self, slot: u16, probe_key: &str, replicas: i64) -> bool {
+    /// `probe` (in `slot`: something for the replicas to acknowledge), then `WAIT
+    /// replicas`, pipelined on the slot's `WAIT` connection; whether that many replicas
+    /// acknowledged within `redis.replica_ack_timeout` (false on any error). A round of
+    /// vouched claims ([`super::acks`]) asks for one, the probe's recheck
+    /// ([`Self::acknowledged`]) for `redis.replica_acks` (at least one).
+    pub async fn acked_after_probe(&self, slot: u16, probe: Probe<'_>, replicas: i64) -> bool {
         let pipeline = self.lanes.for_slot(slot).pipeline();
         let wait = CustomCommand::new_static("WAIT", ClusterHash::Custom(slot), true);
-        let write: Result<(), _> =
-            (pipeline.set(probe_key, 1, Some(Expiration::PX(60_000)), None, false)).await;
+        let write: Result<(), _> = match probe {
+            Probe::Set(key) => {
+                (pipeline.set(key, 1, Some(Expiration::PX(60_000)), None, false)).await
+            }
+            Probe::Publish(channel) => pipeline.publish(channel, 1).await,
+        };
         let asked: Result<(), _> = pipeline.custom(wait, vec![replicas, self.timeout_ms]).await;
         if write.is_err() || asked.is_err() {
             return false;
@@ -236,7 +255,9 @@ impl ReplicaWait {
     /// once). Behind a queue of earlier `WAIT`s the check times out and nothing changes.
     pub async fn acknowledged(&self, slot: u16, probe_key: &str, slots: &Bits) -> bool {
         let replicas = self.replicas.max(1);
-        self.acked_after_probe(slot, probe_key, replicas).await && self.unacked.remove(slots)
+        self.acked_after_probe(slot, Probe::Set(probe_key), replicas)
+            .await
+            && self.unacked.remove(slots)
     }
 
     /// Closes the connections.

@@ -42,6 +42,9 @@ pub struct Vouch {
     /// Slots whose primary has at least one connected replica: their claims are kept
     /// only once `WAIT 1` counts one acknowledgement.
     replicated: SlotSet,
+    /// Slots whose primary replicates `PUBLISH` ([`Settings::publishes`]): their rounds
+    /// probe with it instead of a write ([`super::replicas::Probe`]).
+    publishes: SlotSet,
     /// Rounds of claims acknowledged by a replica ([`super::acks`]).
     pub(super) acks: super::acks::Acks,
     /// Bumped by every [`Vouch::forget`].
@@ -70,6 +73,7 @@ impl Vouch {
     pub fn new(remember: Duration, replicas_expected: bool) -> Self {
         Self {
             fsyncs: SlotSet::default(),
+            publishes: SlotSet::default(),
             acks: Default::default(),
             generation: Default::default(),
             replicas_expected,
@@ -93,22 +97,34 @@ impl Vouch {
         }
     }
 
-    /// What one shard's primary runs; whether its slots' keeping changed. Nothing is
+    /// What one shard's primary runs (`read`: its settings, or `None` when they could not
+    /// be read); whether its slots' keeping changed. Nothing is
     /// recorded when `generation` (read before the settings were) is no longer the
     /// current one: the reading may be of a server forgotten meanwhile. Replicas, once
     /// seen, stay expected until the next [`Vouch::forget`]: a replica that is resyncing
     /// or cut off at one reading may still be promoted, and its shard's claims are then
     /// written through (no replica acknowledges) rather than kept unacknowledged.
-    pub fn observe(&self, generation: u64, slots: &Bits, fsyncs: bool, replicas: bool) -> bool {
+    pub fn observe(&self, generation: u64, slots: &Bits, read: Option<Settings>) -> bool {
         if self.generation.load(std::sync::atomic::Ordering::Acquire) != generation {
             return false;
         }
-        let a = match fsyncs {
+        let read = read.unwrap_or_default();
+        match read.publishes {
+            true => self.publishes.add(slots),
+            false => self.publishes.remove(slots),
+        };
+        let a = match read.fsyncs {
             true => self.fsyncs.add(slots),
             false => self.fsyncs.remove(slots),
         };
-        let b = replicas && self.replicated.add(slots);
+        let b = read.replicas > 0 && self.replicated.add(slots);
         a || b
+    }
+
+    /// Whether a round of `slot` may probe with `PUBLISH`: its primary, as last read in
+    /// this generation, replicates it. One atomic load.
+    pub fn publishes(&self, slot: u16) -> bool {
+        self.publishes.contains(slot)
     }
 
     /// The current generation of what is known (see [`Vouch::observe`]).
@@ -124,6 +140,7 @@ impl Vouch {
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let all = super::cold_slots::all_slots();
         self.fsyncs.remove(&all);
+        self.publishes.remove(&all);
         if !self.replicas_expected {
             self.replicated.remove(&all);
         }
@@ -131,18 +148,23 @@ impl Vouch {
 }
 
 /// One primary's settings, as read by the probe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Settings {
     /// `appendonly yes`, `appendfsync always` and `maxmemory-policy noeviction`: every
     /// write fsync'd before the reply, and nothing evicted.
     pub fsyncs: bool,
     /// `connected_slaves` of `INFO replication`.
     pub replicas: u32,
+    /// `cluster-enabled no`, and this connection may `PUBLISH` (an ACL may forbid it):
+    /// the primary copies a `PUBLISH` into its replication stream, where a `WAIT`
+    /// behind it counts the replicas that received everything before it.
+    pub publishes: bool,
 }
 
 impl RedisStore {
     /// Reads the settings of the primary serving `slot` (`CONFIG GET appendonly
-    /// appendfsync`, `INFO replication`), on that slot's connection.
+    /// appendfsync maxmemory-policy cluster-enabled`, `INFO replication`, and outside
+    /// cluster mode a `PUBLISH` on the probe's channel), on that slot's connection.
     pub async fn primary_settings(&self, slot: u16) -> Result<Settings, StoreError> {
         let client = self.inner.lanes.for_slot(slot);
         let config = CustomCommand::new_static("CONFIG", ClusterHash::Custom(slot), false);
@@ -150,12 +172,24 @@ impl RedisStore {
         let pairs: Vec<String> = fred::prelude::ClientLike::custom(
             client,
             config,
-            vec!["GET", "appendonly", "appendfsync", "maxmemory-policy"],
+            vec![
+                "GET",
+                "appendonly",
+                "appendfsync",
+                "maxmemory-policy",
+                "cluster-enabled",
+            ],
         )
         .await?;
         let replication: String =
             fred::prelude::ClientLike::custom(client, info, vec!["replication"]).await?;
-        Ok(parse_settings(&pairs, &replication))
+        let mut settings = parse_settings(&pairs, &replication);
+        if settings.publishes {
+            let published: Result<i64, _> =
+                fred::prelude::PubsubInterface::publish(client, self.probe_key(slot), 0).await;
+            settings.publishes = published.is_ok();
+        }
+        Ok(settings)
     }
 
     /// The probe's reading of every shard: which claims Redis vouches for from now on.
@@ -167,14 +201,10 @@ impl RedisStore {
         for shard in self.shards() {
             let generation = vouch.generation();
             let read = self.primary_settings(shard.probe_slot).await;
-            let (fsyncs, replicas) = match &read {
-                Ok(s) => (s.fsyncs, s.replicas > 0),
-                Err(_) => (false, false),
-            };
-            if vouch.observe(generation, &shard.slots, fsyncs, replicas) {
+            if vouch.observe(generation, &shard.slots, read.as_ref().ok().copied()) {
                 match read {
                     Ok(s) => tracing::info!(shard = %shard.name, fsyncs = s.fsyncs,
-                        replicas = s.replicas, "redis settings read: claims of this shard \
+                        replicas = s.replicas, publishes = s.publishes, "redis settings read: claims of this shard \
                         are {}", if s.fsyncs { "kept by redis" } else { "written through \
                         to postgres (redis does not fsync every write or may evict: \
                         appendonly yes, appendfsync always, maxmemory-policy noeviction)" }),
@@ -218,8 +248,8 @@ impl RedisStore {
     }
 }
 
-/// `CONFIG GET appendonly appendfsync maxmemory-policy`'s pairs and `INFO
-/// replication`'s text.
+/// `CONFIG GET appendonly appendfsync maxmemory-policy cluster-enabled`'s pairs and
+/// `INFO replication`'s text (`publishes` as far as the pairs say).
 fn parse_settings(pairs: &[String], replication: &str) -> Settings {
     let get = |name: &str| {
         (pairs.chunks(2))
@@ -235,12 +265,22 @@ fn parse_settings(pairs: &[String], replication: &str) -> Settings {
             && get("appendfsync") == Some("always")
             && get("maxmemory-policy") == Some("noeviction"),
         replicas,
+        publishes: get("cluster-enabled") == Some("no"),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reading: fsyncs, with or without a replica, outside cluster mode.
+    fn read(fsyncs: bool, replicas: u32) -> Option<Settings> {
+        Some(Settings {
+            fsyncs,
+            replicas,
+            publishes: true,
+        })
+    }
 
     fn pairs(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
@@ -279,9 +319,14 @@ mod tests {
             s,
             Settings {
                 fsyncs: true,
-                replicas: 1
-            }
+                replicas: 1,
+                publishes: false,
+            },
+            "a primary that does not say cluster-enabled no is probed with a write"
         );
+        let outside_cluster = parse_settings(&pairs(&["cluster-enabled", "no"]), "");
+        assert!(outside_cluster.publishes && !outside_cluster.fsyncs);
+        assert!(!parse_settings(&pairs(&["cluster-enabled", "yes"]), "").publishes);
         let s = parse_settings(
             &pairs(&["appendfsync", "everysec", "appendonly", "yes"]),
             "",
@@ -298,18 +343,28 @@ mod tests {
         assert_eq!(v.of(7), Keeping::No);
         let all = super::super::cold_slots::all_slots();
         let g = v.generation();
-        assert!(v.observe(g, &all, true, false));
+        assert!(v.observe(g, &all, read(true, 0)));
         assert_eq!(v.of(16_383), Keeping::Fsync);
-        assert!(v.observe(g, &all, true, true));
+        assert!(v.observe(g, &all, read(true, 1)));
         assert_eq!(v.of(7), Keeping::FsyncAndReplica);
-        assert!(!v.observe(g, &all, true, true));
+        assert!(!v.observe(g, &all, read(true, 1)));
         // A replica missing at one reading is still waited for.
-        assert!(!v.observe(g, &all, true, false));
+        assert!(!v.observe(g, &all, read(true, 0)));
         assert_eq!(v.of(7), Keeping::FsyncAndReplica);
+        assert!(v.publishes(7));
+        assert!(v.observe(g, &all, None));
+        assert_eq!(
+            v.of(7),
+            Keeping::No,
+            "an unreadable primary vouches for nothing"
+        );
+        assert!(!v.publishes(7), "nor is it probed with PUBLISH");
+        assert!(v.observe(g, &all, read(true, 0)));
         v.forget();
         assert_eq!(v.of(7), Keeping::No);
+        assert!(!v.publishes(7));
         // A reading started before the forgetting is not recorded.
-        assert!(!v.observe(g, &all, true, false));
+        assert!(!v.observe(g, &all, read(true, 0)));
         assert_eq!(v.of(7), Keeping::No);
     }
 
@@ -317,10 +372,10 @@ mod tests {
     fn sentinel_and_cluster_primaries_always_wait_for_a_replica() {
         let v = Vouch::new(Duration::from_secs(9), true);
         let all = super::super::cold_slots::all_slots();
-        assert!(v.observe(v.generation(), &all, true, false));
+        assert!(v.observe(v.generation(), &all, read(true, 0)));
         assert_eq!(v.of(7), Keeping::FsyncAndReplica);
         v.forget();
-        assert!(v.observe(v.generation(), &all, true, false));
+        assert!(v.observe(v.generation(), &all, read(true, 0)));
         assert_eq!(v.of(7), Keeping::FsyncAndReplica);
     }
 }

@@ -19,6 +19,7 @@ mod tier_edges;
 mod timeouts;
 mod vouched;
 mod vouched_path;
+mod vouched_rounds;
 mod writer;
 
 /// Makes `redis` provably warm: the warmth marker of every slot says it has held
