@@ -459,10 +459,10 @@ def replica_ports(s):
 
 
 def redis_info(port):
-    """CPU seconds (process, and main thread) and per-command calls/usec of the Redis at port,
-    from `INFO cpu commandstats`."""
-    r = subprocess.run(["redis-cli", "-p", str(port), "INFO", "cpu", "commandstats"], capture_output=True,
-                       text=True, timeout=10)
+    """CPU seconds (process, and main thread), per-command calls/usec, AOF rewrites started and
+    whether one is running, of the Redis at port, from `INFO cpu commandstats persistence`."""
+    r = subprocess.run(["redis-cli", "-p", str(port), "INFO", "cpu", "commandstats", "persistence"],
+                       capture_output=True, text=True, timeout=10)
     f, calls, usec = {}, {}, {}
     for line in r.stdout.splitlines():
         k, _, v = line.strip().partition(":")
@@ -470,11 +470,12 @@ def redis_info(port):
             kv = dict(x.split("=", 1) for x in v.split(",") if "=" in x)
             calls[k[8:]] = int(kv.get("calls", 0))
             usec[k[8:]] = int(kv.get("usec", 0))
-        elif k.startswith("used_cpu_"):
+        elif k.startswith("used_cpu_") or k in ("aof_rewrites", "aof_rewrite_in_progress"):
             f[k] = float(v)
     main = f.get("used_cpu_sys_main_thread", 0) + f.get("used_cpu_user_main_thread", 0)
     return {"cpu_s": f.get("used_cpu_sys", 0) + f.get("used_cpu_user", 0), "cpu_main_s": main,
-            "calls": calls, "usec": usec}
+            "calls": calls, "usec": usec, "aof_rewrites": int(f.get("aof_rewrites", 0)),
+            "aof_rewriting": f.get("aof_rewrite_in_progress", 0) > 0}
 
 
 def redis_snapshot(ports):
@@ -482,14 +483,32 @@ def redis_snapshot(ports):
 
 
 def redis_delta(after, before):
-    """Per node: CPU seconds, main-thread CPU seconds, and calls/usec per command in between."""
+    """Per node: CPU seconds, main-thread CPU seconds, and calls/usec per command in between;
+    `aof_rewrite`: an AOF rewrite ran during the interval (started in it, or running at either
+    end): its child's CPU lands on the interval its parent reaps it in, a lump that is not what
+    the row's requests cost (render_cpu flags the row)."""
     out = {}
     for p, a in after.items():
         b = before.get(p, {"cpu_s": 0, "cpu_main_s": 0, "calls": {}, "usec": {}})
         out[p] = {"cpu_s": round(a["cpu_s"] - b["cpu_s"], 4), "cpu_main_s": round(a["cpu_main_s"] - b["cpu_main_s"], 4),
                   "calls": {k: v - b["calls"].get(k, 0) for k, v in a["calls"].items() if v > b["calls"].get(k, 0)},
-                  "usec": {k: v - b["usec"].get(k, 0) for k, v in a["usec"].items() if v > b["usec"].get(k, 0)}}
+                  "usec": {k: v - b["usec"].get(k, 0) for k, v in a["usec"].items() if v > b["usec"].get(k, 0)},
+                  "aof_rewrite": a.get("aof_rewrites", 0) > b.get("aof_rewrites", 0)
+                  or a.get("aof_rewriting", False) or b.get("aof_rewriting", False)}
     return out
+
+
+def rewrite_runs(r):
+    """How many of a row's measured runs an AOF rewrite of its Redis nodes or replicas ran in."""
+    return sum(1 for x in r["runs"]
+               if any(node.get("aof_rewrite") for key in ("redis_nodes", "redis_replicas")
+                      for node in (x.get(key) or {}).values()))
+
+
+def rewrite_note(r):
+    """" (AOF rewrite in k of n runs)" when an AOF rewrite ran in some of a row's runs, else ""."""
+    k = rewrite_runs(r) if r else 0
+    return f" (AOF rewrite in {k} of {len(r['runs'])} runs)" if k else ""
 
 
 # --- load generators -----------------------------------------------------------
@@ -1451,9 +1470,10 @@ def render_cpu(rows):
         if not r:
             continue
         cells = []
-        for _, parts in CPU_COLS:
+        for col, parts in CPU_COLS:
             v = cpu_us(r, parts)
-            cells.append("-" if not v or v != v or v < 0.05 else f"{v:.1f}")
+            flag = rewrite_note(r) if col.startswith("Redis") else ""
+            cells.append("-" if not v or v != v or v < 0.05 else f"{v:.1f}{flag}")
         out.append(f"| {s['id']} | " + " | ".join(cells) + " |")
     out.append("")
 
@@ -1565,13 +1585,15 @@ def render_durable(rows, results):
         against = "" if r_only != r_only or r_dur != r_dur else \
             f"; against Redis only in the same run ({r_only:.1f} µs): {r_dur / r_only:.2f}x" + \
             (f" (target at most 1.00x): {ok(r_dur <= r_only)}" if rid == "first-wtclaims" else "")
-        lines.append(cpu_line(f"Redis CPU per durable first execution{pair}", r_dur, DURABLE_REDIS_X) + against)
+        lines.append(cpu_line(f"Redis CPU per durable first execution{pair}", r_dur, DURABLE_REDIS_X) + against
+                     + rewrite_note(rows.get(rid)))
         if rid == "first-wtclaims":
             r_fill = get("first-fill", redis_parts)
             if r_fill == r_fill and r_dur == r_dur:
                 lines.append(cpu_line("Redis CPU per durable first execution with `redis_fill = \"on_replay\"` "
                                       "(opt-in, one Redis script)", r_fill, DURABLE_REDIS_X,
-                                      f"; {r_fill / r_dur:.2f}x write-through's at completion"))
+                                      f"; {r_fill / r_dur:.2f}x write-through's at completion")
+                             + rewrite_note(rows.get("first-fill")))
         lines.append(cpu_line("Gateway CPU per durable first execution", get(rid, ("gw",)), DURABLE_GW_X))
         x = rps(rid) / rps("nginx")
         lines.append(f"  - Durable first-execution throughput: {rps(rid):.0f} req/s = {x:.2f}x nginx (target at "
