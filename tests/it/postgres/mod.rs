@@ -20,6 +20,7 @@ mod timeouts;
 mod vouched;
 mod vouched_path;
 mod vouched_rounds;
+mod vouched_writeback;
 mod writer;
 
 /// Makes `redis` provably warm: the warmth marker of every slot says it has held

@@ -187,40 +187,6 @@ async fn a_redis_that_does_not_fsync_every_write_gets_a_postgres_row() {
 }
 
 #[tokio::test]
-async fn a_flushed_redis_keeps_the_key_in_flight_until_the_holder_writes_its_lease_back() {
-    let (redis, pg, up) = (
-        fsyncing_redis(),
-        PgServer::start(),
-        MockUpstream::start().await,
-    );
-    let app = gateway(&redis, &pg, &up).await;
-    up.set_delay(Duration::from_millis(3000));
-    let first = post(&app, "flushed");
-    let retries = async {
-        up.until_executions(1).await;
-        // Redis loses everything, the epoch markers included; the holder still runs.
-        redis.cli(&["FLUSHALL"]);
-        // At once: the key is absent from a slot that just lost its data, so in flight.
-        let early = post(&app, "flushed").await.0;
-        // After the quarantine (real time): the holder's heartbeat wrote its lease back.
-        tokio::time::sleep(QUARANTINE).await;
-        let late = post(&app, "flushed").await.0;
-        (early, late)
-    };
-    let ((status, body), (early, late)) = tokio::join!(first, retries);
-    assert_eq!(status, 201, "the holder's completion is not refused");
-    assert_eq!(early, 409, "in flight during the quarantine");
-    assert_eq!(late, 409, "in flight: the holder wrote its lease back");
-    assert_eq!(up.executions(), 1, "the key ran once");
-    assert_eq!(
-        post(&app, "flushed").await,
-        (201, body),
-        "the holder's answer replays"
-    );
-    assert_eq!(up.executions(), 1);
-}
-
-#[tokio::test]
 async fn a_redis_restarted_without_its_data_serves_again_after_the_quarantine() {
     let (_redis, _pg, up, app, stored) = stored_then_emptied(fsyncing_redis()).await;
     // Every key is absent from slots that lost their data: in flight, for now.
