@@ -4,7 +4,8 @@
 //! gets a replay, while the replicas are stopped (SIGTERM), started again and waited
 //! for, one after another, as a deploy does. Every key must run once and end stored
 //! (the calls a stop cut off: as unknown outcomes), and every whole answer any client
-//! got must be the stored one ([`answers::judge`]).
+//! got must be the stored one ([`answers::judge`]). The claim mode is the lifecycle
+//! matrix's ([`lifecycle::durability`]: the default, or `LIFECYCLE_CLAIMS`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::answers::{self, Answer, Call};
 use crate::checker::Report;
-use crate::cluster::{Durability, Options, Probe, Stack};
+use crate::cluster::{Options, Probe, Stack};
 use crate::lifecycle;
 
 /// Concurrent clients, each sending one new key after another.
@@ -20,7 +21,7 @@ const CLIENTS: usize = 16;
 
 pub async fn rolling_restart(name: String) -> Report {
     let opts = Options {
-        durability: Durability::WriteThrough,
+        durability: lifecycle::durability(),
         lock_ttl: "3s".into(),
         shutdown_grace: "4s".into(),
         command_timeout: "500ms".into(),

@@ -3,8 +3,10 @@
 //! a joiner, the completer's attempt at an abandoned request) meets each lifecycle
 //! event (SIGTERM, SIGKILL, SIGSTOP past the lease, an admin invalidation, a forced one,
 //! a `ttl` shorter than the call, Redis restarted empty), on a fleet of real processes in the
-//! write-through durable configuration (Redis, Postgres with write-through claims, the
-//! default before 0.6.0, three replicas behind HAProxy, `on_ambiguous = "store"`).
+//! default durable configuration (Redis run as vouched claims rely on, Postgres with
+//! vouched claims, three replicas behind HAProxy, `on_ambiguous = "store"`), or with
+//! `LIFECYCLE_CLAIMS=write_through` in the configuration before 0.6.0 (write-through
+//! claims; its cells' names say so).
 //!
 //! A cell puts [`KEYS`] keys in flight, applies its event two seconds in, and has a
 //! retrier per key sending the key through HAProxy from then on, as clients retry after
@@ -100,6 +102,29 @@ impl Kind {
     }
 }
 
+/// The claim mode of the matrix and of the rolling restart: the default (vouched
+/// claims), or write-through claims with `LIFECYCLE_CLAIMS=write_through`.
+pub fn durability() -> Durability {
+    match std::env::var("LIFECYCLE_CLAIMS").as_deref() {
+        Ok("write_through") => Durability::WriteThrough,
+        Ok("vouched") | Err(_) => Durability::Vouched,
+        Ok(other) => panic!("LIFECYCLE_CLAIMS: \"vouched\" or \"write_through\", not {other:?}"),
+    }
+}
+
+/// A cell's name: its kind and event, and the claim mode when it is not the default.
+pub fn cell_name(kind: Kind, event: Event) -> String {
+    named(format!("lifecycle: {kind:?} x {event:?}"))
+}
+
+/// `name`, with the claim mode when it is not the default.
+pub fn named(name: String) -> String {
+    match durability() {
+        Durability::WriteThrough => format!("{name} [claims=write_through]"),
+        _ => name,
+    }
+}
+
 /// The fleet of a cell.
 fn options(kind: Kind, event: Event) -> Options {
     let waits = matches!(kind, Kind::Waiter | Kind::Joiner);
@@ -109,7 +134,7 @@ fn options(kind: Kind, event: Event) -> Options {
     };
     let completer = kind == Kind::Completer;
     Options {
-        durability: Durability::WriteThrough,
+        durability: durability(),
         lock_ttl: "3s".into(),
         shutdown_grace: "4s".into(),
         command_timeout: "500ms".into(),

@@ -11,7 +11,7 @@ macro_rules! lifecycle {
         #[test]
         $(#[ignore = $ignore])?
         fn $test() {
-            let name = format!("lifecycle: {:?} x {:?}", Kind::$kind, Event::$event);
+            let name = lifecycle::cell_name(Kind::$kind, Event::$event);
             run(&name, |n| lifecycle::cell(n, Kind::$kind, Event::$event));
         }
     )*};

@@ -59,10 +59,10 @@ fn replica_cut_off_from_redis_claims_write_through() {
 #[test]
 #[ignore = "chaos: make chaos"]
 fn rolling_restart_under_load() {
-    run(
-        "rolling restart of every replica under load, slow calls and live streams in flight",
-        rolling::rolling_restart,
+    let name = crate::lifecycle::named(
+        "rolling restart of every replica under load, slow calls and live streams in flight".into(),
     );
+    run(&name, rolling::rolling_restart);
 }
 
 // `postgres.redis_fill = "on_replay"`: Postgres decides, as with write-through claims,
