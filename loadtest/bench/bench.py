@@ -1111,6 +1111,9 @@ LAT_PATHS = [
 # What the Patroni set runs during a latency path (None: the set is not involved).
 LAT_REPLICATION = {"first-patroni": "sync", "first-patroni-async": "async"}
 LAT_REDIS_ONLY = [4]
+# `LAT_ONLY=direct,first`: only these paths of the latency phase (ids of LAT_PATHS).
+LAT_ONLY = [p for p in os.environ.get("LAT_ONLY", "").split(",") if p]
+assert all(p in [x[0] for x in LAT_PATHS] for p in LAT_ONLY), f"LAT_ONLY: not a latency path: {LAT_ONLY}"
 
 
 def lat_replica_env():
@@ -1123,17 +1126,20 @@ def latency_phase(results):
     """LAT_ROUNDS interleaved rounds over every path, so that whatever else the machine
     does at some moment falls on all paths alike; added latency is taken per round
     (path minus direct, same round), then the median over rounds."""
-    if "patroni-pg0" not in PARTS:
+    paths = [p for p in LAT_PATHS if not LAT_ONLY or p[0] in LAT_ONLY]
+    if "patroni-pg0" not in PARTS and any(p[0] in LAT_REPLICATION for p in paths):
         log("starting the Patroni set for its latency paths (idemgate-fleet bench start patroni)")
         fleet("start", "patroni")
     envs = lat_replica_env()
+    if not any(p[0] in LAT_REPLICATION for p in paths):
+        envs[4] = {}  # replica 5 serves only the Patroni paths, whose set is not started
     start_gateways(len(envs), "warn", per_replica=envs, redis_only=LAT_REDIS_ONLY)
     fleet("start", "peer")
     try:
         seed_once(SCENARIOS[2])
-        lat = {pid: [] for pid, *_ in LAT_PATHS}
+        lat = {pid: [] for pid, *_ in paths}
         for rnd in range(1, LAT_ROUNDS + 1):
-            for pid, target, i, mode in LAT_PATHS:
+            for pid, target, i, mode in paths:
                 if pid == "first-async":
                     psql("ALTER SYSTEM SET synchronous_commit = off")
                     psql("SELECT pg_reload_conf()")

@@ -39,6 +39,7 @@
 #                                 load client is `idemgate-fleet bench h2c-load`, not wrk: h2load
 #                                 cannot send a key of its own with each request)
 #   LAT_RATE=400 LAT_DURATION=8 LAT_ROUNDS=2    the fixed-rate latency phase (k6)
+#   LAT_ONLY=direct,first         only these paths of the latency phase (with ONLY=latency)
 #   NKEYS=5000                    stored keys the replay rows draw from
 #   PG_RECORDS=10000000           records in Postgres' table before the first row (seeded once per
 #                                 schema, then copied from a template: fleet/src/bench/seeded.rs);

@@ -67,6 +67,23 @@ pub(super) async fn leased_rows(pg: &PgServer) -> i64 {
     pg.count("state = 'leased'").await
 }
 
+/// Whether a claim of a fresh key, posted to the slow upstream `up`, is soon kept by Redis
+/// alone (no leased Postgres row while it runs): tried again until `within`.
+pub(super) async fn until_kept(
+    app: &TestApp,
+    pg: &PgServer,
+    up: &MockUpstream,
+    within: Duration,
+) -> bool {
+    eventually(within, async || {
+        let key = format!("first-{}", uuid::Uuid::new_v4());
+        let (status, leased) = leased_during(app, pg, up, &key).await;
+        assert_eq!(status, 201, "{key}");
+        leased == 0
+    })
+    .await
+}
+
 /// Posts `key` (to a slow upstream `up`) and counts Postgres' leased rows once the call
 /// reached `up`, so once its claim was made: the status, and the rows while it ran.
 pub(super) async fn leased_during(
@@ -310,13 +327,7 @@ async fn a_round_cut_short_by_a_switch_of_server_vouches_for_nothing() {
     cfg.redis.replica_ack_timeout = Duration::from_secs(2);
     let app = TestApp::spawn(cfg).await;
     up.set_delay(Duration::from_millis(1000));
-    let kept = eventually(Duration::from_secs(10), async || {
-        let key = format!("first-{}", uuid::Uuid::new_v4());
-        let (status, leased) = leased_during(&app, &pg, &up, &key).await;
-        assert_eq!(status, 201, "{key}");
-        leased == 0
-    })
-    .await;
+    let kept = until_kept(&app, &pg, &up, Duration::from_secs(10)).await;
     assert!(kept, "A and its replica vouch for claims");
     link.hold(true);
     let switch = async {

@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use idemgate_fleet::{RedisCluster, DURABLE_REDIS};
 
-use super::vouched::{fsyncing_redis, gateway, leased_during, leased_rows, post, replica_of};
+use super::vouched::{
+    fsyncing_redis, gateway, leased_during, leased_rows, post, replica_of, until_kept,
+};
 use crate::redis::cluster_config;
-use crate::support::{eventually, MockUpstream, PgServer, TestApp};
+use crate::support::{MockUpstream, PgServer, TestApp};
 
 /// How many times `redis` ran `command`, from `INFO commandstats`.
 fn calls(redis: &idemgate_fleet::RedisServer, command: &str) -> u64 {
@@ -78,13 +80,7 @@ async fn in_cluster_mode_a_round_probes_with_a_write_and_a_stopped_replica_is_se
     let (pg, up) = (PgServer::start(), MockUpstream::start().await);
     let app = cluster_gateway(&cluster, &pg, &up).await;
     up.set_delay(Duration::from_millis(800));
-    let kept = eventually(Duration::from_secs(15), async || {
-        let key = format!("first-{}", uuid::Uuid::new_v4());
-        let (status, leased) = leased_during(&app, &pg, &up, &key).await;
-        assert_eq!(status, 201, "{key}");
-        leased == 0
-    })
-    .await;
+    let kept = until_kept(&app, &pg, &up, Duration::from_secs(15)).await;
     assert!(
         kept,
         "the cluster's primaries and replicas vouch for claims"
@@ -134,13 +130,7 @@ async fn a_user_that_may_not_publish_gets_rounds_that_write_their_probe() {
     let cfg = crate::support::config(&url, &up.url(), &pg.section("claims = \"vouched\""));
     let app = TestApp::spawn(cfg).await;
     up.set_delay(Duration::from_millis(800));
-    let kept = eventually(Duration::from_secs(10), async || {
-        let key = format!("first-{}", uuid::Uuid::new_v4());
-        let (status, leased) = leased_during(&app, &pg, &up, &key).await;
-        assert_eq!(status, 201, "{key}");
-        leased == 0
-    })
-    .await;
+    let kept = until_kept(&app, &pg, &up, Duration::from_secs(10)).await;
     assert!(kept, "claims are kept by redis without PUBLISH");
     assert_eq!(calls(&redis, "publish"), 0);
     let probes = redis.cli(&["EVAL", "return #redis.call('KEYS', '*:probe')", "0"]);
