@@ -1127,11 +1127,12 @@ def latency_phase(results):
     does at some moment falls on all paths alike; added latency is taken per round
     (path minus direct, same round), then the median over rounds."""
     paths = [p for p in LAT_PATHS if not LAT_ONLY or p[0] in LAT_ONLY]
-    if "patroni-pg0" not in PARTS and any(p[0] in LAT_REPLICATION for p in paths):
+    patroni = any(p[0] in LAT_REPLICATION for p in paths)
+    if "patroni-pg0" not in PARTS and patroni:
         log("starting the Patroni set for its latency paths (idemgate-fleet bench start patroni)")
         fleet("start", "patroni")
     envs = lat_replica_env()
-    if not any(p[0] in LAT_REPLICATION for p in paths):
+    if not patroni:
         envs[4] = {}  # replica 5 serves only the Patroni paths, whose set is not started
     start_gateways(len(envs), "warn", per_replica=envs, redis_only=LAT_REDIS_ONLY)
     fleet("start", "peer")

@@ -130,7 +130,7 @@ impl RedisStore {
         // (no AOF write, so no fsync for the round), else a write to the key. Read each
         // round: a reading of another server bumps the generation first, and every
         // claim sent before it is then rerouted.
-        let probe_of = |slot| match self.inner.vouch.as_ref() {
+        let probe_now = || match self.inner.vouch.as_ref() {
             Some(vouch) if vouch.publishes(slot) => Probe::Publish(&probe),
             _ => Probe::Set(&probe),
         };
@@ -147,7 +147,7 @@ impl RedisStore {
             }
             let acked = match &self.inner.replica_wait {
                 Some(wait) if !self.routed_alike(wait, slot) => Ack::Rerouted,
-                Some(wait) => match wait.acked_after_probe(slot, probe_of(slot), 1).await {
+                Some(wait) => match wait.acked_after_probe(slot, probe_now(), 1).await {
                     true => Ack::Acked,
                     false => Ack::Short,
                 },

@@ -42,8 +42,18 @@ async fn replica_via(primary: &RedisServer, port: u16) -> RedisServer {
 }
 
 pub(super) async fn gateway(redis: &RedisServer, pg: &PgServer, up: &MockUpstream) -> TestApp {
+    gateway_with(redis, pg, up, "").await
+}
+
+/// [`gateway`] with `tables` (TOML tables of its own, e.g. `[admin]`) in its configuration.
+pub(super) async fn gateway_with(
+    redis: &RedisServer,
+    pg: &PgServer,
+    up: &MockUpstream,
+    tables: &str,
+) -> TestApp {
     let extra = format!(
-        "[idempotency]\nlock_ttl = \"{}ms\"\n{}",
+        "[idempotency]\nlock_ttl = \"{}ms\"\n{tables}{}",
         LOCK_TTL.as_millis(),
         pg.section("claims = \"vouched\"")
     );

@@ -4,19 +4,20 @@
 
 use std::time::Duration;
 
-use super::vouched::{fsyncing_redis, post, QUARANTINE};
-use crate::support::{config, MockUpstream, PgServer, RedisServer, TestApp};
+use super::vouched::{fsyncing_redis, gateway_with, post, QUARANTINE};
+use crate::support::{MockUpstream, PgServer, RedisServer, TestApp};
 
 const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
 
 /// The vouched gateway with the admin API on.
 async fn gateway(redis: &RedisServer, pg: &PgServer, up: &MockUpstream) -> TestApp {
-    let extra = format!(
-        "[idempotency]\nlock_ttl = \"{}ms\"\n[admin]\ntoken = \"{ADMIN_TOKEN}\"\n{}",
-        super::vouched::LOCK_TTL.as_millis(),
-        pg.section("claims = \"vouched\"")
-    );
-    TestApp::spawn(config(&redis.url(), &up.url(), &extra)).await
+    gateway_with(
+        redis,
+        pg,
+        up,
+        &format!("[admin]\ntoken = \"{ADMIN_TOKEN}\"\n"),
+    )
+    .await
 }
 
 #[tokio::test]
