@@ -137,20 +137,28 @@ pub struct PgServer {
 
 impl PgServer {
     pub fn start() -> Self {
-        Self::start_full(&Host::loopback(), None)
+        Self::start_full(&Host::loopback(), None, &[])
+    }
+
+    /// A server that keeps its commits as production's does (`fsync`,
+    /// `synchronous_commit` and full-page writes on): for measuring what a commit costs.
+    pub fn start_durable() -> Self {
+        let keep = ["fsync=on", "synchronous_commit=on", "full_page_writes=on"];
+        Self::start_full(&Host::loopback(), None, &keep)
     }
 
     /// A server on `host` (its namespace, listening on its address).
     pub fn start_on(host: &Host) -> Self {
-        Self::start_full(host, None)
+        Self::start_full(host, None, &[])
     }
 
     /// A server with `ssl = on` and the given certificate.
     pub fn start_tls(tls: PgTls) -> Self {
-        Self::start_full(&Host::loopback(), Some(tls))
+        Self::start_full(&Host::loopback(), Some(tls), &[])
     }
 
-    fn start_full(host: &Host, tls: Option<PgTls>) -> Self {
+    /// `settings` are `-c` settings after the test defaults, so they win.
+    fn start_full(host: &Host, tls: Option<PgTls>, settings: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let owner = postgres_owner();
         if let Some((uid, gid)) = owner {
@@ -183,6 +191,11 @@ impl PgServer {
         }
         if let Some(tls) = tls {
             server.enable_tls(&tls);
+        }
+        for setting in settings {
+            server
+                .settings
+                .extend(["-c".to_string(), setting.to_string()]);
         }
         for _ in 0..5 {
             server.port = free_port();

@@ -25,7 +25,7 @@ pub struct Services {
 
 impl Services {
     /// Redis (durable, with a replica, and its markers backdated as `o` asks), Postgres
-    /// with `--pg on`, and the demo upstream of the workspace at `root`.
+    /// with `--pg on` (keeping its commits with `--pg durable`), and the demo upstream of the workspace at `root`.
     pub fn start(o: &Options, root: &Path) -> Services {
         let dir = tempfile::tempdir().unwrap();
         let redis = match o.durable {
@@ -53,7 +53,11 @@ impl Services {
         if o.warm {
             idemgate_fleet::bench::warm::backdate_two_days(redis.port).unwrap();
         }
-        let pg = o.pg_on.then(PgServer::start);
+        let pg = match (o.pg_on, o.pg_durable) {
+            (true, true) => Some(PgServer::start_durable()),
+            (true, false) => Some(PgServer::start()),
+            (false, _) => None,
+        };
         let upstream = Upstream::start(
             &root.join("target/release/demo-upstream"),
             dir.path(),

@@ -17,7 +17,8 @@
 //!
 //! `--threads N`: wrk threads of the measured rounds (default 1; `make bench` uses 2).
 //! Also per round: the machine's idle cores, and with `--pg on` Postgres' CPU and its
-//! write-through and lookup statements per request.
+//! write-through and lookup statements per request. `--pg durable`: that Postgres keeps
+//! its commits (fsync on), as `make bench`'s does, so a commit costs what it does there.
 //!
 //! ```sh
 //! cargo run -p idemgate-fleet --example cpu_ab -- \

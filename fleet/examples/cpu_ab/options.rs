@@ -6,6 +6,8 @@ pub struct Options {
     pub secs: u64,
     pub conns: usize,
     pub pg_on: bool,
+    /// `--pg durable`: Postgres keeps its commits (fsync on), as `make bench`'s does.
+    pub pg_durable: bool,
     /// wrk's threads (`-t`) in the measured rounds: `make bench` runs 2.
     pub threads: usize,
     pub record: Option<String>,
@@ -34,6 +36,7 @@ impl Options {
             secs: 4,
             conns: 16,
             pg_on: true,
+            pg_durable: false,
             threads: 1,
             record: None,
             callgrind: false,
@@ -47,7 +50,11 @@ impl Options {
                 "--rounds" => o.rounds = args.next().unwrap().parse().unwrap(),
                 "--secs" => o.secs = args.next().unwrap().parse().unwrap(),
                 "--conns" => o.conns = args.next().unwrap().parse().unwrap(),
-                "--pg" => o.pg_on = args.next().unwrap() == "on",
+                "--pg" => {
+                    let pg = args.next().unwrap();
+                    o.pg_on = pg == "on" || pg == "durable";
+                    o.pg_durable = pg == "durable";
+                }
                 "--threads" => o.threads = args.next().unwrap().parse().unwrap(),
                 "--record" => o.record = args.next(),
                 "--callgrind" => o.callgrind = true,

@@ -9,8 +9,10 @@
 //! themselves. Before it takes them, the callers woken together with the task (answers
 //! that came in while the last statement ran) queue first
 //! ([`crate::store::let_woken_callers_queue`]), so they share its round instead of
-//! committing one of their own. The channel holds four rounds' worth; more callers wait
-//! to queue.
+//! committing one of their own. A busy round (two jobs or more) of a batch whose callers
+//! announce themselves ([`Batch::arrivals`]) also waits for the jobs announced when it
+//! closed ([`Arrivals`]). The channel holds four rounds' worth; more callers wait to
+//! queue.
 //!
 //! A failed statement fails every job of its round: [`shared`] is how its one error
 //! reaches each caller.
@@ -21,6 +23,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
+use super::arrivals::{Arrivals, ARRIVAL_WAIT};
 use crate::store::StoreError;
 
 /// One kind of batched statement: what a round takes, and how it runs.
@@ -35,6 +38,12 @@ pub(super) trait Batch: Send + 'static {
     /// Runs one round's statement and answers its callers; returns the jobs to try
     /// again, which go ahead of everything still queued.
     fn run(&mut self, round: Vec<Self::Job>) -> impl Future<Output = Vec<Self::Job>> + Send;
+
+    /// The jobs its callers announce before they queue, where they do: a busy round
+    /// waits for them ([`Arrivals`]).
+    fn arrivals(&self) -> Option<&Arrivals> {
+        None
+    }
 }
 
 /// Handle to a batching task: where its jobs queue, and how many statements it ran.
@@ -87,10 +96,11 @@ async fn gather<B: Batch>(
             return;
         }
         crate::store::let_woken_callers_queue().await;
-        while carry.len() < batch_max {
-            match rx.try_recv() {
-                Ok(job) => carry.push(job),
-                Err(_) => break,
+        take_queued(&mut rx, &mut carry, batch_max);
+        // Busy: the jobs on their way join this round rather than pay for their own.
+        if let Some(arrivals) = batch.arrivals() {
+            if (2..batch_max).contains(&carry.len()) && arrivals.wait(ARRIVAL_WAIT).await {
+                take_queued(&mut rx, &mut carry, batch_max);
             }
         }
         let (round, rest) = batch.pick(std::mem::take(&mut carry), batch_max);
@@ -102,6 +112,16 @@ async fn gather<B: Batch>(
         let mut again = batch.run(round).await;
         again.append(&mut carry);
         carry = again;
+    }
+}
+
+/// Moves what is queued into `carry`, up to `max` jobs in all.
+fn take_queued<J>(rx: &mut mpsc::Receiver<J>, carry: &mut Vec<J>, max: usize) {
+    while carry.len() < max {
+        match rx.try_recv() {
+            Ok(job) => carry.push(job),
+            Err(_) => break,
+        }
     }
 }
 
@@ -126,10 +146,26 @@ mod tests {
     use std::sync::Mutex;
     use tokio::sync::Notify;
 
+    /// The rounds a [`Gated`] batch ran, in order.
+    type Rounds = Arc<Mutex<Vec<Vec<u32>>>>;
+
     /// Records each round; a round's statement runs until the test lets it answer.
     struct Gated {
-        rounds: Arc<Mutex<Vec<Vec<u32>>>>,
+        rounds: Rounds,
         answer: Arc<Notify>,
+        arrivals: Option<Arc<Arrivals>>,
+    }
+
+    impl Gated {
+        fn new(arrivals: Option<Arc<Arrivals>>) -> (Self, Rounds, Arc<Notify>) {
+            let (rounds, answer) = (Arc::default(), Arc::new(Notify::new()));
+            let batch = Self {
+                rounds: Arc::clone(&rounds),
+                answer: Arc::clone(&answer),
+                arrivals,
+            };
+            (batch, rounds, answer)
+        }
     }
 
     impl Batch for Gated {
@@ -145,6 +181,10 @@ mod tests {
             self.answer.notified().await;
             Vec::new()
         }
+
+        fn arrivals(&self) -> Option<&Arrivals> {
+            self.arrivals.as_deref()
+        }
     }
 
     async fn settle() {
@@ -157,12 +197,7 @@ mod tests {
     /// while the last statement ran) share the round of the job that queued during it.
     #[tokio::test(flavor = "current_thread")]
     async fn callers_woken_with_the_task_share_its_next_round() {
-        let rounds = Arc::new(Mutex::new(Vec::new()));
-        let answer = Arc::new(Notify::new());
-        let batch = Gated {
-            rounds: rounds.clone(),
-            answer: answer.clone(),
-        };
+        let (batch, rounds, answer) = Gated::new(None);
         let batcher = Batcher::spawn(batch, 16);
         batcher.send(1).await.unwrap();
         settle().await;
@@ -186,5 +221,47 @@ mod tests {
         settle().await;
         assert_eq!(*rounds.lock().unwrap(), vec![vec![1], vec![2, 3, 4, 5, 6]]);
         assert_eq!(batcher.statements(), 2);
+    }
+
+    /// A busy round (jobs queued while the last statement ran) waits for the job
+    /// announced before it closed, and takes it: one statement instead of two.
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_round_waits_for_the_announced_job_and_takes_it() {
+        let arrivals = Arc::new(Arrivals::default());
+        let (batch, rounds, answer) = Gated::new(Some(arrivals.clone()));
+        let batcher = Batcher::spawn(batch, 16);
+        let started = tokio::time::Instant::now();
+        batcher.send(1).await.unwrap();
+        settle().await;
+        batcher.send(2).await.unwrap();
+        batcher.send(3).await.unwrap();
+        let coming = arrivals.announce();
+        answer.notify_one();
+        settle().await;
+        assert_eq!(*rounds.lock().unwrap(), vec![vec![1]], "[2, 3] waits for 4");
+        batcher.send(4).await.unwrap();
+        drop(coming);
+        settle().await;
+        assert_eq!(*rounds.lock().unwrap(), vec![vec![1], vec![2, 3, 4]]);
+        assert!(
+            started.elapsed() < ARRIVAL_WAIT,
+            "woken by the arrival, not the limit"
+        );
+        answer.notify_one();
+    }
+
+    /// A round of one waits for nothing: a lone request's write goes at once, whatever
+    /// is announced.
+    #[tokio::test(start_paused = true)]
+    async fn a_round_of_one_waits_for_no_announced_job() {
+        let arrivals = Arc::new(Arrivals::default());
+        let (batch, rounds, answer) = Gated::new(Some(arrivals.clone()));
+        let batcher = Batcher::spawn(batch, 16);
+        let coming = arrivals.announce();
+        batcher.send(1).await.unwrap();
+        settle().await;
+        assert_eq!(*rounds.lock().unwrap(), vec![vec![1]]);
+        drop(coming);
+        answer.notify_one();
     }
 }

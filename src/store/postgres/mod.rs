@@ -32,6 +32,7 @@
 
 pub mod abandoned;
 mod admin;
+mod arrivals;
 mod batcher;
 pub mod claim_asks;
 pub mod claim_rounds;

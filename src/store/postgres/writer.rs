@@ -11,6 +11,8 @@ pub use batches::refused;
 
 pub use batches::MAX_BATCH_BYTES;
 
+pub use super::arrivals::Coming;
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use super::arrivals::Arrivals;
 use super::batcher::{Batch, Batcher};
 use super::{CompletedRecord, PgStore};
 use crate::metrics;
@@ -60,6 +63,8 @@ struct Shared {
     failures: AtomicU64,
     /// One flusher of the retry queue at a time (the retry task, or shutdown's drain).
     flushing: tokio::sync::Mutex<()>,
+    /// Records announced before they are written ([`Writer::coming`]).
+    arrivals: Arc<Arrivals>,
 }
 
 /// Handle to the writer tasks. Cheap to clone.
@@ -83,6 +88,7 @@ impl Writer {
             dropped: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             flushing: tokio::sync::Mutex::new(()),
+            arrivals: Arc::default(),
         });
         tokio::spawn(shared.clone().retry_loop());
         Self {
@@ -94,11 +100,26 @@ impl Writer {
     /// Writes one record, sharing a statement with whatever else is pending. An error
     /// means its durable copy was given up: Postgres refused it, or the queue was full.
     pub async fn write(&self, record: CompletedRecord) -> Outcome {
+        self.write_coming(record, None).await
+    }
+
+    /// Announces a record that [`Writer::write_coming`] will write after a step of its
+    /// own (the completion in Redis), so that a busy round waits for it. Dropping the
+    /// announcement says it is not coming.
+    pub fn coming(&self) -> Coming {
+        self.shared.arrivals.announce()
+    }
+
+    /// [`Writer::write`] of a record announced by `coming`, which ends once the record
+    /// is queued.
+    pub async fn write_coming(&self, record: CompletedRecord, coming: Option<Coming>) -> Outcome {
         if self.shared.degraded.load(Ordering::Relaxed) {
             return self.shared.enqueue(record);
         }
         let (done, wait) = oneshot::channel();
-        if let Err(job) = self.batcher.send(Job { record, done }).await {
+        let sent = self.batcher.send(Job { record, done }).await;
+        drop(coming);
+        if let Err(job) = sent {
             return self.shared.enqueue(job.record);
         }
         wait.await
@@ -258,6 +279,10 @@ impl Batch for GroupCommit {
             }
         }
         Vec::new()
+    }
+
+    fn arrivals(&self) -> Option<&Arrivals> {
+        Some(&self.0.arrivals)
     }
 }
 

@@ -143,6 +143,9 @@ impl Stores {
                 (self.reconcile(lease, true, in_redis, durable)).await
             }
             pg => {
+                // The write-through that follows is announced: a busy round of the
+                // writer waits for it instead of leaving it a statement of its own.
+                let coming = pg.as_ref().map(|pg| pg.writer.coming());
                 let in_redis = self.complete_in_redis(lease, encoded, expiry).await;
                 // Lost in Redis, where claims are held: the other holder's
                 // answer is the one to keep.
@@ -152,7 +155,7 @@ impl Stores {
                 let Some(pg) = pg else {
                     return in_redis;
                 };
-                let durable = pg.writer.write(record()).await;
+                let durable = pg.writer.write_coming(record(), coming).await;
                 (self.reconcile(lease, false, in_redis, durable)).await
             }
         }
