@@ -193,9 +193,7 @@ impl PgServer {
             server.enable_tls(&tls);
         }
         for setting in settings {
-            server
-                .settings
-                .extend(["-c".to_string(), setting.to_string()]);
+            server.set(setting);
         }
         for _ in 0..5 {
             server.port = free_port();
@@ -234,9 +232,15 @@ impl PgServer {
             "ssl_cert_file=server.crt",
             "ssl_key_file=server.key",
         ] {
-            self.settings
-                .extend(["-c".to_string(), setting.to_string()]);
+            self.set(setting);
         }
+    }
+
+    /// Adds a `-c` setting to the server's command line (after the test defaults, so it
+    /// wins).
+    fn set(&mut self, setting: &str) {
+        self.settings
+            .extend(["-c".to_string(), setting.to_string()]);
     }
 
     fn data(&self) -> PathBuf {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use idemgate_fleet::bench::durable_redis;
 use idemgate_fleet::{free_port, http_status, PgServer, RedisServer, Replica, Upstream};
 
-use crate::options::Options;
+use crate::options::{Options, Pg};
 use crate::{wrk, Variant};
 
 /// What every variant shares. Fields drop in this order: the upstream first, the
@@ -25,7 +25,8 @@ pub struct Services {
 
 impl Services {
     /// Redis (durable, with a replica, and its markers backdated as `o` asks), Postgres
-    /// with `--pg on` (keeping its commits with `--pg durable`), and the demo upstream of the workspace at `root`.
+    /// with `--pg on` (keeping its commits with `--pg durable`), and the demo upstream of
+    /// the workspace at `root`.
     pub fn start(o: &Options, root: &Path) -> Services {
         let dir = tempfile::tempdir().unwrap();
         let redis = match o.durable {
@@ -53,10 +54,10 @@ impl Services {
         if o.warm {
             idemgate_fleet::bench::warm::backdate_two_days(redis.port).unwrap();
         }
-        let pg = match (o.pg_on, o.pg_durable) {
-            (true, true) => Some(PgServer::start_durable()),
-            (true, false) => Some(PgServer::start()),
-            (false, _) => None,
+        let pg = match o.pg {
+            Pg::Durable => Some(PgServer::start_durable()),
+            Pg::On => Some(PgServer::start()),
+            Pg::Off => None,
         };
         let upstream = Upstream::start(
             &root.join("target/release/demo-upstream"),

@@ -1,13 +1,22 @@
 //! cpu_ab's command line: the options of a run and the variants to compare.
 
+/// `--pg`: the Postgres the variants write through to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Pg {
+    /// `off`: none.
+    Off,
+    /// `on` (the default): the launcher's test cluster, fsync off.
+    On,
+    /// `durable`: one that keeps its commits (fsync on), as `make bench`'s does.
+    Durable,
+}
+
 /// What the command line asks for.
 pub struct Options {
     pub rounds: usize,
     pub secs: u64,
     pub conns: usize,
-    pub pg_on: bool,
-    /// `--pg durable`: Postgres keeps its commits (fsync on), as `make bench`'s does.
-    pub pg_durable: bool,
+    pub pg: Pg,
     /// wrk's threads (`-t`) in the measured rounds: `make bench` runs 2.
     pub threads: usize,
     pub record: Option<String>,
@@ -35,8 +44,7 @@ impl Options {
             rounds: 5,
             secs: 4,
             conns: 16,
-            pg_on: true,
-            pg_durable: false,
+            pg: Pg::On,
             threads: 1,
             record: None,
             callgrind: false,
@@ -51,9 +59,11 @@ impl Options {
                 "--secs" => o.secs = args.next().unwrap().parse().unwrap(),
                 "--conns" => o.conns = args.next().unwrap().parse().unwrap(),
                 "--pg" => {
-                    let pg = args.next().unwrap();
-                    o.pg_on = pg == "on" || pg == "durable";
-                    o.pg_durable = pg == "durable";
+                    o.pg = match args.next().unwrap().as_str() {
+                        "on" => Pg::On,
+                        "durable" => Pg::Durable,
+                        _ => Pg::Off,
+                    }
                 }
                 "--threads" => o.threads = args.next().unwrap().parse().unwrap(),
                 "--record" => o.record = args.next(),

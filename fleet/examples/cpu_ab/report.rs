@@ -5,7 +5,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::fleet::{redis_cpu, Services};
-use crate::options::Options;
+use crate::options::{Options, Pg};
 use crate::row::Row;
 use crate::{round_load, wrk, Variant};
 
@@ -74,7 +74,11 @@ pub fn medians(o: &Options, variants: &[Variant]) {
     let (rounds, secs, conns, threads) = (o.rounds, o.secs, o.conns, o.threads);
     println!(
         "\nmedians over {rounds} rounds ({secs} s, {conns} connections, {threads} wrk threads, postgres {}, {}):",
-        if o.pg_on { "on" } else { "off" },
+        match o.pg {
+            Pg::Off => "off",
+            Pg::On => "on",
+            Pg::Durable => "durable",
+        },
         if o.replay {
             "replays"
         } else {

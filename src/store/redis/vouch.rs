@@ -98,9 +98,10 @@ impl Vouch {
     }
 
     /// What one shard's primary runs (`read`: its settings, or `None` when they could not
-    /// be read); whether its slots' keeping changed. Nothing is
-    /// recorded when `generation` (read before the settings were) is no longer the
-    /// current one: the reading may be of a server forgotten meanwhile. Replicas, once
+    /// be read); whether its slots' keeping changed. Nothing the reading grants stands
+    /// when `generation` (read before the settings were) is no longer the current one,
+    /// checked before and after it is recorded: the reading may be of a server forgotten
+    /// meanwhile. Replicas, once
     /// seen, stay expected until the next [`Vouch::forget`]: a replica that is resyncing
     /// or cut off at one reading may still be promoted, and its shard's claims are then
     /// written through (no replica acknowledges) rather than kept unacknowledged.

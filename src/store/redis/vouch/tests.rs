@@ -18,30 +18,21 @@ fn pairs(v: &[&str]) -> Vec<String> {
 #[test]
 fn only_aof_always_fsyncs() {
     let info = "# Replication\r\nrole:master\r\nconnected_slaves:1\r\nslave0:ip=...\r\n";
-    let s = parse_settings(
-        &pairs(&[
+    // AOF `always` with `policy` for maxmemory.
+    let aof_always = |policy| {
+        let settings = [
             "appendonly",
             "yes",
             "appendfsync",
             "always",
             "maxmemory-policy",
-            "noeviction",
-        ]),
-        info,
-    );
+            policy,
+        ];
+        parse_settings(&pairs(&settings), info)
+    };
+    let s = aof_always("noeviction");
     assert!(
-        !parse_settings(
-            &pairs(&[
-                "appendonly",
-                "yes",
-                "appendfsync",
-                "always",
-                "maxmemory-policy",
-                "allkeys-lru"
-            ]),
-            info,
-        )
-        .fsyncs,
+        !aof_always("allkeys-lru").fsyncs,
         "a Redis that may evict a lease vouches for nothing"
     );
     assert_eq!(
