@@ -4,8 +4,8 @@
 # each, on a Postgres of its own that keeps its commits (fsync and synchronous_commit on,
 # as `make bench`'s), its records table seeded with SEED_ROWS completed records shaped
 # as the gateway's (pg-lib.sh's seed_rows). One pgbench client runs one statement at a
-# time, as the gateway's writer does; CPU and commits are read over a window of SECS
-# seconds in the middle of each run. The statement is the completion's INSERT of
+# time, as the gateway's writer does; CPU, commits and WAL (bytes and full-page images,
+# pg_stat_wal) are read over a window of SECS seconds in the middle of each run. The statement is the completion's INSERT of
 # completed records (the keys made by sha256 in SQL, a constant per record).
 #
 #   bash loadtest/bench/pg-statement-cost.sh setup        # initdb, migrations, seed
@@ -45,6 +45,8 @@ setup() {
 }
 
 commits() { "${Q[@]}" -c "SELECT xact_commit FROM pg_stat_database WHERE datname = 'postgres'"; }
+# WAL written so far: bytes and full-page images (pg_stat_wal).
+wal() { "${Q[@]}" -F ' ' -c "SELECT wal_bytes, wal_fpi FROM pg_stat_wal"; }
 
 run() {
   for n in "$@"; do
@@ -62,13 +64,14 @@ SQL
     pgbench -n -M prepared -c 1 -T $((SECS + 3)) -h 127.0.0.1 -p "$PGPORT" -U postgres \
       -f "$STATE/insert.sql" postgres >/dev/null 2>&1 &
     sleep 1.5
-    local x0 c0 c1 x1
-    x0=$(commits); c0=$(pg_cpu); sleep "$SECS"; c1=$(pg_cpu); x1=$(commits)
+    local x0 c0 c1 x1 w0 w1
+    x0=$(commits); w0=$(wal); c0=$(pg_cpu); sleep "$SECS"; c1=$(pg_cpu); w1=$(wal); x1=$(commits)
     wait
-    # The window's statements (the SELECT reading the count commits too).
-    awk -v n="$n" -v tx=$((x1 - x0 - 1)) -v c0="$c0" -v c1="$c1" 'BEGIN {
-      printf "records per statement %2d: %6d statements, Postgres CPU %6.1f us per record, %6.1f us per statement\n",
-        n, tx, (c1 - c0) * 1e6 / (tx * n), (c1 - c0) * 1e6 / tx }'
+    # The window's statements (the SELECTs reading the count and the WAL commit too).
+    awk -v n="$n" -v tx=$((x1 - x0 - 3)) -v c0="$c0" -v c1="$c1" -v w0="$w0" -v w1="$w1" 'BEGIN {
+      split(w0, a, " "); split(w1, b, " "); r = tx * n
+      printf "records per statement %2d: %6d statements, Postgres CPU %6.1f us per record, %6.1f us per statement, WAL %6.0f bytes and %.2f full-page images per record\n",
+        n, tx, (c1 - c0) * 1e6 / r, (c1 - c0) * 1e6 / tx, (b[1] - a[1]) / r, (b[2] - a[2]) / r }'
   done
 }
 

@@ -2,7 +2,8 @@
 //!
 //! Starts Redis, Postgres (the launcher's test cluster: fsync off) and the demo upstream
 //! on free loopback ports, then one replica per variant, all at once. Rounds are
-//! interleaved (A, B, A, B, ...): each round sends first executions (a fresh key per
+//! interleaved, each starting one variant later than the one before (A B, B A, A B, ...,
+//! so that neither is always the one after the other): each round sends first executions (a fresh key per
 //! request) with `wrk` to one variant for a fixed time and reads that replica's CPU
 //! time, context switches and syscalls with `perf stat -p` for the same window, and Redis'
 //! CPU (`INFO cpu`) and syscalls over the round. Printed

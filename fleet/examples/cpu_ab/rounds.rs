@@ -24,10 +24,15 @@ pub struct Rounds<'a> {
 }
 
 impl Rounds<'_> {
-    /// Every round, interleaved: each variant in turn, `o.rounds` times.
+    /// Every round, interleaved: each variant in turn, `o.rounds` times. Each round
+    /// starts one variant later than the one before (A B, then B A), so that what a
+    /// variant leaves behind in a shared server (Postgres' background writes, a table
+    /// grown by its rows) is charged to every variant alike over the rounds.
     pub fn run(&self, variants: &mut [Variant]) {
+        let n = variants.len();
         for round in 0..self.o.rounds {
-            for v in variants.iter_mut() {
+            for i in 0..n {
+                let v = &mut variants[(round + i) % n];
                 let pid = v.replica.pid().unwrap();
                 if self.o.callgrind {
                     self.callgrind_round(v, round, pid);

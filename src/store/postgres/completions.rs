@@ -13,6 +13,16 @@ use crate::store::StoreError;
 
 /// The head of both statements below: the completed records, one per element of the
 /// arrays, as rows.
+///
+/// The arrays are unnested in a select list (`SELECT unnest($1), unnest($2), ...`: a
+/// `ProjectSet`, which hands each row on as it makes it), not as `FROM UNNEST($1, $2,
+/// ...)`: that is a function scan, which first copies each array into a tuplestore of its
+/// own (16 kB or more each, ten of them) and frees them when the statement ends. The two
+/// forms give the same rows in the same order (several set-returning functions in one
+/// select list run in step). With the gateway's writer, that allocation and release
+/// made glibc grow and trim the backend's heap several times per statement (`brk`, page
+/// faults on the regrown pages); what that cost is measured in
+/// loadtest/bench/results/write-through-statement-form.md.
 macro_rules! insert_completed {
     () => {
         "INSERT INTO idemgate_records AS r
@@ -22,10 +32,11 @@ macro_rules! insert_completed {
                          SELECT s, k, rt, f, 'completed', t, st, h, b, now(), now(),
                                 now() + interval '1 millisecond' * ms,
                                 now() + interval '1 millisecond' * ms, o
-                         FROM UNNEST($1::bytea[], $2::bytea[], $3::text[], $4::bytea[],
-                                     $5::text[], $6::int2[], $7::bytea[], $8::bytea[],
-                                     $9::int8[], $10::bytea[])
-                              AS u(s, k, rt, f, t, st, h, b, ms, o)"
+                         FROM (SELECT unnest($1::bytea[]) AS s, unnest($2::bytea[]) AS k,
+                                      unnest($3::text[]) AS rt, unnest($4::bytea[]) AS f,
+                                      unnest($5::text[]) AS t, unnest($6::int2[]) AS st,
+                                      unnest($7::bytea[]) AS h, unnest($8::bytea[]) AS b,
+                                      unnest($9::int8[]) AS ms, unnest($10::bytea[]) AS o) AS u"
     };
 }
 

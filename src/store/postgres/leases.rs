@@ -36,7 +36,8 @@ type ClaimAnswer =
 /// (`request`, NULL without one) and lives at least `km` ms (at least the lease and
 /// then the record's `ttl`: its completion, a HOT update, keeps that expiry); `completer` is
 /// `'running'` for the completer's takeover (which keeps counting its attempts) and
-/// NULL for a client's (which starts the count again).
+/// NULL for a client's (which starts the count again). The arrays are unnested in a
+/// select list, as the write-through's are (`completions`, where the reason is).
 pub(super) const CLAIM: &str = "INSERT INTO idemgate_records AS r
        (scope, key_hash, route, fingerprint, state, lock_token,
         lease_expires_at, created_at, expires_at, fence, request, completer)
@@ -44,9 +45,11 @@ pub(super) const CLAIM: &str = "INSERT INTO idemgate_records AS r
             now() + interval '1 millisecond' * ms, now(),
             now() + interval '1 millisecond' * greatest(ms, km),
             (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, rq, c
-     FROM UNNEST($1::bytea[], $2::bytea[], $3::text[], $4::bytea[], $5::text[],
-                 $6::float8[], $7::bytea[], $8::float8[], $9::text[])
-          AS u(s, k, rt, f, t, ms, rq, km, c)
+     FROM (SELECT unnest($1::bytea[]) AS s, unnest($2::bytea[]) AS k,
+                  unnest($3::text[]) AS rt, unnest($4::bytea[]) AS f,
+                  unnest($5::text[]) AS t, unnest($6::float8[]) AS ms,
+                  unnest($7::bytea[]) AS rq, unnest($8::float8[]) AS km,
+                  unnest($9::text[]) AS c) AS u
      ON CONFLICT (scope, key_hash) DO UPDATE SET
        fence = CASE WHEN r.lock_token = EXCLUDED.lock_token THEN r.fence
                     ELSE greatest(r.fence + 1, EXCLUDED.fence) END,

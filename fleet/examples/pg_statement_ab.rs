@@ -1,0 +1,166 @@
+//! Side-by-side Postgres cost of forms of the write-through statement, bound as the
+//! gateway binds it.
+//!
+//! Each variant is a SQL file taking the gateway's ten array parameters, one element per
+//! record, in the gateway's order and types (`$1` scope `bytea[]`, `$2` key hash
+//! `bytea[]`, `$3` route `text[]`, `$4` fingerprint `bytea[]`, `$5` lock token `text[]`,
+//! `$6` status `int2[]`, `$7` headers `bytea[]`, `$8` body `bytea[]`, `$9` milliseconds
+//! left `int8[]`, `$10` trace origin `bytea[]`), sent in binary by tokio-postgres as
+//! the gateway's writer sends them: the parts of a statement that a `pgbench` script
+//! with literal arrays does not reach (binding, `array_recv`, the executor over
+//! parameters) are measured too. Each variant has a session of its own; a round runs
+//! each variant alone for `--secs`, one statement at a time of `--records` records with
+//! random key hashes (with `--spread`, of 1 to 2N - 1 records, mean N, as the writer's
+//! rounds vary), and reads the CPU of every process of the Postgres on `--port`
+//! (`probe::pg_cpu`) over that window. Rounds start one variant later than the one
+//! before. Printed per round and as medians: Postgres CPU µs per record and per
+//! statement.
+//!
+//! ```sh
+//! bash loadtest/bench/pg-statement-cost.sh setup     # a seeded Postgres on :55990
+//! cargo run --release -p idemgate-fleet --example pg_statement_ab -- \
+//!     --records 10 --rounds 8 A=loadtest/bench/statements/unnest.sql B=other.sql
+//! ```
+
+use std::time::{Duration, Instant};
+
+use idemgate_fleet::probe::pg_cpu;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, NoTls, Statement};
+
+struct Variant {
+    label: String,
+    client: Client,
+    statement: Statement,
+    /// Postgres CPU µs per record, per round.
+    per_record: Vec<f64>,
+}
+
+fn arg(args: &[String], name: &str, default: u64) -> u64 {
+    (args.windows(2))
+        .find(|w| w[0] == name)
+        .map_or(default, |w| w[1].parse().expect(name))
+}
+
+/// xorshift64*: random key hashes, so that inserts land all over the primary key as
+/// SHA-256 ids do.
+fn next(state: &mut u64) -> u64 {
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+}
+
+fn random32(state: &mut u64) -> Vec<u8> {
+    (0..4).flat_map(|_| next(state).to_le_bytes()).collect()
+}
+
+/// One statement of `n` records shaped as the gateway's: one tenant's scope, the demo's
+/// route, a 40-byte header block, a 150-byte body, a day to live.
+async fn run_once(v: &Variant, n: usize, rng: &mut u64) {
+    let scopes = vec![vec![7u8; 32]; n];
+    let ids: Vec<Vec<u8>> = (0..n).map(|_| random32(rng)).collect();
+    let routes = vec!["payments"; n];
+    let fingerprints: Vec<Vec<u8>> = (0..n).map(|_| random32(rng)).collect();
+    let tokens = vec!["0123456789abcdef0123456789abcdef"; n];
+    let statuses = vec![200i16; n];
+    let headers = vec![vec![0u8; 40]; n];
+    let bodies = vec![vec![b'x'; 150]; n];
+    let ms = vec![86_400_000i64; n];
+    let origins: Vec<Option<Vec<u8>>> = vec![None; n];
+    let params: [&(dyn ToSql + Sync); 10] = [
+        &scopes,
+        &ids,
+        &routes,
+        &fingerprints,
+        &tokens,
+        &statuses,
+        &headers,
+        &bodies,
+        &ms,
+        &origins,
+    ];
+    (v.client.execute(&v.statement, &params).await).expect(&v.label);
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let port = arg(&args, "--port", 55990) as u16;
+    let n = arg(&args, "--records", 10) as usize;
+    let secs = arg(&args, "--secs", 5);
+    let rounds = arg(&args, "--rounds", 6) as usize;
+    let spread = args.iter().any(|a| a == "--spread");
+    let url = format!("host=127.0.0.1 port={port} user=postgres dbname=postgres");
+    let mut variants = Vec::new();
+    for spec in args
+        .iter()
+        .filter(|a| a.contains('=') && !a.starts_with("--"))
+    {
+        let (label, file) = spec.split_once('=').unwrap();
+        let sql = std::fs::read_to_string(file).expect(file);
+        let (client, connection) = tokio_postgres::connect(&url, NoTls).await.expect(&url);
+        tokio::spawn(connection);
+        let statement = client.prepare(&sql).await.expect(file);
+        variants.push(Variant {
+            label: label.to_string(),
+            client,
+            statement,
+            per_record: Vec::new(),
+        });
+    }
+    assert!(
+        !variants.is_empty(),
+        "usage: [--records N] LABEL=file.sql ..."
+    );
+    let mut rng = 0x9e37_79b9_7f4a_7c15 ^ u64::from(std::process::id());
+    for v in &variants {
+        // Warm-up: the session's caches, and past the first five custom plans.
+        for _ in 0..20 {
+            run_once(v, n, &mut rng).await;
+        }
+    }
+    for round in 0..rounds {
+        for i in 0..variants.len() {
+            let at = (round + i) % variants.len();
+            let v = &variants[at];
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let (cpu0, start) = (pg_cpu(port), Instant::now());
+            let mut statements = 0u64;
+            let mut records = 0u64;
+            while start.elapsed() < Duration::from_secs(secs) {
+                // `--spread`: sizes from 1 to 2N - 1 (mean N), as the writer's rounds vary.
+                let size = if spread {
+                    1 + (next(&mut rng) % (2 * n as u64 - 1)) as usize
+                } else {
+                    n
+                };
+                run_once(v, size, &mut rng).await;
+                statements += 1;
+                records += size as u64;
+            }
+            let cpu = pg_cpu(port) - cpu0;
+            let per_record = cpu * 1e6 / records as f64;
+            println!(
+                "round {round:>2} {:>10}: {statements:>6} statements, Postgres {per_record:6.1} µs per record, {:7.1} per statement",
+                v.label,
+                per_record * n as f64
+            );
+            variants[at].per_record.push(per_record);
+        }
+    }
+    println!("medians over {rounds} rounds of {secs} s, {n} records per statement:");
+    for v in &variants {
+        let m = median(v.per_record.clone());
+        println!(
+            "{:>10}: Postgres {m:6.1} µs per record, {:7.1} per statement",
+            v.label,
+            m * n as f64
+        );
+    }
+}
