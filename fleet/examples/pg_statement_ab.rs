@@ -1,20 +1,27 @@
-//! Side-by-side Postgres cost of forms of the write-through statement, bound as the
+//! Side-by-side Postgres cost of forms of the write-through insert, bound as the
 //! gateway binds it.
 //!
 //! Each variant is a SQL file taking the gateway's ten array parameters, one element per
 //! record, in the gateway's order and types (`$1` scope `bytea[]`, `$2` key hash
 //! `bytea[]`, `$3` route `text[]`, `$4` fingerprint `bytea[]`, `$5` lock token `text[]`,
 //! `$6` status `int2[]`, `$7` headers `bytea[]`, `$8` body `bytea[]`, `$9` milliseconds
-//! left `int8[]`, `$10` trace origin `bytea[]`), sent in binary by tokio-postgres as
-//! the gateway's writer sends them: the parts of a statement that a `pgbench` script
-//! with literal arrays does not reach (binding, `array_recv`, the executor over
-//! parameters) are measured too. Each variant has a session of its own; a round runs
-//! each variant alone for `--secs`, one statement at a time of `--records` records with
-//! random key hashes (with `--spread`, of 1 to 2N - 1 records, mean N, as the writer's
+//! left `int8[]`, `$10` trace origin `bytea[]`), sent in binary by tokio-postgres as the
+//! gateway's writer sends them: the parts of a statement that a `pgbench` script does
+//! not reach (binding, `array_recv`, the executor over parameters) are measured too.
+//! `loadtest/bench/statements/` holds the insert of completed records whose claims
+//! Redis held alone (`INSERT_NEW`) in two forms; the upsert and the write-through claim
+//! are not measured alone.
+//!
+//! Each variant has a session of its own. A round runs each variant alone for `--secs`,
+//! one statement at a time of `--records` records with random key hashes under one
+//! tenant's scope (with `--spread`, of 1 to 2N - 1 records, mean N, as the writer's
 //! rounds vary), and reads the CPU of every process of the Postgres on `--port`
 //! (`probe::pg_cpu`) over that window. Rounds start one variant later than the one
-//! before. Printed per round and as medians: Postgres CPU µs per record and per
-//! statement.
+//! before. Printed per round and as medians (of an even count, the mean of the middle
+//! two): Postgres CPU µs per record and per statement.
+//!
+//! Options: `--port` (55990), `--records` N (10), `--spread`, `--secs` (5), `--rounds`
+//! (6).
 //!
 //! ```sh
 //! bash loadtest/bench/pg-statement-cost.sh setup     # a seeded Postgres on :55990
@@ -34,16 +41,26 @@ struct Variant {
     statement: Statement,
     /// Postgres CPU µs per record, per round.
     per_record: Vec<f64>,
+    /// Postgres CPU µs per statement, per round.
+    per_statement: Vec<f64>,
 }
 
-fn arg(args: &[String], name: &str, default: u64) -> u64 {
+const FLAGS: [&str; 4] = ["--port", "--records", "--secs", "--rounds"];
+
+/// The value after `name`, or `default`; a value that does not parse stops the run.
+fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T
+where
+    T::Err: std::fmt::Display,
+{
     (args.windows(2))
         .find(|w| w[0] == name)
-        .map_or(default, |w| w[1].parse().expect(name))
+        .map_or(default, |w| {
+            (w[1].parse()).unwrap_or_else(|e| panic!("{name} {}: {e}", w[1]))
+        })
 }
 
-/// xorshift64*: random key hashes, so that inserts land all over the primary key as
-/// SHA-256 ids do.
+/// xorshift64*: random key hashes, spread over the tenant's part of the primary key as
+/// SHA-256 ids are.
 fn next(state: &mut u64) -> u64 {
     *state ^= *state >> 12;
     *state ^= *state << 25;
@@ -85,22 +102,39 @@ async fn run_once(v: &Variant, n: usize, rng: &mut u64) {
 
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
+    let m = xs.len() / 2;
+    if xs.len() % 2 == 0 {
+        (xs[m - 1] + xs[m]) / 2.0
+    } else {
+        xs[m]
+    }
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let port = arg(&args, "--port", 55990) as u16;
-    let n = arg(&args, "--records", 10) as usize;
-    let secs = arg(&args, "--secs", 5);
-    let rounds = arg(&args, "--rounds", 6) as usize;
+    for (i, a) in args.iter().enumerate() {
+        let value = i > 0 && FLAGS.contains(&args[i - 1].as_str());
+        let known = FLAGS.contains(&a.as_str()) || a == "--spread";
+        assert!(
+            value || known || (a.contains('=') && !a.starts_with('-')),
+            "{a}: usage: [--port P] [--records N] [--spread] [--secs S] [--rounds R] LABEL=file.sql ..."
+        );
+    }
+    let port: u16 = arg(&args, "--port", 55990);
+    let n: usize = arg(&args, "--records", 10);
+    let secs: u64 = arg(&args, "--secs", 5);
+    let rounds: usize = arg(&args, "--rounds", 6);
+    assert!(
+        n >= 1 && secs >= 1 && rounds >= 1,
+        "--records, --secs and --rounds: at least 1"
+    );
     let spread = args.iter().any(|a| a == "--spread");
     let url = format!("host=127.0.0.1 port={port} user=postgres dbname=postgres");
     let mut variants = Vec::new();
     for spec in args
         .iter()
-        .filter(|a| a.contains('=') && !a.starts_with("--"))
+        .filter(|a| a.contains('=') && !a.starts_with('-'))
     {
         let (label, file) = spec.split_once('=').unwrap();
         let sql = std::fs::read_to_string(file).expect(file);
@@ -112,12 +146,10 @@ async fn main() {
             client,
             statement,
             per_record: Vec::new(),
+            per_statement: Vec::new(),
         });
     }
-    assert!(
-        !variants.is_empty(),
-        "usage: [--records N] LABEL=file.sql ..."
-    );
+    assert!(!variants.is_empty(), "no variant: LABEL=file.sql ...");
     let mut rng = 0x9e37_79b9_7f4a_7c15 ^ u64::from(std::process::id());
     for v in &variants {
         // Warm-up: the session's caches, and past the first five custom plans.
@@ -131,6 +163,7 @@ async fn main() {
             let v = &variants[at];
             tokio::time::sleep(Duration::from_millis(500)).await;
             let (cpu0, start) = (pg_cpu(port), Instant::now());
+            assert!(cpu0 > 0.0, "no Postgres started with port {port} here");
             let mut statements = 0u64;
             let mut records = 0u64;
             while start.elapsed() < Duration::from_secs(secs) {
@@ -146,21 +179,22 @@ async fn main() {
             }
             let cpu = pg_cpu(port) - cpu0;
             let per_record = cpu * 1e6 / records as f64;
+            let per_statement = cpu * 1e6 / statements as f64;
             println!(
-                "round {round:>2} {:>10}: {statements:>6} statements, Postgres {per_record:6.1} µs per record, {:7.1} per statement",
+                "round {round:>2} {:>10}: {statements:>6} statements, Postgres {per_record:6.1} µs per record, {per_statement:7.1} per statement",
                 v.label,
-                per_record * n as f64
             );
             variants[at].per_record.push(per_record);
+            variants[at].per_statement.push(per_statement);
         }
     }
     println!("medians over {rounds} rounds of {secs} s, {n} records per statement:");
     for v in &variants {
-        let m = median(v.per_record.clone());
         println!(
-            "{:>10}: Postgres {m:6.1} µs per record, {:7.1} per statement",
+            "{:>10}: Postgres {:6.1} µs per record, {:7.1} per statement",
             v.label,
-            m * n as f64
+            median(v.per_record.clone()),
+            median(v.per_statement.clone())
         );
     }
 }

@@ -38,7 +38,8 @@ pub fn pg_statements(admin: u16) -> (f64, f64) {
 }
 
 /// CPU seconds used so far by the Postgres listening on `port`: its postmaster (found
-/// by its `-p PORT` or `-c port=PORT` argument) and the postmaster's children (backends and workers).
+/// by its `-p PORT` or `-c port=PORT` argument) and the postmaster's children (backends
+/// and workers).
 pub fn pg_cpu(port: u16) -> f64 {
     let procs: Vec<(u32, u32, f64)> = (std::fs::read_dir("/proc").unwrap())
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
@@ -51,11 +52,10 @@ pub fn pg_cpu(port: u16) -> f64 {
             Some((pid, fields.get(1)?.parse().ok()?, ticks / 100.0))
         })
         .collect();
-    let port = port.to_string();
+    let (port, port_setting) = (port.to_string(), format!("port={port}"));
     let postmaster = procs.iter().map(|p| p.0).find(|pid| {
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let port_setting = format!("port={port}");
         (args.windows(2)).any(|w| {
             (w[0] == b"-p" && w[1] == port.as_bytes())
                 || (w[0] == b"-c" && w[1] == port_setting.as_bytes())

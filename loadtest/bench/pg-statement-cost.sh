@@ -4,9 +4,12 @@
 # each, on a Postgres of its own that keeps its commits (fsync and synchronous_commit on,
 # as `make bench`'s), its records table seeded with SEED_ROWS completed records shaped
 # as the gateway's (pg-lib.sh's seed_rows). One pgbench client runs one statement at a
-# time, as the gateway's writer does; CPU, commits and WAL (bytes and full-page images,
-# pg_stat_wal) are read over a window of SECS seconds in the middle of each run. The statement is the completion's INSERT of
-# completed records (the keys made by sha256 in SQL, a constant per record).
+# time, as the gateway's writer does; CPU, commits and WAL (bytes and full-page
+# images, pg_stat_wal) are read over a window of SECS seconds in the middle of each run.
+# The statement is the completion's INSERT of completed records (the keys made by sha256
+# in SQL, a constant per record). Every new record has the same scope, so the inserts
+# go to one growing part of the primary key, where the seeded records each have a scope
+# of their own.
 #
 #   bash loadtest/bench/pg-statement-cost.sh setup        # initdb, migrations, seed
 #   bash loadtest/bench/pg-statement-cost.sh run 1 2 4 8 16 32
@@ -70,7 +73,8 @@ SQL
     # The window's statements (the SELECTs reading the count and the WAL commit too).
     awk -v n="$n" -v tx=$((x1 - x0 - 3)) -v c0="$c0" -v c1="$c1" -v w0="$w0" -v w1="$w1" 'BEGIN {
       split(w0, a, " "); split(w1, b, " "); r = tx * n
-      printf "records per statement %2d: %6d statements, Postgres CPU %6.1f us per record, %6.1f us per statement, WAL %6.0f bytes and %.2f full-page images per record\n",
+      printf "records per statement %2d: %6d statements, Postgres CPU %6.1f us per record, " \
+        "%6.1f us per statement, WAL %6.0f bytes and %.2f full-page images per record\n",
         n, tx, (c1 - c0) * 1e6 / r, (c1 - c0) * 1e6 / tx, (b[1] - a[1]) / r, (b[2] - a[2]) / r }'
   done
 }

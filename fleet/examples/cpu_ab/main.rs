@@ -2,11 +2,13 @@
 //!
 //! Starts Redis, Postgres (the launcher's test cluster: fsync off) and the demo upstream
 //! on free loopback ports, then one replica per variant, all at once. Rounds are
-//! interleaved, each starting one variant later than the one before (A B, B A, A B, ...,
-//! so that neither is always the one after the other): each round sends first executions (a fresh key per
-//! request) with `wrk` to one variant for a fixed time and reads that replica's CPU
-//! time, context switches and syscalls with `perf stat -p` for the same window, and Redis'
-//! CPU (`INFO cpu`) and syscalls over the round. Printed
+//! interleaved, each starting one variant later than the one before (A B, B A, A B, ...:
+//! with two variants and an even `--rounds`, each goes first as often as the other; with
+//! three, the order turns but B still follows A in two rounds of three): each round
+//! sends first executions (a fresh key per request) with `wrk` to one variant for a
+//! fixed time and reads that replica's CPU time, context switches and syscalls with
+//! `perf stat -p` for the same window, and Redis' CPU (`INFO cpu`) and syscalls over the
+//! round. Printed
 //! per variant: requests, req/s, and per request the gateway's CPU µs, context
 //! switches and syscalls, Redis' CPU µs and syscalls; the median over rounds last.
 //! `--replay`: the rounds replay the keys each variant's warm-up stored instead

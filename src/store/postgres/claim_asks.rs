@@ -1,7 +1,7 @@
 //! What a claim asks for ([`ClaimAsk`], with the request it keeps for the completer:
 //! [`ResendableRow`]), and the claim statement's parameters built from a round of asks
-//! ([`ClaimColumns`]: one array per column, in key order, so that one `INSERT ... SELECT
-//! FROM UNNEST` claims every key of the round; the statement is `leases::CLAIM`).
+//! ([`ClaimColumns`]: one array per column, in key order, so that one `INSERT ... SELECT`
+//! of the unnested arrays claims every key of the round; the statement is `leases::CLAIM`).
 
 use std::time::Duration;
 
