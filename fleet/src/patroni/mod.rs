@@ -145,8 +145,24 @@ impl PatroniSet {
     /// [`DATABASE`] exists. Panics after 60 s.
     pub fn start(opts: PatroniOptions) -> Self {
         let set = Self::launch(opts);
-        let leader = set.wait_leader(Duration::from_secs(60));
-        set.create_database(&leader);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        // The leader Patroni names may not take connections yet: a set started again
+        // over its data can name the last run's leader before that node's Postgres is
+        // up. So the leader is asked again until one takes the database.
+        let leader = loop {
+            let leader = set.wait_leader(deadline.saturating_duration_since(Instant::now()));
+            match set.create_database(&leader) {
+                Ok(()) => break leader,
+                Err(e) => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "CREATE DATABASE on {leader}: {e}; logs in {}",
+                        set.dir.display()
+                    );
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        };
         assert!(
             set.wait_replicas(Duration::from_secs(60)),
             "the replicas did not follow {leader}: {:?}; logs in {}",
@@ -311,16 +327,17 @@ impl PatroniSet {
         false
     }
 
-    fn create_database(&self, leader: &str) {
+    /// Creates [`DATABASE`] on `leader` unless it exists; psql's error otherwise.
+    fn create_database(&self, leader: &str) -> Result<(), String> {
         let exists = self.psql(
             leader,
             "postgres",
             &format!("SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'"),
-        );
-        if exists.as_deref() != Ok("1") {
-            let made = self.psql(leader, "postgres", &format!("CREATE DATABASE {DATABASE}"));
-            assert!(made.is_ok(), "CREATE DATABASE on {leader}: {made:?}");
+        )?;
+        if exists != "1" {
+            self.psql(leader, "postgres", &format!("CREATE DATABASE {DATABASE}"))?;
         }
+        Ok(())
     }
 }
 
