@@ -1,16 +1,18 @@
 //! Side-by-side Postgres cost of forms of the write-through insert, bound as the
 //! gateway binds it.
 //!
-//! Each variant is a SQL file taking the gateway's ten array parameters, one element per
+//! Each variant is `gateway`, the gateway's insert of completed records whose claims
+//! Redis held alone (`INSERT_NEW`) as this tree sends it (read from
+//! `src/store/postgres/completions.rs`), or a SQL file taking the same ten array
+//! parameters, one element per
 //! record, in the gateway's order and types (`$1` scope `bytea[]`, `$2` key hash
 //! `bytea[]`, `$3` route `text[]`, `$4` fingerprint `bytea[]`, `$5` lock token `text[]`,
 //! `$6` status `int2[]`, `$7` headers `bytea[]`, `$8` body `bytea[]`, `$9` milliseconds
 //! left `int8[]`, `$10` trace origin `bytea[]`), sent in binary by tokio-postgres as the
 //! gateway's writer sends them: the parts of a statement that a `pgbench` script does
 //! not reach (binding, `array_recv`, the executor over parameters) are measured too.
-//! `loadtest/bench/statements/` holds the insert of completed records whose claims
-//! Redis held alone (`INSERT_NEW`) in two forms; the upsert and the write-through claim
-//! are not measured alone.
+//! `loadtest/bench/statements/unnest.sql` is the form the gateway sent before; the
+//! upsert and the write-through claim are not measured alone.
 //!
 //! Each variant has a session of its own. A round runs each variant alone for `--secs`,
 //! one statement at a time of `--records` records with random key hashes under one
@@ -26,7 +28,7 @@
 //! ```sh
 //! bash loadtest/bench/pg-statement-cost.sh setup     # a seeded Postgres on :55990
 //! cargo run --release -p idemgate-fleet --example pg_statement_ab -- \
-//!     --records 10 --rounds 8 A=loadtest/bench/statements/unnest.sql B=other.sql
+//!     --records 10 --rounds 8 A=loadtest/bench/statements/unnest.sql B=gateway
 //! ```
 
 use std::time::{Duration, Instant};
@@ -100,6 +102,28 @@ async fn run_once(v: &Variant, n: usize, rng: &mut u64) {
     (v.client.execute(&v.statement, &params).await).expect(&v.label);
 }
 
+/// The SQL of a variant: `gateway` is the string of `insert_completed!` in the
+/// gateway's source; anything else names a file.
+fn statement_sql(source: &str) -> String {
+    if source != "gateway" {
+        return std::fs::read_to_string(source).unwrap_or_else(|e| panic!("{source}: {e}"));
+    }
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../src/store/postgres/completions.rs"
+    );
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let after = (text.split_once("macro_rules! insert_completed"))
+        .expect("completions.rs defines insert_completed!")
+        .1;
+    let sql = after.split('"').nth(1).expect("the macro's string literal");
+    assert!(
+        sql.trim_start().starts_with("INSERT INTO idemgate_records"),
+        "{sql}"
+    );
+    sql.to_string()
+}
+
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     let m = xs.len() / 2;
@@ -118,7 +142,7 @@ async fn main() {
         let known = FLAGS.contains(&a.as_str()) || a == "--spread";
         assert!(
             value || known || (a.contains('=') && !a.starts_with('-')),
-            "{a}: usage: [--port P] [--records N] [--spread] [--secs S] [--rounds R] LABEL=file.sql ..."
+            "{a}: usage: [--port P] [--records N] [--spread] [--secs S] [--rounds R] LABEL=file.sql|gateway ..."
         );
     }
     let port: u16 = arg(&args, "--port", 55990);
@@ -136,11 +160,11 @@ async fn main() {
         .iter()
         .filter(|a| a.contains('=') && !a.starts_with('-'))
     {
-        let (label, file) = spec.split_once('=').unwrap();
-        let sql = std::fs::read_to_string(file).expect(file);
+        let (label, source) = spec.split_once('=').unwrap();
+        let sql = statement_sql(source);
         let (client, connection) = tokio_postgres::connect(&url, NoTls).await.expect(&url);
         tokio::spawn(connection);
-        let statement = client.prepare(&sql).await.expect(file);
+        let statement = client.prepare(&sql).await.expect(source);
         variants.push(Variant {
             label: label.to_string(),
             client,
@@ -149,7 +173,10 @@ async fn main() {
             per_statement: Vec::new(),
         });
     }
-    assert!(!variants.is_empty(), "no variant: LABEL=file.sql ...");
+    assert!(
+        !variants.is_empty(),
+        "no variant: LABEL=file.sql|gateway ..."
+    );
     let mut rng = 0x9e37_79b9_7f4a_7c15 ^ u64::from(std::process::id());
     for v in &variants {
         // Warm-up: the session's caches, and past the first five custom plans.

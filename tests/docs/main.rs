@@ -92,7 +92,6 @@ fn prose(text: &str) -> Vec<String> {
 mod defaults;
 mod links;
 mod paths;
-mod statements;
 mod tables;
 mod tracker;
 
