@@ -1,7 +1,9 @@
 -- idemgate claim: take the lease on a record, or report what holds it.
 -- KEYS[1] record key, KEYS[2] fence key (same hash tag), KEYS[3] warmth marker of the
 -- record's hash slot (same slot, see src/store/redis/slots.rs).
--- ARGV[1] fingerprint, ARGV[2] lock token, ARGV[3] lease in ms, ARGV[4] fence key ttl in ms,
+-- ARGV[1] fingerprint, ARGV[2] lock token, ARGV[3] the new record's ttl in ms (the lease,
+-- plus with vouched claims ARGV[9]: summed by the gateway, so no number is formatted
+-- here), ARGV[4] fence key ttl in ms,
 -- or "clock": the fence is Redis' clock in µs, no fence key (vouched claims), or "0": no fence key (write-through claims: Postgres' fence is the fencing token, and
 -- the record carries "0"), ARGV[5] the age (ms) from which the marker vouches for this
 -- shard (the longest ttl), or "" where the mode does not use the marker's verdict,
@@ -109,10 +111,9 @@ local function acquire(now_us, lapsed)
       redis.call('SET', KEYS[2], ns, 'PX', ARGV[4])
     end
   end
-  -- Vouched claims (ARGV[9]): the record outlives its lease by l ms (record.lua).
-  local l = ARGV[9]
-  rec_put(rec, ARGV[6] == 'hash', false, 'L', false, ARGV[1], ARGV[2], ns, l,
-    tonumber(ARGV[3]) + (tonumber(l) or 0))
+  -- Vouched claims (ARGV[9]): the record outlives its lease by l ms (record.lua), and
+  -- ARGV[3] counts them.
+  rec_put(rec, ARGV[6] == 'hash', false, 'L', false, ARGV[1], ARGV[2], ns, ARGV[9], ARGV[3])
   if lapsed then
     return {'A', ns, marker_age(now_us), 1}
   end

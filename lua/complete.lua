@@ -7,11 +7,22 @@
 -- prepended), anything else or nothing: one string (a hash record is rewritten as one).
 -- The wake-up is published only when the record says a duplicate was told "in flight"
 -- (w, set by claim.lua), or when the record had expired (who saw it is unknown).
--- Commands of a completion: GET, SET (+ PUBLISH when waited for).
+-- Commands of a completion: GET, SET (+ PUBLISH when waited for; GET twice where the
+-- record is missing or a hash).
 -- Reply: 1 stored (also: already stored by this token, or the record had expired and
 -- nobody else had claimed it) | 0 lease lost (another token holds or completed it).
 local rec = KEYS[1]
 local hash = ARGV[7] == 'hash'
+local got = redis.pcall('GET', rec)
+-- The common case, a string record written as a string: completed in place, undecoded.
+-- Otherwise (no record, a hash, or the hash layout asked for) it is read again, decoded.
+if type(got) == 'string' and not hash then
+  local stored, waited = rec_complete_string(rec, got, ARGV[1], ARGV[2], ARGV[3])
+  if waited then
+    redis.call(ARGV[6], ARGV[5], 'C')
+  end
+  return stored
+end
 local v = rec_get(rec)
 if not v then
   rec_put(rec, hash, false, 'C', false, ARGV[4], ARGV[1], '', ARGV[2], ARGV[3])

@@ -49,6 +49,26 @@ local function rec_get(k)
   end
   return rec
 end
+-- Completes a leased record of this layout (`v`, its string) in place, without decoding
+-- it: the state byte becomes "C" and the tail (l, or nothing) the response `r`; w, f, t
+-- and n stay byte for byte as they were, as rec_put would write them again. Returns 0
+-- when another token holds the record, else 1 (a record this token completed already
+-- is left as it is); then whether a duplicate was told "in flight" (w): the caller
+-- publishes the wake-up.
+local function rec_complete_string(k, v, token, r, ttl)
+  local byte, sub = string.byte, string.sub
+  local a = 4 + byte(v, 3)
+  local b = a + 1 + byte(v, a)
+  if sub(v, a + 1, b - 1) ~= token then
+    return 0, false
+  end
+  if byte(v, 1) ~= 76 then
+    return 1, false
+  end
+  local c = b + 1 + byte(v, b)
+  redis.call('SET', k, 'C' .. sub(v, 2, c - 1) .. r, 'PX', ttl)
+  return 1, byte(v, 2) == 49
+end
 -- A leased record's lease: the ms left, and whether it lapsed (ran out with no
 -- completion, remembered for l ms after: only records that carry l can say so).
 local function lease_left(k, rec)

@@ -40,7 +40,7 @@ record="L0 ${fp} ${token}1795949103826486 86400000"
 # Write-through claims read the epoch marker too (a fleet may mix modes); without it
 # (Redis alone) the script reads neither marker.
 declare -A variants=(
-  [script-vouched]="evalsha $sha 4 b:__rand_int__ b:f b:warm b:epoch $fp $token 30000 clock 86400000 string 40000 0 86400000"
+  [script-vouched]="evalsha $sha 4 b:__rand_int__ b:f b:warm b:epoch $fp $token 86430000 clock 86400000 string 40000 0 86400000"
   [script-write-through]="evalsha $sha 4 b:__rand_int__ b:f b:warm b:epoch $fp $token 30000 0 EMPTY string 40000 0"
   [script-no-markers]="evalsha $sha 2 b:__rand_int__ b:f $fp $token 30000 0 EMPTY string"
   [native-set-nx-px-get]="set b:__rand_int__ RECORD NX PX 86430000 GET"

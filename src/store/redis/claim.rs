@@ -43,7 +43,8 @@ impl RedisStore {
     /// KEYS: `[record key, fence key, warmth marker of the record's slot, epoch marker
     /// of the slot]` (the warmth marker where the mode reads it or the epoch marker is
     /// given, the epoch marker with `[postgres]`). ARGV: `[fingerprint (32 bytes), lock
-    /// token, lease ms, fence key ttl ms, vouch-after ms ("" where the warmth marker is
+    /// token, the record's ttl ms (the lease, plus with vouched claims how long the record
+    /// outlives it), fence key ttl ms, vouch-after ms ("" where the warmth marker is
     /// not read), record layout ("string" or "hash", `redis.record_format`)]`, then with
     /// the epoch marker the quarantine (ms) and the moment up to which an epoch marker
     /// marks a loss known to have lost no claim kept alone
@@ -150,7 +151,10 @@ impl RedisStore {
             let mut args: Vec<Value> = vec![
                 Bytes::copy_from_slice(fingerprint.as_bytes()).into(),
                 token.into(),
-                millis(lease).into(),
+                // Summed here: Lua would format the sum as a float for `SET ... PX`.
+                millis(lease)
+                    .saturating_add(self.inner.vouch.as_ref().map_or(0, |v| millis(v.remember)))
+                    .into(),
                 match (self.inner.vouch.is_some(), fence_ttl.is_zero()) {
                     (true, _) => "clock".into(),
                     (false, true) => 0.into(),

@@ -257,6 +257,35 @@ async fn string_records_keep_their_ttl_and_skip_the_fence_key_when_asked() {
     assert_eq!(c.exists::<i64, _>("{nf}:n").await.unwrap(), 0);
 }
 
+/// A completion rewrites a leased string record in place: the state byte, then the
+/// lease's w, f, t and n byte for byte, then the response where the lease's l was (a
+/// vouched claim's record); another token's completion then changes nothing.
+#[tokio::test]
+async fn a_completion_keeps_the_leases_fields_byte_for_byte() {
+    let redis = RedisServer::start();
+    let c = redis.client().await;
+    for (rec, waited) in [("{cw}", true), ("{cn}", false)] {
+        // ARGV[6..9]: the string layout, no epoch marker, l = 3000 ms after the lease.
+        let first = claim(&c, &new("claim"), rec, "t1", &["", "0", "0", "3000"]).await;
+        let fence = first[1].as_string().unwrap();
+        if waited {
+            assert_eq!(tag(&claim(&c, &new("claim"), rec, "t2", &[]).await), "I");
+        }
+        assert_eq!(complete(&c, &new("complete"), rec, "t1", &[]).await, 1);
+        let mut want = vec![b'C', if waited { b'1' } else { b'0' }, 32];
+        want.extend_from_slice(FP);
+        want.extend_from_slice(&[2, b't', b'1', fence.len() as u8]);
+        want.extend_from_slice(fence.as_bytes());
+        want.extend(response());
+        let got: Vec<u8> = c.get(rec).await.unwrap();
+        assert_eq!(got, want, "{rec}");
+        let ttl = redis.pttl(rec).await;
+        assert!(ttl > 59_000 && ttl <= 60_000, "{ttl}");
+        assert_eq!(complete(&c, &new("complete"), rec, "t2", &[]).await, 0);
+        assert_eq!(c.get::<Vec<u8>, _>(rec).await.unwrap(), want);
+    }
+}
+
 /// With write-through claims the fencing token forwarded is the one Postgres' row holds
 /// (every forwarded claim holds one there), growing per key across releases, and Redis
 /// keeps no fence key.
