@@ -36,10 +36,31 @@ pub struct Options {
     pub specs: Vec<String>,
 }
 
+/// The command line's shape, printed with `--help` and after a mistake.
+const USAGE: &str = "usage: cpu_ab [--rounds N] [--secs S] [--conns C] [--threads T] \
+    [--pg off|on|durable] [--redis plain|durable] [--warm] [--replay] [--callgrind] \
+    [--record FILE] LABEL=BINARY[|KEY=VALUE...]...";
+
 impl Options {
-    /// The options of this process' command line.
+    /// The options of this process' command line; a mistake (an unknown option, a
+    /// missing or unreadable value, a variant without `LABEL=`, no variant) exits with
+    /// the usage instead of a panic.
     pub fn parse() -> Options {
-        let mut args = std::env::args().skip(1);
+        match Self::from_args(std::env::args().skip(1)) {
+            Ok(o) => o,
+            Err(e) if e.is_empty() => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            Err(e) => {
+                eprintln!("cpu_ab: {e}\n{USAGE}");
+                std::process::exit(2);
+            }
+        }
+    }
+
+    /// [`Options::parse`] over `args`; `Err("")` for `--help`.
+    fn from_args(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
         let mut o = Options {
             rounds: 5,
             secs: 4,
@@ -54,26 +75,50 @@ impl Options {
             specs: Vec::new(),
         };
         while let Some(a) = args.next() {
+            let mut value = || args.next().ok_or_else(|| format!("{a} needs a value"));
+            fn number<T: std::str::FromStr>(flag: &str, v: String) -> Result<T, String> {
+                v.parse().map_err(|_| format!("{flag}: not a number: {v}"))
+            }
             match a.as_str() {
-                "--rounds" => o.rounds = args.next().unwrap().parse().unwrap(),
-                "--secs" => o.secs = args.next().unwrap().parse().unwrap(),
-                "--conns" => o.conns = args.next().unwrap().parse().unwrap(),
+                "-h" | "--help" => return Err(String::new()),
+                "--rounds" => o.rounds = number(&a, value()?)?,
+                "--secs" => o.secs = number(&a, value()?)?,
+                "--conns" => o.conns = number(&a, value()?)?,
+                "--threads" => o.threads = number(&a, value()?)?,
                 "--pg" => {
-                    o.pg = match args.next().unwrap().as_str() {
+                    o.pg = match value()?.as_str() {
+                        "off" => Pg::Off,
                         "on" => Pg::On,
                         "durable" => Pg::Durable,
-                        _ => Pg::Off,
+                        v => return Err(format!("--pg: off, on or durable, not {v}")),
                     }
                 }
-                "--threads" => o.threads = args.next().unwrap().parse().unwrap(),
-                "--record" => o.record = args.next(),
+                "--redis" => {
+                    o.durable = match value()?.as_str() {
+                        "plain" => false,
+                        "durable" => true,
+                        v => return Err(format!("--redis: plain or durable, not {v}")),
+                    }
+                }
+                "--record" => o.record = Some(value()?),
                 "--callgrind" => o.callgrind = true,
                 "--replay" => o.replay = true,
-                "--redis" => o.durable = args.next().unwrap() == "durable",
                 "--warm" => o.warm = true,
-                _ => o.specs.push(a),
+                flag if flag.starts_with('-') => return Err(format!("unknown option {flag}")),
+                spec => {
+                    // LABEL=BINARY, then KEY=VALUE environment entries: each has its `=`.
+                    if !spec.split('|').all(|part| part.contains('=')) {
+                        return Err(format!(
+                            "a variant is LABEL=BINARY[|KEY=VALUE...], not {spec}"
+                        ));
+                    }
+                    o.specs.push(a);
+                }
             }
         }
-        o
+        if o.specs.is_empty() {
+            return Err("no variant to measure".into());
+        }
+        Ok(o)
     }
 }
