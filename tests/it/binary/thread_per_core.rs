@@ -48,7 +48,7 @@ impl Tpc {
             upstream.url()
         )
         .unwrap();
-        let child = Command::new(BIN)
+        let mut child = Command::new(BIN)
             .arg("serve")
             .env("IDEMGATE_CONFIG", file.path())
             .env_remove("RUST_LOG")
@@ -56,7 +56,7 @@ impl Tpc {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        until_ready(admin, Duration::from_secs(15)).await;
+        until_ready(&mut child, admin, Duration::from_secs(15)).await;
         Self {
             child,
             listen,

@@ -288,13 +288,13 @@ async fn serve(redis: &RedisServer, pg: &PgServer, upstream: &MockUpstream) -> S
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let served = Served {
+    let mut served = Served {
         child,
         admin,
         listen,
         _file: file,
     };
-    until_ready(admin, Duration::from_secs(15)).await;
+    until_ready(&mut served.child, admin, Duration::from_secs(15)).await;
     served
 }
 

@@ -16,16 +16,28 @@ pub fn config_file(text: &str) -> tempfile::NamedTempFile {
     f
 }
 
-/// Waits until the admin listener on local port `admin` answers `/readyz` with 200;
-/// panics when it does not within `within`.
-pub async fn until_ready(admin: u16, within: Duration) {
+/// Waits until `child`'s admin listener on local port `admin` answers `/readyz` with
+/// 200; panics when it does not within `within`, or at once when `child` exits (with its
+/// status and, where it goes to a pipe, what it wrote to stderr: a port another test
+/// took shows there).
+pub async fn until_ready(child: &mut std::process::Child, admin: u16, within: Duration) {
     let (http, ready) = (
         reqwest::Client::new(),
         format!("http://127.0.0.1:{admin}/readyz"),
     );
     let deadline = Instant::now() + within;
     while !(http.get(&ready).send().await).is_ok_and(|r| r.status() == 200) {
-        assert!(Instant::now() < deadline, "gateway did not become ready");
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut stderr = String::new();
+            if let Some(pipe) = child.stderr.as_mut() {
+                let _ = std::io::Read::read_to_string(pipe, &mut stderr);
+            }
+            panic!("gateway exited before it was ready ({status}): {stderr}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "gateway did not become ready within {within:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -54,14 +54,14 @@ pub(super) async fn serve(
         redis.url(),
         upstream.url()
     ));
-    let child = Command::new(BIN)
+    let mut child = Command::new(BIN)
         .arg("serve")
         .env("IDEMGATE_CONFIG", file.path())
         .env_remove("RUST_LOG")
         .stderr(stderr)
         .spawn()
         .unwrap();
-    until_ready(admin, Duration::from_secs(15)).await;
+    until_ready(&mut child, admin, Duration::from_secs(15)).await;
     Served {
         child,
         listen,

@@ -74,14 +74,14 @@ impl Traced {
         for (name, _) in std::env::vars().filter(|(n, _)| n.starts_with("OTEL_")) {
             command.env_remove(name);
         }
-        let child = command
+        let mut child = command
             .env_remove("RUST_LOG")
             .env("OTEL_BSP_SCHEDULE_DELAY", "50")
             .envs(env.iter().copied())
             .stderr(Stdio::from(log.reopen().unwrap()))
             .spawn()
             .unwrap();
-        until_ready(admin, Duration::from_secs(15)).await;
+        until_ready(&mut child, admin, Duration::from_secs(15)).await;
         Self {
             child,
             listen,
