@@ -112,7 +112,7 @@ local function acquire(now_us, lapsed)
     end
   end
   -- Vouched claims (ARGV[9]): the record outlives its lease by l ms (record.lua), and
-  -- ARGV[3] counts them.
+  -- ARGV[3] counts them: the caller sends at least lease + l, or the lease has lapsed.
   rec_put(rec, ARGV[6] == 'hash', false, 'L', false, ARGV[1], ARGV[2], ns, ARGV[9], ARGV[3])
   if lapsed then
     return {'A', ns, marker_age(now_us), 1}

@@ -8,7 +8,7 @@
 -- The wake-up is published only when the record says a duplicate was told "in flight"
 -- (w, set by claim.lua), or when the record had expired (who saw it is unknown).
 -- Commands of a completion: GET, SET (+ PUBLISH when waited for; GET twice where the
--- record is missing or a hash).
+-- record is missing or a hash, or the hash layout is asked for).
 -- Reply: 1 stored (also: already stored by this token, or the record had expired and
 -- nobody else had claimed it) | 0 lease lost (another token holds or completed it).
 local rec = KEYS[1]

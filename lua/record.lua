@@ -52,7 +52,7 @@ end
 -- Completes a leased record of this layout (`v`, its string) in place, without decoding
 -- it: the state byte becomes "C" and the tail (l, or nothing) the response `r`; w, f, t
 -- and n stay byte for byte as they were, as rec_put would write them again. Returns 0
--- when another token holds the record, else 1 (a record this token completed already
+-- when another token holds or completed the record, else 1 (a record this token completed already
 -- is left as it is); then whether a duplicate was told "in flight" (w): the caller
 -- publishes the wake-up.
 local function rec_complete_string(k, v, token, r, ttl)

@@ -19,8 +19,9 @@ fleet=${FLEET_BIN:-$root/target/release/idemgate-fleet}
 [[ -x $fleet ]] || (cd "$root" && cargo build --release -q -p idemgate-fleet)
 pairs=${3:-20000}
 
+# run REV:TTL BASE: a port of BASE..BASE+89, so the two runs at once never share one.
 run() {
-  local rev=${1%%:*} ttl=${1##*:} port=$((17800 + RANDOM % 90)) d
+  local rev=${1%%:*} ttl=${1##*:} port=$(($2 + RANDOM % 90)) d
   d=$(mktemp -d)
   for f in record claim complete; do git -C "$root" show "$rev:lua/$f.lua" >"$d/$f.lua"; done
   cat "$d/record.lua" "$d/claim.lua" >"$d/claim-full.lua"
@@ -64,6 +65,7 @@ PY
   echo "$rev ($ttl): $((ir / pairs)) instructions per claim + completion ($pairs pairs)"
   rm -rf "$d"
 }
-run "$1" &
-run "$2"
-wait
+run "$1" 17800 &
+first=$!
+run "$2" 17900
+wait "$first"

@@ -265,7 +265,8 @@ async fn a_completion_keeps_the_leases_fields_byte_for_byte() {
     let redis = RedisServer::start();
     let c = redis.client().await;
     for (rec, waited) in [("{cw}", true), ("{cn}", false)] {
-        // ARGV[6..9]: the string layout, no epoch marker, l = 3000 ms after the lease.
+        // ARGV[6..9]: the string layout, no epoch marker, l = 3000 ms after the lease
+        // (the helper's ARGV[3], 5000 ms, is the record's ttl: a 2000 ms lease, then l).
         let first = claim(&c, &new("claim"), rec, "t1", &["", "0", "0", "3000"]).await;
         let fence = first[1].as_string().unwrap();
         if waited {
