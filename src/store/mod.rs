@@ -63,7 +63,7 @@ pub enum StoreError {
     RedisDown,
     #[error("postgres did not answer within the statement timeout")]
     PgTimeout,
-    #[error("postgres error: {0}")]
+    #[error("postgres error: {}", pg_reason(.0))]
     Pg(#[from] tokio_postgres::Error),
     #[error("no postgres connection: {0}")]
     PgPool(#[source] deadpool_postgres::PoolError),
@@ -106,6 +106,16 @@ pub enum StoreError {
     /// The task running a claim ended abnormally (a panic, or the runtime stopping).
     #[error("the claim task ended abnormally: {0}")]
     ClaimTask(#[source] tokio::task::JoinError),
+}
+
+/// A Postgres error on one line: where the server answered, its severity, SQLSTATE and
+/// message (tokio-postgres says only "db error"), never its DETAIL, which can quote a
+/// row; otherwise the client's error and its causes.
+fn pg_reason(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} {}: {}", db.severity(), db.code().code(), db.message()),
+        None => postgres::error_chain(e),
+    }
 }
 
 /// What a store failure means for the request that met it.

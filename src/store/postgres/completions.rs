@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 
-use super::{CompletedRecord, PgStore};
+use super::{CompletedRecord, PgStore, RecordRef};
 use crate::store::StoreError;
 
 /// The head of both statements below: the completed records, one per element of the
@@ -133,6 +133,32 @@ impl PgStore {
             .iter()
             .map(|r| written.contains(&r.id.as_bytes()[..]))
             .collect())
+    }
+}
+
+/// Deletes the completed record `token` wrote as a new row (`created_at` and
+/// `completed_at` from one statement's `now()`), never a claim row it completed (the
+/// claim's statement set `created_at` earlier).
+const WITHDRAW_NEW: &str = "DELETE FROM idemgate_records
+                            WHERE scope = $1 AND key_hash = $2 AND lock_token = $3
+                              AND state = 'completed' AND created_at = completed_at
+                            RETURNING key_hash";
+
+impl PgStore {
+    /// Takes back a written-through claim's completion that found its claim row gone
+    /// (a forced invalidation, or a Postgres that lost it) and wrote the record as a new
+    /// row, while Redis names another holder of the key: that holder is kept by Redis
+    /// alone and runs the key again, so its answer is the one to store. True if the
+    /// record was withdrawn; false if the completion had updated its own claim row (then
+    /// Postgres held the lease, and its record stands).
+    pub async fn withdraw_new(&self, rec: RecordRef<'_>, token: &str) -> Result<bool, StoreError> {
+        self.timed("withdraw", |client| async move {
+            let stmt = client.prepare_cached(WITHDRAW_NEW).await?;
+            let (scope, id) = (&rec.scope.as_bytes()[..], &rec.id.as_bytes()[..]);
+            let rows = client.query(&stmt, &[&scope, &id, &token]).await?;
+            Ok(rows.len() == 1)
+        })
+        .await
     }
 }
 

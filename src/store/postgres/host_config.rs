@@ -77,7 +77,7 @@ pub(super) fn label(config: &Config) -> String {
 }
 
 /// `e` and its sources, as one line.
-pub(super) fn chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

@@ -51,6 +51,7 @@ mod session;
 mod unknown;
 pub mod writer;
 
+pub(crate) use self::host_config::chain as error_chain;
 pub use self::rows::{
     stored_columns, CompletedRecord, CompleterMark, Found, PgClaim, PgRecord, RecordRef,
     RecordState, SEALED_STATUS,

@@ -210,6 +210,13 @@ impl Stores {
             _ => {}
         }
         match (in_redis, durable) {
+            (Ok(Completion::LeaseLost), Ok(WriteOutcome::Written)) if also_in_postgres => {
+                // Redis names another holder, yet Postgres took the record: as a new
+                // row if our claim row was gone (a forced invalidation): the other
+                // holder, kept by Redis alone, runs the key again and its answer must be
+                // the one both tiers keep.
+                Box::pin(self.lost_in_redis_written_in_postgres(lease)).await
+            }
             (Err(_) | Ok(Completion::LeaseLost), Ok(WriteOutcome::Written)) => {
                 // Stored, but Redis lacks it while our lease there runs out: with
                 // when_cold, a retry after that must look it up, on every replica.
@@ -228,6 +235,29 @@ impl Stores {
             }
             (result, _) => result,
         }
+    }
+
+    /// A written-through claim's completion that Redis refused (another token holds the
+    /// key) and Postgres took: withdrawn if Postgres took it as a new row, since no
+    /// claim row of ours stood there to decide for us; else stored, Postgres deciding.
+    async fn lost_in_redis_written_in_postgres(
+        &self,
+        lease: &Held,
+    ) -> Result<Completion, StoreError> {
+        let pg = self.0.postgres.as_ref().ok_or(StoreError::NoDurableTier)?;
+        match pg.store.withdraw_new(lease_ref(lease), &lease.token).await {
+            Ok(true) => {
+                tracing::warn!(key_hash = %lease.record.short(),
+                    "completion withdrawn from postgres: its claim row was gone (a forced \
+                    invalidation) and redis holds the key for another execution");
+                return Ok(Completion::LeaseLost);
+            }
+            Ok(false) => {}
+            Err(e) => tracing::error!(key_hash = %lease.record.short(), error = %e,
+                "could not check whether postgres took the completion as a new row; it stands"),
+        }
+        self.redis_lacks_record(lease).await;
+        Ok(Completion::Stored)
     }
 
     /// Completes a lease held in Postgres (Redis was unavailable when it was taken).

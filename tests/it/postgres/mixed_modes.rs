@@ -8,12 +8,14 @@
 use std::time::Duration;
 
 use super::vouched::{fsyncing_redis, post, LOCK_TTL, QUARANTINE};
-use crate::support::{config, eventually, MockUpstream, PgServer, RedisServer, TestApp};
+use crate::support::{config, eventually, metric, MockUpstream, PgServer, RedisServer, TestApp};
 
-/// A replica with `claims = "<mode>"` on the shared stores.
+const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+
+/// A replica with `claims = "<mode>"` on the shared stores, its admin API on.
 async fn replica(redis: &RedisServer, pg: &PgServer, up: &MockUpstream, mode: &str) -> TestApp {
     let extra = format!(
-        "[idempotency]\nlock_ttl = \"{}ms\"\n{}",
+        "[idempotency]\nlock_ttl = \"{}ms\"\n[admin]\ntoken = \"{ADMIN_TOKEN}\"\n{}",
         LOCK_TTL.as_millis(),
         pg.section(&format!("claims = \"{mode}\""))
     );
@@ -140,4 +142,62 @@ async fn a_write_through_replica_without_redis_runs_no_key_postgres_does_not_kno
         2,
         "the held key ran once, the new one not at all"
     );
+}
+
+/// A forced invalidation frees a key a write-through replica is running, and a vouched
+/// replica runs it again, kept by Redis alone: the first execution's completion finds
+/// no claim row of its own in Postgres and Redis naming the other holder, so it is
+/// refused (not stored in Postgres while Redis keeps the other answer), and both tiers
+/// keep the second execution's answer.
+#[tokio::test]
+async fn a_write_through_holder_of_a_key_forced_free_yields_to_the_vouched_rerun() {
+    let (_redis, pg, up, through, vouched) = mixed_fleet().await;
+    up.set_delay(Duration::from_millis(1500));
+    let first = post(&through, "forced-free");
+    let rerun = async {
+        up.until_executions(1).await;
+        assert_eq!(
+            pg.count("state = 'leased'").await,
+            1,
+            "the holder's claim row"
+        );
+        let url = format!(
+            "http://{}/admin/keys/payments/forced-free?force=true",
+            through.admin
+        );
+        let deleted = (through.client.delete(url))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(deleted.status(), 200);
+        let second = post(&vouched, "forced-free");
+        let leased = async {
+            up.until_executions(2).await;
+            pg.count("state = 'leased'").await
+        };
+        tokio::join!(second, leased)
+    };
+    let ((first, _), (second, leased)) = tokio::join!(first, rerun);
+    assert_eq!(leased, 0, "the rerun is kept by redis alone");
+    assert_eq!(first, 409, "the first execution's completion is refused");
+    assert_eq!(second.0, 201);
+    assert_eq!(up.executions(), 2, "freed on purpose: it ran again");
+    let disagreed = metric(
+        &vouched.metrics().await,
+        "idemgate_tier_disagreements_total{kind=\"stored_in_redis_conflict_in_postgres\"}",
+    );
+    assert_eq!(disagreed, 0.0, "postgres took the rerun's answer too");
+    let client = pg.client().await;
+    let rows = (client.query("SELECT body FROM idemgate_records", &[]))
+        .await
+        .unwrap();
+    let bodies: Vec<Vec<u8>> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(
+        bodies,
+        [second.1.to_vec()],
+        "postgres keeps the rerun's answer"
+    );
+    assert_eq!(post(&through, "forced-free").await, (201, second.1));
+    assert_eq!(up.executions(), 2);
 }

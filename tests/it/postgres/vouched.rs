@@ -253,7 +253,10 @@ async fn a_redis_that_never_kept_a_claim_alone_serves_at_once_after_losing_its_d
         1,
         "served at once, and once: {answers:?}"
     );
-    assert!(answers.iter().all(|(s, _)| matches!(s, 201 | 409)));
+    assert!(
+        answers.iter().all(|(s, _)| matches!(s, 201 | 409)),
+        "{answers:?}"
+    );
     assert_eq!(
         post(&app, "before-the-loss").await,
         (201, stored),
