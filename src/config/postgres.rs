@@ -171,8 +171,8 @@ pub enum ClaimDurability {
     Vouched,
 }
 /// `postgres.redis_fill`: when Redis gets its copy of a completed record, with
-/// `claims = "write_through"` (Postgres decides who holds a key, so Redis' copy only
-/// spares Postgres a read).
+/// `claims = "write_through"` or `"vouched"` (a completed record is decided in Postgres,
+/// first writer wins, so Redis' copy only spares Postgres a read).
 ///
 /// `at_completion` (the default): the completion stores the record in Redis too, so a
 /// retry on any replica replays from Redis, and waiting duplicates are woken at once.
@@ -187,8 +187,11 @@ pub enum ClaimDurability {
 /// at its next re-check (within a second) instead of at once, and while Postgres is
 /// down only records already in Redis replay. A live (streamed) answer is completed in
 /// Redis as before. Turn it on once every replica runs a release that has it, then
-/// replica by replica: replicas of such a release share a fleet on either setting (each
-/// confirms a Redis "in flight" in Postgres). Needs `claims = "write_through"`.
+/// replica by replica: replicas of such a release share a fleet on either setting (with
+/// write-through claims each confirms a Redis "in flight" in Postgres; with vouched
+/// claims each looks up a lease that ran out in Postgres before it counts as an unknown
+/// outcome). With vouched claims, a Redis "in flight" is confirmed in Postgres by the
+/// replicas that fill on replay. Needs `claims = "write_through"` or `"vouched"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RedisFill {
@@ -202,11 +205,11 @@ impl PostgresConfig {
     /// The rules of `[postgres]`.
     pub(super) fn check(&self) -> Result<(), ConfigError> {
         self.check_connection()?;
-        if self.redis_fill == RedisFill::OnReplay && self.claims != ClaimDurability::WriteThrough {
+        if self.redis_fill == RedisFill::OnReplay && self.claims == ClaimDurability::RedisOnly {
             return Err(ConfigError::invalid(
                 "postgres.redis_fill",
-                "\"on_replay\" needs postgres.claims = \"write_through\": with claims in Redis, \
-                 Redis decides who holds a key and must keep what it decided",
+                "\"on_replay\" needs postgres.claims = \"write_through\" or \"vouched\": with \
+                 claims = \"redis\", Redis decides which answer is kept and must keep it",
             ));
         }
         if !(1..=256).contains(&self.pool_size) {
@@ -300,11 +303,14 @@ mod tests {
             (c.claims, c.lookup_on_miss),
             (ClaimDurability::WriteThrough, LookupOnMiss::Always)
         );
-        // Filled on replay needs write-through claims, which are no longer the default.
-        let e = postgres("redis_fill = \"on_replay\"").unwrap_err();
-        assert!(
-            e.contains("postgres.redis_fill") && e.contains("write_through"),
-            "{e}"
+        // Filled on replay: with write-through claims and with the default, vouched ones.
+        let c = postgres("redis_fill = \"on_replay\"")
+            .unwrap()
+            .postgres
+            .unwrap();
+        assert_eq!(
+            (c.claims, c.redis_fill),
+            (ClaimDurability::Vouched, RedisFill::OnReplay)
         );
     }
 

@@ -48,6 +48,17 @@ impl PgStore {
         rec: RecordRef<'_>,
         force: bool,
     ) -> Result<Invalidated, StoreError> {
+        Ok(self.invalidate_record(rec, force).await?.0)
+    }
+
+    /// [`Self::invalidate`], and the lock token of the completed, unexpired record it
+    /// deleted, if it deleted one: the execution whose lease Redis may still keep
+    /// (filled on replay).
+    pub async fn invalidate_record(
+        &self,
+        rec: RecordRef<'_>,
+        force: bool,
+    ) -> Result<(Invalidated, Option<String>), StoreError> {
         self.timed("invalidate", |client| async move {
             // The sub-select sees the row as it was before the DELETE (same snapshot).
             let row = client
@@ -57,22 +68,27 @@ impl PgStore {
                        WHERE scope = $1 AND key_hash = $2
                          AND ($3 OR state = 'completed' OR expires_at <= now()
                               OR coalesce(lease_expires_at <= now(), true))
-                       RETURNING 1)
+                       RETURNING CASE WHEN state = 'completed' AND expires_at > now()
+                                       AND NOT coalesce(replay_until > completed_at
+                                                        AND replay_until <= now(), false)
+                                      THEN lock_token END AS t)
                      SELECT (SELECT count(*) FROM gone),
                             (SELECT coalesce((EXTRACT(EPOCH FROM (lease_expires_at - now()))
                                               * 1000)::bigint, 0)
-                             FROM idemgate_records WHERE scope = $1 AND key_hash = $2)",
+                             FROM idemgate_records WHERE scope = $1 AND key_hash = $2),
+                            (SELECT t FROM gone LIMIT 1)",
                     &[&&rec.scope.as_bytes()[..], &&rec.id.as_bytes()[..], &force],
                 )
                 .await?;
             let (deleted, lease_ms): (i64, Option<i64>) = (row.get(0), row.get(1));
-            Ok(match (deleted, lease_ms) {
+            let invalidated = match (deleted, lease_ms) {
                 (1.., _) => Invalidated::Deleted,
                 (_, Some(ms)) => Invalidated::Leased {
                     remaining: Duration::from_millis(ms.max(0) as u64),
                 },
                 (_, None) => Invalidated::Absent,
-            })
+            };
+            Ok((invalidated, row.get(2)))
         })
         .await
     }

@@ -21,24 +21,50 @@ pub enum Invalidated {
     Absent,
 }
 
+/// Which live leases an invalidation deletes (a lapsed one goes in any case).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leases<'a> {
+    /// None: a leased record is refused.
+    Keep,
+    /// Every one (`force`).
+    Delete,
+    /// Only one held by this token: an execution Postgres shows completed, whose lease
+    /// stands in Redis because it filled on replay.
+    DeleteHeldBy(&'a str),
+}
+
 impl RedisStore {
     /// Runs `lua/invalidate.lua` (admin API): deletes the record unless a lease holds it
     /// and `force` is false, checked and deleted in one step.
+    pub async fn invalidate(&self, key: &str, force: bool) -> Result<Invalidated, StoreError> {
+        let leases = if force { Leases::Delete } else { Leases::Keep };
+        self.invalidate_with(key, leases).await
+    }
+
+    /// [`Self::invalidate`], deleting the live leases `leases` names.
     ///
-    /// KEYS: `[record key, its live stream]` (deleted with the record). ARGV: `[force,
-    /// "1" or "0"]`.
+    /// KEYS: `[record key, its live stream]` (deleted with the record). ARGV: `["1"
+    /// (every lease), "0" (none) or "t" (the one held by ARGV[2]), token]`.
     /// Reply: `{"D"}` deleted, `{"L", remaining ms}` leased (nothing deleted), `{"A"}`
     /// absent; decoded by [`decode_invalidate_reply`]. Re-sent after a dropped
     /// connection, a delete that had already run answers `Absent`.
-    pub async fn invalidate(&self, key: &str, force: bool) -> Result<Invalidated, StoreError> {
+    pub async fn invalidate_with(
+        &self,
+        key: &str,
+        leases: Leases<'_>,
+    ) -> Result<Invalidated, StoreError> {
         // Built per call rather than kept in `Inner`: the admin API is not on the request path.
         let script = Script::from_lua(super::record_script!("invalidate"));
         let started = Instant::now();
-        let force = if force { "1" } else { "0" };
+        let args = match leases {
+            Leases::Keep => vec!["0", ""],
+            Leases::Delete => vec!["1", ""],
+            Leases::DeleteHeldBy(token) => vec!["t", token],
+        };
         let call = || {
             (
                 vec![key.to_string(), super::live::live_key(key)],
-                vec![force],
+                args.clone(),
             )
         };
         let reply: Value = scripts::eval(&script, self.inner.lanes.for_key(key), call).await?;

@@ -2,7 +2,7 @@
 //! invalidation in both tiers and every replica's replay cache.
 
 use super::super::postgres::{PgRecord, RecordRef};
-use super::super::redis::{Invalidated, RedisRecord};
+use super::super::redis::{Invalidated, Leases, RedisRecord};
 use super::super::StoreError;
 use super::Stores;
 use crate::idempotency::{RecordId, Scope};
@@ -54,11 +54,12 @@ impl Stores {
         record: RecordId,
         force: bool,
     ) -> Result<Invalidation, StoreError> {
-        let postgres = match &self.0.postgres {
-            None => None,
+        let (postgres, completed_by) = match &self.0.postgres {
+            None => (None, None),
             Some(pg) => {
                 let rec = record_ref(route, scope, record);
-                Some(pg.store.invalidate(rec, force).await?)
+                let (invalidated, token) = pg.store.invalidate_record(rec, force).await?;
+                (Some(invalidated), token)
             }
         };
         if let Some(leased @ Invalidated::Leased { .. }) = postgres {
@@ -68,11 +69,21 @@ impl Stores {
             });
         }
         let key = self.0.redis.record_key(record);
-        // With write-through claims Redis may keep the lease of an execution that
-        // completed in Postgres only (filled on replay, on any replica): Postgres
-        // decides, and what it just deleted is gone in Redis too.
-        let decided = self.confirms_in_flight() && postgres == Some(Invalidated::Deleted);
-        let redis = self.0.redis.invalidate(&key, force || decided).await?;
+        // Redis may keep the lease of an execution that completed in Postgres only
+        // (filled on replay, on any replica), and what Postgres just deleted is gone in
+        // Redis too. With write-through claims Postgres decides who holds the key (a
+        // live lease would have kept its row): any lease goes. Elsewhere only the lease
+        // of the execution whose record Postgres deleted: a claim Redis keeps alone has
+        // no row to speak for it.
+        let leases = match (force, postgres, &completed_by) {
+            (true, _, _) => Leases::Delete,
+            (_, Some(Invalidated::Deleted), _) if self.decides_holders() => Leases::Delete,
+            (_, Some(Invalidated::Deleted), Some(token)) if self.completes_in_postgres() => {
+                Leases::DeleteHeldBy(token)
+            }
+            _ => Leases::Keep,
+        };
+        let redis = self.0.redis.invalidate_with(&key, leases).await?;
         // The replay caches may hold a copy even when neither tier had one left.
         if let Some(cache) = &self.0.cache {
             cache.remove(record);

@@ -11,6 +11,7 @@ use super::super::postgres::{Found, PgClaim};
 use super::super::redis::slots::{slot, Slotted};
 use super::super::redis::vouch::Vouched;
 use super::super::StoreError;
+use super::lapse::aged;
 use super::settle::{binding, lease_ref};
 use super::Stores;
 use crate::config::ClaimDurability;
@@ -209,9 +210,7 @@ impl Stores {
             return Ok(Claim::Acquired(lease));
         };
         let rec = lease_ref(&lease);
-        // Postgres counts a record's time left from its statement's clock; it is applied
-        // later, so it is shortened by the time since the question was asked (never
-        // lengthened: a re-warmed record must not outlive its expiry).
+        // What Postgres answers is counted from now ([`aged`]).
         let asked = Instant::now();
         let found = if let Some(resend) = pg_row {
             let lock_ttl = route.policy.settings.lock_ttl;
@@ -236,6 +235,9 @@ impl Stores {
                     return Err(e);
                 }
             }
+        } else if lease.after_lapse && self.completes_in_postgres() {
+            // Boxed, as the fallback is: rare paths must not grow every claim's future.
+            return Box::pin(self.after_lapse(lease)).await;
         } else if self
             .0
             .warmth
@@ -261,30 +263,18 @@ impl Stores {
         } else {
             return Ok(Claim::Acquired(lease));
         };
-        let found = match found {
-            Found::Completed {
-                fingerprint,
-                response,
-                remaining,
-            } => Found::Completed {
-                fingerprint,
-                response,
-                remaining: remaining.saturating_sub(asked.elapsed()),
-            },
-            other => other,
-        };
         // Boxed, as the fallback is: rare paths must not grow every claim's future.
-        Box::pin(self.settle_with_found(lease, found)).await
+        Box::pin(self.settle_with_found(lease, aged(found, asked))).await
     }
 
     /// Postgres knows this key although Redis did not: settle the fresh Redis lease
     /// (re-warming a completed record with its remaining TTL) and report what it holds.
-    async fn settle_with_found(
+    pub(super) async fn settle_with_found(
         &self,
         lease: Lease,
         found: Found,
     ) -> Result<Claim<Lease>, StoreError> {
-        // Settled here, by hand: re-warmed with the found response, or released.
+        // Settled here, by hand: re-warmed with the found response, or let go.
         let lease = lease.into_held();
         match found {
             Found::Completed {
@@ -292,7 +282,10 @@ impl Stores {
                 response,
                 remaining,
             } if fingerprint == lease.fingerprint => {
-                metrics::fallback("cold_lookup_hit");
+                metrics::fallback(match lease.after_lapse {
+                    true => "lapsed_completed",
+                    false => "cold_lookup_hit",
+                });
                 // Re-warmed with the bytes Postgres holds: the tiers stay identical.
                 let stored = response.to_bytes();
                 let response = match self.open(response, binding(&lease)) {
@@ -300,7 +293,7 @@ impl Stores {
                     Err(e) => {
                         // Never replayed, never re-run: free the key in Redis, so that
                         // every retry meets the same record and the same answer.
-                        let _ = self.0.redis.release(&lease.redis_key, &lease.token).await;
+                        self.let_go(&lease).await;
                         return Err(e);
                     }
                 };
@@ -315,10 +308,10 @@ impl Stores {
                     )
                     .await
                 {
-                    // Not re-warmed: free the key in Redis now rather than leave our lease
+                    // Not re-warmed: let the key go in Redis now rather than leave our lease
                     // to answer "in flight" for lock_ttl; the next claim looks up again.
                     tracing::warn!(error = %e, "could not re-warm redis");
-                    let _ = self.0.redis.release(&lease.redis_key, &lease.token).await;
+                    self.let_go(&lease).await;
                 }
                 Ok(Claim::Completed {
                     response,
@@ -330,7 +323,7 @@ impl Stores {
                     Found::Leased { .. } => "cold_lookup_in_flight",
                     Found::Completed { .. } => "cold_lookup_mismatch",
                 });
-                let _ = self.0.redis.release(&lease.redis_key, &lease.token).await;
+                self.let_go(&lease).await;
                 self.found_to_claim(other, &lease.fingerprint, binding(&lease))
             }
         }

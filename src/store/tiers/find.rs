@@ -159,15 +159,26 @@ impl Stores {
         }
     }
 
-    /// `redis_fill = "on_replay"` with write-through claims.
+    /// `redis_fill = "on_replay"` ([`super::Durable::fills_on_replay`]).
     pub(super) fn fills_on_replay(&self) -> bool {
         (self.0.postgres.as_ref()).is_some_and(|pg| pg.fills_on_replay())
     }
 
-    /// Write-through claims: Redis' "in flight" is confirmed in Postgres
+    /// Redis' "in flight" is confirmed in Postgres
     /// ([`super::Durable::confirms_in_flight`]).
     pub(super) fn confirms_in_flight(&self) -> bool {
         (self.0.postgres.as_ref()).is_some_and(|pg| pg.confirms_in_flight())
+    }
+
+    /// Write-through claims ([`super::Durable::decides_holders`]).
+    pub(super) fn decides_holders(&self) -> bool {
+        (self.0.postgres.as_ref()).is_some_and(|pg| pg.decides_holders())
+    }
+
+    /// A record may be completed in Postgres alone
+    /// ([`super::Durable::completes_in_postgres`]).
+    pub(super) fn completes_in_postgres(&self) -> bool {
+        (self.0.postgres.as_ref()).is_some_and(|pg| pg.completes_in_postgres())
     }
 
     /// What a Postgres record means for a request with `fingerprint`; a completed one

@@ -20,6 +20,7 @@ mod arbitrate;
 mod attempts;
 mod fallback;
 mod find;
+mod lapse;
 mod live;
 mod maintenance;
 mod readiness;
@@ -65,18 +66,40 @@ pub struct Durable {
 
 impl Durable {
     /// Redis is filled on replay (`redis_fill = "on_replay"`, which the configuration
-    /// takes with write-through claims only): a completion writes Postgres only and
-    /// leaves the holder's Redis lease standing ([`Durable::confirms_in_flight`]).
+    /// takes with write-through and vouched claims): a completion writes Postgres only
+    /// and leaves the holder's Redis lease standing ([`Durable::confirms_in_flight`]).
     pub fn fills_on_replay(&self) -> bool {
         self.redis_fill == RedisFill::OnReplay
     }
 
-    /// Postgres decides who holds a key (write-through claims): a Redis "in flight" is
-    /// confirmed in Postgres whatever this replica's own `redis_fill`, since another
+    /// A Redis "in flight" is confirmed in Postgres. With write-through claims Postgres
+    /// decides who holds a key, whatever this replica's own `redis_fill`, since another
     /// replica may fill on replay (a fleet switching replica by replica) and a holder
-    /// whose Redis completion failed left its lease behind too.
+    /// whose Redis completion failed left its lease behind too. With vouched claims only
+    /// where this replica fills on replay: one that does not finds what another
+    /// completed in Postgres alone once the holder's lease ran out
+    /// ([`Durable::completes_in_postgres`]), without a Postgres read per duplicate.
     pub fn confirms_in_flight(&self) -> bool {
+        match self.durability {
+            ClaimDurability::WriteThrough => true,
+            ClaimDurability::Vouched => self.fills_on_replay(),
+            ClaimDurability::RedisOnly => false,
+        }
+    }
+
+    /// Postgres decides who holds every key (write-through claims): a live lease
+    /// anywhere has its row there.
+    pub fn decides_holders(&self) -> bool {
         self.durability == ClaimDurability::WriteThrough
+    }
+
+    /// A completed record may be decided in Postgres alone while Redis keeps its
+    /// holder's lease (any replica of the fleet filling on replay): a lease Redis
+    /// says ran out with no completion is looked up in Postgres before it counts as
+    /// an unknown outcome, and an admin invalidation that deleted Postgres' record
+    /// deletes that lease too.
+    pub fn completes_in_postgres(&self) -> bool {
+        self.durability != ClaimDurability::RedisOnly
     }
 }
 

@@ -1,6 +1,6 @@
-//! The settle phase: a lease holder's heartbeat, its completion (compare-and-set in
+//! The settle phase: a lease holder's heartbeat and its completion (compare-and-set in
 //! its home tier, then write-through; both at once where the claim was written
-//! through) and its release.
+//! through); its release is in [`lapse`](super::lapse).
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +11,7 @@ use super::super::postgres::writer::WriteOutcome;
 use super::super::postgres::{stored_columns, CompletedRecord, RecordRef};
 use super::super::StoreError;
 use super::{Durable, Stores};
-use crate::idempotency::{Binding, Completion, Encoded, Expiry, Home, Release};
+use crate::idempotency::{Binding, Completion, Encoded, Expiry, Home};
 use crate::metrics;
 
 impl Stores {
@@ -91,8 +91,9 @@ impl Stores {
             }
             Home::Redis { also_in_postgres } => {
                 let encoded = sealed.as_ref().unwrap_or(&response.bytes);
-                // Filled on replay: Postgres alone, while it takes the record now.
-                let on_replay = also_in_postgres && !lease.live && self.fills_on_replay();
+                // Filled on replay: Postgres alone, while it takes the record now (first
+                // writer wins there, whichever tier holds the claim).
+                let on_replay = !lease.live && self.fills_on_replay();
                 let durable_first = match (&self.0.postgres, on_replay) {
                     (Some(pg), true) => match pg.writer.write(record()).await {
                         Ok(WriteOutcome::Written) => {
@@ -320,25 +321,6 @@ impl Stores {
             stores.0.warmth.reset(&stores.0.redis).await;
         });
     }
-
-    /// Releases a lease in every tier that holds it.
-    pub(crate) async fn release(&self, lease: &Held) -> Result<Release, StoreError> {
-        let rec = lease_ref(lease);
-        match (lease.home, &self.0.postgres) {
-            (Home::Postgres, Some(pg)) => pg.store.release(rec, &lease.token).await,
-            (Home::Redis { also_in_postgres }, pg) => {
-                let released = retry_redis(None, || {
-                    self.0.redis.release(&lease.redis_key, &lease.token)
-                })
-                .await;
-                if let (true, Some(pg)) = (also_in_postgres, pg) {
-                    pg.store.release(rec, &lease.token).await?;
-                }
-                released
-            }
-            (Home::Postgres, None) => Ok(Release::NotHeld),
-        }
-    }
 }
 
 /// Runs a settling script up to three times on Redis errors (50 ms, then 150 ms apart):
@@ -348,7 +330,10 @@ impl Stores {
 /// trying every 500 ms while that lease lasts (the heartbeat pushes its end out
 /// whenever it lands; a failover promotes a replica within it). Retrying past the lease
 /// would be safe (the script's token check refuses a lease no longer ours) but pointless.
-async fn retry_redis<T, F, Fut>(until: Option<&Held>, mut call: F) -> Result<T, StoreError>
+pub(super) async fn retry_redis<T, F, Fut>(
+    until: Option<&Held>,
+    mut call: F,
+) -> Result<T, StoreError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, StoreError>>,

@@ -18,6 +18,7 @@ mod split_authority;
 mod tier_edges;
 mod timeouts;
 mod vouched;
+mod vouched_fill;
 mod vouched_path;
 mod vouched_rounds;
 mod vouched_writeback;
