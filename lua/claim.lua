@@ -46,8 +46,13 @@
 -- no quarantine for it. ARGV[9] (vouched claims): how long the record outlives its
 -- lease (l, record.lua), so that a lease that ran out with no completion is seen as
 -- lapsed and taken over knowingly, as a Postgres row would be.
+-- ARGV[10] (vouched claims): "1" to ask before taking over a lapsed lease: the reply is
+-- then {"P", token, lapsed_ms} and nothing is written (its holder may have completed in
+-- Postgres alone, `redis_fill = "on_replay"`: the gateway looks it up, re-warms the
+-- record under that token if so, and else claims again without asking).
 -- Reply: {"A", fence, marker_age_ms[, 1]} acquired (age 0 without KEYS[3]; 1: it took
--- over a lease that had lapsed) |
+-- over a lease that had lapsed) | {"P", token, lapsed_ms} a lapsed lease of that token,
+-- its lease over for that long (ARGV[10]) |
 --        {"Y", remaining_ms, since[, 1]} the key is absent from a slot that lost its
 --        data lately (its marker set at `since`): treat it as in flight for that long
 --        (nothing written); 1 when this claim found the marker missing and set it (the
@@ -154,6 +159,9 @@ if v.t == ARGV[2] then
   return {'A', v.n, marker_age(nil)}
 end
 local left, lapsed = lease_left(rec, v)
+if lapsed and ARGV[10] == '1' then
+  return {'P', v.t, v.l - redis.call('PTTL', rec)}
+end
 if lapsed then
   -- Its holder went away mid-call: taken over, and the reply says so (the gateway then
   -- settles the key as an unknown outcome rather than running it again, `on_ambiguous`).

@@ -26,6 +26,8 @@ struct Claiming<'a> {
     lease: Duration,
     fence_ttl: Duration,
     keep_alone: bool,
+    /// Vouched claims: a lapsed lease is asked about first ("P"), not taken over.
+    ask_lapsed: bool,
 }
 
 /// What allows a vouched claim to be kept by Redis alone, known before it is sent.
@@ -54,9 +56,11 @@ impl RedisStore {
     /// fence key: the reply's fence is then 0 (write-through claims, whose fencing token
     /// is Postgres'); vouched claims keep none either, their fence being Redis' clock.
     /// `keep_alone`: a vouched claim may be kept by Redis alone (not one whose request
-    /// the completer keeps in its Postgres row).
+    /// the completer keeps in its Postgres row). A vouched claim reports a lapsed lease
+    /// ([`Acquired::lapsed`], nothing written); [`RedisStore::take_over`] takes it.
     /// Reply: `{"A", fence, marker age ms}` acquired with its fencing token (age 0
-    /// without the marker), `{"Y", remaining ms, marker[, 1]}` absent from a slot that
+    /// without the marker), `{"P", token, ms}` a lapsed lease (vouched claims), `{"Y",
+    /// remaining ms, marker[, 1]}` absent from a slot that
     /// lost its data lately (in flight, as far as anyone knows; 1: this claim found the
     /// marker missing and set it),
     /// `{"C", encoded response, remaining ms}` completed with this fingerprint,
@@ -76,6 +80,7 @@ impl RedisStore {
         fence_ttl: Duration,
         keep_alone: bool,
     ) -> Result<Claim<Acquired, StoredRecord>, StoreError> {
+        let ask_lapsed = self.inner.vouch.is_some();
         let sent = Claiming {
             key,
             slot,
@@ -84,11 +89,43 @@ impl RedisStore {
             lease,
             fence_ttl,
             keep_alone,
+            ask_lapsed,
         };
-        match self.claim_once(&sent).await? {
+        self.claim_sent(sent).await
+    }
+
+    /// [`RedisStore::claim`], taking a lapsed lease over instead of asking about it.
+    pub async fn take_over(
+        &self,
+        Slotted { key, slot }: Slotted<'_>,
+        fingerprint: &Fingerprint,
+        token: &str,
+        lease: Duration,
+        fence_ttl: Duration,
+        keep_alone: bool,
+    ) -> Result<Claim<Acquired, StoredRecord>, StoreError> {
+        let sent = Claiming {
+            key,
+            slot,
+            fingerprint,
+            token,
+            lease,
+            fence_ttl,
+            keep_alone,
+            ask_lapsed: false,
+        };
+        self.claim_sent(sent).await
+    }
+
+    async fn claim_sent(
+        &self,
+        sent: Claiming<'_>,
+    ) -> Result<Claim<Acquired, StoredRecord>, StoreError> {
+        let sent = &sent;
+        match self.claim_once(sent).await? {
             Ok(claim) => Ok(claim),
             // Boxed: rare, and inline it would grow every claim's future.
-            Err(young) => Box::pin(self.after_loss(&sent, young)).await,
+            Err(young) => Box::pin(self.after_loss(sent, young)).await,
         }
     }
 
@@ -146,6 +183,7 @@ impl RedisStore {
             lease,
             fence_ttl,
             keep_alone,
+            ask_lapsed,
         } = *sent;
         let args = || -> Vec<Value> {
             let mut args: Vec<Value> = vec![
@@ -169,6 +207,7 @@ impl RedisStore {
             }
             if let Some(v) = &self.inner.vouch {
                 args.push(millis(v.remember).into());
+                args.push(if ask_lapsed { "1" } else { "0" }.into());
             }
             args
         };
@@ -188,6 +227,10 @@ impl RedisStore {
             Err(e) => return Err(self.claim_failed(client, key, token, e)),
         };
         match decode_record_reply("claim", reply)? {
+            // Nothing written: nothing to vouch for.
+            Record::Acquired(acquired) if acquired.lapsed.is_some() => {
+                Ok(Ok(Claim::Acquired(acquired)))
+            }
             Record::Acquired(mut acquired) => {
                 if self.inner.vouch.is_some() {
                     let may = Keep { marked, keep_alone };

@@ -47,7 +47,7 @@ pub mod waiters;
 
 pub use self::invalidate::{Invalidated, Leases};
 pub(crate) use self::record_reply::decode_record_reply;
-pub use self::record_reply::{Record, Young};
+pub use self::record_reply::{Lapsed, Record, Young};
 pub use self::shards::Shard;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -89,7 +89,7 @@ const LIVE_LUA: &str = record_script!("live");
 const LIVE_READ_LUA: &str = record_script!("live_read");
 
 /// What an acquired Redis claim carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Acquired {
     /// The record's fencing token for this acquisition.
     pub fence: i64,
@@ -102,6 +102,10 @@ pub struct Acquired {
     /// It took over a lease that ran out with no completion (a record that outlives its
     /// lease: vouched claims): its holder went away mid-call.
     pub after_lapse: bool,
+    /// Vouched claims: the key holds a lapsed lease, which this claim did not take over
+    /// but asks about first (`lua/claim.lua`, "P"); nothing was written, and the other
+    /// fields say nothing.
+    pub lapsed: Option<Lapsed>,
 }
 
 /// A record as Redis holds it, for the admin API.

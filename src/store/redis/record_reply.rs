@@ -35,6 +35,16 @@ pub struct Young {
     pub found_missing: bool,
 }
 
+/// A lease that ran out with no completion, as a vouched claim found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lapsed {
+    /// Its lock token: the lapsed holder's, under which its record is re-warmed if it
+    /// completed in Postgres alone.
+    pub holder: String,
+    /// How long ago its lease ran out.
+    pub over_for: Duration,
+}
+
 /// The one decoder of the replies of `claim.lua` and `peek.lua`.
 pub(crate) fn decode_record_reply(
     script: &'static str,
@@ -59,7 +69,19 @@ pub(crate) fn decode_record_reply(
             marker_age: ms(&items[2], "marker age is not a number")?,
             vouched: Vouched::NotAsked,
             after_lapse: items.len() == 4,
+            lapsed: None,
         })),
+        Some("P") if items.len() == 3 => {
+            let over_for = ms(&items[2], "lapsed time is not a number")?;
+            let holder = (items.swap_remove(1).into_string()).ok_or_else(|| bad("no token"))?;
+            Ok(Record::Acquired(Acquired {
+                fence: 0,
+                marker_age: Duration::ZERO,
+                vouched: Vouched::NotAsked,
+                after_lapse: true,
+                lapsed: Some(Lapsed { holder, over_for }),
+            }))
+        }
         Some("Y") if items.len() == 3 || items.len() == 4 => Ok(Record::Young(Young {
             remaining: ms(&items[1], "quarantine is not a number")?,
             marker: (items[2].as_i64()).ok_or_else(|| bad("marker is not a number"))?,

@@ -2,20 +2,22 @@
 //! Postgres knows when Redis may have forgotten. Waiting for an in-flight holder is in
 //! [`wait`](super::wait), finding records without claiming them in [`find`](super::find).
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::super::lease::{Held, Lease};
 use super::super::postgres::claim_asks::{ClaimAsk, ResendableRow};
-use super::super::postgres::{Found, PgClaim};
+use super::super::postgres::PgClaim;
 use super::super::redis::slots::{slot, Slotted};
 use super::super::redis::vouch::Vouched;
+use super::super::redis::Acquired;
 use super::super::StoreError;
-use super::lapse::aged;
-use super::settle::{binding, lease_ref};
+use super::find::aged;
+use super::settle::lease_ref;
 use super::Stores;
 use crate::config::ClaimDurability;
-use crate::idempotency::{Binding, Claim, Fingerprint, Home, RecordId, Scope};
+use crate::idempotency::{Binding, Claim, Fingerprint, Home, RecordId, Scope, StoredRecord};
 use crate::metrics;
 use crate::route::Route;
 
@@ -75,23 +77,22 @@ impl Stores {
         if self.0.breaker.any_open() && self.0.breaker.is_open(slot) {
             return Box::pin(self.fallback(route, ask, StoreError::RedisDown)).await;
         }
-        let policy = &route.policy;
-        let (write_through, fence_ttl) = self.fencing(policy);
-        let claimed = (self.0.redis)
-            .claim(
-                key,
-                &fingerprint,
-                &ask.token,
-                policy.settings.lock_ttl,
-                fence_ttl,
-                // A request kept for the completer lives in its Postgres row: such a
-                // claim is written through, whatever Redis could vouch for.
-                matches!(ask.resend, Resendable::Off),
-            )
-            .await;
+        let (write_through, fence_ttl) = self.fencing(&route.policy);
+        let claimed = self.claim_in_redis(route, &ask, fence_ttl).await;
         if claimed.is_ok() {
             self.0.breaker.answered(slot);
         }
+        let claimed = match claimed {
+            // Boxed: rare, and inline it would grow every claim's future.
+            Ok(Claim::Acquired(Acquired {
+                lapsed: Some(lapsed),
+                ..
+            })) => match Box::pin(self.lapsed(route, &ask, lapsed, fence_ttl)).await {
+                ControlFlow::Break(answer) => return answer,
+                ControlFlow::Continue(claimed) => claimed,
+            },
+            other => other,
+        };
         match claimed {
             Ok(Claim::Acquired(acquired)) => {
                 let home = Home::Redis {
@@ -127,6 +128,30 @@ impl Stores {
                 Err(e)
             }
         }
+    }
+
+    /// The claim script for `ask`.
+    async fn claim_in_redis(
+        &self,
+        route: &Route,
+        ask: &Ask,
+        fence_ttl: Duration,
+    ) -> Result<Claim<Acquired, StoredRecord>, StoreError> {
+        let key = Slotted::new(&ask.redis_key);
+        let lock_ttl = route.policy.settings.lock_ttl;
+        // A request kept for the completer lives in its Postgres row: such a claim is
+        // written through, whatever Redis could vouch for.
+        let keep_alone = matches!(ask.resend, Resendable::Off);
+        (self.0.redis)
+            .claim(
+                key,
+                &ask.fingerprint,
+                &ask.token,
+                lock_ttl,
+                fence_ttl,
+                keep_alone,
+            )
+            .await
     }
 
     /// Whether the mode writes every claim through, and the ttl of the Redis fence key:
@@ -235,9 +260,6 @@ impl Stores {
                     return Err(e);
                 }
             }
-        } else if lease.after_lapse && self.completes_in_postgres() {
-            // Boxed, as the fallback is: rare paths must not grow every claim's future.
-            return Box::pin(self.after_lapse(lease)).await;
         } else if self
             .0
             .warmth
@@ -265,68 +287,6 @@ impl Stores {
         };
         // Boxed, as the fallback is: rare paths must not grow every claim's future.
         Box::pin(self.settle_with_found(lease, aged(found, asked))).await
-    }
-
-    /// Postgres knows this key although Redis did not: settle the fresh Redis lease
-    /// (re-warming a completed record with its remaining TTL) and report what it holds.
-    pub(super) async fn settle_with_found(
-        &self,
-        lease: Lease,
-        found: Found,
-    ) -> Result<Claim<Lease>, StoreError> {
-        // Settled here, by hand: re-warmed with the found response, or let go.
-        let lease = lease.into_held();
-        match found {
-            Found::Completed {
-                fingerprint,
-                response,
-                remaining,
-            } if fingerprint == lease.fingerprint => {
-                metrics::fallback(match lease.after_lapse {
-                    true => "lapsed_completed",
-                    false => "cold_lookup_hit",
-                });
-                // Re-warmed with the bytes Postgres holds: the tiers stay identical.
-                let stored = response.to_bytes();
-                let response = match self.open(response, binding(&lease)) {
-                    Ok(response) => response,
-                    Err(e) => {
-                        // Never replayed, never re-run: free the key in Redis, so that
-                        // every retry meets the same record and the same answer.
-                        self.let_go(&lease).await;
-                        return Err(e);
-                    }
-                };
-                tracing::info!(key_hash = %lease.record.short(), "replaying from postgres; re-warming redis");
-                if let Err(e) = (self.0.redis)
-                    .complete(
-                        &lease.redis_key,
-                        &lease.token,
-                        stored,
-                        remaining,
-                        &fingerprint,
-                    )
-                    .await
-                {
-                    // Not re-warmed: let the key go in Redis now rather than leave our lease
-                    // to answer "in flight" for lock_ttl; the next claim looks up again.
-                    tracing::warn!(error = %e, "could not re-warm redis");
-                    self.let_go(&lease).await;
-                }
-                Ok(Claim::Completed {
-                    response,
-                    remaining,
-                })
-            }
-            other => {
-                metrics::fallback(match other {
-                    Found::Leased { .. } => "cold_lookup_in_flight",
-                    Found::Completed { .. } => "cold_lookup_mismatch",
-                });
-                self.let_go(&lease).await;
-                self.found_to_claim(other, &lease.fingerprint, binding(&lease))
-            }
-        }
     }
 }
 

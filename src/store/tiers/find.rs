@@ -1,6 +1,7 @@
 //! Finding records without claiming them: what the stores hold for a key (Redis, then
 //! Postgres), a key stored under its previous id, and what a Postgres record means for
-//! a request (the one place stored records are opened).
+//! a request (a fresh Redis lease settled with it, and the one place stored records are
+//! opened).
 
 use std::time::Instant;
 
@@ -9,6 +10,7 @@ use super::super::postgres::{Found, RecordRef};
 use super::super::redis::slots::slot;
 use super::super::redis::Record;
 use super::super::StoreError;
+use super::settle::binding;
 use super::Stores;
 use crate::idempotency::{
     Binding, Claim, Expiry, Fingerprint, RecordId, Scope, StoredRecord, StoredResponse,
@@ -181,6 +183,68 @@ impl Stores {
         (self.0.postgres.as_ref()).is_some_and(|pg| pg.completes_in_postgres())
     }
 
+    /// Postgres knows this key although Redis did not: settle the fresh Redis lease
+    /// (re-warming a completed record with its remaining TTL) and report what it holds.
+    pub(super) async fn settle_with_found(
+        &self,
+        lease: Lease,
+        found: Found,
+    ) -> Result<Claim<Lease>, StoreError> {
+        // Settled here, by hand: re-warmed with the found response, or let go.
+        let lease = lease.into_held();
+        match found {
+            Found::Completed {
+                fingerprint,
+                response,
+                remaining,
+            } if fingerprint == lease.fingerprint => {
+                metrics::fallback(match lease.after_lapse {
+                    true => "lapsed_completed",
+                    false => "cold_lookup_hit",
+                });
+                // Re-warmed with the bytes Postgres holds: the tiers stay identical.
+                let stored = response.to_bytes();
+                let response = match self.open(response, binding(&lease)) {
+                    Ok(response) => response,
+                    Err(e) => {
+                        // Never replayed, never re-run: free the key in Redis, so that
+                        // every retry meets the same record and the same answer.
+                        self.let_go(&lease).await;
+                        return Err(e);
+                    }
+                };
+                tracing::info!(key_hash = %lease.record.short(), "replaying from postgres; re-warming redis");
+                if let Err(e) = (self.0.redis)
+                    .complete(
+                        &lease.redis_key,
+                        &lease.token,
+                        stored,
+                        remaining,
+                        &fingerprint,
+                    )
+                    .await
+                {
+                    // Not re-warmed: let the key go in Redis now rather than leave our lease
+                    // to answer "in flight" for lock_ttl; the next claim looks up again.
+                    tracing::warn!(error = %e, "could not re-warm redis");
+                    self.let_go(&lease).await;
+                }
+                Ok(Claim::Completed {
+                    response,
+                    remaining,
+                })
+            }
+            other => {
+                metrics::fallback(match other {
+                    Found::Leased { .. } => "cold_lookup_in_flight",
+                    Found::Completed { .. } => "cold_lookup_mismatch",
+                });
+                self.let_go(&lease).await;
+                self.found_to_claim(other, &lease.fingerprint, binding(&lease))
+            }
+        }
+    }
+
     /// What a Postgres record means for a request with `fingerprint`; a completed one
     /// is opened at `at`.
     pub(super) fn found_to_claim(
@@ -213,5 +277,23 @@ impl Stores {
         at: Binding,
     ) -> Result<StoredResponse, StoreError> {
         Ok(self.0.sealing.open(stored, at)?)
+    }
+}
+
+/// `found` as of now: a completed record's time left, which Postgres counted from its
+/// statement's clock when it was `asked`, shortened by the time since (never
+/// lengthened: a re-warmed record must not outlive its expiry).
+pub(super) fn aged(found: Found, asked: Instant) -> Found {
+    match found {
+        Found::Completed {
+            fingerprint,
+            response,
+            remaining,
+        } => Found::Completed {
+            fingerprint,
+            response,
+            remaining: remaining.saturating_sub(asked.elapsed()),
+        },
+        other => other,
     }
 }

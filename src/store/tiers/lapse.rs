@@ -3,15 +3,30 @@
 //! an unknown outcome (its holder may have completed in Postgres alone, filling Redis on
 //! replay), and how such a takeover lets the key go without forgetting that it lapsed.
 
+use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use super::super::lease::{Held, Lease};
-use super::super::postgres::Found;
+use super::super::postgres::{Found, RecordRef};
+use super::super::redis::slots::Slotted;
+use super::super::redis::{Acquired, Lapsed};
 use super::super::StoreError;
+use super::arbitrate::Ask;
+use super::find::aged;
 use super::settle::{lease_ref, retry_redis};
+use super::Resendable;
 use super::Stores;
-use crate::idempotency::{Claim, Home, Release};
+use crate::idempotency::{Binding, Claim, Home, Release, StoredRecord};
 use crate::metrics;
+use crate::route::Route;
+
+/// What a claim that found a lapsed lease does next ([`Stores::lapsed`]): answered from
+/// Postgres (or failed), nothing of it written; or what Redis answered its claim again,
+/// which took the lapsed lease over (Postgres holds nothing for the key).
+pub(super) type Lapse = ControlFlow<
+    Result<Claim<Lease>, StoreError>,
+    Result<Claim<Acquired, StoredRecord>, StoreError>,
+>;
 
 impl Stores {
     /// Releases a lease in every tier that holds it.
@@ -41,27 +56,108 @@ impl Stores {
         }
     }
 
-    /// Redis gave `lease` over one that lapsed with no completion in Redis. A holder
-    /// that filled on replay completed in Postgres alone and left its lease there to run
-    /// out: Postgres is asked first. A completed record replays and re-warms Redis;
-    /// nothing in Postgres leaves the takeover as it is (an unknown outcome, or a run
-    /// again where the route allows it). If Postgres cannot say, the claim fails closed
-    /// and the key stays lapsed for the next claim to ask again.
-    pub(super) async fn after_lapse(&self, lease: Lease) -> Result<Claim<Lease>, StoreError> {
+    /// A vouched claim found `lapsed`: a lease that ran out with no completion in Redis,
+    /// not taken over yet. Its holder may have completed in Postgres alone (filling
+    /// Redis on replay): Postgres is asked first. A completed record replays and
+    /// re-warms Redis under the lapsed holder's token (nothing of this claim is written,
+    /// so nothing of it can be lost); what else Postgres holds answers as it does;
+    /// nothing there takes the lease over, as an unknown outcome (or a run again where
+    /// the route allows it), or as a fresh claim once any record of it would have
+    /// expired ([`Stores::take_over`]). If Postgres cannot say,
+    /// the claim fails closed and the key stays as it was.
+    pub(super) async fn lapsed(
+        &self,
+        route: &Route,
+        ask: &Ask,
+        lapsed: Lapsed,
+        fence_ttl: Duration,
+    ) -> Lapse {
         let Some(pg) = &self.0.postgres else {
-            return Ok(Claim::Acquired(lease));
+            return ControlFlow::Continue(self.take_over(route, ask, lapsed, fence_ttl).await);
+        };
+        let at = Binding {
+            scope: ask.scope,
+            record: ask.record,
+        };
+        let rec = RecordRef {
+            scope: ask.scope,
+            id: ask.record,
+            route: &route.name,
         };
         let asked = Instant::now();
-        match pg.lookups.lookup(lease_ref(&lease)).await {
-            Ok(None) => Ok(Claim::Acquired(lease)),
-            Ok(Some(found)) => self.settle_with_found(lease, aged(found, asked)).await,
+        let found = match pg.lookups.lookup(rec).await {
+            Ok(Some(found)) => aged(found, asked),
+            Ok(None) => {
+                return ControlFlow::Continue(self.take_over(route, ask, lapsed, fence_ttl).await)
+            }
             Err(e) => {
                 metrics::fallback("lookup_failed");
-                let held = lease.into_held();
-                self.let_go(&held).await;
-                Err(StoreError::LookupFailed(Box::new(e)))
+                return ControlFlow::Break(Err(StoreError::LookupFailed(Box::new(e))));
             }
-        }
+        };
+        ControlFlow::Break(match found {
+            Found::Completed {
+                fingerprint,
+                response,
+                remaining,
+            } if fingerprint == ask.fingerprint => {
+                metrics::fallback("lapsed_completed");
+                let stored = response.to_bytes();
+                match self.open(response, at) {
+                    Ok(response) => {
+                        // Completes the lapsed lease in place (`lua/complete.lua`), unless
+                        // another claim took it over meanwhile; the answer stands either way.
+                        let (key, holder) = (&ask.redis_key, &lapsed.holder);
+                        let warmed = (self.0.redis)
+                            .complete(key, holder, stored, remaining, &fingerprint)
+                            .await;
+                        if let Err(e) = warmed {
+                            tracing::warn!(error = %e, "could not re-warm redis");
+                        }
+                        Ok(Claim::Completed {
+                            response,
+                            remaining,
+                        })
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            other => self.found_to_claim(other, &ask.fingerprint, at),
+        })
+    }
+
+    /// Takes `lapsed` over (nothing in Postgres): a fresh claim if it is over for at
+    /// least the route's `ttl` less its `lock_ttl`. A holder completes within `lock_ttl`
+    /// before its lease ends, so a record it stored has expired once the lease is over
+    /// for `ttl` less that: Postgres' "nothing" then says the record expired, not that
+    /// the holder went away (a key past its `ttl` runs afresh, as a completed one does).
+    async fn take_over(
+        &self,
+        route: &Route,
+        ask: &Ask,
+        lapsed: Lapsed,
+        fence_ttl: Duration,
+    ) -> Result<Claim<Acquired, StoredRecord>, StoreError> {
+        let settings = &route.policy.settings;
+        let taken = (self.0.redis)
+            .take_over(
+                Slotted::new(&ask.redis_key),
+                &ask.fingerprint,
+                &ask.token,
+                settings.lock_ttl,
+                fence_ttl,
+                matches!(ask.resend, Resendable::Off),
+            )
+            .await;
+        taken.map(|claim| match claim {
+            Claim::Acquired(mut acquired)
+                if lapsed.over_for >= settings.ttl.saturating_sub(settings.lock_ttl) =>
+            {
+                acquired.after_lapse = false;
+                Claim::Acquired(acquired)
+            }
+            other => other,
+        })
     }
 
     /// Ends a fresh Redis lease that will not run: released, so that the next claim
@@ -97,23 +193,5 @@ impl Stores {
         } else {
             Release::NotHeld
         })
-    }
-}
-
-/// `found` as of now: a completed record's time left, which Postgres counted from its
-/// statement's clock when it was `asked`, shortened by the time since (never
-/// lengthened: a re-warmed record must not outlive its expiry).
-pub(super) fn aged(found: Found, asked: Instant) -> Found {
-    match found {
-        Found::Completed {
-            fingerprint,
-            response,
-            remaining,
-        } => Found::Completed {
-            fingerprint,
-            response,
-            remaining: remaining.saturating_sub(asked.elapsed()),
-        },
-        other => other,
     }
 }

@@ -4,8 +4,8 @@
 //! filling on replay is confirmed in Postgres; after it, the lapsed lease is looked up in
 //! Postgres before it counts as an unknown outcome, on every vouched replica (a fleet
 //! half-way through the switch too), replays and re-warms Redis; if Postgres cannot say,
-//! the claim fails closed and the key stays lapsed. Concurrent duplicates on two
-//! replicas run the key once.
+//! the claim fails closed and the key stays lapsed; past the record's `ttl` the key runs
+//! afresh. Concurrent duplicates on two replicas run the key once.
 
 use std::time::{Duration, Instant};
 
@@ -265,4 +265,29 @@ async fn an_admin_invalidation_deletes_the_completed_holders_lease_and_nothing_r
     let (status, _, _) = read(running.await.unwrap().unwrap()).await;
     assert_eq!(status, 201);
     assert_eq!(up.executions(), ran + 2);
+}
+
+/// A key completed in Postgres alone and never retried keeps its lapsed lease in Redis
+/// past the record's `ttl`; a request after that runs afresh (the record expired), not as
+/// an unknown outcome of the lapsed lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_past_its_ttl_runs_afresh_though_its_lapsed_lease_stands() {
+    let ttl = "ttl = \"4s\"\n";
+    let (redis, _pg, up, a, _b) = replicas(["on_replay", "on_replay"], ttl, "").await;
+    let ran = up.executions();
+    assert_eq!(post(&a, "k").await.0, 201);
+    // The record expires 4 s after its answer; the lapsed lease stays until 4 s after
+    // the lease, which ended within LOCK_TTL of the claim.
+    tokio::time::sleep(Duration::from_millis(4600)).await;
+    assert_eq!(
+        record_state(&redis).await.as_deref(),
+        Some("L"),
+        "the lapsed lease outlives the record's ttl"
+    );
+    let (status, headers, _) = post(&a, "k").await;
+    assert_eq!(
+        (status, &headers["idempotent-replayed"]),
+        (201, &"false".parse().unwrap())
+    );
+    assert_eq!(up.executions(), ran + 2, "run afresh");
 }
