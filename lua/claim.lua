@@ -49,7 +49,9 @@
 -- ARGV[10] (vouched claims): "1" to ask before taking over a lapsed lease: the reply is
 -- then {"P", token, lapsed_ms} and nothing is written (its holder may have completed in
 -- Postgres alone, `redis_fill = "on_replay"`: the gateway looks it up, re-warms the
--- record under that token if so, and else claims again without asking).
+-- record under that token if so, and else claims again with that token here); a token:
+-- take over the lapsed lease of that token only (another one answers "P" again); "0":
+-- take any lapsed lease over.
 -- Reply: {"A", fence, marker_age_ms[, 1]} acquired (age 0 without KEYS[3]; 1: it took
 -- over a lease that had lapsed) | {"P", token, lapsed_ms} a lapsed lease of that token,
 -- its lease over for that long (ARGV[10]) |
@@ -159,7 +161,7 @@ if v.t == ARGV[2] then
   return {'A', v.n, marker_age(nil)}
 end
 local left, lapsed = lease_left(rec, v)
-if lapsed and ARGV[10] == '1' then
+if lapsed and ARGV[10] and ARGV[10] ~= '0' and ARGV[10] ~= v.t then
   return {'P', v.t, v.l - redis.call('PTTL', rec)}
 end
 if lapsed then

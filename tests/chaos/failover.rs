@@ -13,6 +13,7 @@ use crate::cluster::{Durability, Options, Stack, Topology};
 use crate::driver::{Got, KeyClass, Phase, Workload};
 use crate::harness::{finish, start};
 use idemgate::testing::store::redis::slots::Slotted;
+use idemgate::testing::store::redis::OnLapsed;
 
 /// Exactly once only with `claims = "write_through"`; durable unless Redis-only.
 pub fn expect_for(d: Durability) -> Expect {
@@ -307,7 +308,14 @@ pub async fn markers_vouching_across(
             }
         };
         if let Ok(Claim::Acquired(a)) = store
-            .claim(Slotted::new(&key), &fp, "probe", lease, lease, true)
+            .claim(
+                Slotted::new(&key),
+                &fp,
+                "probe",
+                (lease, lease),
+                true,
+                OnLapsed::Ask,
+            )
             .await
         {
             claims += 1;

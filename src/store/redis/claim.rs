@@ -26,8 +26,19 @@ struct Claiming<'a> {
     lease: Duration,
     fence_ttl: Duration,
     keep_alone: bool,
-    /// Vouched claims: a lapsed lease is asked about first ("P"), not taken over.
-    ask_lapsed: bool,
+    /// Vouched claims: what to do with a lapsed lease.
+    on_lapsed: OnLapsed<'a>,
+}
+
+/// What a vouched claim does with a lapsed lease it finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnLapsed<'a> {
+    /// Reports it ([`Acquired::lapsed`]) and writes nothing: its holder may have
+    /// completed in Postgres alone.
+    Ask,
+    /// Takes it over (`Acquired::after_lapse`) if it is the lease of this holder (the
+    /// one Postgres was asked about); reports another.
+    TakeOver(&'a str),
 }
 
 /// What allows a vouched claim to be kept by Redis alone, known before it is sent.
@@ -57,7 +68,7 @@ impl RedisStore {
     /// is Postgres'); vouched claims keep none either, their fence being Redis' clock.
     /// `keep_alone`: a vouched claim may be kept by Redis alone (not one whose request
     /// the completer keeps in its Postgres row). A vouched claim reports a lapsed lease
-    /// ([`Acquired::lapsed`], nothing written); [`RedisStore::take_over`] takes it.
+    /// ([`Acquired::lapsed`], nothing written) unless told to take it over (`lapsed`).
     /// Reply: `{"A", fence, marker age ms}` acquired with its fencing token (age 0
     /// without the marker), `{"P", token, ms}` a lapsed lease (vouched claims), `{"Y",
     /// remaining ms, marker[, 1]}` absent from a slot that
@@ -76,33 +87,9 @@ impl RedisStore {
         Slotted { key, slot }: Slotted<'_>,
         fingerprint: &Fingerprint,
         token: &str,
-        lease: Duration,
-        fence_ttl: Duration,
+        (lease, fence_ttl): (Duration, Duration),
         keep_alone: bool,
-    ) -> Result<Claim<Acquired, StoredRecord>, StoreError> {
-        let ask_lapsed = self.inner.vouch.is_some();
-        let sent = Claiming {
-            key,
-            slot,
-            fingerprint,
-            token,
-            lease,
-            fence_ttl,
-            keep_alone,
-            ask_lapsed,
-        };
-        self.claim_sent(sent).await
-    }
-
-    /// [`RedisStore::claim`], taking a lapsed lease over instead of asking about it.
-    pub async fn take_over(
-        &self,
-        Slotted { key, slot }: Slotted<'_>,
-        fingerprint: &Fingerprint,
-        token: &str,
-        lease: Duration,
-        fence_ttl: Duration,
-        keep_alone: bool,
+        on_lapsed: OnLapsed<'_>,
     ) -> Result<Claim<Acquired, StoredRecord>, StoreError> {
         let sent = Claiming {
             key,
@@ -112,15 +99,8 @@ impl RedisStore {
             lease,
             fence_ttl,
             keep_alone,
-            ask_lapsed: false,
+            on_lapsed,
         };
-        self.claim_sent(sent).await
-    }
-
-    async fn claim_sent(
-        &self,
-        sent: Claiming<'_>,
-    ) -> Result<Claim<Acquired, StoredRecord>, StoreError> {
         let sent = &sent;
         match self.claim_once(sent).await? {
             Ok(claim) => Ok(claim),
@@ -178,39 +158,10 @@ impl RedisStore {
         let Claiming {
             key,
             slot,
-            fingerprint,
-            token,
-            lease,
-            fence_ttl,
             keep_alone,
-            ask_lapsed,
+            ..
         } = *sent;
-        let args = || -> Vec<Value> {
-            let mut args: Vec<Value> = vec![
-                Bytes::copy_from_slice(fingerprint.as_bytes()).into(),
-                token.into(),
-                // Summed here: Lua would format the sum as a float for `SET ... PX`.
-                millis(lease)
-                    .saturating_add(self.inner.vouch.as_ref().map_or(0, |v| millis(v.remember)))
-                    .into(),
-                match (self.inner.vouch.is_some(), fence_ttl.is_zero()) {
-                    (true, _) => "clock".into(),
-                    (false, true) => 0.into(),
-                    (false, false) => millis(fence_ttl).into(),
-                },
-                self.vouch_after().map_or_else(|| "".into(), Value::from),
-                self.inner.record_format.into(),
-            ];
-            if let Some(epochs) = &self.inner.epochs {
-                args.push(millis(epochs.quarantine).into());
-                args.push(self.harmless_upto(slot).unwrap_or(0).into());
-            }
-            if let Some(v) = &self.inner.vouch {
-                args.push(millis(v.remember).into());
-                args.push(if ask_lapsed { "1" } else { "0" }.into());
-            }
-            args
-        };
+        let args = || self.claim_args(sent);
         let marker = self.vouch_after().is_some();
         // Before the claim is sent: a connection re-made or a slot map changed from here
         // on voids its round ([`super::acks`]).
@@ -224,7 +175,7 @@ impl RedisStore {
         metrics::elapsed(&self.inner.ops.claim, started);
         let reply = match reply {
             Ok(v) => v,
-            Err(e) => return Err(self.claim_failed(client, key, token, e)),
+            Err(e) => return Err(self.claim_failed(client, sent, e)),
         };
         match decode_record_reply("claim", reply)? {
             // Nothing written: nothing to vouch for.
@@ -248,6 +199,46 @@ impl RedisStore {
                 detail: "absent is not a claim reply".into(),
             }),
         }
+    }
+
+    /// The claim script's ARGV for `sent` (see [`RedisStore::claim`]).
+    fn claim_args(&self, sent: &Claiming<'_>) -> Vec<Value> {
+        let Claiming {
+            slot,
+            fingerprint,
+            token,
+            lease,
+            fence_ttl,
+            on_lapsed,
+            ..
+        } = *sent;
+        let mut args: Vec<Value> = vec![
+            Bytes::copy_from_slice(fingerprint.as_bytes()).into(),
+            token.into(),
+            // Summed here: Lua would format the sum as a float for `SET ... PX`.
+            millis(lease)
+                .saturating_add(self.inner.vouch.as_ref().map_or(0, |v| millis(v.remember)))
+                .into(),
+            match (self.inner.vouch.is_some(), fence_ttl.is_zero()) {
+                (true, _) => "clock".into(),
+                (false, true) => 0.into(),
+                (false, false) => millis(fence_ttl).into(),
+            },
+            self.vouch_after().map_or_else(|| "".into(), Value::from),
+            self.inner.record_format.into(),
+        ];
+        if let Some(epochs) = &self.inner.epochs {
+            args.push(millis(epochs.quarantine).into());
+            args.push(self.harmless_upto(slot).unwrap_or(0).into());
+        }
+        if let Some(v) = &self.inner.vouch {
+            args.push(millis(v.remember).into());
+            args.push(match on_lapsed {
+                OnLapsed::Ask => "1".into(),
+                OnLapsed::TakeOver(holder) => holder.into(),
+            });
+        }
+        args
     }
 
     /// Whether Redis keeps a vouched claim its primary just acquired in `slot`, sent at
@@ -364,17 +355,26 @@ impl RedisStore {
 
     /// A claim of unknown outcome: releases its token in the background on the same
     /// connection and says what the failure means.
-    fn claim_failed(&self, client: &Client, key: &str, token: &str, e: FredError) -> StoreError {
+    /// A takeover of a lapsed lease is ended as a lapsed lease instead (`lua/extend.lua`
+    /// with a lease of no time), so that the next claim still knows the key may have run.
+    fn claim_failed(&self, client: &Client, sent: &Claiming<'_>, e: FredError) -> StoreError {
+        let takeover = matches!(sent.on_lapsed, OnLapsed::TakeOver(_));
         // A slow answer on a live connection is not an outage: the caller answers
         // 503 for this request but keeps claims in Redis. Only a lost connection
         // counts as Redis being unavailable (and may move claims elsewhere).
         let slow = e.kind() == &fred::error::ErrorKind::Timeout && client.is_connected();
-        let (client, script) = (client.clone(), self.inner.release.clone());
-        let publish = self.inner.publish;
-        let (key, token) = (key.to_string(), token.to_string());
+        let script = match takeover {
+            true => self.inner.extend.clone(),
+            false => self.inner.release.clone(),
+        };
+        let (client, publish) = (client.clone(), self.inner.publish);
+        let (key, token) = (sent.key.to_string(), sent.token.to_string());
         tokio::spawn(async move {
             let call = || {
-                let args = vec![token.clone(), channel(&key), publish.to_string()];
+                let args = match takeover {
+                    true => vec![token.clone(), "0".to_string()],
+                    false => vec![token.clone(), channel(&key), publish.to_string()],
+                };
                 (key.clone(), args)
             };
             let released: Result<i64, FredError> = scripts::eval(&script, &client, call).await;

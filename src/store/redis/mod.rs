@@ -45,6 +45,7 @@ pub mod slots;
 pub mod vouch;
 pub mod waiters;
 
+pub use self::claim::OnLapsed;
 pub use self::invalidate::{Invalidated, Leases};
 pub(crate) use self::record_reply::decode_record_reply;
 pub use self::record_reply::{Lapsed, Record, Young};

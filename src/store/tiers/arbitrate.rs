@@ -11,7 +11,7 @@ use super::super::postgres::claim_asks::{ClaimAsk, ResendableRow};
 use super::super::postgres::PgClaim;
 use super::super::redis::slots::{slot, Slotted};
 use super::super::redis::vouch::Vouched;
-use super::super::redis::Acquired;
+use super::super::redis::{Acquired, OnLapsed};
 use super::super::StoreError;
 use super::find::aged;
 use super::settle::lease_ref;
@@ -78,7 +78,7 @@ impl Stores {
             return Box::pin(self.fallback(route, ask, StoreError::RedisDown)).await;
         }
         let (write_through, fence_ttl) = self.fencing(&route.policy);
-        let claimed = self.claim_in_redis(route, &ask, fence_ttl).await;
+        let claimed = (self.claim_in_redis(route, &ask, fence_ttl, OnLapsed::Ask)).await;
         if claimed.is_ok() {
             self.0.breaker.answered(slot);
         }
@@ -130,27 +130,22 @@ impl Stores {
         }
     }
 
-    /// The claim script for `ask`.
-    async fn claim_in_redis(
+    /// The claim script for `ask`, doing with a lapsed lease what `lapsed` says.
+    pub(super) async fn claim_in_redis(
         &self,
         route: &Route,
         ask: &Ask,
         fence_ttl: Duration,
+        lapsed: OnLapsed<'_>,
     ) -> Result<Claim<Acquired, StoredRecord>, StoreError> {
         let key = Slotted::new(&ask.redis_key);
-        let lock_ttl = route.policy.settings.lock_ttl;
+        let leases = (route.policy.settings.lock_ttl, fence_ttl);
         // A request kept for the completer lives in its Postgres row: such a claim is
         // written through, whatever Redis could vouch for.
         let keep_alone = matches!(ask.resend, Resendable::Off);
+        let (fp, token) = (&ask.fingerprint, &ask.token);
         (self.0.redis)
-            .claim(
-                key,
-                &ask.fingerprint,
-                &ask.token,
-                lock_ttl,
-                fence_ttl,
-                keep_alone,
-            )
+            .claim(key, fp, token, leases, keep_alone, lapsed)
             .await
     }
 

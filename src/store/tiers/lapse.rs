@@ -8,13 +8,11 @@ use std::time::{Duration, Instant};
 
 use super::super::lease::{Held, Lease};
 use super::super::postgres::{Found, RecordRef};
-use super::super::redis::slots::Slotted;
-use super::super::redis::{Acquired, Lapsed};
+use super::super::redis::{Acquired, Lapsed, OnLapsed};
 use super::super::StoreError;
 use super::arbitrate::Ask;
 use super::find::aged;
 use super::settle::{lease_ref, retry_redis};
-use super::Resendable;
 use super::Stores;
 use crate::idempotency::{Binding, Claim, Home, Release, StoredRecord};
 use crate::metrics;
@@ -126,11 +124,12 @@ impl Stores {
         })
     }
 
-    /// Takes `lapsed` over (nothing in Postgres): a fresh claim if it is over for at
-    /// least the route's `ttl` less its `lock_ttl`. A holder completes within `lock_ttl`
-    /// before its lease ends, so a record it stored has expired once the lease is over
-    /// for `ttl` less that: Postgres' "nothing" then says the record expired, not that
-    /// the holder went away (a key past its `ttl` runs afresh, as a completed one does).
+    /// Takes `lapsed` over (nothing in Postgres), and only that lease: a fresh claim if
+    /// it is over for at least the route's `ttl` less its `lock_ttl`. A holder completes
+    /// within `lock_ttl` before its lease ends, so from then on its record may have
+    /// expired, and Postgres' "nothing" may say that rather than that the holder went
+    /// away: a lapse is remembered for `ttl` from the holder's last heartbeat, and a key
+    /// past its `ttl` runs afresh, as a completed one does.
     async fn take_over(
         &self,
         route: &Route,
@@ -139,17 +138,16 @@ impl Stores {
         fence_ttl: Duration,
     ) -> Result<Claim<Acquired, StoredRecord>, StoreError> {
         let settings = &route.policy.settings;
-        let taken = (self.0.redis)
-            .take_over(
-                Slotted::new(&ask.redis_key),
-                &ask.fingerprint,
-                &ask.token,
-                settings.lock_ttl,
-                fence_ttl,
-                matches!(ask.resend, Resendable::Off),
-            )
-            .await;
+        let holder = OnLapsed::TakeOver(&lapsed.holder);
+        let taken = (self.claim_in_redis(route, ask, fence_ttl, holder)).await;
         taken.map(|claim| match claim {
+            // Another holder's lease lapsed meanwhile (ours was taken over, and its
+            // taker's ran out): not asked about, so in flight for this claim.
+            Claim::Acquired(Acquired {
+                lapsed: Some(_), ..
+            }) => Claim::InFlight {
+                remaining: Duration::ZERO,
+            },
             Claim::Acquired(mut acquired)
                 if lapsed.over_for >= settings.ttl.saturating_sub(settings.lock_ttl) =>
             {

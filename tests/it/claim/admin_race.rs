@@ -17,6 +17,7 @@ use crate::support::{
     TestApp,
 };
 use idemgate::testing::store::redis::slots::Slotted;
+use idemgate::testing::store::redis::OnLapsed;
 
 /// The record, scope and fingerprint of `app.post(key, "{}")` on the test route.
 fn target(raw_key: &str) -> (Scope, RecordId, Fingerprint) {
@@ -80,7 +81,14 @@ async fn redis_invalidate_keeps_a_live_lease_unless_forced() {
     );
 
     let claim = store
-        .claim(Slotted::new(&k), &fp, "holder", LEASE, LEASE, true)
+        .claim(
+            Slotted::new(&k),
+            &fp,
+            "holder",
+            (LEASE, LEASE),
+            true,
+            OnLapsed::Ask,
+        )
         .await
         .unwrap();
     assert!(matches!(claim, Claim::Acquired(_)), "{claim:?}");
@@ -96,7 +104,14 @@ async fn redis_invalidate_keeps_a_live_lease_unless_forced() {
         .expect("the lease is still there");
     assert!(!held.completed);
     let duplicate = store
-        .claim(Slotted::new(&k), &fp, "dup", LEASE, LEASE, true)
+        .claim(
+            Slotted::new(&k),
+            &fp,
+            "dup",
+            (LEASE, LEASE),
+            true,
+            OnLapsed::Ask,
+        )
         .await
         .unwrap();
     assert!(matches!(duplicate, Claim::InFlight { .. }), "{duplicate:?}");
@@ -109,7 +124,14 @@ async fn redis_invalidate_keeps_a_live_lease_unless_forced() {
 
     // Completed records go without force.
     let claim = store
-        .claim(Slotted::new(&k), &fp, "next", LEASE, LEASE, true)
+        .claim(
+            Slotted::new(&k),
+            &fp,
+            "next",
+            (LEASE, LEASE),
+            true,
+            OnLapsed::Ask,
+        )
         .await
         .unwrap();
     assert!(matches!(claim, Claim::Acquired(_)), "{claim:?}");
@@ -295,7 +317,14 @@ async fn an_admin_delete_keeps_a_claim_that_lands_during_the_call() {
         "the admin call never reached Postgres"
     );
     let claim = store
-        .claim(Slotted::new(&k), &fp, "other-replica", LEASE, LEASE, true)
+        .claim(
+            Slotted::new(&k),
+            &fp,
+            "other-replica",
+            (LEASE, LEASE),
+            true,
+            OnLapsed::Ask,
+        )
         .await;
     assert!(matches!(claim.unwrap(), Claim::Acquired(_)));
     tx.rollback().await.unwrap();

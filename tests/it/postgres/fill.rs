@@ -41,8 +41,40 @@ async fn replicas_filling(
     (redis, pg, upstream, a, b)
 }
 
+/// An admin invalidation's `answer` deleted the record in both tiers, the holder's
+/// lease that still stood in Redis too.
+pub(super) async fn deleted_everywhere(
+    (status, _, body): (u16, reqwest::header::HeaderMap, bytes::Bytes),
+    redis: &RedisServer,
+    pg: &PgServer,
+) {
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let both = serde_json::json!({"redis": true, "postgres": true});
+    assert_eq!(v["deleted"], both);
+    let records = redis.records().await;
+    assert!(
+        records.is_empty(),
+        "the holder's lease went too: {records:?}"
+    );
+    assert_eq!(pg.count("true").await, 0);
+}
+
+/// The one record was stored in Postgres before its answer, and its completion did not
+/// write Redis: the holder's lease stands there.
+pub(super) async fn completed_in_postgres_alone(redis: &RedisServer, pg: &PgServer) {
+    let completed = pg.count("state = 'completed'").await;
+    assert_eq!(completed, 1, "stored before the answer");
+    let state = record_state(redis).await;
+    assert_eq!(
+        state.as_deref(),
+        Some("L"),
+        "the holder's lease stands in redis"
+    );
+}
+
 /// The state (`s`) of the only record key in Redis.
-async fn record_state(redis: &RedisServer) -> Option<String> {
+pub(super) async fn record_state(redis: &RedisServer) -> Option<String> {
     let states = redis.record_states().await;
     assert_eq!(states.len(), 1, "one record key: {states:?}");
     states.into_iter().next().and_then(|(_, s)| s)
@@ -54,16 +86,7 @@ async fn a_retry_while_the_lease_stands_replays_from_postgres_and_redis_is_warme
     let (redis, pg, upstream, a, b) = two_replicas(lease).await;
     let (s1, h1, b1) = read(a.post("k", r#"{"amount":7}"#).send().await.unwrap()).await;
     assert_eq!(s1, 201);
-    assert_eq!(
-        pg.count("state = 'completed'").await,
-        1,
-        "stored before the answer"
-    );
-    assert_eq!(
-        record_state(&redis).await.as_deref(),
-        Some("L"),
-        "the completion did not write Redis: the holder's lease stands"
-    );
+    completed_in_postgres_alone(&redis, &pg).await;
 
     // On the other replica, within the lease: confirmed in Postgres, the same bytes.
     let (s2, h2, b2) = read(b.post("k", r#"{"amount":7}"#).send().await.unwrap()).await;
@@ -159,18 +182,7 @@ async fn an_admin_invalidation_within_the_lease_deletes_the_record_everywhere() 
     .send()
     .await
     .unwrap();
-    let (status, _, body) = read(r).await;
-    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
-    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(
-        v["deleted"],
-        serde_json::json!({"redis": true, "postgres": true})
-    );
-    assert!(
-        redis.records().await.is_empty(),
-        "the holder's lease went too"
-    );
-    assert_eq!(pg.count("true").await, 0);
+    deleted_everywhere(read(r).await, &redis, &pg).await;
     // Invalidated: the key runs again.
     let (status, headers, _) = read(a.post("k", "{}").send().await.unwrap()).await;
     assert_eq!(

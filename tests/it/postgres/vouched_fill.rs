@@ -9,8 +9,11 @@
 
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use futures_util::future::join_all;
+use reqwest::header::HeaderMap;
 
+use super::fill::{completed_in_postgres_alone, deleted_everywhere, record_state};
 use super::vouched::{claim_path, fsyncing_redis, leased_rows};
 use crate::support::{comparable, config, eventually, metric, read, tally};
 use crate::support::{MockUpstream, PgServer, RedisServer, TestApp};
@@ -47,22 +50,26 @@ async fn replicas(
     (redis, pg, up, a, b)
 }
 
-/// The state (`s`) of the only record key in Redis.
-async fn record_state(redis: &RedisServer) -> Option<String> {
-    let states = redis.record_states().await;
-    assert_eq!(states.len(), 1, "one record key: {states:?}");
-    states.into_iter().next().and_then(|(_, s)| s)
-}
-
-async fn post(app: &TestApp, key: &str) -> (u16, reqwest::header::HeaderMap, bytes::Bytes) {
+async fn post(app: &TestApp, key: &str) -> (u16, HeaderMap, Bytes) {
     read(app.post(key, r#"{"amount":7}"#).send().await.unwrap()).await
 }
 
-fn lapsed_completed(metrics: &str) -> f64 {
-    metric(
-        metrics,
-        "idemgate_fallback_total{reason=\"lapsed_completed\"}",
-    )
+/// Once the holder's lease ran out, `app` replays the key "k" as `first` answered it
+/// (its lapsed lease found completed in Postgres), and Redis holds the record again.
+async fn replays_after_the_lease(
+    app: &TestApp,
+    redis: &RedisServer,
+    (status, headers, body): (u16, &HeaderMap, &Bytes),
+) {
+    tokio::time::sleep(LOCK_TTL + Duration::from_millis(300)).await;
+    let (s, h, b) = post(app, "k").await;
+    assert_eq!((s, &b, comparable(&h)), (status, body, comparable(headers)));
+    assert_eq!(h["idempotent-replayed"], "true");
+    let state = record_state(redis).await;
+    assert_eq!(state.as_deref(), Some("C"), "re-warmed");
+    // The recorder is the test process', shared by the tests that run beside this one.
+    let lapsed = "idemgate_fallback_total{reason=\"lapsed_completed\"}";
+    assert!(metric(&app.metrics().await, lapsed) >= 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -81,16 +88,7 @@ async fn a_first_execution_writes_no_redis_record_and_every_retry_replays_the_on
     .0;
     up.set_delay(Duration::ZERO);
     assert_eq!(s1, 201);
-    assert_eq!(
-        pg.count("state = 'completed'").await,
-        1,
-        "stored before the answer"
-    );
-    assert_eq!(
-        record_state(&redis).await.as_deref(),
-        Some("L"),
-        "the completion did not write redis: the holder's lease stands"
-    );
+    completed_in_postgres_alone(&redis, &pg).await;
 
     // Within the lease, on the other replica: confirmed in Postgres, the same bytes.
     let (s2, h2, b2) = post(&b, "k").await;
@@ -99,18 +97,8 @@ async fn a_first_execution_writes_no_redis_record_and_every_retry_replays_the_on
     assert_eq!(record_state(&redis).await.as_deref(), Some("L"));
 
     // The lease runs out; the record outlives it as a lapsed lease, which the next claim
-    // takes over, finds completed in Postgres, replays and re-warms Redis with.
-    tokio::time::sleep(LOCK_TTL + Duration::from_millis(300)).await;
-    let (s3, h3, b3) = post(&a, "k").await;
-    assert_eq!((s3, &b3, comparable(&h3)), (s1, &b1, comparable(&h1)));
-    assert_eq!(h3["idempotent-replayed"], "true");
-    assert_eq!(
-        record_state(&redis).await.as_deref(),
-        Some("C"),
-        "re-warmed"
-    );
-    // The recorder is the test process', shared by the tests that run beside this one.
-    assert!(lapsed_completed(&a.metrics().await) >= 1.0);
+    // finds completed in Postgres, replays and re-warms Redis with.
+    replays_after_the_lease(&a, &redis, (s1, &h1, &b1)).await;
     let (s4, _, b4) = post(&b, "k").await;
     assert_eq!((s4, &b4), (s1, &b1));
     assert_eq!(up.executions(), ran + 1, "one execution for the key");
@@ -176,16 +164,7 @@ async fn a_replica_completing_in_redis_replays_what_another_completed_in_postgre
     let (s2, _, _) = post(&completing, "k").await;
     assert_eq!(s2, 409, "in flight for a replica that does not confirm");
 
-    tokio::time::sleep(LOCK_TTL + Duration::from_millis(300)).await;
-    let (s3, h3, b3) = post(&completing, "k").await;
-    assert_eq!((s3, &b3, comparable(&h3)), (s1, &b1, comparable(&h1)));
-    assert_eq!(h3["idempotent-replayed"], "true");
-    assert_eq!(
-        record_state(&redis).await.as_deref(),
-        Some("C"),
-        "re-warmed"
-    );
-    assert!(lapsed_completed(&completing.metrics().await) >= 1.0);
+    replays_after_the_lease(&completing, &redis, (s1, &h1, &b1)).await;
     assert_eq!(up.executions(), ran + 1, "not run again");
 
     // The other way round: completed in Redis and Postgres, replayed by both.
@@ -240,18 +219,7 @@ async fn an_admin_invalidation_deletes_the_completed_holders_lease_and_nothing_r
     };
     assert_eq!(post(&a, "k").await.0, 201);
     assert_eq!(record_state(&redis).await.as_deref(), Some("L"));
-    let (status, _, body) = read(invalidate("k").await.unwrap()).await;
-    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
-    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(
-        v["deleted"],
-        serde_json::json!({"redis": true, "postgres": true})
-    );
-    assert!(
-        redis.records().await.is_empty(),
-        "the holder's lease went too"
-    );
-    assert_eq!(pg.count("true").await, 0);
+    deleted_everywhere(read(invalidate("k").await.unwrap()).await, &redis, &pg).await;
 
     // Running now, under a claim Redis keeps alone: refused without force.
     up.set_delay(Duration::from_millis(800));

@@ -25,6 +25,7 @@ use super::until_replicated;
 use crate::support::holdproxy::HoldProxy;
 use crate::support::{eventually, RedisServer, LEASE};
 use idemgate::testing::store::redis::slots::Slotted;
+use idemgate::testing::store::redis::OnLapsed;
 
 /// A primary and a replica that replicates through a hold proxy.
 pub(crate) struct Pair {
@@ -108,7 +109,14 @@ pub(crate) async fn acquire(
     token: &str,
 ) -> Acquired {
     match store
-        .claim(Slotted::new(k), fp, token, LEASE, LEASE, true)
+        .claim(
+            Slotted::new(k),
+            fp,
+            token,
+            (LEASE, LEASE),
+            true,
+            OnLapsed::Ask,
+        )
         .await
         .unwrap()
     {

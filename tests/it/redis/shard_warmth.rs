@@ -14,7 +14,7 @@ use rand::Rng;
 use super::{cluster_config, record_key, sentinel_config, until_replicated};
 use crate::support::redis::backdate_markers;
 use crate::support::{eventually, read, until_rows, MockUpstream, PgServer, RedisServer, TestApp};
-use idemgate::testing::store::redis::slots::Slotted;
+use idemgate::testing::store::redis::{slots::Slotted, OnLapsed};
 
 const TWO_DAYS: Duration = Duration::from_secs(48 * 3600);
 
@@ -348,12 +348,9 @@ async fn the_marker_vouches_only_in_the_process_that_wrote_it() {
         b"",
     );
     let age = |store: RedisStore, key: String| async move {
-        let lease = Duration::from_secs(30);
-        match store
-            .claim(Slotted::new(&key), &fp, "t", lease, lease, true)
-            .await
-            .unwrap()
-        {
+        let leases = (Duration::from_secs(30), Duration::from_secs(30));
+        let claim = store.claim(Slotted::new(&key), &fp, "t", leases, true, OnLapsed::Ask);
+        match claim.await.unwrap() {
             idemgate::idempotency::Claim::Acquired(a) => a.marker_age,
             other => panic!("not acquired: {other:?}"),
         }
