@@ -718,6 +718,9 @@ SCENARIOS = [
          mode="unique", env={"IDEMGATE__POSTGRES__CLAIMS": "redis", "IDEMGATE__POSTGRES__LOOKUP_ON_MISS": "always"}),
     dict(id="first-fill", label="idemgate first execution, write-through, redis_fill=on_replay (one Redis script)",
          target="gw", mode="unique", env=FILL_ON_REPLAY),
+    # The same with vouched claims (opt-in): the claim is the one Redis write.
+    dict(id="first-vfill", label="idemgate first execution, vouched claims, redis_fill=on_replay (one Redis script)",
+         target="gw", mode="unique", env={"IDEMGATE__POSTGRES__REDIS_FILL": "on_replay"}),
     dict(id="first-async", label="idemgate first execution, Postgres synchronous_commit=off", target="gw",
          mode="unique", sync_off=True),
     # Redis Cluster of three primaries (`idemgate-fleet bench start redis-cluster`, started
@@ -1618,6 +1621,7 @@ def render_durable(rows, results):
         return lines
     out += durable("first", "Vouched claims (the durable default)")
     out += durable("first-wtclaims", "Write-through claims (the default before 0.6.0)")
+    out += durable("first-vfill", "Vouched claims filled on replay (`redis_fill = \"on_replay\"`, opt-in)")
     r_only, peer_redis = get("first-redis", redis_parts), get("peer-first", redis_parts)
     if r_only == r_only and peer_redis == peer_redis:
         out.append(f"- Redis CPU per first execution, Redis only: {r_only:.1f} µs = {r_only / peer_redis:.2f}x the "
