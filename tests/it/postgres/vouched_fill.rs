@@ -21,8 +21,9 @@ use crate::support::{MockUpstream, PgServer, RedisServer, TestApp};
 const LOCK_TTL: Duration = Duration::from_millis(1500);
 
 /// Two vouched replicas on one Redis that fsyncs every write and one Postgres, with
-/// these `redis_fill` settings, `idempotency` lines in their `[idempotency]`, and
-/// `tables` (TOML tables of their own); once both keep claims in Redis alone.
+/// these `redis_fill` settings, `idempotency` lines in their `[idempotency]` (`lock_ttl`
+/// is `LOCK_TTL` unless they set it), and `tables` (TOML tables of their own); once
+/// both keep claims in Redis alone.
 async fn replicas(
     fills: [&str; 2],
     idempotency: &str,
@@ -31,10 +32,13 @@ async fn replicas(
     let redis = fsyncing_redis();
     let pg = PgServer::start();
     let up = MockUpstream::start().await;
+    let lock_ttl = match idempotency.contains("lock_ttl") {
+        true => String::new(),
+        false => format!("lock_ttl = \"{}ms\"\n", LOCK_TTL.as_millis()),
+    };
     let toml = |fill: &str| {
         format!(
-            "[idempotency]\nlock_ttl = \"{}ms\"\n{idempotency}{tables}{}",
-            LOCK_TTL.as_millis(),
+            "[idempotency]\n{lock_ttl}{idempotency}{tables}{}",
             pg.section(&format!("claims = \"vouched\"\nredis_fill = \"{fill}\""))
         )
     };
@@ -240,13 +244,19 @@ async fn an_admin_invalidation_deletes_the_completed_holders_lease_and_nothing_r
 /// an unknown outcome of the lapsed lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_past_its_ttl_runs_afresh_though_its_lapsed_lease_stands() {
-    let ttl = "ttl = \"4s\"\n";
+    // The record expires at its advertised moment (its answer plus 5 s, rounded up to a
+    // whole second); the lapsed lease stays until 5 s after the lease, 4 s after the claim.
+    let ttl = "lock_ttl = \"4s\"\nttl = \"5s\"\n";
     let (redis, _pg, up, a, _b) = replicas(["on_replay", "on_replay"], ttl, "").await;
     let ran = up.executions();
-    assert_eq!(post(&a, "k").await.0, 201);
-    // The record expires 4 s after its answer; the lapsed lease stays until 4 s after
-    // the lease, which ended within LOCK_TTL of the claim.
-    tokio::time::sleep(Duration::from_millis(4600)).await;
+    let (status, headers, _) = post(&a, "k").await;
+    assert_eq!(status, 201);
+    let expires = headers["idempotency-expires"].to_str().unwrap();
+    let expires = httpdate::parse_http_date(expires).unwrap();
+    let left = expires
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default();
+    tokio::time::sleep(left + Duration::from_millis(300)).await;
     assert_eq!(
         record_state(&redis).await.as_deref(),
         Some("L"),
