@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::super::lease::{Held, Lease};
 use super::super::postgres::claim_asks::{ClaimAsk, ResendableRow};
-use super::super::postgres::PgClaim;
+use super::super::postgres::{PgClaim, RecordRef};
 use super::super::redis::slots::{slot, Slotted};
 use super::super::redis::vouch::Vouched;
 use super::super::redis::{Acquired, OnLapsed};
@@ -169,11 +169,7 @@ impl Stores {
         let (request, by_completer) = match &ask.resend {
             Resendable::Off => return None,
             Resendable::Fresh(encoded) => {
-                let at = Binding {
-                    scope: ask.scope,
-                    record: ask.record,
-                };
-                (self.0.sealing.seal_request(encoded, at), false)
+                (self.0.sealing.seal_request(encoded, ask.binding()), false)
             }
             Resendable::TakenOver(stored) => (stored.clone(), true),
         };
@@ -311,6 +307,25 @@ pub(super) struct Ask {
     pub(super) record: RecordId,
     pub(super) fingerprint: Fingerprint,
     pub(super) resend: Resendable,
+}
+
+impl Ask {
+    /// Where the claim's record stands (scope and id): what its answer is sealed to.
+    pub(super) fn binding(&self) -> Binding {
+        Binding {
+            scope: self.scope,
+            record: self.record,
+        }
+    }
+
+    /// The claim's record in Postgres, on `route`.
+    pub(super) fn rec<'a>(&self, route: &'a Route) -> RecordRef<'a> {
+        RecordRef {
+            scope: self.scope,
+            id: self.record,
+            route: &route.name,
+        }
+    }
 }
 
 /// What a claim keeps with its durable lease so that the completer can send the request

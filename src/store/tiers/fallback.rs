@@ -3,13 +3,13 @@
 
 use super::super::lease::Lease;
 use super::super::postgres::claim_asks::ClaimAsk;
-use super::super::postgres::{PgClaim, RecordRef};
+use super::super::postgres::PgClaim;
 use super::super::redis::slots::slot;
 use super::super::StoreError;
 use super::arbitrate::{row_life, Ask};
 use super::Stores;
 use crate::config::OnRedisUnavailable;
-use crate::idempotency::{Binding, Claim, Home};
+use crate::idempotency::{Claim, Home};
 use crate::metrics;
 use crate::route::Route;
 
@@ -38,11 +38,7 @@ impl Stores {
                 metrics::fallback("redis_unavailable");
                 // Redis will lack this record: its slot is cold until its marker is reset.
                 self.0.warmth.set_cold(slot(&ask.redis_key));
-                let rec = RecordRef {
-                    scope: ask.scope,
-                    id: ask.record,
-                    route: &route.name,
-                };
+                let rec = ask.rec(route);
                 let lock_ttl = route.policy.settings.lock_ttl;
                 let claim = ClaimAsk::new(rec, &ask.fingerprint, &ask.token, lock_ttl)
                     .living(row_life(route))
@@ -54,11 +50,7 @@ impl Stores {
                         Ok(Claim::Acquired(lease))
                     }
                     PgClaim::Held(found) => {
-                        let at = Binding {
-                            scope: ask.scope,
-                            record: ask.record,
-                        };
-                        self.found_to_claim(found, &ask.fingerprint, at)
+                        self.found_to_claim(found, &ask.fingerprint, ask.binding())
                     }
                 }
             }

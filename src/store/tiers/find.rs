@@ -3,7 +3,9 @@
 //! a request (a fresh Redis lease settled with it, and the one place stored records are
 //! opened).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
 
 use super::super::lease::Lease;
 use super::super::postgres::{Found, RecordRef};
@@ -214,19 +216,10 @@ impl Stores {
                     }
                 };
                 tracing::info!(key_hash = %lease.record.short(), "replaying from postgres; re-warming redis");
-                if let Err(e) = (self.0.redis)
-                    .complete(
-                        &lease.redis_key,
-                        &lease.token,
-                        stored,
-                        remaining,
-                        &fingerprint,
-                    )
-                    .await
-                {
+                let (key, token) = (&lease.redis_key, &lease.token);
+                if !(self.rewarm(key, token, stored, remaining, &fingerprint)).await {
                     // Not re-warmed: let the key go in Redis now rather than leave our lease
                     // to answer "in flight" for lock_ttl; the next claim looks up again.
-                    tracing::warn!(error = %e, "could not re-warm redis");
                     self.let_go(&lease).await;
                 }
                 Ok(Claim::Completed {
@@ -241,6 +234,26 @@ impl Stores {
                 });
                 self.let_go(&lease).await;
                 self.found_to_claim(other, &lease.fingerprint, binding(&lease))
+            }
+        }
+    }
+
+    /// Completes `token`'s lease of `key` with the bytes Postgres holds, so that the
+    /// tiers stay identical; false (logged) if Redis did not answer.
+    pub(super) async fn rewarm(
+        &self,
+        key: &str,
+        token: &str,
+        stored: Bytes,
+        remaining: Duration,
+        fingerprint: &Fingerprint,
+    ) -> bool {
+        let warmed = (self.0.redis).complete(key, token, stored, remaining, fingerprint);
+        match warmed.await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not re-warm redis");
+                false
             }
         }
     }

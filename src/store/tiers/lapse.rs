@@ -7,14 +7,14 @@ use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use super::super::lease::{Held, Lease};
-use super::super::postgres::{Found, RecordRef};
+use super::super::postgres::Found;
 use super::super::redis::{Acquired, Lapsed, OnLapsed};
 use super::super::StoreError;
 use super::arbitrate::Ask;
 use super::find::aged;
 use super::settle::{lease_ref, retry_redis};
 use super::Stores;
-use crate::idempotency::{Binding, Claim, Home, Release, StoredRecord};
+use crate::idempotency::{Claim, Home, Release, StoredRecord};
 use crate::metrics;
 use crate::route::Route;
 
@@ -73,17 +73,9 @@ impl Stores {
         let Some(pg) = &self.0.postgres else {
             return ControlFlow::Continue(self.take_over(route, ask, lapsed, fence_ttl).await);
         };
-        let at = Binding {
-            scope: ask.scope,
-            record: ask.record,
-        };
-        let rec = RecordRef {
-            scope: ask.scope,
-            id: ask.record,
-            route: &route.name,
-        };
+        let at = ask.binding();
         let asked = Instant::now();
-        let found = match pg.lookups.lookup(rec).await {
+        let found = match pg.lookups.lookup(ask.rec(route)).await {
             Ok(Some(found)) => aged(found, asked),
             Ok(None) => {
                 return ControlFlow::Continue(self.take_over(route, ask, lapsed, fence_ttl).await)
@@ -101,24 +93,18 @@ impl Stores {
             } if fingerprint == ask.fingerprint => {
                 metrics::fallback("lapsed_completed");
                 let stored = response.to_bytes();
-                match self.open(response, at) {
-                    Ok(response) => {
-                        // Completes the lapsed lease in place (`lua/complete.lua`), unless
-                        // another claim took it over meanwhile; the answer stands either way.
-                        let (key, holder) = (&ask.redis_key, &lapsed.holder);
-                        let warmed = (self.0.redis)
-                            .complete(key, holder, stored, remaining, &fingerprint)
-                            .await;
-                        if let Err(e) = warmed {
-                            tracing::warn!(error = %e, "could not re-warm redis");
-                        }
-                        Ok(Claim::Completed {
-                            response,
-                            remaining,
-                        })
-                    }
-                    Err(e) => Err(e),
-                }
+                let response = match self.open(response, at) {
+                    Ok(response) => response,
+                    Err(e) => return ControlFlow::Break(Err(e)),
+                };
+                // Completes the lapsed lease in place (`lua/complete.lua`), unless another
+                // claim took it over meanwhile; the answer stands either way.
+                let (key, holder) = (&ask.redis_key, &lapsed.holder);
+                (self.rewarm(key, holder, stored, remaining, &fingerprint)).await;
+                Ok(Claim::Completed {
+                    response,
+                    remaining,
+                })
             }
             other => self.found_to_claim(other, &ask.fingerprint, at),
         })

@@ -94,10 +94,9 @@ impl Durable {
     }
 
     /// A completed record may be decided in Postgres alone while Redis keeps its
-    /// holder's lease (any replica of the fleet filling on replay): a lease Redis
-    /// says ran out with no completion is looked up in Postgres before it counts as
-    /// an unknown outcome, and an admin invalidation that deleted Postgres' record
-    /// deletes that lease too.
+    /// holder's lease (any replica of the fleet filling on replay): an admin
+    /// invalidation that deleted Postgres' record deletes that lease too. (Vouched
+    /// claims ask about a lapsed lease whatever this says: `lua/claim.lua`, "P".)
     pub fn completes_in_postgres(&self) -> bool {
         self.durability != ClaimDurability::RedisOnly
     }

@@ -6,12 +6,11 @@
 use std::time::Duration;
 
 use super::super::lease::Lease;
-use super::super::postgres::RecordRef;
 use super::super::StoreError;
 use super::arbitrate::Ask;
 use super::{Durable, Stores};
 use crate::config::ClaimDurability;
-use crate::idempotency::{Binding, Claim};
+use crate::idempotency::Claim;
 use crate::metrics;
 use crate::route::Route;
 
@@ -125,19 +124,10 @@ impl Stores {
         ask: Ask,
         cause: StoreError,
     ) -> Result<Claim<Lease>, StoreError> {
-        let rec = RecordRef {
-            scope: ask.scope,
-            id: ask.record,
-            route: &route.name,
-        };
-        let at = Binding {
-            scope: ask.scope,
-            record: ask.record,
-        };
-        match pg.lookups.lookup(rec).await? {
+        match pg.lookups.lookup(ask.rec(route)).await? {
             Some(found) => {
                 metrics::fallback("redis_unavailable_lookup");
-                self.found_to_claim(found, &ask.fingerprint, at)
+                self.found_to_claim(found, &ask.fingerprint, ask.binding())
             }
             None => {
                 metrics::fallback("rejected");
