@@ -179,7 +179,7 @@ async fn prepare_postgres(
         lookups,
         claims,
         durability: pg.claims,
-        redis_fill: pg.redis_fill,
+        redis_fill: pg.redis_fill(),
     })
 }
 

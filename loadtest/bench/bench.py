@@ -642,6 +642,9 @@ TPC = {"IDEMGATE__SERVER__RUNTIME": "thread_per_core"}
 # markers): a kept claim has no row to find, and a warm slot lost nothing.
 WRITE_THROUGH = {"IDEMGATE__POSTGRES__CLAIMS": "write_through"}
 FILL_ON_REPLAY = {**WRITE_THROUGH, "IDEMGATE__POSTGRES__REDIS_FILL": "on_replay"}
+# Vouched claims filled at completion (the default until 0.6.0 filled them on replay): a
+# first execution writes Redis twice, its claim and its record.
+AT_COMPLETION = {"IDEMGATE__POSTGRES__REDIS_FILL": "at_completion"}
 # How the launcher runs the bench's Redis (fleet/src/bench/durable_redis.rs), as the report says it.
 REDIS_SETUP = ("Redis fsyncs its AOF before every reply (`appendfsync always`, `noeviction`) and has one replica, "
                "whose CPU counts with Redis'")
@@ -667,11 +670,12 @@ SCENARIOS = [
     # per request, but one fred task then carries every call.
     dict(id="first-redis-pool1", label="idemgate first execution, Redis only, redis.pool_size = 1",
          target="gw", mode="unique", postgres=False, env={"IDEMGATE__REDIS__POOL_SIZE": "1"}),
-    # The durable default: vouched claims, looked up in Postgres when cold. A claim is kept
-    # by Redis alone where Redis vouches for it (AOF fsync'd before every reply, its replica
-    # acknowledged it) and written through otherwise; the row's verdicts say which it
-    # measured (vouch_verdicts).
-    dict(id="first", label="idemgate first execution, durable default (vouched claims, lookup when cold)",
+    # The durable default: vouched claims, filled on replay, looked up in Postgres when
+    # cold. A claim is kept by Redis alone where Redis vouches for it (AOF fsync'd before
+    # every reply, its replica acknowledged it) and written through otherwise; the row's
+    # verdicts say which it measured (vouch_verdicts). Its completion writes Postgres only.
+    dict(id="first", label="idemgate first execution, durable default (vouched claims, filled on replay, "
+         "lookup when cold)",
          target="gw", mode="unique", profile=True),
     # The same row against a Patroni set of three nodes (`idemgate-fleet bench start patroni`,
     # started for these rows and their latency paths only; fsync on, as the single server)
@@ -718,9 +722,10 @@ SCENARIOS = [
          mode="unique", env={"IDEMGATE__POSTGRES__CLAIMS": "redis", "IDEMGATE__POSTGRES__LOOKUP_ON_MISS": "always"}),
     dict(id="first-fill", label="idemgate first execution, write-through, redis_fill=on_replay (one Redis script)",
          target="gw", mode="unique", env=FILL_ON_REPLAY),
-    # The same with vouched claims (opt-in): the claim is the one Redis write.
-    dict(id="first-vfill", label="idemgate first execution, vouched claims, redis_fill=on_replay (one Redis script)",
-         target="gw", mode="unique", env={"IDEMGATE__POSTGRES__REDIS_FILL": "on_replay"}),
+    # Vouched claims completed in Redis too (the default before 0.6.0 filled on replay), side
+    # by side with the default; its `-base` twin runs the last release on the same settings.
+    dict(id="first-atc", label="idemgate first execution, vouched claims, redis_fill=at_completion (two Redis "
+         "scripts)", target="gw", mode="unique", env=AT_COMPLETION),
     dict(id="first-async", label="idemgate first execution, Postgres synchronous_commit=off", target="gw",
          mode="unique", sync_off=True),
     # Redis Cluster of three primaries (`idemgate-fleet bench start redis-cluster`, started
@@ -749,7 +754,7 @@ SCENARIOS = [
 
 # The rows against the last release: row id -> what its `-base` twin adds. The replay
 # twin stores its own keys through its own replica (prefix), as `replay` does.
-BASE_ROWS = {"replay": dict(prefix="replay-base"), "first-redis": {}, "first": {}}
+BASE_ROWS = {"replay": dict(prefix="replay-base"), "first-redis": {}, "first-atc": {}}
 # The database the last release writes through to (base_database): it refuses a schema
 # newer than it knows.
 BASE_DB = "idemgate_base"
@@ -1092,7 +1097,7 @@ def gateway_panics(n):
 
 # --- latency at a fixed rate --------------------------------------------------
 
-# Path -> (target, replica, key mode). Replicas 1-6 run side by side with different
+# Path -> (target, replica, key mode). Replicas 1-7 run side by side with different
 # configs (lat_replica_env; 4: Redis only); only the one being measured gets traffic. The
 # peer runs beside them.
 LAT_PATHS = [
@@ -1105,6 +1110,7 @@ LAT_PATHS = [
     ("first-cold", "gw", 2, "unique"),
     ("first-wtclaims", "gw", 3, "unique"),
     ("first-fill", "gw", 6, "unique"),  # write-through, redis_fill = "on_replay"
+    ("first-atc", "gw", 7, "unique"),  # vouched, redis_fill = "at_completion"
     ("first-async", "gw", 1, "unique"),  # synchronous_commit=off meanwhile
     # Replica 5 writes through to the Patroni set, switched to synchronous replication
     # before its first path and to asynchronous for the second (then back).
@@ -1120,9 +1126,9 @@ assert all(p in [x[0] for x in LAT_PATHS] for p in LAT_ONLY), f"LAT_ONLY: not a 
 
 
 def lat_replica_env():
-    """The environment of the latency phase's replicas 1-6 (replica i: item i-1)."""
+    """The environment of the latency phase's replicas 1-7 (replica i: item i-1)."""
     return [{}, {"IDEMGATE__POSTGRES__CLAIMS": "redis", "IDEMGATE__POSTGRES__LOOKUP_ON_MISS": "when_cold"},
-            WRITE_THROUGH, {}, patroni_env(), FILL_ON_REPLAY]
+            WRITE_THROUGH, {}, patroni_env(), FILL_ON_REPLAY, AT_COMPLETION]
 
 
 def latency_phase(results):
@@ -1619,9 +1625,10 @@ def render_durable(rows, results):
         else:
             lines.append(f"  - Added p99 at {LAT_RATE} req/s: not measured")
         return lines
-    out += durable("first", "Vouched claims (the durable default)")
+    out += durable("first", "Vouched claims filled on replay (the durable default)")
     out += durable("first-wtclaims", "Write-through claims (the default before 0.6.0)")
-    out += durable("first-vfill", "Vouched claims filled on replay (`redis_fill = \"on_replay\"`, opt-in)")
+    out += durable("first-atc", "Vouched claims filled at completion (`redis_fill = \"at_completion\"`, the "
+                   "default before 0.6.0)")
     r_only, peer_redis = get("first-redis", redis_parts), get("peer-first", redis_parts)
     if r_only == r_only and peer_redis == peer_redis:
         out.append(f"- Redis CPU per first execution, Redis only: {r_only:.1f} µs = {r_only / peer_redis:.2f}x the "
@@ -1799,7 +1806,8 @@ def render(results):
         out.append("|---|---:|---:|---:|---:|---:|---|---:|")
         labels = {s["id"]: s["label"] for s in SCENARIOS}
         # The durable path's (render_durable) for first and first-wtclaims.
-        targets = {"replay": 1.0, "first": DURABLE_P99_MS, "first-wtclaims": DURABLE_P99_MS, "first-cold": 3.0,
+        targets = {"replay": 1.0, "first": DURABLE_P99_MS, "first-wtclaims": DURABLE_P99_MS,
+                   "first-atc": DURABLE_P99_MS, "first-cold": 3.0,
                    "first-fill": 3.0, "first-async": 3.0}
         for pid, *_ in LAT_PATHS:
             rs = lat.get(pid) or []

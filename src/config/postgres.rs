@@ -40,9 +40,10 @@ pub struct PostgresConfig {
     /// them durable and in Postgres too elsewhere; `write_through` always in Postgres
     /// too; `redis` in Redis only (see [`ClaimDurability`]).
     pub claims: ClaimDurability,
-    /// When Redis gets its copy of a completed record: `at_completion` (the default) or
-    /// `on_replay` (see [`RedisFill`]).
-    pub redis_fill: RedisFill,
+    /// When Redis gets its copy of a completed record: `on_replay` or `at_completion`
+    /// (see [`RedisFill`]). Unset, it follows `claims`: `on_replay` with vouched claims
+    /// (the default), `at_completion` with the others.
+    pub redis_fill: Option<RedisFill>,
     /// Deadline of one Postgres statement (claim, lookup, a write-through batch).
     #[serde(with = "humantime_serde")]
     pub statement_timeout: Duration,
@@ -96,7 +97,7 @@ impl Default for PostgresConfig {
             migrate_on_start: true,
             lookup_on_miss: LookupOnMiss::WhenCold,
             claims: ClaimDurability::Vouched,
-            redis_fill: RedisFill::AtCompletion,
+            redis_fill: None,
             statement_timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(2),
             batch_max: 256,
@@ -172,26 +173,29 @@ pub enum ClaimDurability {
 }
 /// `postgres.redis_fill`: when Redis gets its copy of a completed record, with
 /// `claims = "write_through"` or `"vouched"` (a completed record is decided in Postgres,
-/// first writer wins, so Redis' copy only spares Postgres a read).
+/// first writer wins, so Redis' copy only spares Postgres a read). Unset, it follows
+/// `claims`: `on_replay` with vouched claims (the default), `at_completion` with the
+/// others.
 ///
-/// `at_completion` (the default): the completion stores the record in Redis too, so a
-/// retry on any replica replays from Redis, and waiting duplicates are woken at once.
+/// `at_completion`: the completion stores the record in Redis too, so a retry on any
+/// replica replays from Redis, and waiting duplicates are woken at once.
 ///
 /// `on_replay`: the completion writes Postgres only, and Redis gets the record from the
 /// first retry that needs it (which replays from Postgres and re-warms Redis): a first
-/// execution runs one Redis script (its claim) instead of two, and Redis holds
-/// only the records that were retried, not every record for its whole `ttl`. What it
-/// costs (docs/guarantees.md, "Redis filled on replay"): a retry that comes while the
+/// execution runs one Redis script (its claim) instead of two, and Redis holds only the
+/// records that were retried, not every record for its whole `ttl`. What it costs
+/// (docs/guarantees.md, "Redis filled on replay"): a retry that comes while the
 /// holder's lease still stands in Redis reads Postgres, so does each re-check of a
 /// waiting duplicate, a duplicate waiting on another replica hears of the completion
 /// at its next re-check (within a second) instead of at once, and while Postgres is
 /// down only records already in Redis replay. A live (streamed) answer is completed in
-/// Redis as before. Turn it on once every replica runs a release that has it, then
-/// replica by replica: replicas of such a release share a fleet on either setting (with
-/// write-through claims each confirms a Redis "in flight" in Postgres; with vouched
-/// claims each looks up a lease that ran out in Postgres before it counts as an unknown
-/// outcome). With vouched claims, a Redis "in flight" is confirmed in Postgres by the
-/// replicas that fill on replay. Needs `claims = "write_through"` or `"vouched"`.
+/// Redis as before. Replicas of this release share a fleet on either setting: each
+/// confirms a Redis "in flight" in Postgres (a Postgres read per duplicate that meets a
+/// key in flight, whatever its own setting), and with vouched claims each asks Postgres
+/// about a lease that ran out before it takes it over. A
+/// replica of 0.5.0 with `claims = "vouched"` takes such a lease over without asking:
+/// a fleet upgrading from one sets `at_completion` until every replica runs this release
+/// (CHANGELOG.md). Needs `claims = "write_through"` or `"vouched"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RedisFill {
@@ -202,10 +206,21 @@ pub enum RedisFill {
 }
 
 impl PostgresConfig {
+    /// `redis_fill` as set, else the default of `claims`: `on_replay` with vouched
+    /// claims (a first execution's one Redis write is its claim), `at_completion` with
+    /// the others (`redis` needs it; `write_through` keeps what it did before 0.6.0).
+    pub fn redis_fill(&self) -> RedisFill {
+        self.redis_fill.unwrap_or(match self.claims {
+            ClaimDurability::Vouched => RedisFill::OnReplay,
+            ClaimDurability::WriteThrough | ClaimDurability::RedisOnly => RedisFill::AtCompletion,
+        })
+    }
+
     /// The rules of `[postgres]`.
     pub(super) fn check(&self) -> Result<(), ConfigError> {
         self.check_connection()?;
-        if self.redis_fill == RedisFill::OnReplay && self.claims == ClaimDurability::RedisOnly {
+        if self.redis_fill == Some(RedisFill::OnReplay) && self.claims == ClaimDurability::RedisOnly
+        {
             return Err(ConfigError::invalid(
                 "postgres.redis_fill",
                 "\"on_replay\" needs postgres.claims = \"write_through\" or \"vouched\": with \
@@ -282,11 +297,18 @@ mod tests {
     }
 
     #[test]
-    fn redis_is_filled_at_completion_unless_asked() {
-        let c = postgres("").unwrap();
-        assert_eq!(c.postgres.unwrap().redis_fill, RedisFill::AtCompletion);
-        let c = postgres("claims = \"write_through\"\nredis_fill = \"on_replay\"").unwrap();
-        assert_eq!(c.postgres.unwrap().redis_fill, RedisFill::OnReplay);
+    fn redis_is_filled_on_replay_with_vouched_claims_and_at_completion_with_the_others() {
+        let fill = |lines: &str| postgres(lines).unwrap().postgres.unwrap().redis_fill();
+        assert_eq!(fill(""), RedisFill::OnReplay, "vouched claims, the default");
+        assert_eq!(fill("claims = \"write_through\""), RedisFill::AtCompletion);
+        assert_eq!(fill("claims = \"redis\""), RedisFill::AtCompletion);
+        // Spelled out, either setting wins over the default of its claims.
+        assert_eq!(
+            fill("redis_fill = \"at_completion\""),
+            RedisFill::AtCompletion
+        );
+        let wt = "claims = \"write_through\"\nredis_fill = \"on_replay\"";
+        assert_eq!(fill(wt), RedisFill::OnReplay);
     }
 
     #[test]
@@ -309,7 +331,7 @@ mod tests {
             .postgres
             .unwrap();
         assert_eq!(
-            (c.claims, c.redis_fill),
+            (c.claims, c.redis_fill()),
             (ClaimDurability::Vouched, RedisFill::OnReplay)
         );
     }

@@ -145,6 +145,8 @@ impl Config {
         topology::redact(&mut shown.redis.nodes, &mut shown.redis.sentinel);
         if let Some(pg) = shown.postgres.as_mut() {
             pg.url = redact_url(&pg.url);
+            // The effective value, where it follows `claims`.
+            pg.redis_fill = Some(pg.redis_fill());
         }
         if shown.admin.token.is_some() {
             shown.admin.token = Some("***".into());

@@ -72,17 +72,15 @@ impl Durable {
         self.redis_fill == RedisFill::OnReplay
     }
 
-    /// A Redis "in flight" is confirmed in Postgres. With write-through claims Postgres
-    /// decides who holds a key, whatever this replica's own `redis_fill`, since another
-    /// replica may fill on replay (a fleet switching replica by replica) and a holder
-    /// whose Redis completion failed left its lease behind too. With vouched claims only
-    /// where this replica fills on replay: one that does not finds what another
-    /// completed in Postgres alone once the holder's lease ran out
-    /// ([`Durable::completes_in_postgres`]), without a Postgres read per duplicate.
+    /// A Redis "in flight" is confirmed in Postgres, whatever this replica's own
+    /// `redis_fill`: a replica that fills on replay (the default with vouched claims; a
+    /// fleet switching replica by replica) leaves its lease standing after it completed,
+    /// and so does a holder whose Redis completion failed. Every mode that writes
+    /// completions to Postgres does; the cost is a Postgres read per duplicate that meets
+    /// a key in flight.
     pub fn confirms_in_flight(&self) -> bool {
         match self.durability {
-            ClaimDurability::WriteThrough => true,
-            ClaimDurability::Vouched => self.fills_on_replay(),
+            ClaimDurability::WriteThrough | ClaimDurability::Vouched => true,
             ClaimDurability::RedisOnly => false,
         }
     }

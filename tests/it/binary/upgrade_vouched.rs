@@ -17,6 +17,9 @@ use crate::support::{MockUpstream, PgServer, RedisServer};
 
 /// `[postgres]` lines: vouched claims.
 const VOUCHED: &str = "claims = \"vouched\"";
+/// `[postgres]` lines: vouched claims filled at completion, as a fleet that ran vouched
+/// claims on the previous release pins them while it upgrades (CHANGELOG.md).
+const VOUCHED_AT_COMPLETION: &str = "claims = \"vouched\"\nredis_fill = \"at_completion\"";
 
 /// `idemgate_claim_vouch_total{verdict="kept"}` on a replica's admin listener.
 async fn kept_alone(admin: &str) -> f64 {
@@ -31,7 +34,7 @@ async fn kept_alone(admin: &str) -> f64 {
 
 /// Whether a replica runs vouched claims: asked for, or this release on its defaults.
 fn vouches(spec: &Spec<'_>) -> bool {
-    spec.2 == VOUCHED || (spec.0 == Path::new(CURRENT) && spec.2.is_empty())
+    spec.2.starts_with(VOUCHED) || (spec.0 == Path::new(CURRENT) && spec.2.is_empty())
 }
 
 /// Runs each step's fleet on one durable Redis and one Postgres and checks it.
@@ -78,4 +81,31 @@ async fn the_new_default_rolls_in_beside_the_previous_release() {
 async fn the_switch_to_vouched_claims_rolls_through_a_mixed_fleet() {
     let previous = previous_binary();
     roll(&switch_steps(&previous, VOUCHED)).await;
+}
+
+/// A fleet that ran vouched claims on the previous release (opt-in there) upgrades as
+/// CHANGELOG.md says: this release beside it filling at completion (a replica of the
+/// previous release takes a lease that ran out over without asking Postgres, so none
+/// may be left by a completion in Postgres alone), then, once every replica runs this
+/// release, onto the default (filled on replay) replica by replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the previous release's binary: make upgrade-check"]
+async fn a_vouched_fleet_rolls_in_filling_at_completion_then_on_replay() {
+    let previous = previous_binary();
+    let current = Path::new(CURRENT);
+    roll(&[
+        (
+            "versions",
+            [
+                (&previous, "", VOUCHED),
+                (current, "", VOUCHED_AT_COMPLETION),
+            ],
+        ),
+        (
+            "settings",
+            [(current, "", VOUCHED_AT_COMPLETION), (current, "", "")],
+        ),
+        ("defaults", [(current, "", ""), (current, "", "")]),
+    ])
+    .await;
 }

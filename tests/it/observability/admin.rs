@@ -234,8 +234,10 @@ const TOKEN: &str = "test-admin-token-0123456789";
 
 #[tokio::test]
 async fn admin_api_shows_invalidates_and_refuses_while_leased() {
+    // Filled at completion, so that both tiers hold the record it shows and deletes.
+    let fill = "redis_fill = \"at_completion\"";
     let (_redis, _pg, upstream, app) =
-        durable_stack("", &format!("[admin]\ntoken = \"{TOKEN}\"\n")).await;
+        durable_stack(fill, &format!("[admin]\ntoken = \"{TOKEN}\"\n")).await;
     let admin = Admin { app: &app };
     admin.refuses_without_the_token().await;
     app.post("k1", "{}")

@@ -53,8 +53,11 @@ fn encryption(dir: &Path, ids: &[&str], active: &str) -> String {
     )
 }
 
+/// A gateway that fills Redis at completion: these tests read and alter the record each
+/// tier holds right after it was stored. The default (filled on replay) is
+/// `a_record_filled_on_replay_is_rewarmed_with_the_sealed_bytes_postgres_holds`.
 async fn gateway(redis: &RedisServer, pg: &PgServer, up: &MockUpstream, extra: &str) -> TestApp {
-    let toml = format!("{}{extra}", pg.section(""));
+    let toml = format!("{}{extra}", pg.section("redis_fill = \"at_completion\""));
     TestApp::spawn(config(&redis.url(), &up.url(), &toml)).await
 }
 
@@ -131,6 +134,39 @@ async fn both_tiers_hold_the_same_sealed_bytes_and_replays_are_identical() {
     assert_eq!((s2, &b2), (s1, &b1));
     assert_eq!(h2["idempotent-replayed"], "true");
     assert_eq!(comparable(&h2), comparable(&h1));
+    assert_eq!(up.executions(), 1);
+}
+
+/// On the defaults (filled on replay), Redis gets the record from the first claim after
+/// the holder's lease ran out, with the sealed bytes Postgres holds.
+#[tokio::test]
+async fn a_record_filled_on_replay_is_rewarmed_with_the_sealed_bytes_postgres_holds() {
+    let (redis, pg, up, keys) = (
+        RedisServer::start(),
+        PgServer::start(),
+        MockUpstream::start().await,
+        key_files(),
+    );
+    let sealed = encryption(keys.path(), &["k1"], "k1");
+    let toml = format!(
+        "[idempotency]\nlock_ttl = \"1s\"\n{}{sealed}",
+        pg.section("")
+    );
+    let app = TestApp::spawn(config(&redis.url(), &up.url(), &toml)).await;
+    let (s1, h1, b1) = read(app.post("k", r#"{"amount":7}"#).send().await.unwrap()).await;
+    assert_eq!(s1, 201);
+    let key = record_key(&redis).await;
+    let field = redis.record_field(&key, "r").await;
+    assert!(field.is_none(), "completed in postgres alone: {field:?}");
+
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let (s2, h2, b2) = read(app.post("k", r#"{"amount":7}"#).send().await.unwrap()).await;
+    assert_eq!((s2, &b2, comparable(&h2)), (s1, &b1, comparable(&h1)));
+    assert_eq!(h2["idempotent-replayed"], "true");
+    let (_, _, body) = row(&pg).await;
+    let in_redis = hget(&redis, &record_key(&redis).await).await;
+    assert_eq!(&in_redis[..], &body[..], "re-warmed with the sealed bytes");
+    assert_eq!(&in_redis[..4], b"\x02\x02k1", "sealed, with its key id");
     assert_eq!(up.executions(), 1);
 }
 
