@@ -20,7 +20,7 @@
 #
 # Environment (all optional): SOAK_MINUTES=30 SOAK_RATE=300 (req/s) SOAK_INTERVAL=15 (s)
 #   SOAK_FIRST_PCT=70 SOAK_TTL=3m SOAK_REAP_INTERVAL=30s SOAK_RECORDS=10000000 (0: an
-#   empty table) SOAK_REDIS_FILL=on_replay (the replicas' postgres.redis_fill; unset:
+#   empty table) SOAK_REDIS_FILL=at_completion (the replicas' postgres.redis_fill; unset:
 #   the default) SOAK_RESULTS=loadtest/soak/results NO_BUILD=1 FLEET_BIN=...
 set -euo pipefail
 

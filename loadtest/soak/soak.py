@@ -285,9 +285,8 @@ def main():
     results = {"machine": machine(), "commit": commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "settings": {"minutes": MINUTES, "rate": RATE, "interval_s": INTERVAL, "first_pct": FIRST_PCT,
                             "ttl": TTL, "reap_interval": REAP_INTERVAL, "replicas": 2, "records": RECORDS,
-                            "claims": ("write_through (redis_fill = on_replay needs it)" if REDIS_FILL == "on_replay"
-                                       else "vouched, lookup when_cold (defaults)"),
-                            "redis_fill": REDIS_FILL or "at_completion (default)",
+                            "claims": "vouched, lookup when_cold (defaults)",
+                            "redis_fill": REDIS_FILL or "on_replay (the default with vouched claims)",
                             "redis_warmth": "markers backdated 2 days"},
                "k6": k6, "upstream": {"executions": ledger["total"], "duplicates": ledger["duplicates"]},
                "series": series}

@@ -16,7 +16,7 @@
 //!   claims vouched by default), `[idempotency] ttl` from `SOAK_TTL` (default `3m`) and the
 //!   reaper every `SOAK_REAP_INTERVAL` (default `30s`), so records expire and are
 //!   deleted during the soak, and `postgres.redis_fill` from `SOAK_REDIS_FILL` when set
-//!   (`on_replay` with write-through claims, which it needs);
+//!   (unset: the default, `on_replay` with vouched claims);
 //! - `haproxy` in front of them (`loadtest/bench/haproxy.cfg`).
 //!
 //! `down` stops every part (replicas first, stores last), as [`Bench::down`] does.
@@ -70,10 +70,6 @@ fn gateway_options(ttl: &str, reap_interval: &str, redis_fill: Option<&str>) -> 
     ];
     if let Some(fill) = redis_fill {
         env.push(("IDEMGATE__POSTGRES__REDIS_FILL".into(), fill.into()));
-        // Filling on replay needs write-through claims, no longer the default.
-        if fill == "on_replay" {
-            env.push(("IDEMGATE__POSTGRES__CLAIMS".into(), "write_through".into()));
-        }
     }
     GatewayOptions {
         replicas: ports::REPLICAS,
@@ -236,8 +232,15 @@ mod tests {
         assert!(!env
             .iter()
             .any(|(k, _)| k == "IDEMGATE__POSTGRES__REDIS_FILL"));
-        let filled = gateway_options("3m", "30s", Some("on_replay")).env_of(1);
-        assert!(filled.contains(&("IDEMGATE__POSTGRES__REDIS_FILL".into(), "on_replay".into())));
+        let filled = gateway_options("3m", "30s", Some("at_completion")).env_of(1);
+        let fill = (
+            "IDEMGATE__POSTGRES__REDIS_FILL".into(),
+            "at_completion".into(),
+        );
+        assert!(filled.contains(&fill), "{filled:?}");
+        assert!(!filled
+            .iter()
+            .any(|(k, _)| k == "IDEMGATE__POSTGRES__CLAIMS"));
     }
 
     #[test]

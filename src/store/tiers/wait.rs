@@ -105,7 +105,7 @@ impl Stores {
                     // re-check, whichever is first. The re-check (every `RECHECK`) is
                     // how a waiter hears of a wake-up missed under load, of a holder
                     // filling Redis on replay (it publishes nothing when it completes,
-                    // and with write-through claims any replica may), and, in a cluster,
+                    // and with write-through or vouched claims any replica may), and, in a cluster,
                     // of a slot that moved: a nap that heard nothing re-subscribes first
                     // (`Watch::refresh`, a no-op elsewhere; see `waiters`).
                     let nap = (remaining + Duration::from_millis(10))

@@ -1,4 +1,5 @@
-//! `postgres.redis_fill = "on_replay"`: a first execution completes in Postgres only,
+//! `postgres.redis_fill = "on_replay"` with write-through claims (with vouched claims,
+//! where it is the default: `vouched_fill.rs`): a first execution completes in Postgres only,
 //! so Redis keeps the holder's lease until it runs out. A retry meanwhile, on any
 //! replica, is confirmed in Postgres and replays the stored bytes; the first claim
 //! after the lease ran out re-warms Redis; duplicates that wait on either replica get
@@ -14,8 +15,8 @@ use futures_util::future::join_all;
 use crate::support::{comparable, config, eventually, metric, read, replays_within, tally};
 use crate::support::{MockUpstream, PgServer, RedisServer, TestApp};
 
-/// Two replicas on one Redis and one Postgres, write-through claims (which filling on
-/// replay needs), Redis filled on replay, with `extra` TOML (after `[postgres]`).
+/// Two replicas on one Redis and one Postgres, write-through claims, Redis filled on
+/// replay, with `extra` TOML (after `[postgres]`).
 async fn two_replicas(extra: &str) -> (RedisServer, PgServer, MockUpstream, TestApp, TestApp) {
     replicas_filling(["on_replay", "on_replay"], extra).await
 }

@@ -1,7 +1,7 @@
 //! `postgres.redis_fill = "on_replay"` with vouched claims (the default of both): a first execution writes
 //! Redis once (its claim, which Redis keeps alone) and Postgres once (its record), so
-//! the holder's lease stands in Redis until it runs out. Within it, a retry on a replica
-//! filling on replay is confirmed in Postgres; after it, the lapsed lease is looked up in
+//! the holder's lease stands in Redis until it runs out. Within it, a retry on any
+//! replica is confirmed in Postgres; after it, the lapsed lease is looked up in
 //! Postgres before it counts as an unknown outcome, on every vouched replica (a fleet
 //! half-way through the switch too), replays and re-warms Redis; if Postgres cannot say,
 //! the claim fails closed and the key stays lapsed; past the record's `ttl` the key runs

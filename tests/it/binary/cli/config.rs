@@ -48,6 +48,33 @@ fn check_config_prints_the_effective_config_redacted() {
     );
 }
 
+/// `postgres.redis_fill` left unset follows `claims`, and `check-config` shows the value
+/// in force: `on_replay` with vouched claims (the default), `at_completion` with
+/// write-through ones; set in the environment, it wins.
+#[test]
+fn check_config_shows_the_redis_fill_that_claims_give() {
+    let pg = "[postgres]\nurl = \"postgres://localhost/x\"\n";
+    let cases = [
+        ("", vec![], "on_replay"),
+        ("claims = \"write_through\"\n", vec![], "at_completion"),
+        (
+            "",
+            vec![("IDEMGATE__POSTGRES__REDIS_FILL", "at_completion")],
+            "at_completion",
+        ),
+    ];
+    for (lines, env, fill) in cases {
+        let file = config_file(&format!("{pg}{lines}{ROUTE}"));
+        let (code, stdout, stderr) = check(&file, &env);
+        assert_eq!(code, 0, "{stderr}");
+        let shown = format!("redis_fill = \"{fill}\"");
+        assert!(
+            stdout.contains(&shown),
+            "{lines:?} {env:?}: {shown} not in {stdout}"
+        );
+    }
+}
+
 /// The configuration warnings start-up logs are printed by `check-config` too, on
 /// standard error; they do not fail a valid configuration (exit 0).
 #[test]
